@@ -1,1 +1,72 @@
-//! placeholder
+//! `weir-controller` is the cluster manager in its single-node form: metadata changes are
+//! typed [`MetadataCommand`]s, validated here, appended to a [`MetadataLog`] and applied to the
+//! [`MetadataImage`], which is published to the data plane as an immutable snapshot. On start
+//! the log is replayed. The [`MetadataLog`] trait is the seam where a Raft quorum will replace
+//! the local file without changing the commands.
+//!
+//! It never touches partition data and is never on the produce or fetch path: the broker reads
+//! the latest image from memory.
+
+mod command;
+mod controller;
+mod image;
+mod metadata_log;
+pub mod topic_config;
+
+pub use command::MetadataCommand;
+pub use controller::{
+    Controller, ControllerError, NewTopic, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
+};
+pub use image::{MetadataImage, TopicImage};
+pub use metadata_log::{FileMetadataLog, MetadataLog};
+pub use uuid::Uuid;
+
+/// Longest topic name Kafka accepts.
+pub const TOPIC_NAME_MAX_CHARS: usize = 249;
+
+/// Checks a topic name the way Kafka does: 1–249 characters of `[a-zA-Z0-9._-]`, and not `.`
+/// or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("topic name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err("topic name cannot be '.' or '..'".into());
+    }
+    if name.len() > TOPIC_NAME_MAX_CHARS {
+        return Err(format!(
+            "topic name is longer than {TOPIC_NAME_MAX_CHARS} characters"
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic name contains the illegal character {c:?}; use [a-zA-Z0-9._-]"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_topic_name;
+
+    #[test]
+    fn topic_names() {
+        let long = "a".repeat(250);
+        for (name, ok) in [
+            ("orders", true),
+            ("a.b_c-D9", true),
+            ("", false),
+            (".", false),
+            ("..", false),
+            ("bad/name", false),
+            ("sp ace", false),
+            (long.as_str(), false),
+        ] {
+            assert_eq!(validate_topic_name(name).is_ok(), ok, "{name:?}");
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The controller: validates requests, turns them into commands, makes them durable through
+//! the metadata log and publishes the new image.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::command::MetadataCommand;
+use crate::image::{MetadataImage, TopicImage};
+use crate::metadata_log::MetadataLog;
+use crate::topic_config::validate_topic_config;
+use crate::validate_topic_name;
+
+/// Producer ids reserved per metadata command; the broker hands them out from memory.
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+/// Most partitions one topic may have: each costs open files and memory on every start.
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+/// Replication factor a single-node cluster can honour.
+const REPLICATION_FACTOR_MAX: i16 = 1;
+
+/// Why a metadata change was refused; each maps to one Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// CreateTopics for a name in use.
+    #[error("topic {0} already exists")]
+    TopicAlreadyExists(String),
+    /// The topic does not exist.
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    /// Illegal topic name.
+    #[error("invalid topic name: {0}")]
+    InvalidTopic(String),
+    /// Bad partition count.
+    #[error("invalid partitions: {0}")]
+    InvalidPartitions(String),
+    /// Bad replication factor.
+    #[error("invalid replication factor: {0}")]
+    InvalidReplicationFactor(String),
+    /// Unsupported config key or bad value.
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    /// The metadata log could not be written: the change did not happen.
+    #[error("metadata log I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+struct State {
+    log: Box<dyn MetadataLog>,
+    image: MetadataImage,
+}
+
+/// The single-node controller.
+pub struct Controller {
+    state: Mutex<State>,
+    published: watch::Sender<Arc<MetadataImage>>,
+}
+
+/// A topic creation request, already defaulted by the caller.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    /// Topic name.
+    pub name: String,
+    /// Partition count (≥ 1).
+    pub partitions: i32,
+    /// Replication factor (≥ 1).
+    pub replication_factor: i16,
+    /// Config overrides.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Controller {
+    /// Replays `log` into a fresh image.
+    pub fn open(mut log: Box<dyn MetadataLog>) -> Result<Controller, ControllerError> {
+        let mut image = MetadataImage::default();
+        for command in log.replay()? {
+            image.apply(&command);
+        }
+        tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "metadata replayed");
+        let (published, _) = watch::channel(Arc::new(image.clone()));
+        Ok(Controller {
+            state: Mutex::new(State { log, image }),
+            published,
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Poisoning means a panic while applying; the image is only swapped after a full apply.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.published.borrow().clone()
+    }
+
+    /// A receiver that sees every new image.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.published.subscribe()
+    }
+
+    fn commit(&self, state: &mut State, command: MetadataCommand) -> Result<(), ControllerError> {
+        state.log.append(&command)?;
+        state.image.apply(&command);
+        tracing::info!(target: "weir::controller", ?command, "metadata change");
+        self.published.send_replace(Arc::new(state.image.clone()));
+        Ok(())
+    }
+
+    fn topic_id(state: &State, name: &str) -> Result<Uuid, ControllerError> {
+        state
+            .image
+            .topic(name)
+            .map(|t| t.topic_id)
+            .ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))
+    }
+
+    fn check_configs<'a>(
+        configs: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<(), ControllerError> {
+        for (key, value) in configs {
+            validate_topic_config(key, value).map_err(ControllerError::InvalidConfig)?;
+        }
+        Ok(())
+    }
+
+    /// Creates a topic with a fresh random id. With `validate_only` nothing changes.
+    pub fn create_topic(
+        &self,
+        topic: NewTopic,
+        validate_only: bool,
+    ) -> Result<TopicImage, ControllerError> {
+        validate_topic_name(&topic.name).map_err(ControllerError::InvalidTopic)?;
+        if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&topic.partitions) {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "{} is not in 1..={PARTITIONS_PER_TOPIC_MAX}",
+                topic.partitions
+            )));
+        }
+        if !(1..=REPLICATION_FACTOR_MAX).contains(&topic.replication_factor) {
+            return Err(ControllerError::InvalidReplicationFactor(format!(
+                "{} is larger than the number of brokers ({REPLICATION_FACTOR_MAX})",
+                topic.replication_factor
+            )));
+        }
+        Self::check_configs(&topic.configs)?;
+        let mut state = self.state();
+        if state.image.topic(&topic.name).is_some() {
+            return Err(ControllerError::TopicAlreadyExists(topic.name));
+        }
+        let image = TopicImage {
+            name: topic.name,
+            topic_id: Uuid::new_v4(),
+            partitions: topic.partitions,
+            replication_factor: topic.replication_factor,
+            configs: topic.configs,
+        };
+        if !validate_only {
+            let command = MetadataCommand::CreateTopic {
+                name: image.name.clone(),
+                topic_id: image.topic_id,
+                partitions: image.partitions,
+                replication_factor: image.replication_factor,
+                configs: image.configs.clone(),
+            };
+            self.commit(&mut state, command)?;
+        }
+        Ok(image)
+    }
+
+    /// Deletes a topic by name.
+    pub fn delete_topic(&self, name: &str) -> Result<TopicImage, ControllerError> {
+        let mut state = self.state();
+        let topic_id = Self::topic_id(&state, name)?;
+        let topic = state
+            .image
+            .topic(name)
+            .cloned()
+            .ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        self.commit(&mut state, MetadataCommand::DeleteTopic { topic_id })?;
+        Ok(topic)
+    }
+
+    /// Raises a topic's partition count to `total` (Kafka's CreatePartitions meaning).
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        total: i32,
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let mut state = self.state();
+        let topic_id = Self::topic_id(&state, name)?;
+        let current = state.image.topic(name).map_or(0, |t| t.partitions);
+        if total <= current {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "topic {name} has {current} partitions; the new total {total} must be larger"
+            )));
+        }
+        if total > PARTITIONS_PER_TOPIC_MAX {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "{total} is more than {PARTITIONS_PER_TOPIC_MAX}"
+            )));
+        }
+        if !validate_only {
+            self.commit(
+                &mut state,
+                MetadataCommand::CreatePartitions { topic_id, total },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Changes a topic's config overrides; `replace` drops overrides not in `set`.
+    pub fn alter_topic_config(
+        &self,
+        name: &str,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        Self::check_configs(&set)?;
+        for key in &delete {
+            if crate::topic_config::topic_config(key).is_none() {
+                return Err(ControllerError::InvalidConfig(format!(
+                    "{key} is not a topic config Weir supports"
+                )));
+            }
+        }
+        let mut state = self.state();
+        let topic_id = Self::topic_id(&state, name)?;
+        if !validate_only {
+            self.commit(
+                &mut state,
+                MetadataCommand::AlterTopicConfig {
+                    topic_id,
+                    set,
+                    delete,
+                    replace,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reserves the next block of producer ids, durably, so no id is ever handed out twice.
+    pub fn allocate_producer_ids(&self) -> Result<(i64, i64), ControllerError> {
+        let mut state = self.state();
+        let first = state.image.next_producer_id;
+        self.commit(
+            &mut state,
+            MetadataCommand::AllocateProducerIds {
+                first,
+                count: PRODUCER_ID_BLOCK_SIZE,
+            },
+        )?;
+        Ok((first, PRODUCER_ID_BLOCK_SIZE))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata_log::FileMetadataLog;
+
+    fn open(dir: &std::path::Path) -> Controller {
+        Controller::open(Box::new(
+            FileMetadataLog::open(&dir.join("metadata.log")).expect("log"),
+        ))
+        .expect("controller")
+    }
+
+    fn new_topic(name: &str, partitions: i32) -> NewTopic {
+        NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn changes_survive_replay_and_ids_are_fresh() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = open(dir.path());
+        let first = controller
+            .create_topic(new_topic("orders", 3), false)
+            .expect("create");
+        controller
+            .create_partitions("orders", 5, false)
+            .expect("grow");
+        let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        controller
+            .alter_topic_config("orders", set, vec![], false, false)
+            .expect("alter");
+        let (pid, _) = controller.allocate_producer_ids().expect("pids");
+        drop(controller);
+        let controller = open(dir.path());
+        let image = controller.image();
+        let topic = image.topic("orders").expect("topic survives");
+        assert_eq!((topic.partitions, topic.topic_id), (5, first.topic_id));
+        assert_eq!(
+            topic.configs.get("retention.ms").map(String::as_str),
+            Some("1000")
+        );
+        assert!(
+            controller.allocate_producer_ids().expect("pids").0 > pid,
+            "producer ids never reused"
+        );
+        controller.delete_topic("orders").expect("delete");
+        let again = controller
+            .create_topic(new_topic("orders", 1), false)
+            .expect("recreate");
+        assert_ne!(again.topic_id, first.topic_id);
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = open(dir.path());
+        controller
+            .create_topic(new_topic("t", 1), false)
+            .expect("create");
+        let before = controller.image().applied_count;
+        let bad_config = NewTopic {
+            configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+            ..new_topic("u", 1)
+        };
+        let cases: Vec<(NewTopic, &str)> = vec![
+            (new_topic("t", 1), "exists"),
+            (new_topic("bad/name", 1), "name"),
+            (new_topic("u", 0), "partitions"),
+            (
+                NewTopic {
+                    replication_factor: 3,
+                    ..new_topic("u", 1)
+                },
+                "replication",
+            ),
+            (bad_config, "config"),
+        ];
+        for (topic, what) in cases {
+            assert!(controller.create_topic(topic, false).is_err(), "{what}");
+        }
+        assert!(controller.create_partitions("t", 1, false).is_err());
+        assert!(controller
+            .alter_topic_config(
+                "t",
+                BTreeMap::from([("foo.bar".into(), "1".into())]),
+                vec![],
+                false,
+                false
+            )
+            .is_err());
+        assert!(
+            controller.create_topic(new_topic("v", 2), true).is_ok(),
+            "validate only"
+        );
+        assert_eq!(controller.image().applied_count, before);
+        assert!(controller.image().topic("v").is_none());
+    }
+}

@@ -1,0 +1,57 @@
+//! Kafka framing: a 4-byte big-endian length, then that many bytes.
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Why a frame could not be read; each closes the connection.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The length prefix is negative, zero or above the configured maximum.
+    #[error("frame length {length} outside 1..={max_bytes}")]
+    BadLength {
+        /// The length the client sent.
+        length: i32,
+        /// `socket.request.max.bytes`.
+        max_bytes: u32,
+    },
+    /// The peer closed the connection part-way through a frame.
+    #[error("connection closed mid-frame")]
+    Truncated,
+    /// The socket failed.
+    #[error("socket error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads one frame. `Ok(None)` when the peer closed cleanly between frames.
+///
+/// The buffer grows as bytes arrive, so a client that announces a large frame and sends
+/// nothing costs no memory; the length is checked against `max_bytes` before anything else.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max_bytes: u32,
+) -> Result<Option<Bytes>, FrameError> {
+    let mut prefix = [0u8; 4];
+    let mut filled = 0;
+    while filled < prefix.len() {
+        let n = reader.read(&mut prefix[filled..]).await?;
+        if n == 0 {
+            return if filled == 0 {
+                Ok(None)
+            } else {
+                Err(FrameError::Truncated)
+            };
+        }
+        filled += n;
+    }
+    let length = i32::from_be_bytes(prefix);
+    if length <= 0 || length as u32 > max_bytes {
+        return Err(FrameError::BadLength { length, max_bytes });
+    }
+    const INITIAL_CAPACITY_MAX: usize = 64 * 1024;
+    let mut body = Vec::with_capacity((length as usize).min(INITIAL_CAPACITY_MAX));
+    let read = reader.take(length as u64).read_to_end(&mut body).await?;
+    if read != length as usize {
+        return Err(FrameError::Truncated);
+    }
+    Ok(Some(Bytes::from(body)))
+}
