@@ -176,7 +176,7 @@ impl Log {
             .clamp(first_base, log_end_offset);
         let mut epoch_cache: Vec<EpochEntry> =
             read_json(storage.as_ref(), &dir.join(LEADER_EPOCH_FILE)).unwrap_or_default();
-        epoch_cache.retain(|e| e.start_offset < log_end_offset || e.start_offset == 0);
+        epoch_cache.retain(|e| e.start_offset <= log_end_offset);
         let mut log = Log {
             dir: dir.to_path_buf(),
             storage,
@@ -191,6 +191,9 @@ impl Log {
             epoch_cache,
             producers: ProducerStateTable::default(),
         };
+        if log.epoch_cache.is_empty() {
+            log.set_leader_epoch(log.leader_epoch)?;
+        }
         log.restore_producer_state(clean)?;
         log.active().sync_all()?;
         log.recovery_point = log.log_end_offset;
@@ -340,9 +343,6 @@ impl Log {
             }
             SequenceCheck::OutOfOrder => return Err(LogError::OutOfOrderSequence),
             SequenceCheck::StaleEpoch => return Err(LogError::InvalidProducerEpoch),
-        }
-        if self.epoch_cache.is_empty() {
-            self.set_leader_epoch(self.leader_epoch)?;
         }
         let now_ms = self.clock.now_ms();
         self.maybe_roll(batch.len() as u64, now_ms)?;
@@ -543,8 +543,9 @@ impl Log {
         )
     }
 
-    /// Fsyncs everything, writes checkpoints and the clean-shutdown marker.
-    pub fn close(mut self) -> Result<(), LogError> {
+    /// Fsyncs everything, writes checkpoints and the clean-shutdown marker. The log must not
+    /// be appended to afterwards.
+    pub fn close(&mut self) -> Result<(), LogError> {
         for segment in self.segments.values() {
             segment.sync_all()?;
         }

@@ -1,6 +1,6 @@
 //! Request decoding: header, API key and version checks, body.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind};
 use kafka_protocol::protocol::Decodable;
 
@@ -88,13 +88,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
             reason: e.to_string(),
         }
     })?;
-    if frame.has_remaining() && api_key != ApiKey::ApiVersions {
-        return Err(DecodeError::MalformedBody {
-            api_key,
-            version,
-            reason: format!("{} trailing bytes", frame.remaining()),
-        });
-    }
+    // Trailing bytes are ignored, as Kafka does: librdkafka sends a few after Metadata v12.
     Ok(Request {
         header,
         api_key,

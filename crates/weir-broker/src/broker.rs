@@ -1,0 +1,136 @@
+//! The broker's shared state: what every request handler reads.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use weir_controller::{Controller, ControllerError, MetadataImage};
+
+use crate::config::BrokerConfig;
+use crate::registry::PartitionRegistry;
+
+/// Resolves once shutdown has been signalled on `shutdown`.
+pub async fn stopping(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, so callers' futures stay `Send`.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Identity of this broker as clients see it.
+#[derive(Debug, Clone)]
+pub struct BrokerIdentity {
+    /// `node.id`.
+    pub node_id: i32,
+    /// The cluster id written at first start.
+    pub cluster_id: String,
+    /// Host clients are told to connect to.
+    pub advertised_host: String,
+    /// Port clients are told to connect to.
+    pub advertised_port: u16,
+}
+
+/// Producer ids reserved from the controller and not yet handed out.
+#[derive(Debug, Default)]
+struct ProducerIdBlock {
+    next: i64,
+    end: i64,
+}
+
+/// Everything a request handler needs.
+pub struct Broker {
+    /// Broker settings.
+    pub config: BrokerConfig,
+    /// Who this broker is.
+    pub identity: BrokerIdentity,
+    /// The metadata controller (local on a single node).
+    pub controller: Arc<Controller>,
+    /// Hosted partitions.
+    pub partitions: PartitionRegistry,
+    producer_ids: Mutex<ProducerIdBlock>,
+    /// Becomes true when the server is shutting down; long polls answer at once.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Broker {
+    /// Assembles the broker and opens every partition in the current metadata.
+    pub fn new(
+        config: BrokerConfig,
+        identity: BrokerIdentity,
+        controller: Arc<Controller>,
+        partitions: PartitionRegistry,
+        shutdown: watch::Receiver<bool>,
+    ) -> Broker {
+        partitions.sync(&controller.image());
+        Broker {
+            config,
+            identity,
+            controller,
+            partitions,
+            producer_ids: Mutex::new(ProducerIdBlock::default()),
+            shutdown,
+        }
+    }
+
+    /// The latest metadata image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.controller.image()
+    }
+
+    /// Runs a controller operation off the async workers (it fsyncs), then brings the hosted
+    /// partitions in line with the new image.
+    pub async fn change_metadata<T, F>(self: &Arc<Self>, change: F) -> Result<T, ControllerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Controller) -> Result<T, ControllerError> + Send + 'static,
+    {
+        let broker = self.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let result = change(&broker.controller);
+            broker.partitions.sync(&broker.controller.image());
+            result
+        })
+        .await;
+        joined.unwrap_or_else(|e| Err(ControllerError::Io(std::io::Error::other(e.to_string()))))
+    }
+
+    /// Hands out a producer id never used before, reserving a new block when needed.
+    pub async fn next_producer_id(self: &Arc<Self>) -> Result<i64, ControllerError> {
+        {
+            let mut block = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+            if block.next < block.end {
+                block.next += 1;
+                return Ok(block.next - 1);
+            }
+        }
+        let (first, count) = self.change_metadata(|c| c.allocate_producer_ids()).await?;
+        let mut block = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        *block = ProducerIdBlock {
+            next: first + 1,
+            end: first + count,
+        };
+        Ok(first)
+    }
+
+    /// Background upkeep: retention and segment age every `log.retention.check.interval.ms`,
+    /// recovery checkpoints every `log.flush.offset.checkpoint.interval.ms`. Ends at shutdown.
+    pub async fn run_log_maintenance(self: Arc<Self>) {
+        let mut retention = tokio::time::interval(Duration::from_millis(
+            self.config.retention_check_interval_ms(),
+        ));
+        let mut checkpoint =
+            tokio::time::interval(Duration::from_millis(self.config.checkpoint_interval_ms()));
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = retention.tick() => {
+                    let broker = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.run_retention()).await;
+                }
+                _ = checkpoint.tick() => {
+                    let broker = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.checkpoint()).await;
+                }
+                _ = crate::broker::stopping(&mut shutdown) => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! DescribeConfigs (key 32) v1–4, AlterConfigs (key 33) v0–2, IncrementalAlterConfigs (key 44)
+//! v0–1. Topic configs are dynamic; broker configs are static (file, environment, flags).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use weir_controller::topic_config::{topic_config, ConfigKind};
+
+use crate::broker::Broker;
+use crate::config::DescribedConfig;
+use crate::handlers::errors::controller_error_code;
+use crate::handlers::str_bytes;
+
+/// Resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
+/// Resource type of a broker.
+const RESOURCE_BROKER: i8 = 4;
+/// Kafka's ConfigType codes for DescribeConfigs v3+.
+const CONFIG_TYPE_BOOLEAN: i8 = 1;
+const CONFIG_TYPE_STRING: i8 = 2;
+const CONFIG_TYPE_LONG: i8 = 5;
+/// IncrementalAlterConfigs operations.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+fn config_type(name: &str) -> i8 {
+    match topic_config(name).map(|d| d.kind) {
+        Some(ConfigKind::Long { .. }) => CONFIG_TYPE_LONG,
+        Some(ConfigKind::Choice(_)) => CONFIG_TYPE_STRING,
+        None if name.ends_with(".enable") => CONFIG_TYPE_BOOLEAN,
+        None => CONFIG_TYPE_LONG,
+    }
+}
+
+/// Describes topic and broker configs: every supported key with its value and source.
+pub fn describe_configs(
+    broker: &Arc<Broker>,
+    request: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let mut response = DescribeConfigsResponse::default();
+    for resource in request.resources {
+        let mut result = DescribeConfigsResult::default();
+        result.resource_type = resource.resource_type;
+        result.resource_name = resource.resource_name.clone();
+        let described: Result<Vec<DescribedConfig>, (i16, String)> = match resource.resource_type {
+            RESOURCE_TOPIC => match broker.image().topic(resource.resource_name.as_str()) {
+                Some(topic) => Ok(broker.config.describe_topic(&topic.configs)),
+                None => Err((
+                    ResponseError::UnknownTopicOrPartition.code(),
+                    format!("unknown topic {}", resource.resource_name.as_str()),
+                )),
+            },
+            RESOURCE_BROKER if is_this_broker(broker, &resource.resource_name) => {
+                Ok(broker.config.describe())
+            }
+            RESOURCE_BROKER => Err((
+                ResponseError::InvalidRequest.code(),
+                format!("unknown broker {}", resource.resource_name.as_str()),
+            )),
+            other => Err((
+                ResponseError::InvalidRequest.code(),
+                format!("resource type {other} is not supported"),
+            )),
+        };
+        match described {
+            Ok(configs) => {
+                let keys = resource.configuration_keys.map(|keys| {
+                    keys.iter()
+                        .map(|k| k.as_str().to_string())
+                        .collect::<Vec<_>>()
+                });
+                result.configs = configs
+                    .into_iter()
+                    .filter(|c| keys.as_ref().is_none_or(|k| k.contains(&c.name)))
+                    .map(|c| {
+                        let mut entry = DescribeConfigsResourceResult::default();
+                        entry.config_type = config_type(&c.name);
+                        if version >= 3 && request.include_documentation {
+                            entry.documentation = Some(str_bytes(c.doc));
+                        }
+                        entry.name = str_bytes(c.name);
+                        entry.value = Some(str_bytes(c.value));
+                        entry.config_source = c.source as i8;
+                        entry.read_only = resource.resource_type == RESOURCE_BROKER;
+                        entry
+                    })
+                    .collect();
+            }
+            Err((code, message)) => {
+                result.error_code = code;
+                result.error_message = Some(str_bytes(message));
+            }
+        }
+        response.results.push(result);
+    }
+    response
+}
+
+fn is_this_broker(broker: &Broker, name: &StrBytes) -> bool {
+    name.as_str().is_empty() || name.as_str() == broker.identity.node_id.to_string()
+}
+
+/// The change one resource asks for: `(set, delete, replace)`.
+type ConfigChange = (BTreeMap<String, String>, Vec<String>, bool);
+
+async fn alter_resource(
+    broker: &Arc<Broker>,
+    resource_type: i8,
+    name: &StrBytes,
+    change: Result<ConfigChange, String>,
+    validate_only: bool,
+) -> (i16, Option<StrBytes>) {
+    if resource_type == RESOURCE_BROKER {
+        return (ResponseError::InvalidRequest.code(), Some(str_bytes("broker configs are static: set them in the config file, environment or flags and restart")));
+    }
+    if resource_type != RESOURCE_TOPIC {
+        return (
+            ResponseError::InvalidRequest.code(),
+            Some(str_bytes(format!(
+                "resource type {resource_type} is not supported"
+            ))),
+        );
+    }
+    let (set, delete, replace) = match change {
+        Ok(change) => change,
+        Err(message) => {
+            return (
+                ResponseError::InvalidConfig.code(),
+                Some(str_bytes(message)),
+            )
+        }
+    };
+    let topic = name.as_str().to_string();
+    match broker
+        .change_metadata(move |c| c.alter_topic_config(&topic, set, delete, replace, validate_only))
+        .await
+    {
+        Ok(()) => (0, None),
+        Err(error) => (
+            controller_error_code(&error),
+            Some(str_bytes(error.to_string())),
+        ),
+    }
+}
+
+/// Replaces a topic's overrides with the given set (AlterConfigs semantics).
+pub async fn alter_configs(
+    broker: &Arc<Broker>,
+    request: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    let mut response = AlterConfigsResponse::default();
+    for resource in request.resources {
+        let change = resource
+            .configs
+            .iter()
+            .map(|c| match &c.value {
+                Some(v) => Ok((c.name.as_str().to_string(), v.as_str().to_string())),
+                None => Err(format!("config {} has a null value", c.name.as_str())),
+            })
+            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map(|set| (set, Vec::new(), true));
+        let (error_code, error_message) = alter_resource(
+            broker,
+            resource.resource_type,
+            &resource.resource_name,
+            change,
+            request.validate_only,
+        )
+        .await;
+        let mut result = AlterConfigsResourceResponse::default();
+        result.error_code = error_code;
+        result.error_message = error_message;
+        result.resource_type = resource.resource_type;
+        result.resource_name = resource.resource_name;
+        response.responses.push(result);
+    }
+    response
+}
+
+/// Sets or deletes individual topic overrides (IncrementalAlterConfigs semantics).
+pub async fn incremental_alter_configs(
+    broker: &Arc<Broker>,
+    request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+    let mut response = IncrementalAlterConfigsResponse::default();
+    for resource in request.resources {
+        let mut set = BTreeMap::new();
+        let mut delete = Vec::new();
+        let mut problem = None;
+        for config in &resource.configs {
+            let name = config.name.as_str().to_string();
+            match (config.config_operation, &config.value) {
+                (OP_SET, Some(value)) => {
+                    set.insert(name, value.as_str().to_string());
+                }
+                (OP_DELETE, _) => delete.push(name),
+                (OP_SET, None) => problem = Some(format!("config {name} has a null value")),
+                (op, _) => problem = Some(format!(
+                    "operation {op} on {name} is not supported: it applies only to list configs"
+                )),
+            }
+        }
+        let change = match problem {
+            Some(message) => Err(message),
+            None => Ok((set, delete, false)),
+        };
+        let (error_code, error_message) = alter_resource(
+            broker,
+            resource.resource_type,
+            &resource.resource_name,
+            change,
+            request.validate_only,
+        )
+        .await;
+        let mut result = AlterConfigsResourceResponse::default();
+        result.error_code = error_code;
+        result.error_message = error_message;
+        result.resource_type = resource.resource_type;
+        result.resource_name = resource.resource_name;
+        response.responses.push(result);
+    }
+    response
+}

@@ -1,0 +1,87 @@
+//! DescribeCluster (key 60), v0–1, and OffsetForLeaderEpoch (key 23), v2–4.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+};
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+use crate::handlers::str_bytes;
+
+/// Endpoint type of the broker listener in DescribeCluster v1.
+const ENDPOINT_TYPE_BROKERS: i8 = 1;
+
+/// Describes the (single-broker) cluster.
+pub fn describe_cluster(
+    broker: &Arc<Broker>,
+    request: DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let identity = &broker.identity;
+    let mut response = DescribeClusterResponse::default();
+    if request.endpoint_type != 0 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
+        response.error_code = ResponseError::UnsupportedEndpointType.code();
+        response.error_message = Some(str_bytes("only the broker endpoint type is served"));
+        return response;
+    }
+    response.endpoint_type = ENDPOINT_TYPE_BROKERS;
+    response.cluster_id = str_bytes(identity.cluster_id.clone());
+    response.controller_id = BrokerId(identity.node_id);
+    response.cluster_authorized_operations = i32::MIN;
+    let mut node = DescribeClusterBroker::default();
+    node.broker_id = BrokerId(identity.node_id);
+    node.host = str_bytes(identity.advertised_host.clone());
+    node.port = i32::from(identity.advertised_port);
+    response.brokers = vec![node];
+    response
+}
+
+/// The end offset of a leader epoch, for clients validating their position after a leader
+/// change (KIP-320) and, later, for followers truncating (KIP-101).
+pub fn offset_for_leader_epoch(
+    broker: &Arc<Broker>,
+    request: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut response = OffsetForLeaderEpochResponse::default();
+    for topic in request.topics {
+        let mut result = OffsetForLeaderTopicResult::default();
+        for partition in topic.partitions {
+            let mut end = EpochEndOffset::default();
+            end.partition = partition.partition;
+            end.leader_epoch = -1;
+            end.end_offset = -1;
+            match broker
+                .partitions
+                .get(topic.topic.0.as_str(), partition.partition)
+            {
+                None => end.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                Some(p) => {
+                    let log = p.log();
+                    let current = log.leader_epoch();
+                    if partition.current_leader_epoch > current {
+                        end.error_code = ResponseError::UnknownLeaderEpoch.code();
+                    } else if partition.current_leader_epoch >= 0
+                        && partition.current_leader_epoch < current
+                    {
+                        end.error_code = ResponseError::FencedLeaderEpoch.code();
+                    } else if let Some((epoch, offset)) =
+                        log.end_offset_for_epoch(partition.leader_epoch)
+                    {
+                        end.leader_epoch = epoch;
+                        end.end_offset = offset;
+                    }
+                }
+            }
+            result.partitions.push(end);
+        }
+        result.topic = topic.topic;
+        response.topics.push(result);
+    }
+    response
+}

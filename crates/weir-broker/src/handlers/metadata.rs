@@ -1,0 +1,127 @@
+//! Metadata (key 3), v1–12: brokers, topics, partitions and leaders; auto-creates topics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::ResponseError;
+use weir_controller::{validate_topic_name, ControllerError, NewTopic, TopicImage};
+
+use crate::broker::Broker;
+use crate::handlers::errors::controller_error_code;
+use crate::handlers::str_bytes;
+
+/// Answers a Metadata request, creating unknown topics when both the request and
+/// `auto.create.topics.enable` allow it.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
+    let identity = &broker.identity;
+    let mut response = MetadataResponse::default();
+    let mut node = MetadataResponseBroker::default();
+    node.node_id = BrokerId(identity.node_id);
+    node.host = str_bytes(identity.advertised_host.clone());
+    node.port = i32::from(identity.advertised_port);
+    response.brokers = vec![node];
+    response.cluster_id = Some(str_bytes(identity.cluster_id.clone()));
+    response.controller_id = BrokerId(identity.node_id);
+    response.cluster_authorized_operations = i32::MIN;
+
+    let allow_create =
+        broker.config.auto_create_topics() && (version < 4 || request.allow_auto_topic_creation);
+    let Some(requested) = request.topics else {
+        let image = broker.image();
+        response.topics = image.topics().map(|t| describe_topic(broker, t)).collect();
+        return response;
+    };
+    for wanted in requested {
+        let image = broker.image();
+        let found = match &wanted.name {
+            Some(name) => image.topic(name.0.as_str()).cloned(),
+            None => image.topic_by_id(wanted.topic_id).cloned(),
+        };
+        let topic = match (found, wanted.name) {
+            (Some(topic), _) => describe_topic(broker, &topic),
+            (None, Some(name)) => {
+                let name = name.0.as_str().to_string();
+                if let Err(reason) = validate_topic_name(&name) {
+                    tracing::debug!(target: "weir::broker", topic = %name, reason, "metadata for an invalid topic name");
+                    error_topic(Some(name), ResponseError::InvalidTopicException.code())
+                } else if allow_create {
+                    auto_create(broker, name).await
+                } else {
+                    error_topic(Some(name), ResponseError::UnknownTopicOrPartition.code())
+                }
+            }
+            (None, None) => {
+                let mut topic = error_topic(None, ResponseError::UnknownTopicId.code());
+                topic.topic_id = wanted.topic_id;
+                topic
+            }
+        };
+        response.topics.push(topic);
+    }
+    response
+}
+
+async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopic {
+    let topic = NewTopic {
+        name: name.clone(),
+        partitions: broker.config.num_partitions(),
+        replication_factor: broker.config.default_replication_factor(),
+        configs: BTreeMap::new(),
+    };
+    let created = broker
+        .change_metadata(move |c| c.create_topic(topic, false))
+        .await;
+    match created {
+        Ok(topic) => {
+            tracing::info!(target: "weir::broker", topic = %topic.name, partitions = topic.partitions, "auto-created topic");
+            describe_topic(broker, &topic)
+        }
+        Err(ControllerError::TopicAlreadyExists(_)) => match broker.image().topic(&name) {
+            Some(topic) => describe_topic(broker, topic),
+            None => error_topic(Some(name), ResponseError::LeaderNotAvailable.code()),
+        },
+        Err(error) => error_topic(Some(name), controller_error_code(&error)),
+    }
+}
+
+fn error_topic(name: Option<String>, error_code: i16) -> MetadataResponseTopic {
+    let mut topic = MetadataResponseTopic::default();
+    topic.error_code = error_code;
+    topic.name = name.map(|n| TopicName(str_bytes(n)));
+    topic.topic_authorized_operations = i32::MIN;
+    topic
+}
+
+fn describe_topic(broker: &Arc<Broker>, topic: &TopicImage) -> MetadataResponseTopic {
+    let node_id = BrokerId(broker.identity.node_id);
+    let mut result = error_topic(Some(topic.name.clone()), 0);
+    result.topic_id = topic.topic_id;
+    result.partitions = (0..topic.partitions)
+        .map(|index| {
+            let mut partition = MetadataResponsePartition::default();
+            partition.partition_index = index;
+            match broker.partitions.get(&topic.name, index) {
+                Some(hosted) => {
+                    partition.leader_id = node_id;
+                    partition.leader_epoch = hosted.log().leader_epoch();
+                    partition.replica_nodes = vec![node_id];
+                    partition.isr_nodes = vec![node_id];
+                }
+                None => {
+                    partition.error_code = ResponseError::LeaderNotAvailable.code();
+                    partition.leader_id = BrokerId(-1);
+                }
+            }
+            partition
+        })
+        .collect();
+    result
+}

@@ -1,0 +1,127 @@
+//! One module per Kafka API (or small family); [`dispatch`] routes a decoded request to it and
+//! encodes the answer. Version ranges are declared in `weir_proto::SUPPORTED_APIS`; each
+//! handler serves every version listed there.
+
+mod admin_configs;
+mod admin_topics;
+mod api_versions;
+mod cluster;
+mod errors;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+mod producer_id;
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use weir_proto::{encode_response, Request};
+
+use crate::broker::Broker;
+use crate::server::PendingResponse;
+
+/// Starts handling `request`. Produce appends happen here, before this returns, so batches
+/// from one connection reach the log in the order they were sent; everything else (waiting for
+/// fsync, long polls, admin changes) happens in the returned future.
+pub fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingResponse {
+    let Request {
+        header,
+        api_key,
+        version,
+        body,
+    } = request;
+    let correlation_id = header.correlation_id;
+    let broker = broker.clone();
+    let respond = move |body: ResponseKind| {
+        encode_response(api_key, version, correlation_id, &body).map_err(|error| {
+        tracing::error!(target: "weir::server", ?api_key, version, %error, "could not encode response");
+    }).ok()
+    };
+    match body {
+        RequestKind::Produce(req) => {
+            let pending = produce::append(&broker, req, version);
+            Box::pin(async move {
+                pending
+                    .finish()
+                    .await
+                    .and_then(|r| respond(ResponseKind::Produce(r)))
+            })
+        }
+        RequestKind::Fetch(req) => Box::pin(async move {
+            respond(ResponseKind::Fetch(
+                fetch::handle(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::ListOffsets(req) => Box::pin(async move {
+            respond(ResponseKind::ListOffsets(list_offsets::handle(
+                &broker, req, version,
+            )))
+        }),
+        RequestKind::Metadata(req) => Box::pin(async move {
+            respond(ResponseKind::Metadata(
+                metadata::handle(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::ApiVersions(_) => {
+            Box::pin(async move { respond(ResponseKind::ApiVersions(api_versions::handle())) })
+        }
+        RequestKind::CreateTopics(req) => Box::pin(async move {
+            respond(ResponseKind::CreateTopics(
+                admin_topics::create_topics(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::DeleteTopics(req) => Box::pin(async move {
+            respond(ResponseKind::DeleteTopics(
+                admin_topics::delete_topics(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::CreatePartitions(req) => Box::pin(async move {
+            respond(ResponseKind::CreatePartitions(
+                admin_topics::create_partitions(&broker, req).await,
+            ))
+        }),
+        RequestKind::DescribeConfigs(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeConfigs(
+                admin_configs::describe_configs(&broker, req, version),
+            ))
+        }),
+        RequestKind::AlterConfigs(req) => Box::pin(async move {
+            respond(ResponseKind::AlterConfigs(
+                admin_configs::alter_configs(&broker, req).await,
+            ))
+        }),
+        RequestKind::IncrementalAlterConfigs(req) => Box::pin(async move {
+            respond(ResponseKind::IncrementalAlterConfigs(
+                admin_configs::incremental_alter_configs(&broker, req).await,
+            ))
+        }),
+        RequestKind::InitProducerId(req) => Box::pin(async move {
+            respond(ResponseKind::InitProducerId(
+                producer_id::handle(&broker, req).await,
+            ))
+        }),
+        RequestKind::OffsetForLeaderEpoch(req) => Box::pin(async move {
+            respond(ResponseKind::OffsetForLeaderEpoch(
+                cluster::offset_for_leader_epoch(&broker, req),
+            ))
+        }),
+        RequestKind::DescribeCluster(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeCluster(cluster::describe_cluster(
+                &broker, req,
+            )))
+        }),
+        other => {
+            // Unreachable: decode_request refuses APIs missing from SUPPORTED_APIS, and every
+            // API listed there has an arm above.
+            tracing::error!(target: "weir::server", request = ?std::mem::discriminant(&other), "no handler for a supported API");
+            Box::pin(async { None })
+        }
+    }
+}
+
+/// A protocol string from an owned string.
+pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}

@@ -1,0 +1,195 @@
+//! `weir server`: starts a single-node broker and runs it until SIGTERM or SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use weir_broker::{Broker, BrokerIdentity, PartitionRegistry};
+use weir_controller::{Controller, FileMetadataLog};
+use weir_log::storage::FsStorage;
+use weir_log::SystemClock;
+
+use crate::data_dir::DataDir;
+use crate::settings;
+
+/// Time allowed from the first signal to exit before the process gives up on a clean stop.
+const SHUTDOWN_DEADLINE_MS: u64 = 10_000;
+/// Exit code of a startup failure (bad configuration, data directory in use, port taken).
+const EXIT_CODE_STARTUP: u8 = 2;
+/// Exit code when a second signal interrupts the clean shutdown.
+const EXIT_CODE_INTERRUPTED: i32 = 130;
+
+/// Options of `weir server`.
+#[derive(Debug, Args)]
+#[command(
+    about = "Run a broker (a single-node cluster) with embedded defaults",
+    long_about = "Run a Weir broker: a single-node cluster that any Kafka client can use.\n\n\
+        With no options it keeps its data in ./weir-data and listens for Kafka clients on 127.0.0.1:9092.\n\
+        Settings come from flags, then WEIR_* environment variables, then the --config TOML file, then defaults.\n\
+        On SIGTERM or SIGINT it stops accepting, answers waiting requests, fsyncs and exits 0; a second signal exits at once.",
+    after_long_help = settings::properties_help()
+)]
+pub struct ServerArgs {
+    /// Directory for logs and metadata; created if missing, locked while running.
+    #[arg(long, env = "WEIR_DATA_DIR", default_value = "./weir-data")]
+    data_dir: PathBuf,
+    /// Address of the Kafka listener; port 0 picks a free port.
+    #[arg(long, env = "WEIR_LISTEN", default_value = "127.0.0.1:9092")]
+    listen: String,
+    /// Address clients are told to connect to; defaults to the bound address. Required when
+    /// --listen uses a wildcard host such as 0.0.0.0.
+    #[arg(long, env = "WEIR_ADVERTISE")]
+    advertise: Option<String>,
+    /// This broker's node id.
+    #[arg(long, env = "WEIR_NODE_ID", default_value_t = 1)]
+    node_id: i32,
+    /// TOML file of broker settings with Kafka's names (see the list below).
+    #[arg(long, env = "WEIR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive such as
+    /// `weir=debug`. Defaults to RUST_LOG, else info.
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+/// Runs the server; returns the process exit code.
+pub fn run(args: ServerArgs) -> ExitCode {
+    init_tracing(args.log_level.as_deref());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::from(EXIT_CODE_STARTUP);
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            ExitCode::from(EXIT_CODE_STARTUP)
+        }
+    }
+}
+
+fn init_tracing(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(level) => EnvFilter::new(level),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+}
+
+fn split_host_port(address: &str) -> anyhow::Result<(String, u16)> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .with_context(|| format!("{address:?} is not HOST:PORT"))?;
+    let port = port
+        .parse()
+        .with_context(|| format!("{address:?} has no valid port"))?;
+    Ok((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port,
+    ))
+}
+
+async fn serve(args: ServerArgs) -> anyhow::Result<()> {
+    let config = settings::load(args.config.as_deref())?;
+    let data_dir = DataDir::open(&args.data_dir, args.node_id)?;
+    let listen_host = split_host_port(&args.listen)?.0;
+    let wildcard = listen_host
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if wildcard && args.advertise.is_none() {
+        bail!("--listen {} uses a wildcard host; pass --advertise HOST:PORT so clients know where to connect", args.listen);
+    }
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let bound: SocketAddr = listener.local_addr()?;
+    let (advertised_host, advertised_port) = match &args.advertise {
+        Some(advertise) => split_host_port(advertise)?,
+        None => (bound.ip().to_string(), bound.port()),
+    };
+
+    let metadata_dir = data_dir.path.join("metadata");
+    std::fs::create_dir_all(&metadata_dir)?;
+    let metadata_log = FileMetadataLog::open(&metadata_dir.join("metadata.log"))
+        .context("opening the metadata log")?;
+    let controller =
+        Arc::new(Controller::open(Box::new(metadata_log)).context("replaying the metadata log")?);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let registry = PartitionRegistry::new(
+        data_dir.path.join("logs"),
+        Arc::new(FsStorage),
+        Arc::new(SystemClock),
+        config.clone(),
+    );
+    let identity = BrokerIdentity {
+        node_id: args.node_id,
+        cluster_id: data_dir.cluster_id.clone(),
+        advertised_host: advertised_host.clone(),
+        advertised_port,
+    };
+    let broker = Arc::new(tokio::task::block_in_place(|| {
+        Broker::new(config, identity, controller, registry, shutdown_rx)
+    }));
+    tracing::info!(
+        target: "weir::server",
+        listen = %bound,
+        advertised = %format!("{advertised_host}:{advertised_port}"),
+        data_dir = %data_dir.path.display(),
+        node_id = args.node_id,
+        cluster_id = %data_dir.cluster_id,
+        "weir ready"
+    );
+    let maintenance = tokio::spawn(broker.clone().run_log_maintenance());
+    let server = tokio::spawn(weir_broker::serve(broker.clone(), listener));
+    wait_for_signal().await?;
+    tracing::info!(target: "weir::server", "shutting down: no new connections; finishing in-flight requests");
+    shutdown_tx.send_replace(true);
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(SHUTDOWN_DEADLINE_MS));
+        tracing::error!(target: "weir::server", "clean shutdown took longer than {SHUTDOWN_DEADLINE_MS} ms; exiting");
+        std::process::exit(1);
+    });
+    tokio::spawn(async {
+        if wait_for_signal().await.is_ok() {
+            tracing::warn!(target: "weir::server", "second signal: exiting without a clean shutdown");
+            std::process::exit(EXIT_CODE_INTERRUPTED);
+        }
+    });
+    let _ = server.await;
+    let _ = maintenance.await;
+    tokio::task::block_in_place(|| broker.partitions.close_all());
+    tracing::info!(target: "weir::server", "stopped cleanly");
+    drop(data_dir);
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}
