@@ -45,7 +45,7 @@ pub struct TimeIndex {
 
 fn read_all(file: &dyn StorageFile, entry_bytes: usize) -> Option<Vec<u8>> {
     let len = file.len().ok()? as usize;
-    if len % entry_bytes != 0 {
+    if !len.is_multiple_of(entry_bytes) {
         return None;
     }
     let mut buf = vec![0u8; len];

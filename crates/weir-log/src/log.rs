@@ -134,7 +134,7 @@ impl Log {
             read_json(storage.as_ref(), &dir.join(RECOVERY_CHECKPOINT_FILE)).unwrap_or_default();
         let bases = segment_base_offsets(&names);
         let mut report = RecoveryReport {
-            clean,
+            clean: clean || bases.is_empty(),
             ..RecoveryReport::default()
         };
         let mut segments = BTreeMap::new();

@@ -63,7 +63,6 @@ pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::protocol::Message;
 
     fn crate_range(key: ApiKey) -> (i16, i16) {
         let r = key.valid_versions();
@@ -80,6 +79,5 @@ mod tests {
                 api.key
             );
         }
-        assert!(ApiVersionsResponse::VERSIONS.max >= 4);
     }
 }

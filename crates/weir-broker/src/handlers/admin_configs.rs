@@ -207,9 +207,11 @@ pub async fn incremental_alter_configs(
                 }
                 (OP_DELETE, _) => delete.push(name),
                 (OP_SET, None) => problem = Some(format!("config {name} has a null value")),
-                (op, _) => problem = Some(format!(
+                (op, _) => {
+                    problem = Some(format!(
                     "operation {op} on {name} is not supported: it applies only to list configs"
-                )),
+                ))
+                }
             }
         }
         let change = match problem {

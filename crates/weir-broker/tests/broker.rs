@@ -1,0 +1,433 @@
+//! The broker over real TCP connections, with the disk replaced by one that can lose power.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use weir_broker::{Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
+use weir_controller::{Controller, FileMetadataLog};
+use weir_log::batch::{build_batch, ProducerFields};
+use weir_log::storage::PowerLossStorage;
+use weir_log::SystemClock;
+
+struct TestBroker {
+    broker: Arc<Broker>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    _metadata_dir: tempfile::TempDir,
+}
+
+async fn start(storage: PowerLossStorage, metadata_dir: tempfile::TempDir) -> TestBroker {
+    let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
+    let log =
+        FileMetadataLog::open(&metadata_dir.path().join("metadata.log")).expect("metadata log");
+    let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
+    let registry = PartitionRegistry::new(
+        "/logs".into(),
+        Arc::new(storage),
+        Arc::new(SystemClock),
+        config.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let identity = BrokerIdentity {
+        node_id: 1,
+        cluster_id: "test-cluster".into(),
+        advertised_host: "127.0.0.1".into(),
+        advertised_port: addr.port(),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let broker = Arc::new(Broker::new(config, identity, controller, registry, stopped));
+    tokio::spawn(weir_broker::serve(broker.clone(), listener));
+    TestBroker {
+        broker,
+        addr,
+        stop,
+        _metadata_dir: metadata_dir,
+    }
+}
+
+/// One request frame: length, header, body.
+fn encode_frame<Req: Encodable>(key: ApiKey, version: i16, request: &Req) -> BytesMut {
+    let mut header = RequestHeader::default();
+    header.request_api_key = key as i16;
+    header.request_api_version = version;
+    header.correlation_id = 7;
+    header.client_id = Some(StrBytes::from_static_str("test"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, key.request_header_version(version))
+        .expect("header");
+    request.encode(&mut body, version).expect("body");
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Sends one request and reads one response frame.
+async fn call<Req: Encodable, Resp: Decodable>(
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    request: &Req,
+) -> Resp {
+    let frame = encode_frame(key, version, request);
+    stream.write_all(&frame).await.expect("write");
+    let length = stream.read_i32().await.expect("response length");
+    let mut response = vec![0u8; length as usize];
+    stream.read_exact(&mut response).await.expect("response");
+    let mut response = Bytes::from(response);
+    let correlation = i32::from_be_bytes([response[0], response[1], response[2], response[3]]);
+    assert_eq!(correlation, 7);
+    let _ = kafka_protocol::messages::ResponseHeader::decode(
+        &mut response,
+        key.response_header_version(version),
+    )
+    .expect("response header");
+    Resp::decode(&mut response, version).expect("response body")
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+async fn create_topic(
+    stream: &mut TcpStream,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> i16 {
+    let mut topic = CreatableTopic::default();
+    topic.name = topic_name(name);
+    topic.num_partitions = partitions;
+    topic.replication_factor = 1;
+    topic.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect();
+    let mut request = CreateTopicsRequest::default();
+    request.topics = vec![topic];
+    request.timeout_ms = 5000;
+    let response: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &request).await;
+    response.topics[0].error_code
+}
+
+fn produce_request(topic: &str, partition: i32, acks: i16, batch: Vec<u8>) -> ProduceRequest {
+    let mut data = PartitionProduceData::default();
+    data.index = partition;
+    data.records = Some(Bytes::from(batch));
+    let mut topic_data = TopicProduceData::default();
+    topic_data.name = topic_name(topic);
+    topic_data.partition_data = vec![data];
+    let mut request = ProduceRequest::default();
+    request.acks = acks;
+    request.timeout_ms = 5000;
+    request.topic_data = vec![topic_data];
+    request
+}
+
+/// (error code, base offset) of the single partition in a produce response.
+async fn produce(
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    batch: Vec<u8>,
+) -> (i16, i64) {
+    let response: ProduceResponse = call(
+        stream,
+        ApiKey::Produce,
+        9,
+        &produce_request(topic, partition, acks, batch),
+    )
+    .await;
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+async fn fetch_all(stream: &mut TcpStream, topic: &str, partition: i32) -> (i16, Bytes) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let mut p = FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = 0;
+    p.partition_max_bytes = 1 << 24;
+    p.current_leader_epoch = -1;
+    let mut t = FetchTopic::default();
+    t.topic = topic_name(topic);
+    t.partitions = vec![p];
+    let mut request = FetchRequest::default();
+    request.max_wait_ms = 0;
+    request.min_bytes = 0;
+    request.max_bytes = 1 << 24;
+    request.topics = vec![t];
+    let response: FetchResponse = call(stream, ApiKey::Fetch, 11, &request).await;
+    let data = &response.responses[0].partitions[0];
+    (
+        data.error_code,
+        data.records.clone().expect("records are never null"),
+    )
+}
+
+/// Writes acknowledged under acks=all survive a power cut that drops every unsynced byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_writes_survive_power_loss() {
+    for policy in ["acks-all", "always"] {
+        let storage = PowerLossStorage::new();
+        let metadata_dir = tempfile::tempdir().expect("tempdir");
+        let metadata_path = metadata_dir.path().to_path_buf();
+        let test = start(storage.clone(), metadata_dir).await;
+        let mut admin = TcpStream::connect(test.addr).await.expect("connect");
+        assert_eq!(
+            create_topic(&mut admin, "durable", 2, &[("flush.policy", policy)]).await,
+            0
+        );
+        let acks = if policy == "always" { 1 } else { -1 };
+        let mut producers = Vec::new();
+        for producer in 0..4i32 {
+            let addr = test.addr;
+            producers.push(tokio::spawn(async move {
+                let mut stream = TcpStream::connect(addr).await.expect("connect");
+                let mut acked = Vec::new();
+                for i in 0..40 {
+                    let value = format!("p{producer}-{i}");
+                    let (error, offset) = produce(
+                        &mut stream,
+                        "durable",
+                        producer % 2,
+                        acks,
+                        build_batch(&[value.as_bytes()], 0, ProducerFields::NONE),
+                    )
+                    .await;
+                    assert_eq!(error, 0);
+                    acked.push((producer % 2, offset, value));
+                }
+                acked
+            }));
+        }
+        let mut acked = Vec::new();
+        for p in producers {
+            acked.extend(p.await.expect("producer"));
+        }
+        // Unacknowledged writes on top: acks=0 under acks-all is never fsynced before answering.
+        for i in 0..20 {
+            let batch = build_batch(
+                &[format!("unsynced-{i}").as_bytes()],
+                0,
+                ProducerFields::NONE,
+            );
+            let frame = encode_frame(ApiKey::Produce, 9, &produce_request("durable", 0, 0, batch));
+            admin.write_all(&frame).await.expect("write");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if policy == "acks-all" {
+            assert!(
+                storage.unsynced_bytes() > 0,
+                "the test must leave unsynced bytes to lose"
+            );
+        }
+        test.stop.send_replace(true);
+        drop(test.broker);
+        storage.power_loss();
+
+        let metadata_dir = tempfile::tempdir().expect("tempdir");
+        std::fs::copy(
+            metadata_path.join("metadata.log"),
+            metadata_dir.path().join("metadata.log"),
+        )
+        .expect("copy metadata");
+        let restarted = start(storage.clone(), metadata_dir).await;
+        let mut client = TcpStream::connect(restarted.addr).await.expect("connect");
+        for partition in 0..2 {
+            let (error, records) = fetch_all(&mut client, "durable", partition).await;
+            assert_eq!(error, 0);
+            for (p, offset, value) in acked.iter().filter(|(p, _, _)| *p == partition) {
+                let found = find_batch(&records, *offset).unwrap_or_else(|| {
+                    panic!("{policy}: acknowledged offset {offset} of partition {p} lost")
+                });
+                assert!(
+                    found.windows(value.len()).any(|w| w == value.as_bytes()),
+                    "{policy}: offset {offset} holds the wrong record"
+                );
+            }
+        }
+        restarted.stop.send_replace(true);
+    }
+}
+
+/// The bytes of the stored batch whose base offset is `offset`.
+fn find_batch(records: &Bytes, offset: i64) -> Option<Bytes> {
+    let mut position = 0;
+    while position + 12 <= records.len() {
+        let base = i64::from_be_bytes(records[position..position + 8].try_into().ok()?);
+        let length =
+            i32::from_be_bytes(records[position + 8..position + 12].try_into().ok()?) as usize;
+        let end = position + 12 + length;
+        if base == offset {
+            return Some(records.slice(position..end));
+        }
+        position = end;
+    }
+    None
+}
+
+/// Hostile and broken input gets a Kafka error or a closed connection, and nothing else changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_contained() {
+    let storage = PowerLossStorage::new();
+    let test = start(storage, tempfile::tempdir().expect("tempdir")).await;
+    let mut client = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut client, "good", 1, &[]).await, 0);
+    assert_eq!(
+        produce(
+            &mut client,
+            "good",
+            0,
+            -1,
+            build_batch(&[b"kept"], 0, ProducerFields::NONE)
+        )
+        .await,
+        (0, 0)
+    );
+
+    // Topic-level errors, each with its Kafka code.
+    assert_eq!(
+        create_topic(&mut client, "bad/name", 1, &[]).await,
+        17,
+        "INVALID_TOPIC_EXCEPTION"
+    );
+    assert_eq!(
+        create_topic(&mut client, "good", 1, &[]).await,
+        36,
+        "TOPIC_ALREADY_EXISTS"
+    );
+    assert_eq!(
+        create_topic(&mut client, "cfg", 1, &[("cleanup.policy", "compact")]).await,
+        40,
+        "INVALID_CONFIG"
+    );
+    assert_eq!(
+        produce(
+            &mut client,
+            "missing",
+            0,
+            -1,
+            build_batch(&[b"x"], 0, ProducerFields::NONE)
+        )
+        .await
+        .0,
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    let mut corrupt = build_batch(&[b"evil"], 0, ProducerFields::NONE);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0x55;
+    assert_eq!(
+        produce(&mut client, "good", 0, -1, corrupt).await.0,
+        2,
+        "CORRUPT_MESSAGE"
+    );
+    assert_eq!(
+        produce(
+            &mut client,
+            "good",
+            0,
+            5,
+            build_batch(&[b"x"], 0, ProducerFields::NONE)
+        )
+        .await
+        .0,
+        21,
+        "INVALID_REQUIRED_ACKS"
+    );
+
+    // Connection-level garbage: the broker closes that connection only.
+    let hostile: Vec<Vec<u8>> = vec![
+        vec![0x7f, 0xff, 0xff, 0xff],                     // oversized length
+        vec![0xff, 0xff, 0xff, 0xf0, 1, 2, 3],            // negative length
+        [&12i32.to_be_bytes()[..], &[0xde; 12]].concat(), // unknown API key
+        [&100i32.to_be_bytes()[..], &[0, 3, 0, 12][..]].concat(), // truncated, then closed
+        [
+            &14i32.to_be_bytes()[..],
+            &[0, 3, 0, 12, 0, 0, 0, 1, 0x7f, 0xff, 0, 0, 0, 0][..],
+        ]
+        .concat(), // body past the end
+    ];
+    for bytes in hostile {
+        let mut stream = TcpStream::connect(test.addr).await.expect("connect");
+        stream.write_all(&bytes).await.expect("write");
+        let _ = stream.shutdown().await;
+        let mut sink = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink)).await;
+        assert!(
+            read.is_ok(),
+            "the broker must close a hostile connection, not hang"
+        );
+    }
+
+    // ApiVersions at an unsupported version: UNSUPPORTED_VERSION in the v0 layout.
+    let mut stream = TcpStream::connect(test.addr).await.expect("connect");
+    let request = [&[0u8, 18, 0, 99][..], &42i32.to_be_bytes()[..], &[0, 0][..]].concat();
+    stream
+        .write_all(&[&(request.len() as i32).to_be_bytes()[..], &request[..]].concat())
+        .await
+        .expect("write");
+    let length = stream.read_i32().await.expect("length");
+    let mut body = vec![0u8; length as usize];
+    stream.read_exact(&mut body).await.expect("body");
+    assert_eq!(
+        i32::from_be_bytes(body[0..4].try_into().expect("4 bytes")),
+        42
+    );
+    assert_eq!(
+        i16::from_be_bytes([body[4], body[5]]),
+        35,
+        "UNSUPPORTED_VERSION"
+    );
+    assert!(
+        i32::from_be_bytes(body[6..10].try_into().expect("4 bytes")) > 5,
+        "the supported ranges are listed"
+    );
+
+    // Nothing else changed: the good record is intact and the broker still serves.
+    let mut client = TcpStream::connect(test.addr).await.expect("connect");
+    let (error, records) = fetch_all(&mut client, "good", 0).await;
+    assert_eq!(error, 0);
+    assert!(find_batch(&records, 0).is_some_and(|b| b.windows(4).any(|w| w == b"kept")));
+    assert!(
+        find_batch(&records, 1).is_none(),
+        "no refused batch was stored"
+    );
+    assert_eq!(
+        produce(
+            &mut client,
+            "good",
+            0,
+            1,
+            build_batch(&[b"after"], 0, ProducerFields::NONE)
+        )
+        .await,
+        (0, 1)
+    );
+    test.stop.send_replace(true);
+}
