@@ -431,3 +431,229 @@ async fn bad_input_is_contained() {
     );
     test.stop.send_replace(true);
 }
+
+/// Every API at every advertised version gets a well-formed answer: no version-gated field is
+/// set where that version cannot carry it (which would leave the client without a response).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_advertised_version_answers() {
+    use kafka_protocol::messages::*;
+    let test = start(
+        PowerLossStorage::new(),
+        tempfile::tempdir().expect("tempdir"),
+    )
+    .await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "good", 1, &[]).await, 0);
+    assert_eq!(
+        produce(
+            &mut c,
+            "good",
+            0,
+            -1,
+            build_batch(&[b"v"], 1000, ProducerFields::NONE)
+        )
+        .await,
+        (0, 0)
+    );
+    let topic_id = test.broker.image().topic("good").expect("topic").topic_id;
+    for api in weir_proto::SUPPORTED_APIS {
+        for v in api.min..=api.max {
+            let what = format!("{:?} v{v}", api.key);
+            match api.key {
+                ApiKey::Produce => {
+                    let r: ProduceResponse = call(
+                        &mut c,
+                        api.key,
+                        v,
+                        &produce_request(
+                            "good",
+                            0,
+                            1,
+                            build_batch(&[b"x"], 2000, ProducerFields::NONE),
+                        ),
+                    )
+                    .await;
+                    assert_eq!(
+                        r.responses[0].partition_responses[0].error_code, 0,
+                        "{what}"
+                    );
+                }
+                ApiKey::Fetch => {
+                    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+                    let mut p = FetchPartition::default();
+                    p.partition_max_bytes = 1 << 20;
+                    p.current_leader_epoch = -1;
+                    let mut t = FetchTopic::default();
+                    if v >= 13 {
+                        t.topic_id = topic_id
+                    } else {
+                        t.topic = topic_name("good")
+                    }
+                    t.partitions = vec![p];
+                    let mut req = FetchRequest::default();
+                    req.max_bytes = 1 << 20;
+                    req.topics = vec![t];
+                    let r: FetchResponse = call(&mut c, api.key, v, &req).await;
+                    let data = &r.responses[0].partitions[0];
+                    assert_eq!(data.error_code, 0, "{what}");
+                    assert!(
+                        data.records.as_ref().is_some_and(|b| !b.is_empty()),
+                        "{what}"
+                    );
+                }
+                ApiKey::ListOffsets => {
+                    use kafka_protocol::messages::list_offsets_request::{
+                        ListOffsetsPartition, ListOffsetsTopic,
+                    };
+                    for timestamp in [-1, -2, 1500] {
+                        let mut p = ListOffsetsPartition::default();
+                        p.timestamp = timestamp;
+                        p.current_leader_epoch = -1;
+                        let mut t = ListOffsetsTopic::default();
+                        t.name = topic_name("good");
+                        t.partitions = vec![p];
+                        let mut req = ListOffsetsRequest::default();
+                        req.topics = vec![t];
+                        let r: ListOffsetsResponse = call(&mut c, api.key, v, &req).await;
+                        assert_eq!(
+                            r.topics[0].partitions[0].error_code, 0,
+                            "{what} at {timestamp}"
+                        );
+                    }
+                }
+                ApiKey::Metadata => {
+                    let mut t =
+                        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+                    t.name = Some(topic_name("good"));
+                    let mut req = MetadataRequest::default();
+                    req.topics = Some(vec![t]);
+                    let r: MetadataResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.topics[0].error_code, 0, "{what}");
+                    assert_eq!(r.brokers.len(), 1, "{what}");
+                }
+                ApiKey::ApiVersions => {
+                    let mut req = ApiVersionsRequest::default();
+                    req.client_software_name = StrBytes::from_static_str("test");
+                    req.client_software_version = StrBytes::from_static_str("1");
+                    let r: ApiVersionsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        (r.error_code, r.api_keys.len()),
+                        (0, weir_proto::SUPPORTED_APIS.len()),
+                        "{what}"
+                    );
+                }
+                ApiKey::CreateTopics => assert_eq!(
+                    create_topic(&mut c, &format!("created-{v}"), 1, &[]).await,
+                    0,
+                    "{what}"
+                ),
+                ApiKey::DeleteTopics => {
+                    let name = format!("deleted-{v}");
+                    assert_eq!(create_topic(&mut c, &name, 1, &[]).await, 0);
+                    let mut req = DeleteTopicsRequest::default();
+                    if v >= 6 {
+                        let mut t = kafka_protocol::messages::delete_topics_request::DeleteTopicState::default();
+                        t.name = Some(topic_name(&name));
+                        req.topics = vec![t];
+                    } else {
+                        req.topic_names = vec![topic_name(&name)];
+                    }
+                    let r: DeleteTopicsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.responses[0].error_code, 0, "{what}");
+                }
+                ApiKey::CreatePartitions => {
+                    let name = format!("grown-{v}");
+                    assert_eq!(create_topic(&mut c, &name, 1, &[]).await, 0);
+                    let mut t = kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default();
+                    t.name = topic_name(&name);
+                    t.count = 3;
+                    let mut req = CreatePartitionsRequest::default();
+                    req.topics = vec![t];
+                    let r: CreatePartitionsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].error_code, 0, "{what}");
+                }
+                ApiKey::DescribeConfigs => {
+                    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+                    let mut topic = DescribeConfigsResource::default();
+                    topic.resource_type = 2;
+                    topic.resource_name = StrBytes::from_static_str("good");
+                    let mut node = DescribeConfigsResource::default();
+                    node.resource_type = 4;
+                    node.resource_name = StrBytes::from_static_str("1");
+                    let mut req = DescribeConfigsRequest::default();
+                    req.resources = vec![topic, node];
+                    let r: DescribeConfigsResponse = call(&mut c, api.key, v, &req).await;
+                    for result in &r.results {
+                        assert_eq!(result.error_code, 0, "{what}");
+                        assert!(result.configs.len() > 5, "{what}");
+                    }
+                }
+                ApiKey::AlterConfigs => {
+                    use kafka_protocol::messages::alter_configs_request::{
+                        AlterConfigsResource, AlterableConfig,
+                    };
+                    let mut config = AlterableConfig::default();
+                    config.name = StrBytes::from_static_str("retention.ms");
+                    config.value = Some(StrBytes::from_static_str("86400000"));
+                    let mut resource = AlterConfigsResource::default();
+                    resource.resource_type = 2;
+                    resource.resource_name = StrBytes::from_static_str("good");
+                    resource.configs = vec![config];
+                    let mut req = AlterConfigsRequest::default();
+                    req.resources = vec![resource];
+                    let r: AlterConfigsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.responses[0].error_code, 0, "{what}");
+                }
+                ApiKey::IncrementalAlterConfigs => {
+                    use kafka_protocol::messages::incremental_alter_configs_request::{
+                        AlterConfigsResource, AlterableConfig,
+                    };
+                    let mut config = AlterableConfig::default();
+                    config.name = StrBytes::from_static_str("retention.bytes");
+                    config.value = Some(StrBytes::from_static_str("1000000"));
+                    let mut resource = AlterConfigsResource::default();
+                    resource.resource_type = 2;
+                    resource.resource_name = StrBytes::from_static_str("good");
+                    resource.configs = vec![config];
+                    let mut req = IncrementalAlterConfigsRequest::default();
+                    req.resources = vec![resource];
+                    let r: IncrementalAlterConfigsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.responses[0].error_code, 0, "{what}");
+                }
+                ApiKey::InitProducerId => {
+                    let mut req = InitProducerIdRequest::default();
+                    req.transactional_id = None;
+                    let r: InitProducerIdResponse = call(&mut c, api.key, v, &req).await;
+                    assert!(r.error_code == 0 && r.producer_id.0 >= 0, "{what}");
+                }
+                ApiKey::OffsetForLeaderEpoch => {
+                    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+                        OffsetForLeaderPartition, OffsetForLeaderTopic,
+                    };
+                    let mut p = OffsetForLeaderPartition::default();
+                    p.current_leader_epoch = -1;
+                    p.leader_epoch = 0;
+                    let mut t = OffsetForLeaderTopic::default();
+                    t.topic = topic_name("good");
+                    t.partitions = vec![p];
+                    let mut req = OffsetForLeaderEpochRequest::default();
+                    req.topics = vec![t];
+                    let r: OffsetForLeaderEpochResponse = call(&mut c, api.key, v, &req).await;
+                    let end = &r.topics[0].partitions[0];
+                    assert_eq!((end.error_code, end.leader_epoch), (0, 0), "{what}");
+                    assert!(
+                        end.end_offset >= 2,
+                        "{what}: the end of epoch 0 is the log end"
+                    );
+                }
+                ApiKey::DescribeCluster => {
+                    let r: DescribeClusterResponse =
+                        call(&mut c, api.key, v, &DescribeClusterRequest::default()).await;
+                    assert_eq!((r.error_code, r.brokers.len()), (0, 1), "{what}");
+                }
+                other => panic!("{other:?} is advertised but this test does not cover it"),
+            }
+        }
+    }
+    test.stop.send_replace(true);
+}

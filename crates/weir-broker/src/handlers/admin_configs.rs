@@ -74,11 +74,15 @@ pub fn describe_configs(
         };
         match described {
             Ok(configs) => {
-                let keys = resource.configuration_keys.map(|keys| {
-                    keys.iter()
-                        .map(|k| k.as_str().to_string())
-                        .collect::<Vec<_>>()
-                });
+                // Null or an empty list both mean every key, as in Kafka.
+                let keys = resource
+                    .configuration_keys
+                    .filter(|k| !k.is_empty())
+                    .map(|keys| {
+                        keys.iter()
+                            .map(|k| k.as_str().to_string())
+                            .collect::<Vec<_>>()
+                    });
                 result.configs = configs
                     .into_iter()
                     .filter(|c| keys.as_ref().is_none_or(|k| k.contains(&c.name)))

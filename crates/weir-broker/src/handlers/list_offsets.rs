@@ -28,7 +28,7 @@ const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 pub fn handle(
     broker: &Arc<Broker>,
     request: ListOffsetsRequest,
-    _version: i16,
+    version: i16,
 ) -> ListOffsetsResponse {
     let mut response = ListOffsetsResponse::default();
     for topic in request.topics {
@@ -58,7 +58,9 @@ pub fn handle(
                             Ok(Some((offset, timestamp, epoch))) => {
                                 result.offset = offset;
                                 result.timestamp = timestamp;
-                                result.leader_epoch = epoch;
+                                if version >= 4 {
+                                    result.leader_epoch = epoch;
+                                }
                             }
                             Ok(None) => {}
                             Err(code) => result.error_code = code,
