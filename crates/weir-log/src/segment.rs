@@ -287,19 +287,34 @@ impl Segment {
         max_bytes: u64,
         upper_offset: i64,
     ) -> Result<Bytes, LogError> {
-        let mut end = position;
-        while end < self.size_bytes {
-            let header = self.header_at(end)?;
-            let batch_end = end + header.total_bytes() as u64;
+        let available = self.size_bytes.saturating_sub(position);
+        if available == 0 {
+            return Ok(Bytes::new());
+        }
+        // One read of up to `max_bytes` (but at least the first batch), then whole batches are
+        // kept by walking their headers in memory: one syscall per fetch, not one per batch.
+        let first = self.header_at(position)?;
+        if first.last_offset() >= upper_offset {
+            return Ok(Bytes::new());
+        }
+        let want = max_bytes.max(first.total_bytes() as u64).min(available);
+        let mut buf = vec![0u8; want as usize];
+        self.log.read_exact_at(&mut buf, position)?;
+        let mut end = 0usize;
+        while buf.len() - end >= BATCH_HEADER_BYTES {
+            let header = BatchHeader::parse(&buf[end..]).map_err(|_| LogError::Corrupt {
+                position: position + end as u64,
+            })?;
+            let batch_end = end + header.total_bytes();
             if header.last_offset() >= upper_offset
-                || (end > position && batch_end - position > max_bytes)
+                || batch_end > buf.len()
+                || header.batch_length <= 0
             {
                 break;
             }
             end = batch_end;
         }
-        let mut buf = vec![0u8; (end - position) as usize];
-        self.log.read_exact_at(&mut buf, position)?;
+        buf.truncate(end);
         Ok(Bytes::from(buf))
     }
 
