@@ -5,7 +5,7 @@
 //! default `./target/bench-log`, `WEIR_BENCH_SECONDS` for the time per case, default 3).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,7 @@ struct Case {
     sync: Sync,
 }
 
-fn open_partition(dir: &PathBuf) -> Arc<Partition> {
+fn open_partition(dir: &Path) -> Arc<Partition> {
     let _ = std::fs::remove_dir_all(dir);
     let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
     let settings = config.topic_settings(&BTreeMap::new());
@@ -47,7 +47,7 @@ fn open_partition(dir: &PathBuf) -> Arc<Partition> {
         "bench".into(),
         weir_controller::Uuid::nil(),
         0,
-        dir.clone(),
+        dir.to_path_buf(),
         log,
         settings,
     ))
@@ -58,7 +58,7 @@ fn batch_of(total_bytes: usize) -> Vec<u8> {
     build_batch(&[&value], 0, ProducerFields::NONE)
 }
 
-async fn run_case(case: &Case, dir: &PathBuf, seconds: f64) -> (f64, f64) {
+async fn run_case(case: &Case, dir: &Path, seconds: f64) -> (f64, f64) {
     let partition = open_partition(dir);
     let batch = Arc::new(batch_of(case.batch_bytes));
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
@@ -95,7 +95,7 @@ async fn run_case(case: &Case, dir: &PathBuf, seconds: f64) -> (f64, f64) {
     (mb / elapsed, appends as f64 / elapsed)
 }
 
-fn read_all(dir: &PathBuf) -> f64 {
+fn read_all(dir: &Path) -> f64 {
     let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
     let settings = config.topic_settings(&BTreeMap::new());
     let (log, _) = Log::open(
