@@ -1,0 +1,81 @@
+"""Shared fixtures: one fresh Weir server per test module.
+
+Every test module gets its own server with an empty data directory on an
+ephemeral port.  Tests that restart or crash the server use ``weir.restart()``,
+``weir.stop()``, ``weir.kill()`` and ``weir.start()``; the server comes back on
+the same data directory and port.
+
+When a test fails, the tail of the server log is attached to the report.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from clients import drop_admin_client
+from harness import ExternalBroker, WeirServer, external_bootstrap, weir_binary
+
+
+@pytest.fixture(scope="module")
+def weir(request, tmp_path_factory):
+    """A running broker; a fresh Weir server unless COMPAT_BOOTSTRAP is set."""
+    bootstrap = external_bootstrap()
+    if bootstrap:
+        yield ExternalBroker(bootstrap)
+        return
+
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", request.module.__name__)[-40:]
+    workdir = tmp_path_factory.mktemp(f"weir_{name}")
+    server = WeirServer(
+        binary=weir_binary(),
+        data_dir=workdir / "data",
+        log_path=workdir / "weir.log",
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.bootstrap:
+            drop_admin_client(server.bootstrap)
+        code = server.close()
+        if code not in (None, 0):
+            pytest.fail(
+                f"weir exited with code {code} on SIGTERM at the end of {request.module.__name__}\n"
+                + server.log_tail(),
+                pytrace=False,
+            )
+
+
+@pytest.fixture
+def restartable_weir(weir):
+    """The module's server, for tests that must stop, restart or kill it."""
+    if not weir.can_restart:
+        pytest.skip("the broker is external (COMPAT_BOOTSTRAP); restart and crash tests need a managed server")
+    return weir
+
+
+@pytest.fixture
+def bootstrap(weir) -> str:
+    """The bootstrap address of the module's broker."""
+    assert weir.is_running(), "the module's server is not running (an earlier test left it stopped)"
+    return weir.bootstrap
+
+
+@pytest.fixture
+def weir_only(weir):
+    """Skip assertions about Weir-specific behaviour when testing an external broker."""
+    if weir.is_external:
+        pytest.skip("checks Weir-specific behaviour; the broker is external (COMPAT_BOOTSTRAP)")
+    return weir
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "weir" in getattr(item, "fixturenames", ()):
+        server = item.funcargs.get("weir") if hasattr(item, "funcargs") else None
+        if server is not None and not server.is_external:
+            report.sections.append(("weir server log", server.log_tail(150)))

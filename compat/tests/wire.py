@@ -1,0 +1,335 @@
+"""Just enough of the Kafka wire protocol, written by hand, to send exact bytes:
+request framing and headers, ApiVersions, Produce (v3-v11) and magic-v2 record
+batches with their CRC-32C.  Used by the bad-input tests, which must not rely
+on a client library that would refuse to send broken data.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+API_PRODUCE = 0
+API_API_VERSIONS = 18
+
+# ---------------------------------------------------------------------------------
+# Primitive encodings
+# ---------------------------------------------------------------------------------
+
+
+def int16(v: int) -> bytes:
+    return struct.pack(">h", v)
+
+
+def int32(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def string(s: str | None) -> bytes:
+    if s is None:
+        return int16(-1)
+    raw = s.encode()
+    return int16(len(raw)) + raw
+
+
+def uvarint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def varint(v: int) -> bytes:
+    """Zig-zag signed varint (record fields)."""
+    return uvarint((v << 1) ^ (v >> 63))
+
+
+def compact_string(s: str | None) -> bytes:
+    if s is None:
+        return uvarint(0)
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
+def compact_bytes(b: bytes | None) -> bytes:
+    if b is None:
+        return uvarint(0)
+    return uvarint(len(b) + 1) + b
+
+
+EMPTY_TAGS = b"\x00"
+
+
+class Reader:
+    """Sequential decoder over a response body."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise ValueError(f"response too short: need {n} bytes at {self.pos}, have {len(self.data)}")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def int8(self) -> int:
+        return struct.unpack(">b", self.take(1))[0]
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self.take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self.take(4))[0]
+
+    def int64(self) -> int:
+        return struct.unpack(">q", self.take(8))[0]
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self) -> str | None:
+        n = self.int16()
+        return None if n < 0 else self.take(n).decode()
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint()
+        return None if n == 0 else self.take(n - 1).decode()
+
+    def tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+
+# ---------------------------------------------------------------------------------
+# CRC-32C (Castagnoli), as used by record batches
+# ---------------------------------------------------------------------------------
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------
+# Record batches (magic 2)
+# ---------------------------------------------------------------------------------
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None) -> bytes:
+    body = b"\x00"  # attributes
+    body += varint(timestamp_delta) + varint(offset_delta)
+    body += varint(-1) if key is None else varint(len(key)) + key
+    body += varint(-1) if value is None else varint(len(value)) + value
+    body += varint(0)  # headers
+    return varint(len(body)) + body
+
+
+def record_batch(records: list[tuple[bytes | None, bytes | None]], base_timestamp: int) -> bytes:
+    """An uncompressed, non-idempotent magic-2 batch with a correct CRC."""
+    encoded = b"".join(encode_record(i, 0, k, v) for i, (k, v) in enumerate(records))
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        0,  # attributes: no compression, CreateTime, not transactional
+        len(records) - 1,  # last offset delta
+        base_timestamp,
+        base_timestamp,  # max timestamp
+        -1,  # producer id
+        -1,  # producer epoch
+        -1,  # base sequence
+        len(records),
+    ) + encoded
+    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch + magic + crc + rest
+    return struct.pack(">qiibI", 0, batch_length, -1, 2, crc32c(after_crc)) + after_crc
+
+
+# ---------------------------------------------------------------------------------
+# Requests and responses
+# ---------------------------------------------------------------------------------
+
+def request(api_key: int, version: int, correlation_id: int, body: bytes, flexible: bool, client_id: str = "weir-compat-raw") -> bytes:
+    """A framed request; header v2 (with tagged fields) for flexible versions, else v1."""
+    header = struct.pack(">hhi", api_key, version, correlation_id) + string(client_id)
+    if flexible:
+        header += EMPTY_TAGS
+    payload = header + body
+    return int32(len(payload)) + payload
+
+
+def produce_is_flexible(version: int) -> bool:
+    return version >= 9
+
+
+def produce_request(version: int, correlation_id: int, topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30000) -> bytes:
+    if not 3 <= version <= 12:
+        raise ValueError(f"Produce v{version} is not supported by this encoder")
+    if produce_is_flexible(version):
+        body = compact_string(None) + int16(acks) + int32(timeout_ms)
+        body += uvarint(2) + compact_string(topic)
+        body += uvarint(2) + int32(partition) + compact_bytes(records) + EMPTY_TAGS
+        body += EMPTY_TAGS  # topic tags
+        body += EMPTY_TAGS  # request tags
+    else:
+        body = string(None) + int16(acks) + int32(timeout_ms)
+        body += int32(1) + string(topic)
+        body += int32(1) + int32(partition) + int32(len(records)) + records
+    return request(API_PRODUCE, version, correlation_id, body, produce_is_flexible(version))
+
+
+def parse_produce_response(version: int, payload: bytes) -> dict:
+    """Correlation id plus error code and base offset of the single partition."""
+    r = Reader(payload)
+    correlation_id = r.int32()
+    flexible = produce_is_flexible(version)
+    if flexible:
+        r.tags()
+        topics = r.uvarint() - 1
+    else:
+        topics = r.int32()
+    assert topics == 1, f"expected one topic in the Produce response, got {topics}"
+    name = r.compact_string() if flexible else r.string()
+    partitions = r.uvarint() - 1 if flexible else r.int32()
+    assert partitions == 1, f"expected one partition in the Produce response, got {partitions}"
+    index = r.int32()
+    error_code = r.int16()
+    base_offset = r.int64()
+    return {"correlation_id": correlation_id, "topic": name, "partition": index, "error_code": error_code, "base_offset": base_offset}
+
+
+def api_versions_request(version: int, correlation_id: int) -> bytes:
+    if version >= 3:
+        body = compact_string("weir-compat-raw") + compact_string("1.0") + EMPTY_TAGS
+        return request(API_API_VERSIONS, version, correlation_id, body, flexible=True)
+    return request(API_API_VERSIONS, version, correlation_id, b"", flexible=False)
+
+
+def parse_api_versions_v0(payload: bytes) -> dict:
+    """ApiVersions response in the v0 layout (also used for UNSUPPORTED_VERSION replies).
+
+    Requires the body to be exactly the v0 layout, with nothing after the array.
+    """
+    r = Reader(payload)
+    correlation_id = r.int32()
+    error_code = r.int16()
+    count = r.int32()
+    assert 0 <= count < 1000, f"implausible api key count {count}"
+    apis = {}
+    for _ in range(count):
+        key, lo, hi = r.int16(), r.int16(), r.int16()
+        apis[key] = (lo, hi)
+    assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after the v0 ApiVersions body"
+    return {"correlation_id": correlation_id, "error_code": error_code, "apis": apis}
+
+
+def parse_api_versions_v3(payload: bytes) -> dict:
+    """ApiVersions v3 response: response header v0 (never flexible), flexible body."""
+    r = Reader(payload)
+    correlation_id = r.int32()
+    error_code = r.int16()
+    count = r.uvarint() - 1
+    apis = {}
+    for _ in range(count):
+        key, lo, hi = r.int16(), r.int16(), r.int16()
+        r.tags()
+        apis[key] = (lo, hi)
+    throttle = r.int32()
+    r.tags()
+    assert r.remaining() == 0, f"{r.remaining()} unexpected bytes after the v3 ApiVersions body"
+    return {"correlation_id": correlation_id, "error_code": error_code, "apis": apis, "throttle_time_ms": throttle}
+
+
+class Connection:
+    """A raw TCP connection to the broker with bounded reads."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0):
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_exact(self, n: int, timeout: float) -> bytes | None:
+        """Read exactly n bytes; None if the peer closed (or reset) the connection first."""
+        deadline = time.monotonic() + timeout
+        chunks = bytearray()
+        while len(chunks) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete reply within {timeout:.0f}s (got {len(chunks)} of {n} bytes)")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(n - len(chunks))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            chunks += chunk
+        return bytes(chunks)
+
+    def recv_frame(self, timeout: float = 10.0, max_size: int = 64 * 1024 * 1024) -> bytes | None:
+        """One response frame's payload, or None if the connection was closed."""
+        head = self.recv_exact(4, timeout)
+        if head is None:
+            return None
+        (size,) = struct.unpack(">i", head)
+        assert 0 <= size <= max_size, f"implausible response size {size}"
+        return self.recv_exact(size, timeout)
+
+    def wait_closed_or_reply(self, timeout: float) -> str:
+        """'closed' if the peer closes the connection, 'reply' if it sends anything; bounded."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"connection neither closed nor answered within {timeout:.0f}s")
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                return "closed"
+            except socket.timeout:
+                continue
+            return "reply" if data else "closed"
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# The one test command: builds Weir, runs the Rust tests, then runs the
+# compatibility suite (compat/) against the built binary with real Kafka clients.
+#
+#   scripts/test.sh [extra pytest arguments]
+#
+# On a fresh Debian machine it installs what it needs (kcat, python3-venv,
+# nodejs/npm when missing, the Python venv in .venv, KafkaJS from
+# compat/package-lock.json); when everything is already there it only checks.
+# Respects CARGO_TARGET_DIR.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+export DEBIAN_FRONTEND=noninteractive
+# The suite must test the binary built here, never a broker given from outside.
+unset COMPAT_BOOTSTRAP
+if [[ -d "$HOME/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
+  PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+[[ "$TARGET_DIR" = /* ]] || TARGET_DIR="$ROOT/$TARGET_DIR"
+WEIR_BIN_PATH="$TARGET_DIR/release/weir"
+VENV="$ROOT/.venv"
+PYTHON="${PYTHON:-python3}"
+
+STAGES=()
+CURRENT=""
+STAGE_START=0
+
+say() { printf '\n==> %s\n' "$*"; }
+
+begin() {
+  CURRENT="$1"
+  STAGE_START=$SECONDS
+  say "$1"
+}
+
+end() {
+  STAGES+=("ok      $CURRENT ($((SECONDS - STAGE_START))s)")
+  CURRENT=""
+}
+
+summary() {
+  local code=$?
+  echo
+  echo "==================== scripts/test.sh summary ===================="
+  local line
+  for line in "${STAGES[@]+"${STAGES[@]}"}"; do
+    echo "  $line"
+  done
+  if [[ -n "$CURRENT" ]]; then
+    echo "  FAILED  $CURRENT ($((SECONDS - STAGE_START))s)"
+  fi
+  if [[ $code -eq 0 ]]; then
+    echo "RESULT: all stages passed in ${SECONDS}s"
+  else
+    echo "RESULT: FAILED (exit code $code) after ${SECONDS}s"
+  fi
+  echo "================================================================="
+}
+trap summary EXIT
+
+APT_UPDATED=0
+apt_install() {
+  local runner=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "need root (or sudo) to install: $*" >&2; return 1; }
+    runner=(sudo -E)
+  fi
+  if [[ $APT_UPDATED -eq 0 ]]; then
+    "${runner[@]}" apt-get update -qq
+    APT_UPDATED=1
+  fi
+  "${runner[@]}" apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# sha256 of the given files, to skip reinstalling what has not changed.
+fingerprint() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+# ------------------------------------------------------------------------------
+begin "system tools"
+command -v cargo >/dev/null || { echo "cargo not found: install a Rust toolchain (see rust-version in Cargo.toml)" >&2; exit 1; }
+if ! command -v kcat >/dev/null; then
+  apt_install kcat
+fi
+if ! command -v "$PYTHON" >/dev/null; then
+  apt_install python3 python3-venv
+fi
+if [[ ! -x "$VENV/bin/python" ]] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  apt_install python3-venv
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  apt_install nodejs npm
+fi
+echo "cargo:  $(cargo --version)"
+echo "kcat:   $(kcat -V 2>&1 | grep -m1 -o 'Version.*' || true)"
+echo "python: $("$PYTHON" --version 2>&1)"
+echo "node:   $(node --version), npm $(npm --version)"
+end
+
+# ------------------------------------------------------------------------------
+begin "cargo build --release --workspace --all-targets"
+cargo build --release --workspace --all-targets
+[[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
+end
+
+begin "cargo test --release --workspace"
+cargo test --release --workspace
+end
+
+# ------------------------------------------------------------------------------
+begin "python venv (.venv) from compat/requirements.txt"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+want="$(fingerprint compat/requirements.txt)"
+if [[ "$(cat "$VENV/.compat-requirements" 2>/dev/null || true)" != "$want" ]]; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r compat/requirements.txt
+  echo "$want" > "$VENV/.compat-requirements"
+else
+  echo "requirements unchanged; already installed"
+fi
+end
+
+begin "npm ci (compat/package-lock.json)"
+want="$(fingerprint compat/package.json compat/package-lock.json)"
+if [[ "$(cat compat/node_modules/.compat-lock 2>/dev/null || true)" != "$want" ]]; then
+  npm ci --prefix compat --no-audit --no-fund --loglevel=error
+  echo "$want" > compat/node_modules/.compat-lock
+else
+  echo "lockfile unchanged; already installed"
+fi
+end
+
+# ------------------------------------------------------------------------------
+begin "compatibility suite (compat/tests) against $WEIR_BIN_PATH"
+WEIR_BIN="$WEIR_BIN_PATH" "$VENV/bin/python" -m pytest compat/tests -q --timeout=300 "$@"
+end
