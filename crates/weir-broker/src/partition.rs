@@ -2,7 +2,8 @@
 //! notification that wakes long-polling fetches.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -32,6 +33,8 @@ pub struct Partition {
     flush_in_progress: Mutex<bool>,
     /// The high watermark; fetchers waiting for data watch it.
     high_watermark: watch::Sender<i64>,
+    /// A background fsync of a rolled segment is scheduled.
+    roll_flush_scheduled: AtomicBool,
 }
 
 impl Partition {
@@ -56,6 +59,7 @@ impl Partition {
             synced_offset: watch::Sender::new(synced),
             flush_in_progress: Mutex::new(false),
             high_watermark: watch::Sender::new(high_watermark),
+            roll_flush_scheduled: AtomicBool::new(false),
         }
     }
 
@@ -82,13 +86,23 @@ impl Partition {
         self.log_mut().set_config(settings.log);
     }
 
-    /// Appends one batch and wakes waiting fetchers.
-    pub fn append(&self, batch: &mut [u8]) -> Result<AppendInfo, LogError> {
-        let (info, high_watermark) = {
+    /// Appends one batch and wakes waiting fetchers. When the append rolled a segment, the old
+    /// segment is fsynced in the background, off the produce path.
+    pub fn append(self: &Arc<Self>, batch: &mut [u8]) -> Result<AppendInfo, LogError> {
+        let (info, high_watermark, rolled) = {
             let mut log = self.log_mut();
             let info = log.append(batch)?;
-            (info, log.high_watermark())
+            (info, log.high_watermark(), log.has_unsynced_rolled())
         };
+        if rolled && !self.roll_flush_scheduled.swap(true, Ordering::AcqRel) {
+            let partition = self.clone();
+            tokio::spawn(async move {
+                partition.wait_durable(info.last_offset + 1).await;
+                partition
+                    .roll_flush_scheduled
+                    .store(false, Ordering::Release);
+            });
+        }
         self.high_watermark.send_if_modified(|hw| {
             let moved = high_watermark > *hw;
             *hw = (*hw).max(high_watermark);

@@ -191,6 +191,14 @@ impl PartitionRegistry {
             if let Err(error) = result {
                 storage_failure(&partition.dir, &error.to_string());
             }
+            if log.has_unsynced_rolled() {
+                // A segment rolled by age or retention: make it durable here, off the hot path.
+                let ticket = log.flush_ticket();
+                if let Err(error) = ticket.sync() {
+                    storage_failure(&partition.dir, &error.to_string());
+                }
+                log.flush_done(ticket.end_offset);
+            }
             let expired = log.expire_producers(expiration_ms);
             if expired > 0 {
                 tracing::debug!(target: "weir::broker", topic = %partition.topic, partition = partition.index, expired, "expired idle producers");

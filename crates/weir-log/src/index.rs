@@ -131,6 +131,11 @@ impl OffsetIndex {
     pub fn sync(&self) -> std::io::Result<()> {
         self.file.sync()
     }
+
+    /// The index file, for syncing outside the log's lock.
+    pub fn file(&self) -> Arc<dyn StorageFile> {
+        self.file.clone()
+    }
 }
 
 impl TimeIndex {
@@ -202,6 +207,11 @@ impl TimeIndex {
     /// Makes the index file durable.
     pub fn sync(&self) -> std::io::Result<()> {
         self.file.sync()
+    }
+
+    /// The index file, for syncing outside the log's lock.
+    pub fn file(&self) -> Arc<dyn StorageFile> {
+        self.file.clone()
     }
 }
 

@@ -93,6 +93,8 @@ pub struct Log {
     clock: Arc<dyn Clock>,
     config: LogConfig,
     segments: BTreeMap<i64, Segment>,
+    /// Files of rolled segments not yet fsynced, with the log end offset at their roll.
+    rolled_unsynced: Vec<(i64, Vec<Arc<dyn StorageFile>>)>,
     log_start_offset: i64,
     log_end_offset: i64,
     high_watermark: i64,
@@ -183,6 +185,7 @@ impl Log {
             clock,
             config,
             segments,
+            rolled_unsynced: Vec::new(),
             log_start_offset,
             log_end_offset,
             high_watermark: log_end_offset,
@@ -374,9 +377,12 @@ impl Log {
     }
 
     /// Closes the active segment (making it durable) and starts a new one at the log end.
+    /// The old segment is not fsynced here (that would stall appends): its files join the next
+    /// flush ticket, and the broker flushes soon after a roll.
     fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
-        self.active().sync_all()?;
         let base = self.log_end_offset;
+        self.rolled_unsynced
+            .push((base, self.active().all_handles()));
         let segment = Segment::create(self.storage.as_ref(), &self.dir, base, now_ms)?;
         tracing::debug!(target: "weir::log", dir = %self.dir.display(), base, "rolled segment");
         self.segments.insert(base, segment);
@@ -510,14 +516,27 @@ impl Log {
 
     /// The files to fsync for everything appended so far to be durable.
     pub fn flush_ticket(&self) -> FlushTicket {
+        let mut files: Vec<Arc<dyn StorageFile>> = self
+            .rolled_unsynced
+            .iter()
+            .flat_map(|(_, f)| f.iter().cloned())
+            .collect();
+        files.extend(self.active().sync_handles());
         FlushTicket {
             end_offset: self.log_end_offset,
-            files: self.active().sync_handles(),
+            files,
         }
+    }
+
+    /// True when a rolled segment waits for its fsync.
+    pub fn has_unsynced_rolled(&self) -> bool {
+        !self.rolled_unsynced.is_empty()
     }
 
     /// Records that a ticket's files were synced.
     pub fn flush_done(&mut self, end_offset: i64) {
+        self.rolled_unsynced
+            .retain(|(rolled_at, _)| *rolled_at > end_offset);
         self.recovery_point = self.recovery_point.max(end_offset.min(self.log_end_offset));
     }
 

@@ -380,6 +380,11 @@ impl Segment {
         vec![self.log.clone()]
     }
 
+    /// The log and both index files, for syncing a rolled segment outside the lock.
+    pub fn all_handles(&self) -> Vec<Arc<dyn StorageFile>> {
+        vec![self.log.clone(), self.index.file(), self.time_index.file()]
+    }
+
     /// Makes the segment's log and index files durable.
     pub fn sync_all(&self) -> Result<(), LogError> {
         self.log.sync()?;
