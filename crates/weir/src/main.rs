@@ -1,5 +1,7 @@
-//! The `weir` binary: `weir server` runs a broker; further subcommands are the command line.
+//! The `weir` binary: `weir server` runs a broker; `topic`, `produce`, `consume`, `cluster` and
+//! `bench` are the command line for any Kafka-compatible cluster.
 
+mod cli;
 mod data_dir;
 mod server;
 mod settings;
@@ -20,11 +22,26 @@ struct Cli {
 enum Command {
     /// Run a broker (a single-node cluster) with embedded defaults.
     Server(server::ServerArgs),
+    /// Create, list, describe, delete and configure topics.
+    Topic(cli::topic::TopicArgs),
+    /// Write records read from stdin or a file, one per line.
+    Produce(cli::produce::ProduceArgs),
+    /// Read records and print them.
+    Consume(cli::consume::ConsumeArgs),
+    /// Cluster status.
+    Cluster(cli::cluster::ClusterArgs),
+    /// Load generator: throughput and latency percentiles.
+    Bench(cli::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => server::run(args),
+        Command::Topic(args) => cli::run(cli::topic::run(args)),
+        Command::Produce(args) => cli::run(cli::produce::run(args)),
+        Command::Consume(args) => cli::run(cli::consume::run(args)),
+        Command::Cluster(args) => cli::run(cli::cluster::run(args)),
+        Command::Bench(args) => cli::bench::run(args),
     }
 }

@@ -1,0 +1,348 @@
+//! Admin operations: topics, partitions, configs, offsets and cluster status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
+    DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::cluster::{BrokerInfo, ClientConfig, Cluster, TopicInfo};
+use crate::consumer::{list_offset, OffsetSpec};
+use crate::error::{ClientError, Result};
+
+/// Resource type code of a topic in config APIs.
+const RESOURCE_TOPIC: i8 = 2;
+
+/// A config entry as the broker describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    /// Kafka's name.
+    pub name: String,
+    /// Current value (`None` when sensitive or unset).
+    pub value: Option<String>,
+    /// Where it came from: Kafka's source name (`TOPIC_CONFIG`, `DEFAULT_CONFIG`, …).
+    pub source: &'static str,
+}
+
+/// A topic with its partitions' offsets.
+#[derive(Debug, Clone)]
+pub struct TopicDescription {
+    /// Metadata: id, partitions, leaders, replicas, ISR.
+    pub info: TopicInfo,
+    /// Per partition: (log start offset, high watermark).
+    pub offsets: Vec<(i64, i64)>,
+}
+
+/// What the cluster looks like.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    /// Cluster id.
+    pub cluster_id: String,
+    /// Controller node id.
+    pub controller: i32,
+    /// Brokers.
+    pub brokers: Vec<BrokerInfo>,
+    /// Number of topics.
+    pub topics: usize,
+    /// Number of partitions over all topics.
+    pub partitions: usize,
+    /// Partitions whose ISR is smaller than their replica set.
+    pub under_replicated: usize,
+}
+
+/// Admin client.
+///
+/// ```no_run
+/// # async fn example() -> weir_client::Result<()> {
+/// use weir_client::{Admin, ClientConfig};
+/// let admin = Admin::new(ClientConfig::new("127.0.0.1:9092"));
+/// admin.create_topic("orders", 3, 1, &[("retention.ms", "86400000")]).await?;
+/// println!("{:?}", admin.list_topics().await?);
+/// # Ok(()) }
+/// ```
+pub struct Admin {
+    cluster: Arc<Cluster>,
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn source_name(code: i8) -> &'static str {
+    match code {
+        1 => "TOPIC_CONFIG",
+        2 => "DYNAMIC_BROKER_CONFIG",
+        3 => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        4 => "STATIC_BROKER_CONFIG",
+        5 => "DEFAULT_CONFIG",
+        6 => "DYNAMIC_BROKER_LOGGER_CONFIG",
+        _ => "UNKNOWN",
+    }
+}
+
+fn check(code: i16, message: Option<&StrBytes>) -> Result<()> {
+    match ClientError::from_code(code, message.map(|m| m.as_str().to_string())) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+impl Admin {
+    /// An admin client for the cluster at `config.bootstrap`.
+    pub fn new(config: ClientConfig) -> Admin {
+        Admin {
+            cluster: Cluster::new(config),
+        }
+    }
+
+    /// Creates a topic; `replication_factor` -1 means the broker default.
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &[(&str, &str)],
+    ) -> Result<()> {
+        let mut t = CreatableTopic::default();
+        t.name = name(topic);
+        t.num_partitions = partitions;
+        t.replication_factor = replication_factor;
+        t.configs = configs
+            .iter()
+            .map(|(k, v)| {
+                let mut c = CreatableTopicConfig::default();
+                c.name = StrBytes::from_string(k.to_string());
+                c.value = Some(StrBytes::from_string(v.to_string()));
+                c
+            })
+            .collect();
+        let mut request = CreateTopicsRequest::default();
+        request.topics = vec![t];
+        request.timeout_ms = self.timeout_ms();
+        let connection = self.cluster.controller().await?;
+        let response: CreateTopicsResponse =
+            connection.call(ApiKey::CreateTopics, 7, &request).await?;
+        let result = response
+            .topics
+            .first()
+            .ok_or_else(|| ClientError::Protocol("empty CreateTopics response".into()))?;
+        check(result.error_code, result.error_message.as_ref())
+    }
+
+    /// Deletes a topic.
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let mut request = DeleteTopicsRequest::default();
+        request.topic_names = vec![name(topic)];
+        request.timeout_ms = self.timeout_ms();
+        let connection = self.cluster.controller().await?;
+        let response: DeleteTopicsResponse =
+            connection.call(ApiKey::DeleteTopics, 5, &request).await?;
+        let result = response
+            .responses
+            .first()
+            .ok_or_else(|| ClientError::Protocol("empty DeleteTopics response".into()))?;
+        if result.error_code == 3 {
+            return Err(ClientError::UnknownTopic(topic.to_string()));
+        }
+        self.cluster.invalidate(topic).await;
+        check(result.error_code, result.error_message.as_ref())
+    }
+
+    /// Raises a topic's partition count to `total` (Kafka's meaning: the new total).
+    pub async fn add_partitions(&self, topic: &str, total: i32) -> Result<()> {
+        let mut t = CreatePartitionsTopic::default();
+        t.name = name(topic);
+        t.count = total;
+        t.assignments = None;
+        let mut request = CreatePartitionsRequest::default();
+        request.topics = vec![t];
+        request.timeout_ms = self.timeout_ms();
+        let connection = self.cluster.controller().await?;
+        let response: CreatePartitionsResponse = connection
+            .call(ApiKey::CreatePartitions, 3, &request)
+            .await?;
+        let result = response
+            .results
+            .first()
+            .ok_or_else(|| ClientError::Protocol("empty CreatePartitions response".into()))?;
+        if result.error_code == 3 {
+            return Err(ClientError::UnknownTopic(topic.to_string()));
+        }
+        self.cluster.invalidate(topic).await;
+        check(result.error_code, result.error_message.as_ref())
+    }
+
+    /// Every topic name, sorted.
+    pub async fn list_topics(&self) -> Result<Vec<String>> {
+        let response = self.cluster.refresh(None, false).await?;
+        let mut names: Vec<String> = response
+            .topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string()))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// A topic's partitions, leaders, replicas, ISR and offsets.
+    pub async fn describe_topic(&self, topic: &str) -> Result<TopicDescription> {
+        self.cluster.invalidate(topic).await;
+        let info = self.cluster.topic(topic, false).await?;
+        let mut offsets = Vec::with_capacity(info.partitions.len());
+        for partition in &info.partitions {
+            let start = list_offset(
+                &self.cluster,
+                topic,
+                partition.partition,
+                OffsetSpec::Earliest,
+            )
+            .await?
+            .unwrap_or(0);
+            let end = list_offset(
+                &self.cluster,
+                topic,
+                partition.partition,
+                OffsetSpec::Latest,
+            )
+            .await?
+            .unwrap_or(0);
+            offsets.push((start, end));
+        }
+        Ok(TopicDescription { info, offsets })
+    }
+
+    /// Every config of a topic with its value and source.
+    pub async fn describe_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>> {
+        let mut resource = DescribeConfigsResource::default();
+        resource.resource_type = RESOURCE_TOPIC;
+        resource.resource_name = StrBytes::from_string(topic.to_string());
+        resource.configuration_keys = None;
+        let mut request = DescribeConfigsRequest::default();
+        request.resources = vec![resource];
+        let connection = self.cluster.any_broker().await?;
+        let response: DescribeConfigsResponse = connection
+            .call(ApiKey::DescribeConfigs, 4, &request)
+            .await?;
+        let result = response
+            .results
+            .first()
+            .ok_or_else(|| ClientError::Protocol("empty DescribeConfigs response".into()))?;
+        if result.error_code == 3 {
+            return Err(ClientError::UnknownTopic(topic.to_string()));
+        }
+        check(result.error_code, result.error_message.as_ref())?;
+        Ok(result
+            .configs
+            .iter()
+            .map(|c| ConfigEntry {
+                name: c.name.as_str().to_string(),
+                value: c.value.as_ref().map(|v| v.as_str().to_string()),
+                source: source_name(c.config_source),
+            })
+            .collect())
+    }
+
+    /// Sets and deletes topic config overrides (incrementally; others are untouched).
+    pub async fn alter_configs(
+        &self,
+        topic: &str,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> Result<()> {
+        let mut configs: Vec<AlterableConfig> = Vec::new();
+        for (key, value) in set {
+            let mut c = AlterableConfig::default();
+            c.name = StrBytes::from_string(key.clone());
+            c.config_operation = 0;
+            c.value = Some(StrBytes::from_string(value.clone()));
+            configs.push(c);
+        }
+        for key in delete {
+            let mut c = AlterableConfig::default();
+            c.name = StrBytes::from_string(key.clone());
+            c.config_operation = 1;
+            c.value = None;
+            configs.push(c);
+        }
+        let mut resource = AlterConfigsResource::default();
+        resource.resource_type = RESOURCE_TOPIC;
+        resource.resource_name = StrBytes::from_string(topic.to_string());
+        resource.configs = configs;
+        let mut request = IncrementalAlterConfigsRequest::default();
+        request.resources = vec![resource];
+        let connection = self.cluster.controller().await?;
+        let response: IncrementalAlterConfigsResponse = connection
+            .call(ApiKey::IncrementalAlterConfigs, 1, &request)
+            .await?;
+        let result = response.responses.first().ok_or_else(|| {
+            ClientError::Protocol("empty IncrementalAlterConfigs response".into())
+        })?;
+        if result.error_code == 3 {
+            return Err(ClientError::UnknownTopic(topic.to_string()));
+        }
+        check(result.error_code, result.error_message.as_ref())
+    }
+
+    /// An offset of a partition: earliest, latest, or the first at or after a timestamp.
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        spec: OffsetSpec,
+    ) -> Result<Option<i64>> {
+        list_offset(&self.cluster, topic, partition, spec).await
+    }
+
+    /// Brokers, controller, topic and partition counts, under-replicated partitions.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus> {
+        let metadata = self.cluster.refresh(None, false).await?;
+        let connection = self.cluster.any_broker().await?;
+        let described: Result<DescribeClusterResponse> = connection
+            .call(
+                ApiKey::DescribeCluster,
+                1,
+                &DescribeClusterRequest::default(),
+            )
+            .await;
+        let (brokers, controller, cluster_id) = self.cluster.brokers().await;
+        let (cluster_id, controller) = match described {
+            Ok(d) if d.error_code == 0 => (d.cluster_id.as_str().to_string(), d.controller_id.0),
+            _ => (cluster_id.unwrap_or_default(), controller),
+        };
+        let partitions: Vec<_> = metadata
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .collect();
+        Ok(ClusterStatus {
+            cluster_id,
+            controller,
+            brokers,
+            topics: metadata.topics.len(),
+            partitions: partitions.len(),
+            under_replicated: partitions
+                .iter()
+                .filter(|p| p.isr_nodes.len() < p.replica_nodes.len())
+                .count(),
+        })
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        self.cluster
+            .config()
+            .request_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32
+    }
+}

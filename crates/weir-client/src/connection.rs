@@ -1,0 +1,261 @@
+//! One TCP connection to one broker: version negotiation, then pipelined requests whose
+//! responses are matched in order (Kafka answers every connection in request order).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use weir_proto::{decode_response, encode_request, response_correlation_id};
+
+use crate::error::{ClientError, Result};
+
+/// Requests queued for the socket writer; past it, callers wait (backpressure).
+const WRITE_QUEUE_MAX: usize = 256;
+/// Largest response frame accepted (a fetch is bounded by its `max_bytes`).
+const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+type Reply = oneshot::Sender<Result<Bytes>>;
+
+struct Outgoing {
+    frame: Bytes,
+    correlation_id: i32,
+    reply: Option<Reply>,
+}
+
+/// A connection to one broker.
+pub struct Connection {
+    address: String,
+    client_id: String,
+    outgoing: mpsc::Sender<Outgoing>,
+    next_correlation_id: AtomicI32,
+    versions: HashMap<i16, (i16, i16)>,
+    request_timeout: Duration,
+}
+
+impl Connection {
+    /// Connects, negotiates API versions and starts the reader and writer tasks.
+    pub async fn connect(
+        address: &str,
+        client_id: &str,
+        request_timeout: Duration,
+    ) -> Result<Arc<Connection>> {
+        let fail = |reason: String| ClientError::Connection {
+            broker: address.to_string(),
+            reason,
+        };
+        let stream = tokio::time::timeout(request_timeout, TcpStream::connect(address))
+            .await
+            .map_err(|_| ClientError::Timeout(request_timeout.as_millis() as u64))?
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (reader, writer) = stream.into_split();
+        let (outgoing, queue) = mpsc::channel(WRITE_QUEUE_MAX);
+        let pending: Arc<Mutex<VecDeque<(i32, Reply)>>> = Arc::new(Mutex::new(VecDeque::new()));
+        tokio::spawn(write_loop(
+            writer,
+            queue,
+            pending.clone(),
+            address.to_string(),
+        ));
+        tokio::spawn(read_loop(reader, pending, address.to_string()));
+        let mut connection = Connection {
+            address: address.to_string(),
+            client_id: client_id.to_string(),
+            outgoing,
+            next_correlation_id: AtomicI32::new(1),
+            versions: HashMap::new(),
+            request_timeout,
+        };
+        let mut request = ApiVersionsRequest::default();
+        request.client_software_name = StrBytes::from_static_str("weir-client");
+        request.client_software_version = StrBytes::from_static_str(env!("CARGO_PKG_VERSION"));
+        let mut response: ApiVersionsResponse =
+            connection.call_at(ApiKey::ApiVersions, 3, &request).await?;
+        if response.error_code != 0 {
+            // An older broker answers UNSUPPORTED_VERSION in the v0 layout; retry at v0.
+            response = connection
+                .call_at(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
+                .await?;
+        }
+        if let Some(error) = ClientError::from_code(response.error_code, None) {
+            return Err(error);
+        }
+        connection.versions = response
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(Arc::new(connection))
+    }
+
+    /// The broker's address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The version to use for `api_key`: the highest both sides support, capped at `max`.
+    pub fn version_for(&self, api_key: ApiKey, min: i16, max: i16) -> Result<i16> {
+        let (broker_min, broker_max) = self
+            .versions
+            .get(&(api_key as i16))
+            .copied()
+            .ok_or_else(|| ClientError::Unsupported(format!("{api_key:?}")))?;
+        let version = broker_max.min(max);
+        if version < min.max(broker_min) {
+            return Err(ClientError::Unsupported(format!(
+                "{api_key:?} v{min}..={max} (broker has v{broker_min}..={broker_max})"
+            )));
+        }
+        Ok(version)
+    }
+
+    /// Sends a request at `version` and waits for its response.
+    pub async fn call_at<Req: Encodable, Resp: Decodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Result<Resp> {
+        let frame = self.send(api_key, version, request, true).await?;
+        let reply = frame.ok_or(ClientError::Closed)?;
+        let bytes = tokio::time::timeout(self.request_timeout, reply)
+            .await
+            .map_err(|_| ClientError::Timeout(self.request_timeout.as_millis() as u64))?
+            .map_err(|_| self.closed())??;
+        decode_response(api_key, version, bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// Sends a request with the highest version both sides support within `max`.
+    pub async fn call<Req: Encodable + Message, Resp: Decodable>(
+        &self,
+        api_key: ApiKey,
+        max: i16,
+        request: &Req,
+    ) -> Result<Resp> {
+        let version = self.version_for(api_key, Req::VERSIONS.min, max)?;
+        self.call_at(api_key, version, request).await
+    }
+
+    /// Sends a request that gets no response (Produce with acks=0).
+    pub async fn send_only<Req: Encodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Result<()> {
+        self.send(api_key, version, request, false)
+            .await
+            .map(|_| ())
+    }
+
+    async fn send<Req: Encodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+        expect_reply: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let frame = encode_request(api_key, version, correlation_id, &self.client_id, request)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let (reply, receiver) = if expect_reply {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        self.outgoing
+            .send(Outgoing {
+                frame,
+                correlation_id,
+                reply,
+            })
+            .await
+            .map_err(|_| self.closed())?;
+        Ok(receiver)
+    }
+
+    fn closed(&self) -> ClientError {
+        ClientError::Connection {
+            broker: self.address.clone(),
+            reason: "connection closed".into(),
+        }
+    }
+
+    /// True once the connection has failed; a new one must be made.
+    pub fn is_closed(&self) -> bool {
+        self.outgoing.is_closed()
+    }
+}
+
+async fn write_loop(
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Outgoing>,
+    pending: Arc<Mutex<VecDeque<(i32, Reply)>>>,
+    address: String,
+) {
+    while let Some(item) = queue.recv().await {
+        if let Some(reply) = item.reply {
+            pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((item.correlation_id, reply));
+        }
+        if let Err(error) = writer.write_all(&item.frame).await {
+            tracing::debug!(target: "weir::client", %address, %error, "write failed");
+            break;
+        }
+    }
+    queue.close();
+}
+
+async fn read_loop(
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+    pending: Arc<Mutex<VecDeque<(i32, Reply)>>>,
+    address: String,
+) {
+    let failure = loop {
+        let length = match reader.read_i32().await {
+            Ok(length) => length,
+            Err(error) => break error.to_string(),
+        };
+        if length < 4 || length as usize > RESPONSE_BYTES_MAX {
+            break format!("response length {length} out of range");
+        }
+        let mut frame = vec![0u8; length as usize];
+        if let Err(error) = reader.read_exact(&mut frame).await {
+            break error.to_string();
+        }
+        let frame = Bytes::from(frame);
+        let next = pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        match next {
+            Some((correlation_id, reply))
+                if response_correlation_id(&frame) == Some(correlation_id) =>
+            {
+                let _ = reply.send(Ok(frame));
+            }
+            Some((correlation_id, _)) => {
+                break format!("response out of order (expected correlation id {correlation_id})")
+            }
+            None => break "unexpected response".to_string(),
+        }
+    };
+    tracing::debug!(target: "weir::client", %address, reason = %failure, "connection closed");
+    let error = ClientError::Connection {
+        broker: address,
+        reason: failure,
+    };
+    for (_, reply) in pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = reply.send(Err(error.clone()));
+    }
+}

@@ -1,0 +1,23 @@
+//! `weir-client` is an async Rust client for Weir and any Kafka broker: a batching,
+//! compressing, idempotent [`Producer`]; a [`Consumer`] of assigned partitions with pipelined
+//! fetches; and an [`Admin`] client for topics, configs, offsets and cluster status.
+//!
+//! It speaks only the public Kafka protocol (through `weir-proto`), so it never depends on
+//! broker internals, and keyed records go where the Java client would put them (murmur2).
+
+mod admin;
+mod cluster;
+mod connection;
+mod consumer;
+mod error;
+pub mod partitioner;
+mod producer;
+
+pub use admin::{Admin, ClusterStatus, ConfigEntry, TopicDescription};
+pub use cluster::{BrokerInfo, ClientConfig, Cluster, PartitionInfo, TopicInfo};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec};
+pub use error::{ClientError, Result};
+pub use kafka_protocol::records::Compression;
+pub use producer::{
+    Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+};

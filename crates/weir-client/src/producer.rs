@@ -1,0 +1,686 @@
+//! The producer: per-partition batching with linger, compression, the Java-default partitioner,
+//! acks, idempotence (producer id and per-partition sequence numbers) and safe retries with up
+//! to five batches in flight per partition, in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use indexmap::IndexMap;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use kafka_protocol::ResponseError;
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+use crate::cluster::{ClientConfig, Cluster};
+use crate::error::{ClientError, Result};
+use crate::partitioner::partition_for_key;
+
+/// Acknowledgement level of produced records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// Fire and forget: no response, offsets unknown.
+    None,
+    /// The leader wrote it.
+    Leader,
+    /// Every in-sync replica has it.
+    All,
+}
+
+impl Acks {
+    fn wire(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// Connection settings.
+    pub client: ClientConfig,
+    /// Acknowledgement level.
+    pub acks: Acks,
+    /// How long a batch waits for more records before it is sent.
+    pub linger: Duration,
+    /// A batch is sent once it holds this many bytes.
+    pub batch_bytes: usize,
+    /// Compression codec for batches.
+    pub compression: Compression,
+    /// Idempotence: retries never duplicate or reorder records (needs `acks=All`).
+    pub idempotence: bool,
+    /// Bytes of records buffered before `send` waits (or fails).
+    pub buffer_bytes: usize,
+    /// When the buffer is full: wait for room (true) or fail with `BufferFull` (false).
+    pub block_when_full: bool,
+    /// Give up on a record this long after `send`.
+    pub delivery_timeout: Duration,
+    /// Batches in flight per partition.
+    pub max_in_flight: usize,
+    /// Pause before retrying a failed batch.
+    pub retry_backoff: Duration,
+}
+
+impl ProducerConfig {
+    /// Defaults like the Java client's: acks=all, idempotent, 5 ms linger.
+    pub fn new(bootstrap: &str) -> ProducerConfig {
+        ProducerConfig {
+            client: ClientConfig::new(bootstrap),
+            acks: Acks::All,
+            linger: Duration::from_millis(5),
+            batch_bytes: 256 * 1024,
+            compression: Compression::None,
+            idempotence: true,
+            buffer_bytes: 64 * 1024 * 1024,
+            block_when_full: true,
+            delivery_timeout: Duration::from_secs(120),
+            max_in_flight: 5,
+            retry_backoff: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Explicit partition; otherwise keyed records use murmur2 and keyless ones stick to a
+    /// partition per batch.
+    pub partition: Option<i32>,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Option<Bytes>,
+    /// Headers, in order.
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Timestamp in ms; now when `None`.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record with a value and no key.
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+        ProducerRecord {
+            topic: topic.into(),
+            value: Some(value.into()),
+            ..ProducerRecord::default()
+        }
+    }
+
+    /// Sets the key.
+    pub fn key(mut self, key: impl Into<Bytes>) -> ProducerRecord {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<Bytes>) -> ProducerRecord {
+        self.headers.push((name.into(), Some(value.into())));
+        self
+    }
+}
+
+/// Where a record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Partition.
+    pub partition: i32,
+    /// Offset; -1 with `acks=None`.
+    pub offset: i64,
+}
+
+/// Resolves when a record is acknowledged (or fails).
+pub struct DeliveryFuture(oneshot::Receiver<Result<RecordMetadata>>);
+
+impl std::future::Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ClientError::Closed)))
+    }
+}
+
+type Waiter = oneshot::Sender<Result<RecordMetadata>>;
+type TopicPartition = (String, i32);
+
+struct OpenBatch {
+    records: Vec<Record>,
+    waiters: Vec<Waiter>,
+    bytes: usize,
+    created: Instant,
+}
+
+struct ReadyBatch {
+    encoded: Bytes,
+    waiters: Vec<Waiter>,
+    base_sequence: i32,
+    bytes: usize,
+    created: Instant,
+}
+
+#[derive(Default)]
+struct PartitionQueue {
+    open: Option<OpenBatch>,
+    /// Full batches waiting for their sequence numbers and encoding.
+    closed: VecDeque<OpenBatch>,
+    ready: VecDeque<ReadyBatch>,
+    in_flight: usize,
+    next_sequence: i32,
+    /// A batch failed: send nothing new until everything in flight has come back, so the
+    /// retried batches go out first and in sequence order.
+    draining: bool,
+}
+
+#[derive(Default)]
+struct Accumulator {
+    partitions: HashMap<TopicPartition, PartitionQueue>,
+    sticky: HashMap<String, i32>,
+    flushing: bool,
+}
+
+struct Inner {
+    cluster: Arc<Cluster>,
+    config: ProducerConfig,
+    accumulator: Mutex<Accumulator>,
+    wake: Notify,
+    idle: Notify,
+    memory: Arc<Semaphore>,
+    producer: tokio::sync::OnceCell<(i64, i16)>,
+    closed: AtomicBool,
+}
+
+/// An async producer. Cheap to clone; all clones share batches and connections.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+/// Record bytes counted against the buffer; the estimate of a record's size in a batch.
+fn record_bytes(record: &ProducerRecord) -> usize {
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len) + 4)
+        .sum();
+    record.key.as_ref().map_or(0, Bytes::len)
+        + record.value.as_ref().map_or(0, Bytes::len)
+        + headers
+        + 16
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Producer {
+    /// Creates a producer and its background sender.
+    ///
+    /// ```no_run
+    /// # async fn example() -> weir_client::Result<()> {
+    /// use weir_client::{Producer, ProducerConfig, ProducerRecord};
+    /// let producer = Producer::new(ProducerConfig::new("127.0.0.1:9092"));
+    /// let landed = producer.send(ProducerRecord::new("orders", "hello").key("customer-7")).await?.await?;
+    /// println!("partition {} offset {}", landed.partition, landed.offset);
+    /// producer.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new(config: ProducerConfig) -> Producer {
+        let memory = Arc::new(Semaphore::new(
+            config.buffer_bytes.min(Semaphore::MAX_PERMITS),
+        ));
+        let inner = Arc::new(Inner {
+            cluster: Cluster::new(config.client.clone()),
+            config,
+            accumulator: Mutex::new(Accumulator::default()),
+            wake: Notify::new(),
+            idle: Notify::new(),
+            memory,
+            producer: tokio::sync::OnceCell::new(),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(run_sender(inner.clone()));
+        Producer { inner }
+    }
+
+    /// Queues a record; the returned future resolves when it is acknowledged.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed);
+        }
+        let topic = inner.cluster.topic(&record.topic, true).await?;
+        let partitions = topic.partitions.len() as i32;
+        let size = record_bytes(&record);
+        let permits = u32::try_from(size.min(inner.config.buffer_bytes))
+            .map_err(|_| ClientError::InvalidArgument("record too large".into()))?;
+        let permit = if inner.config.block_when_full {
+            inner
+                .memory
+                .clone()
+                .acquire_many_owned(permits)
+                .await
+                .map_err(|_| ClientError::Closed)?
+        } else {
+            inner
+                .memory
+                .clone()
+                .try_acquire_many_owned(permits)
+                .map_err(|_| ClientError::BufferFull)?
+        };
+        // Released when the record's batch completes (`fail_all` or success in `send_batch`).
+        permit.forget();
+        let (tx, rx) = oneshot::channel();
+        let mut acc = inner.lock();
+        let partition = match (record.partition, &record.key) {
+            (Some(p), _) if p < 0 || p >= partitions => {
+                drop(acc);
+                inner.memory.add_permits(permits as usize);
+                return Err(ClientError::UnknownPartition {
+                    topic: record.topic,
+                    partition: p,
+                });
+            }
+            (Some(p), _) => p,
+            (None, Some(key)) => partition_for_key(key, partitions),
+            (None, None) => *acc
+                .sticky
+                .entry(record.topic.clone())
+                .or_insert_with(|| (now_ms() % i64::from(partitions)) as i32),
+        };
+        let sticky = record.partition.is_none() && record.key.is_none();
+        let queue = acc
+            .partitions
+            .entry((record.topic.clone(), partition))
+            .or_default();
+        if queue
+            .open
+            .as_ref()
+            .is_some_and(|b| b.bytes + permits as usize > inner.config.batch_bytes)
+        {
+            // Full: close it so no batch outgrows `batch_bytes` while it waits for the sender.
+            if let Some(full) = queue.open.take() {
+                queue.closed.push_back(full);
+            }
+        }
+        let new_batch = queue.open.is_none();
+        let batch = queue.open.get_or_insert_with(|| OpenBatch {
+            records: Vec::new(),
+            waiters: Vec::new(),
+            bytes: 0,
+            created: Instant::now(),
+        });
+        let mut headers = IndexMap::with_capacity(record.headers.len());
+        for (name, value) in record.headers {
+            headers.insert(StrBytes::from_string(name), value);
+        }
+        batch.records.push(Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: record.timestamp.unwrap_or_else(now_ms),
+            key: record.key,
+            value: record.value,
+            headers,
+            delete_horizon: false,
+        });
+        batch.waiters.push(tx);
+        batch.bytes += permits as usize;
+        let full = batch.bytes >= inner.config.batch_bytes;
+        if full && sticky && partitions > 1 {
+            // Sticky partitioning: the next keyless record starts a batch elsewhere.
+            let next = (partition + 1) % partitions;
+            acc.sticky.insert(record.topic.clone(), next);
+        }
+        drop(acc);
+        if full || new_batch {
+            // A new batch: the sender must learn its linger deadline; a full one: send it now.
+            inner.wake.notify_one();
+        }
+        Ok(DeliveryFuture(rx))
+    }
+
+    /// Sends every buffered record now and waits until all are acknowledged or failed.
+    pub async fn flush(&self) -> Result<()> {
+        let inner = &self.inner;
+        loop {
+            let idle = inner.idle.notified();
+            {
+                let mut acc = inner.lock();
+                if acc.partitions.values().all(|q| {
+                    q.open.is_none()
+                        && q.closed.is_empty()
+                        && q.ready.is_empty()
+                        && q.in_flight == 0
+                }) {
+                    acc.flushing = false;
+                    return Ok(());
+                }
+                acc.flushing = true;
+            }
+            inner.wake.notify_one();
+            let _ = tokio::time::timeout(Duration::from_millis(50), idle).await;
+        }
+    }
+
+    /// Flushes, then stops the sender. Further sends fail with `Closed`.
+    pub async fn close(&self) -> Result<()> {
+        self.flush().await?;
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Accumulator> {
+        self.accumulator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn producer_identity(&self) -> Result<(i64, i16)> {
+        if !self.config.idempotence {
+            return Ok((-1, -1));
+        }
+        self.producer
+            .get_or_try_init(|| async {
+                let connection = self.cluster.any_broker().await?;
+                let mut request = InitProducerIdRequest::default();
+                request.transactional_id = None;
+                request.transaction_timeout_ms = 60_000;
+                let response: kafka_protocol::messages::InitProducerIdResponse =
+                    connection.call(ApiKey::InitProducerId, 4, &request).await?;
+                if let Some(error) = ClientError::from_code(response.error_code, None) {
+                    return Err(error);
+                }
+                Ok((response.producer_id.0, response.producer_epoch))
+            })
+            .await
+            .copied()
+    }
+
+    /// Closes batches that are due and picks what may be sent now, grouped by topic-partition.
+    fn drain(&self, producer: (i64, i16)) -> (Vec<(TopicPartition, ReadyBatch)>, Option<Duration>) {
+        let mut acc = self.lock();
+        let flushing = acc.flushing || self.closed.load(Ordering::Acquire);
+        let mut next_deadline: Option<Duration> = None;
+        let mut sendable = Vec::new();
+        let config = &self.config;
+        for (tp, queue) in acc.partitions.iter_mut() {
+            let mut due: Vec<OpenBatch> = queue.closed.drain(..).collect();
+            if let Some(open) = &queue.open {
+                let age = open.created.elapsed();
+                if flushing || open.bytes >= config.batch_bytes || age >= config.linger {
+                    due.extend(queue.open.take());
+                } else {
+                    let left = config.linger - age;
+                    next_deadline = Some(next_deadline.map_or(left, |d| d.min(left)));
+                }
+            }
+            for open in due {
+                {
+                    {
+                        match encode_batch(open, queue.next_sequence, producer, config.compression)
+                        {
+                            Ok(batch) => {
+                                if producer.0 >= 0 {
+                                    // Sequence numbers wrap from i32::MAX to 0, as in Kafka.
+                                    let next = (i64::from(queue.next_sequence)
+                                        + i64::from(batch.1))
+                                        % (i64::from(i32::MAX) + 1);
+                                    queue.next_sequence = next as i32;
+                                }
+                                queue.ready.push_back(batch.0);
+                            }
+                            Err((waiters, error)) => fail_all(waiters, &error, &self.memory, 0),
+                        }
+                    }
+                }
+            }
+            if queue.draining && queue.in_flight == 0 {
+                queue.draining = false;
+            }
+            while !queue.draining && queue.in_flight < config.max_in_flight {
+                let Some(batch) = queue.ready.pop_front() else {
+                    break;
+                };
+                queue.in_flight += 1;
+                sendable.push((tp.clone(), batch));
+            }
+        }
+        (sendable, next_deadline)
+    }
+
+    fn finish(&self, tp: &TopicPartition, outcome: Outcome) {
+        let mut acc = self.lock();
+        let queue = acc.partitions.entry(tp.clone()).or_default();
+        queue.in_flight = queue.in_flight.saturating_sub(1);
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Retry(batch) => {
+                queue.draining = true;
+                let at = queue
+                    .ready
+                    .iter()
+                    .position(|b| b.base_sequence > batch.base_sequence)
+                    .unwrap_or(queue.ready.len());
+                queue.ready.insert(at, batch);
+            }
+        }
+        let idle = queue.open.is_none()
+            && queue.closed.is_empty()
+            && queue.ready.is_empty()
+            && queue.in_flight == 0;
+        if idle {
+            acc.partitions.retain(|_, q| {
+                q.open.is_some() || !q.closed.is_empty() || !q.ready.is_empty() || q.in_flight > 0
+            });
+        }
+        drop(acc);
+        self.idle.notify_waiters();
+        self.wake.notify_one();
+    }
+}
+
+enum Outcome {
+    Done,
+    Retry(ReadyBatch),
+}
+
+type EncodeFailure = (Vec<Waiter>, ClientError);
+
+/// Encodes an open batch with its sequence numbers; returns the batch and its record count.
+fn encode_batch(
+    open: OpenBatch,
+    base_sequence: i32,
+    producer: (i64, i16),
+    compression: Compression,
+) -> std::result::Result<(ReadyBatch, i32), EncodeFailure> {
+    let mut records = open.records;
+    let count = records.len() as i32;
+    for (i, record) in records.iter_mut().enumerate() {
+        record.offset = i as i64;
+        record.producer_id = producer.0;
+        record.producer_epoch = producer.1;
+        // The encoder starts a new batch wherever `offset - sequence` changes, and takes the
+        // batch's base sequence from the first record: without idempotence, -1, 0, 1, … gives
+        // one batch with base sequence -1.
+        record.sequence = if producer.0 >= 0 {
+            base_sequence.wrapping_add(i as i32)
+        } else {
+            i as i32 - 1
+        };
+    }
+    let mut buf = BytesMut::with_capacity(open.bytes + 128);
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    if let Err(error) = RecordBatchEncoder::encode(&mut buf, &records, &options) {
+        return Err((
+            open.waiters,
+            ClientError::Protocol(format!("cannot encode batch: {error}")),
+        ));
+    }
+    let batch = ReadyBatch {
+        encoded: buf.freeze(),
+        waiters: open.waiters,
+        base_sequence: if producer.0 >= 0 { base_sequence } else { -1 },
+        bytes: open.bytes,
+        created: open.created,
+    };
+    Ok((batch, count))
+}
+
+fn fail_all(waiters: Vec<Waiter>, error: &ClientError, memory: &Semaphore, bytes: usize) {
+    memory.add_permits(bytes);
+    for waiter in waiters {
+        let _ = waiter.send(Err(error.clone()));
+    }
+}
+
+async fn run_sender(inner: Arc<Inner>) {
+    loop {
+        let producer = match inner.producer_identity().await {
+            Ok(identity) => identity,
+            Err(error) => {
+                tracing::warn!(target: "weir::client", %error, "cannot get a producer id; retrying");
+                tokio::time::sleep(inner.config.retry_backoff).await;
+                if inner.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let wake = inner.wake.notified();
+        let (sendable, next_deadline) = inner.drain(producer);
+        for (tp, batch) in sendable {
+            tokio::spawn(send_batch(inner.clone(), tp, batch));
+        }
+        if inner.closed.load(Ordering::Acquire) && inner.lock().partitions.is_empty() {
+            return;
+        }
+        match next_deadline {
+            Some(wait) => {
+                let _ = tokio::time::timeout(wait, wake).await;
+            }
+            None => {
+                let _ = tokio::time::timeout(Duration::from_millis(100), wake).await;
+            }
+        }
+    }
+}
+
+/// Sends one batch in its own Produce request and settles its records.
+async fn send_batch(inner: Arc<Inner>, tp: TopicPartition, batch: ReadyBatch) {
+    let outcome = match produce_once(&inner, &tp, &batch).await {
+        Ok(base_offset) => {
+            inner.memory.add_permits(batch.bytes);
+            for (i, waiter) in batch.waiters.into_iter().enumerate() {
+                let offset = if base_offset >= 0 {
+                    base_offset + i as i64
+                } else {
+                    -1
+                };
+                let _ = waiter.send(Ok(RecordMetadata {
+                    partition: tp.1,
+                    offset,
+                }));
+            }
+            Outcome::Done
+        }
+        Err(error) => {
+            let expired = batch.created.elapsed() >= inner.config.delivery_timeout;
+            let out_of_order = error.code() == Some(ResponseError::OutOfOrderSequenceNumber.code());
+            if (error.is_retriable() || out_of_order) && !expired {
+                tracing::debug!(target: "weir::client", topic = %tp.0, partition = tp.1, %error, "retrying batch");
+                inner.cluster.invalidate(&tp.0).await;
+                tokio::time::sleep(inner.config.retry_backoff).await;
+                Outcome::Retry(batch)
+            } else {
+                let error = if expired {
+                    ClientError::Timeout(inner.config.delivery_timeout.as_millis() as u64)
+                } else {
+                    error
+                };
+                fail_all(batch.waiters, &error, &inner.memory, batch.bytes);
+                Outcome::Done
+            }
+        }
+    };
+    inner.finish(&tp, outcome);
+}
+
+async fn produce_once(inner: &Inner, tp: &TopicPartition, batch: &ReadyBatch) -> Result<i64> {
+    let topic = inner.cluster.topic(&tp.0, true).await?;
+    let leader = topic.partitions.get(tp.1 as usize).map_or(-1, |p| p.leader);
+    if leader < 0 {
+        return Err(
+            ClientError::from_code(ResponseError::LeaderNotAvailable.code(), None)
+                .unwrap_or(ClientError::Closed),
+        );
+    }
+    let connection = inner.cluster.broker(leader).await?;
+    let mut data = PartitionProduceData::default();
+    data.index = tp.1;
+    data.records = Some(batch.encoded.clone());
+    let mut topic_data = TopicProduceData::default();
+    topic_data.name = TopicName(StrBytes::from_string(tp.0.clone()));
+    topic_data.partition_data = vec![data];
+    let mut request = ProduceRequest::default();
+    request.acks = inner.config.acks.wire();
+    request.timeout_ms = inner
+        .config
+        .client
+        .request_timeout
+        .as_millis()
+        .min(i32::MAX as u128) as i32;
+    request.transactional_id = None;
+    request.topic_data = vec![topic_data];
+    let version = connection.version_for(ApiKey::Produce, 3, 11)?;
+    if inner.config.acks == Acks::None {
+        connection
+            .send_only(ApiKey::Produce, version, &request)
+            .await?;
+        return Ok(-1);
+    }
+    let response: ProduceResponse = connection
+        .call_at(ApiKey::Produce, version, &request)
+        .await?;
+    let partition = response
+        .responses
+        .first()
+        .and_then(|t| t.partition_responses.first())
+        .ok_or_else(|| ClientError::Protocol("produce response without the partition".into()))?;
+    match ClientError::from_code(
+        partition.error_code,
+        partition
+            .error_message
+            .as_ref()
+            .map(|m| m.as_str().to_string()),
+    ) {
+        Some(error) => Err(error),
+        None => Ok(partition.base_offset),
+    }
+}

@@ -1,0 +1,110 @@
+//! The client commands of the `weir` binary: `topic`, `produce`, `consume`, `cluster`, `bench`.
+//! Each exits 0 on success, 1 on a runtime error and 2 on a usage error, with one line on stderr.
+
+pub mod bench;
+pub mod cluster;
+pub mod consume;
+pub mod produce;
+pub mod topic;
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use weir_client::{ClientConfig, ClientError};
+
+/// Exit code of a runtime failure (unreachable broker, unknown topic, refused request).
+const EXIT_CODE_RUNTIME: u8 = 1;
+
+/// Options every client command takes.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectArgs {
+    /// Brokers to bootstrap from, HOST:PORT[,HOST:PORT…].
+    #[arg(
+        long,
+        env = "WEIR_BROKERS",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
+    pub brokers: String,
+    /// Deadline for each request and connection attempt, in seconds.
+    #[arg(long, default_value_t = 10.0, global = true)]
+    pub timeout: f64,
+}
+
+impl ConnectArgs {
+    /// The client config these options describe.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(&self.brokers);
+        config.client_id = "weir-cli".into();
+        config.request_timeout = self.timeout();
+        config
+    }
+
+    /// `--timeout` as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout.max(0.001))
+    }
+}
+
+/// Runs a client command on a fresh runtime and turns its outcome into an exit code.
+pub fn run<F>(command: F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_CODE_RUNTIME);
+        }
+    };
+    match runtime.block_on(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error));
+            ExitCode::from(EXIT_CODE_RUNTIME)
+        }
+    }
+}
+
+fn one_line(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<ClientError>() {
+        Some(ClientError::Unreachable(address)) => format!(
+            "cannot reach any broker at {address} (is `weir server` running? see --brokers)"
+        ),
+        _ => format!("{error:#}").replace('\n', " "),
+    }
+}
+
+/// Runs `work` with the command's overall deadline.
+pub async fn within<T>(
+    connect: &ConnectArgs,
+    work: impl Future<Output = Result<T, ClientError>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(connect.timeout(), work).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(anyhow::anyhow!(
+            "timed out after {} s talking to {}",
+            connect.timeout,
+            connect.brokers
+        )),
+    }
+}
+
+/// Parses `key=value`.
+pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+/// True when stdout is a terminal (progress bars only then).
+pub fn stdout_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stdout())
+}
