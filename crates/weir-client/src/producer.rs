@@ -181,7 +181,6 @@ struct PartitionQueue {
     closed: VecDeque<OpenBatch>,
     ready: VecDeque<ReadyBatch>,
     in_flight: usize,
-    next_sequence: i32,
     /// A batch failed: send nothing new until everything in flight has come back, so the
     /// retried batches go out first and in sequence order.
     draining: bool,
@@ -190,6 +189,9 @@ struct PartitionQueue {
 #[derive(Default)]
 struct Accumulator {
     partitions: HashMap<TopicPartition, PartitionQueue>,
+    /// Next sequence number per partition. Kept while queues come and go: the broker expects
+    /// each producer's sequence to continue where it left off.
+    sequences: HashMap<TopicPartition, i32>,
     sticky: HashMap<String, i32>,
     flushing: bool,
 }
@@ -427,7 +429,13 @@ impl Inner {
         let mut next_deadline: Option<Duration> = None;
         let mut sendable = Vec::new();
         let config = &self.config;
-        for (tp, queue) in acc.partitions.iter_mut() {
+        let Accumulator {
+            partitions,
+            sequences,
+            ..
+        } = &mut *acc;
+        for (tp, queue) in partitions.iter_mut() {
+            let next_sequence = sequences.entry(tp.clone()).or_insert(0);
             let mut due: Vec<OpenBatch> = queue.closed.drain(..).collect();
             if let Some(open) = &queue.open {
                 let age = open.created.elapsed();
@@ -441,15 +449,13 @@ impl Inner {
             for open in due {
                 {
                     {
-                        match encode_batch(open, queue.next_sequence, producer, config.compression)
-                        {
+                        match encode_batch(open, *next_sequence, producer, config.compression) {
                             Ok(batch) => {
                                 if producer.0 >= 0 {
                                     // Sequence numbers wrap from i32::MAX to 0, as in Kafka.
-                                    let next = (i64::from(queue.next_sequence)
-                                        + i64::from(batch.1))
+                                    let next = (i64::from(*next_sequence) + i64::from(batch.1))
                                         % (i64::from(i32::MAX) + 1);
-                                    queue.next_sequence = next as i32;
+                                    *next_sequence = next as i32;
                                 }
                                 queue.ready.push_back(batch.0);
                             }

@@ -96,8 +96,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         }
     }
     let stop_at_end = !args.follow && args.count.is_none();
-    let progress =
-        (stdout_is_terminal() && stop_at_end).then(indicatif::ProgressBar::new_spinner);
+    let progress = (stdout_is_terminal() && stop_at_end).then(indicatif::ProgressBar::new_spinner);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut printed = 0u64;
     loop {
