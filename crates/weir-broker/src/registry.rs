@@ -15,6 +15,8 @@ use crate::partition::{storage_failure, Partition};
 /// File in each partition directory naming the topic id it belongs to, so a directory left by a
 /// deleted topic is never mistaken for a recreated one.
 const PARTITION_METADATA_FILE: &str = "partition.metadata";
+/// Threads that open (and recover) partitions at once; more would only contend for the disk.
+const OPEN_THREADS_MAX: usize = 8;
 
 /// Every hosted partition, by topic name and index.
 pub struct PartitionRegistry {
@@ -83,20 +85,35 @@ impl PartitionRegistry {
             }
         }
         self.remove_stale_dirs(&wanted);
+        let mut to_open: Vec<(&TopicImage, i32)> = Vec::new();
         for topic in wanted.values() {
             let settings = self.config.topic_settings(&topic.configs);
             for index in 0..topic.partitions {
-                if let Some(existing) = self.get(&topic.name, index) {
-                    if existing.settings() != settings {
-                        existing.update_settings(settings);
+                match self.get(&topic.name, index) {
+                    Some(existing) if existing.settings() != settings => {
+                        existing.update_settings(settings)
                     }
-                    continue;
+                    Some(_) => {}
+                    None => to_open.push((*topic, index)),
                 }
-                let partition = self.open_partition(topic, index);
-                let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-                map.insert((topic.name.clone(), index), Arc::new(partition));
             }
         }
+        // Recovery reads whole segments: open partitions on several threads at once.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, OPEN_THREADS_MAX);
+        let chunk = to_open.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            for part in to_open.chunks(chunk) {
+                scope.spawn(move || {
+                    for (topic, index) in part {
+                        let partition = Arc::new(self.open_partition(topic, *index));
+                        let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+                        map.insert((topic.name.clone(), *index), partition);
+                    }
+                });
+            }
+        });
     }
 
     fn open_partition(&self, topic: &TopicImage, index: i32) -> Partition {
