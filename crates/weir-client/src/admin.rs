@@ -137,7 +137,37 @@ impl Admin {
             .topics
             .first()
             .ok_or_else(|| ClientError::Protocol("empty CreateTopics response".into()))?;
-        check(result.error_code, result.error_message.as_ref())
+        check(result.error_code, result.error_message.as_ref())?;
+        self.wait_for_leaders(topic).await
+    }
+
+    /// Waits until every partition of a new topic has a leader: a multi-broker cluster (Kafka's
+    /// included) answers CreateTopics before its brokers have taken leadership.
+    async fn wait_for_leaders(&self, topic: &str) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.cluster.config().request_timeout;
+        loop {
+            self.cluster.invalidate(topic).await;
+            match self.cluster.topic(topic, false).await {
+                Ok(info)
+                    if !info.partitions.is_empty()
+                        && info
+                            .partitions
+                            .iter()
+                            .all(|p| p.leader >= 0 && p.error_code == 0) =>
+                {
+                    return Ok(())
+                }
+                Ok(_) | Err(ClientError::UnknownTopic(_)) => {}
+                Err(error) if error.is_retriable() => {}
+                Err(error) => return Err(error),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Timeout(
+                    self.cluster.config().request_timeout.as_millis() as u64,
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     /// Deletes a topic.
