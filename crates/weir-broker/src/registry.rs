@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use weir_controller::{MetadataImage, TopicImage, Uuid};
 use weir_log::storage::Storage;
@@ -25,6 +25,9 @@ pub struct PartitionRegistry {
     clock: Arc<dyn Clock>,
     config: BrokerConfig,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
+    /// Held while syncing, with the `applied_count` of the newest image synced: concurrent
+    /// metadata changes sync one at a time, and an older image never undoes a newer one.
+    synced: Mutex<Option<u64>>,
 }
 
 fn partition_dir_name(topic: &str, index: i32) -> String {
@@ -45,6 +48,7 @@ impl PartitionRegistry {
             clock,
             config,
             partitions: RwLock::new(HashMap::new()),
+            synced: Mutex::new(None),
         }
     }
 
@@ -63,6 +67,11 @@ impl PartitionRegistry {
     /// Brings hosted partitions in line with `image`: opens (recovering) new ones, applies
     /// config changes, deletes partitions of deleted topics and stale directories.
     pub fn sync(&self, image: &MetadataImage) {
+        let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
+        if synced.is_some_and(|applied| applied > image.applied_count) {
+            return;
+        }
+        *synced = Some(image.applied_count);
         let wanted: HashMap<String, &TopicImage> =
             image.topics().map(|t| (t.name.clone(), t)).collect();
         let removed: Vec<Arc<Partition>> = {
@@ -234,10 +243,28 @@ impl PartitionRegistry {
 
     /// Fsyncs and closes every log with a clean-shutdown marker.
     pub fn close_all(&self) {
-        for partition in self.all() {
-            if let Err(error) = partition.log_mut().close() {
-                storage_failure(&partition.dir, &error.to_string());
+        let all = self.all();
+        let chunk = all.len().div_ceil(OPEN_THREADS_MAX).max(1);
+        // Each close is a few fsyncs: run them on several threads so thousands of partitions
+        // still stop well within the shutdown deadline.
+        std::thread::scope(|scope| {
+            for part in all.chunks(chunk) {
+                scope.spawn(move || {
+                    for partition in part {
+                        if let Err(error) = partition.log_mut().close() {
+                            storage_failure(&partition.dir, &error.to_string());
+                        }
+                    }
+                });
             }
-        }
+        });
+    }
+
+    /// Number of hosted partitions.
+    pub fn count(&self) -> usize {
+        self.partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }

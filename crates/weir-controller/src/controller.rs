@@ -2,6 +2,7 @@
 //! the metadata log and publishes the new image.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -55,6 +56,8 @@ struct State {
 pub struct Controller {
     state: Mutex<State>,
     published: watch::Sender<Arc<MetadataImage>>,
+    /// Most partitions the cluster may hold in total (set from the open-file limit).
+    partitions_max: AtomicUsize,
 }
 
 /// A topic creation request, already defaulted by the caller.
@@ -82,12 +85,31 @@ impl Controller {
         Ok(Controller {
             state: Mutex::new(State { log, image }),
             published,
+            partitions_max: AtomicUsize::new(usize::MAX),
         })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         // Poisoning means a panic while applying; the image is only swapped after a full apply.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses topic creations and partition additions that would take the cluster past
+    /// `max` partitions in total (each partition holds open files on its broker).
+    pub fn limit_partitions(&self, max: usize) {
+        self.partitions_max.store(max, Ordering::Relaxed);
+    }
+
+    fn check_capacity(&self, image: &MetadataImage, adding: i32) -> Result<(), ControllerError> {
+        let max = self.partitions_max.load(Ordering::Relaxed);
+        let current: usize = image.topics().map(|t| t.partitions as usize).sum();
+        if current + adding.max(0) as usize > max {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "the cluster would hold {} partitions, more than the {max} its open-file limit allows; raise `ulimit -n` and restart",
+                current + adding.max(0) as usize
+            )));
+        }
+        Ok(())
     }
 
     /// The current image.
@@ -140,7 +162,7 @@ impl Controller {
         }
         if !(1..=REPLICATION_FACTOR_MAX).contains(&topic.replication_factor) {
             return Err(ControllerError::InvalidReplicationFactor(format!(
-                "{} is larger than the number of brokers ({REPLICATION_FACTOR_MAX})",
+                "{} must be between 1 and the number of brokers ({REPLICATION_FACTOR_MAX})",
                 topic.replication_factor
             )));
         }
@@ -149,6 +171,19 @@ impl Controller {
         if state.image.topic(&topic.name).is_some() {
             return Err(ControllerError::TopicAlreadyExists(topic.name));
         }
+        // Kafka's rule: '.' and '_' collide in metric names, so names differing only there clash.
+        let normalized = topic.name.replace('.', "_");
+        if let Some(other) = state
+            .image
+            .topics()
+            .find(|t| t.name.replace('.', "_") == normalized)
+        {
+            return Err(ControllerError::InvalidTopic(format!(
+                "{} collides with existing topic {} (names may not differ only in '.' and '_')",
+                topic.name, other.name
+            )));
+        }
+        self.check_capacity(&state.image, topic.partitions)?;
         let image = TopicImage {
             name: topic.name,
             topic_id: Uuid::new_v4(),
@@ -202,6 +237,7 @@ impl Controller {
                 "{total} is more than {PARTITIONS_PER_TOPIC_MAX}"
             )));
         }
+        self.check_capacity(&state.image, total - current)?;
         if !validate_only {
             self.commit(
                 &mut state,
@@ -322,7 +358,6 @@ mod tests {
         controller
             .create_topic(new_topic("t", 1), false)
             .expect("create");
-        let before = controller.image().applied_count;
         let bad_config = NewTopic {
             configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
             ..new_topic("u", 1)
@@ -343,6 +378,22 @@ mod tests {
         for (topic, what) in cases {
             assert!(controller.create_topic(topic, false).is_err(), "{what}");
         }
+        assert!(controller.create_topic(new_topic("t.x", 1), false).is_ok());
+        assert!(
+            controller.create_topic(new_topic("t_x", 1), false).is_err(),
+            "'.' and '_' collide"
+        );
+        controller.limit_partitions(4);
+        assert!(
+            controller.create_topic(new_topic("big", 3), false).is_err(),
+            "over the partition limit"
+        );
+        assert!(
+            controller.create_partitions("t", 4, false).is_err(),
+            "over the partition limit"
+        );
+        controller.limit_partitions(usize::MAX);
+        let before = controller.image().applied_count;
         assert!(controller.create_partitions("t", 1, false).is_err());
         assert!(controller
             .alter_topic_config(

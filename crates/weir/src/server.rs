@@ -134,6 +134,8 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         .context("opening the metadata log")?;
     let controller =
         Arc::new(Controller::open(Box::new(metadata_log)).context("replaying the metadata log")?);
+    let open_files_max = raise_open_files_limit();
+    controller.limit_partitions(partitions_for_open_files(open_files_max));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let registry = PartitionRegistry::new(
         data_dir.path.join("logs"),
@@ -181,6 +183,30 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!(target: "weir::server", "stopped cleanly");
     drop(data_dir);
     Ok(())
+}
+
+/// Files kept for sockets, the metadata log and the rest when sizing the partition limit.
+const OPEN_FILES_RESERVED: u64 = 1024;
+/// Files each partition keeps open: the active segment's log, offset index and time index
+/// (rolled segments keep theirs too, so this is a floor).
+const OPEN_FILES_PER_PARTITION: u64 = 3;
+
+/// Raises the soft open-file limit to the hard one; returns the limit in force.
+fn raise_open_files_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(target: "weir::server", %error, "cannot read or raise the open-file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
+        }
+    }
+}
+
+/// How many partitions fit in `open_files_max` file descriptors.
+fn partitions_for_open_files(open_files_max: u64) -> usize {
+    let partitions = open_files_max.saturating_sub(OPEN_FILES_RESERVED) / OPEN_FILES_PER_PARTITION;
+    tracing::info!(target: "weir::server", open_files_max, partitions_max = partitions, "partition capacity from the open-file limit");
+    partitions.max(1) as usize
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -99,6 +99,29 @@ async fn create_one(
                 format!("the only broker is {node_id}"),
             ));
         }
+        let mut indexes: Vec<i32> = topic
+            .assignments
+            .iter()
+            .map(|a| a.partition_index)
+            .collect();
+        indexes.sort_unstable();
+        if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
+            return Err((
+                ResponseError::InvalidReplicaAssignment.code(),
+                "assigned partitions must be numbered 0 to N-1 without gaps".into(),
+            ));
+        }
+        let duplicate = topic.assignments.iter().any(|a| {
+            let mut ids: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
+            ids.sort_unstable();
+            ids.windows(2).any(|w| w[0] == w[1]) || ids.is_empty()
+        });
+        if duplicate {
+            return Err((
+                ResponseError::InvalidReplicaAssignment.code(),
+                "each partition needs one or more distinct brokers".into(),
+            ));
+        }
         topic.assignments.len() as i32
     } else if topic.num_partitions == -1 {
         broker.config.num_partitions()

@@ -41,11 +41,14 @@ pub async fn handle(
     };
     for wanted in requested {
         let image = broker.image();
+        // A non-zero topic id wins: the Java client sends it with an empty name, not a null one.
+        let by_id = !wanted.topic_id.is_nil();
         let found = match &wanted.name {
-            Some(name) => image.topic(name.0.as_str()).cloned(),
-            None => image.topic_by_id(wanted.topic_id).cloned(),
+            Some(name) if !by_id => image.topic(name.0.as_str()).cloned(),
+            _ => image.topic_by_id(wanted.topic_id).cloned(),
         };
-        let topic = match (found, wanted.name) {
+        let name = wanted.name.filter(|_| !by_id);
+        let topic = match (found, name) {
             (Some(topic), _) => describe_topic(broker, &topic),
             (None, Some(name)) => {
                 let name = name.0.as_str().to_string();
