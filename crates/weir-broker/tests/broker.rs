@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use weir_broker::{Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
 use weir_controller::{Controller, FileMetadataLog};
 use weir_log::batch::{build_batch, ProducerFields};
-use weir_log::storage::PowerLossStorage;
+use weir_log::storage::{FsStorage, PowerLossStorage, Storage};
 use weir_log::SystemClock;
 
 struct TestBroker {
@@ -30,16 +30,19 @@ struct TestBroker {
 }
 
 async fn start(storage: PowerLossStorage, metadata_dir: tempfile::TempDir) -> TestBroker {
+    start_with(Arc::new(storage), "/logs".into(), metadata_dir).await
+}
+
+async fn start_with(
+    storage: Arc<dyn Storage>,
+    logs_dir: std::path::PathBuf,
+    metadata_dir: tempfile::TempDir,
+) -> TestBroker {
     let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
     let log =
         FileMetadataLog::open(&metadata_dir.path().join("metadata.log")).expect("metadata log");
     let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
-    let registry = PartitionRegistry::new(
-        "/logs".into(),
-        Arc::new(storage),
-        Arc::new(SystemClock),
-        config.clone(),
-    );
+    let registry = PartitionRegistry::new(logs_dir, storage, Arc::new(SystemClock), config.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -655,5 +658,54 @@ async fn every_advertised_version_answers() {
             }
         }
     }
+    test.stop.send_replace(true);
+}
+
+/// Many clients creating the same topic at once (auto-creation races, duplicate CreateTopics,
+/// CreatePartitions to the same total) leave one topic with its partitions opened once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creation_of_one_topic() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logs = dir.path().join("logs");
+    let test = start_with(Arc::new(FsStorage), logs, dir).await;
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let addr = test.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut c = TcpStream::connect(addr).await.expect("connect");
+            if i % 2 == 0 {
+                let mut t = MetadataRequestTopic::default();
+                t.name = Some(topic_name("raced"));
+                let mut req = MetadataRequest::default();
+                req.topics = Some(vec![t]);
+                req.allow_auto_topic_creation = true;
+                let r: MetadataResponse = call(&mut c, ApiKey::Metadata, 12, &req).await;
+                r.topics[0].error_code
+            } else {
+                match create_topic(&mut c, "raced", 1, &[]).await {
+                    36 => 0,
+                    code => code,
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.expect("task"), 0);
+    }
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(
+        produce(
+            &mut c,
+            "raced",
+            0,
+            -1,
+            build_batch(&[b"one"], 0, ProducerFields::NONE)
+        )
+        .await,
+        (0, 0)
+    );
+    assert_eq!(test.broker.partitions.count(), 1);
     test.stop.send_replace(true);
 }
