@@ -193,6 +193,9 @@ struct Accumulator {
     /// each producer's sequence to continue where it left off.
     sequences: HashMap<TopicPartition, i32>,
     sticky: HashMap<String, i32>,
+    /// Partition counts by topic and when they were looked up, so `send` does not consult the
+    /// metadata cache (an async lock and a clone) for every record.
+    partition_counts: HashMap<String, (i32, Instant)>,
     flushing: bool,
 }
 
@@ -268,8 +271,7 @@ impl Producer {
         if inner.closed.load(Ordering::Acquire) {
             return Err(ClientError::Closed);
         }
-        let topic = inner.cluster.topic(&record.topic, true).await?;
-        let partitions = topic.partitions.len() as i32;
+        let partitions = inner.partition_count(&record.topic).await?;
         let size = record_bytes(&record);
         let permits = u32::try_from(size.min(inner.config.buffer_bytes))
             .map_err(|_| ClientError::InvalidArgument("record too large".into()))?;
@@ -396,9 +398,27 @@ impl Producer {
     }
 }
 
+/// How long a topic's partition count is reused before metadata is asked again (new
+/// partitions are picked up after at most this long).
+const PARTITION_COUNT_TTL: Duration = Duration::from_secs(5);
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Accumulator> {
         self.accumulator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn partition_count(&self, topic: &str) -> Result<i32> {
+        if let Some((count, at)) = self.lock().partition_counts.get(topic) {
+            if at.elapsed() < PARTITION_COUNT_TTL {
+                return Ok(*count);
+            }
+        }
+        self.cluster.invalidate(topic).await;
+        let count = self.cluster.topic(topic, true).await?.partitions.len() as i32;
+        self.lock()
+            .partition_counts
+            .insert(topic.to_string(), (count, Instant::now()));
+        Ok(count)
     }
 
     async fn producer_identity(&self) -> Result<(i64, i16)> {
