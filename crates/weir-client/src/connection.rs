@@ -29,6 +29,31 @@ struct Outgoing {
     reply: Option<Reply>,
 }
 
+/// A request on the wire whose response has not been read yet.
+pub struct PendingResponse {
+    api_key: ApiKey,
+    version: i16,
+    reply: oneshot::Receiver<Result<Bytes>>,
+    timeout: Duration,
+    broker: String,
+}
+
+impl PendingResponse {
+    /// Waits (up to the request timeout) for the response and decodes it.
+    pub async fn response<Resp: Decodable>(self) -> Result<Resp> {
+        let closed = || ClientError::Connection {
+            broker: self.broker.clone(),
+            reason: "connection closed".into(),
+        };
+        let bytes = tokio::time::timeout(self.timeout, self.reply)
+            .await
+            .map_err(|_| ClientError::Timeout(self.timeout.as_millis() as u64))?
+            .map_err(|_| closed())??;
+        decode_response(self.api_key, self.version, bytes)
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+}
+
 /// A connection to one broker.
 pub struct Connection {
     address: String,
@@ -123,13 +148,29 @@ impl Connection {
         version: i16,
         request: &Req,
     ) -> Result<Resp> {
-        let frame = self.send(api_key, version, request, true).await?;
-        let reply = frame.ok_or(ClientError::Closed)?;
-        let bytes = tokio::time::timeout(self.request_timeout, reply)
-            .await
-            .map_err(|_| ClientError::Timeout(self.request_timeout.as_millis() as u64))?
-            .map_err(|_| self.closed())??;
-        decode_response(api_key, version, bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+        let pending = self.begin(api_key, version, request).await?;
+        pending.response().await
+    }
+
+    /// Queues a request on the socket and returns its pending response. Requests begun in
+    /// order reach the broker in that order, whatever order their responses are awaited in.
+    pub async fn begin<Req: Encodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Result<PendingResponse> {
+        let reply = self
+            .send(api_key, version, request, true)
+            .await?
+            .ok_or(ClientError::Closed)?;
+        Ok(PendingResponse {
+            api_key,
+            version,
+            reply,
+            timeout: self.request_timeout,
+            broker: self.address.clone(),
+        })
     }
 
     /// Sends a request with the highest version both sides support within `max`.

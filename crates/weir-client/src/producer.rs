@@ -21,6 +21,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 use crate::cluster::{ClientConfig, Cluster};
+use crate::connection::PendingResponse;
 use crate::error::{ClientError, Result};
 use crate::partitioner::partition_for_key;
 
@@ -602,7 +603,10 @@ async fn run_sender(inner: Arc<Inner>) {
         let wake = inner.wake.notified();
         let (sendable, next_deadline) = inner.drain(producer);
         for (tp, batch) in sendable {
-            tokio::spawn(send_batch(inner.clone(), tp, batch));
+            // Requests are put on the wire here, in order, so batches of one partition reach
+            // the broker in sequence; only the wait for each response runs concurrently.
+            let sent = send_request(&inner, &tp, &batch).await;
+            tokio::spawn(settle_batch(inner.clone(), tp, batch, sent));
         }
         if inner.closed.load(Ordering::Acquire) && inner.lock().partitions.is_empty() {
             return;
@@ -618,9 +622,19 @@ async fn run_sender(inner: Arc<Inner>) {
     }
 }
 
-/// Sends one batch in its own Produce request and settles its records.
-async fn send_batch(inner: Arc<Inner>, tp: TopicPartition, batch: ReadyBatch) {
-    let outcome = match produce_once(&inner, &tp, &batch).await {
+/// Waits for one batch's Produce response and settles its records.
+async fn settle_batch(
+    inner: Arc<Inner>,
+    tp: TopicPartition,
+    batch: ReadyBatch,
+    sent: Result<Option<PendingResponse>>,
+) {
+    let result = match sent {
+        Ok(Some(pending)) => produce_result(pending).await,
+        Ok(None) => Ok(-1),
+        Err(error) => Err(error),
+    };
+    let outcome = match result {
         Ok(base_offset) => {
             inner.memory.add_permits(batch.bytes);
             for (i, waiter) in batch.waiters.into_iter().enumerate() {
@@ -658,7 +672,12 @@ async fn send_batch(inner: Arc<Inner>, tp: TopicPartition, batch: ReadyBatch) {
     inner.finish(&tp, outcome);
 }
 
-async fn produce_once(inner: &Inner, tp: &TopicPartition, batch: &ReadyBatch) -> Result<i64> {
+/// Puts one batch's Produce request on the wire; `None` with acks=0 (no response comes).
+async fn send_request(
+    inner: &Inner,
+    tp: &TopicPartition,
+    batch: &ReadyBatch,
+) -> Result<Option<PendingResponse>> {
     let topic = inner.cluster.topic(&tp.0, true).await?;
     let leader = topic.partitions.get(tp.1 as usize).map_or(-1, |p| p.leader);
     if leader < 0 {
@@ -689,11 +708,17 @@ async fn produce_once(inner: &Inner, tp: &TopicPartition, batch: &ReadyBatch) ->
         connection
             .send_only(ApiKey::Produce, version, &request)
             .await?;
-        return Ok(-1);
+        return Ok(None);
     }
-    let response: ProduceResponse = connection
-        .call_at(ApiKey::Produce, version, &request)
-        .await?;
+    connection
+        .begin(ApiKey::Produce, version, &request)
+        .await
+        .map(Some)
+}
+
+/// The base offset from a Produce response, or its error.
+async fn produce_result(pending: PendingResponse) -> Result<i64> {
+    let response: ProduceResponse = pending.response().await?;
     let partition = response
         .responses
         .first()
