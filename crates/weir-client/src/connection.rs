@@ -27,6 +27,8 @@ struct Outgoing {
     frame: Bytes,
     correlation_id: i32,
     reply: Option<Reply>,
+    /// Told once the frame is written, for requests without a response (acks=0).
+    written: Option<oneshot::Sender<()>>,
 }
 
 /// A request on the wire whose response has not been read yet.
@@ -191,9 +193,12 @@ impl Connection {
         version: i16,
         request: &Req,
     ) -> Result<()> {
-        self.send(api_key, version, request, false)
-            .await
-            .map(|_| ())
+        let (written, on_written) = oneshot::channel();
+        self.enqueue(api_key, version, request, None, Some(written))
+            .await?;
+        // Return only once the bytes are on the socket, so a caller that exits right after an
+        // acks=0 send does not lose it.
+        on_written.await.map_err(|_| self.closed())
     }
 
     async fn send<Req: Encodable>(
@@ -203,24 +208,36 @@ impl Connection {
         request: &Req,
         expect_reply: bool,
     ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
+        if !expect_reply {
+            self.enqueue(api_key, version, request, None, None).await?;
+            return Ok(None);
+        }
+        let (reply, receiver) = oneshot::channel();
+        self.enqueue(api_key, version, request, Some(reply), None)
+            .await?;
+        Ok(Some(receiver))
+    }
+
+    async fn enqueue<Req: Encodable>(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        request: &Req,
+        reply: Option<Reply>,
+        written: Option<oneshot::Sender<()>>,
+    ) -> Result<()> {
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
         let frame = encode_request(api_key, version, correlation_id, &self.client_id, request)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let (reply, receiver) = if expect_reply {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
         self.outgoing
             .send(Outgoing {
                 frame,
                 correlation_id,
                 reply,
+                written,
             })
             .await
-            .map_err(|_| self.closed())?;
-        Ok(receiver)
+            .map_err(|_| self.closed())
     }
 
     fn closed(&self) -> ClientError {
@@ -252,6 +269,9 @@ async fn write_loop(
         if let Err(error) = writer.write_all(&item.frame).await {
             tracing::debug!(target: "weir::client", %address, %error, "write failed");
             break;
+        }
+        if let Some(written) = item.written {
+            let _ = written.send(());
         }
     }
     queue.close();

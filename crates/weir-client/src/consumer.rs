@@ -12,12 +12,12 @@ use kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::RecordBatchDecoder;
 use kafka_protocol::ResponseError;
 use tokio::task::JoinHandle;
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{ClientError, Result};
+use crate::records::decode_batches;
 
 /// Where to start reading a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,31 +372,26 @@ async fn fetch_from(
             }
             out.2.insert(tp.clone(), partition.high_watermark);
             let mut next = start;
-            if let Some(mut bytes) = partition.records {
-                while bytes.len() >= 61 {
-                    let Ok(set) = RecordBatchDecoder::decode(&mut bytes) else {
-                        break;
-                    };
-                    for record in set.records {
-                        if record.offset < start || record.control {
+            if let Some(bytes) = partition.records {
+                match decode_batches(bytes) {
+                    Ok(records) => {
+                        for record in records {
                             next = next.max(record.offset + 1);
-                            continue;
+                            if record.offset < start {
+                                continue;
+                            }
+                            out.0.push(ConsumerRecord {
+                                topic: name.clone(),
+                                partition: tp.1,
+                                offset: record.offset,
+                                timestamp: record.timestamp,
+                                key: record.key,
+                                value: record.value,
+                                headers: record.headers,
+                            });
                         }
-                        next = record.offset + 1;
-                        out.0.push(ConsumerRecord {
-                            topic: name.clone(),
-                            partition: tp.1,
-                            offset: record.offset,
-                            timestamp: record.timestamp,
-                            key: record.key,
-                            value: record.value,
-                            headers: record
-                                .headers
-                                .into_iter()
-                                .map(|(k, v)| (k.as_str().to_string(), v))
-                                .collect(),
-                        });
                     }
+                    Err(error) => out.3 = Some(error),
                 }
             }
             out.1.insert(tp, next);

@@ -12,6 +12,7 @@ mod consumer;
 mod error;
 pub mod partitioner;
 mod producer;
+mod records;
 
 pub use admin::{Admin, ClusterStatus, ConfigEntry, TopicDescription};
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, PartitionInfo, TopicInfo};

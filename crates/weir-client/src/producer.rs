@@ -7,16 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
@@ -24,6 +21,7 @@ use crate::cluster::{ClientConfig, Cluster};
 use crate::connection::PendingResponse;
 use crate::error::{ClientError, Result};
 use crate::partitioner::partition_for_key;
+use crate::records::{encode_batch, BatchProducer, OutgoingRecord};
 
 /// Acknowledgement level of produced records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +159,7 @@ type Waiter = oneshot::Sender<Result<RecordMetadata>>;
 type TopicPartition = (String, i32);
 
 struct OpenBatch {
-    records: Vec<Record>,
+    records: Vec<OutgoingRecord>,
     waiters: Vec<Waiter>,
     bytes: usize,
     created: Instant,
@@ -332,28 +330,16 @@ impl Producer {
             bytes: 0,
             created: Instant::now(),
         });
-        let mut headers = IndexMap::with_capacity(record.headers.len());
-        for (name, value) in record.headers {
-            headers.insert(StrBytes::from_string(name), value);
-        }
-        batch.records.push(Record {
-            transactional: false,
-            control: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: record.timestamp.unwrap_or_else(now_ms),
+        batch.records.push(OutgoingRecord {
             key: record.key,
             value: record.value,
-            headers,
-            delete_horizon: false,
+            headers: record.headers,
+            timestamp: record.timestamp.unwrap_or_else(now_ms),
         });
         batch.waiters.push(tx);
         batch.bytes += permits as usize;
-        let full = batch.bytes >= inner.config.batch_bytes;
+        // Full when another record of this size would not fit.
+        let full = batch.bytes + permits as usize > inner.config.batch_bytes;
         if full && sticky && partitions > 1 {
             // Sticky partitioning: the next keyless record starts a batch elsewhere.
             let next = (partition + 1) % partitions;
@@ -470,7 +456,7 @@ impl Inner {
             for open in due {
                 {
                     {
-                        match encode_batch(open, *next_sequence, producer, config.compression) {
+                        match close_batch(open, *next_sequence, producer, config.compression) {
                             Ok(batch) => {
                                 if producer.0 >= 0 {
                                     // Sequence numbers wrap from i32::MAX to 0, as in Kafka.
@@ -538,46 +524,32 @@ enum Outcome {
 type EncodeFailure = (Vec<Waiter>, ClientError);
 
 /// Encodes an open batch with its sequence numbers; returns the batch and its record count.
-fn encode_batch(
+fn close_batch(
     open: OpenBatch,
     base_sequence: i32,
     producer: (i64, i16),
     compression: Compression,
 ) -> std::result::Result<(ReadyBatch, i32), EncodeFailure> {
-    let mut records = open.records;
-    let count = records.len() as i32;
-    for (i, record) in records.iter_mut().enumerate() {
-        record.offset = i as i64;
-        record.producer_id = producer.0;
-        record.producer_epoch = producer.1;
-        // The encoder starts a new batch wherever `offset - sequence` changes, and takes the
-        // batch's base sequence from the first record: without idempotence, -1, 0, 1, … gives
-        // one batch with base sequence -1.
-        record.sequence = if producer.0 >= 0 {
-            base_sequence.wrapping_add(i as i32)
-        } else {
-            i as i32 - 1
-        };
-    }
-    let mut buf = BytesMut::with_capacity(open.bytes + 128);
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression,
+    let count = open.records.len() as i32;
+    let idempotent = producer.0 >= 0;
+    let fields = BatchProducer {
+        producer_id: producer.0,
+        producer_epoch: producer.1,
+        base_sequence: if idempotent { base_sequence } else { -1 },
     };
-    if let Err(error) = RecordBatchEncoder::encode(&mut buf, &records, &options) {
-        return Err((
-            open.waiters,
-            ClientError::Protocol(format!("cannot encode batch: {error}")),
-        ));
+    match encode_batch(&open.records, fields, compression) {
+        Ok(encoded) => Ok((
+            ReadyBatch {
+                encoded,
+                waiters: open.waiters,
+                base_sequence: fields.base_sequence,
+                bytes: open.bytes,
+                created: open.created,
+            },
+            count,
+        )),
+        Err(error) => Err((open.waiters, error)),
     }
-    let batch = ReadyBatch {
-        encoded: buf.freeze(),
-        waiters: open.waiters,
-        base_sequence: if producer.0 >= 0 { base_sequence } else { -1 },
-        bytes: open.bytes,
-        created: open.created,
-    };
-    Ok((batch, count))
 }
 
 fn fail_all(waiters: Vec<Waiter>, error: &ClientError, memory: &Semaphore, bytes: usize) {

@@ -37,8 +37,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     partitions: i32,
     /// Bytes per record value (at least 8: the send timestamp).
-    #[arg(long, default_value_t = 100)]
-    record_size: usize,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(STAMP_BYTES as u64..=1 << 30))]
+    record_size: u64,
     /// Concurrent producers.
     #[arg(long, default_value_t = 1)]
     producers: usize,
@@ -55,7 +55,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
     /// Acknowledgement level: 0, 1 or all.
-    #[arg(long, default_value = "1", value_parser = ["0", "1", "all", "-1"])]
+    #[arg(long, default_value = "1", value_parser = ["0", "1", "all", "-1"], allow_hyphen_values = true)]
     acks: String,
     /// Compression: none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none", value_parser = parse_compression)]
@@ -141,9 +141,6 @@ impl Shared {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    if args.record_size < STAMP_BYTES {
-        anyhow::bail!("--record-size must be at least {STAMP_BYTES} (the send timestamp)");
-    }
     let admin = Admin::new(args.connect.client_config());
     match super::within(
         &args.connect,
@@ -219,7 +216,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         producers.push(tokio::spawn(produce(
             Producer::new(config),
             args.topic.clone(),
-            args.record_size,
+            args.record_size as usize,
             rate,
             shared.clone(),
         )));
@@ -371,14 +368,14 @@ fn report(args: &BenchArgs, shared: &Shared, duration: Duration) -> anyhow::Resu
         .0
         .map(|target| produce_rate >= target as f64 * 0.95);
     let report = serde_json::json!({
-        "topic": args.topic, "record_size": args.record_size, "producers": args.producers, "consumers": args.consumers,
+        "topic": args.topic, "record_size": args.record_size as usize, "producers": args.producers, "consumers": args.consumers,
         "acks": args.acks, "target_rate": args.rate.0, "rate_held": rate_held, "duration_s": seconds,
         "produce": {"records_per_s": produce_rate, "mb_per_s": mb(produced)},
         "consume": {"records_per_s": consumed / seconds, "mb_per_s": mb(consumed)},
         "publish_latency": percentiles(&publish),
         "end_to_end_latency": percentiles(&end_to_end),
     });
-    println!("weir bench: topic {} | {} B records | {} producer(s), {} consumer(s) | acks {} | {} s measured", args.topic, args.record_size, args.producers, args.consumers, args.acks, seconds);
+    println!("weir bench: topic {} | {} B records | {} producer(s), {} consumer(s) | acks {} | {} s measured", args.topic, args.record_size as usize, args.producers, args.consumers, args.acks, seconds);
     println!("{:<22} {:>14} {:>10}", "", "records/s", "MB/s");
     println!(
         "{:<22} {:>14.0} {:>10.1}",
@@ -482,6 +479,9 @@ fn loopback_bandwidth() -> anyhow::Result<f64> {
 }
 
 fn disk_bandwidth(dir: &std::path::Path) -> anyhow::Result<(f64, f64, f64)> {
+    if !dir.is_dir() {
+        anyhow::bail!("--limits-dir {} is not a directory", dir.display());
+    }
     let path = dir.join(".weir-bench-limits");
     let chunk = vec![0x5au8; 1 << 20];
     let write_gib = |sync: bool| -> anyhow::Result<f64> {

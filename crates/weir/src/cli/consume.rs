@@ -80,17 +80,19 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     // The end of the data as it is now: without --follow or -n, stop there.
     let mut ends = BTreeMap::new();
     for &partition in &partitions {
-        let start = super::within(
-            &args.connect,
-            consumer.assign(&args.topic, partition, args.offset),
-        )
-        .await?;
         let end = super::within(
             &args.connect,
             admin.list_offset(&args.topic, partition, OffsetSpec::Latest),
         )
         .await?
         .unwrap_or(0);
+        // An offset past a partition's end starts at its end (nothing to read there yet).
+        let from = match args.offset {
+            OffsetSpec::At(offset) if offset > end => OffsetSpec::At(end),
+            other => other,
+        };
+        let start =
+            super::within(&args.connect, consumer.assign(&args.topic, partition, from)).await?;
         if end > start {
             ends.insert(partition, end);
         }

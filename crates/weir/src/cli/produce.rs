@@ -30,7 +30,7 @@ pub struct ProduceArgs {
     #[arg(short, long)]
     partition: Option<i32>,
     /// Acknowledgement level: 0, 1 or all.
-    #[arg(long, default_value = "all", value_parser = ["0", "1", "all", "-1"])]
+    #[arg(long, default_value = "all", value_parser = ["0", "1", "all", "-1"], allow_hyphen_values = true)]
     acks: String,
     /// Compression: none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none", value_parser = super::bench::parse_compression)]

@@ -48,6 +48,7 @@ enum TopicCommand {
         name: String,
     },
     /// Set or remove topic config overrides.
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true).args(["set", "delete"])))]
     AlterConfig {
         /// Topic name.
         name: String,
@@ -137,9 +138,6 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
             println!("deleted topic {name}");
         }
         TopicCommand::AlterConfig { name, set, delete } => {
-            if set.is_empty() && delete.is_empty() {
-                anyhow::bail!("nothing to change: give --set KEY=VALUE or --delete KEY");
-            }
             let set: BTreeMap<String, String> = set.into_iter().collect();
             within(connect, admin.alter_configs(&name, &set, &delete)).await?;
             println!("altered configs of topic {name}");
