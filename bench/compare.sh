@@ -26,6 +26,7 @@
 #   --throughput-duration S  throughput: seconds measured (default 20; --quick 5)
 #   --latency-duration S  latency: seconds measured (default 30; --quick 5)
 #   --latency-rate R      latency: records/s (default 50000); acks=1
+#   --latency-linger-ms MS latency: the producer's linger (default 1, weir bench's default)
 #   --prewarm S           before each measurement, run weir bench for S seconds at the maximum
 #                         rate on a separate topic, then sync (default 0: brokers are measured
 #                         from a cold start; a JVM compiles its hot paths during the first seconds)
@@ -89,6 +90,7 @@ BENCH_ACKS=1
 TPUT_DURATION=""
 LAT_DURATION=""
 LAT_RATE=50000
+LAT_LINGER_MS=1
 TIMEOUT=1800
 KEEP_DATA=0
 PREWARM=0
@@ -113,6 +115,7 @@ while [[ $# -gt 0 ]]; do
         --throughput-duration) TPUT_DURATION="$2"; shift 2 ;;
         --latency-duration) LAT_DURATION="$2"; shift 2 ;;
         --latency-rate) LAT_RATE="$2"; shift 2 ;;
+        --latency-linger-ms) LAT_LINGER_MS="$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --prewarm) PREWARM="$2"; shift 2 ;;
         --keep-data) KEEP_DATA=1; shift ;;
@@ -450,7 +453,7 @@ for w in $WORKLOADS; do
                     --acks "$BENCH_ACKS" --rate max ;;
             latency)
                 run_weir_bench latency "$target" "$LAT_DURATION" \
-                    --acks 1 --rate "$LAT_RATE" ;;
+                    --acks 1 --rate "$LAT_RATE" --linger-ms "$LAT_LINGER_MS" ;;
         esac
         put "$w" "$target" hwm "$(proc_hwm_mib "$BROKER_PID")"
         broker_stop "$target"
