@@ -32,8 +32,8 @@ struct Case {
     sync: Sync,
 }
 
-fn open_partition(dir: &Path) -> Arc<Partition> {
-    let _ = std::fs::remove_dir_all(dir);
+/// Opens the bench log in `dir` with default topic settings.
+fn open_log(dir: &Path) -> (Log, weir_broker::TopicSettings) {
     let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
     let settings = config.topic_settings(&BTreeMap::new());
     let (log, _) = Log::open(
@@ -43,6 +43,12 @@ fn open_partition(dir: &Path) -> Arc<Partition> {
         settings.log,
     )
     .expect("open log");
+    (log, settings)
+}
+
+fn open_partition(dir: &Path) -> Arc<Partition> {
+    let _ = std::fs::remove_dir_all(dir);
+    let (log, settings) = open_log(dir);
     Arc::new(Partition::new(
         "bench".into(),
         weir_controller::Uuid::nil(),
@@ -96,15 +102,7 @@ async fn run_case(case: &Case, dir: &Path, seconds: f64) -> (f64, f64) {
 }
 
 fn read_all(dir: &Path) -> f64 {
-    let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
-    let settings = config.topic_settings(&BTreeMap::new());
-    let (log, _) = Log::open(
-        dir,
-        Arc::new(FsStorage),
-        Arc::new(SystemClock),
-        settings.log,
-    )
-    .expect("open log");
+    let (log, _) = open_log(dir);
     let started = Instant::now();
     let mut offset = log.log_start_offset();
     let mut bytes = 0usize;
