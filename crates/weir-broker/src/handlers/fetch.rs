@@ -21,6 +21,10 @@ use crate::partition::Partition;
 /// Longest long poll served, whatever `max_wait_ms` asks: bounds how long a request holds a
 /// slot in its connection's pipeline.
 pub const FETCH_WAIT_MS_MAX: u64 = 30_000;
+/// Most bytes one fetch response carries, whatever `max_bytes` asks (Kafka's broker-side
+/// `fetch.max.bytes` default): a client cannot make the broker read a whole segment into
+/// memory. A first batch larger than this is still returned whole.
+pub const FETCH_BYTES_MAX: usize = 57_671_680;
 
 struct Target {
     name: TopicName,
@@ -58,7 +62,9 @@ pub async fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -
         .min(FETCH_WAIT_MS_MAX);
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
-    let max_bytes = usize::try_from(request.max_bytes).unwrap_or(0);
+    let max_bytes = usize::try_from(request.max_bytes)
+        .unwrap_or(0)
+        .min(FETCH_BYTES_MAX);
     let mut shutdown = broker.shutdown.clone();
     loop {
         let mut watches: Vec<watch::Receiver<i64>> = targets
