@@ -122,11 +122,6 @@ impl Connection {
         Ok(Arc::new(connection))
     }
 
-    /// The broker's address.
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
     /// The version to use for `api_key`: the highest both sides support, capped at `max`.
     pub fn version_for(&self, api_key: ApiKey, min: i16, max: i16) -> Result<i16> {
         let (broker_min, broker_max) = self

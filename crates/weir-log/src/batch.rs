@@ -19,8 +19,6 @@ pub const NO_PRODUCER_ID: i64 = -1;
 pub const NO_SEQUENCE: i32 = -1;
 
 const CRC_START: usize = 21;
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
-const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
@@ -113,16 +111,6 @@ impl BatchHeader {
         }
         let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
         (last % (i64::from(i32::MAX) + 1)) as i32
-    }
-
-    /// Compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
-    pub fn compression(&self) -> i16 {
-        self.attributes & ATTR_COMPRESSION_MASK
-    }
-
-    /// True when the batch's timestamps are broker append times.
-    pub fn is_log_append_time(&self) -> bool {
-        self.attributes & ATTR_TIMESTAMP_TYPE != 0
     }
 
     /// True for a batch written inside a transaction.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::batch::{patch_batch, validate_batch, BatchHeader};
+use crate::batch::{patch_batch, validate_batch};
 use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
@@ -600,16 +600,5 @@ impl Log {
     pub fn delete(self) -> Result<(), LogError> {
         self.storage.remove_dir_all(&self.dir)?;
         Ok(())
-    }
-
-    /// Headers of every batch from `offset` on, for inspection and tests.
-    pub fn batch_headers(&self, offset: i64) -> Result<Vec<BatchHeader>, LogError> {
-        let mut headers = Vec::new();
-        let mut next = offset;
-        while let Some((_, location)) = self.locate(next)? {
-            next = location.header.last_offset() + 1;
-            headers.push(location.header);
-        }
-        Ok(headers)
     }
 }
