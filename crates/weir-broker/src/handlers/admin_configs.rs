@@ -114,6 +114,20 @@ fn is_this_broker(broker: &Broker, name: &StrBytes) -> bool {
     name.as_str().is_empty() || name.as_str() == broker.identity.node_id.to_string()
 }
 
+/// One resource's result; AlterConfigs and IncrementalAlterConfigs answer with identical but
+/// distinct generated types, so a macro fills either.
+macro_rules! alter_result {
+    ($ty:ty, $resource:expr, $outcome:expr) => {{
+        let (error_code, error_message) = $outcome;
+        let mut result = <$ty>::default();
+        result.error_code = error_code;
+        result.error_message = error_message;
+        result.resource_type = $resource.resource_type;
+        result.resource_name = $resource.resource_name;
+        result
+    }};
+}
+
 /// The change one resource asks for: `(set, delete, replace)`.
 type ConfigChange = (BTreeMap<String, String>, Vec<String>, bool);
 
@@ -174,7 +188,7 @@ pub async fn alter_configs(
             })
             .collect::<Result<BTreeMap<_, _>, _>>()
             .map(|set| (set, Vec::new(), true));
-        let (error_code, error_message) = alter_resource(
+        let outcome = alter_resource(
             broker,
             resource.resource_type,
             &resource.resource_name,
@@ -182,12 +196,11 @@ pub async fn alter_configs(
             request.validate_only,
         )
         .await;
-        let mut result = AlterConfigsResourceResponse::default();
-        result.error_code = error_code;
-        result.error_message = error_message;
-        result.resource_type = resource.resource_type;
-        result.resource_name = resource.resource_name;
-        response.responses.push(result);
+        response.responses.push(alter_result!(
+            AlterConfigsResourceResponse,
+            resource,
+            outcome
+        ));
     }
     response
 }
@@ -222,7 +235,7 @@ pub async fn incremental_alter_configs(
             Some(message) => Err(message),
             None => Ok((set, delete, false)),
         };
-        let (error_code, error_message) = alter_resource(
+        let outcome = alter_resource(
             broker,
             resource.resource_type,
             &resource.resource_name,
@@ -230,12 +243,11 @@ pub async fn incremental_alter_configs(
             request.validate_only,
         )
         .await;
-        let mut result = AlterConfigsResourceResponse::default();
-        result.error_code = error_code;
-        result.error_message = error_message;
-        result.resource_type = resource.resource_type;
-        result.resource_name = resource.resource_name;
-        response.responses.push(result);
+        response.responses.push(alter_result!(
+            AlterConfigsResourceResponse,
+            resource,
+            outcome
+        ));
     }
     response
 }
