@@ -56,6 +56,8 @@ pub struct AppendInfo {
     pub last_offset: i64,
     /// True when this batch was a retry of one already written; nothing was appended.
     pub duplicate: bool,
+    /// The log start offset after the append (Produce answers with it).
+    pub log_start_offset: i64,
 }
 
 /// What recovery found and did when the log was opened.
@@ -342,6 +344,7 @@ impl Log {
                     base_offset,
                     last_offset,
                     duplicate: true,
+                    log_start_offset: self.log_start_offset,
                 });
             }
             SequenceCheck::OutOfOrder => return Err(LogError::OutOfOrderSequence),
@@ -362,6 +365,7 @@ impl Log {
             base_offset,
             last_offset: header.last_offset(),
             duplicate: false,
+            log_start_offset: self.log_start_offset,
         })
     }
 

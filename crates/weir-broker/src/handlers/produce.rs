@@ -54,9 +54,9 @@ pub fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> Pe
                 data.records,
             );
             match outcome {
-                Ok((partition, info, log_start_offset)) => {
+                Ok((partition, info)) => {
                     result.base_offset = info.base_offset;
-                    result.log_start_offset = log_start_offset;
+                    result.log_start_offset = info.log_start_offset;
                     if partition.settings().flush_policy.sync_before_ack(acks) {
                         durable.push((partition, info.last_offset + 1));
                     }
@@ -80,7 +80,7 @@ pub fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> Pe
     }
 }
 
-type AppendOutcome = (Arc<Partition>, weir_log::AppendInfo, i64);
+type AppendOutcome = (Arc<Partition>, weir_log::AppendInfo);
 
 fn append_partition(
     broker: &Arc<Broker>,
@@ -129,10 +129,7 @@ fn append_partition(
     }
     let mut batch = records.to_vec();
     match partition.append(&mut batch) {
-        Ok(info) => {
-            let log_start_offset = partition.log().log_start_offset();
-            Ok((partition, info, log_start_offset))
-        }
+        Ok(info) => Ok((partition, info)),
         Err(LogError::Io(error)) => storage_failure(&partition.dir, &error.to_string()),
         Err(error) => {
             if matches!(error, LogError::Batch(_)) {
