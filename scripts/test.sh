@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one test command: builds Weir, runs the Rust tests, then runs the
-# compatibility suite (compat/) against the built binary with real Kafka clients.
+# The one test command: checks formatting and lints, builds Weir, runs the Rust
+# tests (including the saved fuzz corpus), then runs the compatibility suite
+# (compat/) against the built binary with real Kafka clients.
 #
 #   scripts/test.sh [extra pytest arguments]
 #
@@ -100,6 +101,15 @@ echo "cargo:  $(cargo --version)"
 echo "kcat:   $(kcat -V 2>&1 | grep -m1 -o 'Version.*' || true)"
 echo "python: $("$PYTHON" --version 2>&1)"
 echo "node:   $(node --version), npm $(npm --version)"
+end
+
+# ------------------------------------------------------------------------------
+begin "cargo fmt --all --check"
+cargo fmt --all --check
+end
+
+begin "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 end
 
 # ------------------------------------------------------------------------------

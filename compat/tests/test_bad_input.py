@@ -14,7 +14,7 @@ import time
 import pytest
 
 import wire
-from clients import Rec, create_topic, produce_confluent, read_confluent, unique_topic
+from clients import Rec, create_topic, produce_confluent, read_confluent, read_kafka_python, unique_topic
 
 REQUIRED_APIS = {
     0: "Produce",
@@ -34,6 +34,8 @@ REQUIRED_APIS = {
 }
 UNSUPPORTED_VERSION = 35
 CORRUPT_MESSAGE = 2
+INVALID_TIMESTAMP = 32
+INVALID_RECORD = 87
 
 
 @pytest.fixture(scope="module")
@@ -107,34 +109,78 @@ def test_request_trickled_byte_by_byte(bootstrap):
     assert (parsed["correlation_id"], parsed["error_code"]) == (55, 0)
 
 
-def test_garbage_frames(bootstrap, health_topic):
-    rng = random.Random(20240601)
-    frames = []
-    # Unknown API key, garbage after it.
-    frames.append(struct.pack(">hhi", 0x7F7F, 0, 1) + rng.randbytes(60))
-    # Known API keys (Produce, Fetch, Metadata, CreateTopics) with garbage bodies.
-    for key, version in ((0, 3), (1, 4), (3, 1), (19, 2)):
-        frames.append(struct.pack(">hhi", key, version, 2) + wire.string("x") + rng.randbytes(rng.randint(1, 200)))
-    # Header with a client-id length running past the end of the frame.
-    frames.append(struct.pack(">hhih", 18, 0, 3, 5000) + b"abc")
-    # Entirely random frames of assorted sizes.
-    for _ in range(12):
-        frames.append(rng.randbytes(rng.randint(1, 2048)))
+UNKNOWN_API_KEY = 0x7F7F
 
+
+def garbage_frames() -> list[tuple[str, bytes]]:
+    """Frames no broker can serve, each with why: every one must close its connection."""
+    rng = random.Random(20240601)
+    frames = [("unknown API key", struct.pack(">hhi", UNKNOWN_API_KEY, 0, 1) + rng.randbytes(60))]
+    # Known API keys at supported versions, bodies cut short after a plausible start.
+    for key, version in ((0, 3), (1, 4), (3, 1), (19, 2)):
+        body = wire.string("x") + struct.pack(">i", 0x7FFFFFF0)
+        frames.append((f"api {key} v{version} truncated body", struct.pack(">hhi", key, version, 2) + wire.string("x") + body))
+    # Supported APIs at versions nobody serves (not ApiVersions, which answers).
+    for key in (0, 1, 3):
+        frames.append((f"api {key} v99", struct.pack(">hhi", key, 99, 3) + rng.randbytes(40)))
+    # A header whose client-id length runs past the end of the frame.
+    frames.append(("client id past the end", struct.pack(">hhih", 18, 0, 3, 5000) + b"abc"))
+    # Random bytes after an unknown API key, in assorted sizes.
+    for i in range(12):
+        frames.append((f"random {i}", struct.pack(">h", UNKNOWN_API_KEY - i) + rng.randbytes(rng.randint(6, 2048))))
+    return frames
+
+
+def test_garbage_frames_close_the_connection(bootstrap, health_topic):
     connections = []
     try:
-        for payload in frames:
+        for what, payload in garbage_frames():
             conn = wire.Connection(bootstrap)
             conn.send(wire.int32(len(payload)) + payload)
-            connections.append(conn)
-        for i, conn in enumerate(connections):
-            # Either the broker closes the connection or it answers; it must not hang.
-            outcome = conn.wait_closed_or_reply(timeout=15)
-            assert outcome in ("closed", "reply"), (i, outcome)
+            connections.append((what, conn))
+        for what, conn in connections:
+            assert conn.wait_closed_or_reply(timeout=15) == "closed", f"{what}: the broker answered garbage"
     finally:
-        for conn in connections:
+        for _, conn in connections:
             conn.close()
     assert_serving(bootstrap, health_topic)
+
+
+def hostile_batches(now: int) -> list[tuple[str, bytes, int]]:
+    """Batches under a valid CRC whose content lies, with the error code Kafka gives each."""
+    good = wire.record_batch([(b"k", b"honest value")], base_timestamp=now)
+    empty_span = struct.pack(">hiqqqhii", 0, 0x7FFFFFFE, now, now, -1, -1, -1, 0x7FFFFFFF)
+    span = wire.recrc(struct.pack(">qiibI", 0, 49, -1, 2, 0) + empty_span)
+    return [
+        ("2^31-1 records claimed, none present", span, INVALID_RECORD),
+        ("record length varint lies", wire.patch(good, 61, b"\x7e"), INVALID_RECORD),
+        ("unknown codec 7", wire.patch(good, 21, b"\x00\x07"), INVALID_RECORD),
+        ("gzip flag on plain bytes", wire.patch(good, 21, b"\x00\x01"), CORRUPT_MESSAGE),
+        ("record count above the records", wire.patch(wire.patch(good, 23, struct.pack(">i", 1)), 57, struct.pack(">i", 2)), INVALID_RECORD),
+        ("timestamp two hours ahead", wire.record_batch([(b"k", b"v")], base_timestamp=now + 2 * 3600 * 1000), INVALID_TIMESTAMP),
+    ]
+
+
+def test_hostile_batches_are_refused_and_consumers_never_stall(bootstrap, weir):
+    """Each batch is refused with Kafka's code; the partition keeps serving and real consumers
+    read every good record without stalling or a corrupt-record error."""
+    topic = unique_topic("hostile")
+    create_topic(bootstrap, topic, partitions=1)
+    version = negotiate_produce_version(bootstrap)
+    now = int(time.time() * 1000)
+    for i in range(3):
+        produce_confluent(bootstrap, topic, [Rec(key=b"k", value=b"before-%d" % i, partition=0)])
+    for what, batch, code in hostile_batches(now):
+        for attempt in range(50 if "2^31" in what else 1):
+            result = raw_produce(bootstrap, version, topic, batch, correlation_id=100 + attempt)
+            assert result["error_code"] == code, f"{what}: {result}"
+    produce_confluent(bootstrap, topic, [Rec(key=b"k", value=b"after", partition=0)])
+    want = [b"before-0", b"before-1", b"before-2", b"after"]
+    for read in (read_confluent, read_kafka_python):
+        log = read(bootstrap, topic, [0])[0]
+        assert [r.value for r in log] == want, read.__name__
+        assert [r.offset for r in log] == [0, 1, 2, 3], read.__name__
+    assert_serving(bootstrap, topic)
 
 
 @pytest.mark.parametrize("size", [0x7FFFFFFF, 0x40000000, -1, -0x80000000, 0], ids=["2GiB", "1GiB", "minus1", "int-min", "zero"])

@@ -14,7 +14,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from clients import Stored, assert_same_log, java_partition, read_back, unique_topic
 
@@ -24,10 +23,9 @@ SCRIPT = COMPAT_DIR / "kafkajs" / "produce.js"
 
 def run_kafkajs(bootstrap: str, topic: str, count: int) -> dict:
     node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not on PATH")
-    if not (COMPAT_DIR / "node_modules" / "kafkajs").is_dir():
-        pytest.skip("kafkajs is not installed: run `npm ci --prefix compat`")
+    # A missing tool is a failure, not a skip: scripts/test.sh installs both.
+    assert node is not None, "node is not on PATH (scripts/test.sh installs Node.js)"
+    assert (COMPAT_DIR / "node_modules" / "kafkajs").is_dir(), "kafkajs is not installed: run `npm ci --prefix compat`"
     proc = subprocess.run(
         [node, str(SCRIPT), bootstrap, topic, str(count)],
         cwd=COMPAT_DIR,

@@ -16,8 +16,8 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 @pytest.fixture
 def kcat():
-    if KCAT is None:
-        pytest.skip("kcat is not on PATH (scripts/test.sh installs the Debian package 'kcat')")
+    # A missing tool is a failure, not a skip: scripts/test.sh installs it.
+    assert KCAT is not None, "kcat is not on PATH (scripts/test.sh installs the Debian package 'kcat')"
     return KCAT
 
 

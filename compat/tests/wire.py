@@ -173,6 +173,16 @@ def record_batch(records: list[tuple[bytes | None, bytes | None]], base_timestam
     return struct.pack(">qiibI", 0, batch_length, -1, 2, crc32c(after_crc)) + after_crc
 
 
+def recrc(batch: bytes) -> bytes:
+    """The batch with its CRC-32C recomputed: hostile content under a valid checksum."""
+    return batch[:17] + struct.pack(">I", crc32c(batch[21:])) + batch[21:]
+
+
+def patch(batch: bytes, offset: int, value: bytes) -> bytes:
+    """The batch with `value` written at `offset` and the CRC made valid again."""
+    return recrc(batch[:offset] + value + batch[offset + len(value):])
+
+
 # ---------------------------------------------------------------------------------
 # Requests and responses
 # ---------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use weir_broker::partition::Partition;
 use weir_broker::BrokerConfig;
 use weir_log::batch::{build_batch, ProducerFields};
-use weir_log::storage::FsStorage;
-use weir_log::{Log, SystemClock};
+use weir_log::{validate, Log, SystemClock, ValidBatch, ValidationLimits};
+use weir_storage::{FileCache, FsStorage};
 
 #[derive(Clone, Copy)]
 enum Sync {
@@ -38,7 +39,7 @@ fn open_log(dir: &Path) -> (Log, weir_broker::TopicSettings) {
     let settings = config.topic_settings(&BTreeMap::new());
     let (log, _) = Log::open(
         dir,
-        Arc::new(FsStorage),
+        FileCache::new(Arc::new(FsStorage), 64),
         Arc::new(SystemClock),
         settings.log,
     )
@@ -59,9 +60,10 @@ fn open_partition(dir: &Path) -> Arc<Partition> {
     ))
 }
 
-fn batch_of(total_bytes: usize) -> Vec<u8> {
+fn batch_of(total_bytes: usize) -> ValidBatch {
     let value = vec![0x5au8; total_bytes.saturating_sub(61 + 8)];
-    build_batch(&[&value], 0, ProducerFields::NONE)
+    let bytes = Bytes::from(build_batch(&[&value], 0, ProducerFields::NONE));
+    validate(bytes, &ValidationLimits::unbounded_time(1 << 20)).expect("valid batch")
 }
 
 async fn run_case(case: &Case, dir: &Path, seconds: f64) -> (f64, f64) {
@@ -77,8 +79,7 @@ async fn run_case(case: &Case, dir: &Path, seconds: f64) -> (f64, f64) {
         tasks.push(tokio::spawn(async move {
             let mut appends = 0u64;
             while Instant::now() < deadline {
-                let mut bytes = batch.as_ref().clone();
-                let info = partition.append(&mut bytes).expect("append");
+                let info = partition.append(&batch).expect("append");
                 match sync {
                     Sync::PerAppend => {
                         let ticket = partition.log().flush_ticket();
@@ -107,16 +108,26 @@ fn read_all(dir: &Path) -> f64 {
     let mut offset = log.log_start_offset();
     let mut bytes = 0usize;
     while offset < log.high_watermark() {
-        let chunk = log
-            .read(offset, 1 << 20, log.high_watermark())
+        let view = log
+            .read_view(offset, log.high_watermark())
+            .expect("view")
+            .expect("data below the high watermark");
+        let chunk = view
+            .slice(1 << 20, true)
+            .expect("slice")
+            .expect("bytes")
+            .read()
             .expect("read");
         let mut rest = &chunk[..];
-        while !rest.is_empty() {
-            let header = weir_log::BatchHeader::parse(rest).expect("header");
+        while let Some(header) = weir_log::BatchHeader::parse(rest) {
+            let total = header.total_bytes() as usize;
+            if total > rest.len() {
+                break;
+            }
             offset = header.last_offset() + 1;
-            rest = &rest[header.total_bytes()..];
+            rest = &rest[total..];
         }
-        bytes += chunk.len();
+        bytes += chunk.len() - rest.len();
     }
     bytes as f64 / 1e6 / started.elapsed().as_secs_f64()
 }

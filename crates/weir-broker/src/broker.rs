@@ -3,11 +3,19 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use weir_controller::{Controller, ControllerError, MetadataImage};
 
 use crate::config::BrokerConfig;
+use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
+
+/// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
+/// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
+/// so more at once than cores would only queue on the CPU while holding memory.
+const COMPRESSED_VALIDATIONS_MAX: usize = 2;
+/// How often partitions that could not open (no space, no file descriptors) are tried again.
+const PENDING_OPEN_RETRY_MS: u64 = 5_000;
 
 /// Resolves once shutdown has been signalled on `shutdown`.
 pub async fn stopping(shutdown: &mut watch::Receiver<bool>) {
@@ -48,6 +56,11 @@ pub struct Broker {
     producer_ids: Mutex<ProducerIdBlock>,
     /// Becomes true when the server is shutting down; long polls answer at once.
     pub shutdown: watch::Receiver<bool>,
+    /// `queued.max.request.bytes`: permits for request bytes held in memory, broker-wide.
+    pub request_memory: Arc<Semaphore>,
+    /// Permits to decompress and validate a compressed batch (see
+    /// [`COMPRESSED_VALIDATIONS_MAX`]).
+    pub compressed_validations: Semaphore,
 }
 
 impl Broker {
@@ -60,6 +73,11 @@ impl Broker {
         shutdown: watch::Receiver<bool>,
     ) -> Broker {
         partitions.sync(&controller.image());
+        let request_memory = Arc::new(Semaphore::new(
+            usize::try_from(config.queued_max_request_bytes)
+                .unwrap_or(usize::MAX)
+                .min(Semaphore::MAX_PERMITS),
+        ));
         Broker {
             config,
             identity,
@@ -67,6 +85,8 @@ impl Broker {
             partitions,
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,
+            request_memory,
+            compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
         }
     }
 
@@ -76,7 +96,8 @@ impl Broker {
     }
 
     /// Runs a controller operation off the async workers (it fsyncs), then brings the hosted
-    /// partitions in line with the new image.
+    /// partitions in line with the new image. A metadata log that failed beyond repair stops
+    /// the process.
     pub async fn change_metadata<T, F>(self: &Arc<Self>, change: F) -> Result<T, ControllerError>
     where
         T: Send + 'static,
@@ -85,11 +106,18 @@ impl Broker {
         let broker = self.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let result = change(&broker.controller);
+            if let Err(ControllerError::Fatal(error)) = &result {
+                storage_failure(std::path::Path::new("metadata"), &error.to_string());
+            }
             broker.partitions.sync(&broker.controller.image());
             result
         })
         .await;
-        joined.unwrap_or_else(|e| Err(ControllerError::Io(std::io::Error::other(e.to_string()))))
+        joined.unwrap_or_else(|e| {
+            Err(ControllerError::Storage(std::io::Error::other(
+                e.to_string(),
+            )))
+        })
     }
 
     /// Hands out a producer id never used before, reserving a new block when needed.
@@ -111,19 +139,28 @@ impl Broker {
     }
 
     /// Background upkeep: retention and segment age every `log.retention.check.interval.ms`,
-    /// recovery checkpoints every `log.flush.offset.checkpoint.interval.ms`. Ends at shutdown.
+    /// recovery checkpoints every `log.flush.offset.checkpoint.interval.ms`, and another try
+    /// at opening partitions that could not open for lack of space. Ends at shutdown.
     pub async fn run_log_maintenance(self: Arc<Self>) {
         let mut retention = tokio::time::interval(Duration::from_millis(
-            self.config.retention_check_interval_ms(),
+            self.config.retention_check_interval_ms,
         ));
         let mut checkpoint =
-            tokio::time::interval(Duration::from_millis(self.config.checkpoint_interval_ms()));
+            tokio::time::interval(Duration::from_millis(self.config.checkpoint_interval_ms));
+        let mut reopen = tokio::time::interval(Duration::from_millis(PENDING_OPEN_RETRY_MS));
+        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        reopen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
                 _ = retention.tick() => {
                     let broker = self.clone();
                     let _ = tokio::task::spawn_blocking(move || broker.partitions.run_retention()).await;
+                }
+                _ = reopen.tick() => {
+                    let broker = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.retry_pending()).await;
                 }
                 _ = checkpoint.tick() => {
                     let broker = self.clone();

@@ -1,10 +1,10 @@
-//! Broker settings (Kafka's broker property names) and per-topic settings resolved from topic
-//! overrides over broker defaults.
+//! Broker settings (Kafka's broker property names), parsed once at startup into typed fields,
+//! and per-topic settings resolved from topic overrides over broker defaults.
 
 use std::collections::BTreeMap;
 
 use weir_controller::topic_config::{
-    check_value, topic_config, TopicConfigDef, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
+    check_value, topic_config, ConfigKind, TopicConfigDef, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
     TOPIC_CONFIGS,
 };
 use weir_log::LogConfig;
@@ -20,15 +20,24 @@ pub enum ConfigSource {
     Default = 5,
 }
 
+/// The values a broker-only setting accepts.
+#[derive(Debug, Clone, Copy)]
+enum SettingKind {
+    /// A topic-config kind (integer range or fixed words).
+    Plain(ConfigKind),
+    /// `host:count,host:count` (`max.connections.per.ip.overrides`).
+    HostCounts,
+}
+
 /// One broker-level setting that is not a topic default.
 struct BrokerSetting {
     name: &'static str,
     default: &'static str,
-    kind: weir_controller::topic_config::ConfigKind,
+    kind: SettingKind,
     doc: &'static str,
 }
 
-const fn setting(
+const fn long_setting(
     name: &'static str,
     default: &'static str,
     min: i64,
@@ -38,58 +47,96 @@ const fn setting(
     BrokerSetting {
         name,
         default,
-        kind: weir_controller::topic_config::ConfigKind::Long { min, max },
+        kind: SettingKind::Plain(ConfigKind::Long { min, max }),
         doc,
     }
 }
 
-const BOOLEAN: weir_controller::topic_config::ConfigKind =
-    weir_controller::topic_config::ConfigKind::Choice(&["true", "false"]);
-
-/// Broker-only settings, with Kafka's names and defaults.
+/// Broker-only settings, with Kafka's names and, where Kafka's default is unbounded, a bound.
 const BROKER_SETTINGS: &[BrokerSetting] = &[
     BrokerSetting {
         name: "auto.create.topics.enable",
         default: "true",
-        kind: BOOLEAN,
+        kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
         doc: "Create a topic when a Metadata request that allows it names an unknown one.",
     },
-    setting(
+    long_setting(
         "num.partitions",
         "1",
         1,
         10_000,
         "Partitions of an auto-created topic or a CreateTopics with -1.",
     ),
-    setting(
+    long_setting(
         "default.replication.factor",
         "1",
         1,
         1,
         "Replication factor when CreateTopics asks for -1.",
     ),
-    setting(
+    long_setting(
         "socket.request.max.bytes",
         "104857600",
         1024,
         i32::MAX as i64,
         "Largest request frame accepted; larger ones close the connection.",
     ),
-    setting(
+    long_setting(
+        "queued.max.request.bytes",
+        "268435456",
+        1024,
+        i64::MAX,
+        "Request bytes held in memory at once, over all connections (at least socket.request.max.bytes). When reached, sockets sending large requests are not read until memory frees (backpressure); requests up to 64 KiB always proceed.",
+    ),
+    long_setting(
+        "connections.max.idle.ms",
+        "600000",
+        1,
+        i64::MAX,
+        "Close a connection on which no byte was read or written for this long.",
+    ),
+    long_setting(
+        "max.connections",
+        "10000",
+        1,
+        i32::MAX as i64,
+        "Most open client connections; a connection beyond it is closed at once. Also bounded by the open-file limit.",
+    ),
+    long_setting(
+        "max.connections.per.ip",
+        "1000",
+        1,
+        i32::MAX as i64,
+        "Most open connections from one IP address; a connection beyond it is closed at once.",
+    ),
+    BrokerSetting {
+        name: "max.connections.per.ip.overrides",
+        default: "",
+        kind: SettingKind::HostCounts,
+        doc: "Per-address exceptions to max.connections.per.ip, as host:count,host:count (IP addresses or names resolved at startup).",
+    },
+    long_setting(
         "log.retention.check.interval.ms",
         "300000",
         1,
         i64::MAX,
         "How often retention and segment age are checked.",
     ),
-    setting(
+    long_setting(
         "producer.id.expiration.ms",
         "86400000",
         1,
         i64::MAX,
         "Idle time after which a partition forgets an idempotent producer.",
     ),
-    setting(
+    long_setting(
+        "producer.id.max.per.partition",
+        "5000",
+        1,
+        10_000_000,
+        "Most idempotent producers a partition remembers; beyond it the one idle longest is forgotten (its next batch starts a fresh sequence).",
+    ),
+    long_setting(
         "log.flush.offset.checkpoint.interval.ms",
         "60000",
         1,
@@ -103,10 +150,37 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-/// Broker-level settings.
+/// Broker-level settings, parsed and checked once.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    values: BTreeMap<String, String>,
+    /// The properties as given (file, environment, flags), for DescribeConfigs.
+    given: BTreeMap<String, String>,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics_enable: bool,
+    /// `num.partitions`.
+    pub num_partitions: i32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
+    /// `socket.request.max.bytes`.
+    pub socket_request_max_bytes: u32,
+    /// `queued.max.request.bytes`.
+    pub queued_max_request_bytes: u64,
+    /// `connections.max.idle.ms`.
+    pub connections_max_idle_ms: u64,
+    /// `max.connections`.
+    pub max_connections: u32,
+    /// `max.connections.per.ip`.
+    pub max_connections_per_ip: u32,
+    /// `max.connections.per.ip.overrides`, as given: (host, count).
+    pub max_connections_per_ip_overrides: Vec<(String, u32)>,
+    /// `log.retention.check.interval.ms`.
+    pub retention_check_interval_ms: u64,
+    /// `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: i64,
+    /// `log.flush.offset.checkpoint.interval.ms`.
+    pub checkpoint_interval_ms: u64,
+    /// Topic settings with no topic override: the broker-level names, else Kafka's defaults.
+    topic_defaults: TopicSettings,
 }
 
 /// A config key, its value and where the value came from.
@@ -122,11 +196,7 @@ pub struct DescribedConfig {
     pub doc: &'static str,
 }
 
-fn check_kind(
-    name: &str,
-    kind: weir_controller::topic_config::ConfigKind,
-    value: &str,
-) -> Result<(), ConfigError> {
+fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), ConfigError> {
     let def = TopicConfigDef {
         name: "",
         broker_name: "",
@@ -134,7 +204,56 @@ fn check_kind(
         kind,
         doc: "",
     };
+    // The definition is anonymous, so the message starts after the name.
     check_value(&def, value).map_err(|e| ConfigError(format!("{name}{e}")))
+}
+
+/// Parses `host:count,host:count`; hosts may be IPv6 (the count follows the last colon).
+fn parse_host_counts(name: &str, value: &str) -> Result<Vec<(String, u32)>, ConfigError> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let (host, count) = entry
+                .rsplit_once(':')
+                .filter(|(host, _)| !host.is_empty())
+                .ok_or_else(|| ConfigError(format!("{name}: {entry:?} is not host:count")))?;
+            let count = count.trim().parse::<u32>().map_err(|_| {
+                ConfigError(format!("{name}: {count:?} in {entry:?} is not a count"))
+            })?;
+            let host = host.trim().trim_start_matches('[').trim_end_matches(']');
+            Ok((host.to_string(), count))
+        })
+        .collect()
+}
+
+/// The value of broker property `name`: as given, else its default. Names are the constants
+/// of the tables above, so a lookup of an unknown name is a bug.
+fn value_of<'a>(given: &'a BTreeMap<String, String>, name: &str) -> &'a str {
+    if let Some(value) = given.get(name) {
+        return value;
+    }
+    BROKER_SETTINGS
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.default)
+        .or_else(|| {
+            TOPIC_CONFIGS
+                .iter()
+                .find(|d| d.broker_name == name)
+                .map(|d| d.default)
+        })
+        .unwrap_or_else(|| panic!("{name} is not a broker setting"))
+}
+
+fn long_of(given: &BTreeMap<String, String>, name: &str) -> i64 {
+    let value = value_of(given, name);
+    // Checked against the setting's kind in `from_properties`; defaults are well-formed.
+    value
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}={value} was validated as an integer"))
 }
 
 impl BrokerConfig {
@@ -146,14 +265,46 @@ impl BrokerConfig {
             if let Some(def) = TOPIC_CONFIGS.iter().find(|d| d.broker_name == name) {
                 check_kind(name, def.kind, value)?;
             } else if let Some(setting) = BROKER_SETTINGS.iter().find(|s| s.name == name) {
-                check_kind(name, setting.kind, value)?;
+                match setting.kind {
+                    SettingKind::Plain(kind) => check_kind(name, kind, value)?,
+                    SettingKind::HostCounts => {
+                        parse_host_counts(name, value)?;
+                    }
+                }
             } else {
                 return Err(ConfigError(format!("unknown broker setting {name:?}; see `weir server --help` for the supported ones")));
             }
         }
-        Ok(BrokerConfig {
-            values: properties.clone(),
-        })
+        let long = |name: &str| long_of(properties, name);
+        let config = BrokerConfig {
+            given: properties.clone(),
+            auto_create_topics_enable: value_of(properties, "auto.create.topics.enable") == "true",
+            num_partitions: long("num.partitions") as i32,
+            default_replication_factor: long("default.replication.factor") as i16,
+            socket_request_max_bytes: long("socket.request.max.bytes") as u32,
+            queued_max_request_bytes: long("queued.max.request.bytes") as u64,
+            connections_max_idle_ms: long("connections.max.idle.ms") as u64,
+            max_connections: long("max.connections") as u32,
+            max_connections_per_ip: long("max.connections.per.ip") as u32,
+            max_connections_per_ip_overrides: parse_host_counts(
+                "max.connections.per.ip.overrides",
+                value_of(properties, "max.connections.per.ip.overrides"),
+            )?,
+            retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,
+            producer_id_expiration_ms: long("producer.id.expiration.ms"),
+            checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
+            topic_defaults: TopicSettings::resolve(
+                |name| topic_config(name).map_or("", |def| value_of(properties, def.broker_name)),
+                long("producer.id.max.per.partition") as usize,
+            ),
+        };
+        if config.queued_max_request_bytes < u64::from(config.socket_request_max_bytes) {
+            return Err(ConfigError(format!(
+                "queued.max.request.bytes ({}) must be at least socket.request.max.bytes ({}), or the largest request could never be read",
+                config.queued_max_request_bytes, config.socket_request_max_bytes
+            )));
+        }
+        Ok(config)
     }
 
     /// Every supported broker property name with its default and documentation.
@@ -165,76 +316,23 @@ impl BrokerConfig {
         broker.chain(topic).collect()
     }
 
-    fn raw(&self, name: &str) -> (&str, ConfigSource) {
-        if let Some(value) = self.values.get(name) {
-            return (value, ConfigSource::StaticBroker);
+    fn source(&self, name: &str) -> ConfigSource {
+        if self.given.contains_key(name) {
+            ConfigSource::StaticBroker
+        } else {
+            ConfigSource::Default
         }
-        let default = BROKER_SETTINGS
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| s.default)
-            .or_else(|| {
-                TOPIC_CONFIGS
-                    .iter()
-                    .find(|d| d.broker_name == name)
-                    .map(|d| d.default)
-            })
-            .unwrap_or("");
-        (default, ConfigSource::Default)
-    }
-
-    fn long(&self, name: &str) -> i64 {
-        // Values were validated in `from_properties` and defaults are well-formed constants.
-        self.raw(name).0.parse().unwrap_or_default()
-    }
-
-    /// `auto.create.topics.enable`.
-    pub fn auto_create_topics(&self) -> bool {
-        self.raw("auto.create.topics.enable").0 == "true"
-    }
-
-    /// `num.partitions`.
-    pub fn num_partitions(&self) -> i32 {
-        self.long("num.partitions") as i32
-    }
-
-    /// `default.replication.factor`.
-    pub fn default_replication_factor(&self) -> i16 {
-        self.long("default.replication.factor") as i16
-    }
-
-    /// `socket.request.max.bytes`.
-    pub fn socket_request_max_bytes(&self) -> u32 {
-        self.long("socket.request.max.bytes") as u32
-    }
-
-    /// `log.retention.check.interval.ms`.
-    pub fn retention_check_interval_ms(&self) -> u64 {
-        self.long("log.retention.check.interval.ms") as u64
-    }
-
-    /// `producer.id.expiration.ms`.
-    pub fn producer_id_expiration_ms(&self) -> i64 {
-        self.long("producer.id.expiration.ms")
-    }
-
-    /// `log.flush.offset.checkpoint.interval.ms`.
-    pub fn checkpoint_interval_ms(&self) -> u64 {
-        self.long("log.flush.offset.checkpoint.interval.ms") as u64
     }
 
     /// Every broker property with value and source, for DescribeConfigs on the broker resource.
     pub fn describe(&self) -> Vec<DescribedConfig> {
         Self::documented()
             .into_iter()
-            .map(|(name, _, doc)| {
-                let (value, source) = self.raw(name);
-                DescribedConfig {
-                    name: name.to_string(),
-                    value: value.to_string(),
-                    source,
-                    doc,
-                }
+            .map(|(name, _, doc)| DescribedConfig {
+                name: name.to_string(),
+                value: value_of(&self.given, name).to_string(),
+                source: self.source(name),
+                doc,
             })
             .collect()
     }
@@ -246,7 +344,10 @@ impl BrokerConfig {
             .map(|def| {
                 let (value, source) = match overrides.get(def.name) {
                     Some(v) => (v.as_str(), ConfigSource::Topic),
-                    None => self.raw(def.broker_name),
+                    None => (
+                        value_of(&self.given, def.broker_name),
+                        self.source(def.broker_name),
+                    ),
                 };
                 DescribedConfig {
                     name: def.name.to_string(),
@@ -258,33 +359,18 @@ impl BrokerConfig {
             .collect()
     }
 
-    /// The effective settings of a topic with `overrides`.
+    /// The effective settings of a topic with `overrides` (validated by the controller).
     pub fn topic_settings(&self, overrides: &BTreeMap<String, String>) -> TopicSettings {
-        let value = |name: &str| -> String {
-            match overrides.get(name) {
-                Some(v) => v.clone(),
-                None => topic_config(name)
-                    .map_or_else(String::new, |d| self.raw(d.broker_name).0.to_string()),
-            }
-        };
-        let long = |name: &str| value(name).parse::<i64>().unwrap_or_default();
-        let flush_policy = match value("flush.policy").as_str() {
-            FLUSH_POLICY_ALWAYS => FlushPolicy::Always,
-            FLUSH_POLICY_NEVER => FlushPolicy::Never,
-            _ => FlushPolicy::AcksAll,
-        };
-        TopicSettings {
-            log: LogConfig {
-                segment_bytes: long("segment.bytes").clamp(1024, i32::MAX as i64) as u64,
-                segment_ms: long("segment.ms"),
-                retention_ms: long("retention.ms"),
-                retention_bytes: long("retention.bytes"),
-                max_message_bytes: long("max.message.bytes").max(0) as u64,
-                index_interval_bytes: long("index.interval.bytes").max(0) as u64,
-            },
-            flush_policy,
-            min_insync_replicas: long("min.insync.replicas") as i32,
+        if overrides.is_empty() {
+            return self.topic_defaults;
         }
+        TopicSettings::resolve(
+            |name| match overrides.get(name) {
+                Some(value) => value.as_str(),
+                None => topic_config(name).map_or("", |def| value_of(&self.given, def.broker_name)),
+            },
+            self.topic_defaults.log.producer_ids_max,
+        )
     }
 }
 
@@ -319,21 +405,64 @@ pub struct TopicSettings {
     pub flush_policy: FlushPolicy,
     /// `min.insync.replicas`.
     pub min_insync_replicas: i32,
+    /// `message.timestamp.before.max.ms`.
+    pub timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`.
+    pub timestamp_after_max_ms: i64,
+}
+
+impl TopicSettings {
+    /// Settings from a lookup of each topic config's value (already validated).
+    fn resolve<'a>(value: impl Fn(&str) -> &'a str, producer_ids_max: usize) -> TopicSettings {
+        let long = |name: &str| -> i64 {
+            let text = value(name);
+            text.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}={text} was validated as an integer"))
+        };
+        let flush_policy = match value("flush.policy") {
+            FLUSH_POLICY_ALWAYS => FlushPolicy::Always,
+            FLUSH_POLICY_NEVER => FlushPolicy::Never,
+            _ => FlushPolicy::AcksAll,
+        };
+        TopicSettings {
+            log: LogConfig {
+                segment_bytes: long("segment.bytes") as u64,
+                segment_ms: long("segment.ms"),
+                retention_ms: long("retention.ms"),
+                retention_bytes: long("retention.bytes"),
+                max_message_bytes: long("max.message.bytes") as u64,
+                index_interval_bytes: long("index.interval.bytes") as u64,
+                producer_ids_max,
+            },
+            flush_policy,
+            min_insync_replicas: long("min.insync.replicas") as i32,
+            timestamp_before_max_ms: long("message.timestamp.before.max.ms"),
+            timestamp_after_max_ms: long("message.timestamp.after.max.ms"),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn config(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        BrokerConfig::from_properties(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
     #[test]
     fn overrides_then_broker_then_default() {
-        let broker = BrokerConfig::from_properties(&BTreeMap::from([(
-            "log.retention.ms".into(),
-            "5000".into(),
-        )]))
-        .expect("valid");
-        let described =
-            broker.describe_topic(&BTreeMap::from([("segment.bytes".into(), "4096".into())]));
+        let broker = config(&[("log.retention.ms", "5000")]).expect("valid");
+        let described = broker.describe_topic(&BTreeMap::from([(
+            "segment.bytes".into(),
+            "2097152".into(),
+        )]));
         let find = |name: &str| {
             described
                 .iter()
@@ -353,13 +482,43 @@ mod tests {
                 find("segment.bytes").value.as_str(),
                 find("segment.bytes").source
             ),
-            ("4096", ConfigSource::Topic)
+            ("2097152", ConfigSource::Topic)
         );
         assert_eq!(find("retention.bytes").source, ConfigSource::Default);
         let settings =
             broker.topic_settings(&BTreeMap::from([("flush.policy".into(), "never".into())]));
         assert_eq!(settings.log.retention_ms, 5000);
         assert_eq!(settings.flush_policy, FlushPolicy::Never);
+        assert_eq!(settings.timestamp_after_max_ms, 3_600_000);
+        assert_eq!(
+            broker.topic_settings(&BTreeMap::new()).log.retention_ms,
+            5000
+        );
+    }
+
+    #[test]
+    fn typed_values_and_host_counts() {
+        let broker = config(&[
+            ("max.connections.per.ip", "7"),
+            (
+                "max.connections.per.ip.overrides",
+                "127.0.0.2:3, [::1]:9 ,broker.example:10",
+            ),
+            ("auto.create.topics.enable", "false"),
+        ])
+        .expect("valid");
+        assert_eq!(broker.max_connections_per_ip, 7);
+        assert!(!broker.auto_create_topics_enable);
+        assert_eq!(
+            broker.max_connections_per_ip_overrides,
+            vec![
+                ("127.0.0.2".to_string(), 3),
+                ("::1".to_string(), 9),
+                ("broker.example".to_string(), 10)
+            ]
+        );
+        assert_eq!(broker.connections_max_idle_ms, 600_000);
+        assert_eq!(broker.queued_max_request_bytes, 256 << 20);
     }
 
     #[test]
@@ -369,12 +528,12 @@ mod tests {
             ("num.partitions", "zero"),
             ("log.flush.policy", "sometimes"),
             ("default.replication.factor", "3"),
+            ("log.segment.bytes", "1024"),
+            ("max.connections.per.ip.overrides", "127.0.0.1"),
+            ("max.connections.per.ip.overrides", "127.0.0.1:many"),
+            ("queued.max.request.bytes", "4096"),
         ] {
-            assert!(
-                BrokerConfig::from_properties(&BTreeMap::from([(k.to_string(), v.to_string())]))
-                    .is_err(),
-                "{k}={v}"
-            );
+            assert!(config(&[(k, v)]).is_err(), "{k}={v}");
         }
     }
 }

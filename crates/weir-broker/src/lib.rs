@@ -3,19 +3,24 @@
 //! forwarded to the controller) and keeps logs in step with the metadata image.
 //!
 //! It never decides metadata itself (topics, configs and producer ids come from the
-//! controller) and never decodes individual records on the produce or fetch path: batches are
-//! stored and served as the bytes the producer sent.
+//! controller). Batches are validated record by record before they are appended and are
+//! stored and served as the bytes the producer sent. Every per-connection and broker-wide
+//! resource has a bound (see `server`), and disk reads and fsyncs run off the async workers,
+//! outside the partition locks.
 
-mod bad_input;
 pub mod broker;
 pub mod config;
+pub mod connections;
 mod handlers;
 pub mod partition;
+mod rate_limit;
 pub mod registry;
+pub mod reply;
 pub mod server;
 
 pub use broker::{Broker, BrokerIdentity};
 pub use config::{BrokerConfig, ConfigError, FlushPolicy, TopicSettings};
+pub use connections::ConnectionLimits;
 pub use partition::EXIT_CODE_STORAGE_FAILURE;
 pub use registry::PartitionRegistry;
 pub use server::serve;

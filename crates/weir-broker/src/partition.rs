@@ -1,5 +1,10 @@
-//! One partition replica on this broker: its log, its settings, group-committed fsync and the
-//! notification that wakes long-polling fetches.
+//! One partition replica on this broker: its log, its settings, group-committed fsync, the
+//! notification that wakes long-polling fetches, and what a failed write does.
+//!
+//! Writes that run out of disk space (or file descriptors) are undone by the log and refused
+//! with KAFKA_STORAGE_ERROR while reads go on; they are accepted again once space returns. Any
+//! other write or fsync failure stops the process: a log that may have lost acknowledged data
+//! is never served.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,13 +12,17 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::watch;
 use uuid::Uuid;
-use weir_log::{AppendInfo, Log, LogError};
+use weir_log::{AppendInfo, Log, LogError, ValidBatch};
 
 use crate::config::TopicSettings;
+use crate::rate_limit::LineLimit;
 
 /// Exit code when the disk fails under the log: the process stops rather than run on with a log
 /// that may have lost acknowledged data.
 pub const EXIT_CODE_STORAGE_FAILURE: i32 = 3;
+
+/// Log lines about refused writes and failed checkpoints, at most a few a second broker-wide.
+static STORAGE_WARNINGS: LineLimit = LineLimit::new();
 
 /// A partition replica (the leader, on a single node).
 pub struct Partition {
@@ -35,6 +44,10 @@ pub struct Partition {
     high_watermark: watch::Sender<i64>,
     /// A background fsync of a rolled segment is scheduled.
     roll_flush_scheduled: AtomicBool,
+    /// Writes are being refused for lack of space: the transitions are logged once each.
+    writes_refused: AtomicBool,
+    /// Serializes checkpoint writes (maintenance and shutdown), taken without the log's lock.
+    checkpoint_lock: Mutex<()>,
 }
 
 impl Partition {
@@ -60,19 +73,25 @@ impl Partition {
             flush_in_progress: Mutex::new(false),
             high_watermark: watch::Sender::new(high_watermark),
             roll_flush_scheduled: AtomicBool::new(false),
+            writes_refused: AtomicBool::new(false),
+            checkpoint_lock: Mutex::new(()),
         }
     }
 
-    /// Shared access to the log. Hold it briefly and never across an await.
+    /// Shared access to the log. Hold it briefly, never across an await or a disk read.
     pub fn log(&self) -> RwLockReadGuard<'_, Log> {
-        // A poisoned lock means a panic mid-operation; the log's own invariants are checked by
-        // assertions, so continuing to read is safe.
-        self.log.read().unwrap_or_else(|e| e.into_inner())
+        // Poisoned means an operation on the log panicked part-way; its state may be half
+        // applied, so this partition is never served again (release builds abort on panic).
+        self.log
+            .read()
+            .expect("partition log lock poisoned by a panic mid-operation")
     }
 
-    /// Exclusive access to the log. Hold it briefly and never across an await.
+    /// Exclusive access to the log. Hold it briefly, never across an await.
     pub fn log_mut(&self) -> RwLockWriteGuard<'_, Log> {
-        self.log.write().unwrap_or_else(|e| e.into_inner())
+        self.log
+            .write()
+            .expect("partition log lock poisoned by a panic mid-operation")
     }
 
     /// The topic settings in force.
@@ -86,14 +105,30 @@ impl Partition {
         self.log_mut().set_config(settings.log);
     }
 
-    /// Appends one batch and wakes waiting fetchers. When the append rolled a segment, the old
-    /// segment is fsynced in the background, off the produce path.
-    pub fn append(self: &Arc<Self>, batch: &mut [u8]) -> Result<AppendInfo, LogError> {
-        let (info, high_watermark, rolled) = {
+    /// Appends one validated batch and wakes waiting fetchers. Runs on a blocking thread (the
+    /// write may wait on the disk). When the append rolled a segment, the old segment is
+    /// fsynced in the background, off the produce path. A write that failed for lack of space
+    /// is refused (the log is unchanged); any other write failure stops the process.
+    pub fn append(self: &Arc<Self>, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
+        let appended = {
             let mut log = self.log_mut();
-            let info = log.append(batch)?;
-            (info, log.high_watermark(), log.has_unsynced_rolled())
+            log.append(batch)
+                .map(|info| (info, log.high_watermark(), log.has_unsynced_rolled()))
         };
+        let (info, high_watermark, rolled) = match appended {
+            Ok(appended) => appended,
+            Err(LogError::Io(error)) => storage_failure(&self.dir, &error.to_string()),
+            Err(error @ LogError::OutOfResources(_)) => {
+                if !self.writes_refused.swap(true, Ordering::AcqRel) {
+                    tracing::error!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "writes refused until space returns; reads go on");
+                }
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
+        if self.writes_refused.swap(false, Ordering::AcqRel) {
+            tracing::info!(target: "weir::storage", topic = %self.topic, partition = self.index, "space returned; writes accepted again");
+        }
         if rolled && !self.roll_flush_scheduled.swap(true, Ordering::AcqRel) {
             let partition = self.clone();
             tokio::spawn(async move {
@@ -143,20 +178,68 @@ impl Partition {
 
     async fn flush(&self) {
         let ticket = self.log().flush_ticket();
-        let end_offset = ticket.end_offset;
         let result = tokio::task::spawn_blocking(move || ticket.sync()).await;
-        match result {
-            Ok(Ok(())) => {}
+        let done = match result {
+            Ok(Ok(done)) => done,
             Ok(Err(error)) => storage_failure(&self.dir, &error.to_string()),
             Err(error) => storage_failure(&self.dir, &error.to_string()),
-        }
-        self.log_mut().flush_done(end_offset);
+        };
+        self.log_mut().flush_done(done);
         *self
             .flush_in_progress
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = false;
         self.synced_offset
-            .send_modify(|synced| *synced = (*synced).max(end_offset));
+            .send_modify(|synced| *synced = (*synced).max(done.end_offset));
+    }
+
+    /// Fsyncs what is pending (a segment rolled by retention or age) outside the log's lock.
+    /// Blocking: call off the async workers.
+    pub fn sync_now(&self) {
+        let ticket = self.log().flush_ticket();
+        match ticket.sync() {
+            Ok(done) => {
+                self.log_mut().flush_done(done);
+                self.synced_offset
+                    .send_modify(|synced| *synced = (*synced).max(done.end_offset));
+            }
+            Err(error) => storage_failure(&self.dir, &error.to_string()),
+        }
+    }
+
+    /// Writes the recovery checkpoint and producer snapshot, taken under the lock and written
+    /// outside it. Blocking. A full disk skips it with a warning (the next start scans more).
+    pub fn write_checkpoint(&self) {
+        let checkpoint = self.log().checkpoint();
+        let _serial = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match checkpoint.write() {
+            Ok(()) => {}
+            Err(LogError::OutOfResources(error)) => {
+                if let Some(suppressed) = STORAGE_WARNINGS.admit() {
+                    tracing::warn!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, suppressed, "checkpoint not written");
+                }
+            }
+            Err(error) => storage_failure(&self.dir, &error.to_string()),
+        }
+    }
+
+    /// Fsyncs and closes the log with checkpoints and a clean-shutdown marker. Blocking. A full
+    /// disk leaves the marker out (the next start recovers as after a crash, losing nothing).
+    pub fn close(&self) {
+        let _serial = self
+            .checkpoint_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match self.log_mut().close() {
+            Ok(()) => {}
+            Err(LogError::OutOfResources(error)) => {
+                tracing::warn!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "clean-shutdown marker not written; the next start recovers this log");
+            }
+            Err(error) => storage_failure(&self.dir, &error.to_string()),
+        }
     }
 }
 

@@ -1,50 +1,71 @@
 //! The partitions this broker hosts, kept in step with the metadata image: logs are opened for
-//! new partitions and deleted with their topics.
+//! new partitions, deleted with their topics, and directories the metadata does not know are
+//! moved aside, never deleted.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use weir_controller::{MetadataImage, TopicImage, Uuid};
-use weir_log::storage::Storage;
-use weir_log::{Clock, Log};
+use weir_log::{Clock, Log, LogError};
+use weir_storage::FileCache;
 
 use crate::config::BrokerConfig;
 use crate::partition::{storage_failure, Partition};
+use crate::rate_limit::LineLimit;
 
 /// File in each partition directory naming the topic id it belongs to, so a directory left by a
 /// deleted topic is never mistaken for a recreated one.
 const PARTITION_METADATA_FILE: &str = "partition.metadata";
 /// Threads that open (and recover) partitions at once; more would only contend for the disk.
 const OPEN_THREADS_MAX: usize = 8;
+/// Suffix of a partition directory being deleted (its topic was deleted); finished at startup.
+const DELETE_SUFFIX: &str = "-delete";
+/// Suffix of a directory the metadata does not know, moved aside for an operator to inspect.
+const STRAY_SUFFIX: &str = "-stray";
+/// Longest file name the file system allows.
+const FILE_NAME_BYTES_MAX: usize = 255;
+
+/// Lines about partitions that cannot open for lack of space.
+static OPEN_WARNINGS: LineLimit = LineLimit::new();
 
 /// Every hosted partition, by topic name and index.
 pub struct PartitionRegistry {
     logs_dir: PathBuf,
-    storage: Arc<dyn Storage>,
+    files: Arc<FileCache>,
     clock: Arc<dyn Clock>,
     config: BrokerConfig,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
     /// Held while syncing, with the `applied_count` of the newest image synced: concurrent
     /// metadata changes sync one at a time, and an older image never undoes a newer one.
-    synced: Mutex<Option<u64>>,
+    synced: Mutex<Option<Arc<MetadataImage>>>,
 }
 
 fn partition_dir_name(topic: &str, index: i32) -> String {
     format!("{topic}-{index}")
 }
 
+/// `name.<random id><suffix>`, cut so the whole fits a file name (as Kafka names them).
+fn aside_name(name: &str, suffix: &str) -> String {
+    let tag = format!(".{}{suffix}", Uuid::new_v4().simple());
+    let mut keep = name.len().min(FILE_NAME_BYTES_MAX - tag.len());
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{tag}", &name[..keep])
+}
+
 impl PartitionRegistry {
     /// A registry over `logs_dir`; nothing is opened until [`PartitionRegistry::sync`].
     pub fn new(
         logs_dir: PathBuf,
-        storage: Arc<dyn Storage>,
+        files: Arc<FileCache>,
         clock: Arc<dyn Clock>,
         config: BrokerConfig,
     ) -> PartitionRegistry {
         PartitionRegistry {
             logs_dir,
-            storage,
+            files,
             clock,
             config,
             partitions: RwLock::new(HashMap::new()),
@@ -65,13 +86,18 @@ impl PartitionRegistry {
     }
 
     /// Brings hosted partitions in line with `image`: opens (recovering) new ones, applies
-    /// config changes, deletes partitions of deleted topics and stale directories.
-    pub fn sync(&self, image: &MetadataImage) {
+    /// config changes, deletes partitions of deleted topics, and moves unknown directories
+    /// aside. Partitions that cannot open for lack of space are retried on the next call.
+    /// Blocking.
+    pub fn sync(&self, image: &Arc<MetadataImage>) {
         let mut synced = self.synced.lock().unwrap_or_else(|e| e.into_inner());
-        if synced.is_some_and(|applied| applied > image.applied_count) {
+        if synced
+            .as_ref()
+            .is_some_and(|s| s.applied_count > image.applied_count)
+        {
             return;
         }
-        *synced = Some(image.applied_count);
+        *synced = Some(image.clone());
         let wanted: HashMap<String, &TopicImage> =
             image.topics().map(|t| (t.name.clone(), t)).collect();
         let removed: Vec<Arc<Partition>> = {
@@ -88,12 +114,10 @@ impl PartitionRegistry {
             stale.iter().filter_map(|k| map.remove(k)).collect()
         };
         for partition in removed {
-            tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting partition");
-            if let Err(error) = self.storage.remove_dir_all(&partition.dir) {
-                storage_failure(&partition.dir, &error.to_string());
-            }
+            tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting partition of a deleted topic");
+            self.delete_dir(&partition.dir);
         }
-        self.remove_stale_dirs(&wanted);
+        self.tidy_dirs(&wanted);
         let mut to_open: Vec<(&TopicImage, i32)> = Vec::new();
         for topic in wanted.values() {
             let settings = self.config.topic_settings(&topic.configs);
@@ -116,28 +140,53 @@ impl PartitionRegistry {
             for part in to_open.chunks(chunk) {
                 scope.spawn(move || {
                     for (topic, index) in part {
-                        let partition = Arc::new(self.open_partition(topic, *index));
+                        let Some(partition) = self.open_partition(topic, *index) else {
+                            continue;
+                        };
                         let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-                        map.insert((topic.name.clone(), *index), partition);
+                        map.insert((topic.name.clone(), *index), Arc::new(partition));
                     }
                 });
             }
         });
     }
 
-    fn open_partition(&self, topic: &TopicImage, index: i32) -> Partition {
+    /// Opens every partition of the last image synced that is not open yet (after a failure to
+    /// open for lack of space). Blocking.
+    pub fn retry_pending(&self) {
+        let image = self
+            .synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(image) = image else { return };
+        let pending = image
+            .topics()
+            .any(|t| (0..t.partitions).any(|i| self.get(&t.name, i).is_none()));
+        if pending {
+            // Force a resync of the same image.
+            *self.synced.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.sync(&image);
+        }
+    }
+
+    fn open_partition(&self, topic: &TopicImage, index: i32) -> Option<Partition> {
         let dir = self.logs_dir.join(partition_dir_name(&topic.name, index));
         let settings = self.config.topic_settings(&topic.configs);
         let started = std::time::Instant::now();
         let opened = self
             .write_partition_metadata(&dir, topic.topic_id)
-            .and_then(|()| {
-                Log::open(&dir, self.storage.clone(), self.clock.clone(), settings.log)
-                    .map_err(|e| e.to_string())
-            });
+            .map_err(LogError::from)
+            .and_then(|()| Log::open(&dir, self.files.clone(), self.clock.clone(), settings.log));
         let (log, report) = match opened {
             Ok(opened) => opened,
-            Err(error) => storage_failure(&dir, &error),
+            Err(LogError::OutOfResources(error)) => {
+                if let Some(suppressed) = OPEN_WARNINGS.admit() {
+                    tracing::error!(target: "weir::storage", topic = %topic.name, partition = index, %error, suppressed, "partition cannot open for lack of space; retrying");
+                }
+                return None;
+            }
+            Err(error) => storage_failure(&dir, &error.to_string()),
         };
         tracing::info!(
             target: "weir::broker",
@@ -150,98 +199,141 @@ impl PartitionRegistry {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "partition opened"
         );
-        Partition::new(
+        Some(Partition::new(
             topic.name.clone(),
             topic.topic_id,
             index,
             dir,
             log,
             settings,
-        )
+        ))
     }
 
-    fn write_partition_metadata(&self, dir: &Path, topic_id: Uuid) -> Result<(), String> {
+    fn write_partition_metadata(&self, dir: &Path, topic_id: Uuid) -> std::io::Result<()> {
+        let storage = self.files.storage();
         let path = dir.join(PARTITION_METADATA_FILE);
         let content = format!("version: 0\ntopic_id: {topic_id}\n");
-        if self.storage.read(&path).ok().as_deref() == Some(content.as_bytes()) {
+        if storage.read(&path).ok().as_deref() == Some(content.as_bytes()) {
             return Ok(());
         }
-        self.storage
-            .create_dir_all(dir)
-            .map_err(|e| e.to_string())?;
-        self.storage
-            .write_atomic(&path, content.as_bytes())
-            .map_err(|e| e.to_string())
+        storage.create_dir_all(dir)?;
+        storage.write_atomic(&path, content.as_bytes())
     }
 
-    /// Deletes partition directories that belong to no current topic (a topic deleted while the
-    /// broker was down, or a delete interrupted by a crash).
-    fn remove_stale_dirs(&self, wanted: &HashMap<String, &TopicImage>) {
-        let Ok(names) = self.storage.list(&self.logs_dir) else {
+    /// Deletes a partition directory crash-safely: renamed to `*-delete` first (atomic), so an
+    /// interrupted delete is finished at the next start instead of looking like a stray.
+    fn delete_dir(&self, dir: &Path) {
+        self.files.forget_dir(dir);
+        let storage = self.files.storage();
+        let name = dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let doomed = self.logs_dir.join(aside_name(&name, DELETE_SUFFIX));
+        let result = storage
+            .rename(dir, &doomed)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+            .and_then(|()| storage.remove_dir_all(&doomed));
+        if let Err(error) = result {
+            storage_failure(dir, &error.to_string());
+        }
+    }
+
+    /// Finishes interrupted deletes and moves directories that belong to no current topic
+    /// aside as `*-stray` (a topic deleted while this data was elsewhere, a copy from another
+    /// broker): data the metadata does not know is kept for an operator, never deleted.
+    fn tidy_dirs(&self, wanted: &HashMap<String, &TopicImage>) {
+        let storage = self.files.storage();
+        let Ok(names) = storage.list(&self.logs_dir) else {
             return;
         };
-        let expected: HashSet<String> = wanted
-            .values()
-            .flat_map(|t| (0..t.partitions).map(move |i| partition_dir_name(&t.name, i)))
-            .collect();
-        let ids: BTreeMap<String, Uuid> = wanted
+        let hosted: HashSet<String> = {
+            let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+            map.keys().map(|(t, i)| partition_dir_name(t, *i)).collect()
+        };
+        let expected: HashMap<String, Uuid> = wanted
             .values()
             .flat_map(|t| {
                 (0..t.partitions).map(move |i| (partition_dir_name(&t.name, i), t.topic_id))
             })
             .collect();
+        let mut strays = BTreeSet::new();
         for name in names {
             let dir = self.logs_dir.join(&name);
-            let recorded = self.storage.read(&dir.join(PARTITION_METADATA_FILE)).ok();
-            let matches = expected.contains(&name)
-                && ids.get(&name).is_some_and(|id| {
-                    recorded
-                        .as_deref()
-                        .is_none_or(|r| String::from_utf8_lossy(r).contains(&id.to_string()))
-                });
-            if !matches {
-                tracing::info!(target: "weir::broker", dir = %dir.display(), "removing directory of a deleted topic");
-                if let Err(error) = self.storage.remove_dir_all(&dir) {
+            if name.ends_with(DELETE_SUFFIX) {
+                tracing::info!(target: "weir::broker", dir = %dir.display(), "finishing an interrupted partition delete");
+                if let Err(error) = storage.remove_dir_all(&dir) {
                     storage_failure(&dir, &error.to_string());
                 }
+                continue;
+            }
+            if name.ends_with(STRAY_SUFFIX) || hosted.contains(&name) {
+                continue;
+            }
+            let recorded = storage.read(&dir.join(PARTITION_METADATA_FILE)).ok();
+            let belongs = expected.get(&name).is_some_and(|id| {
+                recorded
+                    .as_deref()
+                    .is_none_or(|r| String::from_utf8_lossy(r).contains(&id.to_string()))
+            });
+            if !belongs {
+                strays.insert(name);
+            }
+        }
+        for name in strays {
+            let dir = self.logs_dir.join(&name);
+            let aside = self.logs_dir.join(aside_name(&name, STRAY_SUFFIX));
+            tracing::warn!(target: "weir::broker", dir = %dir.display(), moved_to = %aside.display(), "the metadata knows no partition for this directory; moved aside, not deleted");
+            self.files.forget_dir(&dir);
+            if let Err(error) = storage.rename(&dir, &aside) {
+                storage_failure(&dir, &error.to_string());
             }
         }
     }
 
-    /// Runs retention, segment aging and producer expiry on every partition.
+    /// Runs retention, segment aging and producer expiry on every partition. Segment files are
+    /// deleted and rolled segments fsynced after the partition's lock is released. Blocking.
     pub fn run_retention(&self) {
-        let expiration_ms = self.config.producer_id_expiration_ms();
+        let expiration_ms = self.config.producer_id_expiration_ms;
         for partition in self.all() {
-            let mut log = partition.log_mut();
-            let result = log.roll_if_aged().and_then(|()| log.enforce_retention());
-            if let Err(error) = result {
-                storage_failure(&partition.dir, &error.to_string());
-            }
-            if log.has_unsynced_rolled() {
-                // A segment rolled by age or retention: make it durable here, off the hot path.
-                let ticket = log.flush_ticket();
-                if let Err(error) = ticket.sync() {
-                    storage_failure(&partition.dir, &error.to_string());
+            let (removals, rolled, expired) = {
+                let mut log = partition.log_mut();
+                let removals = log.roll_if_aged().and_then(|()| log.enforce_retention());
+                let expired = log.expire_producers(expiration_ms);
+                (removals, log.has_unsynced_rolled(), expired)
+            };
+            match removals {
+                Ok(removals) => {
+                    for removal in removals {
+                        if let Err(error) = removal.remove() {
+                            storage_failure(&partition.dir, &error.to_string());
+                        }
+                    }
                 }
-                log.flush_done(ticket.end_offset);
+                Err(LogError::OutOfResources(error)) => {
+                    tracing::warn!(target: "weir::storage", topic = %partition.topic, partition = partition.index, %error, "segment roll for retention postponed");
+                }
+                Err(error) => storage_failure(&partition.dir, &error.to_string()),
             }
-            let expired = log.expire_producers(expiration_ms);
+            if rolled {
+                partition.sync_now();
+            }
             if expired > 0 {
                 tracing::debug!(target: "weir::broker", topic = %partition.topic, partition = partition.index, expired, "expired idle producers");
             }
         }
     }
 
-    /// Writes every partition's recovery checkpoint.
+    /// Writes every partition's recovery checkpoint. Blocking.
     pub fn checkpoint(&self) {
         for partition in self.all() {
-            if let Err(error) = partition.log().write_checkpoint() {
-                storage_failure(&partition.dir, &error.to_string());
-            }
+            partition.write_checkpoint();
         }
     }
 
-    /// Fsyncs and closes every log with a clean-shutdown marker.
+    /// Fsyncs and closes every log with a clean-shutdown marker. Blocking.
     pub fn close_all(&self) {
         let all = self.all();
         let chunk = all.len().div_ceil(OPEN_THREADS_MAX).max(1);
@@ -249,13 +341,7 @@ impl PartitionRegistry {
         // still stop well within the shutdown deadline.
         std::thread::scope(|scope| {
             for part in all.chunks(chunk) {
-                scope.spawn(move || {
-                    for partition in part {
-                        if let Err(error) = partition.log_mut().close() {
-                            storage_failure(&partition.dir, &error.to_string());
-                        }
-                    }
-                });
+                scope.spawn(move || part.iter().for_each(|p| p.close()));
             }
         });
     }
@@ -266,5 +352,19 @@ impl PartitionRegistry {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aside_names_fit_a_file_name() {
+        let long = "t".repeat(249) + "-12";
+        let name = aside_name(&long, STRAY_SUFFIX);
+        assert!(name.len() <= FILE_NAME_BYTES_MAX);
+        assert!(name.ends_with(STRAY_SUFFIX));
+        assert!(aside_name("orders-0", DELETE_SUFFIX).starts_with("orders-0."));
     }
 }

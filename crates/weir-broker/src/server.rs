@@ -1,62 +1,82 @@
-//! The Kafka listener: accepts connections, reads frames, runs requests concurrently and writes
-//! responses back in request order.
+//! The Kafka listener: admits connections within the limits, reads frames within the memory
+//! budget, runs requests concurrently and writes responses back in request order.
+//!
+//! Bounds, per connection: [`CONNECTION_PIPELINE_MAX`] requests in flight,
+//! [`CONNECTION_RESPONSE_BYTES_MAX`] response bytes in memory waiting for the client to read
+//! (past it the socket is not read: backpressure), one frame being read, and
+//! `connections.max.idle.ms` without a byte moving before it is closed. Broker-wide:
+//! `max.connections`, `max.connections.per.ip`, and `queued.max.request.bytes` of request
+//! bytes in memory.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use weir_log::ReadSlice;
 use weir_proto::api::api_versions_response;
-use weir_proto::{decode_request, encode_response, read_frame, DecodeError};
+use weir_proto::{decode_request, encode_response, read_frame_length, DecodeError, FrameError};
 
-use crate::bad_input::warn_bad_input;
 use crate::broker::Broker;
+use crate::connections::{ConnectionLimits, ConnectionSlot};
 use crate::handlers;
+use crate::rate_limit::{warn_bad_input, LineLimit};
+use crate::reply::{FramePart, PendingReply, Reply, ResponseFrame};
 
 /// Requests read ahead on one connection before its responses are written. Kafka clients keep
 /// at most five produce requests in flight; 64 leaves room for pipelined metadata and fetches.
 /// Past it the connection stops reading (backpressure) until a response goes out.
 pub const CONNECTION_PIPELINE_MAX: usize = 64;
-/// Open connections accepted at once; further clients wait in the accept queue.
-pub const CONNECTIONS_MAX: u32 = 10_000;
+/// Response bytes held in memory for one connection, written or not yet read by the client,
+/// past which the connection stops reading requests. Fetch records are streamed from the
+/// segment files and do not count: this bounds metadata and small responses.
+pub const CONNECTION_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Frames up to this size are read without waiting for `queued.max.request.bytes`, so
+/// fetches, metadata and heartbeats go on while large produce requests wait for memory.
+pub const SMALL_FRAME_BYTES: u32 = 64 * 1024;
+/// Bytes read from a segment file at a time when streaming fetch records to a client.
+pub const STREAM_CHUNK_BYTES: usize = 64 * 1024;
+/// Small responses are gathered into one write up to this size.
+const COALESCE_BYTES_MAX: usize = 64 * 1024;
 /// Time given to connections to finish their in-flight requests at shutdown.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 
-/// The future of one response: `None` when the request gets no response (Produce with acks=0).
-pub type PendingResponse = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+/// Lines about refused connections and accept failures.
+static CONNECTION_WARNINGS: LineLimit = LineLimit::new();
 
 /// Accepts connections until shutdown, then waits (bounded) for open ones to drain.
-pub async fn serve(broker: Arc<Broker>, listener: TcpListener) {
-    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX as usize));
+pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<ConnectionLimits>) {
     let mut shutdown = broker.shutdown.clone();
     loop {
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit,
-            _ = crate::broker::stopping(&mut shutdown) => break,
-        };
-        let Ok(permit) = permit else { break };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = crate::broker::stopping(&mut shutdown) => break,
         };
         match accepted {
-            Ok((stream, peer)) => {
-                let broker = broker.clone();
-                tokio::spawn(async move {
-                    handle_connection(broker, stream, peer.to_string()).await;
-                    drop(permit);
-                });
-            }
+            Ok((stream, peer)) => match limits.admit(peer.ip()) {
+                Ok(slot) => {
+                    tokio::spawn(handle_connection(broker.clone(), stream, peer, slot));
+                }
+                Err(refusal) => {
+                    drop(stream);
+                    if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
+                        tracing::warn!(target: "weir::connections", %peer, suppressed, "refused connection: {refusal}");
+                    }
+                }
+            },
             Err(error) => {
-                tracing::warn!(target: "weir::server", %error, "accept failed");
+                if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
+                    tracing::warn!(target: "weir::connections", %error, suppressed, "accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -64,37 +84,151 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener) {
     drop(listener);
     let drained = tokio::time::timeout(
         Duration::from_millis(SHUTDOWN_DRAIN_MS),
-        slots.acquire_many(CONNECTIONS_MAX),
+        limits.all_closed(),
     )
     .await;
     if drained.is_err() {
-        tracing::warn!(target: "weir::server", "connections still open after the shutdown drain period");
+        tracing::warn!(target: "weir::server", open = limits.open(), "connections still open after the shutdown drain period");
     }
 }
 
-async fn handle_connection(broker: Arc<Broker>, stream: TcpStream, peer: String) {
+/// When bytes last moved on a connection, in milliseconds since it opened.
+struct Activity {
+    opened: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            opened: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.opened.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing has been read or written for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let deadline = self.opened + last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// Response bytes in memory for one connection, and a wake-up when they drop.
+struct ResponseMemory {
+    outstanding: AtomicUsize,
+    freed: Notify,
+}
+
+impl ResponseMemory {
+    fn add(&self, bytes: usize) {
+        self.outstanding.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    fn release(&self, bytes: usize) {
+        self.outstanding.fetch_sub(bytes, Ordering::AcqRel);
+        self.freed.notify_waiters();
+    }
+
+    /// Returns once the outstanding bytes are within [`CONNECTION_RESPONSE_BYTES_MAX`].
+    async fn within_limit(&self) {
+        loop {
+            let freed = self.freed.notified();
+            if self.outstanding.load(Ordering::Acquire) <= CONNECTION_RESPONSE_BYTES_MAX {
+                return;
+            }
+            freed.await;
+        }
+    }
+}
+
+/// How a connection's read loop ended.
+enum Ending {
+    /// The client closed, or the server is stopping: finish writing what is pending.
+    Drain,
+    /// Bad input or idleness: close now.
+    Close,
+}
+
+async fn handle_connection(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    _slot: ConnectionSlot,
+) {
     tracing::debug!(target: "weir::server", %peer, "connection opened");
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
-    let (responses, pending) = mpsc::channel::<JoinHandle<Option<Bytes>>>(CONNECTION_PIPELINE_MAX);
-    let writer_task = tokio::spawn(write_responses(writer, pending));
-    let max_bytes = broker.config.socket_request_max_bytes();
+    let activity = Arc::new(Activity::new());
+    let memory = Arc::new(ResponseMemory {
+        outstanding: AtomicUsize::new(0),
+        freed: Notify::new(),
+    });
+    let (queue, pending) = mpsc::channel::<JoinHandle<Reply>>(CONNECTION_PIPELINE_MAX);
+    let mut writer_task = tokio::spawn(write_responses(
+        writer,
+        pending,
+        activity.clone(),
+        memory.clone(),
+    ));
+    let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
+    let ending = tokio::select! {
+        ending = read_requests(&broker, &mut reader, &peer, &queue, &activity, &memory) => ending,
+        _ = activity.idle_for(idle) => {
+            tracing::debug!(target: "weir::server", %peer, idle_ms = idle.as_millis() as u64, "closing idle connection");
+            Ending::Close
+        }
+    };
+    drop(queue);
+    match ending {
+        Ending::Drain => {
+            tokio::select! {
+                _ = &mut writer_task => {}
+                _ = activity.idle_for(idle) => writer_task.abort(),
+            }
+        }
+        Ending::Close => writer_task.abort(),
+    }
+    tracing::debug!(target: "weir::server", %peer, "connection closed");
+}
+
+async fn read_requests(
+    broker: &Arc<Broker>,
+    reader: &mut (impl AsyncRead + Unpin),
+    peer: &SocketAddr,
+    queue: &mpsc::Sender<JoinHandle<Reply>>,
+    activity: &Arc<Activity>,
+    memory: &Arc<ResponseMemory>,
+) -> Ending {
+    let max_bytes = broker.config.socket_request_max_bytes;
     let mut shutdown = broker.shutdown.clone();
     loop {
+        // Backpressure: read no more while the client leaves responses unread.
+        memory.within_limit().await;
         let frame = tokio::select! {
-            frame = read_frame(&mut reader, max_bytes) => frame,
-            _ = crate::broker::stopping(&mut shutdown) => break,
+            frame = read_frame(reader, max_bytes, &broker.request_memory, activity) => frame,
+            _ = crate::broker::stopping(&mut shutdown) => return Ending::Drain,
         };
-        let frame = match frame {
+        let (frame, permit) = match frame {
             Ok(Some(frame)) => frame,
-            Ok(None) => break,
+            Ok(None) => return Ending::Drain,
             Err(error) => {
-                warn_bad_input(&peer, &format!("closing connection: {error}"));
-                break;
+                warn_bad_input(&peer.to_string(), &format!("closing connection: {error}"));
+                return Ending::Close;
             }
         };
-        let response = match decode_request(frame) {
-            Ok(request) => handlers::dispatch(&broker, request),
+        let pending: PendingReply = match decode_request(frame) {
+            Ok(request) => handlers::dispatch(broker, request).await,
             Err(DecodeError::UnsupportedApiVersionsVersion {
                 correlation_id,
                 version,
@@ -105,46 +239,196 @@ async fn handle_connection(broker: Arc<Broker>, stream: TcpStream, peer: String)
                     ApiKey::ApiVersions,
                     0,
                     correlation_id,
-                    &kafka_protocol::messages::ResponseKind::ApiVersions(body),
+                    &ResponseKind::ApiVersions(body),
                 );
-                Box::pin(async move { frame.ok() })
+                Box::pin(async move {
+                    frame.map_or(Reply::Close, |f| Reply::Frame(ResponseFrame::bytes(f)))
+                })
             }
             Err(error) => {
-                warn_bad_input(&peer, &format!("closing connection: {error}"));
-                break;
+                warn_bad_input(&peer.to_string(), &format!("closing connection: {error}"));
+                return Ending::Close;
             }
         };
-        if responses.send(tokio::spawn(response)).await.is_err() {
-            break;
+        let memory = memory.clone();
+        let reply = tokio::spawn(async move {
+            let reply = pending.await;
+            // The request's bytes (and their share of queued.max.request.bytes) are free now.
+            drop(permit);
+            if let Reply::Frame(frame) = &reply {
+                memory.add(frame.memory_bytes());
+            }
+            reply
+        });
+        if queue.send(reply).await.is_err() {
+            return Ending::Close;
         }
     }
-    drop(responses);
-    let _ = writer_task.await;
-    tracing::debug!(target: "weir::server", %peer, "connection closed");
 }
 
-/// Writes responses in request order, flushing when no further response is ready.
+/// Reads one request frame. Frames up to [`SMALL_FRAME_BYTES`] are read at once; a larger one
+/// grows its buffer as bytes arrive, taking each growth from `budget`
+/// (`queued.max.request.bytes`) first, so when the budget is spent this socket is simply not
+/// read until memory frees. The permit is returned with the frame.
+async fn read_frame(
+    reader: &mut (impl AsyncRead + Unpin),
+    max_bytes: u32,
+    budget: &Arc<Semaphore>,
+    activity: &Activity,
+) -> Result<Option<(Bytes, Option<OwnedSemaphorePermit>)>, FrameError> {
+    let Some(length) = read_frame_length(reader, max_bytes).await? else {
+        return Ok(None);
+    };
+    activity.touch();
+    let length = length as usize;
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mut body: Vec<u8> = Vec::new();
+    if length <= SMALL_FRAME_BYTES as usize {
+        body.reserve_exact(length);
+    }
+    while body.len() < length {
+        if body.len() == body.capacity() {
+            let target = length.min((body.capacity() * 2).max(SMALL_FRAME_BYTES as usize));
+            let grow = target - body.capacity();
+            // `grow` ≤ socket.request.max.bytes ≤ i32::MAX, and queued.max.request.bytes is at
+            // least that (checked at startup), so the acquire can be satisfied.
+            let more = budget
+                .clone()
+                .acquire_many_owned(grow as u32)
+                .await
+                .map_err(|_| FrameError::Truncated)?;
+            match &mut permit {
+                Some(held) => held.merge(more),
+                None => permit = Some(more),
+            }
+            body.reserve_exact(grow);
+        }
+        let room = (body.capacity() - body.len()).min(length - body.len());
+        let n = (&mut *reader).take(room as u64).read_buf(&mut body).await?;
+        if n == 0 {
+            return Err(FrameError::Truncated);
+        }
+        activity.touch();
+    }
+    Ok(Some((Bytes::from(body), permit)))
+}
+
+/// Writes `bytes` fully, noting progress as it goes (a client that reads slowly is not idle).
+async fn write_tracked(
+    writer: &mut OwnedWriteHalf,
+    bytes: &[u8],
+    activity: &Activity,
+) -> std::io::Result<()> {
+    let mut written = 0;
+    while written < bytes.len() {
+        let n = writer.write(&bytes[written..]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        written += n;
+        activity.touch();
+    }
+    Ok(())
+}
+
+/// Streams a fetch's records from its segment file: a chunk is read on a blocking thread, then
+/// written, so at most one chunk per connection is in memory.
+async fn stream_slice(
+    writer: &mut OwnedWriteHalf,
+    slice: ReadSlice,
+    chunk: &mut Vec<u8>,
+    activity: &Activity,
+) -> Result<(), String> {
+    let mut offset = 0u64;
+    while offset < slice.len() {
+        let n = (slice.len() - offset).min(STREAM_CHUNK_BYTES as u64) as usize;
+        let mut buffer = std::mem::take(chunk);
+        buffer.resize(n, 0);
+        let part = slice.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let result = part.read_at(offset, &mut buffer);
+            (result, buffer)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let (result, buffer) = read;
+        result.map_err(|e| format!("reading fetch records: {e}"))?;
+        write_tracked(writer, &buffer, activity)
+            .await
+            .map_err(|e| e.to_string())?;
+        *chunk = buffer;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Writes responses in request order, gathering small ones into one write and flushing when no
+/// further response is ready.
 async fn write_responses(
-    writer: OwnedWriteHalf,
-    mut pending: mpsc::Receiver<JoinHandle<Option<Bytes>>>,
+    mut writer: OwnedWriteHalf,
+    mut pending: mpsc::Receiver<JoinHandle<Reply>>,
+    activity: Arc<Activity>,
+    memory: Arc<ResponseMemory>,
 ) {
-    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
+    let mut out: Vec<u8> = Vec::new();
+    let mut chunk: Vec<u8> = Vec::new();
     while let Some(handle) = pending.recv().await {
-        let response = match handle.await {
-            Ok(response) => response,
+        let reply = match handle.await {
+            Ok(reply) => reply,
             Err(error) => {
                 tracing::error!(target: "weir::server", %error, "request handler failed; closing connection");
                 return;
             }
         };
-        if let Some(bytes) = response {
-            if writer.write_all(&bytes).await.is_err() {
+        let frame = match reply {
+            Reply::Frame(frame) => frame,
+            Reply::NoResponse => continue,
+            Reply::Close => {
+                let _ = write_tracked(&mut writer, &out, &activity).await;
+                return;
+            }
+        };
+        let in_memory = frame.memory_bytes();
+        for part in frame.into_parts() {
+            let result = match part {
+                FramePart::Bytes(bytes) if out.len() + bytes.len() <= COALESCE_BYTES_MAX => {
+                    out.extend_from_slice(&bytes);
+                    Ok(())
+                }
+                FramePart::Bytes(bytes) => {
+                    let flushed = write_tracked(&mut writer, &out, &activity).await;
+                    out.clear();
+                    match flushed {
+                        Ok(()) => write_tracked(&mut writer, &bytes, &activity)
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+                FramePart::Slice(slice) => {
+                    let flushed = write_tracked(&mut writer, &out, &activity).await;
+                    out.clear();
+                    match flushed {
+                        Ok(()) => stream_slice(&mut writer, slice, &mut chunk, &activity).await,
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            };
+            if let Err(error) = result {
+                // A frame cut short cannot be resumed: the client sees the connection close.
+                tracing::debug!(target: "weir::server", error, "response not written; closing connection");
                 return;
             }
         }
-        if pending.is_empty() && writer.flush().await.is_err() {
-            return;
+        memory.release(in_memory);
+        if pending.is_empty() {
+            if write_tracked(&mut writer, &out, &activity).await.is_err() {
+                return;
+            }
+            // Idle connections keep no buffers.
+            out = Vec::new();
+            chunk = Vec::new();
         }
     }
-    let _ = writer.flush().await;
+    let _ = write_tracked(&mut writer, &out, &activity).await;
 }

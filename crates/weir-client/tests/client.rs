@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use weir_broker::{Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
+use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
 use weir_client::{
     Admin, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig, OffsetSpec, Producer,
     ProducerConfig, ProducerRecord,
 };
 use weir_controller::{Controller, FileMetadataLog};
-use weir_log::storage::FsStorage;
 use weir_log::SystemClock;
+use weir_storage::{FileCache, FsStorage};
 
 struct TestServer {
     address: String,
@@ -23,11 +23,12 @@ struct TestServer {
 async fn start() -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
-    let log = FileMetadataLog::open(&dir.path().join("metadata.log")).expect("metadata log");
+    let log = FileMetadataLog::open(Arc::new(FsStorage), &dir.path().join("metadata.log"))
+        .expect("metadata log");
     let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
     let registry = PartitionRegistry::new(
         dir.path().join("logs"),
-        Arc::new(FsStorage),
+        FileCache::new(Arc::new(FsStorage), 64),
         Arc::new(SystemClock),
         config.clone(),
     );
@@ -42,8 +43,11 @@ async fn start() -> TestServer {
         advertised_port: port,
     };
     let (stop, stopped) = watch::channel(false);
+    let limits = ConnectionLimits::from_config(&config)
+        .await
+        .expect("limits");
     let broker = Arc::new(Broker::new(config, identity, controller, registry, stopped));
-    tokio::spawn(weir_broker::serve(broker, listener));
+    tokio::spawn(weir_broker::serve(broker, listener, limits));
     TestServer {
         address: format!("127.0.0.1:{port}"),
         stop,

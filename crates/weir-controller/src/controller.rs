@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::command::MetadataCommand;
 use crate::image::{MetadataImage, TopicImage};
-use crate::metadata_log::MetadataLog;
+use crate::metadata_log::{MetadataLog, MetadataLogError};
 use crate::topic_config::validate_topic_config;
 use crate::validate_topic_name;
 
@@ -42,9 +42,25 @@ pub enum ControllerError {
     /// Unsupported config key or bad value.
     #[error("invalid config: {0}")]
     InvalidConfig(String),
-    /// The metadata log could not be written: the change did not happen.
-    #[error("metadata log I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    /// The metadata log could not be written (a full disk): the change did not happen.
+    #[error("metadata change not written: {0}")]
+    Storage(std::io::Error),
+    /// The metadata log failed in a way that leaves its durable state unknown: the process must
+    /// stop (the broker exits with its storage-failure code).
+    #[error("metadata log failed: {0}")]
+    Fatal(std::io::Error),
+}
+
+impl From<MetadataLogError> for ControllerError {
+    fn from(error: MetadataLogError) -> ControllerError {
+        match error {
+            MetadataLogError::NotAppended(e) => ControllerError::Storage(e),
+            MetadataLogError::Fatal(e) => ControllerError::Fatal(e),
+            corrupt @ MetadataLogError::Corrupt { .. } => {
+                ControllerError::Fatal(std::io::Error::other(corrupt.to_string()))
+            }
+        }
+    }
 }
 
 struct State {
@@ -115,11 +131,6 @@ impl Controller {
     /// The current image.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.published.borrow().clone()
-    }
-
-    /// A receiver that sees every new image.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
-        self.published.subscribe()
     }
 
     fn commit(&self, state: &mut State, command: MetadataCommand) -> Result<(), ControllerError> {
@@ -302,7 +313,8 @@ mod tests {
 
     fn open(dir: &std::path::Path) -> Controller {
         Controller::open(Box::new(
-            FileMetadataLog::open(&dir.join("metadata.log")).expect("log"),
+            FileMetadataLog::open(Arc::new(weir_storage::FsStorage), &dir.join("metadata.log"))
+                .expect("log"),
         ))
         .expect("controller")
     }

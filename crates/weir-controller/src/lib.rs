@@ -18,7 +18,7 @@ pub use controller::{
     Controller, ControllerError, NewTopic, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
 };
 pub use image::{MetadataImage, TopicImage};
-pub use metadata_log::{FileMetadataLog, MetadataLog};
+pub use metadata_log::{FileMetadataLog, MetadataLog, MetadataLogError};
 pub use uuid::Uuid;
 
 /// Longest topic name Kafka accepts.

@@ -42,17 +42,23 @@ pub const FLUSH_POLICY_ALWAYS: &str = "always";
 /// `flush.policy` value: never fsync before acknowledging (Kafka's behaviour).
 pub const FLUSH_POLICY_NEVER: &str = "never";
 
+/// Smallest `segment.bytes` accepted (Kafka 4's minimum): a smaller one would make every
+/// append roll a segment.
+pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
+
 /// Every topic config Weir enforces.
 pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef { name: "retention.ms", broker_name: "log.retention.ms", default: "604800000", kind: long(-1, i64::MAX), doc: "Delete a segment once its newest record is older than this; -1 keeps forever." },
     TopicConfigDef { name: "retention.bytes", broker_name: "log.retention.bytes", default: "-1", kind: long(-1, i64::MAX), doc: "Delete oldest segments while a partition is larger than this; -1 means no limit." },
-    TopicConfigDef { name: "segment.bytes", broker_name: "log.segment.bytes", default: "1073741824", kind: long(1024, i32::MAX as i64), doc: "Roll to a new segment file at this size." },
+    TopicConfigDef { name: "segment.bytes", broker_name: "log.segment.bytes", default: "1073741824", kind: long(SEGMENT_BYTES_MIN, i32::MAX as i64), doc: "Roll to a new segment file at this size (at least 1 MiB, as in Kafka 4)." },
     TopicConfigDef { name: "segment.ms", broker_name: "log.roll.ms", default: "604800000", kind: long(1, i64::MAX), doc: "Roll to a new segment file at this age." },
     TopicConfigDef { name: "max.message.bytes", broker_name: "message.max.bytes", default: "1048588", kind: long(0, i32::MAX as i64), doc: "Largest record batch accepted." },
     TopicConfigDef { name: "index.interval.bytes", broker_name: "log.index.interval.bytes", default: "4096", kind: long(0, i32::MAX as i64), doc: "Bytes between offset index entries." },
     TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::Choice(&["delete"]), doc: "Only deletion by retention is supported; compaction is not yet." },
     TopicConfigDef { name: "compression.type", broker_name: "compression.type", default: "producer", kind: ConfigKind::Choice(&["producer"]), doc: "Batches are stored as the producer compressed them." },
     TopicConfigDef { name: "message.timestamp.type", broker_name: "log.message.timestamp.type", default: "CreateTime", kind: ConfigKind::Choice(&["CreateTime"]), doc: "Record timestamps are the producer's." },
+    TopicConfigDef { name: "message.timestamp.before.max.ms", broker_name: "log.message.timestamp.before.max.ms", default: "9223372036854775807", kind: long(0, i64::MAX), doc: "A record timestamp further in the past than this is refused with INVALID_TIMESTAMP." },
+    TopicConfigDef { name: "message.timestamp.after.max.ms", broker_name: "log.message.timestamp.after.max.ms", default: "3600000", kind: long(0, i64::MAX), doc: "A record timestamp further in the future than this is refused with INVALID_TIMESTAMP." },
     TopicConfigDef { name: "min.insync.replicas", broker_name: "min.insync.replicas", default: "1", kind: long(1, i32::MAX as i64), doc: "acks=all writes are refused with NOT_ENOUGH_REPLICAS when fewer replicas are in sync." },
     TopicConfigDef { name: "flush.policy", broker_name: "log.flush.policy", default: FLUSH_POLICY_ACKS_ALL, kind: ConfigKind::Choice(&[FLUSH_POLICY_ACKS_ALL, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER]), doc: "acks-all: fsync (group commit) before answering acks=all; always: before every answer; never: leave it to the OS, as Kafka does." },
 ];

@@ -1,16 +1,23 @@
-//! The Kafka RecordBatch v2 header: parsing, validation and the two fields the broker patches.
+//! The Kafka RecordBatch v2 header: parsing, validation, and the validated batch the log
+//! appends.
 //!
 //! Layout (big-endian): baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 |
 //! crc u32 | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
 //! producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32 | records…
-//! The CRC-32C covers `attributes` onward, so patching base offset and leader epoch keeps it valid.
+//! The CRC-32C covers `attributes` onward, so the broker patches base offset and leader epoch
+//! without recomputing it: everything else is stored exactly as the producer sent it.
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
+
+use crate::records::{validate_records, ValidationLimits};
 
 /// Size of the fixed RecordBatch v2 header in bytes.
 pub const BATCH_HEADER_BYTES: usize = 61;
 /// Bytes before `batchLength`'s payload starts: baseOffset (8) + batchLength (4).
 pub const LOG_OVERHEAD_BYTES: usize = 12;
+/// Bytes the broker rewrites at the start of a batch: baseOffset, batchLength (unchanged) and
+/// partitionLeaderEpoch.
+pub const PATCHED_HEAD_BYTES: usize = 16;
 /// The only record batch format Weir stores.
 pub const MAGIC_V2: i8 = 2;
 /// Producer id of a batch written without idempotence.
@@ -19,24 +26,26 @@ pub const NO_PRODUCER_ID: i64 = -1;
 pub const NO_SEQUENCE: i32 = -1;
 
 const CRC_START: usize = 21;
+/// Attribute bits 0–2: the compression codec.
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
-/// Why a batch was refused; each maps to one Kafka error code at the handler boundary.
+/// Why a batch was refused; each kind maps to one Kafka error code at the handler boundary.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchError {
-    /// Shorter than a header, or `batchLength` disagrees with the bytes given.
-    #[error("record batch is truncated or its length field is wrong")]
-    Malformed,
-    /// The stored CRC-32C does not match the bytes.
-    #[error("record batch CRC mismatch")]
-    CorruptCrc,
-    /// Magic byte other than 2.
-    #[error("unsupported record batch magic {0}")]
-    UnsupportedMagic(i8),
-    /// Header fields that contradict each other (record count, offset delta).
+    /// The bytes are damaged: CRC mismatch, a length that disagrees with the bytes given, or a
+    /// compressed payload that does not decompress (Kafka's CORRUPT_MESSAGE).
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    /// Intact bytes that break the format's rules: counts, offsets, record framing, codec,
+    /// flags (Kafka's INVALID_RECORD).
     #[error("invalid record batch: {0}")]
-    Invalid(&'static str),
+    Invalid(String),
+    /// A record timestamp outside the topic's accepted window (Kafka's INVALID_TIMESTAMP).
+    #[error("invalid timestamp: {0}")]
+    Timestamp(String),
 }
 
 /// The decoded fixed header of one record batch.
@@ -58,7 +67,7 @@ pub struct BatchHeader {
     pub last_offset_delta: i32,
     /// Timestamp of the first record.
     pub base_timestamp: i64,
-    /// Largest timestamp in the batch.
+    /// Largest timestamp in the batch, as the producer wrote it.
     pub max_timestamp: i64,
     /// Idempotent producer id, or -1.
     pub producer_id: i64,
@@ -71,13 +80,11 @@ pub struct BatchHeader {
 }
 
 impl BatchHeader {
-    /// Reads the header from the first [`BATCH_HEADER_BYTES`] of `bytes` without validating it.
-    pub fn parse(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-        if bytes.len() < BATCH_HEADER_BYTES {
-            return Err(BatchError::Malformed);
-        }
-        let mut buf = &bytes[..BATCH_HEADER_BYTES];
-        Ok(BatchHeader {
+    /// Reads the header from the first [`BATCH_HEADER_BYTES`] of `bytes` without validating it;
+    /// `None` when fewer bytes are given.
+    pub fn parse(bytes: &[u8]) -> Option<BatchHeader> {
+        let mut buf = bytes.get(..BATCH_HEADER_BYTES)?;
+        Some(BatchHeader {
             base_offset: buf.get_i64(),
             batch_length: buf.get_i32(),
             partition_leader_epoch: buf.get_i32(),
@@ -95,13 +102,15 @@ impl BatchHeader {
     }
 
     /// Total size of the batch on disk and on the wire, including the 12-byte log overhead.
-    pub fn total_bytes(&self) -> usize {
-        LOG_OVERHEAD_BYTES + self.batch_length.max(0) as usize
+    pub fn total_bytes(&self) -> u64 {
+        LOG_OVERHEAD_BYTES as u64 + self.batch_length.max(0) as u64
     }
 
-    /// Offset of the last record in the batch.
+    /// Offset of the last record in the batch (saturating: a header read back from a damaged
+    /// disk must not overflow; validated batches never come near).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta)
+        self.base_offset
+            .saturating_add(i64::from(self.last_offset_delta))
     }
 
     /// Sequence number of the last record, wrapping at `i32::MAX` as Kafka does.
@@ -111,6 +120,11 @@ impl BatchHeader {
         }
         let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
         (last % (i64::from(i32::MAX) + 1)) as i32
+    }
+
+    /// The compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+    pub fn compression(&self) -> i16 {
+        self.attributes & ATTR_COMPRESSION_MASK
     }
 
     /// True for a batch written inside a transaction.
@@ -123,42 +137,163 @@ impl BatchHeader {
         self.attributes & ATTR_CONTROL != 0
     }
 
+    /// True when the timestamp-type bit says LogAppendTime.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_LOG_APPEND_TIME != 0
+    }
+
     /// True when the batch comes from an idempotent producer.
     pub fn has_producer_id(&self) -> bool {
         self.producer_id >= 0
     }
 }
 
-/// Validates that `bytes` holds exactly one well-formed v2 batch with a correct CRC.
-pub fn validate_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-    let header = BatchHeader::parse(bytes)?;
-    if header.batch_length < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32
-        || header.total_bytes() != bytes.len()
-    {
-        return Err(BatchError::Malformed);
+fn invalid(message: impl Into<String>) -> BatchError {
+    BatchError::Invalid(message.into())
+}
+
+/// Checks that `bytes` is exactly one well-formed v2 batch: length, magic, CRC-32C, and a record
+/// count that agrees with `lastOffsetDelta`. Records are not looked at; recovery uses this on
+/// batches that were fully validated when they were appended.
+pub fn validate_header(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let Some(header) = BatchHeader::parse(bytes) else {
+        return Err(BatchError::Corrupt(format!(
+            "{} bytes is shorter than a batch header",
+            bytes.len()
+        )));
+    };
+    if header.batch_length < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32 {
+        return Err(BatchError::Corrupt(format!(
+            "batchLength {} is shorter than a batch header",
+            header.batch_length
+        )));
+    }
+    if header.total_bytes() != bytes.len() as u64 {
+        return Err(invalid(format!(
+            "batchLength {} does not match the {} bytes given: send exactly one record batch per partition",
+            header.batch_length,
+            bytes.len() - LOG_OVERHEAD_BYTES.min(bytes.len())
+        )));
     }
     if header.magic != MAGIC_V2 {
-        return Err(BatchError::UnsupportedMagic(header.magic));
+        return Err(invalid(format!(
+            "record batch magic {} is not supported; only magic 2 is",
+            header.magic
+        )));
     }
     if crc32c::crc32c(&bytes[CRC_START..]) != header.crc {
-        return Err(BatchError::CorruptCrc);
+        return Err(BatchError::Corrupt("CRC-32C mismatch".into()));
     }
-    if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
-        return Err(BatchError::Invalid(
-            "record count and last offset delta disagree",
-        ));
-    }
+    check_header_fields(&header)?;
     Ok(header)
 }
 
-/// Writes the broker-assigned base offset and leader epoch into a batch's header in place.
-pub fn patch_batch(bytes: &mut [u8], base_offset: i64, partition_leader_epoch: i32) {
-    assert!(
-        bytes.len() >= BATCH_HEADER_BYTES,
-        "patching a batch shorter than its header"
-    );
-    bytes[0..8].copy_from_slice(&base_offset.to_be_bytes());
-    bytes[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+/// The header fields that must agree with each other: magic, and a positive record count that
+/// matches `lastOffsetDelta`.
+pub fn check_header_fields(header: &BatchHeader) -> Result<(), BatchError> {
+    if header.magic != MAGIC_V2 {
+        return Err(invalid(format!(
+            "record batch magic {} is not 2",
+            header.magic
+        )));
+    }
+    if header.record_count <= 0 {
+        return Err(invalid(format!(
+            "record count {} must be positive",
+            header.record_count
+        )));
+    }
+    if header.last_offset_delta != header.record_count - 1 {
+        return Err(invalid(format!(
+            "lastOffsetDelta {} disagrees with record count {}",
+            header.last_offset_delta, header.record_count
+        )));
+    }
+    Ok(())
+}
+
+/// A batch that passed every check, with the facts about it the log needs. Only
+/// [`validate`] makes one, so [`crate::Log::append`] never sees unchecked bytes.
+#[derive(Debug, Clone)]
+pub struct ValidBatch {
+    bytes: Bytes,
+    header: BatchHeader,
+    max_timestamp: i64,
+}
+
+impl ValidBatch {
+    /// The bytes as the producer sent them.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The batch header as the producer sent it.
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The largest record timestamp, computed from the records themselves.
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Always false: a valid batch holds at least its header.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// Validates one batch a producer sent, as Kafka does before appending: the header checks of
+/// [`validate_header`], then base offset 0, no control or LogAppendTime flags, a valid sequence
+/// for idempotent producers, a known codec, and every record (framing, count, offset deltas,
+/// timestamps), decompressing compressed batches as a stream. The bytes are not changed.
+pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, BatchError> {
+    let header = validate_header(&bytes)?;
+    if header.base_offset != 0 {
+        return Err(invalid(format!(
+            "baseOffset of a produced batch must be 0, not {}",
+            header.base_offset
+        )));
+    }
+    if header.is_control() {
+        return Err(invalid("clients may not write control batches"));
+    }
+    if header.is_log_append_time() {
+        return Err(BatchError::Timestamp(
+            "producers may not set the LogAppendTime timestamp type".into(),
+        ));
+    }
+    if header.has_producer_id() && header.base_sequence < 0 {
+        return Err(invalid(format!(
+            "producer id {} with invalid base sequence {}",
+            header.producer_id, header.base_sequence
+        )));
+    }
+    let summary = validate_records(&bytes, &header, limits)?;
+    Ok(ValidBatch {
+        bytes,
+        header,
+        max_timestamp: summary.max_timestamp,
+    })
+}
+
+/// The first [`PATCHED_HEAD_BYTES`] of `batch` with the broker-assigned base offset and leader
+/// epoch written in; the rest of the batch is stored unchanged after it.
+pub fn patched_head(
+    batch: &[u8],
+    base_offset: i64,
+    partition_leader_epoch: i32,
+) -> [u8; PATCHED_HEAD_BYTES] {
+    let mut head = [0u8; PATCHED_HEAD_BYTES];
+    head.copy_from_slice(&batch[..PATCHED_HEAD_BYTES]);
+    head[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    head[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    head
 }
 
 /// Computes the CRC a batch must carry; used to build batches in tests and tools.
@@ -224,7 +359,8 @@ impl ProducerFields {
     };
 }
 
-fn put_varlong(out: &mut Vec<u8>, value: i64) {
+/// Appends `value` as a zigzag varint (Kafka's record encoding).
+pub fn put_varlong(out: &mut Vec<u8>, value: i64) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
     while zigzag >= 0x80 {
         out.push((zigzag as u8) | 0x80);
@@ -237,34 +373,78 @@ fn put_varlong(out: &mut Vec<u8>, value: i64) {
 mod tests {
     use super::*;
 
+    fn limits() -> ValidationLimits {
+        ValidationLimits::unbounded_time(1 << 20)
+    }
+
     #[test]
     fn built_batch_validates_and_patching_keeps_crc() {
-        let mut batch = build_batch(&[b"a", b"bc"], 1000, ProducerFields::NONE);
-        let header = validate_batch(&batch).expect("valid");
-        assert_eq!(header.record_count, 2);
-        assert_eq!(header.last_offset_delta, 1);
-        patch_batch(&mut batch, 42, 7);
-        let header = validate_batch(&batch).expect("still valid after patch");
+        let batch = build_batch(&[b"a", b"bc"], 1000, ProducerFields::NONE);
+        let valid = validate(Bytes::from(batch.clone()), &limits()).expect("valid");
+        assert_eq!(valid.header().record_count, 2);
+        assert_eq!(valid.max_timestamp(), 1000);
+        let mut patched = patched_head(&batch, 42, 7).to_vec();
+        patched.extend_from_slice(&batch[PATCHED_HEAD_BYTES..]);
+        let header = validate_header(&patched).expect("still valid after patch");
         assert_eq!(header.base_offset, 42);
         assert_eq!(header.partition_leader_epoch, 7);
         assert_eq!(header.last_offset(), 43);
     }
 
+    fn with_crc(mut batch: Vec<u8>) -> Vec<u8> {
+        let crc = batch_crc(&batch);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        batch
+    }
+
+    fn refusal(batch: Vec<u8>) -> BatchError {
+        validate(Bytes::from(batch), &limits()).expect_err("refused")
+    }
+
     #[test]
-    fn corruptions_are_refused() {
+    fn header_corruptions_are_refused() {
         let batch = build_batch(&[b"value"], 5, ProducerFields::NONE);
         let mut flipped = batch.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 0xff;
-        assert_eq!(validate_batch(&flipped), Err(BatchError::CorruptCrc));
-        assert_eq!(
-            validate_batch(&batch[..batch.len() - 1]),
-            Err(BatchError::Malformed)
-        );
-        assert_eq!(validate_batch(&batch[..20]), Err(BatchError::Malformed));
+        assert!(matches!(refusal(flipped), BatchError::Corrupt(_)));
+        assert!(matches!(
+            refusal(batch[..batch.len() - 1].to_vec()),
+            BatchError::Invalid(_)
+        ));
+        assert!(matches!(
+            refusal(batch[..20].to_vec()),
+            BatchError::Corrupt(_)
+        ));
         let mut magic = batch.clone();
         magic[16] = 1;
-        assert_eq!(validate_batch(&magic), Err(BatchError::UnsupportedMagic(1)));
+        assert!(matches!(refusal(magic), BatchError::Invalid(_)));
+        let cases: [(usize, &[u8]); 5] = [
+            (57, &0i32.to_be_bytes()),      // record count 0
+            (57, &i32::MAX.to_be_bytes()),  // count claims 2^31-1, delta says 1
+            (0, &5i64.to_be_bytes()),       // base offset not 0
+            (21, &0x0020i16.to_be_bytes()), // control flag
+            (21, &0x0007i16.to_be_bytes()), // unknown codec 7
+        ];
+        for (at, bytes) in cases {
+            let mut bad = batch.clone();
+            bad[at..at + bytes.len()].copy_from_slice(bytes);
+            assert!(
+                matches!(refusal(with_crc(bad)), BatchError::Invalid(_)),
+                "field at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_claimed_span_with_no_records_is_refused() {
+        // The 61-byte batch that once advanced the log end offset by 2^31: count and delta agree
+        // but no record follows.
+        let mut batch = build_batch(&[], 0, ProducerFields::NONE);
+        batch[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+        batch[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        assert_eq!(batch.len(), BATCH_HEADER_BYTES);
+        assert!(matches!(refusal(with_crc(batch)), BatchError::Invalid(_)));
     }
 
     #[test]

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::producer_state::ProducerStateTable;
-use crate::storage::Storage;
 use crate::LogError;
+use weir_storage::Storage;
 
 /// File holding [`RecoveryCheckpoint`].
 pub const RECOVERY_CHECKPOINT_FILE: &str = "recovery-checkpoint.json";

@@ -1,17 +1,31 @@
 //! Sparse per-segment indexes: offset → file position, and timestamp → offset.
 //!
-//! Both live in memory for lookups and are appended to their files as entries are added. On
-//! load an index file is checked entry by entry; a file that is missing, torn or inconsistent
-//! with its segment is reported as damaged so the segment rebuilds it from the log.
+//! The active segment keeps both in memory for its appends and lookups and mirrors them to its
+//! files; an inactive segment keeps nothing in memory and binary-searches its files with
+//! positional reads (through the file cache), so memory does not grow with retained data. On
+//! load an index file is checked entry by entry; one that is missing, torn or inconsistent with
+//! its segment is reported as damaged so the segment rebuilds it from the log.
 
 use std::sync::Arc;
 
-use crate::storage::StorageFile;
+use weir_storage::StorageFile;
 
-/// Bytes per offset-index entry: relative offset (u32) and position (u32).
-pub const OFFSET_ENTRY_BYTES: usize = 8;
-/// Bytes per time-index entry: timestamp (i64) and relative offset (u32).
-pub const TIME_ENTRY_BYTES: usize = 12;
+/// Most entries one index may hold; the segment rolls when either index is full. Kafka's
+/// `segment.index.bytes` default (10 MiB) in 8-byte offset entries: bounds the memory of the
+/// active segment's index even with `index.interval.bytes=0` and tiny batches.
+pub const INDEX_ENTRIES_MAX: usize = 10 * 1024 * 1024 / OffsetEntry::BYTES;
+
+/// One fixed-size entry of an index file.
+pub trait IndexEntry: Copy + std::fmt::Debug {
+    /// Encoded size.
+    const BYTES: usize;
+    /// Writes the big-endian encoding into `out` (exactly [`IndexEntry::BYTES`] long).
+    fn encode(&self, out: &mut [u8]);
+    /// Reads an entry from exactly [`IndexEntry::BYTES`] bytes.
+    fn decode(bytes: &[u8]) -> Self;
+    /// True when `self` may follow `prev` in the index.
+    fn follows(&self, prev: &Self) -> bool;
+}
 
 /// One offset-index entry: the batch starting at `relative_offset` begins at `position`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,28 +45,6 @@ pub struct TimeEntry {
     pub relative_offset: u32,
 }
 
-/// The sparse offset index of one segment.
-pub struct OffsetIndex {
-    entries: Vec<OffsetEntry>,
-    file: Arc<dyn StorageFile>,
-}
-
-/// The sparse time index of one segment.
-pub struct TimeIndex {
-    entries: Vec<TimeEntry>,
-    file: Arc<dyn StorageFile>,
-}
-
-fn read_all(file: &dyn StorageFile, entry_bytes: usize) -> Option<Vec<u8>> {
-    let len = file.len().ok()? as usize;
-    if !len.is_multiple_of(entry_bytes) {
-        return None;
-    }
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, 0).ok()?;
-    Some(buf)
-}
-
 fn be_u32(bytes: &[u8]) -> u32 {
     let mut word = [0u8; 4];
     word.copy_from_slice(&bytes[..4]);
@@ -65,174 +57,174 @@ fn be_i64(bytes: &[u8]) -> i64 {
     i64::from_be_bytes(word)
 }
 
-impl OffsetIndex {
-    /// An empty index over a (possibly non-empty) file that the caller will rebuild.
-    pub fn empty(file: Arc<dyn StorageFile>) -> std::io::Result<OffsetIndex> {
+impl IndexEntry for OffsetEntry {
+    const BYTES: usize = 8;
+    fn encode(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.relative_offset.to_be_bytes());
+        out[4..8].copy_from_slice(&self.position.to_be_bytes());
+    }
+    fn decode(bytes: &[u8]) -> OffsetEntry {
+        OffsetEntry {
+            relative_offset: be_u32(&bytes[0..4]),
+            position: be_u32(&bytes[4..8]),
+        }
+    }
+    fn follows(&self, prev: &OffsetEntry) -> bool {
+        self.relative_offset > prev.relative_offset && self.position > prev.position
+    }
+}
+
+impl IndexEntry for TimeEntry {
+    const BYTES: usize = 12;
+    fn encode(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.timestamp.to_be_bytes());
+        out[8..12].copy_from_slice(&self.relative_offset.to_be_bytes());
+    }
+    fn decode(bytes: &[u8]) -> TimeEntry {
+        TimeEntry {
+            timestamp: be_i64(&bytes[0..8]),
+            relative_offset: be_u32(&bytes[8..12]),
+        }
+    }
+    fn follows(&self, prev: &TimeEntry) -> bool {
+        self.timestamp > prev.timestamp && self.relative_offset >= prev.relative_offset
+    }
+}
+
+/// The index of the active segment: every entry in memory, appended to its file as it grows.
+pub struct ActiveIndex<E> {
+    entries: Vec<E>,
+    /// `None` once a write to the file failed: the file keeps a valid prefix (an index is
+    /// sparse, so a shorter one is still correct) and memory stays complete.
+    file: Option<Arc<dyn StorageFile>>,
+}
+
+impl<E: IndexEntry> ActiveIndex<E> {
+    /// An empty index over `file`, which is cut to zero length (it will be rebuilt).
+    pub fn empty(file: Arc<dyn StorageFile>) -> std::io::Result<ActiveIndex<E>> {
         file.truncate(0)?;
-        Ok(OffsetIndex {
+        Ok(ActiveIndex {
             entries: Vec::new(),
-            file,
+            file: Some(file),
         })
     }
 
-    /// Loads the index from its file; `None` when the file is torn or its entries are not
-    /// strictly increasing or point beyond `segment_bytes`.
-    pub fn load(file: Arc<dyn StorageFile>, segment_bytes: u64) -> Option<OffsetIndex> {
-        let raw = read_all(file.as_ref(), OFFSET_ENTRY_BYTES)?;
-        let mut entries: Vec<OffsetEntry> = Vec::with_capacity(raw.len() / OFFSET_ENTRY_BYTES);
-        for chunk in raw.chunks_exact(OFFSET_ENTRY_BYTES) {
-            let entry = OffsetEntry {
-                relative_offset: be_u32(&chunk[0..4]),
-                position: be_u32(&chunk[4..8]),
-            };
-            if u64::from(entry.position) >= segment_bytes {
+    /// Loads the index from its file; `None` when the file is torn, its entries are out of
+    /// order, or `check` refuses one.
+    pub fn load(
+        file: Arc<dyn StorageFile>,
+        mut check: impl FnMut(&E) -> bool,
+    ) -> Option<ActiveIndex<E>> {
+        let len = usize::try_from(file.len().ok()?).ok()?;
+        if !len.is_multiple_of(E::BYTES) || len / E::BYTES > INDEX_ENTRIES_MAX {
+            return None;
+        }
+        let mut raw = vec![0u8; len];
+        file.read_exact_at(&mut raw, 0).ok()?;
+        let mut entries: Vec<E> = Vec::with_capacity(len / E::BYTES);
+        for chunk in raw.chunks_exact(E::BYTES) {
+            let entry = E::decode(chunk);
+            let ordered = entries.last().is_none_or(|prev| entry.follows(prev));
+            if !ordered || !check(&entry) {
                 return None;
-            }
-            if let Some(prev) = entries.last() {
-                if entry.relative_offset <= prev.relative_offset || entry.position <= prev.position
-                {
-                    return None;
-                }
             }
             entries.push(entry);
         }
-        Some(OffsetIndex { entries, file })
+        Some(ActiveIndex {
+            entries,
+            file: Some(file),
+        })
     }
 
-    /// Adds an entry; entries must arrive in increasing offset and position.
-    pub fn append(&mut self, entry: OffsetEntry) -> std::io::Result<()> {
+    /// Adds an entry; entries must arrive in order. A failed file write is logged and only
+    /// stops the file from growing.
+    pub fn append(&mut self, entry: E) {
         if let Some(prev) = self.entries.last() {
-            assert!(entry.relative_offset > prev.relative_offset && entry.position > prev.position);
+            assert!(entry.follows(prev), "index entries out of order");
         }
-        let mut bytes = [0u8; OFFSET_ENTRY_BYTES];
-        bytes[0..4].copy_from_slice(&entry.relative_offset.to_be_bytes());
-        bytes[4..8].copy_from_slice(&entry.position.to_be_bytes());
-        self.file.append(&bytes)?;
         self.entries.push(entry);
-        Ok(())
+        let Some(file) = &self.file else { return };
+        let mut bytes = [0u8; 16];
+        entry.encode(&mut bytes[..E::BYTES]);
+        if let Err(error) = file.append(&[&bytes[..E::BYTES]]) {
+            tracing::warn!(target: "weir::log", %error, "index file write failed; the index file stops growing and lookups scan further");
+            let kept = ((self.entries.len() - 1) * E::BYTES) as u64;
+            let _ = file.truncate(kept);
+            self.file = None;
+        }
     }
 
-    /// The last entry at or before `relative_offset`: where a scan for it should start.
-    pub fn lookup(&self, relative_offset: u32) -> Option<OffsetEntry> {
-        let idx = self
-            .entries
-            .partition_point(|e| e.relative_offset <= relative_offset);
-        idx.checked_sub(1).map(|i| self.entries[i])
+    /// The entries, oldest first.
+    pub fn entries(&self) -> &[E] {
+        &self.entries
     }
 
-    /// Drops entries whose position is at or beyond `position` (after a log truncation).
-    pub fn truncate_to_position(&mut self, position: u32) -> std::io::Result<()> {
-        let keep = self.entries.partition_point(|e| e.position < position);
-        self.entries.truncate(keep);
-        self.file.truncate((keep * OFFSET_ENTRY_BYTES) as u64)
+    /// The newest entry.
+    pub fn last(&self) -> Option<E> {
+        self.entries.last().copied()
     }
 
-    /// Makes the index file durable.
-    pub fn sync(&self) -> std::io::Result<()> {
-        self.file.sync()
+    /// True when the segment must roll: the index holds [`INDEX_ENTRIES_MAX`] entries.
+    pub fn is_full(&self) -> bool {
+        self.entries.len() >= INDEX_ENTRIES_MAX
     }
 
     /// The index file, for syncing outside the log's lock.
-    pub fn file(&self) -> Arc<dyn StorageFile> {
+    pub fn file(&self) -> Option<Arc<dyn StorageFile>> {
         self.file.clone()
     }
 }
 
-impl TimeIndex {
-    /// An empty index over a file that the caller will rebuild.
-    pub fn empty(file: Arc<dyn StorageFile>) -> std::io::Result<TimeIndex> {
-        file.truncate(0)?;
-        Ok(TimeIndex {
-            entries: Vec::new(),
-            file,
-        })
-    }
-
-    /// Loads the index; `None` when torn or when timestamps or offsets go backwards.
-    pub fn load(file: Arc<dyn StorageFile>) -> Option<TimeIndex> {
-        let raw = read_all(file.as_ref(), TIME_ENTRY_BYTES)?;
-        let mut entries: Vec<TimeEntry> = Vec::with_capacity(raw.len() / TIME_ENTRY_BYTES);
-        for chunk in raw.chunks_exact(TIME_ENTRY_BYTES) {
-            let entry = TimeEntry {
-                timestamp: be_i64(&chunk[0..8]),
-                relative_offset: be_u32(&chunk[8..12]),
-            };
-            if let Some(prev) = entries.last() {
-                if entry.timestamp <= prev.timestamp || entry.relative_offset < prev.relative_offset
-                {
-                    return None;
-                }
-            }
-            entries.push(entry);
+/// The number of entries `pred` holds for, in an index sorted so that `pred` is true for a
+/// prefix, read from the file by binary search; with the last such entry.
+pub fn file_partition_point<E: IndexEntry>(
+    file: &dyn StorageFile,
+    pred: impl Fn(&E) -> bool,
+) -> std::io::Result<(usize, Option<E>)> {
+    let count = usize::try_from(file.len()?).unwrap_or(usize::MAX) / E::BYTES;
+    let read = |i: usize| -> std::io::Result<E> {
+        let mut bytes = [0u8; 16];
+        file.read_exact_at(&mut bytes[..E::BYTES], (i * E::BYTES) as u64)?;
+        Ok(E::decode(&bytes[..E::BYTES]))
+    };
+    let (mut low, mut high) = (0usize, count);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if pred(&read(mid)?) {
+            low = mid + 1;
+        } else {
+            high = mid;
         }
-        Some(TimeIndex { entries, file })
     }
+    let last = match low.checked_sub(1) {
+        Some(i) => Some(read(i)?),
+        None => None,
+    };
+    Ok((low, last))
+}
 
-    /// Adds an entry with a larger timestamp than any before it.
-    pub fn append(&mut self, entry: TimeEntry) -> std::io::Result<()> {
-        if let Some(prev) = self.entries.last() {
-            assert!(
-                entry.timestamp > prev.timestamp && entry.relative_offset >= prev.relative_offset
-            );
-        }
-        let mut bytes = [0u8; TIME_ENTRY_BYTES];
-        bytes[0..8].copy_from_slice(&entry.timestamp.to_be_bytes());
-        bytes[8..12].copy_from_slice(&entry.relative_offset.to_be_bytes());
-        self.file.append(&bytes)?;
-        self.entries.push(entry);
-        Ok(())
-    }
-
-    /// The relative offset from which a scan for the first timestamp ≥ `timestamp` may start:
-    /// the offset of the last entry whose timestamp is below it.
-    pub fn scan_start(&self, timestamp: i64) -> Option<u32> {
-        let idx = self.entries.partition_point(|e| e.timestamp < timestamp);
-        idx.checked_sub(1).map(|i| self.entries[i].relative_offset)
-    }
-
-    /// Drops entries for offsets at or beyond `relative_offset`.
-    pub fn truncate_to_offset(&mut self, relative_offset: u32) -> std::io::Result<()> {
-        let keep = self
-            .entries
-            .partition_point(|e| e.relative_offset < relative_offset);
-        self.entries.truncate(keep);
-        self.file.truncate((keep * TIME_ENTRY_BYTES) as u64)
-    }
-
-    /// The newest entry, if any.
-    pub fn last(&self) -> Option<TimeEntry> {
-        self.entries.last().copied()
-    }
-
-    /// Makes the index file durable.
-    pub fn sync(&self) -> std::io::Result<()> {
-        self.file.sync()
-    }
-
-    /// The index file, for syncing outside the log's lock.
-    pub fn file(&self) -> Arc<dyn StorageFile> {
-        self.file.clone()
-    }
+/// The last entry of `entries` for which `pred` holds (entries sorted so it holds for a prefix).
+pub fn memory_floor<E: IndexEntry>(entries: &[E], pred: impl Fn(&E) -> bool) -> Option<E> {
+    let idx = entries.partition_point(pred);
+    idx.checked_sub(1).map(|i| entries[i])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::{PowerLossStorage, Storage};
     use std::path::Path;
+    use weir_storage::{MemoryStorage, Storage};
 
     #[test]
-    fn offset_lookup_finds_floor_entry() {
-        let disk = PowerLossStorage::new();
+    fn offset_floor_in_memory_and_in_file_agree() {
+        let disk = MemoryStorage::new();
         let file = disk.open(Path::new("/i"), true).expect("open");
-        let mut index = OffsetIndex::empty(file.clone()).expect("empty");
+        let mut index = ActiveIndex::<OffsetEntry>::empty(file.clone()).expect("empty");
         for (rel, pos) in [(0, 0), (10, 100), (20, 250)] {
-            index
-                .append(OffsetEntry {
-                    relative_offset: rel,
-                    position: pos,
-                })
-                .expect("append");
+            index.append(OffsetEntry {
+                relative_offset: rel,
+                position: pos,
+            });
         }
         let cases = [
             (0, Some(0)),
@@ -242,42 +234,72 @@ mod tests {
             (99, Some(250)),
         ];
         for (target, want) in cases {
+            let pred = |e: &OffsetEntry| e.relative_offset <= target;
             assert_eq!(
-                index.lookup(target).map(|e| e.position),
+                memory_floor(index.entries(), pred).map(|e| e.position),
                 want,
-                "target {target}"
+                "memory {target}"
             );
+            let (_, last) = file_partition_point(file.as_ref(), pred).expect("file");
+            assert_eq!(last.map(|e| e.position), want, "file {target}");
         }
-        let reloaded = OffsetIndex::load(file.clone(), 1000).expect("valid file");
-        assert_eq!(reloaded.lookup(15).map(|e| e.position), Some(100));
+        let reloaded = ActiveIndex::<OffsetEntry>::load(file.clone(), |e| e.position < 1000)
+            .expect("valid file");
+        assert_eq!(reloaded.entries().len(), 3);
         assert!(
-            OffsetIndex::load(file.clone(), 200).is_none(),
+            ActiveIndex::<OffsetEntry>::load(file.clone(), |e| e.position < 200).is_none(),
             "entry past segment end"
         );
-        file.append(&[1, 2, 3]).expect("append");
-        assert!(OffsetIndex::load(file, 1000).is_none(), "torn entry");
+        file.append(&[&[1, 2, 3]]).expect("append");
+        assert!(
+            ActiveIndex::<OffsetEntry>::load(file, |_| true).is_none(),
+            "torn entry"
+        );
     }
 
     #[test]
-    fn time_scan_start_is_before_target() {
-        let disk = PowerLossStorage::new();
+    fn time_floor_is_before_target() {
+        let disk = MemoryStorage::new();
         let file = disk.open(Path::new("/t"), true).expect("open");
-        let mut index = TimeIndex::empty(file).expect("empty");
-        index
-            .append(TimeEntry {
-                timestamp: 100,
-                relative_offset: 0,
-            })
-            .expect("append");
-        index
-            .append(TimeEntry {
-                timestamp: 200,
-                relative_offset: 5,
-            })
-            .expect("append");
-        assert_eq!(index.scan_start(50), None);
-        assert_eq!(index.scan_start(150), Some(0));
-        assert_eq!(index.scan_start(200), Some(0));
-        assert_eq!(index.scan_start(201), Some(5));
+        let mut index = ActiveIndex::<TimeEntry>::empty(file.clone()).expect("empty");
+        index.append(TimeEntry {
+            timestamp: 100,
+            relative_offset: 0,
+        });
+        index.append(TimeEntry {
+            timestamp: 200,
+            relative_offset: 5,
+        });
+        for (target, want) in [(50, None), (150, Some(0)), (200, Some(0)), (201, Some(5))] {
+            let pred = |e: &TimeEntry| e.timestamp < target;
+            assert_eq!(
+                memory_floor(index.entries(), pred).map(|e| e.relative_offset),
+                want
+            );
+            let (_, last) = file_partition_point(file.as_ref(), pred).expect("file");
+            assert_eq!(last.map(|e| e.relative_offset), want);
+        }
+    }
+
+    #[test]
+    fn a_failed_index_write_keeps_memory_and_a_valid_file_prefix() {
+        let disk = MemoryStorage::new();
+        let file = disk.open(Path::new("/i"), true).expect("open");
+        let mut index = ActiveIndex::<OffsetEntry>::empty(file.clone()).expect("empty");
+        index.append(OffsetEntry {
+            relative_offset: 1,
+            position: 10,
+        });
+        disk.set_capacity(Some(disk.used_bytes() + 3));
+        index.append(OffsetEntry {
+            relative_offset: 2,
+            position: 20,
+        });
+        index.append(OffsetEntry {
+            relative_offset: 3,
+            position: 30,
+        });
+        assert_eq!(index.entries().len(), 3);
+        assert_eq!(file.len().expect("len"), 8, "the torn entry was cut off");
     }
 }

@@ -1,14 +1,17 @@
 //! `weir-log` owns one partition's storage: segment files of Kafka v2 record batches with a
-//! sparse offset index and a time index, append with offset assignment, reads by offset and by
-//! timestamp, time- and size-based retention, idempotent-producer state, and crash recovery
-//! (recovery point, torn-tail truncation, index rebuild, clean-shutdown marker).
+//! sparse offset index and a time index, validation of every batch and record before it is
+//! appended, offset assignment, reads by offset and by timestamp, time- and size-based
+//! retention, idempotent-producer state, and crash recovery (recovery point, torn-tail
+//! truncation, index rebuild, clean-shutdown marker).
 //!
-//! It never decodes individual records, never knows about topics, networking or the Kafka
-//! protocol beyond the batch header, and never decides when to fsync: the broker does, through
-//! [`Log::flush_ticket`], so many appenders share one sync (group commit).
+//! It never changes a batch's bytes beyond base offset and leader epoch, never knows about
+//! topics, networking or the Kafka protocol beyond the record format, and never decides when to
+//! fsync: the broker does, through [`Log::flush_ticket`], so many appenders share one sync
+//! (group commit). Disk reads and syncs are handed out as values to run outside the
+//! partition's lock.
 //!
-//! All file access goes through [`storage::Storage`]; [`storage::PowerLossStorage`] simulates a
-//! power cut to prove what is durable.
+//! All file access goes through `weir_storage`; only the active segment keeps files open, the
+//! others are reopened through a bounded [`weir_storage::FileCache`].
 
 pub mod batch;
 pub mod checkpoint;
@@ -16,18 +19,22 @@ pub mod clock;
 pub mod index;
 mod log;
 pub mod producer_state;
+pub mod records;
 mod segment;
-pub mod storage;
 
-pub use crate::log::{AppendInfo, FlushTicket, Log, LogConfig, RecoveryReport};
-pub use batch::{BatchError, BatchHeader};
+pub use crate::log::{
+    AppendInfo, BatchLookup, FlushDone, FlushTicket, Log, LogCheckpoint, LogConfig, ReadSlice,
+    ReadView, RecoveryReport, SegmentRemoval,
+};
+pub use batch::{validate, BatchError, BatchHeader, ValidBatch};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use segment::SEGMENT_BYTES_LIMIT;
+pub use records::ValidationLimits;
+pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};
 
 /// Everything that can go wrong in the log; the broker maps each to a Kafka error code.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    /// The batch failed validation (CRC, length, magic, header consistency).
+    /// The batch failed validation (CRC, framing, records, timestamps).
     #[error(transparent)]
     Batch(#[from] BatchError),
     /// The batch is larger than `max.message.bytes`.
@@ -35,6 +42,14 @@ pub enum LogError {
     MessageTooLarge {
         /// Size of the refused batch.
         bytes: u64,
+    },
+    /// The batch is larger than a whole segment (`segment.bytes`).
+    #[error("record batch of {bytes} bytes is larger than segment.bytes ({segment_bytes})")]
+    RecordListTooLarge {
+        /// Size of the refused batch.
+        bytes: u64,
+        /// The topic's `segment.bytes`.
+        segment_bytes: u64,
     },
     /// An idempotent batch whose sequence does not follow the producer's last one.
     #[error("out of order sequence number")]
@@ -61,7 +76,21 @@ pub enum LogError {
         /// Byte position in the segment file.
         position: u64,
     },
-    /// The file system failed.
+    /// A write ran out of disk space or file descriptors and was undone: the log is as it was
+    /// and takes writes again once the resource returns.
+    #[error("storage exhausted, write refused: {0}")]
+    OutOfResources(std::io::Error),
+    /// The file system failed. On a write path this is fatal: the log may have lost data.
     #[error("log I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for LogError {
+    fn from(error: std::io::Error) -> LogError {
+        if weir_storage::is_resource_exhausted(&error) {
+            LogError::OutOfResources(error)
+        } else {
+            LogError::Io(error)
+        }
+    }
 }

@@ -1,21 +1,34 @@
 //! The partition log: an ordered set of segments with append, read, retention and recovery.
+//!
+//! Everything here runs under the partition's lock and touches only memory, except appends
+//! (the write itself) and segment creation. Disk reads and fsyncs are handed out as values —
+//! [`ReadView`], [`BatchLookup`], [`FlushTicket`], [`LogCheckpoint`], [`SegmentRemoval`] — that
+//! the caller runs after releasing the lock, off the async workers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
-use crate::batch::{patch_batch, validate_batch};
+use crate::batch::{patched_head, ValidBatch, PATCHED_HEAD_BYTES};
 use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
 };
 use crate::clock::Clock;
 use crate::producer_state::{BatchMetadata, ProducerStateTable, SequenceCheck};
-use crate::segment::{BatchLocation, Segment, SEGMENT_BYTES_LIMIT};
-use crate::storage::{Storage, StorageFile};
+use crate::segment::{
+    HeaderWalker, PositionHint, Segment, SegmentPaths, RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT,
+};
 use crate::LogError;
+
+/// Rolled segments whose files may wait for their fsync at once. The broker flushes soon after
+/// every roll, so this is only reached when rolls outpace fsyncs (`segment.ms=1` under load);
+/// then the roll syncs the oldest one itself, which slows appends instead of holding more open
+/// files.
+const ROLLED_UNSYNCED_MAX: usize = 64;
 
 /// Per-partition settings, in Kafka's units; the broker fills them from topic configs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +45,8 @@ pub struct LogConfig {
     pub max_message_bytes: u64,
     /// `index.interval.bytes`: bytes between offset-index entries.
     pub index_interval_bytes: u64,
+    /// Most idempotent producers remembered; the one idle longest is forgotten first.
+    pub producer_ids_max: usize,
 }
 
 impl Default for LogConfig {
@@ -43,6 +58,7 @@ impl Default for LogConfig {
             retention_bytes: -1,
             max_message_bytes: 1_048_588,
             index_interval_bytes: 4096,
+            producer_ids_max: 5000,
         }
     }
 }
@@ -73,30 +89,247 @@ pub struct RecoveryReport {
 
 /// Unsynced files and the offset they make durable; synced outside the log's lock.
 pub struct FlushTicket {
-    /// Every offset below this is durable once `files` are synced.
-    pub end_offset: i64,
+    done: FlushDone,
     files: Vec<Arc<dyn StorageFile>>,
+    dir: Option<(Arc<dyn Storage>, PathBuf)>,
+}
+
+/// What a synced [`FlushTicket`] made durable, for [`Log::flush_done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushDone {
+    /// Every offset below this is durable.
+    pub end_offset: i64,
+    /// Directory changes (segment files created) covered.
+    dir_changes: u64,
 }
 
 impl FlushTicket {
-    /// Fsyncs the files. Slow: call without holding the log's lock.
-    pub fn sync(&self) -> std::io::Result<()> {
+    /// Every offset below this is durable once the ticket is synced.
+    pub fn end_offset(&self) -> i64 {
+        self.done.end_offset
+    }
+
+    /// Fsyncs the files and, when segments were created, their directory. Slow: call without
+    /// holding the log's lock, off the async workers.
+    pub fn sync(&self) -> std::io::Result<FlushDone> {
         for file in &self.files {
             file.sync()?;
         }
-        Ok(())
+        if let Some((storage, dir)) = &self.dir {
+            storage.sync_dir(dir)?;
+        }
+        Ok(self.done)
+    }
+}
+
+/// A recovery checkpoint and producer snapshot taken under the lock, written outside it.
+pub struct LogCheckpoint {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    snapshot: ProducerSnapshot,
+    checkpoint: RecoveryCheckpoint,
+}
+
+impl LogCheckpoint {
+    /// Writes both files atomically. A full disk is `LogError::DiskFull`: the previous files
+    /// stay, and the next start scans a little more.
+    pub fn write(&self) -> Result<(), LogError> {
+        write_json(
+            self.storage.as_ref(),
+            &self.dir.join(PRODUCER_SNAPSHOT_FILE),
+            &self.snapshot,
+        )?;
+        write_json(
+            self.storage.as_ref(),
+            &self.dir.join(RECOVERY_CHECKPOINT_FILE),
+            &self.checkpoint,
+        )
+    }
+}
+
+/// Segment files retention took out of the log, deleted after the lock is released.
+pub struct SegmentRemoval {
+    paths: SegmentPaths,
+    files: Arc<FileCache>,
+}
+
+impl SegmentRemoval {
+    /// Deletes the files. A reader that already opened one finishes its read.
+    pub fn remove(self) -> std::io::Result<()> {
+        self.paths.remove(&self.files)
+    }
+}
+
+/// What a fetch may read from one partition, taken under the log's lock; [`ReadView::slice`]
+/// does the reading outside it.
+pub struct ReadView {
+    log: FileRef,
+    start: PositionHint,
+    offset: i64,
+    end_position: u64,
+    /// The batch starting at this offset is the first a reader may not see (the high
+    /// watermark), when it lies inside this segment.
+    upper: Option<(i64, PositionHint)>,
+}
+
+/// A byte range of one segment file: what a fetch response carries for one partition. It
+/// starts at a batch boundary and ends at one, or at the size limit mid-batch as Kafka's fetch
+/// does (clients drop a trailing partial batch and fetch it again).
+#[derive(Clone)]
+pub struct ReadSlice {
+    file: FileRef,
+    position: u64,
+    length: u64,
+}
+
+impl ReadSlice {
+    /// Bytes in the slice.
+    pub fn len(&self) -> u64 {
+        self.length
+    }
+
+    /// True when the slice holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// Reads the whole slice.
+    pub fn read(&self) -> Result<Bytes, LogError> {
+        let mut buffer = vec![0u8; self.length as usize];
+        self.read_at(0, &mut buffer)?;
+        Ok(Bytes::from(buffer))
+    }
+
+    /// Reads `buffer.len()` bytes starting `offset` bytes into the slice.
+    pub fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), LogError> {
+        let end = offset.saturating_add(buffer.len() as u64);
+        if end > self.length {
+            return Err(LogError::Corrupt {
+                position: self.position + offset,
+            });
+        }
+        let file = self.file.resolve()?;
+        Ok(file.read_exact_at(buffer, self.position + offset)?)
+    }
+}
+
+impl ReadView {
+    /// The bytes to return: from the batch holding the view's offset, at most `max_bytes`
+    /// (but the whole first batch when `min_one_batch` is set, so a consumer always makes
+    /// progress), ending before the upper bound. Reads batch headers: call off the async
+    /// workers, without the log's lock. `None` when nothing is readable (the segment was
+    /// deleted by retention meanwhile, or its first batch does not fit).
+    pub fn slice(
+        &self,
+        max_bytes: u64,
+        min_one_batch: bool,
+    ) -> Result<Option<ReadSlice>, LogError> {
+        let file = match self.log.resolve() {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LogError::Io(e)),
+        };
+        let from = self.start.resolve()?;
+        let mut walker = HeaderWalker::new(file.as_ref(), from, self.end_position);
+        let (first, position) = loop {
+            match walker.next_batch()? {
+                Some((header, position)) if header.last_offset() >= self.offset => {
+                    break (header, position)
+                }
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        };
+        let end = match &self.upper {
+            None => self.end_position,
+            Some((upper, _)) if first.base_offset >= *upper => return Ok(None),
+            Some((upper, hint)) => {
+                let from = hint.resolve()?.max(position);
+                let mut walker = HeaderWalker::new(file.as_ref(), from, self.end_position);
+                let mut end = self.end_position;
+                while let Some((header, at)) = walker.next_batch()? {
+                    if header.base_offset >= *upper {
+                        end = at;
+                        break;
+                    }
+                }
+                end
+            }
+        };
+        let first_bytes = first.total_bytes();
+        let limit = match first_bytes > max_bytes {
+            true if min_one_batch => first_bytes,
+            true => return Ok(None),
+            false => max_bytes,
+        };
+        let length = (end - position).min(limit);
+        Ok(Some(ReadSlice {
+            file: self.log.clone(),
+            position,
+            length,
+        }))
+    }
+}
+
+/// What ListOffsets looks for in a segment.
+#[derive(Debug, Clone, Copy)]
+enum LookupTarget {
+    /// The first batch whose largest timestamp is ≥ this.
+    Timestamp(i64),
+    /// The batch whose base offset is this.
+    BaseOffset(i64),
+}
+
+/// A search for one stored batch, taken under the lock; [`BatchLookup::find`] reads outside it.
+pub struct BatchLookup {
+    log: FileRef,
+    start: PositionHint,
+    end_position: u64,
+    target: LookupTarget,
+    log_start_offset: i64,
+}
+
+impl BatchLookup {
+    /// The bytes of the batch sought, if it is still there. Reads the segment.
+    pub fn find(&self) -> Result<Option<Bytes>, LogError> {
+        let file = match self.log.resolve() {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LogError::Io(e)),
+        };
+        let from = self.start.resolve()?;
+        let mut walker = HeaderWalker::new(file.as_ref(), from, self.end_position);
+        while let Some((header, position)) = walker.next_batch()? {
+            let found = match self.target {
+                LookupTarget::Timestamp(ts) => {
+                    header.max_timestamp >= ts && header.last_offset() >= self.log_start_offset
+                }
+                LookupTarget::BaseOffset(offset) => header.base_offset == offset,
+            };
+            if found {
+                let mut batch = vec![0u8; header.total_bytes() as usize];
+                file.read_exact_at(&mut batch, position)
+                    .map_err(LogError::Io)?;
+                return Ok(Some(Bytes::from(batch)));
+            }
+        }
+        Ok(None)
     }
 }
 
 /// One partition's log.
 pub struct Log {
     dir: PathBuf,
-    storage: Arc<dyn Storage>,
+    files: Arc<FileCache>,
     clock: Arc<dyn Clock>,
     config: LogConfig,
     segments: BTreeMap<i64, Segment>,
     /// Files of rolled segments not yet fsynced, with the log end offset at their roll.
     rolled_unsynced: Vec<(i64, Vec<Arc<dyn StorageFile>>)>,
+    /// Segments created (directory entries to make durable), counted.
+    dir_changes: u64,
+    /// `dir_changes` covered by the last directory fsync.
+    dir_changes_synced: u64,
     log_start_offset: i64,
     log_end_offset: i64,
     high_watermark: i64,
@@ -104,13 +337,16 @@ pub struct Log {
     leader_epoch: i32,
     epoch_cache: Vec<EpochEntry>,
     producers: ProducerStateTable,
+    producers_evicted: u64,
 }
 
 fn segment_base_offsets(names: &[String]) -> Vec<i64> {
     let mut bases: Vec<i64> = names
         .iter()
         .filter_map(|n| n.strip_suffix(".log"))
+        .filter(|stem| stem.len() == 20)
         .filter_map(|stem| stem.parse().ok())
+        .filter(|base| *base >= 0)
         .collect();
     bases.sort_unstable();
     bases
@@ -122,11 +358,12 @@ impl Log {
     /// and producer state is restored from its snapshot plus the log.
     pub fn open(
         dir: &Path,
-        storage: Arc<dyn Storage>,
+        files: Arc<FileCache>,
         clock: Arc<dyn Clock>,
         config: LogConfig,
     ) -> Result<(Log, RecoveryReport), LogError> {
         assert!(config.segment_bytes > 0 && config.segment_bytes <= SEGMENT_BYTES_LIMIT);
+        let storage = files.storage().clone();
         storage.create_dir_all(dir)?;
         let now_ms = clock.now_ms();
         let names = storage.list(dir)?;
@@ -141,29 +378,37 @@ impl Log {
             clean: clean || bases.is_empty(),
             ..RecoveryReport::default()
         };
-        let mut segments = BTreeMap::new();
+        let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
         let mut truncated = false;
         for (i, &base) in bases.iter().enumerate() {
             if truncated {
                 tracing::warn!(target: "weir::log", dir = %dir.display(), base, "deleting segment after a truncated one");
-                Segment::open_for_recovery(storage.as_ref(), dir, base, now_ms)?
-                    .delete(storage.as_ref(), dir)?;
+                SegmentPaths::new(dir, base).remove(&files)?;
                 continue;
             }
             let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
-            let segment = if clean || next_base <= checkpoint.recovery_point {
-                Segment::open_trusted(storage.as_ref(), dir, base, now_ms)?
-            } else {
-                let mut segment = Segment::open_for_recovery(storage.as_ref(), dir, base, now_ms)?;
-                let cut = segment.recover(config.index_interval_bytes, &mut |_| {})?;
+            let trusted = clean || next_base <= checkpoint.recovery_point;
+            let (segment, cut) = Segment::open(
+                storage.as_ref(),
+                dir,
+                base,
+                now_ms,
+                trusted,
+                config.index_interval_bytes,
+            )?;
+            if !trusted {
                 report.segments_scanned += 1;
-                if cut > 0 {
-                    tracing::warn!(target: "weir::log", dir = %dir.display(), base, bytes = cut, "truncated torn or corrupt tail");
-                    report.truncated_bytes += cut;
-                    truncated = true;
-                }
-                segment
-            };
+            }
+            if cut > 0 {
+                tracing::warn!(target: "weir::log", dir = %dir.display(), base, bytes = cut, "truncated torn or corrupt tail");
+                report.truncated_bytes += cut;
+                truncated = true;
+            }
+            // Only the last segment stays open: thousands of segments must not hold thousands
+            // of files open, even while starting.
+            if let Some((_, previous)) = segments.iter_mut().next_back() {
+                previous.deactivate();
+            }
             segments.insert(base, segment);
         }
         if segments.is_empty() {
@@ -183,11 +428,13 @@ impl Log {
         epoch_cache.retain(|e| e.start_offset <= log_end_offset);
         let mut log = Log {
             dir: dir.to_path_buf(),
-            storage,
+            files,
             clock,
             config,
             segments,
             rolled_unsynced: Vec::new(),
+            dir_changes: 0,
+            dir_changes_synced: 0,
             log_start_offset,
             log_end_offset,
             high_watermark: log_end_offset,
@@ -195,19 +442,25 @@ impl Log {
             leader_epoch: epoch_cache.last().map_or(0, |e| e.epoch),
             epoch_cache,
             producers: ProducerStateTable::default(),
+            producers_evicted: 0,
         };
         if log.epoch_cache.is_empty() {
             log.set_leader_epoch(log.leader_epoch)?;
         }
         log.restore_producer_state(clean)?;
         log.active().sync_all()?;
+        storage.sync_dir(dir)?;
         log.recovery_point = log.log_end_offset;
         Ok((log, report))
     }
 
+    fn storage(&self) -> &Arc<dyn Storage> {
+        self.files.storage()
+    }
+
     fn restore_producer_state(&mut self, clean: bool) -> Result<(), LogError> {
         let snapshot: Option<ProducerSnapshot> = read_json(
-            self.storage.as_ref(),
+            self.storage().as_ref(),
             &self.dir.join(PRODUCER_SNAPSHOT_FILE),
         );
         let from = match snapshot {
@@ -217,14 +470,24 @@ impl Log {
             }
             _ => self.log_start_offset,
         };
+        self.producers_evicted += self.producers.restored(self.config.producer_ids_max) as u64;
         if clean && from == self.log_end_offset {
             return Ok(());
         }
         let now_ms = self.clock.now_ms();
-        let mut offset = from.max(self.log_start_offset);
-        while let Some((_, location)) = self.locate(offset)? {
-            self.producers.record(&location.header, now_ms);
-            offset = location.header.last_offset() + 1;
+        let from = from.max(self.log_start_offset);
+        let producers_max = self.config.producer_ids_max;
+        let (files, producers) = (&self.files, &mut self.producers);
+        for segment in self.segments.values().filter(|s| s.next_offset > from) {
+            let file = segment.log_ref(files).resolve()?;
+            let start = segment.offset_hint(from, files).resolve()?;
+            let mut walker = HeaderWalker::new(file.as_ref(), start, segment.size_bytes);
+            while let Some((header, _)) = walker.next_batch()? {
+                if header.last_offset() >= from {
+                    self.producers_evicted +=
+                        producers.record(&header, now_ms, producers_max) as u64;
+                }
+            }
         }
         Ok(())
     }
@@ -297,16 +560,19 @@ impl Log {
         if epoch == self.leader_epoch && !self.epoch_cache.is_empty() {
             return Ok(());
         }
-        self.leader_epoch = epoch;
-        self.epoch_cache.push(EpochEntry {
+        let mut cache = self.epoch_cache.clone();
+        cache.push(EpochEntry {
             epoch,
             start_offset: self.log_end_offset,
         });
         write_json(
-            self.storage.as_ref(),
+            self.storage().as_ref(),
             &self.dir.join(LEADER_EPOCH_FILE),
-            &self.epoch_cache,
-        )
+            &cache,
+        )?;
+        self.leader_epoch = epoch;
+        self.epoch_cache = cache;
+        Ok(())
     }
 
     /// The end offset of `epoch` for OffsetForLeaderEpoch: the largest epoch ≤ `epoch` known,
@@ -321,17 +587,23 @@ impl Log {
         Some((found.epoch, end))
     }
 
-    /// Validates one batch, checks idempotent-producer sequence, assigns offsets and appends.
-    /// `batch` is patched in place with its base offset and leader epoch.
-    pub fn append(&mut self, batch: &mut [u8]) -> Result<AppendInfo, LogError> {
-        let mut header = validate_batch(batch)?;
-        if batch.len() as u64 > self.config.max_message_bytes {
-            return Err(LogError::MessageTooLarge {
-                bytes: batch.len() as u64,
+    /// Checks the idempotent-producer sequence, assigns offsets and appends a validated batch:
+    /// the stored bytes are the producer's, with only base offset and leader epoch patched.
+    /// `LogError::DiskFull` leaves the log exactly as it was.
+    pub fn append(&mut self, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
+        let header = *batch.header();
+        let bytes = batch.len() as u64;
+        if bytes > self.config.max_message_bytes {
+            return Err(LogError::MessageTooLarge { bytes });
+        }
+        if bytes > self.config.segment_bytes {
+            return Err(LogError::RecordListTooLarge {
+                bytes,
+                segment_bytes: self.config.segment_bytes,
             });
         }
-        if header.is_control() || header.is_transactional() {
-            return Err(LogError::Unsupported("transactional and control batches"));
+        if header.is_transactional() {
+            return Err(LogError::Unsupported("transactional batches"));
         }
         match self.producers.check(&header) {
             SequenceCheck::Append => {}
@@ -350,44 +622,68 @@ impl Log {
             SequenceCheck::OutOfOrder => return Err(LogError::OutOfOrderSequence),
             SequenceCheck::StaleEpoch => return Err(LogError::InvalidProducerEpoch),
         }
-        let now_ms = self.clock.now_ms();
-        self.maybe_roll(batch.len() as u64, now_ms)?;
         let base_offset = self.log_end_offset;
-        patch_batch(batch, base_offset, self.leader_epoch);
-        header.base_offset = base_offset;
-        header.partition_leader_epoch = self.leader_epoch;
+        let next_offset = base_offset
+            .checked_add(i64::from(header.record_count))
+            .ok_or(LogError::Unsupported("offsets beyond i64::MAX"))?;
+        let now_ms = self.clock.now_ms();
+        self.maybe_roll(bytes, i64::from(header.last_offset_delta), now_ms)?;
+        let head = patched_head(batch.bytes(), base_offset, self.leader_epoch);
+        let mut stored = header;
+        stored.base_offset = base_offset;
+        stored.partition_leader_epoch = self.leader_epoch;
         let interval = self.config.index_interval_bytes;
-        self.active_mut().append(&header, batch, interval)?;
-        self.producers.record(&header, now_ms);
-        self.log_end_offset = header.last_offset() + 1;
+        let parts: [&[u8]; 2] = [&head, &batch.bytes()[PATCHED_HEAD_BYTES..]];
+        self.active_mut()
+            .append(&stored, &parts, interval, batch.max_timestamp())?;
+        self.producers_evicted +=
+            self.producers
+                .record(&stored, now_ms, self.config.producer_ids_max) as u64;
+        self.log_end_offset = next_offset;
         self.high_watermark = self.log_end_offset;
         Ok(AppendInfo {
             base_offset,
-            last_offset: header.last_offset(),
+            last_offset: stored.last_offset(),
             duplicate: false,
             log_start_offset: self.log_start_offset,
         })
     }
 
-    fn maybe_roll(&mut self, incoming_bytes: u64, now_ms: i64) -> Result<(), LogError> {
+    fn maybe_roll(
+        &mut self,
+        incoming_bytes: u64,
+        last_offset_delta: i64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
         let config = self.config;
         let active = self.active();
+        if active.size_bytes == 0 {
+            return Ok(());
+        }
         let full = active.size_bytes + incoming_bytes > config.segment_bytes;
         let aged = now_ms.saturating_sub(active.created_ms) >= config.segment_ms;
-        if active.size_bytes > 0 && (full || aged) {
+        let relative_last = self.log_end_offset - active.base_offset + last_offset_delta;
+        let offsets_exhausted = relative_last > RELATIVE_OFFSET_MAX;
+        if full || aged || offsets_exhausted || active.indexes_full() {
             self.roll(now_ms)?;
         }
         Ok(())
     }
 
-    /// Closes the active segment (making it durable) and starts a new one at the log end.
-    /// The old segment is not fsynced here (that would stall appends): its files join the next
-    /// flush ticket, and the broker flushes soon after a roll.
+    /// Starts a new segment at the log end. The old one is not fsynced here (that would stall
+    /// appends): its files join the next flush ticket, and the broker flushes soon after a roll.
     fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if self.rolled_unsynced.len() >= ROLLED_UNSYNCED_MAX {
+            let (_, files) = self.rolled_unsynced.remove(0);
+            for file in files {
+                file.sync()?;
+            }
+        }
         let base = self.log_end_offset;
-        self.rolled_unsynced
-            .push((base, self.active().all_handles()));
-        let segment = Segment::create(self.storage.as_ref(), &self.dir, base, now_ms)?;
+        let segment = Segment::create(self.storage().as_ref(), &self.dir, base, now_ms)?;
+        let handles = self.active_mut().deactivate();
+        self.rolled_unsynced.push((base, handles));
+        self.dir_changes += 1;
         tracing::debug!(target: "weir::log", dir = %self.dir.display(), base, "rolled segment");
         self.segments.insert(base, segment);
         Ok(())
@@ -395,28 +691,29 @@ impl Log {
 
     /// Rolls the active segment when it is older than `segment.ms`.
     pub fn roll_if_aged(&mut self) -> Result<(), LogError> {
-        self.maybe_roll(0, self.clock.now_ms())
+        self.maybe_roll(0, 0, self.clock.now_ms())
     }
 
-    /// The segment and batch holding `offset` (or the first batch after it).
-    fn locate(&self, offset: i64) -> Result<Option<(&Segment, BatchLocation)>, LogError> {
-        let start = self
+    /// The segment holding `offset`, or the first one after it (offsets may have gaps).
+    fn segment_for(&self, offset: i64) -> Option<&Segment> {
+        let holding = self
             .segments
             .range(..=offset)
             .next_back()
-            .map_or(i64::MIN, |(b, _)| *b);
-        for segment in self.segments.range(start..).map(|(_, s)| s) {
-            if let Some(location) = segment.locate(offset)? {
-                return Ok(Some((segment, location)));
-            }
-        }
-        Ok(None)
+            .map(|(_, s)| s)
+            .filter(|s| s.next_offset > offset);
+        holding.or_else(|| {
+            self.segments
+                .range(offset.saturating_add(1)..)
+                .map(|(_, s)| s)
+                .find(|s| s.size_bytes > 0)
+        })
     }
 
-    /// Reads whole batches from `offset`: up to `max_bytes` (the first batch is returned whole
-    /// even when larger), stopping below `upper_offset` (the high watermark for consumers).
-    /// Empty bytes when `offset` is at the end.
-    pub fn read(&self, offset: i64, max_bytes: u64, upper_offset: i64) -> Result<Bytes, LogError> {
+    /// What a fetch at `offset` may read, stopping before `upper_offset` (the high watermark
+    /// for consumers). `None` when `offset` is at or past the upper bound. Memory only: the
+    /// reading happens in [`ReadView::slice`].
+    pub fn read_view(&self, offset: i64, upper_offset: i64) -> Result<Option<ReadView>, LogError> {
         if offset < self.log_start_offset || offset > self.log_end_offset {
             return Err(LogError::OffsetOutOfRange {
                 offset,
@@ -425,60 +722,74 @@ impl Log {
             });
         }
         if offset >= upper_offset {
-            return Ok(Bytes::new());
+            return Ok(None);
         }
-        match self.locate(offset)? {
-            Some((segment, location)) => {
-                segment.read_from(location.position, max_bytes, upper_offset)
-            }
-            None => Ok(Bytes::new()),
-        }
+        let Some(segment) = self.segment_for(offset) else {
+            return Ok(None);
+        };
+        let upper = (upper_offset < segment.next_offset)
+            .then(|| (upper_offset, segment.offset_hint(upper_offset, &self.files)));
+        Ok(Some(ReadView {
+            log: segment.log_ref(&self.files),
+            start: segment.offset_hint(offset, &self.files),
+            offset,
+            end_position: segment.size_bytes,
+            upper,
+        }))
     }
 
-    /// The first batch with a record timestamp ≥ `timestamp`, for ListOffsets by time.
-    pub fn batch_for_timestamp(&self, timestamp: i64) -> Result<Option<Bytes>, LogError> {
-        for segment in self.segments.values() {
-            if let Some(location) = segment.find_timestamp(timestamp)? {
-                if location.header.last_offset() >= self.log_start_offset {
-                    return segment.read_batch(&location).map(Some);
-                }
-            }
-        }
-        Ok(None)
+    /// A search for the first batch with a record timestamp ≥ `timestamp` (ListOffsets by
+    /// time); `None` when no segment holds one.
+    pub fn lookup_timestamp(&self, timestamp: i64) -> Option<BatchLookup> {
+        let segment = self.segments.values().find(|s| {
+            s.size_bytes > 0
+                && s.max_timestamp >= timestamp
+                && s.next_offset > self.log_start_offset
+        })?;
+        Some(BatchLookup {
+            log: segment.log_ref(&self.files),
+            start: segment.timestamp_hint(timestamp, &self.files),
+            end_position: segment.size_bytes,
+            target: LookupTarget::Timestamp(timestamp),
+            log_start_offset: self.log_start_offset,
+        })
     }
 
-    /// The batch carrying the largest timestamp in the log (the first such batch).
-    pub fn batch_with_max_timestamp(&self) -> Result<Option<Bytes>, LogError> {
-        let best = self
+    /// A search for the batch carrying the largest timestamp in the log (the first such batch).
+    pub fn lookup_max_timestamp(&self) -> Option<BatchLookup> {
+        let segment = self
             .segments
             .values()
-            .filter(|s| s.max_timestamp >= 0)
+            .filter(|s| s.max_timestamp >= 0 && s.size_bytes > 0)
             .fold(None::<&Segment>, |best, s| match best {
                 Some(b) if b.max_timestamp >= s.max_timestamp => Some(b),
                 _ => Some(s),
-            });
-        let Some(segment) = best else { return Ok(None) };
-        match segment.locate(segment.max_timestamp_batch_offset)? {
-            Some(location) => segment.read_batch(&location).map(Some),
-            None => Ok(None),
-        }
+            })?;
+        let offset = segment.max_timestamp_batch_offset;
+        Some(BatchLookup {
+            log: segment.log_ref(&self.files),
+            start: segment.offset_hint(offset, &self.files),
+            end_position: segment.size_bytes,
+            target: LookupTarget::BaseOffset(offset),
+            log_start_offset: self.log_start_offset,
+        })
     }
 
-    /// Deletes whole segments past `retention.ms` (by each segment's largest timestamp) or
-    /// beyond `retention.bytes`, oldest first, and advances the log start offset. Returns the
-    /// number of segments deleted.
-    pub fn enforce_retention(&mut self) -> Result<usize, LogError> {
+    /// Takes whole segments past `retention.ms` (by each segment's largest timestamp) or
+    /// beyond `retention.bytes` out of the log, oldest first, and advances the log start
+    /// offset. The returned files are deleted by the caller after releasing the lock.
+    pub fn enforce_retention(&mut self) -> Result<Vec<SegmentRemoval>, LogError> {
         let now_ms = self.clock.now_ms();
         let config = self.config;
         let expired = |s: &Segment| {
             config.retention_ms >= 0
                 && s.size_bytes > 0
-                && now_ms - s.max_timestamp > config.retention_ms
+                && now_ms.saturating_sub(s.max_timestamp) > config.retention_ms
         };
         if self.segments.len() == 1 && expired(self.active()) {
             self.roll(now_ms)?;
         }
-        let mut deleted = 0;
+        let mut removals = Vec::new();
         let mut total_bytes = self.size_bytes();
         while self.segments.len() > 1 {
             let Some(oldest) = self.segments.values().next() else {
@@ -494,18 +805,19 @@ impl Log {
             };
             total_bytes -= segment.size_bytes;
             tracing::info!(target: "weir::log", dir = %self.dir.display(), base = segment.base_offset, "retention deleted segment");
-            segment.delete(self.storage.as_ref(), &self.dir)?;
-            deleted += 1;
+            removals.push(SegmentRemoval {
+                paths: segment.paths.clone(),
+                files: self.files.clone(),
+            });
             if self.segments.len() == 1 && expired(self.active()) {
                 self.roll(now_ms)?;
             }
         }
-        if deleted > 0 {
+        if !removals.is_empty() {
             let first = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
             self.log_start_offset = self.log_start_offset.max(first);
-            self.write_checkpoint()?;
         }
-        Ok(deleted)
+        Ok(removals)
     }
 
     /// Forgets idle producers; returns how many.
@@ -518,6 +830,11 @@ impl Log {
         self.producers.len()
     }
 
+    /// Producers forgotten because the table was full, since the log was opened.
+    pub fn producers_evicted(&self) -> u64 {
+        self.producers_evicted
+    }
+
     /// The files to fsync for everything appended so far to be durable.
     pub fn flush_ticket(&self) -> FlushTicket {
         let mut files: Vec<Arc<dyn StorageFile>> = self
@@ -525,10 +842,16 @@ impl Log {
             .iter()
             .flat_map(|(_, f)| f.iter().cloned())
             .collect();
-        files.extend(self.active().sync_handles());
+        files.extend(self.active().log_handle());
+        let dir = (self.dir_changes > self.dir_changes_synced)
+            .then(|| (self.storage().clone(), self.dir.clone()));
         FlushTicket {
-            end_offset: self.log_end_offset,
+            done: FlushDone {
+                end_offset: self.log_end_offset,
+                dir_changes: self.dir_changes,
+            },
             files,
+            dir,
         }
     }
 
@@ -538,71 +861,44 @@ impl Log {
     }
 
     /// Records that a ticket's files were synced.
-    pub fn flush_done(&mut self, end_offset: i64) {
+    pub fn flush_done(&mut self, done: FlushDone) {
         self.rolled_unsynced
-            .retain(|(rolled_at, _)| *rolled_at > end_offset);
-        self.recovery_point = self.recovery_point.max(end_offset.min(self.log_end_offset));
+            .retain(|(rolled_at, _)| *rolled_at > done.end_offset);
+        self.dir_changes_synced = self.dir_changes_synced.max(done.dir_changes);
+        self.recovery_point = self
+            .recovery_point
+            .max(done.end_offset.min(self.log_end_offset));
     }
 
-    /// Writes the recovery checkpoint and producer snapshot, so the next open scans less.
-    pub fn write_checkpoint(&self) -> Result<(), LogError> {
-        let snapshot = ProducerSnapshot {
-            offset: self.log_end_offset,
-            producers: self.producers.clone(),
-        };
-        write_json(
-            self.storage.as_ref(),
-            &self.dir.join(PRODUCER_SNAPSHOT_FILE),
-            &snapshot,
-        )?;
-        let checkpoint = RecoveryCheckpoint {
-            recovery_point: self.recovery_point,
-            log_start_offset: self.log_start_offset,
-        };
-        write_json(
-            self.storage.as_ref(),
-            &self.dir.join(RECOVERY_CHECKPOINT_FILE),
-            &checkpoint,
-        )
+    /// The recovery checkpoint and producer snapshot as of now, to write outside the lock.
+    pub fn checkpoint(&self) -> LogCheckpoint {
+        LogCheckpoint {
+            storage: self.storage().clone(),
+            dir: self.dir.clone(),
+            snapshot: ProducerSnapshot {
+                offset: self.log_end_offset,
+                producers: self.producers.clone(),
+            },
+            checkpoint: RecoveryCheckpoint {
+                recovery_point: self.recovery_point,
+                log_start_offset: self.log_start_offset,
+            },
+        }
     }
 
     /// Fsyncs everything, writes checkpoints and the clean-shutdown marker. The log must not
-    /// be appended to afterwards.
+    /// be appended to afterwards. A full disk fails the checkpoint writes with
+    /// `LogError::DiskFull` after the data is synced: the next start then recovers as after a
+    /// crash, losing nothing.
     pub fn close(&mut self) -> Result<(), LogError> {
-        for segment in self.segments.values() {
-            segment.sync_all()?;
-        }
+        self.flush_ticket().sync()?;
+        self.active().sync_all()?;
+        self.storage().sync_dir(&self.dir)?;
+        self.rolled_unsynced.clear();
         self.recovery_point = self.log_end_offset;
-        self.write_checkpoint()?;
-        self.storage
+        self.checkpoint().write()?;
+        self.storage()
             .write_atomic(&self.dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
-        Ok(())
-    }
-
-    /// Removes every batch at or after `offset` (for replication's truncation and for tests).
-    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
-        if offset >= self.log_end_offset {
-            return Ok(());
-        }
-        let offset = offset.max(self.log_start_offset);
-        while self.segments.len() > 1 && self.active().base_offset >= offset {
-            if let Some((_, segment)) = self.segments.pop_last() {
-                segment.delete(self.storage.as_ref(), &self.dir)?;
-            }
-        }
-        self.active_mut().truncate_to(offset)?;
-        self.log_end_offset = self.active().next_offset.max(self.active().base_offset);
-        self.high_watermark = self.high_watermark.min(self.log_end_offset);
-        self.recovery_point = self.recovery_point.min(self.log_end_offset);
-        self.producers.truncate(self.log_end_offset);
-        self.epoch_cache
-            .retain(|e| e.start_offset < self.log_end_offset || e.start_offset == 0);
-        Ok(())
-    }
-
-    /// Deletes the log's directory and everything in it.
-    pub fn delete(self) -> Result<(), LogError> {
-        self.storage.remove_dir_all(&self.dir)?;
         Ok(())
     }
 }

@@ -1,7 +1,11 @@
 //! Idempotent-producer state of one partition: per producer id, its epoch and the last
 //! [`BATCHES_REMEMBERED`] batches, so a retried batch is recognised and not appended twice.
+//!
+//! Producer ids are chosen by clients, so the table has a bound: past it, the producer that
+//! has been idle longest is forgotten first (its next batch is then accepted as from a new
+//! producer, as after `producer.id.expiration.ms`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +56,9 @@ pub enum SequenceCheck {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// `(last_append_ms, producer_id)` of every entry, oldest first: the eviction order.
+    #[serde(skip)]
+    by_age: BTreeSet<(i64, i64)>,
 }
 
 fn in_sequence(last_sequence: i32, next_first: i32) -> bool {
@@ -94,10 +101,39 @@ impl ProducerStateTable {
         }
     }
 
-    /// Records an appended (or recovered) batch. `header` carries its assigned offsets.
-    pub fn record(&mut self, header: &BatchHeader, now_ms: i64) {
+    /// Rebuilds the eviction order after loading a snapshot, and trims the table to
+    /// `producers_max`; returns how many were evicted.
+    pub fn restored(&mut self, producers_max: usize) -> usize {
+        self.by_age = self
+            .producers
+            .iter()
+            .map(|(id, e)| (e.last_append_ms, *id))
+            .collect();
+        self.evict_down_to(producers_max)
+    }
+
+    fn evict_down_to(&mut self, producers_max: usize) -> usize {
+        let mut evicted = 0;
+        while self.producers.len() > producers_max {
+            let Some((_, id)) = self.by_age.pop_first() else {
+                break;
+            };
+            self.producers.remove(&id);
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// Records an appended (or recovered) batch. `header` carries its assigned offsets. A new
+    /// producer beyond `producers_max` evicts the one idle longest; returns how many were
+    /// evicted.
+    pub fn record(&mut self, header: &BatchHeader, now_ms: i64, producers_max: usize) -> usize {
         if !header.has_producer_id() {
-            return;
+            return 0;
+        }
+        let mut evicted = 0;
+        if !self.producers.contains_key(&header.producer_id) {
+            evicted = self.evict_down_to(producers_max.saturating_sub(1));
         }
         let entry = self
             .producers
@@ -107,6 +143,8 @@ impl ProducerStateTable {
                 batches: VecDeque::with_capacity(BATCHES_REMEMBERED),
                 last_append_ms: now_ms,
             });
+        self.by_age
+            .remove(&(entry.last_append_ms, header.producer_id));
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
@@ -120,23 +158,24 @@ impl ProducerStateTable {
             base_offset: header.base_offset,
             last_offset: header.last_offset(),
         });
-        entry.last_append_ms = now_ms;
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
+        self.by_age
+            .insert((entry.last_append_ms, header.producer_id));
+        evicted
     }
 
     /// Forgets producers idle for longer than `expiration_ms`; returns how many.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
-        let before = self.producers.len();
-        self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_append_ms) <= expiration_ms);
-        before - self.producers.len()
-    }
-
-    /// Forgets batches at or beyond `offset` (after a truncation).
-    pub fn truncate(&mut self, offset: i64) {
-        for entry in self.producers.values_mut() {
-            entry.batches.retain(|b| b.last_offset < offset);
+        let mut expired = 0;
+        while let Some(&(last_append_ms, id)) = self.by_age.first() {
+            if now_ms.saturating_sub(last_append_ms) <= expiration_ms {
+                break;
+            }
+            self.by_age.pop_first();
+            self.producers.remove(&id);
+            expired += 1;
         }
-        self.producers.retain(|_, e| !e.batches.is_empty());
+        expired
     }
 
     /// Number of producers tracked.
@@ -178,7 +217,7 @@ mod tests {
         let mut table = ProducerStateTable::default();
         let first = header(7, 0, 0, 3, 0);
         assert_eq!(table.check(&first), SequenceCheck::Append);
-        table.record(&first, 0);
+        table.record(&first, 0, 10);
         let cases = [
             (header(7, 0, 3, 2, 3), SequenceCheck::Append),
             (
@@ -198,7 +237,7 @@ mod tests {
         for (i, (h, want)) in cases.iter().enumerate() {
             assert_eq!(table.check(h), *want, "case {i}");
         }
-        table.record(&header(7, 1, 0, 1, 3), 0);
+        table.record(&header(7, 1, 0, 1, 3), 0, 10);
         assert_eq!(
             table.check(&header(7, 0, 3, 1, 4)),
             SequenceCheck::StaleEpoch
@@ -209,7 +248,7 @@ mod tests {
     fn remembers_five_and_expires() {
         let mut table = ProducerStateTable::default();
         for i in 0..6 {
-            table.record(&header(1, 0, i, 1, i64::from(i)), 100);
+            table.record(&header(1, 0, i, 1, i64::from(i)), 100, 10);
         }
         assert_eq!(
             table.check(&header(1, 0, 0, 1, 9)),
@@ -222,5 +261,39 @@ mod tests {
         ));
         assert_eq!(table.expire(200, 50), 1);
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn the_longest_idle_producer_is_evicted_first() {
+        let mut table = ProducerStateTable::default();
+        for id in 0..3 {
+            assert_eq!(table.record(&header(id, 0, 0, 1, id), 100 + id, 3), 0);
+        }
+        // Producer 0 writes again: producer 1 is now the one idle longest.
+        table.record(&header(0, 0, 1, 1, 3), 200, 3);
+        assert_eq!(table.record(&header(9, 0, 0, 1, 4), 300, 3), 1);
+        assert_eq!(table.len(), 3);
+        assert_eq!(
+            table.check(&header(1, 0, 5, 1, 5)),
+            SequenceCheck::Append,
+            "1 was forgotten"
+        );
+        assert_eq!(
+            table.check(&header(0, 0, 5, 1, 5)),
+            SequenceCheck::OutOfOrder,
+            "0 is kept"
+        );
+        let mut restored: ProducerStateTable =
+            serde_json::from_str(&serde_json::to_string(&table).expect("json")).expect("parse");
+        assert_eq!(
+            restored.restored(2),
+            1,
+            "a smaller bound trims the snapshot"
+        );
+        assert_eq!(
+            restored.check(&header(2, 0, 5, 1, 5)),
+            SequenceCheck::Append,
+            "2 was oldest"
+        );
     }
 }

@@ -1,46 +1,78 @@
 //! One segment: a `.log` file of record batches plus its sparse `.index` and `.timeindex`.
+//!
+//! Only the active (last) segment keeps its files open and its indexes in memory; the others
+//! are reopened through the [`FileCache`] when read, so neither open files nor memory grow with
+//! the number of segments.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
-use crate::batch::{validate_batch, BatchHeader, BATCH_HEADER_BYTES};
-use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
-use crate::storage::{Storage, StorageFile};
+use crate::batch::{check_header_fields, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
+use crate::index::{file_partition_point, memory_floor, ActiveIndex, OffsetEntry, TimeEntry};
 use crate::LogError;
 
-/// Largest segment file Weir writes: positions in the offset index are `u32`.
+/// Largest segment file Weir writes: positions in the offset index are `u32`, and a batch
+/// starts below this position.
 pub const SEGMENT_BYTES_LIMIT: u64 = i32::MAX as u64;
+/// Largest offset relative to the segment base that a segment holds; the log rolls before an
+/// append would pass it (Kafka rolls at `Int.MaxValue` too).
+pub const RELATIVE_OFFSET_MAX: i64 = i32::MAX as i64;
+/// Bytes read at once when walking batch headers or checking a stored batch's CRC.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-/// The three file names of the segment starting at `base_offset`.
-pub(crate) fn segment_paths(dir: &Path, base_offset: i64) -> [PathBuf; 3] {
-    let stem = format!("{base_offset:020}");
-    [
-        dir.join(format!("{stem}.log")),
-        dir.join(format!("{stem}.index")),
-        dir.join(format!("{stem}.timeindex")),
-    ]
+/// The three files of the segment starting at `base_offset`.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentPaths {
+    pub log: Arc<Path>,
+    pub index: Arc<Path>,
+    pub time_index: Arc<Path>,
 }
 
-/// A batch found by a scan: its header and where it starts in the segment file.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BatchLocation {
-    pub header: BatchHeader,
-    pub position: u64,
+impl SegmentPaths {
+    pub fn new(dir: &Path, base_offset: i64) -> SegmentPaths {
+        let stem = format!("{base_offset:020}");
+        let path = |ext: &str| -> Arc<Path> { Arc::from(dir.join(format!("{stem}.{ext}"))) };
+        SegmentPaths {
+            log: path("log"),
+            index: path("index"),
+            time_index: path("timeindex"),
+        }
+    }
+
+    fn all(&self) -> [&Arc<Path>; 3] {
+        [&self.log, &self.index, &self.time_index]
+    }
+
+    /// Deletes the segment's files, dropping their cached handles first.
+    pub fn remove(&self, files: &FileCache) -> std::io::Result<()> {
+        for path in self.all() {
+            files.forget(path);
+            files.storage().remove(path)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the active segment keeps open.
+struct ActiveFiles {
+    log: Arc<dyn StorageFile>,
+    index: ActiveIndex<OffsetEntry>,
+    time_index: ActiveIndex<TimeEntry>,
 }
 
 pub(crate) struct Segment {
     /// Offset of the first batch this segment may hold; also its file name.
     pub base_offset: i64,
-    log: Arc<dyn StorageFile>,
-    index: OffsetIndex,
-    time_index: TimeIndex,
+    pub paths: SegmentPaths,
+    /// `Some` for the active segment.
+    active: Option<ActiveFiles>,
     /// Bytes in the `.log` file that belong to whole, valid batches.
     pub size_bytes: u64,
     /// One past the last offset stored here (`base_offset` when empty).
     pub next_offset: i64,
-    /// Largest batch max-timestamp stored here, -1 when empty.
+    /// Largest record timestamp stored here, -1 when empty.
     pub max_timestamp: i64,
     /// Base offset of the batch that carried `max_timestamp`.
     pub max_timestamp_batch_offset: i64,
@@ -49,354 +81,457 @@ pub(crate) struct Segment {
     pub created_ms: i64,
 }
 
+/// Where a scan for an offset may start: known from memory, or to be found by searching an
+/// inactive segment's index file (outside the log's lock).
+#[derive(Clone)]
+pub enum PositionHint {
+    /// A byte position at or before the batch sought.
+    Known(u64),
+    /// Search the offset index file for the last entry at or before `relative_offset`.
+    OffsetIndex {
+        /// The index file.
+        index: FileRef,
+        /// Target offset relative to the segment base.
+        relative_offset: u32,
+    },
+    /// Search the time index for the last entry before `timestamp`, then the offset index.
+    TimeIndex {
+        /// The time index file.
+        time_index: FileRef,
+        /// The offset index file.
+        index: FileRef,
+        /// Target timestamp.
+        timestamp: i64,
+    },
+}
+
+impl PositionHint {
+    /// The position a forward scan should start from. Reads index files for inactive segments.
+    pub fn resolve(&self) -> Result<u64, LogError> {
+        let offset_position = |index: &FileRef, relative_offset: u32| -> Result<u64, LogError> {
+            let file = index.resolve()?;
+            let (_, entry) = file_partition_point::<OffsetEntry>(file.as_ref(), |e| {
+                e.relative_offset <= relative_offset
+            })?;
+            Ok(entry.map_or(0, |e| u64::from(e.position)))
+        };
+        match self {
+            PositionHint::Known(position) => Ok(*position),
+            PositionHint::OffsetIndex {
+                index,
+                relative_offset,
+            } => offset_position(index, *relative_offset),
+            PositionHint::TimeIndex {
+                time_index,
+                index,
+                timestamp,
+            } => {
+                let file = time_index.resolve()?;
+                let (_, entry) =
+                    file_partition_point::<TimeEntry>(file.as_ref(), |e| e.timestamp < *timestamp)?;
+                match entry {
+                    Some(e) => offset_position(index, e.relative_offset),
+                    None => Ok(0),
+                }
+            }
+        }
+    }
+}
+
+fn corrupt(position: u64) -> LogError {
+    LogError::Corrupt { position }
+}
+
+/// Walks batch headers forward from a position up to an end, reading in chunks.
+pub(crate) struct HeaderWalker<'a> {
+    file: &'a dyn StorageFile,
+    position: u64,
+    end: u64,
+    buffer: Vec<u8>,
+    buffer_start: u64,
+}
+
+impl<'a> HeaderWalker<'a> {
+    pub fn new(file: &'a dyn StorageFile, from: u64, end: u64) -> HeaderWalker<'a> {
+        HeaderWalker {
+            file,
+            position: from,
+            end,
+            buffer: Vec::new(),
+            buffer_start: 0,
+        }
+    }
+
+    /// The next batch header and its position; `None` at the end. A header that does not parse,
+    /// or a batch that would run past the end, is corruption.
+    pub fn next_batch(&mut self) -> Result<Option<(BatchHeader, u64)>, LogError> {
+        if self.position >= self.end {
+            return Ok(None);
+        }
+        let position = self.position;
+        if self.end - position < BATCH_HEADER_BYTES as u64 {
+            return Err(corrupt(position));
+        }
+        let buffered_end = self.buffer_start + self.buffer.len() as u64;
+        if position < self.buffer_start || position + BATCH_HEADER_BYTES as u64 > buffered_end {
+            let want = (self.end - position).min(READ_CHUNK_BYTES as u64) as usize;
+            self.buffer.resize(want, 0);
+            self.file.read_exact_at(&mut self.buffer, position)?;
+            self.buffer_start = position;
+        }
+        let at = (position - self.buffer_start) as usize;
+        let header = BatchHeader::parse(&self.buffer[at..]).ok_or_else(|| corrupt(position))?;
+        let total = header.total_bytes();
+        if header.batch_length < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32
+            || total > self.end - position
+        {
+            return Err(corrupt(position));
+        }
+        self.position = position + total;
+        Ok(Some((header, position)))
+    }
+
+    /// Where the next batch starts.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+}
+
+/// True when the stored batch at `position` (whose header is `header`) carries a correct
+/// CRC-32C; computed in chunks so a damaged length cannot force a large allocation.
+fn stored_crc_matches(
+    file: &dyn StorageFile,
+    position: u64,
+    header: &BatchHeader,
+    buffer: &mut Vec<u8>,
+) -> Result<bool, LogError> {
+    const CRC_START: u64 = 21;
+    let mut at = position + CRC_START;
+    let end = position + header.total_bytes();
+    let mut crc = 0u32;
+    while at < end {
+        let n = (end - at).min(READ_CHUNK_BYTES as u64) as usize;
+        buffer.resize(n, 0);
+        file.read_exact_at(buffer, at)?;
+        crc = crc32c::crc32c_append(crc, buffer);
+        at += n as u64;
+    }
+    Ok(crc == header.crc)
+}
+
 impl Segment {
-    /// Creates a new empty segment's files.
-    pub fn create(
-        storage: &dyn Storage,
-        dir: &Path,
+    fn with_files(
         base_offset: i64,
+        paths: SegmentPaths,
+        files: ActiveFiles,
         now_ms: i64,
-    ) -> Result<Segment, LogError> {
-        let [log_path, index_path, time_path] = segment_paths(dir, base_offset);
-        let log = storage.open(&log_path, true)?;
-        log.truncate(0)?;
-        Ok(Segment {
+    ) -> Segment {
+        Segment {
             base_offset,
-            log,
-            index: OffsetIndex::empty(storage.open(&index_path, true)?)?,
-            time_index: TimeIndex::empty(storage.open(&time_path, true)?)?,
+            paths,
+            active: Some(files),
             size_bytes: 0,
             next_offset: base_offset,
             max_timestamp: -1,
             max_timestamp_batch_offset: -1,
             bytes_since_index_entry: 0,
             created_ms: now_ms,
-        })
-    }
-
-    /// Opens an existing segment whose content is trusted (before the recovery point). Indexes
-    /// that fail their checks are rebuilt by a full scan.
-    pub fn open_trusted(
-        storage: &dyn Storage,
-        dir: &Path,
-        base_offset: i64,
-        now_ms: i64,
-    ) -> Result<Segment, LogError> {
-        let [log_path, index_path, time_path] = segment_paths(dir, base_offset);
-        let log = storage.open(&log_path, false)?;
-        let size_bytes = log.len()?;
-        let index_file = storage.open(&index_path, true)?;
-        let time_file = storage.open(&time_path, true)?;
-        let loaded = OffsetIndex::load(index_file.clone(), size_bytes.max(1))
-            .zip(TimeIndex::load(time_file.clone()));
-        let Some((index, time_index)) = loaded else {
-            tracing::warn!(target: "weir::log", segment = %log_path.display(), "index damaged or missing, rebuilding");
-            let mut segment = Segment::open_for_recovery(storage, dir, base_offset, now_ms)?;
-            segment.recover(u64::MAX, &mut |_| {})?;
-            return Ok(segment);
-        };
-        let mut segment = Segment {
-            base_offset,
-            log,
-            index,
-            time_index,
-            size_bytes,
-            next_offset: base_offset,
-            max_timestamp: -1,
-            max_timestamp_batch_offset: -1,
-            bytes_since_index_entry: 0,
-            created_ms: now_ms,
-        };
-        let tail_from = match segment.time_index.last() {
-            Some(entry) => {
-                segment.max_timestamp = entry.timestamp;
-                segment
-                    .index
-                    .lookup(entry.relative_offset)
-                    .map_or(0, |e| u64::from(e.position))
-            }
-            None => 0,
-        };
-        let mut position = tail_from;
-        while position < size_bytes {
-            let header = segment.header_at(position)?;
-            segment.note_batch(&header);
-            position += header.total_bytes() as u64;
         }
-        Ok(segment)
     }
 
-    /// Opens an existing segment with empty indexes, to be filled by [`Segment::recover`].
-    pub fn open_for_recovery(
+    /// Creates a new empty segment's files. Their directory entries become durable with the
+    /// log's next flush. On failure nothing is left behind.
+    pub fn create(
         storage: &dyn Storage,
         dir: &Path,
         base_offset: i64,
         now_ms: i64,
     ) -> Result<Segment, LogError> {
-        let [log_path, index_path, time_path] = segment_paths(dir, base_offset);
-        let log = storage.open(&log_path, false)?;
-        let size_bytes = log.len()?;
-        Ok(Segment {
-            base_offset,
-            log,
-            index: OffsetIndex::empty(storage.open(&index_path, true)?)?,
-            time_index: TimeIndex::empty(storage.open(&time_path, true)?)?,
-            size_bytes,
-            next_offset: base_offset,
-            max_timestamp: -1,
-            max_timestamp_batch_offset: -1,
-            bytes_since_index_entry: 0,
-            created_ms: now_ms,
-        })
+        let paths = SegmentPaths::new(dir, base_offset);
+        let opened = (|| -> std::io::Result<ActiveFiles> {
+            let log = storage.open(&paths.log, true)?;
+            log.truncate(0)?;
+            Ok(ActiveFiles {
+                log,
+                index: ActiveIndex::empty(storage.open(&paths.index, true)?)?,
+                time_index: ActiveIndex::empty(storage.open(&paths.time_index, true)?)?,
+            })
+        })();
+        match opened {
+            Ok(files) => Ok(Segment::with_files(base_offset, paths, files, now_ms)),
+            Err(error) => {
+                for path in paths.all() {
+                    let _ = storage.remove(path);
+                }
+                Err(error.into())
+            }
+        }
     }
 
-    fn note_batch(&mut self, header: &BatchHeader) {
+    /// Opens an existing segment at startup. A `trusted` segment (below the recovery point)
+    /// keeps its indexes when they pass their checks; otherwise, or when its content turns out
+    /// inconsistent, every batch is validated, both indexes are rebuilt and a torn or corrupt
+    /// tail is cut off. Returns the segment (active: files open) and the bytes cut.
+    pub fn open(
+        storage: &dyn Storage,
+        dir: &Path,
+        base_offset: i64,
+        now_ms: i64,
+        trusted: bool,
+        index_interval_bytes: u64,
+    ) -> Result<(Segment, u64), LogError> {
+        let paths = SegmentPaths::new(dir, base_offset);
+        let log = storage.open(&paths.log, false)?;
+        let size_bytes = log.len()?;
+        let index_file = storage.open(&paths.index, true)?;
+        let time_file = storage.open(&paths.time_index, true)?;
+        if trusted {
+            let in_segment = |e: &OffsetEntry| u64::from(e.position) < size_bytes.max(1);
+            let loaded = ActiveIndex::load(index_file.clone(), in_segment)
+                .zip(ActiveIndex::load(time_file.clone(), |_| true));
+            if let Some((index, time_index)) = loaded {
+                let files = ActiveFiles {
+                    log: log.clone(),
+                    index,
+                    time_index,
+                };
+                let mut segment = Segment::with_files(base_offset, paths.clone(), files, now_ms);
+                segment.size_bytes = size_bytes;
+                if segment.scan_tail().is_ok() {
+                    return Ok((segment, 0));
+                }
+                tracing::error!(target: "weir::log", segment = %paths.log.display(), "segment below the recovery point is inconsistent; validating it");
+            } else {
+                tracing::warn!(target: "weir::log", segment = %paths.log.display(), "index damaged or missing, rebuilding");
+            }
+        }
+        let files = ActiveFiles {
+            log,
+            index: ActiveIndex::empty(index_file)?,
+            time_index: ActiveIndex::empty(time_file)?,
+        };
+        let mut segment = Segment::with_files(base_offset, paths, files, now_ms);
+        let cut = segment.recover(index_interval_bytes)?;
+        Ok((segment, cut))
+    }
+
+    /// Fills `next_offset` and `max_timestamp` of a trusted segment from its time index and the
+    /// batch headers after the last entry.
+    fn scan_tail(&mut self) -> Result<(), LogError> {
+        let files = self.active.as_ref().ok_or_else(|| corrupt(0))?;
+        let (tail_from, max_timestamp) = match files.time_index.last() {
+            Some(entry) => {
+                let position = memory_floor(files.index.entries(), |e| {
+                    e.relative_offset <= entry.relative_offset
+                })
+                .map_or(0, |e| u64::from(e.position));
+                (position, entry.timestamp)
+            }
+            None => (0, -1),
+        };
+        let log = files.log.clone();
+        self.max_timestamp = max_timestamp;
+        let mut walker = HeaderWalker::new(log.as_ref(), tail_from, self.size_bytes);
+        let mut previous_end = self.base_offset;
+        while let Some((header, _)) = walker.next_batch()? {
+            if header.base_offset < previous_end {
+                return Err(corrupt(walker.position()));
+            }
+            previous_end = header.last_offset() + 1;
+            self.note_batch(&header, header.max_timestamp);
+        }
+        Ok(())
+    }
+
+    fn note_batch(&mut self, header: &BatchHeader, max_timestamp: i64) {
         self.next_offset = header.last_offset() + 1;
-        if header.max_timestamp > self.max_timestamp {
-            self.max_timestamp = header.max_timestamp;
+        if max_timestamp > self.max_timestamp {
+            self.max_timestamp = max_timestamp;
             self.max_timestamp_batch_offset = header.base_offset;
         }
     }
 
-    /// Validates every batch from the start, rebuilding both indexes, and truncates at the
-    /// first torn or corrupt batch. Calls `on_batch` for every valid batch in order.
+    /// Validates every batch from the start (length, magic, CRC, increasing offsets that fit the
+    /// segment), rebuilding both indexes, and truncates at the first torn or corrupt batch.
     /// Returns the number of bytes truncated.
-    pub fn recover(
-        &mut self,
-        index_interval_bytes: u64,
-        on_batch: &mut dyn FnMut(&BatchHeader),
-    ) -> Result<u64, LogError> {
-        let file_bytes = self.log.len()?;
+    fn recover(&mut self, index_interval_bytes: u64) -> Result<u64, LogError> {
+        let Some(files) = &self.active else {
+            return Ok(0);
+        };
+        let log = files.log.clone();
+        let file_bytes = log.len()?;
         self.size_bytes = 0;
         self.next_offset = self.base_offset;
-        let mut position = 0u64;
-        let mut buf = Vec::new();
-        while position < file_bytes {
-            let Some(header) = self.valid_batch_at(position, file_bytes, &mut buf) else {
-                break;
-            };
-            if header.base_offset < self.next_offset {
+        let mut buffer = Vec::new();
+        let mut walker = HeaderWalker::new(log.as_ref(), 0, file_bytes);
+        let mut valid_end = 0u64;
+        while let Ok(Some((header, position))) = walker.next_batch() {
+            let fits = header.base_offset >= self.next_offset
+                && header.last_offset() - self.base_offset <= RELATIVE_OFFSET_MAX
+                && position < SEGMENT_BYTES_LIMIT;
+            if !fits
+                || check_header_fields(&header).is_err()
+                || !stored_crc_matches(log.as_ref(), position, &header, &mut buffer)?
+            {
                 break;
             }
-            self.index_batch(&header, position, index_interval_bytes)?;
-            self.note_batch(&header);
-            on_batch(&header);
-            position += header.total_bytes() as u64;
-            self.size_bytes = position;
+            self.index_batch(&header, position, index_interval_bytes);
+            self.note_batch(&header, header.max_timestamp);
+            valid_end = walker.position();
+            self.size_bytes = valid_end;
         }
-        let truncated = file_bytes - position;
+        let truncated = file_bytes - valid_end;
         if truncated > 0 {
-            self.log.truncate(position)?;
+            log.truncate(valid_end)?;
         }
         Ok(truncated)
     }
 
-    fn valid_batch_at(
-        &self,
-        position: u64,
-        file_bytes: u64,
-        buf: &mut Vec<u8>,
-    ) -> Option<BatchHeader> {
-        if file_bytes - position < BATCH_HEADER_BYTES as u64 {
-            return None;
-        }
-        let header = self.header_at(position).ok()?;
-        let total = header.total_bytes() as u64;
-        if header.batch_length <= 0 || total > file_bytes - position {
-            return None;
-        }
-        buf.resize(total as usize, 0);
-        self.log.read_exact_at(buf, position).ok()?;
-        validate_batch(buf).ok()
-    }
-
-    fn header_at(&self, position: u64) -> Result<BatchHeader, LogError> {
-        let mut raw = [0u8; BATCH_HEADER_BYTES];
-        self.log.read_exact_at(&mut raw, position)?;
-        BatchHeader::parse(&raw).map_err(|_| LogError::Corrupt { position })
-    }
-
-    fn index_batch(
-        &mut self,
-        header: &BatchHeader,
-        position: u64,
-        index_interval_bytes: u64,
-    ) -> Result<(), LogError> {
+    fn index_batch(&mut self, header: &BatchHeader, position: u64, index_interval_bytes: u64) {
+        let Some(files) = self.active.as_mut() else {
+            return;
+        };
         if position > 0 && self.bytes_since_index_entry >= index_interval_bytes {
+            // Both fit: the log rolls before a relative offset or a position would overflow.
             let relative_offset = (header.base_offset - self.base_offset) as u32;
-            self.index.append(OffsetEntry {
+            files.index.append(OffsetEntry {
                 relative_offset,
                 position: position as u32,
-            })?;
-            let newest_indexed = self.time_index.last().map_or(-1, |e| e.timestamp);
+            });
+            let newest_indexed = files.time_index.last().map_or(-1, |e| e.timestamp);
             if self.max_timestamp > newest_indexed {
-                self.time_index.append(TimeEntry {
+                files.time_index.append(TimeEntry {
                     timestamp: self.max_timestamp,
                     relative_offset,
-                })?;
+                });
             }
             self.bytes_since_index_entry = 0;
         }
-        self.bytes_since_index_entry += header.total_bytes() as u64;
-        Ok(())
+        self.bytes_since_index_entry += header.total_bytes();
     }
 
-    /// Appends one validated, patched batch.
+    /// Appends one validated batch: its patched `head` then `rest`, unchanged. When the write
+    /// fails the file is cut back to the last whole batch, so a full disk leaves the log as it
+    /// was; `header` carries the assigned base offset and `max_timestamp` the records' largest
+    /// timestamp.
     pub fn append(
         &mut self,
         header: &BatchHeader,
-        bytes: &[u8],
+        parts: &[&[u8]],
         index_interval_bytes: u64,
+        max_timestamp: i64,
     ) -> Result<(), LogError> {
         assert!(
             header.base_offset >= self.next_offset,
             "offsets must strictly increase"
         );
-        assert_eq!(bytes.len(), header.total_bytes());
+        let files = self
+            .active
+            .as_ref()
+            .expect("appends go to the active segment, which has its files open");
         let position = self.size_bytes;
-        self.log.append(bytes)?;
-        self.index_batch(header, position, index_interval_bytes)?;
-        self.note_batch(header);
-        self.size_bytes += bytes.len() as u64;
+        if let Err(error) = files.log.append(parts) {
+            // Undo a partial write; if even that fails the log cannot be trusted (fatal Io).
+            files.log.truncate(position).map_err(LogError::Io)?;
+            return Err(error.into());
+        }
+        self.index_batch(header, position, index_interval_bytes);
+        self.note_batch(header, max_timestamp);
+        self.size_bytes += header.total_bytes();
         Ok(())
     }
 
-    /// The first batch whose last offset is ≥ `offset`, scanning from the index.
-    pub fn locate(&self, offset: i64) -> Result<Option<BatchLocation>, LogError> {
-        let relative =
-            (offset.max(self.base_offset) - self.base_offset).min(i64::from(u32::MAX)) as u32;
-        let mut position = self
-            .index
-            .lookup(relative)
-            .map_or(0, |e| u64::from(e.position));
-        while position < self.size_bytes {
-            let header = self.header_at(position)?;
-            if header.last_offset() >= offset {
-                return Ok(Some(BatchLocation { header, position }));
+    /// True when either in-memory index is full and the segment must roll.
+    pub fn indexes_full(&self) -> bool {
+        self.active
+            .as_ref()
+            .is_some_and(|f| f.index.is_full() || f.time_index.is_full())
+    }
+
+    /// A reference to the `.log` file that does not keep it open.
+    pub fn log_ref(&self, files: &Arc<FileCache>) -> FileRef {
+        FileRef::new(
+            self.paths.log.clone(),
+            self.active.as_ref().map(|f| Arc::downgrade(&f.log)),
+            files.clone(),
+        )
+    }
+
+    fn relative(&self, offset: i64) -> u32 {
+        (offset.max(self.base_offset) - self.base_offset).min(i64::from(u32::MAX)) as u32
+    }
+
+    /// Where a scan for the batch holding `offset` may start.
+    pub fn offset_hint(&self, offset: i64, files: &Arc<FileCache>) -> PositionHint {
+        let relative_offset = self.relative(offset);
+        match &self.active {
+            Some(active) => PositionHint::Known(
+                memory_floor(active.index.entries(), |e| {
+                    e.relative_offset <= relative_offset
+                })
+                .map_or(0, |e| u64::from(e.position)),
+            ),
+            None => PositionHint::OffsetIndex {
+                index: FileRef::new(self.paths.index.clone(), None, files.clone()),
+                relative_offset,
+            },
+        }
+    }
+
+    /// Where a scan for the first batch with a timestamp ≥ `timestamp` may start.
+    pub fn timestamp_hint(&self, timestamp: i64, files: &Arc<FileCache>) -> PositionHint {
+        match &self.active {
+            Some(active) => {
+                let relative =
+                    memory_floor(active.time_index.entries(), |e| e.timestamp < timestamp)
+                        .map(|e| e.relative_offset);
+                match relative {
+                    Some(relative_offset) => PositionHint::Known(
+                        memory_floor(active.index.entries(), |e| {
+                            e.relative_offset <= relative_offset
+                        })
+                        .map_or(0, |e| u64::from(e.position)),
+                    ),
+                    None => PositionHint::Known(0),
+                }
             }
-            position += header.total_bytes() as u64;
+            None => PositionHint::TimeIndex {
+                time_index: FileRef::new(self.paths.time_index.clone(), None, files.clone()),
+                index: FileRef::new(self.paths.index.clone(), None, files.clone()),
+                timestamp,
+            },
         }
-        Ok(None)
     }
 
-    /// Reads whole batches starting at `position`: as many as fit in `max_bytes`, but always
-    /// the first one, and none whose last offset is ≥ `upper_offset`.
-    pub fn read_from(
-        &self,
-        position: u64,
-        max_bytes: u64,
-        upper_offset: i64,
-    ) -> Result<Bytes, LogError> {
-        let available = self.size_bytes.saturating_sub(position);
-        if available == 0 {
-            return Ok(Bytes::new());
-        }
-        // One read of up to `max_bytes` (but at least the first batch), then whole batches are
-        // kept by walking their headers in memory: one syscall per fetch, not one per batch.
-        let first = self.header_at(position)?;
-        if first.last_offset() >= upper_offset {
-            return Ok(Bytes::new());
-        }
-        let want = max_bytes.max(first.total_bytes() as u64).min(available);
-        let mut buf = vec![0u8; want as usize];
-        self.log.read_exact_at(&mut buf, position)?;
-        let mut end = 0usize;
-        while buf.len() - end >= BATCH_HEADER_BYTES {
-            let header = BatchHeader::parse(&buf[end..]).map_err(|_| LogError::Corrupt {
-                position: position + end as u64,
-            })?;
-            let batch_end = end + header.total_bytes();
-            if header.last_offset() >= upper_offset
-                || batch_end > buf.len()
-                || header.batch_length <= 0
-            {
-                break;
-            }
-            end = batch_end;
-        }
-        buf.truncate(end);
-        Ok(Bytes::from(buf))
+    /// The active segment's log file, to sync what was appended.
+    pub fn log_handle(&self) -> Option<Arc<dyn StorageFile>> {
+        self.active.as_ref().map(|f| f.log.clone())
     }
 
-    /// Reads the one batch at `location`.
-    pub fn read_batch(&self, location: &BatchLocation) -> Result<Bytes, LogError> {
-        let mut buf = vec![0u8; location.header.total_bytes()];
-        self.log.read_exact_at(&mut buf, location.position)?;
-        Ok(Bytes::from(buf))
-    }
-
-    /// The first batch whose max timestamp is ≥ `timestamp`.
-    pub fn find_timestamp(&self, timestamp: i64) -> Result<Option<BatchLocation>, LogError> {
-        if self.max_timestamp < timestamp {
-            return Ok(None);
-        }
-        let start = self
-            .time_index
-            .scan_start(timestamp)
-            .map_or(self.base_offset, |rel| self.base_offset + i64::from(rel));
-        let Some(mut location) = self.locate(start)? else {
-            return Ok(None);
+    /// Closes the segment's files (it is no longer the active one) and returns them, so the
+    /// caller can fsync them outside the lock.
+    pub fn deactivate(&mut self) -> Vec<Arc<dyn StorageFile>> {
+        let Some(files) = self.active.take() else {
+            return Vec::new();
         };
-        loop {
-            if location.header.max_timestamp >= timestamp {
-                return Ok(Some(location));
-            }
-            let next = location.position + location.header.total_bytes() as u64;
-            if next >= self.size_bytes {
-                return Ok(None);
-            }
-            location = BatchLocation {
-                header: self.header_at(next)?,
-                position: next,
-            };
-        }
+        let mut handles = vec![files.log];
+        handles.extend(files.index.file());
+        handles.extend(files.time_index.file());
+        handles
     }
 
-    /// Removes every batch with an offset ≥ `offset` (whole batches only).
-    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
-        let cut = match self.locate(offset)? {
-            Some(loc) if loc.header.base_offset >= offset => loc.position,
-            Some(loc) => loc.position + loc.header.total_bytes() as u64,
-            None => return Ok(()),
-        };
-        self.log.truncate(cut)?;
-        self.index.truncate_to_position(cut as u32)?;
-        self.time_index
-            .truncate_to_offset((offset - self.base_offset).max(0) as u32)?;
-        self.size_bytes = cut;
-        self.next_offset = self.base_offset;
-        self.max_timestamp = -1;
-        let mut position = 0;
-        while position < cut {
-            let header = self.header_at(position)?;
-            self.note_batch(&header);
-            position += header.total_bytes() as u64;
-        }
-        Ok(())
-    }
-
-    /// Every file handle with writes to make durable.
-    pub fn sync_handles(&self) -> Vec<Arc<dyn StorageFile>> {
-        vec![self.log.clone()]
-    }
-
-    /// The log and both index files, for syncing a rolled segment outside the lock.
-    pub fn all_handles(&self) -> Vec<Arc<dyn StorageFile>> {
-        vec![self.log.clone(), self.index.file(), self.time_index.file()]
-    }
-
-    /// Makes the segment's log and index files durable.
+    /// Makes the active segment's files durable (inactive ones were synced when they rolled).
     pub fn sync_all(&self) -> Result<(), LogError> {
-        self.log.sync()?;
-        self.index.sync()?;
-        self.time_index.sync()?;
-        Ok(())
-    }
-
-    /// Deletes the segment's files.
-    pub fn delete(self, storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
-        for path in segment_paths(dir, self.base_offset) {
-            storage.remove(&path)?;
+        if let Some(files) = &self.active {
+            files.log.sync()?;
+            for file in files
+                .index
+                .file()
+                .into_iter()
+                .chain(files.time_index.file())
+            {
+                file.sync()?;
+            }
         }
         Ok(())
     }

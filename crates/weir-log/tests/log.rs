@@ -1,15 +1,21 @@
 //! Behaviour of the partition log through its public API: append, read, roll, retention,
-//! recovery after crashes and power loss.
+//! recovery after crashes and power loss, a full disk, and bounded open files.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use proptest::prelude::*;
-use weir_log::batch::{build_batch, validate_batch, ProducerFields};
-use weir_log::storage::{FsStorage, PowerLossStorage, Storage};
-use weir_log::{Clock, Log, LogConfig, LogError, ManualClock};
+use weir_log::batch::{build_batch, validate_header, ProducerFields};
+use weir_log::{
+    validate, BatchHeader, Clock, Log, LogConfig, LogError, ManualClock, ValidationLimits,
+    RELATIVE_OFFSET_MAX,
+};
+use weir_storage::{FileCache, FsStorage, MemoryStorage, Storage};
 
 const HOUR_MS: i64 = 3600 * 1000;
+/// Open inactive-segment files allowed in these tests.
+const OPEN_FILES_MAX: usize = 8;
 
 fn small_segments() -> LogConfig {
     LogConfig {
@@ -19,34 +25,71 @@ fn small_segments() -> LogConfig {
     }
 }
 
-fn open(dir: &Path, storage: Arc<dyn Storage>, clock: &ManualClock, config: LogConfig) -> Log {
-    Log::open(dir, storage, Arc::new(clock.clone()), config)
+fn cache(storage: impl Storage) -> Arc<FileCache> {
+    FileCache::new(Arc::new(storage), OPEN_FILES_MAX)
+}
+
+fn open_with(dir: &Path, files: &Arc<FileCache>, clock: &ManualClock, config: LogConfig) -> Log {
+    Log::open(dir, files.clone(), Arc::new(clock.clone()), config)
         .expect("open log")
         .0
+}
+
+fn open(dir: &Path, clock: &ManualClock, config: LogConfig) -> Log {
+    open_with(dir, &cache(FsStorage), clock, config)
 }
 
 fn batch(value: &[u8], timestamp: i64) -> Vec<u8> {
     build_batch(&[value], timestamp, ProducerFields::NONE)
 }
 
-/// Reads every batch from `offset` and returns (base offset, first value) pairs.
+fn append(log: &mut Log, bytes: Vec<u8>) -> Result<weir_log::AppendInfo, LogError> {
+    let valid = validate(
+        Bytes::from(bytes),
+        &ValidationLimits::unbounded_time(1 << 20),
+    )?;
+    log.append(&valid)
+}
+
+/// Whole batches in `bytes` (a trailing partial batch is dropped, as clients do).
+fn batches(bytes: &[u8]) -> Vec<BatchHeader> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while let Some(header) = BatchHeader::parse(rest) {
+        let total = header.total_bytes() as usize;
+        if total > rest.len() {
+            break;
+        }
+        validate_header(&rest[..total]).expect("stored batch stays valid");
+        out.push(header);
+        rest = &rest[total..];
+    }
+    out
+}
+
+/// Reads every batch from `offset` up to the high watermark: (base offset, first value).
 fn read_all(log: &Log, offset: i64) -> Vec<(i64, Vec<u8>)> {
     let mut out = Vec::new();
     let mut next = offset;
     loop {
-        let bytes = log.read(next, 1 << 20, log.high_watermark()).expect("read");
-        if bytes.is_empty() {
+        let Some(view) = log.read_view(next, log.high_watermark()).expect("view") else {
             return out;
-        }
-        let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            let header = weir_log::BatchHeader::parse(rest).expect("header");
-            let (one, tail) = rest.split_at(header.total_bytes());
-            validate_batch(one).expect("stored batch stays valid");
-            out.push((header.base_offset, value_of(one)));
+        };
+        let Some(slice) = view.slice(1 << 20, true).expect("slice") else {
+            return out;
+        };
+        let bytes = slice.read().expect("read");
+        let mut position = 0;
+        for header in batches(&bytes) {
+            let total = header.total_bytes() as usize;
+            out.push((
+                header.base_offset,
+                value_of(&bytes[position..position + total]),
+            ));
             next = header.last_offset() + 1;
-            rest = tail;
+            position += total;
         }
+        assert!(position > 0, "a read from {next} made no progress");
     }
 }
 
@@ -78,70 +121,90 @@ fn varint(buf: &mut &[u8]) -> i64 {
     }
 }
 
+/// Checks that `read` is exactly offsets 0.. with the values `expected` gives.
+fn assert_sequence(read: &[(i64, Vec<u8>)], count: usize, expected: impl Fn(usize) -> Vec<u8>) {
+    assert_eq!(read.len(), count, "batches read back");
+    for (i, (offset, value)) in read.iter().enumerate() {
+        assert_eq!(*offset, i as i64, "offset of batch {i}");
+        assert_eq!(value, &expected(i), "value of batch {i}");
+    }
+}
+
 #[test]
 fn append_read_roll_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(1_000_000);
-    let mut log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
+    let files = cache(FsStorage);
+    let mut log = open_with(dir.path(), &files, &clock, small_segments());
     for i in 0..100u8 {
-        let info = log
-            .append(&mut batch(&[i; 20], 1000 + i64::from(i)))
-            .expect("append");
+        let info = append(&mut log, batch(&[i; 20], 1000 + i64::from(i))).expect("append");
         assert_eq!(info.base_offset, i64::from(i));
     }
     assert!(log.segment_count() > 5, "small segments roll");
-    let read = read_all(&log, 0);
-    assert_eq!(read.len(), 100);
-    assert!(read
-        .iter()
-        .enumerate()
-        .all(|(i, (o, v))| *o == i as i64 && v == &vec![i as u8; 20]));
+    assert_sequence(&read_all(&log, 0), 100, |i| vec![i as u8; 20]);
     assert_eq!(
         read_all(&log, 57)[0].0,
         57,
         "read from the middle of a segment"
     );
     assert!(matches!(
-        log.read(101, 100, 100),
+        log.read_view(101, 100),
         Err(LogError::OffsetOutOfRange { .. })
     ));
+    assert!(
+        files.open_count() <= OPEN_FILES_MAX,
+        "inactive segments reopened through the bounded cache: {} open",
+        files.open_count()
+    );
     log.close().expect("close");
     let (log, report) = Log::open(
         dir.path(),
-        Arc::new(FsStorage),
+        cache(FsStorage),
         Arc::new(clock.clone()),
         small_segments(),
     )
     .expect("reopen");
     assert!(report.clean);
     assert_eq!(log.log_end_offset(), 100);
-    assert_eq!(read_all(&log, 0).len(), 100);
+    assert_sequence(&read_all(&log, 0), 100, |i| vec![i as u8; 20]);
 }
 
 #[test]
-fn max_bytes_limits_but_first_batch_is_whole() {
+fn reads_respect_max_bytes_and_the_upper_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(0);
-    let mut log = open(
-        dir.path(),
-        Arc::new(FsStorage),
-        &clock,
-        LogConfig::default(),
-    );
+    let mut log = open(dir.path(), &clock, LogConfig::default());
     for _ in 0..10 {
-        log.append(&mut batch(&[7u8; 100], 0)).expect("append");
+        append(&mut log, batch(&[7u8; 100], 0)).expect("append");
     }
-    let one = log.read(0, 10, 10).expect("read");
+    let one_len = batch(&[7u8; 100], 0).len() as u64;
+    let view = log.read_view(0, 10).expect("view").expect("data");
+    let first = view.slice(10, true).expect("slice").expect("first batch");
     assert_eq!(
-        validate_batch(&one).expect("one whole batch").base_offset,
-        0
+        first.len(),
+        one_len,
+        "the first batch is whole even beyond max_bytes"
     );
-    let some = log.read(0, 500, 10).expect("read");
-    assert!(some.len() <= 500 && some.len() > one.len());
+    assert!(
+        view.slice(10, false).expect("slice").is_none(),
+        "unless it is not first"
+    );
+    let some = view.slice(500, true).expect("slice").expect("some");
+    assert_eq!(some.len(), 500, "a read may end mid-batch at the limit");
     assert_eq!(
-        log.read(0, 1 << 20, 3).expect("read").len(),
-        3 * one.len(),
-        "upper offset bounds the read"
+        batches(&some.read().expect("read")).len() as u64,
+        500 / one_len
+    );
+    let bounded = log.read_view(0, 3).expect("view").expect("data");
+    let bounded = bounded.slice(1 << 20, true).expect("slice").expect("some");
+    assert_eq!(
+        bounded.len(),
+        3 * one_len,
+        "the upper offset bounds the read at a batch"
+    );
+    assert!(
+        log.read_view(3, 3).expect("view").is_none(),
+        "nothing at the upper offset"
     );
 }
 
@@ -149,10 +212,9 @@ fn max_bytes_limits_but_first_batch_is_whole() {
 fn timestamp_lookup() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(0);
-    let mut log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
+    let mut log = open(dir.path(), &clock, small_segments());
     for i in 0..50 {
-        log.append(&mut batch(b"x", 1000 * (i + 1)))
-            .expect("append");
+        append(&mut log, batch(b"x", 1000 * (i + 1))).expect("append");
     }
     for (target, want) in [
         (0, Some(0)),
@@ -163,13 +225,18 @@ fn timestamp_lookup() {
         (50_001, None),
     ] {
         let found = log
-            .batch_for_timestamp(target)
-            .expect("lookup")
-            .map(|b| validate_batch(&b).expect("valid").base_offset);
+            .lookup_timestamp(target)
+            .map(|lookup| lookup.find().expect("find").expect("batch"))
+            .map(|b| validate_header(&b).expect("valid").base_offset);
         assert_eq!(found, want, "timestamp {target}");
     }
-    let max = log.batch_with_max_timestamp().expect("max").expect("some");
-    assert_eq!(validate_batch(&max).expect("valid").base_offset, 49);
+    let max = log
+        .lookup_max_timestamp()
+        .expect("some")
+        .find()
+        .expect("find")
+        .expect("batch");
+    assert_eq!(validate_header(&max).expect("valid").base_offset, 49);
 }
 
 #[test]
@@ -180,25 +247,28 @@ fn retention_by_time_and_size() {
         retention_ms: 10 * HOUR_MS,
         ..small_segments()
     };
-    let mut log = open(dir.path(), Arc::new(FsStorage), &clock, config);
-    // Old records (timestamps an hour apart, starting 100 hours ago), then fresh ones.
+    let mut log = open(dir.path(), &clock, config);
+    // Old records (timestamps a quarter hour apart, starting 100 hours ago), then fresh ones.
     for i in 0..40 {
-        log.append(&mut batch(&[1u8; 100], i * HOUR_MS / 4))
-            .expect("append");
+        append(&mut log, batch(&[1u8; 100], i * HOUR_MS / 4)).expect("append");
     }
     for _ in 0..40 {
-        log.append(&mut batch(&[2u8; 100], 100 * HOUR_MS))
-            .expect("append");
+        append(&mut log, batch(&[2u8; 100], 100 * HOUR_MS)).expect("append");
     }
-    let deleted = log.enforce_retention().expect("retention");
-    assert!(deleted > 0);
+    let segments_before = std::fs::read_dir(dir.path()).expect("dir").count();
+    let removals = log.enforce_retention().expect("retention");
+    assert!(!removals.is_empty());
+    for removal in removals {
+        removal.remove().expect("delete files");
+    }
+    assert!(std::fs::read_dir(dir.path()).expect("dir").count() < segments_before);
     let start = log.log_start_offset();
     assert!(
         start > 0 && start <= 40,
         "old segments gone, fresh kept: start {start}"
     );
     assert!(matches!(
-        log.read(0, 100, 80),
+        log.read_view(0, 80),
         Err(LogError::OffsetOutOfRange { .. })
     ));
     assert_eq!(read_all(&log, start).last().map(|(o, _)| *o), Some(79));
@@ -219,8 +289,7 @@ fn retention_by_time_and_size() {
     };
     log.set_config(size_config);
     for _ in 0..100 {
-        log.append(&mut batch(&[3u8; 100], clock.now_ms()))
-            .expect("append");
+        append(&mut log, batch(&[3u8; 100], clock.now_ms())).expect("append");
     }
     log.enforce_retention().expect("retention");
     assert!(
@@ -235,9 +304,9 @@ fn retention_by_time_and_size() {
 fn unclean_restart_truncates_torn_tail_and_rebuilds_index() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(0);
-    let mut log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
+    let mut log = open(dir.path(), &clock, small_segments());
     for i in 0..30u8 {
-        log.append(&mut batch(&[i; 50], 0)).expect("append");
+        append(&mut log, batch(&[i; 50], 0)).expect("append");
     }
     drop(log); // no close: an unclean stop
     let last = last_segment(dir.path());
@@ -250,7 +319,7 @@ fn unclean_restart_truncates_torn_tail_and_rebuilds_index() {
     std::fs::remove_file(last.with_extension("index")).expect("remove index");
     let (mut log, report) = Log::open(
         dir.path(),
-        Arc::new(FsStorage),
+        cache(FsStorage),
         Arc::new(clock.clone()),
         small_segments(),
     )
@@ -258,9 +327,9 @@ fn unclean_restart_truncates_torn_tail_and_rebuilds_index() {
     assert!(!report.clean);
     assert!(report.truncated_bytes > 0);
     assert_eq!(log.log_end_offset(), 29, "the torn last batch is gone");
-    assert_eq!(read_all(&log, 0).len(), 29);
+    assert_sequence(&read_all(&log, 0), 29, |i| vec![i as u8; 50]);
     assert_eq!(
-        log.append(&mut batch(b"next", 0))
+        append(&mut log, batch(b"next", 0))
             .expect("append")
             .base_offset,
         29
@@ -286,24 +355,21 @@ fn idempotent_duplicates_survive_restart() {
         producer_epoch: 0,
         base_sequence: seq,
     };
-    let mut log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
+    let mut log = open(dir.path(), &clock, small_segments());
     for seq in 0..10 {
-        log.append(&mut build_batch(&[b"v"], 0, producer(seq)))
-            .expect("append");
+        append(&mut log, build_batch(&[b"v"], 0, producer(seq))).expect("append");
     }
     drop(log);
-    let mut log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
-    let dup = log
-        .append(&mut build_batch(&[b"v"], 0, producer(9)))
-        .expect("dup");
+    let mut log = open(dir.path(), &clock, small_segments());
+    let dup = append(&mut log, build_batch(&[b"v"], 0, producer(9))).expect("dup");
     assert!(dup.duplicate);
     assert_eq!(dup.base_offset, 9);
     assert!(matches!(
-        log.append(&mut build_batch(&[b"v"], 0, producer(12))),
+        append(&mut log, build_batch(&[b"v"], 0, producer(12))),
         Err(LogError::OutOfOrderSequence)
     ));
     assert_eq!(
-        log.append(&mut build_batch(&[b"v"], 0, producer(10)))
+        append(&mut log, build_batch(&[b"v"], 0, producer(10)))
             .expect("next")
             .base_offset,
         10
@@ -313,18 +379,17 @@ fn idempotent_duplicates_survive_restart() {
 
 #[test]
 fn power_loss_keeps_every_synced_batch() {
-    let storage = PowerLossStorage::new();
+    let storage = MemoryStorage::new();
     let dir = Path::new("/partition-0");
     let clock = ManualClock::new(0);
-    let mut log = open(dir, Arc::new(storage.clone()), &clock, small_segments());
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, small_segments());
     let mut acknowledged = 0;
     for i in 0..200u8 {
-        log.append(&mut batch(&[i; 30], 0)).expect("append");
+        append(&mut log, batch(&[i; 30], 0)).expect("append");
         if i % 7 == 0 {
-            let ticket = log.flush_ticket();
-            ticket.sync().expect("sync");
-            log.flush_done(ticket.end_offset);
-            acknowledged = ticket.end_offset;
+            let done = log.flush_ticket().sync().expect("sync");
+            log.flush_done(done);
+            acknowledged = done.end_offset;
         }
     }
     assert!(
@@ -332,17 +397,119 @@ fn power_loss_keeps_every_synced_batch() {
         "the test must leave unsynced data to lose"
     );
     storage.power_loss();
-    let log = open(dir, Arc::new(storage), &clock, small_segments());
+    let log = open_with(dir, &cache(storage), &clock, small_segments());
     assert!(
         log.log_end_offset() >= acknowledged,
         "lost acknowledged data: end {} < {acknowledged}",
         log.log_end_offset()
     );
+    let end = log.log_end_offset() as usize;
+    assert!(end > 0);
+    assert_sequence(&read_all(&log, 0), end, |i| vec![i as u8; 30]);
+}
+
+#[test]
+fn a_full_disk_refuses_writes_leaves_the_log_intact_and_recovers() {
+    let storage = MemoryStorage::new();
+    let dir = Path::new("/partition-0");
+    let clock = ManualClock::new(0);
+    let files = cache(storage.clone());
+    let mut log = open_with(dir, &files, &clock, small_segments());
+    for i in 0..20u8 {
+        append(&mut log, batch(&[i; 40], 0)).expect("append");
+    }
+    // Room for part of one more batch: the write is cut off and must be undone.
+    storage.set_capacity(Some(storage.used_bytes() + 60));
+    let mut refused = 0;
+    for i in 20..40u8 {
+        match append(&mut log, batch(&[i; 40], 0)) {
+            Err(LogError::OutOfResources(_)) => refused += 1,
+            Ok(_) => {}
+            Err(other) => panic!("unexpected error {other}"),
+        }
+    }
+    assert!(refused > 0, "the disk filled up");
+    let end = log.log_end_offset();
+    assert_sequence(&read_all(&log, 0), end as usize, |i| vec![i as u8; 40]);
+    // Space returns (retention, an operator): writes are accepted again where they stopped.
+    storage.set_capacity(None);
+    let info = append(&mut log, batch(b"after", 0)).expect("append after space returns");
+    assert_eq!(info.base_offset, end);
+    let done = log.flush_ticket().sync().expect("sync");
+    log.flush_done(done);
+    storage.power_loss();
+    let log = open_with(dir, &cache(storage), &clock, small_segments());
+    assert_eq!(
+        log.log_end_offset(),
+        end + 1,
+        "nothing torn or lost across the full disk"
+    );
+    assert_eq!(read_all(&log, end)[0].1, b"after".to_vec());
+}
+
+#[test]
+fn a_segment_rolls_before_relative_offsets_overflow() {
+    let storage = MemoryStorage::new();
+    let dir = Path::new("/p");
+    // A segment at base 0 holding one batch at offset 2^31 - 3, as a log that grew there would.
+    let mut far = batch(b"far", 0);
+    far[..8].copy_from_slice(&(RELATIVE_OFFSET_MAX - 2).to_be_bytes());
+    storage.plant(&dir.join("00000000000000000000.log"), &far);
+    let clock = ManualClock::new(0);
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, LogConfig::default());
+    assert_eq!(log.log_end_offset(), RELATIVE_OFFSET_MAX - 1);
+    let values: Vec<&[u8]> = vec![b"v"; 5];
+    let info = append(&mut log, build_batch(&values, 0, ProducerFields::NONE)).expect("append");
+    assert_eq!(info.base_offset, RELATIVE_OFFSET_MAX - 1);
+    assert_eq!(
+        log.segment_count(),
+        2,
+        "the append that would pass Int.MaxValue rolled first"
+    );
+    assert_eq!(read_all(&log, info.base_offset)[0].0, info.base_offset);
+}
+
+#[test]
+fn inactive_segments_are_reopened_through_the_bounded_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let files = cache(FsStorage);
+    let config = LogConfig {
+        segment_bytes: 100,
+        ..small_segments()
+    };
+    let mut log = open_with(dir.path(), &files, &clock, config);
+    for i in 0..300u16 {
+        append(&mut log, batch(&i.to_be_bytes(), 10 * i64::from(i))).expect("append");
+    }
+    assert!(log.segment_count() >= 300, "one batch per segment");
     let read = read_all(&log, 0);
+    assert_eq!(read.len(), 300);
     assert!(read
         .iter()
         .enumerate()
-        .all(|(i, (o, v))| *o == i as i64 && v == &vec![i as u8; 30]));
+        .all(|(i, (_, v))| *v == (i as u16).to_be_bytes()));
+    assert!(
+        files.open_count() <= OPEN_FILES_MAX,
+        "{} files open",
+        files.open_count()
+    );
+    for target in [0i64, 150, 299] {
+        let found = log
+            .lookup_timestamp(10 * target)
+            .and_then(|l| l.find().expect("find"))
+            .map(|b| validate_header(&b).expect("valid").base_offset);
+        assert_eq!(
+            found,
+            Some(target),
+            "timestamp lookup in an inactive segment"
+        );
+    }
+    assert!(
+        files.open_count() <= OPEN_FILES_MAX,
+        "{} files open",
+        files.open_count()
+    );
 }
 
 proptest! {
@@ -354,15 +521,15 @@ proptest! {
     fn random_tail_truncation_keeps_a_prefix(sizes in prop::collection::vec(1usize..300, 1..60), cut in 0u64..2000) {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = ManualClock::new(0);
-        let mut log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
+        let mut log = open(dir.path(), &clock, small_segments());
         for (i, size) in sizes.iter().enumerate() {
-            log.append(&mut batch(&vec![i as u8; *size], 0)).expect("append");
+            append(&mut log, batch(&vec![i as u8; *size], 0)).expect("append");
         }
         drop(log);
         let last = last_segment(dir.path());
         let len = std::fs::metadata(&last).expect("meta").len();
         std::fs::OpenOptions::new().write(true).open(&last).expect("open").set_len(len.saturating_sub(cut)).expect("cut");
-        let log = open(dir.path(), Arc::new(FsStorage), &clock, small_segments());
+        let log = open(dir.path(), &clock, small_segments());
         let read = read_all(&log, 0);
         prop_assert_eq!(read.len() as i64, log.log_end_offset());
         prop_assert!(read.len() <= sizes.len());

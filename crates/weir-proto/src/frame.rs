@@ -1,6 +1,5 @@
 //! Kafka framing: a 4-byte big-endian length, then that many bytes.
 
-use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Why a frame could not be read; each closes the connection.
@@ -22,14 +21,14 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
-/// Reads one frame. `Ok(None)` when the peer closed cleanly between frames.
-///
-/// The buffer grows as bytes arrive, so a client that announces a large frame and sends
-/// nothing costs no memory; the length is checked against `max_bytes` before anything else.
-pub async fn read_frame<R: AsyncRead + Unpin>(
+/// Reads a frame's length prefix and checks it against `max_bytes` before anything is
+/// allocated. `Ok(None)` when the peer closed cleanly between frames. The caller reads the
+/// body, growing its buffer as bytes arrive, so a client that announces a large frame and sends
+/// nothing costs no memory.
+pub async fn read_frame_length<R: AsyncRead + Unpin>(
     reader: &mut R,
     max_bytes: u32,
-) -> Result<Option<Bytes>, FrameError> {
+) -> Result<Option<u32>, FrameError> {
     let mut prefix = [0u8; 4];
     let mut filled = 0;
     while filled < prefix.len() {
@@ -47,11 +46,5 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     if length <= 0 || length as u32 > max_bytes {
         return Err(FrameError::BadLength { length, max_bytes });
     }
-    const INITIAL_CAPACITY_MAX: usize = 64 * 1024;
-    let mut body = Vec::with_capacity((length as usize).min(INITIAL_CAPACITY_MAX));
-    let read = reader.take(length as u64).read_to_end(&mut body).await?;
-    if read != length as usize {
-        return Err(FrameError::Truncated);
-    }
-    Ok(Some(Bytes::from(body)))
+    Ok(Some(length as u32))
 }

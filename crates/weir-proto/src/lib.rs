@@ -14,6 +14,6 @@ pub mod response;
 
 pub use api::{supported_versions, SUPPORTED_APIS};
 pub use client::{decode_response, encode_request, response_correlation_id, CodecError};
-pub use frame::{read_frame, FrameError};
+pub use frame::{read_frame_length, FrameError};
 pub use request::{decode_request, DecodeError, Request};
 pub use response::{encode_response, EncodeError};

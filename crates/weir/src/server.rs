@@ -10,10 +10,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_broker::{Broker, BrokerIdentity, PartitionRegistry};
+use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
 use weir_controller::{Controller, FileMetadataLog};
-use weir_log::storage::FsStorage;
 use weir_log::SystemClock;
+use weir_storage::{FileCache, FsStorage};
 
 use crate::data_dir::DataDir;
 use crate::settings;
@@ -61,6 +61,7 @@ pub struct ServerArgs {
 /// Runs the server; returns the process exit code.
 pub fn run(args: ServerArgs) -> ExitCode {
     init_tracing(args.log_level.as_deref());
+    log_panics();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -94,6 +95,17 @@ fn init_tracing(level: Option<&str>) {
         .init();
 }
 
+/// Logs a panic before the process aborts (`panic = "abort"`): a panic means a bug, and a
+/// partition whose append stopped half-way must never serve writes again, so the process stops
+/// and the next start recovers the logs as after a crash.
+fn log_panics() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(target: "weir::server", "panic: {info}; stopping, the next start recovers as after a crash");
+        default_hook(info);
+    }));
+}
+
 fn split_host_port(address: &str) -> anyhow::Result<(String, u16)> {
     let (host, port) = address
         .rsplit_once(':')
@@ -110,7 +122,7 @@ fn split_host_port(address: &str) -> anyhow::Result<(String, u16)> {
 }
 
 async fn serve(args: ServerArgs) -> anyhow::Result<()> {
-    let config = settings::load(args.config.as_deref())?;
+    let mut config = settings::load(args.config.as_deref())?;
     let data_dir = DataDir::open(&args.data_dir, args.node_id)?;
     let listen_host = split_host_port(&args.listen)?.0;
     let wildcard = listen_host
@@ -130,16 +142,21 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
 
     let metadata_dir = data_dir.path.join("metadata");
     std::fs::create_dir_all(&metadata_dir)?;
-    let metadata_log = FileMetadataLog::open(&metadata_dir.join("metadata.log"))
-        .context("opening the metadata log")?;
+    let metadata_log =
+        FileMetadataLog::open(Arc::new(FsStorage), &metadata_dir.join("metadata.log"))
+            .context("opening the metadata log")?;
     let controller =
         Arc::new(Controller::open(Box::new(metadata_log)).context("replaying the metadata log")?);
-    let open_files_max = raise_open_files_limit();
-    controller.limit_partitions(partitions_for_open_files(open_files_max));
+    let budget = FileBudget::from_limit(raise_open_files_limit(), config.max_connections);
+    controller.limit_partitions(budget.partitions);
+    config.max_connections = budget.connections;
+    let limits = ConnectionLimits::from_config(&config)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let registry = PartitionRegistry::new(
         data_dir.path.join("logs"),
-        Arc::new(FsStorage),
+        FileCache::new(Arc::new(FsStorage), budget.cached_files),
         Arc::new(SystemClock),
         config.clone(),
     );
@@ -162,7 +179,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         "weir ready"
     );
     let maintenance = tokio::spawn(broker.clone().run_log_maintenance());
-    let server = tokio::spawn(weir_broker::serve(broker.clone(), listener));
+    let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     wait_for_signal().await?;
     tracing::info!(target: "weir::server", "shutting down: no new connections; finishing in-flight requests");
     shutdown_tx.send_replace(true);
@@ -185,11 +202,44 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Files kept for sockets, the metadata log and the rest when sizing the partition limit.
-const OPEN_FILES_RESERVED: u64 = 1024;
-/// Files each partition keeps open: the active segment's log, offset index and time index
-/// (rolled segments keep theirs too, so this is a floor).
+/// Files kept for the metadata log, the data directory lock, listeners and the rest.
+const OPEN_FILES_RESERVED: u64 = 256;
+/// Files each partition keeps open: the active segment's log, offset index and time index.
 const OPEN_FILES_PER_PARTITION: u64 = 3;
+/// Most files of inactive segments kept open for reads (fewer on a low open-file limit).
+const CACHED_FILES_MAX: u64 = 1024;
+
+/// How the open-file limit is shared, so that neither connections nor topics nor reads of old
+/// segments can exhaust it (an exhausted limit would fail a segment roll).
+struct FileBudget {
+    /// Inactive-segment files cached open.
+    cached_files: usize,
+    /// Client connections (`max.connections`, lowered to fit).
+    connections: u32,
+    /// Partitions the cluster may hold.
+    partitions: usize,
+}
+
+impl FileBudget {
+    fn from_limit(open_files_max: u64, max_connections: u32) -> FileBudget {
+        let usable = open_files_max.saturating_sub(OPEN_FILES_RESERVED);
+        let cached_files = CACHED_FILES_MAX.min(usable / 8).max(1);
+        let connections = u64::from(max_connections)
+            .min(usable.saturating_sub(cached_files) / 2)
+            .max(1);
+        let partitions =
+            (usable.saturating_sub(cached_files + connections) / OPEN_FILES_PER_PARTITION).max(1);
+        if connections < u64::from(max_connections) {
+            tracing::warn!(target: "weir::server", open_files_max, max_connections, lowered_to = connections, "max.connections lowered to fit the open-file limit; raise `ulimit -n` for more");
+        }
+        tracing::info!(target: "weir::server", open_files_max, partitions_max = partitions, connections_max = connections, cached_segment_files = cached_files, "open-file budget");
+        FileBudget {
+            cached_files: cached_files as usize,
+            connections: connections as u32,
+            partitions: partitions as usize,
+        }
+    }
+}
 
 /// Raises the soft open-file limit to the hard one; returns the limit in force.
 fn raise_open_files_limit() -> u64 {
@@ -200,13 +250,6 @@ fn raise_open_files_limit() -> u64 {
             rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
         }
     }
-}
-
-/// How many partitions fit in `open_files_max` file descriptors.
-fn partitions_for_open_files(open_files_max: u64) -> usize {
-    let partitions = open_files_max.saturating_sub(OPEN_FILES_RESERVED) / OPEN_FILES_PER_PARTITION;
-    tracing::info!(target: "weir::server", open_files_max, partitions_max = partitions, "partition capacity from the open-file limit");
-    partitions.max(1) as usize
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

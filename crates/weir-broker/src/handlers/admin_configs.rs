@@ -17,7 +17,7 @@ use weir_controller::topic_config::{topic_config, ConfigKind};
 
 use crate::broker::Broker;
 use crate::config::DescribedConfig;
-use crate::handlers::errors::controller_error_code;
+use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 
 /// Resource type of a topic.
@@ -52,23 +52,23 @@ pub fn describe_configs(
         let mut result = DescribeConfigsResult::default();
         result.resource_type = resource.resource_type;
         result.resource_name = resource.resource_name.clone();
-        let described: Result<Vec<DescribedConfig>, (i16, String)> = match resource.resource_type {
+        let described: Result<Vec<DescribedConfig>, ErrorReply> = match resource.resource_type {
             RESOURCE_TOPIC => match broker.image().topic(resource.resource_name.as_str()) {
                 Some(topic) => Ok(broker.config.describe_topic(&topic.configs)),
-                None => Err((
-                    ResponseError::UnknownTopicOrPartition.code(),
+                None => Err(ErrorReply::new(
+                    ResponseError::UnknownTopicOrPartition,
                     format!("unknown topic {}", resource.resource_name.as_str()),
                 )),
             },
             RESOURCE_BROKER if is_this_broker(broker, &resource.resource_name) => {
                 Ok(broker.config.describe())
             }
-            RESOURCE_BROKER => Err((
-                ResponseError::InvalidRequest.code(),
+            RESOURCE_BROKER => Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
                 format!("unknown broker {}", resource.resource_name.as_str()),
             )),
-            other => Err((
-                ResponseError::InvalidRequest.code(),
+            other => Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
                 format!("resource type {other} is not supported"),
             )),
         };
@@ -100,9 +100,9 @@ pub fn describe_configs(
                     })
                     .collect();
             }
-            Err((code, message)) => {
-                result.error_code = code;
-                result.error_message = Some(str_bytes(message));
+            Err(error) => {
+                result.error_code = error.code();
+                result.error_message = Some(str_bytes(error.message));
             }
         }
         response.results.push(result);
@@ -118,10 +118,11 @@ fn is_this_broker(broker: &Broker, name: &StrBytes) -> bool {
 /// distinct generated types, so a macro fills either.
 macro_rules! alter_result {
     ($ty:ty, $resource:expr, $outcome:expr) => {{
-        let (error_code, error_message) = $outcome;
         let mut result = <$ty>::default();
-        result.error_code = error_code;
-        result.error_message = error_message;
+        if let Err(error) = $outcome {
+            result.error_code = error.code();
+            result.error_message = Some(str_bytes(error.message));
+        }
         result.resource_type = $resource.resource_type;
         result.resource_name = $resource.resource_name;
         result
@@ -137,38 +138,23 @@ async fn alter_resource(
     name: &StrBytes,
     change: Result<ConfigChange, String>,
     validate_only: bool,
-) -> (i16, Option<StrBytes>) {
+) -> Result<(), ErrorReply> {
     if resource_type == RESOURCE_BROKER {
-        return (ResponseError::InvalidRequest.code(), Some(str_bytes("broker configs are static: set them in the config file, environment or flags and restart")));
+        return Err(ErrorReply::new(ResponseError::InvalidRequest, "broker configs are static: set them in the config file, environment or flags and restart"));
     }
     if resource_type != RESOURCE_TOPIC {
-        return (
-            ResponseError::InvalidRequest.code(),
-            Some(str_bytes(format!(
-                "resource type {resource_type} is not supported"
-            ))),
-        );
+        return Err(ErrorReply::new(
+            ResponseError::InvalidRequest,
+            format!("resource type {resource_type} is not supported"),
+        ));
     }
-    let (set, delete, replace) = match change {
-        Ok(change) => change,
-        Err(message) => {
-            return (
-                ResponseError::InvalidConfig.code(),
-                Some(str_bytes(message)),
-            )
-        }
-    };
+    let (set, delete, replace) =
+        change.map_err(|message| ErrorReply::new(ResponseError::InvalidConfig, message))?;
     let topic = name.as_str().to_string();
-    match broker
+    broker
         .change_metadata(move |c| c.alter_topic_config(&topic, set, delete, replace, validate_only))
         .await
-    {
-        Ok(()) => (0, None),
-        Err(error) => (
-            controller_error_code(&error),
-            Some(str_bytes(error.to_string())),
-        ),
-    }
+        .map_err(|error| ErrorReply::from(&error))
 }
 
 /// Replaces a topic's overrides with the given set (AlterConfigs semantics).

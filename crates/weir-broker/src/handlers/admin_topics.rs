@@ -16,7 +16,7 @@ use kafka_protocol::ResponseError;
 use weir_controller::{ControllerError, NewTopic};
 
 use crate::broker::Broker;
-use crate::handlers::errors::controller_error_code;
+use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 
 /// Creates topics; `-1` partitions or replication factor mean the broker default.
@@ -37,8 +37,8 @@ pub async fn create_topics(
         result.replication_factor = -1;
         let name = topic.name.0.as_str().to_string();
         let outcome = if seen.get(&topic.name).copied().unwrap_or(0) > 1 {
-            Err((
-                ResponseError::InvalidRequest.code(),
+            Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
                 format!("topic {name} appears more than once in the request"),
             ))
         } else {
@@ -65,9 +65,9 @@ pub async fn create_topics(
                     );
                 }
             }
-            Err((code, message)) => {
-                result.error_code = code;
-                result.error_message = Some(str_bytes(message));
+            Err(error) => {
+                result.error_code = error.code();
+                result.error_message = Some(str_bytes(error.message));
             }
         }
         response.topics.push(result);
@@ -80,13 +80,13 @@ async fn create_one(
     name: String,
     topic: kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
-) -> Result<weir_controller::TopicImage, (i16, String)> {
+) -> Result<weir_controller::TopicImage, ErrorReply> {
     let node_id = broker.identity.node_id;
     let partitions = if !topic.assignments.is_empty() {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
-            return Err((
-                ResponseError::InvalidRequest.code(),
-                "give either assignments or partitions and replication factor".into(),
+            return Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
+                "give either assignments or partitions and replication factor",
             ));
         }
         if topic
@@ -94,8 +94,8 @@ async fn create_one(
             .iter()
             .any(|a| a.broker_ids.iter().any(|b| b.0 != node_id))
         {
-            return Err((
-                ResponseError::InvalidReplicaAssignment.code(),
+            return Err(ErrorReply::new(
+                ResponseError::InvalidReplicaAssignment,
                 format!("the only broker is {node_id}"),
             ));
         }
@@ -106,9 +106,9 @@ async fn create_one(
             .collect();
         indexes.sort_unstable();
         if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
-            return Err((
-                ResponseError::InvalidReplicaAssignment.code(),
-                "assigned partitions must be numbered 0 to N-1 without gaps".into(),
+            return Err(ErrorReply::new(
+                ResponseError::InvalidReplicaAssignment,
+                "assigned partitions must be numbered 0 to N-1 without gaps",
             ));
         }
         let duplicate = topic.assignments.iter().any(|a| {
@@ -117,27 +117,27 @@ async fn create_one(
             ids.windows(2).any(|w| w[0] == w[1]) || ids.is_empty()
         });
         if duplicate {
-            return Err((
-                ResponseError::InvalidReplicaAssignment.code(),
-                "each partition needs one or more distinct brokers".into(),
+            return Err(ErrorReply::new(
+                ResponseError::InvalidReplicaAssignment,
+                "each partition needs one or more distinct brokers",
             ));
         }
         topic.assignments.len() as i32
     } else if topic.num_partitions == -1 {
-        broker.config.num_partitions()
+        broker.config.num_partitions
     } else {
         topic.num_partitions
     };
     let replication_factor = match (topic.replication_factor, topic.assignments.first()) {
         (-1, Some(assignment)) => assignment.broker_ids.len() as i16,
-        (-1, None) => broker.config.default_replication_factor(),
+        (-1, None) => broker.config.default_replication_factor,
         (rf, _) => rf,
     };
     let mut configs = BTreeMap::new();
     for config in topic.configs {
         let Some(value) = config.value else {
-            return Err((
-                ResponseError::InvalidConfig.code(),
+            return Err(ErrorReply::new(
+                ResponseError::InvalidConfig,
                 format!("config {} has a null value", config.name.as_str()),
             ));
         };
@@ -152,7 +152,7 @@ async fn create_one(
     broker
         .change_metadata(move |c| c.create_topic(new_topic, validate_only))
         .await
-        .map_err(|e| (controller_error_code(&e), e.to_string()))
+        .map_err(|e| ErrorReply::from(&e))
 }
 
 /// Deletes topics by name (v1–5) or by name or id (v6).
@@ -202,7 +202,7 @@ pub async fn delete_topics(
                         result.topic_id = topic.topic_id;
                     }
                     Err(error) => {
-                        result.error_code = controller_error_code(&error);
+                        result.error_code = ErrorReply::from(&error).code();
                         result.error_message = Some(str_bytes(error.to_string()));
                     }
                 }
@@ -244,7 +244,7 @@ pub async fn create_partitions(
             result.error_code = if foreign_broker {
                 ResponseError::InvalidReplicaAssignment.code()
             } else {
-                controller_error_code(&error)
+                ErrorReply::from(&error).code()
             };
             result.error_message = Some(str_bytes(error.to_string()));
         }

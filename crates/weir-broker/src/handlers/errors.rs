@@ -1,40 +1,68 @@
-//! Mapping internal errors to Kafka error codes, at the handler boundary.
+//! Kafka errors as the handlers answer them, mapped from internal errors at the handler
+//! boundary.
 
 use kafka_protocol::ResponseError;
 use weir_controller::ControllerError;
 use weir_log::{BatchError, LogError};
 
-/// The Kafka error code for a log error.
-pub fn log_error_code(error: &LogError) -> i16 {
-    match error {
-        LogError::Batch(BatchError::CorruptCrc | BatchError::Malformed) => {
-            ResponseError::CorruptMessage.code()
+/// A Kafka error code and the message a client sees (in versions that carry one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorReply {
+    /// The error code.
+    pub error: ResponseError,
+    /// What went wrong, for the client and the log.
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// An error with a message.
+    pub fn new(error: ResponseError, message: impl Into<String>) -> ErrorReply {
+        ErrorReply {
+            error,
+            message: message.into(),
         }
-        LogError::Batch(BatchError::UnsupportedMagic(_)) => {
-            ResponseError::UnsupportedForMessageFormat.code()
-        }
-        LogError::Batch(BatchError::Invalid(_)) | LogError::Unsupported(_) => {
-            ResponseError::InvalidRecord.code()
-        }
-        LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge.code(),
-        LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber.code(),
-        LogError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch.code(),
-        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange.code(),
-        LogError::Corrupt { .. } | LogError::Io(_) => ResponseError::KafkaStorageError.code(),
+    }
+
+    /// The wire code.
+    pub fn code(&self) -> i16 {
+        self.error.code()
     }
 }
 
-/// The Kafka error code for a refused metadata change.
-pub fn controller_error_code(error: &ControllerError) -> i16 {
-    match error {
-        ControllerError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists.code(),
-        ControllerError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition.code(),
-        ControllerError::InvalidTopic(_) => ResponseError::InvalidTopicException.code(),
-        ControllerError::InvalidPartitions(_) => ResponseError::InvalidPartitions.code(),
-        ControllerError::InvalidReplicationFactor(_) => {
-            ResponseError::InvalidReplicationFactor.code()
-        }
-        ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig.code(),
-        ControllerError::Io(_) => ResponseError::UnknownServerError.code(),
+impl From<&LogError> for ErrorReply {
+    fn from(error: &LogError) -> ErrorReply {
+        let code = match error {
+            LogError::Batch(BatchError::Corrupt(_)) => ResponseError::CorruptMessage,
+            LogError::Batch(BatchError::Invalid(_)) | LogError::Unsupported(_) => {
+                ResponseError::InvalidRecord
+            }
+            LogError::Batch(BatchError::Timestamp(_)) => ResponseError::InvalidTimestamp,
+            LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            LogError::RecordListTooLarge { .. } => ResponseError::RecordListTooLarge,
+            LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
+            LogError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::Corrupt { .. } | LogError::OutOfResources(_) | LogError::Io(_) => {
+                ResponseError::KafkaStorageError
+            }
+        };
+        ErrorReply::new(code, error.to_string())
+    }
+}
+
+impl From<&ControllerError> for ErrorReply {
+    fn from(error: &ControllerError) -> ErrorReply {
+        let code = match error {
+            ControllerError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
+            ControllerError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+            ControllerError::InvalidTopic(_) => ResponseError::InvalidTopicException,
+            ControllerError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            ControllerError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            ControllerError::Storage(_) | ControllerError::Fatal(_) => {
+                ResponseError::KafkaStorageError
+            }
+        };
+        ErrorReply::new(code, error.to_string())
     }
 }

@@ -1,30 +1,47 @@
-//! Fetch (key 1), v4–16: reads stored batches as they are, long-polling on `max_wait_ms` until
-//! `min_bytes` are available.
+//! Fetch (key 1), v4–16: stored batches served as they are, long-polling on `max_wait_ms`
+//! until `min_bytes` are available.
+//!
+//! Each attempt runs on a blocking thread: under each partition's lock it only takes a
+//! [`weir_log::ReadView`] (memory), then finds the bytes to send with the lock released. Small
+//! responses are read into memory there; larger ones carry their records as file slices that
+//! the connection's writer streams in chunks, so a pending fetch response holds no record
+//! bytes whatever its size (as Kafka's zero-copy fetch).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::select_all;
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName,
+};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
+use weir_log::{LogError, ReadSlice};
 
 use crate::broker::Broker;
-use crate::handlers::errors::log_error_code;
+use crate::handlers::encode;
+use crate::handlers::errors::ErrorReply;
 use crate::partition::Partition;
+use crate::reply::{FramePart, Reply, ResponseFrame};
 
 /// Longest long poll served, whatever `max_wait_ms` asks: bounds how long a request holds a
 /// slot in its connection's pipeline.
 pub const FETCH_WAIT_MS_MAX: u64 = 30_000;
 /// Most bytes one fetch response carries, whatever `max_bytes` asks (Kafka's broker-side
-/// `fetch.max.bytes` default): a client cannot make the broker read a whole segment into
-/// memory. A first batch larger than this is still returned whole.
-pub const FETCH_BYTES_MAX: usize = 57_671_680;
+/// `fetch.max.bytes` default). A first batch larger than this is still returned whole.
+pub const FETCH_BYTES_MAX: u64 = 57_671_680;
+/// A response whose records total at most this is read into memory before it is queued; a
+/// larger one is streamed from the segment files as it is written.
+const INLINE_RECORDS_BYTES_MAX: u64 = 64 * 1024;
+/// Version from which Fetch is a flexible message (compact records length).
+const FIRST_FLEXIBLE_VERSION: i16 = 12;
+/// Bytes of a records placeholder: a per-process secret then the partition's position.
+const MARKER_BYTES: usize = 16;
 
 struct Target {
     name: TopicName,
@@ -33,8 +50,26 @@ struct Target {
     request: FetchPartition,
 }
 
+/// One partition's answer: the response entry and, when records are to be streamed, the slice.
+struct PartitionRead {
+    data: PartitionData,
+    slice: Option<ReadSlice>,
+}
+
+/// What one attempt at reading found.
+struct Attempt {
+    reads: Vec<PartitionRead>,
+    bytes: u64,
+    any_error: bool,
+}
+
 /// Serves a fetch, waiting for data when there is less than `min_bytes`.
-pub async fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -> FetchResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: FetchRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
     let image = broker.image();
     let mut targets = Vec::new();
     for topic in request.topics {
@@ -57,12 +92,13 @@ pub async fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -
             });
         }
     }
+    let targets = Arc::new(targets);
     let wait_ms = u64::try_from(request.max_wait_ms)
         .unwrap_or(0)
         .min(FETCH_WAIT_MS_MAX);
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
-    let max_bytes = usize::try_from(request.max_bytes)
+    let min_bytes = u64::try_from(request.min_bytes).unwrap_or(0);
+    let max_bytes = u64::try_from(request.max_bytes)
         .unwrap_or(0)
         .min(FETCH_BYTES_MAX);
     let mut shutdown = broker.shutdown.clone();
@@ -71,11 +107,19 @@ pub async fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -
             .iter()
             .filter_map(|t| t.partition.as_ref().map(|p| p.watch_high_watermark()))
             .collect();
-        let (response, bytes, any_error) = read_once(&targets, version, max_bytes);
         let stopping = *shutdown.borrow_and_update();
-        let satisfied = bytes >= min_bytes && (bytes > 0 || min_bytes == 0);
-        if satisfied || any_error || stopping || watches.is_empty() || Instant::now() >= deadline {
-            return response;
+        let last_chance = stopping || watches.is_empty() || Instant::now() >= deadline;
+        let attempt_targets = targets.clone();
+        let attempt = tokio::task::spawn_blocking(move || {
+            read_once(&attempt_targets, version, max_bytes, min_bytes, last_chance)
+        })
+        .await;
+        let Ok(attempt) = attempt else {
+            return Reply::Close;
+        };
+        let satisfied = attempt.bytes >= min_bytes && (attempt.bytes > 0 || min_bytes == 0);
+        if satisfied || attempt.any_error || last_chance {
+            return respond(&targets, attempt, version, correlation_id);
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         tokio::select! {
@@ -86,14 +130,145 @@ pub async fn handle(broker: &Arc<Broker>, request: FetchRequest, version: i16) -
     }
 }
 
-fn read_once(targets: &[Target], version: i16, max_bytes: usize) -> (FetchResponse, usize, bool) {
-    let mut response = FetchResponse::default();
-    let mut total = 0usize;
+/// Reads every partition once, without holding any lock during disk reads. When the answer
+/// will be sent as it is (`min_bytes` met, or no more waiting) and is small, the records are
+/// read into memory here.
+fn read_once(
+    targets: &[Target],
+    version: i16,
+    max_bytes: u64,
+    min_bytes: u64,
+    last_chance: bool,
+) -> Attempt {
+    let mut reads = Vec::with_capacity(targets.len());
+    let mut bytes = 0u64;
     let mut any_error = false;
     for target in targets {
-        let data = read_partition(target, version, max_bytes.saturating_sub(total), total == 0);
-        total += data.records.as_ref().map_or(0, Bytes::len);
-        any_error |= data.error_code != 0;
+        let read = read_partition(target, version, max_bytes.saturating_sub(bytes), bytes == 0);
+        bytes += read.slice.as_ref().map_or(0, ReadSlice::len);
+        any_error |= read.data.error_code != 0;
+        reads.push(read);
+    }
+    let final_answer = last_chance || any_error || (bytes >= min_bytes && bytes > 0);
+    if final_answer && bytes <= INLINE_RECORDS_BYTES_MAX {
+        for read in &mut reads {
+            let Some(slice) = read.slice.take() else {
+                continue;
+            };
+            match slice.read() {
+                Ok(records) => read.data.records = Some(records),
+                Err(error) => read.data.error_code = ErrorReply::from(&error).code(),
+            }
+        }
+    }
+    Attempt {
+        reads,
+        bytes,
+        any_error,
+    }
+}
+
+fn read_partition(target: &Target, version: i16, budget: u64, first: bool) -> PartitionRead {
+    let mut data = PartitionData::default();
+    data.partition_index = target.request.partition;
+    data.high_watermark = -1;
+    data.last_stable_offset = -1;
+    data.log_start_offset = -1;
+    data.preferred_read_replica = BrokerId(-1);
+    data.aborted_transactions = Some(Vec::new());
+    data.records = Some(Bytes::new());
+    let Some(partition) = &target.partition else {
+        data.error_code = if version >= 13 {
+            ResponseError::UnknownTopicId.code()
+        } else {
+            ResponseError::UnknownTopicOrPartition.code()
+        };
+        return PartitionRead { data, slice: None };
+    };
+    let view = {
+        let log = partition.log();
+        let high_watermark = log.high_watermark();
+        data.high_watermark = high_watermark;
+        // Without transactions every record below the high watermark is committed.
+        data.last_stable_offset = high_watermark;
+        data.log_start_offset = log.log_start_offset();
+        let current_epoch = log.leader_epoch();
+        let requested_epoch = target.request.current_leader_epoch;
+        if requested_epoch > current_epoch {
+            data.error_code = ResponseError::UnknownLeaderEpoch.code();
+            return PartitionRead { data, slice: None };
+        }
+        if requested_epoch >= 0 && requested_epoch < current_epoch {
+            data.error_code = ResponseError::FencedLeaderEpoch.code();
+            return PartitionRead { data, slice: None };
+        }
+        log.read_view(target.request.fetch_offset, high_watermark)
+    };
+    let limit = u64::try_from(target.request.partition_max_bytes)
+        .unwrap_or(0)
+        .min(budget);
+    if limit == 0 && !first {
+        return PartitionRead { data, slice: None };
+    }
+    // The first batch of the response is returned whole even beyond the limits, so a consumer
+    // always makes progress; later partitions only get what fits.
+    let slice: Result<Option<ReadSlice>, LogError> = match view {
+        Ok(Some(view)) => view.slice(limit, first),
+        Ok(None) => Ok(None),
+        Err(error) => Err(error),
+    };
+    match slice {
+        Ok(slice) => PartitionRead {
+            data,
+            slice: slice.filter(|s| !s.is_empty()),
+        },
+        Err(error) => {
+            data.error_code = ErrorReply::from(&error).code();
+            PartitionRead { data, slice: None }
+        }
+    }
+}
+
+/// This process's secret for records placeholders: random, and with bytes no topic name can
+/// hold, so the encoder's output cannot contain a placeholder by accident or by design.
+fn marker_secret() -> &'static [u8; 12] {
+    static SECRET: OnceLock<[u8; 12]> = OnceLock::new();
+    SECRET.get_or_init(|| {
+        let mut secret = [0u8; 12];
+        secret.copy_from_slice(&Uuid::new_v4().as_bytes()[..12]);
+        secret[0] = 0xff;
+        secret
+    })
+}
+
+fn marker(index: u32) -> [u8; MARKER_BYTES] {
+    let mut marker = [0u8; MARKER_BYTES];
+    marker[..12].copy_from_slice(marker_secret());
+    marker[12..].copy_from_slice(&index.to_be_bytes());
+    marker
+}
+
+fn uvarint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Encodes the response. Streamed partitions carry a placeholder in their records field; the
+/// encoded frame is then cut around each placeholder and its length prefix, and the slice put
+/// in its place with the real length, so the frame is exactly what encoding the bytes would
+/// have produced.
+fn respond(targets: &[Target], attempt: Attempt, version: i16, correlation_id: i32) -> Reply {
+    let mut response = FetchResponse::default();
+    let mut slices: Vec<ReadSlice> = Vec::new();
+    for (target, read) in targets.iter().zip(attempt.reads) {
+        let PartitionRead { mut data, slice } = read;
+        if let Some(slice) = slice {
+            data.records = Some(Bytes::copy_from_slice(&marker(slices.len() as u32)));
+            slices.push(slice);
+        }
         let same_topic = response
             .responses
             .last()
@@ -110,54 +285,68 @@ fn read_once(targets: &[Target], version: i16, max_bytes: usize) -> (FetchRespon
             topic.partitions.push(data);
         }
     }
-    (response, total, any_error)
+    let frame = match encode(
+        ApiKey::Fetch,
+        version,
+        correlation_id,
+        &ResponseKind::Fetch(response),
+    ) {
+        Ok(frame) => frame,
+        Err(reply) => return reply,
+    };
+    if slices.is_empty() {
+        return Reply::Frame(ResponseFrame::bytes(frame));
+    }
+    match splice(&frame, slices, version >= FIRST_FLEXIBLE_VERSION) {
+        Some(frame) => Reply::Frame(frame),
+        None => {
+            tracing::error!(target: "weir::server", "fetch response placeholders not found where encoded; closing the connection");
+            Reply::Close
+        }
+    }
 }
 
-fn read_partition(target: &Target, version: i16, budget: usize, first: bool) -> PartitionData {
-    let mut data = PartitionData::default();
-    data.partition_index = target.request.partition;
-    data.high_watermark = -1;
-    data.last_stable_offset = -1;
-    data.log_start_offset = -1;
-    data.preferred_read_replica = BrokerId(-1);
-    data.aborted_transactions = Some(Vec::new());
-    data.records = Some(Bytes::new());
-    let Some(partition) = &target.partition else {
-        data.error_code = if version >= 13 {
-            ResponseError::UnknownTopicId.code()
-        } else {
-            ResponseError::UnknownTopicOrPartition.code()
-        };
-        return data;
+/// Replaces each placeholder (and its encoded length) in `frame` by its slice; `None` when a
+/// placeholder is not where the encoder must have put it (a bug).
+fn splice(frame: &Bytes, slices: Vec<ReadSlice>, flexible: bool) -> Option<ResponseFrame> {
+    // The placeholder's encoded length: an int32, or a compact unsigned varint of length + 1.
+    let old_prefix: Vec<u8> = if flexible {
+        vec![MARKER_BYTES as u8 + 1]
+    } else {
+        (MARKER_BYTES as i32).to_be_bytes().to_vec()
     };
-    let log = partition.log();
-    let high_watermark = log.high_watermark();
-    data.high_watermark = high_watermark;
-    // Without transactions every record below the high watermark is committed.
-    data.last_stable_offset = high_watermark;
-    data.log_start_offset = log.log_start_offset();
-    let current_epoch = log.leader_epoch();
-    let requested_epoch = target.request.current_leader_epoch;
-    if requested_epoch > current_epoch {
-        data.error_code = ResponseError::UnknownLeaderEpoch.code();
-        return data;
+    let mut parts = Vec::with_capacity(slices.len() * 3 + 2);
+    let mut body_len = frame.len().checked_sub(4)? as u64;
+    let mut cursor = 4usize;
+    for (index, slice) in slices.into_iter().enumerate() {
+        let marker = marker(index as u32);
+        let found = frame[cursor..]
+            .windows(MARKER_BYTES)
+            .position(|w| w == marker)?
+            + cursor;
+        let prefix_start = found.checked_sub(old_prefix.len())?;
+        if prefix_start < cursor || frame[prefix_start..found] != old_prefix[..] {
+            return None;
+        }
+        let mut new_prefix = Vec::with_capacity(5);
+        if flexible {
+            uvarint(slice.len() + 1, &mut new_prefix);
+        } else {
+            new_prefix.extend_from_slice(&i32::try_from(slice.len()).ok()?.to_be_bytes());
+        }
+        body_len = body_len - (old_prefix.len() + MARKER_BYTES) as u64
+            + new_prefix.len() as u64
+            + slice.len();
+        parts.push(FramePart::Bytes(frame.slice(cursor..prefix_start)));
+        parts.push(FramePart::Bytes(Bytes::from(new_prefix)));
+        parts.push(FramePart::Slice(slice));
+        cursor = found + MARKER_BYTES;
     }
-    if requested_epoch >= 0 && requested_epoch < current_epoch {
-        data.error_code = ResponseError::FencedLeaderEpoch.code();
-        return data;
-    }
-    let limit = usize::try_from(target.request.partition_max_bytes)
-        .unwrap_or(0)
-        .min(budget);
-    if limit == 0 && !first {
-        return data;
-    }
-    match log.read(target.request.fetch_offset, limit as u64, high_watermark) {
-        // The first batch of the response is returned whole even beyond the limits, so a
-        // consumer always makes progress; later ones must fit.
-        Ok(bytes) if bytes.len() > limit && !first => {}
-        Ok(bytes) => data.records = Some(bytes),
-        Err(error) => data.error_code = log_error_code(&error),
-    }
-    data
+    parts.push(FramePart::Bytes(frame.slice(cursor..)));
+    let length = i32::try_from(body_len).ok()?;
+    parts.insert(
+        0,
+        FramePart::Bytes(Bytes::copy_from_slice(&length.to_be_bytes())),
+    );
+    Some(ResponseFrame::from_parts(parts))
 }

@@ -11,7 +11,7 @@ use kafka_protocol::ResponseError;
 use weir_controller::{validate_topic_name, ControllerError, NewTopic, TopicImage};
 
 use crate::broker::Broker;
-use crate::handlers::errors::controller_error_code;
+use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 
 /// Answers a Metadata request, creating unknown topics when both the request and
@@ -32,8 +32,8 @@ pub async fn handle(
     response.controller_id = BrokerId(identity.node_id);
     response.cluster_authorized_operations = i32::MIN;
 
-    let allow_create =
-        broker.config.auto_create_topics() && (version < 4 || request.allow_auto_topic_creation);
+    let allow_create = broker.config.auto_create_topics_enable
+        && (version < 4 || request.allow_auto_topic_creation);
     let Some(requested) = request.topics else {
         let image = broker.image();
         response.topics = image.topics().map(|t| describe_topic(broker, t)).collect();
@@ -75,8 +75,8 @@ pub async fn handle(
 async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopic {
     let topic = NewTopic {
         name: name.clone(),
-        partitions: broker.config.num_partitions(),
-        replication_factor: broker.config.default_replication_factor(),
+        partitions: broker.config.num_partitions,
+        replication_factor: broker.config.default_replication_factor,
         configs: BTreeMap::new(),
     };
     let created = broker
@@ -91,7 +91,7 @@ async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopi
             Some(topic) => describe_topic(broker, topic),
             None => error_topic(Some(name), ResponseError::LeaderNotAvailable.code()),
         },
-        Err(error) => error_topic(Some(name), controller_error_code(&error)),
+        Err(error) => error_topic(Some(name), ErrorReply::from(&error).code()),
     }
 }
 

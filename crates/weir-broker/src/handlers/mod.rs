@@ -1,6 +1,6 @@
 //! One module per Kafka API (or small family); [`dispatch`] routes a decoded request to it and
-//! encodes the answer. Version ranges are declared in `weir_proto::SUPPORTED_APIS`; each
-//! handler serves every version listed there.
+//! encodes the answer as a typed [`Reply`]. Version ranges are declared in
+//! `weir_proto::SUPPORTED_APIS`; each handler serves every version listed there.
 
 mod admin_configs;
 mod admin_topics;
@@ -15,17 +15,39 @@ mod producer_id;
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::{RequestKind, ResponseKind};
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 use weir_proto::{encode_response, Request};
 
 use crate::broker::Broker;
-use crate::server::PendingResponse;
+use crate::reply::{PendingReply, Reply, ResponseFrame};
 
-/// Starts handling `request`. Produce appends happen here, before this returns, so batches
-/// from one connection reach the log in the order they were sent; everything else (waiting for
-/// fsync, long polls, admin changes) happens in the returned future.
-pub fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingResponse {
+/// Encodes a response, or — when it cannot be encoded at the request's version, a handler bug —
+/// logs it and closes the connection, so the client learns at once instead of timing out.
+pub(crate) fn encode(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<Bytes, Reply> {
+    encode_response(api_key, version, correlation_id, body).map_err(|error| {
+        tracing::error!(target: "weir::server", ?api_key, version, %error, "could not encode response; closing the connection");
+        Reply::Close
+    })
+}
+
+fn frame(api_key: ApiKey, version: i16, correlation_id: i32, body: ResponseKind) -> Reply {
+    match encode(api_key, version, correlation_id, &body) {
+        Ok(bytes) => Reply::Frame(ResponseFrame::bytes(bytes)),
+        Err(reply) => reply,
+    }
+}
+
+/// Starts handling `request`. Produce validates and appends here, before this returns, so
+/// batches from one connection reach the log in the order they were sent; everything else
+/// (waiting for fsync, long polls, admin changes) happens in the returned future.
+pub async fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingReply {
     let Request {
         header,
         api_key,
@@ -34,30 +56,19 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingResponse {
     } = request;
     let correlation_id = header.correlation_id;
     let broker = broker.clone();
-    let respond = move |body: ResponseKind| {
-        encode_response(api_key, version, correlation_id, &body).map_err(|error| {
-        tracing::error!(target: "weir::server", ?api_key, version, %error, "could not encode response");
-    }).ok()
-    };
+    let respond = move |body: ResponseKind| frame(api_key, version, correlation_id, body);
     match body {
         RequestKind::Produce(req) => {
-            let pending = produce::append(&broker, req, version);
-            Box::pin(async move {
-                pending
-                    .finish()
-                    .await
-                    .and_then(|r| respond(ResponseKind::Produce(r)))
-            })
+            let pending = produce::append(&broker, req, version).await;
+            Box::pin(async move { pending.finish(|r| respond(ResponseKind::Produce(r))).await })
         }
-        RequestKind::Fetch(req) => Box::pin(async move {
-            respond(ResponseKind::Fetch(
-                fetch::handle(&broker, req, version).await,
-            ))
-        }),
+        RequestKind::Fetch(req) => {
+            Box::pin(async move { fetch::handle(&broker, req, version, correlation_id).await })
+        }
         RequestKind::ListOffsets(req) => Box::pin(async move {
-            respond(ResponseKind::ListOffsets(list_offsets::handle(
-                &broker, req, version,
-            )))
+            respond(ResponseKind::ListOffsets(
+                list_offsets::handle(&broker, req, version).await,
+            ))
         }),
         RequestKind::Metadata(req) => Box::pin(async move {
             respond(ResponseKind::Metadata(
@@ -115,8 +126,8 @@ pub fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingResponse {
         other => {
             // Unreachable: decode_request refuses APIs missing from SUPPORTED_APIS, and every
             // API listed there has an arm above.
-            tracing::error!(target: "weir::server", request = ?std::mem::discriminant(&other), "no handler for a supported API");
-            Box::pin(async { None })
+            tracing::error!(target: "weir::server", request = ?std::mem::discriminant(&other), "no handler for a supported API; closing the connection");
+            Box::pin(async { Reply::Close })
         }
     }
 }

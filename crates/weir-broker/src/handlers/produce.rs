@@ -1,19 +1,30 @@
-//! Produce (key 0), v3–11: validate and append each partition's batch, then answer once the
-//! writes are as durable as `acks` and the topic's `flush.policy` require.
+//! Produce (key 0), v3–11: check and validate each partition's batch, append them in request
+//! order on a blocking thread, then answer once the writes are as durable as `acks` and the
+//! topic's `flush.policy` require.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 use weir_log::batch::BatchHeader;
-use weir_log::LogError;
+use weir_log::{validate, AppendInfo, LogError, ValidationLimits};
 
-use crate::bad_input::warn_bad_input;
 use crate::broker::Broker;
-use crate::handlers::errors::log_error_code;
+use crate::config::TopicSettings;
+use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
-use crate::partition::{storage_failure, Partition};
+use crate::partition::Partition;
+use crate::rate_limit::warn_bad_input;
+use crate::reply::Reply;
+
+/// Codec id of zstd, which Produce only allows from version 7 on.
+const CODEC_ZSTD: i16 = 4;
+/// A compressed batch may decompress to at most this many times `max.message.bytes`…
+const DECOMPRESSION_RATIO_MAX: u64 = 64;
+/// …and never less than this: real producers' batches decompress to a few MiB.
+const DECOMPRESSED_BATCH_BYTES_MIN: u64 = 64 * 1024 * 1024;
 
 /// Appends done, answers pending: what [`append`] hands to the connection's response queue.
 pub struct PendingProduce {
@@ -21,24 +32,43 @@ pub struct PendingProduce {
     response: ProduceResponse,
     /// Partitions that must be fsynced up to an offset before the answer.
     durable: Vec<(Arc<Partition>, i64)>,
+    any_error: bool,
 }
 
 impl PendingProduce {
-    /// Waits for durability; `None` for `acks=0`, which gets no response.
-    pub async fn finish(self) -> Option<ProduceResponse> {
+    /// Waits for durability, then answers; with `acks=0` there is no answer, and a failed
+    /// write closes the connection (as in Kafka: the only way such a client learns of it).
+    pub async fn finish(self, respond: impl FnOnce(ProduceResponse) -> Reply) -> Reply {
         for (partition, end_offset) in &self.durable {
             partition.wait_durable(*end_offset).await;
         }
-        (self.acks != 0).then_some(self.response)
+        match (self.acks, self.any_error) {
+            (0, true) => Reply::Close,
+            (0, false) => Reply::NoResponse,
+            _ => respond(self.response),
+        }
     }
 }
 
-/// Validates and appends every partition's batch now, in request order.
-pub fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> PendingProduce {
+/// One partition's batch, checked against what needs no disk or CPU, ready to validate.
+struct Job {
+    topic: usize,
+    slot: usize,
+    partition: Arc<Partition>,
+    records: Bytes,
+    settings: TopicSettings,
+}
+
+type Outcome = Result<AppendInfo, ErrorReply>;
+
+/// Checks every partition's batch, then validates and appends them on a blocking thread, in
+/// request order. Returns once the appends are done.
+pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> PendingProduce {
     let acks = request.acks;
     let mut response = ProduceResponse::default();
-    let mut durable = Vec::new();
-    for topic in request.topic_data {
+    let mut jobs = Vec::new();
+    let mut any_error = false;
+    for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
         let mut topic_response = TopicProduceResponse::default();
         for data in topic.partition_data {
             let mut result = PartitionProduceResponse::default();
@@ -46,26 +76,24 @@ pub fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> Pe
             result.base_offset = -1;
             result.log_append_time_ms = -1;
             result.log_start_offset = -1;
-            let outcome = append_partition(
+            match check_partition(
                 broker,
                 topic.name.0.as_str(),
                 data.index,
                 acks,
+                version,
                 data.records,
-            );
-            match outcome {
-                Ok((partition, info)) => {
-                    result.base_offset = info.base_offset;
-                    result.log_start_offset = info.log_start_offset;
-                    if partition.settings().flush_policy.sync_before_ack(acks) {
-                        durable.push((partition, info.last_offset + 1));
-                    }
-                }
-                Err((code, message)) => {
-                    result.error_code = code;
-                    if version >= 8 {
-                        result.error_message = Some(str_bytes(message));
-                    }
+            ) {
+                Ok((partition, records)) => jobs.push(Job {
+                    topic: topic_index,
+                    slot: topic_response.partition_responses.len(),
+                    settings: partition.settings(),
+                    partition,
+                    records,
+                }),
+                Err(error) => {
+                    any_error = true;
+                    set_error(&mut result, &error, version);
                 }
             }
             topic_response.partition_responses.push(result);
@@ -73,72 +101,136 @@ pub fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> Pe
         topic_response.name = topic.name;
         response.responses.push(topic_response);
     }
+    let compressed = jobs
+        .iter()
+        .any(|j| BatchHeader::parse(&j.records).is_some_and(|h| h.compression() != 0));
+    // Decompression is CPU and memory: a bounded number at once, broker-wide.
+    let _permit = match compressed {
+        true => broker.compressed_validations.acquire().await.ok(),
+        false => None,
+    };
+    let outcomes: Vec<(Job, Outcome)> = match tokio::task::spawn_blocking(move || {
+        jobs.into_iter()
+            .map(|job| {
+                let outcome = validate_and_append(&job);
+                (job, outcome)
+            })
+            .collect()
+    })
+    .await
+    {
+        Ok(outcomes) => outcomes,
+        Err(error) => {
+            // The blocking task panicked: with `panic = "abort"` the process is already gone.
+            tracing::error!(target: "weir::server", %error, "produce append task failed");
+            Vec::new()
+        }
+    };
+    let mut durable = Vec::new();
+    for (job, outcome) in outcomes {
+        let result = &mut response.responses[job.topic].partition_responses[job.slot];
+        match outcome {
+            Ok(info) => {
+                result.base_offset = info.base_offset;
+                result.log_start_offset = info.log_start_offset;
+                if job.settings.flush_policy.sync_before_ack(acks) {
+                    durable.push((job.partition, info.last_offset + 1));
+                }
+            }
+            Err(error) => {
+                any_error = true;
+                set_error(result, &error, version);
+            }
+        }
+    }
     PendingProduce {
         acks,
         response,
         durable,
+        any_error,
     }
 }
 
-type AppendOutcome = (Arc<Partition>, weir_log::AppendInfo);
+fn set_error(result: &mut PartitionProduceResponse, error: &ErrorReply, version: i16) {
+    result.error_code = error.code();
+    if version >= 8 {
+        result.error_message = Some(str_bytes(error.message.clone()));
+    }
+}
 
-fn append_partition(
+/// What can be refused from memory alone: acks, the partition, framing, codec by version,
+/// `min.insync.replicas`.
+fn check_partition(
     broker: &Arc<Broker>,
     topic: &str,
     index: i32,
     acks: i16,
-    records: Option<bytes::Bytes>,
-) -> Result<AppendOutcome, (i16, String)> {
+    version: i16,
+    records: Option<Bytes>,
+) -> Result<(Arc<Partition>, Bytes), ErrorReply> {
     if !matches!(acks, -1..=1) {
-        return Err((
-            ResponseError::InvalidRequiredAcks.code(),
+        return Err(ErrorReply::new(
+            ResponseError::InvalidRequiredAcks,
             format!("acks must be -1, 0 or 1, got {acks}"),
         ));
     }
     let Some(partition) = broker.partitions.get(topic, index) else {
-        return Err((
-            ResponseError::UnknownTopicOrPartition.code(),
+        return Err(ErrorReply::new(
+            ResponseError::UnknownTopicOrPartition,
             format!("unknown topic-partition {topic}-{index}"),
         ));
     };
     let records = records.unwrap_or_default();
-    let header = match BatchHeader::parse(&records) {
-        Ok(header) => header,
-        Err(_) => {
-            return Err((
-                ResponseError::CorruptMessage.code(),
-                "record batch shorter than its header".into(),
-            ))
-        }
+    let Some(header) = BatchHeader::parse(&records) else {
+        return Err(ErrorReply::new(
+            ResponseError::CorruptMessage,
+            "record batch shorter than its header",
+        ));
     };
-    if header.total_bytes() < records.len() {
-        return Err((
-            ResponseError::InvalidRecord.code(),
-            "a produce request must carry exactly one record batch per partition".into(),
+    if header.compression() == CODEC_ZSTD && version < 7 {
+        return Err(ErrorReply::new(
+            ResponseError::UnsupportedCompressionType,
+            format!("Produce v{version} may not use zstd; it needs v7 or later"),
         ));
     }
     let settings = partition.settings();
     if acks == -1 && settings.min_insync_replicas > 1 {
-        return Err((
-            ResponseError::NotEnoughReplicas.code(),
+        return Err(ErrorReply::new(
+            ResponseError::NotEnoughReplicas,
             format!(
                 "min.insync.replicas is {} but only 1 replica is in sync",
                 settings.min_insync_replicas
             ),
         ));
     }
-    let mut batch = records.to_vec();
-    match partition.append(&mut batch) {
-        Ok(info) => Ok((partition, info)),
-        Err(LogError::Io(error)) => storage_failure(&partition.dir, &error.to_string()),
-        Err(error) => {
-            if matches!(error, LogError::Batch(_)) {
-                warn_bad_input(
-                    topic,
-                    &format!("refused batch for partition {index}: {error}"),
-                );
-            }
-            Err((log_error_code(&error), error.to_string()))
+    Ok((partition, records))
+}
+
+/// Validates every record of the batch and appends it. Runs on a blocking thread.
+fn validate_and_append(job: &Job) -> Outcome {
+    let settings = &job.settings;
+    let limits = ValidationLimits {
+        decompressed_bytes_max: settings
+            .log
+            .max_message_bytes
+            .saturating_mul(DECOMPRESSION_RATIO_MAX)
+            .max(DECOMPRESSED_BATCH_BYTES_MIN),
+        now_ms: weir_log::Clock::now_ms(&weir_log::SystemClock),
+        timestamp_before_max_ms: settings.timestamp_before_max_ms,
+        timestamp_after_max_ms: settings.timestamp_after_max_ms,
+    };
+    let refused = |error: LogError| {
+        if matches!(error, LogError::Batch(_)) {
+            warn_bad_input(
+                &job.partition.topic,
+                &format!(
+                    "refused batch for partition {}: {error}",
+                    job.partition.index
+                ),
+            );
         }
-    }
+        ErrorReply::from(&error)
+    };
+    let batch = validate(job.records.clone(), &limits).map_err(|e| refused(e.into()))?;
+    job.partition.append(&batch).map_err(refused)
 }

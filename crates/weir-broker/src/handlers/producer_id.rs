@@ -6,7 +6,7 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
-use crate::handlers::errors::controller_error_code;
+use crate::handlers::errors::ErrorReply;
 
 /// Gives an idempotent producer a fresh id at epoch 0 (Kafka does the same for a producer
 /// without a transactional id, including one bumping its epoch). Transactions are refused
@@ -27,7 +27,7 @@ pub async fn handle(
             response.producer_id = ProducerId(id);
             response.producer_epoch = 0;
         }
-        Err(error) => response.error_code = controller_error_code(&error),
+        Err(error) => response.error_code = ErrorReply::from(&error).code(),
     }
     response
 }

@@ -1,303 +1,22 @@
-//! The broker over real TCP connections, with the disk replaced by one that can lose power.
+//! Every advertised API and version, bad input on the wire, and concurrent topic creation.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
-    ProduceResponse, RequestHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use weir_broker::{Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
-use weir_controller::{Controller, FileMetadataLog};
 use weir_log::batch::{build_batch, ProducerFields};
-use weir_log::storage::{FsStorage, PowerLossStorage, Storage};
-use weir_log::SystemClock;
+use weir_storage::MemoryStorage;
 
-struct TestBroker {
-    broker: Arc<Broker>,
-    addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    _metadata_dir: tempfile::TempDir,
-}
-
-async fn start(storage: PowerLossStorage, metadata_dir: tempfile::TempDir) -> TestBroker {
-    start_with(Arc::new(storage), "/logs".into(), metadata_dir).await
-}
-
-async fn start_with(
-    storage: Arc<dyn Storage>,
-    logs_dir: std::path::PathBuf,
-    metadata_dir: tempfile::TempDir,
-) -> TestBroker {
-    let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
-    let log =
-        FileMetadataLog::open(&metadata_dir.path().join("metadata.log")).expect("metadata log");
-    let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
-    let registry = PartitionRegistry::new(logs_dir, storage, Arc::new(SystemClock), config.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let identity = BrokerIdentity {
-        node_id: 1,
-        cluster_id: "test-cluster".into(),
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: addr.port(),
-    };
-    let (stop, stopped) = watch::channel(false);
-    let broker = Arc::new(Broker::new(config, identity, controller, registry, stopped));
-    tokio::spawn(weir_broker::serve(broker.clone(), listener));
-    TestBroker {
-        broker,
-        addr,
-        stop,
-        _metadata_dir: metadata_dir,
-    }
-}
-
-/// One request frame: length, header, body.
-fn encode_frame<Req: Encodable>(key: ApiKey, version: i16, request: &Req) -> BytesMut {
-    let mut header = RequestHeader::default();
-    header.request_api_key = key as i16;
-    header.request_api_version = version;
-    header.correlation_id = 7;
-    header.client_id = Some(StrBytes::from_static_str("test"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, key.request_header_version(version))
-        .expect("header");
-    request.encode(&mut body, version).expect("body");
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    frame
-}
-
-/// Sends one request and reads one response frame.
-async fn call<Req: Encodable, Resp: Decodable>(
-    stream: &mut TcpStream,
-    key: ApiKey,
-    version: i16,
-    request: &Req,
-) -> Resp {
-    let frame = encode_frame(key, version, request);
-    stream.write_all(&frame).await.expect("write");
-    let length = stream.read_i32().await.expect("response length");
-    let mut response = vec![0u8; length as usize];
-    stream.read_exact(&mut response).await.expect("response");
-    let mut response = Bytes::from(response);
-    let correlation = i32::from_be_bytes([response[0], response[1], response[2], response[3]]);
-    assert_eq!(correlation, 7);
-    let _ = kafka_protocol::messages::ResponseHeader::decode(
-        &mut response,
-        key.response_header_version(version),
-    )
-    .expect("response header");
-    Resp::decode(&mut response, version).expect("response body")
-}
-
-fn topic_name(name: &str) -> TopicName {
-    TopicName(StrBytes::from_string(name.to_string()))
-}
-
-async fn create_topic(
-    stream: &mut TcpStream,
-    name: &str,
-    partitions: i32,
-    configs: &[(&str, &str)],
-) -> i16 {
-    let mut topic = CreatableTopic::default();
-    topic.name = topic_name(name);
-    topic.num_partitions = partitions;
-    topic.replication_factor = 1;
-    topic.configs = configs
-        .iter()
-        .map(|(k, v)| {
-            let mut c = CreatableTopicConfig::default();
-            c.name = StrBytes::from_string(k.to_string());
-            c.value = Some(StrBytes::from_string(v.to_string()));
-            c
-        })
-        .collect();
-    let mut request = CreateTopicsRequest::default();
-    request.topics = vec![topic];
-    request.timeout_ms = 5000;
-    let response: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &request).await;
-    response.topics[0].error_code
-}
-
-fn produce_request(topic: &str, partition: i32, acks: i16, batch: Vec<u8>) -> ProduceRequest {
-    let mut data = PartitionProduceData::default();
-    data.index = partition;
-    data.records = Some(Bytes::from(batch));
-    let mut topic_data = TopicProduceData::default();
-    topic_data.name = topic_name(topic);
-    topic_data.partition_data = vec![data];
-    let mut request = ProduceRequest::default();
-    request.acks = acks;
-    request.timeout_ms = 5000;
-    request.topic_data = vec![topic_data];
-    request
-}
-
-/// (error code, base offset) of the single partition in a produce response.
-async fn produce(
-    stream: &mut TcpStream,
-    topic: &str,
-    partition: i32,
-    acks: i16,
-    batch: Vec<u8>,
-) -> (i16, i64) {
-    let response: ProduceResponse = call(
-        stream,
-        ApiKey::Produce,
-        9,
-        &produce_request(topic, partition, acks, batch),
-    )
-    .await;
-    let p = &response.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
-}
-
-async fn fetch_all(stream: &mut TcpStream, topic: &str, partition: i32) -> (i16, Bytes) {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    let mut p = FetchPartition::default();
-    p.partition = partition;
-    p.fetch_offset = 0;
-    p.partition_max_bytes = 1 << 24;
-    p.current_leader_epoch = -1;
-    let mut t = FetchTopic::default();
-    t.topic = topic_name(topic);
-    t.partitions = vec![p];
-    let mut request = FetchRequest::default();
-    request.max_wait_ms = 0;
-    request.min_bytes = 0;
-    request.max_bytes = 1 << 24;
-    request.topics = vec![t];
-    let response: FetchResponse = call(stream, ApiKey::Fetch, 11, &request).await;
-    let data = &response.responses[0].partitions[0];
-    (
-        data.error_code,
-        data.records.clone().expect("records are never null"),
-    )
-}
-
-/// Writes acknowledged under acks=all survive a power cut that drops every unsynced byte.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acks_all_writes_survive_power_loss() {
-    for policy in ["acks-all", "always"] {
-        let storage = PowerLossStorage::new();
-        let metadata_dir = tempfile::tempdir().expect("tempdir");
-        let metadata_path = metadata_dir.path().to_path_buf();
-        let test = start(storage.clone(), metadata_dir).await;
-        let mut admin = TcpStream::connect(test.addr).await.expect("connect");
-        assert_eq!(
-            create_topic(&mut admin, "durable", 2, &[("flush.policy", policy)]).await,
-            0
-        );
-        let acks = if policy == "always" { 1 } else { -1 };
-        let mut producers = Vec::new();
-        for producer in 0..4i32 {
-            let addr = test.addr;
-            producers.push(tokio::spawn(async move {
-                let mut stream = TcpStream::connect(addr).await.expect("connect");
-                let mut acked = Vec::new();
-                for i in 0..40 {
-                    let value = format!("p{producer}-{i}");
-                    let (error, offset) = produce(
-                        &mut stream,
-                        "durable",
-                        producer % 2,
-                        acks,
-                        build_batch(&[value.as_bytes()], 0, ProducerFields::NONE),
-                    )
-                    .await;
-                    assert_eq!(error, 0);
-                    acked.push((producer % 2, offset, value));
-                }
-                acked
-            }));
-        }
-        let mut acked = Vec::new();
-        for p in producers {
-            acked.extend(p.await.expect("producer"));
-        }
-        // Unacknowledged writes on top: acks=0 under acks-all is never fsynced before answering.
-        for i in 0..20 {
-            let batch = build_batch(
-                &[format!("unsynced-{i}").as_bytes()],
-                0,
-                ProducerFields::NONE,
-            );
-            let frame = encode_frame(ApiKey::Produce, 9, &produce_request("durable", 0, 0, batch));
-            admin.write_all(&frame).await.expect("write");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if policy == "acks-all" {
-            assert!(
-                storage.unsynced_bytes() > 0,
-                "the test must leave unsynced bytes to lose"
-            );
-        }
-        test.stop.send_replace(true);
-        drop(test.broker);
-        storage.power_loss();
-
-        let metadata_dir = tempfile::tempdir().expect("tempdir");
-        std::fs::copy(
-            metadata_path.join("metadata.log"),
-            metadata_dir.path().join("metadata.log"),
-        )
-        .expect("copy metadata");
-        let restarted = start(storage.clone(), metadata_dir).await;
-        let mut client = TcpStream::connect(restarted.addr).await.expect("connect");
-        for partition in 0..2 {
-            let (error, records) = fetch_all(&mut client, "durable", partition).await;
-            assert_eq!(error, 0);
-            for (p, offset, value) in acked.iter().filter(|(p, _, _)| *p == partition) {
-                let found = find_batch(&records, *offset).unwrap_or_else(|| {
-                    panic!("{policy}: acknowledged offset {offset} of partition {p} lost")
-                });
-                assert!(
-                    found.windows(value.len()).any(|w| w == value.as_bytes()),
-                    "{policy}: offset {offset} holds the wrong record"
-                );
-            }
-        }
-        restarted.stop.send_replace(true);
-    }
-}
-
-/// The bytes of the stored batch whose base offset is `offset`.
-fn find_batch(records: &Bytes, offset: i64) -> Option<Bytes> {
-    let mut position = 0;
-    while position + 12 <= records.len() {
-        let base = i64::from_be_bytes(records[position..position + 8].try_into().ok()?);
-        let length =
-            i32::from_be_bytes(records[position + 8..position + 12].try_into().ok()?) as usize;
-        let end = position + 12 + length;
-        if base == offset {
-            return Some(records.slice(position..end));
-        }
-        position = end;
-    }
-    None
-}
+use crate::common::*;
 
 /// Hostile and broken input gets a Kafka error or a closed connection, and nothing else changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_contained() {
-    let storage = PowerLossStorage::new();
-    let test = start(storage, tempfile::tempdir().expect("tempdir")).await;
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
     let mut client = TcpStream::connect(test.addr).await.expect("connect");
     assert_eq!(create_topic(&mut client, "good", 1, &[]).await, 0);
     assert_eq!(
@@ -440,11 +159,7 @@ async fn bad_input_is_contained() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_advertised_version_answers() {
     use kafka_protocol::messages::*;
-    let test = start(
-        PowerLossStorage::new(),
-        tempfile::tempdir().expect("tempdir"),
-    )
-    .await;
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
     assert_eq!(create_topic(&mut c, "good", 1, &[]).await, 0);
     assert_eq!(
@@ -667,9 +382,7 @@ async fn every_advertised_version_answers() {
 async fn concurrent_creation_of_one_topic() {
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let logs = dir.path().join("logs");
-    let test = start_with(Arc::new(FsStorage), logs, dir).await;
+    let test = start_fs(&[]).await;
     let mut tasks = Vec::new();
     for i in 0..16 {
         let addr = test.addr;

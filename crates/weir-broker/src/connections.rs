@@ -1,0 +1,192 @@
+//! Connection limits: `max.connections` broker-wide and `max.connections.per.ip` per client
+//! address (with `max.connections.per.ip.overrides`). A connection over a limit is closed as
+//! soon as it is accepted, so a flood from one address neither waits in the accept queue nor
+//! locks anyone else out.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use crate::config::BrokerConfig;
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `max.connections` are open.
+    Broker(u32),
+    /// The address already has its maximum open.
+    Address(u32),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Broker(max) => {
+                write!(f, "the broker already has max.connections ({max}) open")
+            }
+            Refusal::Address(max) => write!(
+                f,
+                "the address already has its maximum of {max} connections"
+            ),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    total: u32,
+    per_ip: HashMap<IpAddr, u32>,
+}
+
+/// Open connections counted against the limits.
+pub struct ConnectionLimits {
+    max_total: u32,
+    per_ip_default: u32,
+    per_ip_overrides: HashMap<IpAddr, u32>,
+    counts: Mutex<Counts>,
+    closed: Notify,
+}
+
+/// One admitted connection; dropping it frees its place.
+pub struct ConnectionSlot {
+    limits: Arc<ConnectionLimits>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut counts = self.limits.counts();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.per_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.per_ip.remove(&self.ip);
+            }
+        }
+        drop(counts);
+        self.limits.closed.notify_waiters();
+    }
+}
+
+impl ConnectionLimits {
+    /// Limits from the broker config, resolving override host names; an override naming a
+    /// host that does not resolve is an error (as in Kafka).
+    pub async fn from_config(config: &BrokerConfig) -> Result<Arc<ConnectionLimits>, String> {
+        let mut overrides = HashMap::new();
+        for (host, count) in &config.max_connections_per_ip_overrides {
+            let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
+                Ok(ip) => vec![ip],
+                Err(_) => tokio::net::lookup_host((host.as_str(), 0))
+                    .await
+                    .map_err(|e| {
+                        format!("max.connections.per.ip.overrides: cannot resolve {host}: {e}")
+                    })?
+                    .map(|a| a.ip())
+                    .collect(),
+            };
+            for ip in addresses {
+                overrides.insert(ip.to_canonical(), *count);
+            }
+        }
+        Ok(ConnectionLimits::new(
+            config.max_connections,
+            config.max_connections_per_ip,
+            overrides,
+        ))
+    }
+
+    /// Limits with resolved overrides.
+    pub fn new(
+        max_total: u32,
+        per_ip_default: u32,
+        per_ip_overrides: HashMap<IpAddr, u32>,
+    ) -> Arc<ConnectionLimits> {
+        Arc::new(ConnectionLimits {
+            max_total,
+            per_ip_default,
+            per_ip_overrides,
+            counts: Mutex::new(Counts::default()),
+            closed: Notify::new(),
+        })
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        // Plain counters, consistent after every statement.
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a new connection from `ip`, or refuses it.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionSlot, Refusal> {
+        let ip = ip.to_canonical();
+        let per_ip_max = self
+            .per_ip_overrides
+            .get(&ip)
+            .copied()
+            .unwrap_or(self.per_ip_default);
+        let mut counts = self.counts();
+        let from_ip = counts.per_ip.get(&ip).copied().unwrap_or(0);
+        if from_ip >= per_ip_max {
+            return Err(Refusal::Address(per_ip_max));
+        }
+        if counts.total >= self.max_total {
+            return Err(Refusal::Broker(self.max_total));
+        }
+        counts.total += 1;
+        *counts.per_ip.entry(ip).or_default() += 1;
+        Ok(ConnectionSlot {
+            limits: self.clone(),
+            ip,
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> u32 {
+        self.counts().total
+    }
+
+    /// Returns once every admitted connection has closed.
+    pub async fn all_closed(&self) {
+        loop {
+            let notified = self.closed.notified();
+            if self.open() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_address_then_broker_limits() {
+        let other: IpAddr = "127.0.0.2".parse().expect("ip");
+        let vip: IpAddr = "10.0.0.1".parse().expect("ip");
+        let local: IpAddr = "127.0.0.1".parse().expect("ip");
+        let limits = ConnectionLimits::new(5, 2, HashMap::from([(vip, 3)]));
+        let a = limits.admit(other).expect("first");
+        let _b = limits.admit(other).expect("second");
+        assert_eq!(limits.admit(other).err(), Some(Refusal::Address(2)));
+        let mapped: IpAddr = "::ffff:127.0.0.2".parse().expect("ip");
+        assert_eq!(
+            limits.admit(mapped).err(),
+            Some(Refusal::Address(2)),
+            "IPv4-mapped is the same address"
+        );
+        let vips: Vec<_> = (0..3)
+            .map(|_| limits.admit(vip).expect("override"))
+            .collect();
+        assert_eq!(limits.admit(local).err(), Some(Refusal::Broker(5)));
+        drop(a);
+        let _c = limits
+            .admit(local)
+            .expect("a closed connection frees its place");
+        assert_eq!(limits.open(), 5);
+        drop(vips);
+        assert_eq!(limits.open(), 2);
+    }
+}

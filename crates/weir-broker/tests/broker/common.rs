@@ -1,0 +1,337 @@
+//! The harness: a broker started in-process on an ephemeral port over a chosen disk, and raw
+//! Kafka requests sent to it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::watch;
+use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_controller::{Controller, FileMetadataLog};
+use weir_log::SystemClock;
+use weir_storage::{FileCache, Storage};
+
+/// Inactive-segment files the test brokers keep open.
+pub const CACHED_FILES: usize = 16;
+
+pub struct TestBroker {
+    pub broker: Arc<Broker>,
+    pub addr: SocketAddr,
+    pub stop: watch::Sender<bool>,
+    pub files: Arc<FileCache>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestBroker {
+    /// Signals shutdown and waits (bounded) until the listener has stopped.
+    pub async fn shutdown(self) {
+        self.stop.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Where a test broker keeps its data.
+pub fn paths(root: &Path) -> (PathBuf, PathBuf) {
+    (
+        root.join("logs"),
+        root.join("metadata").join("metadata.log"),
+    )
+}
+
+/// Starts a broker whose logs and metadata live under `root` on `storage`, with broker
+/// properties `properties` over the defaults.
+pub async fn start_on(
+    storage: Arc<dyn Storage>,
+    root: &Path,
+    properties: &[(&str, &str)],
+) -> TestBroker {
+    start_inner(storage, root, properties, None).await
+}
+
+/// Starts a broker on a fresh directory of the real file system.
+pub async fn start_fs(properties: &[(&str, &str)]) -> TestBroker {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    start_inner(
+        Arc::new(weir_storage::FsStorage),
+        &root,
+        properties,
+        Some(dir),
+    )
+    .await
+}
+
+async fn start_inner(
+    storage: Arc<dyn Storage>,
+    root: &Path,
+    properties: &[(&str, &str)],
+    dir: Option<tempfile::TempDir>,
+) -> TestBroker {
+    let properties: BTreeMap<String, String> = properties
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config = BrokerConfig::from_properties(&properties).expect("broker config");
+    let (logs_dir, metadata_path) = paths(root);
+    storage
+        .create_dir_all(metadata_path.parent().expect("parent"))
+        .expect("metadata dir");
+    let log = FileMetadataLog::open(storage.clone(), &metadata_path).expect("metadata log");
+    let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
+    let files = FileCache::new(storage, CACHED_FILES);
+    let registry = PartitionRegistry::new(
+        logs_dir,
+        files.clone(),
+        Arc::new(SystemClock),
+        config.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let identity = BrokerIdentity {
+        node_id: 1,
+        cluster_id: "test-cluster".into(),
+        advertised_host: "127.0.0.1".into(),
+        advertised_port: addr.port(),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let limits = ConnectionLimits::from_config(&config)
+        .await
+        .expect("limits");
+    let broker = Arc::new(tokio::task::block_in_place(|| {
+        Broker::new(config, identity, controller, registry, stopped)
+    }));
+    tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    TestBroker {
+        broker,
+        addr,
+        stop,
+        files,
+        _dir: dir,
+    }
+}
+
+/// A connection to `addr` from the local address `from` (another loopback address, to act as
+/// a different client host).
+pub async fn connect_from(from: &str, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(format!("{from}:0").parse().expect("address"))?;
+    socket.connect(addr).await
+}
+
+/// One request frame: length, header, body.
+pub fn encode_frame<Req: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    request: &Req,
+) -> BytesMut {
+    let mut header = RequestHeader::default();
+    header.request_api_key = key as i16;
+    header.request_api_version = version;
+    header.correlation_id = correlation_id;
+    header.client_id = Some(StrBytes::from_static_str("test"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, key.request_header_version(version))
+        .expect("header");
+    request.encode(&mut body, version).expect("body");
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Reads one response frame and decodes it; `None` when the connection closed instead.
+pub async fn read_response<Resp: Decodable>(
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+) -> Option<(i32, Resp)> {
+    let length = stream.read_i32().await.ok()?;
+    let mut response = vec![0u8; length as usize];
+    stream.read_exact(&mut response).await.ok()?;
+    let mut response = Bytes::from(response);
+    let correlation = i32::from_be_bytes([response[0], response[1], response[2], response[3]]);
+    let _ = kafka_protocol::messages::ResponseHeader::decode(
+        &mut response,
+        key.response_header_version(version),
+    )
+    .expect("response header");
+    Some((
+        correlation,
+        Resp::decode(&mut response, version).expect("response body"),
+    ))
+}
+
+/// Sends one request and reads its response.
+pub async fn call<Req: Encodable, Resp: Decodable>(
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    request: &Req,
+) -> Resp {
+    let frame = encode_frame(key, version, 7, request);
+    stream.write_all(&frame).await.expect("write");
+    let (correlation, response) = read_response(stream, key, version)
+        .await
+        .expect("a response, not a closed connection");
+    assert_eq!(correlation, 7);
+    response
+}
+
+pub fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+pub async fn create_topic(
+    stream: &mut TcpStream,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> i16 {
+    let mut topic = CreatableTopic::default();
+    topic.name = topic_name(name);
+    topic.num_partitions = partitions;
+    topic.replication_factor = 1;
+    topic.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect();
+    let mut request = CreateTopicsRequest::default();
+    request.topics = vec![topic];
+    request.timeout_ms = 5000;
+    let response: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &request).await;
+    response.topics[0].error_code
+}
+
+pub fn produce_request(topic: &str, partition: i32, acks: i16, batch: Vec<u8>) -> ProduceRequest {
+    let mut data = PartitionProduceData::default();
+    data.index = partition;
+    data.records = Some(Bytes::from(batch));
+    let mut topic_data = TopicProduceData::default();
+    topic_data.name = topic_name(topic);
+    topic_data.partition_data = vec![data];
+    let mut request = ProduceRequest::default();
+    request.acks = acks;
+    request.timeout_ms = 5000;
+    request.topic_data = vec![topic_data];
+    request
+}
+
+/// (error code, base offset) of the single partition in a produce response.
+pub async fn produce(
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    batch: Vec<u8>,
+) -> (i16, i64) {
+    let response: ProduceResponse = call(
+        stream,
+        ApiKey::Produce,
+        9,
+        &produce_request(topic, partition, acks, batch),
+    )
+    .await;
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+pub fn fetch_request(topic: &str, partition: i32, offset: i64, max_bytes: i32) -> FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let mut p = FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = max_bytes;
+    p.current_leader_epoch = -1;
+    let mut t = FetchTopic::default();
+    t.topic = topic_name(topic);
+    t.partitions = vec![p];
+    let mut request = FetchRequest::default();
+    request.max_wait_ms = 0;
+    request.min_bytes = 0;
+    request.max_bytes = max_bytes;
+    request.topics = vec![t];
+    request
+}
+
+/// Every record batch stored in a partition, read with as many fetches as it takes.
+pub async fn fetch_all(stream: &mut TcpStream, topic: &str, partition: i32) -> (i16, Bytes) {
+    let mut all = BytesMut::new();
+    let mut offset = 0;
+    loop {
+        let request = fetch_request(topic, partition, offset, 1 << 24);
+        let response: FetchResponse = call(stream, ApiKey::Fetch, 11, &request).await;
+        let data = &response.responses[0].partitions[0];
+        if data.error_code != 0 {
+            return (data.error_code, all.freeze());
+        }
+        let records = data.records.clone().expect("records are never null");
+        let whole = whole_batches(&records);
+        if whole.is_empty() {
+            return (0, all.freeze());
+        }
+        for (base, length) in whole {
+            let start = all.len();
+            all.extend_from_slice(&records[length.0..length.1]);
+            let header = weir_log::BatchHeader::parse(&all[start..]).expect("header");
+            offset = base + i64::from(header.last_offset_delta) + 1;
+        }
+    }
+}
+
+/// (base offset, byte range) of each whole batch in a fetch's records; a trailing partial
+/// batch is left out, as clients do.
+pub fn whole_batches(records: &[u8]) -> Vec<(i64, (usize, usize))> {
+    let mut out = Vec::new();
+    let mut position = 0;
+    while let Some(header) = weir_log::BatchHeader::parse(&records[position..]) {
+        let end = position + header.total_bytes() as usize;
+        if end > records.len() {
+            break;
+        }
+        out.push((header.base_offset, (position, end)));
+        position = end;
+    }
+    out
+}
+
+/// The bytes of the stored batch whose base offset is `offset`.
+pub fn find_batch(records: &Bytes, offset: i64) -> Option<Bytes> {
+    whole_batches(records)
+        .into_iter()
+        .find(|(base, _)| *base == offset)
+        .map(|(_, (start, end))| records.slice(start..end))
+}
+
+/// True once `stream` is closed by the broker (EOF or reset) within `within`.
+pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut sink = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Replays every saved fuzz input through its harness: the seeds (requests recorded from real
+//! clients, their batches, segment files), the minimized corpus, and every input that once
+//! made a harness fail (`fuzz/regressions`).
+
+use std::path::{Path, PathBuf};
+
+fn inputs(target: &str) -> Vec<PathBuf> {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let mut files = Vec::new();
+    for dir in ["corpus", "regressions", "seeds"] {
+        collect(&fuzz.join(dir).join(target), &mut files);
+    }
+    files.sort();
+    files
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn replay(target: &str, harness: fn(&[u8]), at_least: usize) {
+    let files = inputs(target);
+    assert!(
+        files.len() >= at_least,
+        "{target}: expected at least {at_least} saved inputs, found {}",
+        files.len()
+    );
+    for file in files {
+        let data = std::fs::read(&file).expect("read input");
+        let outcome = std::panic::catch_unwind(|| harness(&data));
+        assert!(outcome.is_ok(), "{target} fails on {}", file.display());
+    }
+}
+
+#[test]
+fn decode_request_corpus() {
+    replay("decode_request", weir_fuzz::decode_request, 50);
+}
+
+#[test]
+fn validate_batch_corpus() {
+    replay("validate_batch", weir_fuzz::validate_batch, 20);
+}
+
+#[test]
+fn recover_log_corpus() {
+    replay("recover_log", weir_fuzz::recover_log, 5);
+}

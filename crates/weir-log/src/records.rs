@@ -1,0 +1,656 @@
+//! Record-level validation of a v2 batch, before it is appended: every record's framing, its
+//! offset delta, its timestamp, and the record count, decompressing compressed batches as a
+//! stream through a small buffer. Nothing is allocated per record, and the batch's bytes are
+//! only read, never changed.
+//!
+//! Record layout (varints are zigzag): length varint | attributes i8 | timestampDelta varlong |
+//! offsetDelta varint | keyLength varint | key | valueLength varint | value | headerCount varint
+//! | per header: keyLength varint | key | valueLength varint | value.
+
+use std::io::Read;
+
+use crate::batch::{BatchError, BatchHeader, BATCH_HEADER_BYTES};
+
+/// Compressed bytes are read through a buffer of this size: large enough for one syscall-free
+/// run of many small records, small enough to keep per-validation memory low.
+const STREAM_BUFFER_BYTES: usize = 64 * 1024;
+/// Largest zstd window accepted, as a power of two (32 MiB). Every non-"ultra" zstd level
+/// (1–19) and level 20 fit; a frame asking for more would make the decoder allocate it.
+const ZSTD_WINDOW_LOG_MAX: u32 = 25;
+/// Snappy framing used by the Java client (xerial): this magic, then version fields.
+const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+/// Size of the xerial header: magic (8), version (4), compatible version (4).
+const XERIAL_HEADER_BYTES: usize = 16;
+
+/// Codec ids in the batch attributes.
+const CODEC_NONE: i16 = 0;
+const CODEC_GZIP: i16 = 1;
+const CODEC_SNAPPY: i16 = 2;
+const CODEC_LZ4: i16 = 3;
+const CODEC_ZSTD: i16 = 4;
+
+/// Bounds that make validation safe against hostile input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidationLimits {
+    /// Most bytes a compressed batch's records may decompress to; more is refused (a
+    /// decompression bomb would otherwise cost unbounded CPU and, for raw snappy, memory).
+    pub decompressed_bytes_max: u64,
+    /// The broker's clock, for the timestamp window.
+    pub now_ms: i64,
+    /// `message.timestamp.before.max.ms`: how far in the past a record timestamp may be.
+    pub timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far in the future a record timestamp may be.
+    pub timestamp_after_max_ms: i64,
+}
+
+impl ValidationLimits {
+    /// Limits with no timestamp window, for tests and tools.
+    pub fn unbounded_time(decompressed_bytes_max: u64) -> ValidationLimits {
+        ValidationLimits {
+            decompressed_bytes_max,
+            now_ms: 0,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: i64::MAX,
+        }
+    }
+}
+
+/// What validation learned about the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordsSummary {
+    /// The largest record timestamp (the batch header's `maxTimestamp` is the producer's claim).
+    pub max_timestamp: i64,
+}
+
+fn invalid(message: impl Into<String>) -> BatchError {
+    BatchError::Invalid(message.into())
+}
+
+fn premature_end() -> BatchError {
+    invalid("records end before the record count is reached")
+}
+
+/// A forward-only source of record bytes.
+trait Source {
+    fn byte(&mut self) -> Result<u8, BatchError>;
+    fn skip(&mut self, n: u64) -> Result<(), BatchError>;
+    /// Bytes consumed so far.
+    fn consumed(&self) -> u64;
+    /// True when no byte remains.
+    fn at_end(&mut self) -> Result<bool, BatchError>;
+}
+
+/// Uncompressed records, read in place.
+struct SliceSource<'a> {
+    bytes: &'a [u8],
+    position: usize,
+}
+
+impl Source for SliceSource<'_> {
+    #[inline]
+    fn byte(&mut self) -> Result<u8, BatchError> {
+        let b = *self.bytes.get(self.position).ok_or_else(premature_end)?;
+        self.position += 1;
+        Ok(b)
+    }
+
+    #[inline]
+    fn skip(&mut self, n: u64) -> Result<(), BatchError> {
+        let left = (self.bytes.len() - self.position) as u64;
+        if n > left {
+            return Err(premature_end());
+        }
+        self.position += n as usize;
+        Ok(())
+    }
+
+    fn consumed(&self) -> u64 {
+        self.position as u64
+    }
+
+    fn at_end(&mut self) -> Result<bool, BatchError> {
+        Ok(self.position == self.bytes.len())
+    }
+}
+
+/// Decompressed records, pulled through a fixed buffer from a decoder.
+struct StreamSource<R> {
+    reader: R,
+    buffer: Vec<u8>,
+    start: usize,
+    end: usize,
+    consumed: u64,
+    /// Bytes pulled from the decoder so far, checked against `limit`.
+    pulled: u64,
+    limit: u64,
+}
+
+impl<R: Read> StreamSource<R> {
+    fn new(reader: R, limit: u64) -> StreamSource<R> {
+        StreamSource {
+            reader,
+            buffer: vec![0u8; STREAM_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+            consumed: 0,
+            pulled: 0,
+            limit,
+        }
+    }
+
+    /// Refills the buffer; false at the end of the stream.
+    fn fill(&mut self) -> Result<bool, BatchError> {
+        loop {
+            match self.reader.read(&mut self.buffer) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.pulled += n as u64;
+                    if self.pulled > self.limit {
+                        return Err(invalid(format!(
+                            "records decompress to more than {} bytes",
+                            self.limit
+                        )));
+                    }
+                    self.start = 0;
+                    self.end = n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(BatchError::Corrupt(format!(
+                        "compressed records do not decompress: {e}"
+                    )))
+                }
+            }
+        }
+    }
+}
+
+impl<R: Read> Source for StreamSource<R> {
+    #[inline]
+    fn byte(&mut self) -> Result<u8, BatchError> {
+        if self.start == self.end && !self.fill()? {
+            return Err(premature_end());
+        }
+        let b = self.buffer[self.start];
+        self.start += 1;
+        self.consumed += 1;
+        Ok(b)
+    }
+
+    fn skip(&mut self, mut n: u64) -> Result<(), BatchError> {
+        while n > 0 {
+            if self.start == self.end && !self.fill()? {
+                return Err(premature_end());
+            }
+            let take = ((self.end - self.start) as u64).min(n);
+            self.start += take as usize;
+            self.consumed += take;
+            n -= take;
+        }
+        Ok(())
+    }
+
+    fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    fn at_end(&mut self) -> Result<bool, BatchError> {
+        Ok(self.start == self.end && !self.fill()?)
+    }
+}
+
+/// A zigzag varint of at most 5 bytes, as Kafka reads it.
+#[inline]
+fn varint(source: &mut impl Source) -> Result<i32, BatchError> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let b = source.byte()?;
+        value |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(((value >> 1) as i32) ^ -((value & 1) as i32));
+        }
+    }
+    Err(invalid("varint longer than 5 bytes"))
+}
+
+/// A zigzag varlong of at most 10 bytes.
+#[inline]
+fn varlong(source: &mut impl Source) -> Result<i64, BatchError> {
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let b = source.byte()?;
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    Err(invalid("varlong longer than 10 bytes"))
+}
+
+/// Skips a length-prefixed field; `-1` (null) is allowed only where `nullable`.
+#[inline]
+fn skip_field(source: &mut impl Source, nullable: bool, what: &str) -> Result<(), BatchError> {
+    let length = varint(source)?;
+    match length {
+        0.. => source.skip(length as u64),
+        -1 if nullable => Ok(()),
+        _ => Err(invalid(format!("{what} length {length} is invalid"))),
+    }
+}
+
+/// Walks every record; returns the largest timestamp.
+fn walk_records(
+    source: &mut impl Source,
+    header: &BatchHeader,
+    limits: &ValidationLimits,
+) -> Result<i64, BatchError> {
+    let mut max_timestamp = i64::MIN;
+    for index in 0..header.record_count {
+        let length = varint(source)?;
+        if length < 0 {
+            return Err(invalid(format!("record {index} has length {length}")));
+        }
+        let start = source.consumed();
+        let _attributes = source.byte()?;
+        let timestamp_delta = varlong(source)?;
+        let offset_delta = varint(source)?;
+        if offset_delta != index {
+            return Err(invalid(format!(
+                "record {index} has offset delta {offset_delta}"
+            )));
+        }
+        skip_field(source, true, "key")?;
+        skip_field(source, true, "value")?;
+        let header_count = varint(source)?;
+        if header_count < 0 {
+            return Err(invalid(format!(
+                "record {index} has {header_count} headers"
+            )));
+        }
+        for _ in 0..header_count {
+            skip_field(source, false, "header key")?;
+            skip_field(source, true, "header value")?;
+            // A lying header count is caught here, not after billions of iterations.
+            if source.consumed() - start > length as u64 {
+                break;
+            }
+        }
+        let read = source.consumed() - start;
+        if read != length as u64 {
+            return Err(invalid(format!(
+                "record {index} declares {length} bytes but holds {read}"
+            )));
+        }
+        let timestamp = header
+            .base_timestamp
+            .checked_add(timestamp_delta)
+            .ok_or_else(|| invalid(format!("record {index} timestamp overflows")))?;
+        check_timestamp(timestamp, index, limits)?;
+        max_timestamp = max_timestamp.max(timestamp);
+    }
+    if !source.at_end()? {
+        return Err(invalid(format!(
+            "bytes remain after the {} records the batch declares",
+            header.record_count
+        )));
+    }
+    Ok(max_timestamp)
+}
+
+/// Kafka's CreateTime window: `message.timestamp.before.max.ms` and `.after.max.ms`. A record
+/// without a timestamp (-1) is not checked.
+fn check_timestamp(
+    timestamp: i64,
+    index: i32,
+    limits: &ValidationLimits,
+) -> Result<(), BatchError> {
+    if timestamp == -1 {
+        return Ok(());
+    }
+    let behind = limits.now_ms.saturating_sub(timestamp);
+    if behind > limits.timestamp_before_max_ms {
+        return Err(BatchError::Timestamp(format!(
+            "record {index} timestamp {timestamp} is more than message.timestamp.before.max.ms ({} ms) in the past",
+            limits.timestamp_before_max_ms
+        )));
+    }
+    if behind < 0 && behind.saturating_neg() > limits.timestamp_after_max_ms {
+        return Err(BatchError::Timestamp(format!(
+            "record {index} timestamp {timestamp} is more than message.timestamp.after.max.ms ({} ms) in the future",
+            limits.timestamp_after_max_ms
+        )));
+    }
+    Ok(())
+}
+
+/// The xerial framing the Java client writes: a header, then blocks of
+/// `[u32 compressed length][raw snappy block]`, decompressed one block at a time.
+struct XerialReader<'a> {
+    input: &'a [u8],
+    block: Vec<u8>,
+    position: usize,
+    budget: u64,
+}
+
+impl Read for XerialReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.position == self.block.len() {
+            if self.input.is_empty() {
+                return Ok(0);
+            }
+            let (length, rest) = self
+                .input
+                .split_first_chunk::<4>()
+                .ok_or_else(|| std::io::Error::other("truncated snappy block length"))?;
+            let length = u32::from_be_bytes(*length) as usize;
+            if rest.len() < length {
+                return Err(std::io::Error::other("truncated snappy block"));
+            }
+            let (compressed, rest) = rest.split_at(length);
+            self.input = rest;
+            let size = snap::raw::decompress_len(compressed).map_err(std::io::Error::other)?;
+            if size as u64 > self.budget {
+                return Err(std::io::Error::other("snappy block larger than allowed"));
+            }
+            self.budget -= size as u64;
+            self.block.resize(size, 0);
+            snap::raw::Decoder::new()
+                .decompress(compressed, &mut self.block)
+                .map_err(std::io::Error::other)?;
+            self.position = 0;
+        }
+        let n = out.len().min(self.block.len() - self.position);
+        out[..n].copy_from_slice(&self.block[self.position..self.position + n]);
+        self.position += n;
+        Ok(n)
+    }
+}
+
+fn corrupt(codec: &str, error: impl std::fmt::Display) -> BatchError {
+    BatchError::Corrupt(format!("{codec} payload does not decompress: {error}"))
+}
+
+/// Validates every record of `batch` (whose header already passed
+/// [`crate::batch::validate_header`]).
+pub fn validate_records(
+    batch: &[u8],
+    header: &BatchHeader,
+    limits: &ValidationLimits,
+) -> Result<RecordsSummary, BatchError> {
+    let payload = &batch[BATCH_HEADER_BYTES..];
+    let limit = limits.decompressed_bytes_max;
+    let max_timestamp = match header.compression() {
+        CODEC_NONE => walk_records(
+            &mut SliceSource {
+                bytes: payload,
+                position: 0,
+            },
+            header,
+            limits,
+        )?,
+        CODEC_GZIP => walk_records(
+            &mut StreamSource::new(flate2::read::MultiGzDecoder::new(payload), limit),
+            header,
+            limits,
+        )?,
+        CODEC_SNAPPY if payload.starts_with(XERIAL_MAGIC) => {
+            let blocks = payload.get(XERIAL_HEADER_BYTES..).ok_or_else(|| {
+                BatchError::Corrupt("snappy payload shorter than its header".into())
+            })?;
+            let reader = XerialReader {
+                input: blocks,
+                block: Vec::new(),
+                position: 0,
+                budget: limit,
+            };
+            walk_records(&mut StreamSource::new(reader, limit), header, limits)?
+        }
+        CODEC_SNAPPY => {
+            // Raw snappy (librdkafka): one block; its decompressed size is in its preamble.
+            let size = snap::raw::decompress_len(payload).map_err(|e| corrupt("snappy", e))?;
+            if size as u64 > limit {
+                return Err(invalid(format!(
+                    "records decompress to more than {limit} bytes"
+                )));
+            }
+            let plain = snap::raw::Decoder::new()
+                .decompress_vec(payload)
+                .map_err(|e| corrupt("snappy", e))?;
+            walk_records(
+                &mut SliceSource {
+                    bytes: &plain,
+                    position: 0,
+                },
+                header,
+                limits,
+            )?
+        }
+        CODEC_LZ4 => {
+            let decoder = lz4::Decoder::new(payload).map_err(|e| corrupt("lz4", e))?;
+            walk_records(&mut StreamSource::new(decoder, limit), header, limits)?
+        }
+        CODEC_ZSTD => {
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(payload)
+                .map_err(|e| corrupt("zstd", e))?;
+            decoder
+                .window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(|e| corrupt("zstd", e))?;
+            walk_records(&mut StreamSource::new(decoder, limit), header, limits)?
+        }
+        other => return Err(invalid(format!("unknown compression codec {other}"))),
+    };
+    Ok(RecordsSummary { max_timestamp })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::batch::{batch_crc, build_batch, put_varlong, validate, ProducerFields};
+
+    const LIMIT: u64 = 1 << 20;
+
+    fn limits() -> ValidationLimits {
+        ValidationLimits::unbounded_time(LIMIT)
+    }
+
+    /// A record in Kafka's layout with the given offset delta and body-length adjustment.
+    fn record(offset_delta: i64, value: &[u8], length_lie: i64) -> Vec<u8> {
+        let mut body = vec![0u8];
+        put_varlong(&mut body, 0);
+        put_varlong(&mut body, offset_delta);
+        put_varlong(&mut body, -1);
+        put_varlong(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        put_varlong(&mut body, 0);
+        let mut out = Vec::new();
+        put_varlong(&mut out, body.len() as i64 + length_lie);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn compress(codec: i16, plain: &[u8]) -> Vec<u8> {
+        match codec {
+            CODEC_NONE => plain.to_vec(),
+            CODEC_GZIP => {
+                let mut e =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(plain).expect("gzip");
+                e.finish().expect("gzip")
+            }
+            CODEC_SNAPPY => snap::raw::Encoder::new()
+                .compress_vec(plain)
+                .expect("snappy"),
+            CODEC_LZ4 => {
+                let mut e = lz4::EncoderBuilder::new().build(Vec::new()).expect("lz4");
+                e.write_all(plain).expect("lz4");
+                let (out, result) = e.finish();
+                result.expect("lz4");
+                out
+            }
+            CODEC_ZSTD => zstd::encode_all(plain, 3).expect("zstd"),
+            _ => unreachable!("test codec"),
+        }
+    }
+
+    /// A batch around `payload` (records, compressed or not) claiming `count` records.
+    fn batch_of(codec: i16, payload: &[u8], count: i32, base_timestamp: i64) -> Vec<u8> {
+        let mut out = build_batch(&[], base_timestamp, ProducerFields::NONE);
+        out.truncate(BATCH_HEADER_BYTES);
+        out.extend_from_slice(payload);
+        let length = (out.len() - 12) as i32;
+        out[8..12].copy_from_slice(&length.to_be_bytes());
+        out[21..23].copy_from_slice(&codec.to_be_bytes());
+        out[23..27].copy_from_slice(&(count - 1).to_be_bytes());
+        out[57..61].copy_from_slice(&count.to_be_bytes());
+        let crc = batch_crc(&out);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    fn check(batch: Vec<u8>) -> Result<i64, BatchError> {
+        validate(Bytes::from(batch), &limits()).map(|b| b.max_timestamp())
+    }
+
+    const CODECS: [i16; 5] = [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD];
+
+    #[test]
+    fn every_codec_validates_good_records() {
+        let plain: Vec<u8> = (0..50).flat_map(|i| record(i, &[i as u8; 30], 0)).collect();
+        for codec in CODECS {
+            let batch = batch_of(codec, &compress(codec, &plain), 50, 7);
+            assert_eq!(check(batch), Ok(7), "codec {codec}");
+        }
+    }
+
+    #[test]
+    fn lying_records_are_refused_for_every_codec() {
+        let good = |i: i64| record(i, b"value", 0);
+        let cases: Vec<(&str, Vec<u8>, i32)> = vec![
+            ("length too long", [good(0), record(1, b"v", 3)].concat(), 2),
+            (
+                "length too short",
+                [good(0), record(1, b"value", -2)].concat(),
+                2,
+            ),
+            (
+                "offset delta skips",
+                [good(0), record(2, b"v", 0)].concat(),
+                2,
+            ),
+            ("fewer records than counted", [good(0), good(1)].concat(), 3),
+            (
+                "more records than counted",
+                [good(0), good(1), good(2)].concat(),
+                2,
+            ),
+            (
+                "trailing garbage",
+                [good(0), vec![0xff, 0xff, 0xff]].concat(),
+                1,
+            ),
+            ("negative length", [vec![0x01], good(0)].concat(), 1),
+        ];
+        for codec in CODECS {
+            for (what, plain, count) in &cases {
+                let batch = batch_of(codec, &compress(codec, plain), *count, 0);
+                assert!(
+                    matches!(check(batch), Err(BatchError::Invalid(_))),
+                    "{what}, codec {codec}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_codecs_and_undecodable_payloads_are_refused() {
+        let plain = record(0, b"v", 0);
+        for codec in [5, 6, 7] {
+            assert!(matches!(
+                check(batch_of(codec, &plain, 1, 0)),
+                Err(BatchError::Invalid(_))
+            ));
+        }
+        for codec in [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD] {
+            // The codec flag on uncompressed bytes.
+            let refused = check(batch_of(codec, &plain, 1, 0));
+            assert!(
+                matches!(
+                    refused,
+                    Err(BatchError::Corrupt(_) | BatchError::Invalid(_))
+                ),
+                "codec {codec}: {refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decompression_bombs_stop_at_the_limit() {
+        // One record whose value is 2 MiB of zeros: tiny compressed, over the 1 MiB limit.
+        let plain = record(0, &vec![0u8; 2 << 20], 0);
+        for codec in [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD] {
+            let compressed = compress(codec, &plain);
+            assert!(
+                compressed.len() < 200 * 1024,
+                "codec {codec} compresses zeros"
+            );
+            assert!(
+                matches!(
+                    check(batch_of(codec, &compressed, 1, 0)),
+                    Err(BatchError::Invalid(_))
+                ),
+                "codec {codec}"
+            );
+        }
+    }
+
+    #[test]
+    fn timestamps_outside_the_window_are_refused() {
+        let now = 1_700_000_000_000;
+        let limits = ValidationLimits {
+            decompressed_bytes_max: LIMIT,
+            now_ms: now,
+            timestamp_before_max_ms: 1000,
+            timestamp_after_max_ms: 3_600_000,
+        };
+        let at = |ts: i64| {
+            validate(
+                Bytes::from(batch_of(0, &record(0, b"v", 0), 1, ts)),
+                &limits,
+            )
+        };
+        assert!(at(now).is_ok());
+        assert!(at(now - 1000).is_ok());
+        assert!(
+            at(-1).is_ok(),
+            "records without a timestamp are not checked"
+        );
+        assert!(matches!(at(now - 1001), Err(BatchError::Timestamp(_))));
+        assert!(at(now + 3_600_000).is_ok());
+        assert!(matches!(
+            at(now + 2 * 3_600_000),
+            Err(BatchError::Timestamp(_))
+        ));
+        assert!(matches!(at(i64::MAX), Err(BatchError::Timestamp(_))));
+    }
+
+    #[test]
+    fn max_timestamp_comes_from_the_records() {
+        let mut plain = Vec::new();
+        for (i, delta) in [5i64, -3, 40, 2].iter().enumerate() {
+            let mut body = vec![0u8];
+            put_varlong(&mut body, *delta);
+            put_varlong(&mut body, i as i64);
+            put_varlong(&mut body, -1);
+            put_varlong(&mut body, 0);
+            put_varlong(&mut body, 0);
+            put_varlong(&mut plain, body.len() as i64);
+            plain.extend_from_slice(&body);
+        }
+        assert_eq!(check(batch_of(0, &plain, 4, 1000)), Ok(1040));
+    }
+}
