@@ -14,6 +14,8 @@
 #   --size BYTES        record value size (default 100)
 #   --policies "A B"    flush policies (default "acks-all never"; also: always)
 #   --partitions "N M"  partition counts (default "1 8")
+#   --codecs "A B"      producer compression codecs (default "none"; also gzip snappy lz4 zstd);
+#                       the broker decompresses and checks every record of compressed batches
 #   --acks A            producer acks (default -1, i.e. all)
 #   --linger-ms MS      producer linger.ms (default 5)
 #   --batch-bytes B     producer batch.size (default 1000000)
@@ -53,6 +55,7 @@ COUNT=20000000
 SIZE=100
 POLICIES="acks-all never"
 PARTITIONS="1 8"
+CODECS="none"
 ACKS=-1
 LINGER_MS=5
 BATCH_BYTES=1000000
@@ -67,6 +70,7 @@ while [[ $# -gt 0 ]]; do
         --size) SIZE="$2"; shift 2 ;;
         --policies) POLICIES="$2"; shift 2 ;;
         --partitions) PARTITIONS="$2"; shift 2 ;;
+        --codecs) CODECS="$2"; shift 2 ;;
         --acks) ACKS="$2"; shift 2 ;;
         --linger-ms) LINGER_MS="$2"; shift 2 ;;
         --batch-bytes) BATCH_BYTES="$2"; shift 2 ;;
@@ -100,13 +104,16 @@ pct() { awk -v c="$1" -v w="$2" 'BEGIN { printf "%.0f", 100 * c / w }'; }
 
 ROWS=()
 NOTES=()
+for codec in $CODECS; do
 for policy in $POLICIES; do
     for parts in $PARTITIONS; do
-        RUN_DIR="$RUN_ROOT/$policy-p$parts"
+        RUN_DIR="$RUN_ROOT/$policy-p$parts-$codec"
         mkdir -p "$RUN_DIR"
         data="$RUN_DIR/data"
         topic="bench-$policy-p$parts"
-        bench_log "== flush.policy=$policy partitions=$parts: $COUNT x $SIZE B"
+        zargs=()
+        [[ "$codec" == none ]] || zargs=(-z "$codec")
+        bench_log "== flush.policy=$policy partitions=$parts codec=$codec: $COUNT x $SIZE B"
         weir_start "$data" "$RUN_DIR/server.log" \
             WEIR_LOG_FLUSH_POLICY="$policy" WEIR_NUM_PARTITIONS="$parts"
         bench_log "weir pid $WEIR_PID at $WEIR_ADDR"
@@ -116,7 +123,7 @@ for policy in $POLICIES; do
         c0="$(proc_cpu "$WEIR_PID")"
         read -r u0 s0 < <(proc_cpu_split "$WEIR_PID"; echo)
         run_client produce "$TIMEOUT" "$PERF" -P -t "$topic" -b "$WEIR_ADDR" \
-            -s "$SIZE" -c "$COUNT" -a "$ACKS" \
+            -s "$SIZE" -c "$COUNT" -a "$ACKS" "${zargs[@]}" \
             -X "linger.ms=$LINGER_MS" -X "batch.size=$BATCH_BYTES" -i 5000
         c1="$(proc_cpu "$WEIR_PID")"
         read -r u1 s1 < <(proc_cpu_split "$WEIR_PID"; echo)
@@ -157,8 +164,8 @@ for policy in $POLICIES; do
 
         p_cpu="$(sub "$c0" "$c1")"
         k_cpu="$(sub "$c2" "$c3")"
-        ROWS+=("| $policy | $parts | $p_delivered | $(calc 0 "$p_delivered / $p_wall") | $(calc 1 "$p_delivered * $SIZE / $p_wall / 1e6") | $p_cpu | $(pct "$p_cpu" "$p_wall")% | $p_ccpu | $c_msgs | $(calc 0 "$c_msgs / $c_wall") | $(calc 1 "$c_msgs * $SIZE / $c_wall / 1e6") | $k_cpu | $(pct "$k_cpu" "$c_wall")% | $c_ccpu |")
-        NOTES+=("- $policy, $parts partition(s): produce ${p_wall}s wall (rc $p_rc), consume ${c_wall}s wall (rc $c_rc); data dir ${du_mb} MB; broker peak RSS ${hwm} MiB; broker user/sys CPU s: produce $(sub "$u0" "$u1")/$(sub "$s0" "$s1"), consume $(sub "$u2" "$u3")/$(sub "$s2" "$s3"); server exit $src; WARN/ERROR log lines: $errs; partition sizes (MB): ${psizes% }")
+        ROWS+=("| $codec | $policy | $parts | $p_delivered | $(calc 0 "$p_delivered / $p_wall") | $(calc 1 "$p_delivered * $SIZE / $p_wall / 1e6") | $p_cpu | $(pct "$p_cpu" "$p_wall")% | $p_ccpu | $c_msgs | $(calc 0 "$c_msgs / $c_wall") | $(calc 1 "$c_msgs * $SIZE / $c_wall / 1e6") | $k_cpu | $(pct "$k_cpu" "$c_wall")% | $c_ccpu |")
+        NOTES+=("- $codec, $policy, $parts partition(s): produce ${p_wall}s wall (rc $p_rc), consume ${c_wall}s wall (rc $c_rc); data dir ${du_mb} MB; broker peak RSS ${hwm} MiB; broker user/sys CPU s: produce $(sub "$u0" "$u1")/$(sub "$s0" "$s1"), consume $(sub "$u2" "$u3")/$(sub "$s2" "$s3"); server exit $src; WARN/ERROR log lines: $errs; partition sizes (MB): ${psizes% }")
         NOTES+=("  - rdkafka_performance: ${p_line#% } / ${c_line#% }")
         if [[ "$c_msgs" != "$p_delivered" || "$p_delivered" != "$COUNT" ]]; then
             NOTES+=("  - MISMATCH: asked $COUNT, delivered $p_delivered, consumed $c_msgs")
@@ -166,14 +173,15 @@ for policy in $POLICIES; do
         [[ $KEEP_DATA -eq 1 ]] || rm -rf "$data"
     done
 done
+done
 
 {
     echo "## Weir produce/consume ($COUNT records of $SIZE B, acks=$ACKS, linger.ms=$LINGER_MS, batch.size=$BATCH_BYTES)"
     echo
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $("$PERF" -h 2>&1 | grep -m1 -o 'librdkafka version [0-9.]*'), $("$WEIR_BIN" --version 2>/dev/null | head -n1 || echo '?')"
     echo
-    echo "| policy | partitions | records | produce rec/s | produce MB/s | broker CPU s (produce) | broker % of a core | producer CPU s | consumed | consume rec/s | consume MB/s | broker CPU s (consume) | broker % of a core | consumer CPU s |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| codec | policy | partitions | records | produce rec/s | produce MB/s | broker CPU s (produce) | broker % of a core | producer CPU s | consumed | consume rec/s | consume MB/s | broker CPU s (consume) | broker % of a core | consumer CPU s |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${ROWS[@]}"
     echo
     printf '%s\n' "${NOTES[@]}"

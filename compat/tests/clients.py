@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -29,6 +30,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import wire
 from harness import Deadline, wait_until
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -488,3 +490,17 @@ def high_watermark(bootstrap: str, topic: str, partition: int) -> int:
         return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=20)[1]
     finally:
         consumer.close()
+
+
+def assert_serving(bootstrap: str, topic: str) -> None:
+    """A fresh raw connection answers ApiVersions and a normal client can produce and consume."""
+    with wire.Connection(bootstrap) as conn:
+        conn.send(wire.api_versions_request(0, 4242))
+        reply = conn.recv_frame(timeout=10)
+        assert reply is not None, "ApiVersions v0 on a fresh connection: connection closed"
+        parsed = wire.parse_api_versions_v0(reply)
+        assert (parsed["correlation_id"], parsed["error_code"]) == (4242, 0)
+    marker = f"still-serving-{time.monotonic_ns()}".encode()
+    [(partition, offset, _ts)] = produce_confluent(bootstrap, topic, [Rec(key=b"health", value=marker, partition=0)])
+    log = read_confluent(bootstrap, topic, [0])[0]
+    assert log[offset].value == marker

@@ -79,3 +79,37 @@ def pytest_runtest_makereport(item, call):
         server = item.funcargs.get("weir") if hasattr(item, "funcargs") else None
         if server is not None and not server.is_external:
             report.sections.append(("weir server log", server.log_tail(150)))
+
+
+@pytest.fixture(scope="module")
+def make_weir(request, tmp_path_factory):
+    """Starts dedicated servers with their own settings (WEIR_* environment, an open-file
+    limit, a data directory); each is stopped with SIGTERM at the end of the module and must
+    exit 0."""
+    if external_bootstrap():
+        pytest.skip("starts its own servers with custom settings; the broker is external (COMPAT_BOOTSTRAP)")
+    servers: list[WeirServer] = []
+
+    def make(name: str, env: dict[str, str] | None = None, open_files: int | None = None, data_dir=None) -> WeirServer:
+        workdir = tmp_path_factory.mktemp(f"weir_{name}")
+        server = WeirServer(
+            binary=weir_binary(),
+            data_dir=data_dir or workdir / "data",
+            log_path=workdir / "weir.log",
+            env=env,
+            open_files=open_files,
+        )
+        servers.append(server)
+        server.start()
+        return server
+
+    yield make
+    failures = []
+    for server in servers:
+        if server.bootstrap:
+            drop_admin_client(server.bootstrap)
+        code = server.close()
+        if code not in (None, 0):
+            failures.append(f"{server.log_path}: exit code {code}\n{server.log_tail(60)}")
+    if failures:
+        pytest.fail("a dedicated server did not stop cleanly:\n" + "\n".join(failures), pytrace=False)

@@ -1,9 +1,10 @@
 """Idempotent acks=all producer used by test_crash.py, run as a separate process.
 
-    python crash_producer.py BOOTSTRAP TOPIC WORKDIR
+    python crash_producer.py BOOTSTRAP TOPIC WORKDIR [COUNT]
 
 Sends values "0", "1", "2", ... to partition 0 of TOPIC until WORKDIR/stop
-exists (or a hard cap is reached), then flushes and exits.  It appends:
+exists, COUNT records are sent, or a hard cap is reached; then flushes and
+exits.  It appends:
 
   WORKDIR/acked   one line per acknowledged value, in acknowledgement order,
                   flushed as soon as the delivery report arrives;
@@ -29,6 +30,7 @@ FLUSH_TIMEOUT_S = 150
 
 def main() -> int:
     bootstrap, topic, workdir = sys.argv[1:4]
+    count = int(sys.argv[4]) if len(sys.argv) > 4 else MAX_RECORDS
     acked = open(os.path.join(workdir, "acked"), "a", buffering=1, encoding="ascii")
     errors = open(os.path.join(workdir, "errors"), "a", buffering=1, encoding="utf-8")
     stop_path = os.path.join(workdir, "stop")
@@ -67,7 +69,7 @@ def main() -> int:
 
     started = time.monotonic()
     produced = 0
-    while produced < MAX_RECORDS and time.monotonic() - started < MAX_RUNTIME_S:
+    while produced < min(count, MAX_RECORDS) and time.monotonic() - started < MAX_RUNTIME_S:
         if state["fatal"] is not None:
             break
         if produced % 500 == 0 and os.path.exists(stop_path):

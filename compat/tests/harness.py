@@ -96,11 +96,22 @@ class WeirServer:
     is_external = False
     can_restart = True
 
-    def __init__(self, binary: Path, data_dir: Path, log_path: Path, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        binary: Path,
+        data_dir: Path,
+        log_path: Path,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        open_files: int | None = None,
+    ):
         self.binary = Path(binary)
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path)
         self.extra_args = tuple(extra_args)
+        # Broker settings as WEIR_* variables, and an open-file limit (soft and hard) to run under.
+        self.env = dict(env or {})
+        self.open_files = open_files
         self.proc: subprocess.Popen | None = None
         self.bootstrap: str | None = None
         self.cluster_id: str | None = None
@@ -140,7 +151,8 @@ class WeirServer:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_BACKTRACE": "1"},
+            env={**os.environ, "RUST_BACKTRACE": "1", **self.env},
+            preexec_fn=self._limit_open_files if self.open_files else None,
         )
         self._reader = threading.Thread(target=self._drain, args=(self.proc,), daemon=True)
         self._reader.start()
@@ -224,6 +236,21 @@ class WeirServer:
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def _limit_open_files(self) -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
+
+    def open_fd_count(self) -> int | None:
+        """File descriptors the server process holds open, from /proc."""
+        pid = self.pid
+        if pid is None:
+            return None
+        try:
+            return len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            return None
 
     def rss_bytes(self) -> int | None:
         """Resident set size of the server process, from /proc."""

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import wire
-from clients import Rec, create_topic, produce_confluent, read_confluent, read_kafka_python, unique_topic
+from clients import Rec, assert_serving, create_topic, produce_confluent, read_confluent, read_kafka_python, unique_topic
 
 REQUIRED_APIS = {
     0: "Produce",
@@ -43,20 +43,6 @@ def health_topic(weir):
     topic = unique_topic("health")
     create_topic(weir.bootstrap, topic, partitions=1)
     return topic
-
-
-def assert_serving(bootstrap: str, topic: str) -> None:
-    """A fresh raw connection answers ApiVersions and a normal client can produce and consume."""
-    with wire.Connection(bootstrap) as conn:
-        conn.send(wire.api_versions_request(0, 4242))
-        reply = conn.recv_frame(timeout=10)
-        assert reply is not None, "ApiVersions v0 on a fresh connection: connection closed"
-        parsed = wire.parse_api_versions_v0(reply)
-        assert (parsed["correlation_id"], parsed["error_code"]) == (4242, 0)
-    marker = f"still-serving-{time.monotonic_ns()}".encode()
-    [(partition, offset, _ts)] = produce_confluent(bootstrap, topic, [Rec(key=b"health", value=marker, partition=0)])
-    log = read_confluent(bootstrap, topic, [0])[0]
-    assert log[offset].value == marker
 
 
 def test_api_versions_unsupported_version_gets_v0_error_reply(bootstrap, health_topic):

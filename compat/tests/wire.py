@@ -216,6 +216,18 @@ def produce_request(version: int, correlation_id: int, topic: str, partition: in
     return request(API_PRODUCE, version, correlation_id, body, produce_is_flexible(version))
 
 
+API_FETCH = 1
+
+
+def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0) -> bytes:
+    """A Fetch v11 request (the last non-flexible version) for one partition, without a session."""
+    body = int32(-1) + int32(max_wait_ms) + int32(1) + int32(max_bytes) + b"\x00" + int32(0) + int32(-1)
+    body += int32(1) + string(topic)
+    body += int32(1) + int32(partition) + int32(-1) + struct.pack(">qq", offset, -1) + int32(max_bytes)
+    body += int32(0) + string("")
+    return request(API_FETCH, 11, correlation_id, body, flexible=False)
+
+
 def parse_produce_response(version: int, payload: bytes) -> dict:
     """Correlation id plus error code and base offset of the single partition."""
     r = Reader(payload)

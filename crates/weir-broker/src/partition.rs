@@ -177,6 +177,9 @@ impl Partition {
     }
 
     async fn flush(&self) {
+        // Whatever becomes of this future (finished or dropped mid-sync), the next waiter can
+        // lead a flush: a stuck flag would leave every acks=all producer unanswered.
+        let lead = FlushLead(self);
         let ticket = self.log().flush_ticket();
         let result = tokio::task::spawn_blocking(move || ticket.sync()).await;
         let done = match result {
@@ -185,12 +188,11 @@ impl Partition {
             Err(error) => storage_failure(&self.dir, &error.to_string()),
         };
         self.log_mut().flush_done(done);
-        *self
-            .flush_in_progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = false;
-        self.synced_offset
-            .send_modify(|synced| *synced = (*synced).max(done.end_offset));
+        self.synced_offset.send_if_modified(|synced| {
+            *synced = (*synced).max(done.end_offset);
+            false
+        });
+        drop(lead);
     }
 
     /// Fsyncs what is pending (a segment rolled by retention or age) outside the log's lock.
@@ -240,6 +242,22 @@ impl Partition {
             }
             Err(error) => storage_failure(&self.dir, &error.to_string()),
         }
+    }
+}
+
+/// The lead of a group-commit flush. When it ends, however it ends, the "flush in progress"
+/// flag is cleared and only then are the waiters woken, so one that still needs a sync leads
+/// the next.
+struct FlushLead<'a>(&'a Partition);
+
+impl Drop for FlushLead<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .flush_in_progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = false;
+        self.0.synced_offset.send_modify(|_| {});
     }
 }
 

@@ -154,11 +154,6 @@ impl FileRef {
             None => self.cache.get(&self.path),
         }
     }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 #[cfg(test)]

@@ -136,3 +136,25 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingReply {
 pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::FetchResponse;
+
+    use super::*;
+
+    #[test]
+    fn a_response_that_cannot_be_encoded_closes_the_connection() {
+        // `session_id` exists in Fetch responses from v7: at v4 the encoder must refuse it.
+        let mut response = FetchResponse::default();
+        response.session_id = 5;
+        assert!(matches!(
+            frame(ApiKey::Fetch, 4, 1, ResponseKind::Fetch(response.clone())),
+            Reply::Close
+        ));
+        assert!(matches!(
+            frame(ApiKey::Fetch, 7, 1, ResponseKind::Fetch(response)),
+            Reply::Frame(_)
+        ));
+    }
+}

@@ -1,0 +1,203 @@
+"""Resource attacks on a live server: memory (RSS measured from /proc), open files, and
+connection floods. Each must leave the broker within its bounds and every other client served.
+"""
+
+from __future__ import annotations
+
+import resource
+import select
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+import wire
+from clients import Rec, admin, assert_serving, create_topic, produce_confluent, read_confluent, unique_topic
+from harness import wait_until
+
+MIB = 1024 * 1024
+
+
+def test_a_client_that_never_reads_pins_no_memory(make_weir):
+    """64 pipelined fetches of 64 MiB each on a socket never read: before, about 3 GiB stayed
+    in memory; now the records stream from the files as the client reads, so nothing does."""
+    weir = make_weir("noread")
+    bootstrap = weir.bootstrap
+    topic = unique_topic("big")
+    create_topic(bootstrap, topic, partitions=1)
+    value = b"v" * (100 * 1024)
+    produce_confluent(bootstrap, topic, [Rec(key=None, value=value, partition=0) for _ in range(640)], **{"linger.ms": 20})
+    health = unique_topic("health")
+    create_topic(bootstrap, health, partitions=1)
+    before = weir.rss_bytes()
+    greedy = wire.Connection(bootstrap)
+    try:
+        greedy.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        frames = b"".join(wire.fetch_request(i, topic, 0, 0, 64 * MIB) for i in range(64))
+        greedy.send(frames)
+        time.sleep(3)
+        grown = weir.rss_bytes() - before
+        assert_serving(bootstrap, health)
+        print(f"RSS before {before / MIB:.1f} MiB, grown {grown / MIB:.1f} MiB with 64 unread 64 MiB fetches")
+        assert grown < 32 * MIB, f"broker RSS grew by {grown / MIB:.0f} MiB"
+    finally:
+        greedy.close()
+
+
+def send_partial_frames(bootstrap: str, count: int, frame_bytes: int, sent_bytes: int, stop: threading.Event) -> list[socket.socket]:
+    """`count` connections each announcing a `frame_bytes` frame and sending `sent_bytes` of it,
+    as fast as the broker reads; returns the sockets (left open)."""
+    host, port = bootstrap.rsplit(":", 1)
+    sockets = []
+    threads = []
+
+    def pump(sock: socket.socket) -> None:
+        chunk = bytes(1 * MIB)
+        sock.settimeout(0.5)
+        left = sent_bytes
+        try:
+            sock.sendall(struct.pack(">i", frame_bytes) + struct.pack(">hhi", 0, 9, 1))
+            while left > 0 and not stop.is_set():
+                try:
+                    n = sock.send(chunk[: min(len(chunk), left)])
+                    left -= n
+                except socket.timeout:
+                    continue
+        except OSError:
+            pass
+
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)))
+        sockets.append(sock)
+        thread = threading.Thread(target=pump, args=(sock,), daemon=True)
+        thread.start()
+        threads.append(thread)
+    return sockets
+
+
+def test_partial_large_frames_stay_within_queued_max_request_bytes(make_weir):
+    """30 connections each sending 89 of a 90 MiB frame held 2.7 GiB; now request bytes in memory
+    stop at queued.max.request.bytes (here 256 MiB, the default) and the rest wait unread, while
+    small requests from other clients go on."""
+    weir = make_weir("partial")
+    bootstrap = weir.bootstrap
+    health = unique_topic("health")
+    create_topic(bootstrap, health, partitions=1)
+    before = weir.rss_bytes()
+    stop = threading.Event()
+    sockets = send_partial_frames(bootstrap, 30, 90 * MIB, 89 * MIB, stop)
+    try:
+        peak = 0
+        for _ in range(20):
+            time.sleep(0.5)
+            peak = max(peak, weir.rss_bytes() - before)
+        assert_serving(bootstrap, health)
+        print(f"RSS before {before / MIB:.1f} MiB, peak growth {peak / MIB:.1f} MiB with 30 x 89 MiB partial frames")
+        assert peak < 256 * MIB + 64 * MIB, f"broker RSS grew by {peak / MIB:.0f} MiB"
+        assert peak > 64 * MIB, "the attack must have made the broker read (the test would prove nothing)"
+    finally:
+        stop.set()
+        for sock in sockets:
+            sock.close()
+
+
+def test_a_topic_rolling_a_segment_per_append_keeps_open_files_bounded(make_weir):
+    """segment.ms=1 under load once exhausted the open-file limit (three files per segment) and
+    the broker exited; now only the newest segment stays open and older ones are reopened
+    through a bounded cache, so a broker with 512 files runs on."""
+    weir = make_weir("fds", open_files=512)
+    bootstrap = weir.bootstrap
+    topic = unique_topic("rolling")
+    create_topic(bootstrap, topic, partitions=1, config={"segment.ms": "1"})
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
+    total = 2000
+    for i in range(total):
+        producer.produce(topic, value=b"r%d" % i, partition=0)
+        producer.flush(10)
+        if i % 4 == 0:
+            time.sleep(0.002)
+    segments = len(list((weir.data_dir / "logs").glob(f"{topic}-0/*.log")))
+    assert segments > 500, f"only {segments} segments: the test did not roll enough"
+    fds = weir.open_fd_count()
+    print(f"{segments} segments, {fds} open files (limit 512)")
+    assert fds is not None and fds < 400, f"{fds} files open"
+    log = read_confluent(bootstrap, topic, [0], timeout=120)[0]
+    assert [r.value for r in log] == [b"r%d" % i for i in range(total)]
+    assert weir.is_running()
+    from confluent_kafka.admin import ConfigResource
+
+    resource_ = ConfigResource("topic", topic, set_config={"segment.bytes": "1024"})
+    with pytest.raises(Exception, match="segment.bytes"):
+        admin(bootstrap).alter_configs([resource_])[resource_].result(30)
+
+
+def raise_open_files(wanted: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(hard, wanted) if hard != resource.RLIM_INFINITY else wanted
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return target
+
+
+def test_ten_thousand_idle_connections_from_one_address_lock_nobody_else_out(make_weir):
+    """10,100 idle connections from one address once filled the broker and left every new client
+    waiting in the accept queue; now the address is held to max.connections.per.ip (1000 by
+    default), the rest are closed at once, and clients from other addresses are served."""
+    weir = make_weir("flood")
+    bootstrap = weir.bootstrap
+    health = unique_topic("health")
+    create_topic(bootstrap, health, partitions=1)
+    flood_size = min(10_100, raise_open_files(12_000) - 500)
+    host, port = bootstrap.rsplit(":", 1)
+    flood = []
+    try:
+        for _ in range(flood_size):
+            sock = socket.socket()
+            sock.bind(("127.0.0.2", 0))
+            sock.connect((host, int(port)))
+            flood.append(sock)
+        assert_serving(bootstrap, health)
+
+        closed: set[int] = set()
+        poller = select.poll()
+        for sock in flood:
+            poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+        def count_closed() -> int:
+            # A socket the broker closed is readable with nothing to read.
+            for fd, _events in poller.poll(100):
+                if fd not in closed:
+                    closed.add(fd)
+                    poller.unregister(fd)
+            return len(closed)
+
+        refused = wait_until(
+            lambda: count_closed() >= flood_size - 1000 and len(closed),
+            timeout=60,
+            what=f"all but 1000 of {flood_size} connections closed",
+        )
+        time.sleep(1)
+        refused = count_closed()
+        assert refused == flood_size - 1000, f"{refused} closed, want {flood_size - 1000}"
+        lines = weir.log_text().count("refused connection")
+        print(f"{flood_size} connections from 127.0.0.2: {refused} closed at once, {lines} log lines")
+        assert 0 < lines < 200, f"{lines} log lines about refused connections: not rate-limited"
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+def test_idle_connections_are_closed_busy_ones_kept(make_weir):
+    weir = make_weir("idle", env={"WEIR_CONNECTIONS_MAX_IDLE_MS": "1500"})
+    bootstrap = weir.bootstrap
+    with wire.Connection(bootstrap) as idle, wire.Connection(bootstrap) as busy:
+        started = time.monotonic()
+        while time.monotonic() - started < 4:
+            busy.send(wire.api_versions_request(0, 5))
+            assert busy.recv_frame(timeout=5) is not None, "a busy connection was closed"
+            time.sleep(0.5)
+        assert idle.wait_closed_or_reply(timeout=10) == "closed"
