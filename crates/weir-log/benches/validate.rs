@@ -49,8 +49,16 @@ fn compress(codec: i16, plain: &[u8]) -> Vec<u8> {
         2 => snap::raw::Encoder::new()
             .compress_vec(plain)
             .expect("snappy"),
-        3 => {
-            let mut e = lz4::EncoderBuilder::new().build(Vec::new()).expect("lz4");
+        3 | 5 => {
+            let mut builder = lz4::EncoderBuilder::new();
+            if codec == 3 {
+                // Independent blocks without a content checksum, as the Java client and
+                // librdkafka write them; codec 5 here is lz4's default linked blocks.
+                builder
+                    .block_mode(lz4::BlockMode::Independent)
+                    .checksum(lz4::ContentChecksum::NoChecksum);
+            }
+            let mut e = builder.build(Vec::new()).expect("lz4");
             e.write_all(plain).expect("lz4");
             let (out, result) = e.finish();
             result.expect("lz4");
@@ -66,7 +74,8 @@ fn batch(codec: i16, plain: &[u8]) -> Bytes {
     out.extend_from_slice(&compress(codec, plain));
     let length = (out.len() - 12) as i32;
     out[8..12].copy_from_slice(&length.to_be_bytes());
-    out[21..23].copy_from_slice(&codec.to_be_bytes());
+    let attribute: i16 = if codec == 5 { 3 } else { codec };
+    out[21..23].copy_from_slice(&attribute.to_be_bytes());
     out[23..27].copy_from_slice(&(RECORDS as i32 - 1).to_be_bytes());
     out[57..61].copy_from_slice(&(RECORDS as i32).to_be_bytes());
     let crc = batch_crc(&out);

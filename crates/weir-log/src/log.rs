@@ -214,6 +214,14 @@ impl ReadSlice {
 }
 
 impl ReadView {
+    /// True when everything this view may read lies in the last `bytes` appended to the active
+    /// segment: what a consumer keeping up with producers asks for, pages written moments ago
+    /// and still in the page cache.
+    pub fn within_last(&self, bytes: u64) -> bool {
+        let recent = |hint: &PositionHint| matches!(hint, PositionHint::Known(p) if self.end_position.saturating_sub(*p) <= bytes);
+        recent(&self.start) && self.upper.as_ref().is_none_or(|(_, hint)| recent(hint))
+    }
+
     /// The bytes to return: from the batch holding the view's offset, at most `max_bytes`
     /// (but the whole first batch when `min_one_batch` is set, so a consumer always makes
     /// progress), ending before the upper bound. Reads batch headers: call off the async

@@ -21,7 +21,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
-use weir_log::{LogError, ReadSlice};
+use weir_log::{ReadSlice, ReadView};
 
 use crate::broker::Broker;
 use crate::handlers::encode;
@@ -38,6 +38,10 @@ pub const FETCH_BYTES_MAX: u64 = 57_671_680;
 /// A response whose records total at most this is read into memory before it is queued; a
 /// larger one is streamed from the segment files as it is written.
 const INLINE_RECORDS_BYTES_MAX: u64 = 64 * 1024;
+/// Reads that lie entirely in the last this-many bytes appended to a partition (a consumer
+/// keeping up with producers) are served on the connection's task: those pages were written
+/// moments ago and are in the page cache. Older data is read on a blocking thread.
+const TAIL_READ_BYTES: u64 = 1024 * 1024;
 /// Version from which Fetch is a flexible message (compact records length).
 const FIRST_FLEXIBLE_VERSION: i16 = 12;
 /// Bytes of a records placeholder: a per-process secret then the partition's position.
@@ -54,6 +58,13 @@ struct Target {
 struct PartitionRead {
     data: PartitionData,
     slice: Option<ReadSlice>,
+}
+
+/// One partition before reading: the response entry so far and what may be read.
+struct PartitionPlan {
+    data: PartitionData,
+    view: Option<ReadView>,
+    partition_max_bytes: u64,
 }
 
 /// What one attempt at reading found.
@@ -92,7 +103,6 @@ pub async fn handle(
             });
         }
     }
-    let targets = Arc::new(targets);
     let wait_ms = u64::try_from(request.max_wait_ms)
         .unwrap_or(0)
         .min(FETCH_WAIT_MS_MAX);
@@ -109,13 +119,26 @@ pub async fn handle(
             .collect();
         let stopping = *shutdown.borrow_and_update();
         let last_chance = stopping || watches.is_empty() || Instant::now() >= deadline;
-        let attempt_targets = targets.clone();
-        let attempt = tokio::task::spawn_blocking(move || {
-            read_once(&attempt_targets, version, max_bytes, min_bytes, last_chance)
-        })
-        .await;
-        let Ok(attempt) = attempt else {
-            return Reply::Close;
+        let plans: Vec<PartitionPlan> =
+            targets.iter().map(|t| plan_partition(t, version)).collect();
+        // Only reading older data can wait on the disk: a consumer at the end of the log, or
+        // reading what was just written, costs no trip to a blocking thread.
+        let tail_only = plans.iter().all(|p| {
+            p.view
+                .as_ref()
+                .is_none_or(|v| v.within_last(TAIL_READ_BYTES))
+        });
+        let attempt = if !tail_only {
+            match tokio::task::spawn_blocking(move || {
+                read_once(plans, max_bytes, min_bytes, last_chance)
+            })
+            .await
+            {
+                Ok(attempt) => attempt,
+                Err(_) => return Reply::Close,
+            }
+        } else {
+            read_once(plans, max_bytes, min_bytes, last_chance)
         };
         let satisfied = attempt.bytes >= min_bytes && (attempt.bytes > 0 || min_bytes == 0);
         if satisfied || attempt.any_error || last_chance {
@@ -130,21 +153,21 @@ pub async fn handle(
     }
 }
 
-/// Reads every partition once, without holding any lock during disk reads. When the answer
-/// will be sent as it is (`min_bytes` met, or no more waiting) and is small, the records are
-/// read into memory here.
+/// Reads what the plans allow, in order, without holding any lock: each partition gets what
+/// is left of `max_bytes`. When the answer will be sent as it is (`min_bytes` met, or no more
+/// waiting) and is small, the records are read into memory here. Reads batch headers and
+/// records: run off the async workers unless every view reads only the newest bytes.
 fn read_once(
-    targets: &[Target],
-    version: i16,
+    plans: Vec<PartitionPlan>,
     max_bytes: u64,
     min_bytes: u64,
     last_chance: bool,
 ) -> Attempt {
-    let mut reads = Vec::with_capacity(targets.len());
+    let mut reads = Vec::with_capacity(plans.len());
     let mut bytes = 0u64;
     let mut any_error = false;
-    for target in targets {
-        let read = read_partition(target, version, max_bytes.saturating_sub(bytes), bytes == 0);
+    for plan in plans {
+        let read = read_partition(plan, max_bytes.saturating_sub(bytes), bytes == 0);
         bytes += read.slice.as_ref().map_or(0, ReadSlice::len);
         any_error |= read.data.error_code != 0;
         reads.push(read);
@@ -168,7 +191,9 @@ fn read_once(
     }
 }
 
-fn read_partition(target: &Target, version: i16, budget: u64, first: bool) -> PartitionRead {
+/// The response entry of one partition and, when there is something below the high watermark
+/// to read, a view of it. Memory only: the partition's lock is held for this and nothing else.
+fn plan_partition(target: &Target, version: i16) -> PartitionPlan {
     let mut data = PartitionData::default();
     data.partition_index = target.request.partition;
     data.high_watermark = -1;
@@ -177,47 +202,61 @@ fn read_partition(target: &Target, version: i16, budget: u64, first: bool) -> Pa
     data.preferred_read_replica = BrokerId(-1);
     data.aborted_transactions = Some(Vec::new());
     data.records = Some(Bytes::new());
+    let partition_max_bytes = u64::try_from(target.request.partition_max_bytes).unwrap_or(0);
+    let plan = |data, view| PartitionPlan {
+        data,
+        view,
+        partition_max_bytes,
+    };
     let Some(partition) = &target.partition else {
         data.error_code = if version >= 13 {
             ResponseError::UnknownTopicId.code()
         } else {
             ResponseError::UnknownTopicOrPartition.code()
         };
+        return plan(data, None);
+    };
+    let log = partition.log();
+    let high_watermark = log.high_watermark();
+    data.high_watermark = high_watermark;
+    // Without transactions every record below the high watermark is committed.
+    data.last_stable_offset = high_watermark;
+    data.log_start_offset = log.log_start_offset();
+    let current_epoch = log.leader_epoch();
+    let requested_epoch = target.request.current_leader_epoch;
+    if requested_epoch > current_epoch {
+        data.error_code = ResponseError::UnknownLeaderEpoch.code();
+        return plan(data, None);
+    }
+    if requested_epoch >= 0 && requested_epoch < current_epoch {
+        data.error_code = ResponseError::FencedLeaderEpoch.code();
+        return plan(data, None);
+    }
+    match log.read_view(target.request.fetch_offset, high_watermark) {
+        Ok(view) => plan(data, view),
+        Err(error) => {
+            data.error_code = ErrorReply::from(&error).code();
+            plan(data, None)
+        }
+    }
+}
+
+fn read_partition(plan: PartitionPlan, budget: u64, first: bool) -> PartitionRead {
+    let PartitionPlan {
+        mut data,
+        view,
+        partition_max_bytes,
+    } = plan;
+    let Some(view) = view else {
         return PartitionRead { data, slice: None };
     };
-    let view = {
-        let log = partition.log();
-        let high_watermark = log.high_watermark();
-        data.high_watermark = high_watermark;
-        // Without transactions every record below the high watermark is committed.
-        data.last_stable_offset = high_watermark;
-        data.log_start_offset = log.log_start_offset();
-        let current_epoch = log.leader_epoch();
-        let requested_epoch = target.request.current_leader_epoch;
-        if requested_epoch > current_epoch {
-            data.error_code = ResponseError::UnknownLeaderEpoch.code();
-            return PartitionRead { data, slice: None };
-        }
-        if requested_epoch >= 0 && requested_epoch < current_epoch {
-            data.error_code = ResponseError::FencedLeaderEpoch.code();
-            return PartitionRead { data, slice: None };
-        }
-        log.read_view(target.request.fetch_offset, high_watermark)
-    };
-    let limit = u64::try_from(target.request.partition_max_bytes)
-        .unwrap_or(0)
-        .min(budget);
+    let limit = partition_max_bytes.min(budget);
     if limit == 0 && !first {
         return PartitionRead { data, slice: None };
     }
     // The first batch of the response is returned whole even beyond the limits, so a consumer
     // always makes progress; later partitions only get what fits.
-    let slice: Result<Option<ReadSlice>, LogError> = match view {
-        Ok(Some(view)) => view.slice(limit, first),
-        Ok(None) => Ok(None),
-        Err(error) => Err(error),
-    };
-    match slice {
+    match view.slice(limit, first) {
         Ok(slice) => PartitionRead {
             data,
             slice: slice.filter(|s| !s.is_empty()),

@@ -1,6 +1,6 @@
 //! Produce (key 0), v3–11: check and validate each partition's batch, append them in request
-//! order on a blocking thread, then answer once the writes are as durable as `acks` and the
-//! topic's `flush.policy` require.
+//! order (on a blocking thread unless the request is small and uncompressed), then answer once
+//! the writes are as durable as `acks` and the topic's `flush.policy` require.
 
 use std::sync::Arc;
 
@@ -19,6 +19,10 @@ use crate::partition::Partition;
 use crate::rate_limit::warn_bad_input;
 use crate::reply::Reply;
 
+/// A request whose batches are uncompressed and total at most this is validated and appended
+/// on the connection's task: that is microseconds of CPU and a write into the page cache, less
+/// than the trip to a blocking thread costs. Larger or compressed ones go to a blocking thread.
+const INLINE_APPEND_BYTES_MAX: usize = 64 * 1024;
 /// Codec id of zstd, which Produce only allows from version 7 on.
 const CODEC_ZSTD: i16 = 4;
 /// A compressed batch may decompress to at most this many times `max.message.bytes`…
@@ -104,26 +108,30 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
     let compressed = jobs
         .iter()
         .any(|j| BatchHeader::parse(&j.records).is_some_and(|h| h.compression() != 0));
+    let request_bytes: usize = jobs.iter().map(|j| j.records.len()).sum();
     // Decompression is CPU and memory: a bounded number at once, broker-wide.
     let _permit = match compressed {
         true => broker.compressed_validations.acquire().await.ok(),
         false => None,
     };
-    let outcomes: Vec<(Job, Outcome)> = match tokio::task::spawn_blocking(move || {
+    let run = move || -> Vec<(Job, Outcome)> {
         jobs.into_iter()
             .map(|job| {
                 let outcome = validate_and_append(&job);
                 (job, outcome)
             })
             .collect()
-    })
-    .await
-    {
-        Ok(outcomes) => outcomes,
-        Err(error) => {
-            // The blocking task panicked: with `panic = "abort"` the process is already gone.
-            tracing::error!(target: "weir::server", %error, "produce append task failed");
-            Vec::new()
+    };
+    let outcomes = if !compressed && request_bytes <= INLINE_APPEND_BYTES_MAX {
+        run()
+    } else {
+        match tokio::task::spawn_blocking(run).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                // The blocking task panicked: with `panic = "abort"` the process is gone.
+                tracing::error!(target: "weir::server", %error, "produce append task failed");
+                Vec::new()
+            }
         }
     };
     let mut durable = Vec::new();
@@ -206,7 +214,7 @@ fn check_partition(
     Ok((partition, records))
 }
 
-/// Validates every record of the batch and appends it. Runs on a blocking thread.
+/// Validates every record of the batch and appends it.
 fn validate_and_append(job: &Job) -> Outcome {
     let settings = &job.settings;
     let limits = ValidationLimits {
