@@ -21,6 +21,8 @@ use crate::rate_limit::LineLimit;
 /// that may have lost acknowledged data.
 pub const EXIT_CODE_STORAGE_FAILURE: i32 = 3;
 
+/// Wait before trying a postponed fsync again (out of file descriptors).
+const FLUSH_RETRY_MS: u64 = 100;
 /// Log lines about refused writes and failed checkpoints, at most a few a second broker-wide.
 static STORAGE_WARNINGS: LineLimit = LineLimit::new();
 
@@ -117,7 +119,10 @@ impl Partition {
         };
         let (info, high_watermark, rolled) = match appended {
             Ok(appended) => appended,
-            Err(LogError::Io(error)) => storage_failure(&self.dir, &error.to_string()),
+            Err(LogError::Io(error)) => {
+                self.failed(&error);
+                return Err(LogError::Deleted);
+            }
             Err(error @ LogError::OutOfResources(_)) => {
                 if !self.writes_refused.swap(true, Ordering::AcqRel) {
                     tracing::error!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "writes refused until space returns; reads go on");
@@ -184,7 +189,16 @@ impl Partition {
         let result = tokio::task::spawn_blocking(move || ticket.sync()).await;
         let done = match result {
             Ok(Ok(done)) => done,
-            Ok(Err(error)) => storage_failure(&self.dir, &error.to_string()),
+            Ok(Err(error)) if weir_storage::is_resource_exhausted(&error) => {
+                // Out of file descriptors (opening the directory to sync it): nothing is known
+                // to be lost, so wait and let the next waiter try again.
+                if let Some(suppressed) = STORAGE_WARNINGS.admit() {
+                    tracing::warn!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, suppressed, "fsync postponed");
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(FLUSH_RETRY_MS)).await;
+                return;
+            }
+            Ok(Err(error)) => return self.failed(&error),
             Err(error) => storage_failure(&self.dir, &error.to_string()),
         };
         self.log_mut().flush_done(done);
@@ -205,7 +219,12 @@ impl Partition {
                 self.synced_offset
                     .send_modify(|synced| *synced = (*synced).max(done.end_offset));
             }
-            Err(error) => storage_failure(&self.dir, &error.to_string()),
+            Err(error) if weir_storage::is_resource_exhausted(&error) => {
+                if let Some(suppressed) = STORAGE_WARNINGS.admit() {
+                    tracing::warn!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, suppressed, "fsync postponed");
+                }
+            }
+            Err(error) => self.failed(&error),
         }
     }
 
@@ -224,7 +243,7 @@ impl Partition {
                     tracing::warn!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, suppressed, "checkpoint not written");
                 }
             }
-            Err(error) => storage_failure(&self.dir, &error.to_string()),
+            Err(error) => self.failed(&error),
         }
     }
 
@@ -240,8 +259,25 @@ impl Partition {
             Err(LogError::OutOfResources(error)) => {
                 tracing::warn!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "clean-shutdown marker not written; the next start recovers this log");
             }
-            Err(error) => storage_failure(&self.dir, &error.to_string()),
+            Err(error) => self.failed(&error),
         }
+    }
+
+    /// Marks the partition deleted before its directory goes: writes are refused and
+    /// maintenance skips it, so nothing fails on files removed on purpose.
+    pub fn mark_deleted(&self) {
+        self.log_mut().mark_deleted();
+    }
+
+    /// A write or fsync failed: the process stops (a log that may have lost acknowledged data
+    /// is never served) — unless the partition was deleted meanwhile and its files are gone on
+    /// purpose.
+    fn failed(&self, error: &dyn std::fmt::Display) {
+        if self.log().is_deleted() {
+            tracing::debug!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "write to a deleted partition dropped");
+            return;
+        }
+        storage_failure(&self.dir, &error.to_string())
     }
 }
 

@@ -115,6 +115,7 @@ impl PartitionRegistry {
         };
         for partition in removed {
             tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting partition of a deleted topic");
+            partition.mark_deleted();
             self.delete_dir(&partition.dir);
         }
         self.tidy_dirs(&wanted);
@@ -236,6 +237,7 @@ impl PartitionRegistry {
                 _ => Err(e),
             })
             .and_then(|()| storage.remove_dir_all(&doomed));
+        self.files.forget_dir(dir);
         if let Err(error) = result {
             storage_failure(dir, &error.to_string());
         }
@@ -290,6 +292,7 @@ impl PartitionRegistry {
             if let Err(error) = storage.rename(&dir, &aside) {
                 storage_failure(&dir, &error.to_string());
             }
+            self.files.forget_dir(&dir);
         }
     }
 

@@ -2,11 +2,12 @@
 //! budget, runs requests concurrently and writes responses back in request order.
 //!
 //! Bounds, per connection: [`CONNECTION_PIPELINE_MAX`] requests in flight,
+//! [`CONNECTION_REQUEST_BYTES_MAX`] bytes of small requests in flight,
 //! [`CONNECTION_RESPONSE_BYTES_MAX`] response bytes in memory waiting for the client to read
-//! (past it the socket is not read: backpressure), one frame being read, and
+//! (past either the socket is not read: backpressure), one frame being read, and
 //! `connections.max.idle.ms` without a byte moving before it is closed. Broker-wide:
-//! `max.connections`, `max.connections.per.ip`, and `queued.max.request.bytes` of request
-//! bytes in memory.
+//! `max.connections`, `max.connections.per.ip`, and `queued.max.request.bytes` of large
+//! requests in memory. When a connection closes, its unfinished requests are cancelled.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -41,8 +42,15 @@ pub const CONNECTION_PIPELINE_MAX: usize = 64;
 /// segment files and do not count: this bounds metadata and small responses.
 pub const CONNECTION_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Frames up to this size are read without waiting for `queued.max.request.bytes`, so
-/// fetches, metadata and heartbeats go on while large produce requests wait for memory.
+/// fetches, metadata and heartbeats go on while large produce requests wait for memory; they
+/// count against the connection's [`CONNECTION_REQUEST_BYTES_MAX`] instead.
 pub const SMALL_FRAME_BYTES: u32 = 64 * 1024;
+/// Bytes of small requests one connection may have in flight (long polls hold theirs for up to
+/// 30 s); past it the connection is not read until some finish.
+pub const CONNECTION_REQUEST_BYTES_MAX: usize = 1024 * 1024;
+/// A frame holding part of `queued.max.request.bytes` whose client sends nothing for this long
+/// is dropped with its connection, so a stalled client cannot keep memory from others.
+pub const FRAME_STALL_MS: u64 = 15_000;
 /// Bytes read from a segment file at a time when streaming fetch records to a client.
 pub const STREAM_CHUNK_BYTES: usize = 64 * 1024;
 /// Small responses are gathered into one write up to this size.
@@ -124,31 +132,64 @@ impl Activity {
     }
 }
 
-/// Response bytes in memory for one connection, and a wake-up when they drop.
-struct ResponseMemory {
+/// Bytes in memory for one connection (requests in flight, or responses not yet written), with
+/// a limit the reader waits on before reading more.
+struct ByteGate {
     outstanding: AtomicUsize,
+    limit: usize,
     freed: Notify,
 }
 
-impl ResponseMemory {
-    fn add(&self, bytes: usize) {
+/// Bytes counted in a [`ByteGate`] until this is dropped.
+struct Charge {
+    gate: Arc<ByteGate>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.gate
+            .outstanding
+            .fetch_sub(self.bytes, Ordering::AcqRel);
+        self.gate.freed.notify_waiters();
+    }
+}
+
+impl ByteGate {
+    fn new(limit: usize) -> Arc<ByteGate> {
+        Arc::new(ByteGate {
+            outstanding: AtomicUsize::new(0),
+            limit,
+            freed: Notify::new(),
+        })
+    }
+
+    fn charge(self: &Arc<Self>, bytes: usize) -> Charge {
         self.outstanding.fetch_add(bytes, Ordering::AcqRel);
+        Charge {
+            gate: self.clone(),
+            bytes,
+        }
     }
 
-    fn release(&self, bytes: usize) {
-        self.outstanding.fetch_sub(bytes, Ordering::AcqRel);
-        self.freed.notify_waiters();
-    }
-
-    /// Returns once the outstanding bytes are within [`CONNECTION_RESPONSE_BYTES_MAX`].
+    /// Returns once the outstanding bytes are within the limit.
     async fn within_limit(&self) {
         loop {
             let freed = self.freed.notified();
-            if self.outstanding.load(Ordering::Acquire) <= CONNECTION_RESPONSE_BYTES_MAX {
+            if self.outstanding.load(Ordering::Acquire) <= self.limit {
                 return;
             }
             freed.await;
         }
+    }
+}
+
+/// A request's reply task, cancelled if the connection goes before the reply is written.
+struct ReplyTask(JoinHandle<(Reply, Option<Charge>)>);
+
+impl Drop for ReplyTask {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -170,20 +211,15 @@ async fn handle_connection(
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let activity = Arc::new(Activity::new());
-    let memory = Arc::new(ResponseMemory {
-        outstanding: AtomicUsize::new(0),
-        freed: Notify::new(),
-    });
-    let (queue, pending) = mpsc::channel::<JoinHandle<Reply>>(CONNECTION_PIPELINE_MAX);
-    let mut writer_task = tokio::spawn(write_responses(
-        writer,
-        pending,
-        activity.clone(),
-        memory.clone(),
-    ));
+    let gates = Gates {
+        requests: ByteGate::new(CONNECTION_REQUEST_BYTES_MAX),
+        responses: ByteGate::new(CONNECTION_RESPONSE_BYTES_MAX),
+    };
+    let (queue, pending) = mpsc::channel::<ReplyTask>(CONNECTION_PIPELINE_MAX);
+    let mut writer_task = tokio::spawn(write_responses(writer, pending, activity.clone()));
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     let ending = tokio::select! {
-        ending = read_requests(&broker, &mut reader, &peer, &queue, &activity, &memory) => ending,
+        ending = read_requests(&broker, &mut reader, &peer, &queue, &activity, &gates) => ending,
         _ = activity.idle_for(idle) => {
             tracing::debug!(target: "weir::server", %peer, idle_ms = idle.as_millis() as u64, "closing idle connection");
             Ending::Close
@@ -202,24 +238,34 @@ async fn handle_connection(
     tracing::debug!(target: "weir::server", %peer, "connection closed");
 }
 
+/// The connection's byte limits.
+struct Gates {
+    /// Small requests in flight.
+    requests: Arc<ByteGate>,
+    /// Responses in memory not yet written.
+    responses: Arc<ByteGate>,
+}
+
 async fn read_requests(
     broker: &Arc<Broker>,
     reader: &mut (impl AsyncRead + Unpin),
     peer: &SocketAddr,
-    queue: &mpsc::Sender<JoinHandle<Reply>>,
+    queue: &mpsc::Sender<ReplyTask>,
     activity: &Arc<Activity>,
-    memory: &Arc<ResponseMemory>,
+    gates: &Gates,
 ) -> Ending {
     let max_bytes = broker.config.socket_request_max_bytes;
     let mut shutdown = broker.shutdown.clone();
     loop {
-        // Backpressure: read no more while the client leaves responses unread.
-        memory.within_limit().await;
+        // Backpressure: read no more while the client leaves responses unread or has too many
+        // requests in flight.
+        gates.responses.within_limit().await;
+        gates.requests.within_limit().await;
         let frame = tokio::select! {
-            frame = read_frame(reader, max_bytes, &broker.request_memory, activity) => frame,
+            frame = read_frame(reader, max_bytes, &broker.request_memory, &gates.requests, activity) => frame,
             _ = crate::broker::stopping(&mut shutdown) => return Ending::Drain,
         };
-        let (frame, permit) = match frame {
+        let (frame, held) = match frame {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ending::Drain,
             Err(error) => {
@@ -250,67 +296,82 @@ async fn read_requests(
                 return Ending::Close;
             }
         };
-        let memory = memory.clone();
+        let responses = gates.responses.clone();
         let reply = tokio::spawn(async move {
             let reply = pending.await;
-            // The request's bytes (and their share of queued.max.request.bytes) are free now.
-            drop(permit);
-            if let Reply::Frame(frame) = &reply {
-                memory.add(frame.memory_bytes());
-            }
-            reply
+            // The request's bytes (and their share of the memory limits) are free now.
+            drop(held);
+            let charge = match &reply {
+                Reply::Frame(frame) => Some(responses.charge(frame.memory_bytes())),
+                _ => None,
+            };
+            (reply, charge)
         });
-        if queue.send(reply).await.is_err() {
+        if queue.send(ReplyTask(reply)).await.is_err() {
             return Ending::Close;
         }
     }
 }
 
-/// Reads one request frame. Frames up to [`SMALL_FRAME_BYTES`] are read at once; a larger one
-/// grows its buffer as bytes arrive, taking each growth from `budget`
-/// (`queued.max.request.bytes`) first, so when the budget is spent this socket is simply not
-/// read until memory frees. The permit is returned with the frame.
+/// What a request frame holds while it is in flight, released when dropped: its share of
+/// `queued.max.request.bytes` (a large frame) or of the connection's small-request bytes.
+enum Held {
+    Shared { _permit: OwnedSemaphorePermit },
+    Connection { _charge: Charge },
+}
+
+/// Reads one request frame. A frame up to [`SMALL_FRAME_BYTES`] counts against the
+/// connection's small-request bytes; a larger one first takes its whole length from `budget`
+/// (`queued.max.request.bytes`; all at once, so frames never wait holding part of it), and
+/// when the budget is spent this socket is simply not read until memory frees. A sender that
+/// stalls for [`FRAME_STALL_MS`] is dropped.
 async fn read_frame(
     reader: &mut (impl AsyncRead + Unpin),
     max_bytes: u32,
     budget: &Arc<Semaphore>,
+    small: &Arc<ByteGate>,
     activity: &Activity,
-) -> Result<Option<(Bytes, Option<OwnedSemaphorePermit>)>, FrameError> {
+) -> Result<Option<(Bytes, Held)>, FrameError> {
     let Some(length) = read_frame_length(reader, max_bytes).await? else {
         return Ok(None);
     };
     activity.touch();
-    let length = length as usize;
-    let mut permit: Option<OwnedSemaphorePermit> = None;
-    let mut body: Vec<u8> = Vec::new();
-    if length <= SMALL_FRAME_BYTES as usize {
-        body.reserve_exact(length);
-    }
-    while body.len() < length {
-        if body.len() == body.capacity() {
-            let target = length.min((body.capacity() * 2).max(SMALL_FRAME_BYTES as usize));
-            let grow = target - body.capacity();
-            // `grow` ≤ socket.request.max.bytes ≤ i32::MAX, and queued.max.request.bytes is at
-            // least that (checked at startup), so the acquire can be satisfied.
-            let more = budget
-                .clone()
-                .acquire_many_owned(grow as u32)
-                .await
-                .map_err(|_| FrameError::Truncated)?;
-            match &mut permit {
-                Some(held) => held.merge(more),
-                None => permit = Some(more),
-            }
-            body.reserve_exact(grow);
+    let held = if length <= SMALL_FRAME_BYTES {
+        Held::Connection {
+            _charge: small.charge(length as usize),
         }
-        let room = (body.capacity() - body.len()).min(length - body.len());
-        let n = (&mut *reader).take(room as u64).read_buf(&mut body).await?;
+    } else {
+        // `length` ≤ socket.request.max.bytes ≤ queued.max.request.bytes (checked at startup):
+        // the acquire can always be satisfied.
+        let permit = budget
+            .clone()
+            .acquire_many_owned(length)
+            .await
+            .map_err(|_| FrameError::Truncated)?;
+        Held::Shared { _permit: permit }
+    };
+    let length = length as usize;
+    // The memory is accounted for in full: allocate it at once (pages are only touched, and
+    // counted by the kernel, as bytes arrive), so the buffer never moves.
+    let mut body: Vec<u8> = Vec::with_capacity(length);
+    let stall = Duration::from_millis(FRAME_STALL_MS);
+    while body.len() < length {
+        let mut limited = (&mut *reader).take((length - body.len()) as u64);
+        let n = match tokio::time::timeout(stall, limited.read_buf(&mut body)).await {
+            Ok(n) => n?,
+            Err(_) => {
+                return Err(FrameError::Stalled {
+                    length: length as u32,
+                    stalled_ms: FRAME_STALL_MS,
+                })
+            }
+        };
         if n == 0 {
             return Err(FrameError::Truncated);
         }
         activity.touch();
     }
-    Ok(Some((Bytes::from(body), permit)))
+    Ok(Some((Bytes::from(body), held)))
 }
 
 /// Writes `bytes` fully, noting progress as it goes (a client that reads slowly is not idle).
@@ -362,19 +423,25 @@ async fn stream_slice(
     Ok(())
 }
 
-/// Writes responses in request order, gathering small ones into one write and flushing when no
-/// further response is ready.
+/// Writes responses in request order, gathering small ones into one write. Gathered bytes go
+/// out as soon as the next response is not ready yet (a long poll must not hold back the
+/// answers before it) or nothing else is queued.
 async fn write_responses(
     mut writer: OwnedWriteHalf,
-    mut pending: mpsc::Receiver<JoinHandle<Reply>>,
+    mut pending: mpsc::Receiver<ReplyTask>,
     activity: Arc<Activity>,
-    memory: Arc<ResponseMemory>,
 ) {
     let mut out: Vec<u8> = Vec::new();
     let mut chunk: Vec<u8> = Vec::new();
-    while let Some(handle) = pending.recv().await {
-        let reply = match handle.await {
-            Ok(reply) => reply,
+    while let Some(mut task) = pending.recv().await {
+        if !task.0.is_finished() {
+            if write_tracked(&mut writer, &out, &activity).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        let (reply, charge) = match (&mut task.0).await {
+            Ok(done) => done,
             Err(error) => {
                 tracing::error!(target: "weir::server", %error, "request handler failed; closing connection");
                 return;
@@ -388,7 +455,6 @@ async fn write_responses(
                 return;
             }
         };
-        let in_memory = frame.memory_bytes();
         for part in frame.into_parts() {
             let result = match part {
                 FramePart::Bytes(bytes) if out.len() + bytes.len() <= COALESCE_BYTES_MAX => {
@@ -420,7 +486,7 @@ async fn write_responses(
                 return;
             }
         }
-        memory.release(in_memory);
+        drop(charge);
         if pending.is_empty() {
             if write_tracked(&mut writer, &out, &activity).await.is_err() {
                 return;

@@ -11,6 +11,9 @@ use crate::command::MetadataCommand;
 const RECORD_BYTES_MAX: u32 = 16 * 1024 * 1024;
 /// Bytes before each record's JSON: length (u32) and CRC-32C (u32).
 const RECORD_HEADER_BYTES: usize = 8;
+/// How far past a bad record replay looks for an intact one before calling the rest a torn
+/// tail: commands are small, so the record after a damaged one starts well within this.
+const RESYNC_SCAN_BYTES: usize = 64 * 1024;
 
 /// Why the metadata log refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -134,21 +137,23 @@ impl MetadataLog for FileMetadataLog {
                     commands.push(command);
                     position = next;
                 }
-                Parsed::Torn => break,
-                Parsed::Damaged(reason) => {
-                    // A crash mid-append leaves a torn last record, possibly followed by the
-                    // zeros of a preallocated block; anything else after it is corruption.
-                    let rest = &raw[position..];
-                    let last_record = RECORD_HEADER_BYTES
-                        + u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize
-                        >= rest.len();
-                    let zeros_after = rest
-                        .get(RECORD_HEADER_BYTES..)
-                        .is_some_and(|r| r.iter().all(|b| *b == 0));
-                    if !(last_record || zeros_after) {
+                bad @ (Parsed::Torn | Parsed::Damaged(_)) => {
+                    let reason = match bad {
+                        Parsed::Damaged(reason) => reason,
+                        _ => "its length runs past the end of the log".to_string(),
+                    };
+                    // A crash mid-append leaves a torn last record (possibly followed by the
+                    // zeros of a preallocated block). An intact record after the bad one means
+                    // corruption instead, which must not silently drop what follows.
+                    let scan_end = raw.len().min(position + 1 + RESYNC_SCAN_BYTES);
+                    if let Some(intact) = (position + 1..scan_end)
+                        .find(|&at| matches!(parse_at(&raw, at), Parsed::Record(..)))
+                    {
                         return Err(MetadataLogError::Corrupt {
                             position: position as u64,
-                            reason,
+                            reason: format!(
+                                "{reason}, and an intact record follows at byte {intact}"
+                            ),
                         });
                     }
                     break;
@@ -219,13 +224,22 @@ mod tests {
         reopened.append(&command(9)).expect("append after the cut");
         assert_eq!(open(&disk).replay().expect("replay").len(), 3);
 
-        let mut damaged = disk.read(path).expect("read");
-        damaged[12] ^= 0xff; // inside the first record's JSON
-        disk.plant(path, &damaged);
-        assert!(matches!(
-            open(&disk).replay(),
-            Err(MetadataLogError::Corrupt { position: 0, .. })
-        ));
-        assert_eq!(disk.read(path).expect("read"), damaged, "left untouched");
+        let intact = disk.read(path).expect("read");
+        for (at, what) in [
+            (12, "inside the first record's JSON"),
+            (1, "the first record's length"),
+        ] {
+            let mut damaged = intact.clone();
+            damaged[at] ^= 0xff;
+            disk.plant(path, &damaged);
+            assert!(
+                matches!(
+                    open(&disk).replay(),
+                    Err(MetadataLogError::Corrupt { position: 0, .. })
+                ),
+                "{what}"
+            );
+            assert_eq!(disk.read(path).expect("read"), damaged, "left untouched");
+        }
     }
 }

@@ -15,9 +15,12 @@ use crate::records::{validate_records, ValidationLimits};
 pub const BATCH_HEADER_BYTES: usize = 61;
 /// Bytes before `batchLength`'s payload starts: baseOffset (8) + batchLength (4).
 pub const LOG_OVERHEAD_BYTES: usize = 12;
-/// Bytes the broker rewrites at the start of a batch: baseOffset, batchLength (unchanged) and
-/// partitionLeaderEpoch.
-pub const PATCHED_HEAD_BYTES: usize = 16;
+/// Bytes at the start of a batch the broker may rewrite: baseOffset and partitionLeaderEpoch
+/// always, and — only when the producer understated it, as Kafka does — maxTimestamp with the
+/// CRC. Everything after them is stored exactly as sent.
+pub const PATCHED_HEAD_BYTES: usize = 43;
+/// Position of the maxTimestamp field.
+const MAX_TIMESTAMP_AT: usize = 35;
 /// The only record batch format Weir stores.
 pub const MAGIC_V2: i8 = 2;
 /// Producer id of a batch written without idempotence.
@@ -283,16 +286,29 @@ pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, B
 }
 
 /// The first [`PATCHED_HEAD_BYTES`] of `batch` with the broker-assigned base offset and leader
-/// epoch written in; the rest of the batch is stored unchanged after it.
+/// epoch written in (the CRC does not cover them). When the header's maxTimestamp differs from
+/// the records' largest timestamp — franz-go writes the last record's, which is smaller when
+/// timestamps go backwards — it is corrected and the CRC recomputed, as Kafka does, so stored
+/// headers can be trusted by retention and lookups. The rest of the batch follows unchanged.
 pub fn patched_head(
     batch: &[u8],
     base_offset: i64,
     partition_leader_epoch: i32,
+    max_timestamp: i64,
 ) -> [u8; PATCHED_HEAD_BYTES] {
     let mut head = [0u8; PATCHED_HEAD_BYTES];
     head.copy_from_slice(&batch[..PATCHED_HEAD_BYTES]);
     head[0..8].copy_from_slice(&base_offset.to_be_bytes());
     head[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    let claimed = &mut head[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8];
+    if claimed != max_timestamp.to_be_bytes() {
+        claimed.copy_from_slice(&max_timestamp.to_be_bytes());
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c(&head[CRC_START..]),
+            &batch[PATCHED_HEAD_BYTES..],
+        );
+        head[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
     head
 }
 
@@ -383,7 +399,7 @@ mod tests {
         let valid = validate(Bytes::from(batch.clone()), &limits()).expect("valid");
         assert_eq!(valid.header().record_count, 2);
         assert_eq!(valid.max_timestamp(), 1000);
-        let mut patched = patched_head(&batch, 42, 7).to_vec();
+        let mut patched = patched_head(&batch, 42, 7, 1000).to_vec();
         patched.extend_from_slice(&batch[PATCHED_HEAD_BYTES..]);
         let header = validate_header(&patched).expect("still valid after patch");
         assert_eq!(header.base_offset, 42);
@@ -445,6 +461,23 @@ mod tests {
         batch[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
         assert_eq!(batch.len(), BATCH_HEADER_BYTES);
         assert!(matches!(refusal(with_crc(batch)), BatchError::Invalid(_)));
+    }
+
+    #[test]
+    fn an_understated_max_timestamp_is_corrected_with_a_valid_crc() {
+        let mut batch = build_batch(&[b"a"], 5000, ProducerFields::NONE);
+        batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&10i64.to_be_bytes());
+        let batch = with_crc(batch);
+        let valid = validate(Bytes::from(batch.clone()), &limits()).expect("valid");
+        assert_eq!(
+            valid.max_timestamp(),
+            5000,
+            "from the records, not the header"
+        );
+        let mut stored = patched_head(&batch, 0, 0, valid.max_timestamp()).to_vec();
+        stored.extend_from_slice(&batch[PATCHED_HEAD_BYTES..]);
+        let header = validate_header(&stored).expect("the corrected batch keeps a valid CRC");
+        assert_eq!(header.max_timestamp, 5000);
     }
 
     #[test]

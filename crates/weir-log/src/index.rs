@@ -136,11 +136,13 @@ impl<E: IndexEntry> ActiveIndex<E> {
         })
     }
 
-    /// Adds an entry; entries must arrive in order. A failed file write is logged and only
-    /// stops the file from growing.
+    /// Adds an entry; entries must arrive in order (one that does not is left out: a sparse
+    /// index stays correct with fewer entries). A failed file write is logged and only stops
+    /// the file from growing.
     pub fn append(&mut self, entry: E) {
-        if let Some(prev) = self.entries.last() {
-            assert!(entry.follows(prev), "index entries out of order");
+        if self.entries.last().is_some_and(|prev| !entry.follows(prev)) {
+            tracing::warn!(target: "weir::log", ?entry, "index entry out of order left out");
+            return;
         }
         self.entries.push(entry);
         let Some(file) = &self.file else { return };

@@ -70,6 +70,9 @@ pub enum LogError {
         /// One past the last offset.
         log_end_offset: i64,
     },
+    /// The partition was deleted: it takes no more writes.
+    #[error("the partition was deleted")]
+    Deleted,
     /// A batch header on disk could not be parsed where one must be.
     #[error("corrupt segment data at position {position}")]
     Corrupt {

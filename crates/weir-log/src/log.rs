@@ -28,7 +28,7 @@ use crate::LogError;
 /// every roll, so this is only reached when rolls outpace fsyncs (`segment.ms=1` under load);
 /// then the roll syncs the oldest one itself, which slows appends instead of holding more open
 /// files.
-const ROLLED_UNSYNCED_MAX: usize = 64;
+const ROLLED_UNSYNCED_MAX: usize = 4;
 
 /// Per-partition settings, in Kafka's units; the broker fills them from topic configs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +124,7 @@ impl FlushTicket {
 
 /// A recovery checkpoint and producer snapshot taken under the lock, written outside it.
 pub struct LogCheckpoint {
+    skip: bool,
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     snapshot: ProducerSnapshot,
@@ -134,6 +135,9 @@ impl LogCheckpoint {
     /// Writes both files atomically. A full disk is `LogError::DiskFull`: the previous files
     /// stay, and the next start scans a little more.
     pub fn write(&self) -> Result<(), LogError> {
+        if self.skip {
+            return Ok(());
+        }
         write_json(
             self.storage.as_ref(),
             &self.dir.join(PRODUCER_SNAPSHOT_FILE),
@@ -232,8 +236,10 @@ impl ReadView {
         max_bytes: u64,
         min_one_batch: bool,
     ) -> Result<Option<ReadSlice>, LogError> {
-        let file = match self.log.resolve() {
-            Ok(file) => file,
+        // Bound to this file: if its path is reused before the slice is written, the writer
+        // finds it missing rather than streaming another file's bytes.
+        let (pinned, file) = match self.log.pinned() {
+            Ok(resolved) => resolved,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(LogError::Io(e)),
         };
@@ -272,7 +278,7 @@ impl ReadView {
         };
         let length = (end - position).min(limit);
         Ok(Some(ReadSlice {
-            file: self.log.clone(),
+            file: pinned,
             position,
             length,
         }))
@@ -284,8 +290,6 @@ impl ReadView {
 enum LookupTarget {
     /// The first batch whose largest timestamp is ≥ this.
     Timestamp(i64),
-    /// The batch whose base offset is this.
-    BaseOffset(i64),
 }
 
 /// A search for one stored batch, taken under the lock; [`BatchLookup::find`] reads outside it.
@@ -308,12 +312,8 @@ impl BatchLookup {
         let from = self.start.resolve()?;
         let mut walker = HeaderWalker::new(file.as_ref(), from, self.end_position);
         while let Some((header, position)) = walker.next_batch()? {
-            let found = match self.target {
-                LookupTarget::Timestamp(ts) => {
-                    header.max_timestamp >= ts && header.last_offset() >= self.log_start_offset
-                }
-                LookupTarget::BaseOffset(offset) => header.base_offset == offset,
-            };
+            let LookupTarget::Timestamp(ts) = self.target;
+            let found = header.max_timestamp >= ts && header.last_offset() >= self.log_start_offset;
             if found {
                 let mut batch = vec![0u8; header.total_bytes() as usize];
                 file.read_exact_at(&mut batch, position)
@@ -346,6 +346,8 @@ pub struct Log {
     epoch_cache: Vec<EpochEntry>,
     producers: ProducerStateTable,
     producers_evicted: u64,
+    /// Set when the partition is deleted: its files are going away, nothing is written again.
+    deleted: bool,
 }
 
 fn segment_base_offsets(names: &[String]) -> Vec<i64> {
@@ -451,6 +453,7 @@ impl Log {
             epoch_cache,
             producers: ProducerStateTable::default(),
             producers_evicted: 0,
+            deleted: false,
         };
         if log.epoch_cache.is_empty() {
             log.set_leader_epoch(log.leader_epoch)?;
@@ -595,10 +598,25 @@ impl Log {
         Some((found.epoch, end))
     }
 
+    /// Marks the log deleted (its directory is about to go): every later write is refused or
+    /// skipped, so nothing fails on the missing files.
+    pub fn mark_deleted(&mut self) {
+        self.deleted = true;
+        self.rolled_unsynced.clear();
+    }
+
+    /// True once [`Log::mark_deleted`] was called.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
+    }
+
     /// Checks the idempotent-producer sequence, assigns offsets and appends a validated batch:
     /// the stored bytes are the producer's, with only base offset and leader epoch patched.
     /// `LogError::DiskFull` leaves the log exactly as it was.
     pub fn append(&mut self, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
+        if self.deleted {
+            return Err(LogError::Deleted);
+        }
         let header = *batch.header();
         let bytes = batch.len() as u64;
         if bytes > self.config.max_message_bytes {
@@ -636,14 +654,20 @@ impl Log {
             .ok_or(LogError::Unsupported("offsets beyond i64::MAX"))?;
         let now_ms = self.clock.now_ms();
         self.maybe_roll(bytes, i64::from(header.last_offset_delta), now_ms)?;
-        let head = patched_head(batch.bytes(), base_offset, self.leader_epoch);
+        let head = patched_head(
+            batch.bytes(),
+            base_offset,
+            self.leader_epoch,
+            batch.max_timestamp(),
+        );
         let mut stored = header;
         stored.base_offset = base_offset;
         stored.partition_leader_epoch = self.leader_epoch;
+        stored.max_timestamp = batch.max_timestamp();
         let interval = self.config.index_interval_bytes;
         let parts: [&[u8]; 2] = [&head, &batch.bytes()[PATCHED_HEAD_BYTES..]];
         self.active_mut()
-            .append(&stored, &parts, interval, batch.max_timestamp())?;
+            .append(&stored, &parts, interval, now_ms)?;
         self.producers_evicted +=
             self.producers
                 .record(&stored, now_ms, self.config.producer_ids_max) as u64;
@@ -699,6 +723,9 @@ impl Log {
 
     /// Rolls the active segment when it is older than `segment.ms`.
     pub fn roll_if_aged(&mut self) -> Result<(), LogError> {
+        if self.deleted {
+            return Ok(());
+        }
         self.maybe_roll(0, 0, self.clock.now_ms())
     }
 
@@ -773,26 +800,31 @@ impl Log {
                 Some(b) if b.max_timestamp >= s.max_timestamp => Some(b),
                 _ => Some(s),
             })?;
-        let offset = segment.max_timestamp_batch_offset;
+        // Stored headers carry the true largest timestamp: the first batch reaching the
+        // segment's holds the record.
         Some(BatchLookup {
             log: segment.log_ref(&self.files),
-            start: segment.offset_hint(offset, &self.files),
+            start: segment.timestamp_hint(segment.max_timestamp, &self.files),
             end_position: segment.size_bytes,
-            target: LookupTarget::BaseOffset(offset),
+            target: LookupTarget::Timestamp(segment.max_timestamp),
             log_start_offset: self.log_start_offset,
         })
     }
 
-    /// Takes whole segments past `retention.ms` (by each segment's largest timestamp) or
+    /// Takes whole segments past `retention.ms` (by each segment's largest record timestamp, or
+    /// its last write when no record has a timestamp) or
     /// beyond `retention.bytes` out of the log, oldest first, and advances the log start
     /// offset. The returned files are deleted by the caller after releasing the lock.
     pub fn enforce_retention(&mut self) -> Result<Vec<SegmentRemoval>, LogError> {
+        if self.deleted {
+            return Ok(Vec::new());
+        }
         let now_ms = self.clock.now_ms();
         let config = self.config;
         let expired = |s: &Segment| {
             config.retention_ms >= 0
                 && s.size_bytes > 0
-                && now_ms.saturating_sub(s.max_timestamp) > config.retention_ms
+                && now_ms.saturating_sub(s.retention_time_ms()) > config.retention_ms
         };
         if self.segments.len() == 1 && expired(self.active()) {
             self.roll(now_ms)?;
@@ -853,6 +885,10 @@ impl Log {
         files.extend(self.active().log_handle());
         let dir = (self.dir_changes > self.dir_changes_synced)
             .then(|| (self.storage().clone(), self.dir.clone()));
+        if self.deleted {
+            files.clear();
+        }
+        let dir = dir.filter(|_| !self.deleted);
         FlushTicket {
             done: FlushDone {
                 end_offset: self.log_end_offset,
@@ -878,9 +914,11 @@ impl Log {
             .max(done.end_offset.min(self.log_end_offset));
     }
 
-    /// The recovery checkpoint and producer snapshot as of now, to write outside the lock.
+    /// The recovery checkpoint and producer snapshot as of now, to write outside the lock
+    /// (nothing is written for a deleted log).
     pub fn checkpoint(&self) -> LogCheckpoint {
         LogCheckpoint {
+            skip: self.deleted,
             storage: self.storage().clone(),
             dir: self.dir.clone(),
             snapshot: ProducerSnapshot {
@@ -899,6 +937,9 @@ impl Log {
     /// `LogError::DiskFull` after the data is synced: the next start then recovers as after a
     /// crash, losing nothing.
     pub fn close(&mut self) -> Result<(), LogError> {
+        if self.deleted {
+            return Ok(());
+        }
         self.flush_ticket().sync()?;
         self.active().sync_all()?;
         self.storage().sync_dir(&self.dir)?;

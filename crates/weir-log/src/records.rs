@@ -9,6 +9,7 @@
 
 use std::cell::RefCell;
 use std::io::Read;
+use std::ops::ControlFlow;
 
 use crate::batch::{BatchError, BatchHeader, BATCH_HEADER_BYTES};
 
@@ -23,6 +24,9 @@ const ZSTD_WINDOW_LOG_MAX: u32 = 25;
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
 /// Size of the xerial header: magic (8), version (4), compatible version (4).
 const XERIAL_HEADER_BYTES: usize = 16;
+/// Most bytes a raw snappy block may decompress to, whatever `max.message.bytes` says: raw
+/// snappy is decompressed whole into memory, unlike the streamed codecs.
+const RAW_SNAPPY_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
 /// Codec ids in the batch attributes.
 const CODEC_NONE: i16 = 0;
@@ -255,13 +259,16 @@ fn skip_field(source: &mut impl Source, nullable: bool, what: &str) -> Result<()
     }
 }
 
-/// Walks every record; returns the largest timestamp.
-fn walk_records(
+/// Walks the records, checking each one's framing and handing `visit` its index and timestamp;
+/// stops early when `visit` breaks, else checks that nothing follows the last record.
+fn walk_records<V>(
     source: &mut impl Source,
     header: &BatchHeader,
-    limits: &ValidationLimits,
-) -> Result<i64, BatchError> {
-    let mut max_timestamp = i64::MIN;
+    visit: &mut V,
+) -> Result<(), BatchError>
+where
+    V: FnMut(i32, i64) -> Result<ControlFlow<()>, BatchError>,
+{
     for index in 0..header.record_count {
         let length = varint(source)?;
         if length < 0 {
@@ -302,8 +309,9 @@ fn walk_records(
             .base_timestamp
             .checked_add(timestamp_delta)
             .ok_or_else(|| invalid(format!("record {index} timestamp overflows")))?;
-        check_timestamp(timestamp, index, limits)?;
-        max_timestamp = max_timestamp.max(timestamp);
+        if visit(index, timestamp)?.is_break() {
+            return Ok(());
+        }
     }
     if !source.at_end()? {
         return Err(invalid(format!(
@@ -311,7 +319,7 @@ fn walk_records(
             header.record_count
         )));
     }
-    Ok(max_timestamp)
+    Ok(())
 }
 
 /// Kafka's CreateTime window: `message.timestamp.before.max.ms` and `.after.max.ms`. A record
@@ -387,29 +395,32 @@ fn corrupt(codec: &str, error: impl std::fmt::Display) -> BatchError {
     BatchError::Corrupt(format!("{codec} payload does not decompress: {error}"))
 }
 
-/// Validates every record of `batch` (whose header already passed
-/// [`crate::batch::validate_header`]).
-pub fn validate_records(
+/// Walks every record of `batch` (whose header passed [`crate::batch::validate_header`]),
+/// decompressing as a stream, no further than `limit` decompressed bytes.
+fn each_record<V>(
     batch: &[u8],
     header: &BatchHeader,
-    limits: &ValidationLimits,
-) -> Result<RecordsSummary, BatchError> {
+    limit: u64,
+    visit: &mut V,
+) -> Result<(), BatchError>
+where
+    V: FnMut(i32, i64) -> Result<ControlFlow<()>, BatchError>,
+{
     let payload = &batch[BATCH_HEADER_BYTES..];
-    let limit = limits.decompressed_bytes_max;
-    let max_timestamp = match header.compression() {
+    match header.compression() {
         CODEC_NONE => walk_records(
             &mut SliceSource {
                 bytes: payload,
                 position: 0,
             },
             header,
-            limits,
-        )?,
+            visit,
+        ),
         CODEC_GZIP => walk_records(
             &mut StreamSource::new(flate2::read::MultiGzDecoder::new(payload), limit),
             header,
-            limits,
-        )?,
+            visit,
+        ),
         CODEC_SNAPPY if payload.starts_with(XERIAL_MAGIC) => {
             let blocks = payload.get(XERIAL_HEADER_BYTES..).ok_or_else(|| {
                 BatchError::Corrupt("snappy payload shorter than its header".into())
@@ -420,14 +431,15 @@ pub fn validate_records(
                 position: 0,
                 budget: limit,
             };
-            walk_records(&mut StreamSource::new(reader, limit), header, limits)?
+            walk_records(&mut StreamSource::new(reader, limit), header, visit)
         }
         CODEC_SNAPPY => {
             // Raw snappy (librdkafka): one block; its decompressed size is in its preamble.
             let size = snap::raw::decompress_len(payload).map_err(|e| corrupt("snappy", e))?;
-            if size as u64 > limit {
+            if size as u64 > limit.min(RAW_SNAPPY_BYTES_MAX) {
                 return Err(invalid(format!(
-                    "records decompress to more than {limit} bytes"
+                    "records decompress to more than {} bytes",
+                    limit.min(RAW_SNAPPY_BYTES_MAX)
                 )));
             }
             let plain = snap::raw::Decoder::new()
@@ -439,12 +451,12 @@ pub fn validate_records(
                     position: 0,
                 },
                 header,
-                limits,
-            )?
+                visit,
+            )
         }
         CODEC_LZ4 => {
             let decoder = lz4::Decoder::new(payload).map_err(|e| corrupt("lz4", e))?;
-            walk_records(&mut StreamSource::new(decoder, limit), header, limits)?
+            walk_records(&mut StreamSource::new(decoder, limit), header, visit)
         }
         CODEC_ZSTD => {
             let mut decoder = zstd::stream::read::Decoder::with_buffer(payload)
@@ -452,11 +464,72 @@ pub fn validate_records(
             decoder
                 .window_log_max(ZSTD_WINDOW_LOG_MAX)
                 .map_err(|e| corrupt("zstd", e))?;
-            walk_records(&mut StreamSource::new(decoder, limit), header, limits)?
+            walk_records(&mut StreamSource::new(decoder, limit), header, visit)
         }
-        other => return Err(invalid(format!("unknown compression codec {other}"))),
-    };
+        other => Err(invalid(format!("unknown compression codec {other}"))),
+    }
+}
+
+/// Validates every record of `batch` (whose header already passed
+/// [`crate::batch::validate_header`]).
+pub fn validate_records(
+    batch: &[u8],
+    header: &BatchHeader,
+    limits: &ValidationLimits,
+) -> Result<RecordsSummary, BatchError> {
+    let mut max_timestamp = i64::MIN;
+    each_record(
+        batch,
+        header,
+        limits.decompressed_bytes_max,
+        &mut |index, timestamp| {
+            check_timestamp(timestamp, index, limits)?;
+            max_timestamp = max_timestamp.max(timestamp);
+            Ok(ControlFlow::Continue(()))
+        },
+    )?;
     Ok(RecordsSummary { max_timestamp })
+}
+
+/// Which record [`find_record`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordTarget {
+    /// The first record with a timestamp at or after this.
+    AtOrAfter(i64),
+    /// The first record carrying the batch's largest timestamp.
+    Latest,
+}
+
+/// The offset and timestamp of the record `target` names in a stored batch, read as a stream
+/// like validation (no record is materialized): what ListOffsets by time answers.
+pub fn find_record(
+    batch: &[u8],
+    target: RecordTarget,
+    decompressed_bytes_max: u64,
+) -> Result<Option<(i64, i64)>, BatchError> {
+    let header = crate::batch::validate_header(batch)?;
+    let mut found: Option<(i32, i64)> = None;
+    each_record(
+        batch,
+        &header,
+        decompressed_bytes_max,
+        &mut |index, timestamp| {
+            Ok(match target {
+                RecordTarget::AtOrAfter(wanted) if timestamp >= wanted => {
+                    found = Some((index, timestamp));
+                    ControlFlow::Break(())
+                }
+                RecordTarget::AtOrAfter(_) => ControlFlow::Continue(()),
+                RecordTarget::Latest => {
+                    if found.is_none_or(|(_, best)| timestamp > best) {
+                        found = Some((index, timestamp));
+                    }
+                    ControlFlow::Continue(())
+                }
+            })
+        },
+    )?;
+    Ok(found.map(|(index, timestamp)| (header.base_offset + i64::from(index), timestamp)))
 }
 
 #[cfg(test)]

@@ -45,11 +45,12 @@ impl SegmentPaths {
         [&self.log, &self.index, &self.time_index]
     }
 
-    /// Deletes the segment's files, dropping their cached handles first.
+    /// Deletes the segment's files, dropping their cached handles before and after.
     pub fn remove(&self, files: &FileCache) -> std::io::Result<()> {
         for path in self.all() {
             files.forget(path);
             files.storage().remove(path)?;
+            files.forget(path);
         }
         Ok(())
     }
@@ -74,11 +75,12 @@ pub(crate) struct Segment {
     pub next_offset: i64,
     /// Largest record timestamp stored here, -1 when empty.
     pub max_timestamp: i64,
-    /// Base offset of the batch that carried `max_timestamp`.
-    pub max_timestamp_batch_offset: i64,
     bytes_since_index_entry: u64,
     /// Broker clock time when the segment was created or opened, for `segment.ms`.
     pub created_ms: i64,
+    /// When the segment was last written: what retention goes by when no record has a
+    /// timestamp (`max_timestamp` -1), as Kafka uses the file's modification time.
+    pub last_write_ms: i64,
 }
 
 /// Where a scan for an offset may start: known from memory, or to be found by searching an
@@ -233,9 +235,9 @@ impl Segment {
             size_bytes: 0,
             next_offset: base_offset,
             max_timestamp: -1,
-            max_timestamp_batch_offset: -1,
             bytes_since_index_entry: 0,
             created_ms: now_ms,
+            last_write_ms: now_ms,
         }
     }
 
@@ -283,6 +285,7 @@ impl Segment {
         let paths = SegmentPaths::new(dir, base_offset);
         let log = storage.open(&paths.log, false)?;
         let size_bytes = log.len()?;
+        let last_write_ms = log.modified_ms().unwrap_or(now_ms);
         let index_file = storage.open(&paths.index, true)?;
         let time_file = storage.open(&paths.time_index, true)?;
         if trusted {
@@ -297,6 +300,7 @@ impl Segment {
                 };
                 let mut segment = Segment::with_files(base_offset, paths.clone(), files, now_ms);
                 segment.size_bytes = size_bytes;
+                segment.last_write_ms = last_write_ms;
                 if segment.scan_tail().is_ok() {
                     return Ok((segment, 0));
                 }
@@ -311,6 +315,7 @@ impl Segment {
             time_index: ActiveIndex::empty(time_file)?,
         };
         let mut segment = Segment::with_files(base_offset, paths, files, now_ms);
+        segment.last_write_ms = last_write_ms;
         let cut = segment.recover(index_interval_bytes)?;
         Ok((segment, cut))
     }
@@ -333,22 +338,37 @@ impl Segment {
         self.max_timestamp = max_timestamp;
         let mut walker = HeaderWalker::new(log.as_ref(), tail_from, self.size_bytes);
         let mut previous_end = self.base_offset;
+        let mut last_base = self.base_offset;
         while let Some((header, _)) = walker.next_batch()? {
-            if header.base_offset < previous_end {
+            if header.base_offset < previous_end
+                || header.last_offset() - self.base_offset > RELATIVE_OFFSET_MAX
+            {
                 return Err(corrupt(walker.position()));
             }
-            previous_end = header.last_offset() + 1;
-            self.note_batch(&header, header.max_timestamp);
+            previous_end = header.last_offset().saturating_add(1);
+            last_base = header.base_offset;
+            self.note_batch(&header);
+        }
+        // The indexes must point inside what the log holds, or a later append would find
+        // entries out of order.
+        let last_relative = (last_base - self.base_offset) as u32;
+        let files = self.active.as_ref().ok_or_else(|| corrupt(0))?;
+        let index_ok = files
+            .index
+            .last()
+            .is_none_or(|e| e.relative_offset <= last_relative);
+        let time_ok = files.time_index.last().is_none_or(|e| {
+            e.relative_offset <= last_relative && e.timestamp <= self.max_timestamp
+        });
+        if !(index_ok && time_ok) {
+            return Err(corrupt(0));
         }
         Ok(())
     }
 
-    fn note_batch(&mut self, header: &BatchHeader, max_timestamp: i64) {
-        self.next_offset = header.last_offset() + 1;
-        if max_timestamp > self.max_timestamp {
-            self.max_timestamp = max_timestamp;
-            self.max_timestamp_batch_offset = header.base_offset;
-        }
+    fn note_batch(&mut self, header: &BatchHeader) {
+        self.next_offset = header.last_offset().saturating_add(1);
+        self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
     }
 
     /// Validates every batch from the start (length, magic, CRC, increasing offsets that fit the
@@ -365,7 +385,14 @@ impl Segment {
         let mut buffer = Vec::new();
         let mut walker = HeaderWalker::new(log.as_ref(), 0, file_bytes);
         let mut valid_end = 0u64;
-        while let Ok(Some((header, position))) = walker.next_batch() {
+        loop {
+            let (header, position) = match walker.next_batch() {
+                Ok(Some(found)) => found,
+                // The end, or a torn or corrupt batch: what follows is cut off.
+                Ok(None) | Err(LogError::Corrupt { .. }) => break,
+                // A read that failed is not corruption: never cut data for it.
+                Err(error) => return Err(error),
+            };
             let fits = header.base_offset >= self.next_offset
                 && header.last_offset() - self.base_offset <= RELATIVE_OFFSET_MAX
                 && position < SEGMENT_BYTES_LIMIT;
@@ -376,7 +403,7 @@ impl Segment {
                 break;
             }
             self.index_batch(&header, position, index_interval_bytes);
-            self.note_batch(&header, header.max_timestamp);
+            self.note_batch(&header);
             valid_end = walker.position();
             self.size_bytes = valid_end;
         }
@@ -410,16 +437,15 @@ impl Segment {
         self.bytes_since_index_entry += header.total_bytes();
     }
 
-    /// Appends one validated batch: its patched `head` then `rest`, unchanged. When the write
+    /// Appends one validated batch: its patched head then the rest, unchanged. When the write
     /// fails the file is cut back to the last whole batch, so a full disk leaves the log as it
-    /// was; `header` carries the assigned base offset and `max_timestamp` the records' largest
-    /// timestamp.
+    /// was; `header` is the batch as stored (assigned base offset, true max timestamp).
     pub fn append(
         &mut self,
         header: &BatchHeader,
         parts: &[&[u8]],
         index_interval_bytes: u64,
-        max_timestamp: i64,
+        now_ms: i64,
     ) -> Result<(), LogError> {
         assert!(
             header.base_offset >= self.next_offset,
@@ -436,9 +462,20 @@ impl Segment {
             return Err(error.into());
         }
         self.index_batch(header, position, index_interval_bytes);
-        self.note_batch(header, max_timestamp);
+        self.note_batch(header);
         self.size_bytes += header.total_bytes();
+        self.last_write_ms = now_ms;
         Ok(())
+    }
+
+    /// The time retention measures this segment's age from: its largest record timestamp, or,
+    /// when no record has one, when it was last written.
+    pub fn retention_time_ms(&self) -> i64 {
+        if self.max_timestamp >= 0 {
+            self.max_timestamp
+        } else {
+            self.last_write_ms
+        }
     }
 
     /// True when either in-memory index is full and the segment must roll.

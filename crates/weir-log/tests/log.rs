@@ -540,3 +540,99 @@ proptest! {
         }
     }
 }
+
+/// A producer's header claiming a far-future maxTimestamp cannot keep a segment from expiring:
+/// the stored header carries the records' real largest timestamp, so retention (even after an
+/// unclean restart, which reads headers back) and ListOffsets go by the records.
+#[test]
+fn a_lying_max_timestamp_cannot_switch_retention_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(100 * HOUR_MS);
+    let config = LogConfig {
+        retention_ms: HOUR_MS,
+        ..small_segments()
+    };
+    let mut log = open(dir.path(), &clock, config);
+    for i in 0..20 {
+        let mut lying = batch(&[i; 60], HOUR_MS);
+        lying[35..43].copy_from_slice(&i64::MAX.to_be_bytes());
+        let crc = weir_log::batch::batch_crc(&lying);
+        lying[17..21].copy_from_slice(&crc.to_be_bytes());
+        append(&mut log, lying).expect("append");
+    }
+    for _ in 0..5 {
+        append(&mut log, batch(b"fresh", 100 * HOUR_MS)).expect("append");
+    }
+    drop(log); // unclean: the reopen reads the stored headers back
+    let mut log = open(dir.path(), &clock, config);
+    assert!(!log.enforce_retention().expect("retention").is_empty());
+    let start = log.log_start_offset();
+    assert!(
+        start > 0 && start <= 20,
+        "segments of only old records expired by their real timestamps: start {start}"
+    );
+    let max = log
+        .lookup_max_timestamp()
+        .expect("a max")
+        .find()
+        .expect("find")
+        .expect("batch");
+    assert_eq!(
+        validate_header(&max).expect("valid").max_timestamp,
+        100 * HOUR_MS
+    );
+}
+
+/// Records without a timestamp (-1) are kept for `retention.ms` after they were written, as
+/// Kafka does by the file's modification time, not deleted at once.
+#[test]
+fn records_without_timestamps_expire_by_write_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(100 * HOUR_MS);
+    let config = LogConfig {
+        retention_ms: HOUR_MS,
+        ..small_segments()
+    };
+    let mut log = open(dir.path(), &clock, config);
+    for i in 0..30 {
+        append(&mut log, batch(&[i; 60], -1)).expect("append");
+    }
+    assert!(
+        log.enforce_retention().expect("retention").is_empty(),
+        "kept while fresh"
+    );
+    assert_eq!(log.log_start_offset(), 0);
+    clock.advance(2 * HOUR_MS);
+    assert!(!log.enforce_retention().expect("retention").is_empty());
+    assert_eq!(
+        log.log_start_offset(),
+        30,
+        "expired an hour after they were written"
+    );
+}
+
+/// The largest timestamp is found after a clean restart too, when the batch that carries it
+/// sits before the last time-index entry.
+#[test]
+fn max_timestamp_lookup_after_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let mut log = open(dir.path(), &clock, LogConfig::default());
+    for ts in [5_000, 9_000, 1_000, 2_000, 3_000, 9_000, 4_000] {
+        append(&mut log, batch(&[7u8; 1500], ts)).expect("append");
+    }
+    log.close().expect("close");
+    let log = open(dir.path(), &clock, LogConfig::default());
+    let max = log
+        .lookup_max_timestamp()
+        .expect("a max")
+        .find()
+        .expect("find")
+        .expect("batch");
+    let header = validate_header(&max).expect("valid");
+    assert_eq!(
+        (header.base_offset, header.max_timestamp),
+        (1, 9_000),
+        "the first batch at 9000"
+    );
+}

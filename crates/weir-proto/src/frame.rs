@@ -16,6 +16,14 @@ pub enum FrameError {
     /// The peer closed the connection part-way through a frame.
     #[error("connection closed mid-frame")]
     Truncated,
+    /// The peer stopped sending part-way through a frame that holds memory.
+    #[error("no byte of the {length}-byte frame arrived for {stalled_ms} ms")]
+    Stalled {
+        /// The frame's length.
+        length: u32,
+        /// How long nothing arrived.
+        stalled_ms: u64,
+    },
     /// The socket failed.
     #[error("socket error: {0}")]
     Io(#[from] std::io::Error),

@@ -25,6 +25,9 @@ struct CacheState {
     /// Paths by the tick of their last use, oldest first.
     by_use: BTreeMap<u64, Arc<Path>>,
     tick: u64,
+    /// Counts `forget` calls: a file opened before one is not cached (it may be the file that
+    /// was just deleted, or renamed away).
+    forgets: u64,
 }
 
 struct Entry {
@@ -73,14 +76,21 @@ impl FileCache {
 
     /// The open file at `path`, opening it (never creating it) when it is not cached.
     pub fn get(&self, path: &Arc<Path>) -> io::Result<Arc<dyn StorageFile>> {
-        if let Some(file) = self.state().touch(path) {
-            return Ok(file);
-        }
+        let forgets = {
+            let mut state = self.state();
+            if let Some(file) = state.touch(path) {
+                return Ok(file);
+            }
+            state.forgets
+        };
         // Open without holding the lock: other readers need not wait for this syscall.
         let opened = self.storage.open(path, false)?;
         let mut state = self.state();
         if let Some(file) = state.touch(path) {
             return Ok(file);
+        }
+        if state.forgets != forgets {
+            return Ok(opened);
         }
         while state.by_path.len() >= self.open_max {
             let Some((_, oldest)) = state.by_use.pop_first() else {
@@ -101,14 +111,18 @@ impl FileCache {
         Ok(opened)
     }
 
-    /// Drops the cached handle of `path` (before the file is deleted or renamed).
+    /// Drops the cached handle of `path`. Call it before and after the file is deleted or
+    /// renamed: a handle opened meanwhile is then never cached.
     pub fn forget(&self, path: &Path) {
-        self.state().remove(path);
+        let mut state = self.state();
+        state.forgets += 1;
+        state.remove(path);
     }
 
-    /// Drops every cached handle under `dir`.
+    /// Drops every cached handle under `dir` (before and after the directory goes).
     pub fn forget_dir(&self, dir: &Path) {
         let mut state = self.state();
+        state.forgets += 1;
         let gone: Vec<Arc<Path>> = state
             .by_path
             .keys()
@@ -134,6 +148,9 @@ pub struct FileRef {
     path: Arc<Path>,
     open: Option<Weak<dyn StorageFile>>,
     cache: Arc<FileCache>,
+    /// When set, the file must still be this one: a path reused by a new file (a topic
+    /// deleted and created again) reads as missing, never as the new file's bytes.
+    expect: Option<crate::FileIdentity>,
 }
 
 impl FileRef {
@@ -143,16 +160,42 @@ impl FileRef {
         open: Option<Weak<dyn StorageFile>>,
         cache: Arc<FileCache>,
     ) -> FileRef {
-        FileRef { path, open, cache }
+        FileRef {
+            path,
+            open,
+            cache,
+            expect: None,
+        }
     }
 
     /// The open file: the owner's handle if it is still open, else one from the cache.
-    /// `NotFound` when the file was deleted meanwhile (retention).
+    /// `NotFound` when the file was deleted meanwhile (retention), or replaced by another.
     pub fn resolve(&self) -> io::Result<Arc<dyn StorageFile>> {
-        match self.open.as_ref().and_then(Weak::upgrade) {
-            Some(file) => Ok(file),
-            None => self.cache.get(&self.path),
+        let file = match self.open.as_ref().and_then(Weak::upgrade) {
+            Some(file) => file,
+            None => self.cache.get(&self.path)?,
+        };
+        if let Some(expected) = self.expect {
+            if file.identity()? != expected {
+                self.cache.forget(&self.path);
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the file was replaced by another",
+                ));
+            }
         }
+        Ok(file)
+    }
+
+    /// Resolves the file now and returns a reference bound to it: later resolves fail rather
+    /// than open another file at the same path.
+    pub fn pinned(&self) -> io::Result<(FileRef, Arc<dyn StorageFile>)> {
+        let file = self.resolve()?;
+        let pinned = FileRef {
+            expect: Some(file.identity()?),
+            ..self.clone()
+        };
+        Ok((pinned, file))
     }
 }
 
@@ -183,5 +226,29 @@ mod tests {
         cache.forget(&paths[0]);
         assert_eq!(cache.open_count(), 1);
         assert!(cache.get(&Arc::from(Path::new("/missing"))).is_err());
+    }
+
+    #[test]
+    fn a_pinned_reference_never_opens_a_new_file_at_the_same_path() {
+        let disk = MemoryStorage::new();
+        let path: Arc<Path> = Arc::from(Path::new("/t-0/00000000000000000000.log"));
+        disk.write_atomic(&path, b"old topic").expect("write");
+        let cache = FileCache::new(Arc::new(disk.clone()), 4);
+        let (pinned, _) = FileRef::new(path.clone(), None, cache.clone())
+            .pinned()
+            .expect("pinned");
+        // The topic is deleted and created again under the same name.
+        cache.forget(&path);
+        disk.remove(&path).expect("remove");
+        cache.forget(&path);
+        disk.write_atomic(&path, b"new topic").expect("write");
+        let error = pinned.resolve().err().expect("the old file is gone");
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+        let fresh = FileRef::new(path, None, cache)
+            .resolve()
+            .expect("the new file");
+        let mut buf = [0u8; 9];
+        fresh.read_exact_at(&mut buf, 0).expect("read");
+        assert_eq!(&buf, b"new topic");
     }
 }

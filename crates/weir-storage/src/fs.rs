@@ -2,11 +2,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::{Storage, StorageFile};
+use crate::{FileIdentity, Storage, StorageFile};
 
 /// The real file system, through `std::fs`.
 #[derive(Debug, Default, Clone, Copy)]
@@ -38,6 +38,21 @@ impl StorageFile for FsFile {
 
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn identity(&self) -> io::Result<FileIdentity> {
+        let metadata = self.file.metadata()?;
+        Ok(FileIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        })
+    }
+
+    fn modified_ms(&self) -> io::Result<i64> {
+        let modified = self.file.metadata()?.modified()?;
+        Ok(modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64))
     }
 
     fn sync(&self) -> io::Result<()> {

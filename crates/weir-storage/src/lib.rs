@@ -34,10 +34,24 @@ pub trait StorageFile: Send + Sync {
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
     }
+    /// What identifies this file (not its path) while it exists: device and inode on a real
+    /// file system. A path reused by a new file gives a different identity.
+    fn identity(&self) -> io::Result<FileIdentity>;
+    /// When the file was last written, in milliseconds since the Unix epoch.
+    fn modified_ms(&self) -> io::Result<i64>;
     /// Makes every write so far durable.
     fn sync(&self) -> io::Result<()>;
     /// Cuts the file to `len` bytes.
     fn truncate(&self, len: u64) -> io::Result<()>;
+}
+
+/// The identity of an open file, see [`StorageFile::identity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    /// Device (or storage instance).
+    pub device: u64,
+    /// Inode (or file number).
+    pub inode: u64,
 }
 
 /// A directory tree of files: what the log and the metadata log need from a file system.

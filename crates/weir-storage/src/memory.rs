@@ -6,7 +6,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::{Storage, StorageFile};
+use crate::{FileIdentity, Storage, StorageFile};
+
+/// Numbers the files of every in-memory disk, for [`StorageFile::identity`].
+static NEXT_FILE_NUMBER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// An in-memory disk that models a power cut and a full disk.
 ///
@@ -28,6 +31,7 @@ struct Disk {
 
 struct MemFile {
     disk: std::sync::Weak<Mutex<Disk>>,
+    number: u64,
     state: Mutex<MemFileState>,
 }
 
@@ -37,6 +41,14 @@ struct MemFileState {
     synced: Vec<u8>,
     /// The file's directory entry survives a power cut.
     entry_durable: bool,
+    /// Wall-clock time of the last change, in milliseconds since the Unix epoch.
+    modified_ms: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,10 +79,12 @@ impl MemFile {
     fn new(disk: &Arc<Mutex<Disk>>, content: Vec<u8>, entry_durable: bool) -> MemFile {
         MemFile {
             disk: Arc::downgrade(disk),
+            number: NEXT_FILE_NUMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             state: Mutex::new(MemFileState {
                 synced: content.clone(),
                 current: content,
                 entry_durable,
+                modified_ms: now_ms(),
             }),
         }
     }
@@ -97,6 +111,7 @@ impl StorageFile for MemFile {
         };
         let allowed = free.map_or(wanted, |free| free.min(wanted));
         let mut state = lock(&self.state);
+        state.modified_ms = now_ms();
         let mut left = allowed as usize;
         for part in parts {
             let take = part.len().min(left);
@@ -111,6 +126,17 @@ impl StorageFile for MemFile {
 
     fn len(&self) -> io::Result<u64> {
         Ok(lock(&self.state).current.len() as u64)
+    }
+
+    fn identity(&self) -> io::Result<FileIdentity> {
+        Ok(FileIdentity {
+            device: 0,
+            inode: self.number,
+        })
+    }
+
+    fn modified_ms(&self) -> io::Result<i64> {
+        Ok(lock(&self.state).modified_ms)
     }
 
     fn sync(&self) -> io::Result<()> {

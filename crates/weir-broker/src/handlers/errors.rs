@@ -42,6 +42,7 @@ impl From<&LogError> for ErrorReply {
             LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
             LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::Deleted => ResponseError::UnknownTopicOrPartition,
             LogError::Corrupt { .. } | LogError::OutOfResources(_) | LogError::Io(_) => {
                 ResponseError::KafkaStorageError
             }

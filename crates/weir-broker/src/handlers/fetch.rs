@@ -7,6 +7,7 @@
 //! the connection's writer streams in chunks, so a pending fetch response holds no record
 //! bytes whatever its size (as Kafka's zero-copy fetch).
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -82,7 +83,9 @@ pub async fn handle(
     correlation_id: i32,
 ) -> Reply {
     let image = broker.image();
-    let mut targets = Vec::new();
+    let mut targets: Vec<Target> = Vec::new();
+    // A partition named twice is read once, with the last request's position, as Kafka does.
+    let mut positions: HashMap<(TopicName, Uuid, i32), usize> = HashMap::new();
     for topic in request.topics {
         let resolved = if version >= 13 {
             image.topic_by_id(topic.topic_id)
@@ -94,6 +97,12 @@ pub async fn handle(
             None => (topic.topic.clone(), topic.topic_id),
         };
         for partition in topic.partitions {
+            let key = (name.clone(), topic_id, partition.partition);
+            if let Some(&at) = positions.get(&key) {
+                targets[at].request = partition;
+                continue;
+            }
+            positions.insert(key, targets.len());
             let hosted = resolved.and_then(|t| broker.partitions.get(&t.name, partition.partition));
             targets.push(Target {
                 name: name.clone(),

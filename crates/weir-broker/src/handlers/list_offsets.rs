@@ -1,20 +1,22 @@
 //! ListOffsets (key 2), v1–8: earliest, latest, max timestamp, or the first offset at or after
-//! a timestamp. Lookups by time read segments: they run on a blocking thread, with the
-//! partition's lock held only to find where to look.
+//! a timestamp. Lookups by time read and decompress a stored batch: they run on a blocking
+//! thread, within the broker's limit on concurrent decompression, with the partition's lock
+//! held only to find where to look; the batch is walked as a stream, no record materialized.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use kafka_protocol::records::RecordBatchDecoder;
 use kafka_protocol::ResponseError;
+use weir_log::records::{find_record, RecordTarget};
 use weir_log::{BatchLookup, Log};
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
+use crate::handlers::produce::decompressed_bytes_max;
 
 /// `timestamp` asking for the next offset to be written.
 const LATEST_TIMESTAMP: i64 = -1;
@@ -33,12 +35,16 @@ enum Plan {
     /// Answered from memory.
     Answer(Found),
     /// Read a batch (outside the lock) and pick a record in it.
-    Search {
-        lookup: Option<BatchLookup>,
-        /// The timestamp sought; `None` for the largest.
-        target: Option<i64>,
-        high_watermark: i64,
-    },
+    Search(Box<Search>),
+}
+
+/// A search for one record by time.
+struct Search {
+    lookup: Option<BatchLookup>,
+    target: RecordTarget,
+    high_watermark: i64,
+    epoch: i32,
+    decompressed_bytes_max: u64,
 }
 
 /// Looks up offsets for every requested partition.
@@ -47,6 +53,16 @@ pub async fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    let searches = request
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .any(|p| p.timestamp >= 0 || p.timestamp == MAX_TIMESTAMP);
+    // A search may decompress a batch: it takes its turn with produce validation.
+    let _permit = match searches {
+        true => broker.compressed_validations.acquire().await.ok(),
+        false => None,
+    };
     let broker = broker.clone();
     tokio::task::spawn_blocking(move || lookup_all(&broker, request, version))
         .await
@@ -54,38 +70,57 @@ pub async fn handle(
 }
 
 fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    // A partition named twice is refused, as Kafka does (and no lookup runs twice).
+    let mut seen = HashSet::new();
+    let mut duplicates = HashSet::new();
+    for topic in &request.topics {
+        for p in &topic.partitions {
+            if !seen.insert((topic.name.0.as_str(), p.partition_index)) {
+                duplicates.insert((topic.name.0.to_string(), p.partition_index));
+            }
+        }
+    }
     let mut response = ListOffsetsResponse::default();
-    for topic in request.topics {
+    for topic in &request.topics {
         let mut topic_response = ListOffsetsTopicResponse::default();
-        for wanted in topic.partitions {
+        for wanted in &topic.partitions {
             let mut result = ListOffsetsPartitionResponse::default();
             result.partition_index = wanted.partition_index;
             result.timestamp = -1;
             result.offset = -1;
             result.leader_epoch = -1;
-            let partition = broker
-                .partitions
-                .get(topic.name.0.as_str(), wanted.partition_index);
-            let outcome = match partition {
-                None => Err(ResponseError::UnknownTopicOrPartition.code()),
-                Some(partition) => {
-                    // The lock is held for the plan only; the search reads without it.
-                    let planned = {
-                        let log = partition.log();
-                        let current_epoch = log.leader_epoch();
-                        if wanted.current_leader_epoch > current_epoch {
-                            Err(ResponseError::UnknownLeaderEpoch.code())
-                        } else if wanted.current_leader_epoch >= 0
-                            && wanted.current_leader_epoch < current_epoch
-                        {
-                            Err(ResponseError::FencedLeaderEpoch.code())
-                        } else {
-                            plan(&log, wanted.timestamp)
+            let outcome =
+                if duplicates.contains(&(topic.name.0.to_string(), wanted.partition_index)) {
+                    Err(ResponseError::InvalidRequest.code())
+                } else {
+                    match broker
+                        .partitions
+                        .get(topic.name.0.as_str(), wanted.partition_index)
+                    {
+                        None => Err(ResponseError::UnknownTopicOrPartition.code()),
+                        Some(partition) => {
+                            // The lock is held for the plan only; the search reads without it.
+                            let planned = {
+                                let log = partition.log();
+                                let current_epoch = log.leader_epoch();
+                                if wanted.current_leader_epoch > current_epoch {
+                                    Err(ResponseError::UnknownLeaderEpoch.code())
+                                } else if wanted.current_leader_epoch >= 0
+                                    && wanted.current_leader_epoch < current_epoch
+                                {
+                                    Err(ResponseError::FencedLeaderEpoch.code())
+                                } else {
+                                    plan(
+                                        &log,
+                                        wanted.timestamp,
+                                        decompressed_bytes_max(&partition.settings()),
+                                    )
+                                }
+                            };
+                            planned.and_then(execute)
                         }
-                    };
-                    planned.and_then(execute)
-                }
-            };
+                    }
+                };
             match outcome {
                 Ok(Some((offset, timestamp, epoch))) => {
                     result.offset = offset;
@@ -99,71 +134,63 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
             }
             topic_response.partitions.push(result);
         }
-        topic_response.name = topic.name;
+        topic_response.name = topic.name.clone();
         response.topics.push(topic_response);
     }
     response
 }
 
-fn plan(log: &Log, timestamp: i64) -> Result<Plan, i16> {
+fn plan(log: &Log, timestamp: i64, decompressed_bytes_max: u64) -> Result<Plan, i16> {
     let epoch = log.leader_epoch();
+    let search = |lookup, target| {
+        Plan::Search(Box::new(Search {
+            lookup,
+            target,
+            high_watermark: log.high_watermark(),
+            epoch,
+            decompressed_bytes_max,
+        }))
+    };
     match timestamp {
         LATEST_TIMESTAMP => Ok(Plan::Answer(Some((log.high_watermark(), -1, epoch)))),
         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
             Ok(Plan::Answer(Some((log.log_start_offset(), -1, epoch))))
         }
-        MAX_TIMESTAMP => Ok(Plan::Search {
-            lookup: log.lookup_max_timestamp(),
-            target: None,
-            high_watermark: log.high_watermark(),
-        }),
-        target if target >= 0 => Ok(Plan::Search {
-            lookup: log.lookup_timestamp(target),
-            target: Some(target),
-            high_watermark: log.high_watermark(),
-        }),
+        MAX_TIMESTAMP => Ok(search(log.lookup_max_timestamp(), RecordTarget::Latest)),
+        target if target >= 0 => Ok(search(
+            log.lookup_timestamp(target),
+            RecordTarget::AtOrAfter(target),
+        )),
         _ => Err(ResponseError::InvalidRequest.code()),
     }
 }
 
 fn execute(plan: Plan) -> Result<Found, i16> {
-    let (lookup, target, high_watermark) = match plan {
-        Plan::Answer(found) => return Ok(found),
-        Plan::Search {
-            lookup,
-            target,
-            high_watermark,
-        } => (lookup, target, high_watermark),
-    };
-    let Some(lookup) = lookup else {
-        return Ok(None);
-    };
-    let batch = lookup.find().map_err(|e| ErrorReply::from(&e).code())?;
-    Ok(batch
-        .and_then(|b| {
-            find_record(b, |records| match target {
-                Some(target) => records
-                    .iter()
-                    .find(|r| r.timestamp >= target)
-                    .map(|r| (r.offset, r.timestamp)),
-                None => records
-                    .iter()
-                    .max_by_key(|r| (r.timestamp, -r.offset))
-                    .map(|r| (r.offset, r.timestamp)),
-            })
-        })
-        .filter(|(offset, _, _)| target.is_none() || *offset < high_watermark))
-}
-
-/// Decodes one stored batch (decompressing it) and picks a record with `pick`.
-fn find_record(
-    mut batch: Bytes,
-    pick: impl Fn(&[kafka_protocol::records::Record]) -> Option<(i64, i64)>,
-) -> Option<(i64, i64, i32)> {
-    let record_set = RecordBatchDecoder::decode(&mut batch).ok()?;
-    let epoch = record_set
-        .records
-        .first()
-        .map_or(-1, |r| r.partition_leader_epoch);
-    pick(&record_set.records).map(|(offset, timestamp)| (offset, timestamp, epoch))
+    match plan {
+        Plan::Answer(found) => Ok(found),
+        Plan::Search(search) => {
+            let Search {
+                lookup,
+                target,
+                high_watermark,
+                epoch,
+                decompressed_bytes_max,
+            } = *search;
+            let Some(lookup) = lookup else {
+                return Ok(None);
+            };
+            let Some(batch) = lookup.find().map_err(|e| ErrorReply::from(&e).code())? else {
+                return Ok(None);
+            };
+            let epoch =
+                weir_log::BatchHeader::parse(&batch).map_or(epoch, |h| h.partition_leader_epoch);
+            let found = find_record(&batch, target, decompressed_bytes_max)
+                .map_err(|e| ErrorReply::from(&weir_log::LogError::from(e)).code())?;
+            Ok(found
+                .filter(|(offset, _)| {
+                    matches!(target, RecordTarget::Latest) || *offset < high_watermark
+                })
+                .map(|(offset, timestamp)| (offset, timestamp, epoch)))
+        }
+    }
 }

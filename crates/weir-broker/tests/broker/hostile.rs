@@ -281,3 +281,126 @@ async fn a_failed_acks_zero_produce_closes_the_connection() {
     assert!(serves(&test).await);
     test.shutdown().await;
 }
+
+/// Four large produce requests at once with room for two in `queued.max.request.bytes`: each
+/// takes its whole length before reading, so two are read, two wait unread, and all four are
+/// answered (taking the budget piece by piece as bytes arrive could leave all four stuck).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_requests_over_the_memory_budget_all_complete() {
+    let test = start_fs(&[
+        ("socket.request.max.bytes", "1048576"),
+        ("queued.max.request.bytes", "2097152"),
+        ("message.max.bytes", "1048576"),
+    ])
+    .await;
+    let mut admin = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut admin, "big", 1, &[]).await, 0);
+    let value = vec![7u8; 900 * 1024];
+    let frame = encode_frame(
+        ApiKey::Produce,
+        9,
+        1,
+        &produce_request("big", 0, 1, build_batch(&[&value], 0, ProducerFields::NONE)),
+    );
+    let (first, second) = frame.split_at(frame.len() / 2);
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(test.addr).await.expect("connect");
+        stream.write_all(first).await.expect("first half");
+        streams.push(stream);
+    }
+    let second = bytes::Bytes::copy_from_slice(second);
+    let mut answers = Vec::new();
+    for mut stream in streams {
+        let rest = second.clone();
+        answers.push(tokio::spawn(async move {
+            stream.write_all(&rest).await.expect("second half");
+            read_response::<kafka_protocol::messages::ProduceResponse>(
+                &mut stream,
+                ApiKey::Produce,
+                9,
+            )
+            .await
+            .map(|(_, r)| r.responses[0].partition_responses[0].error_code)
+        }));
+    }
+    for answer in answers {
+        let code = tokio::time::timeout(Duration::from_secs(20), answer)
+            .await
+            .expect("every large request is answered")
+            .expect("task");
+        assert_eq!(code, Some(0));
+    }
+    test.shutdown().await;
+}
+
+/// A topic deleted while its partition is in use (a produce, a checkpoint, a flush racing the
+/// delete) does not stop the broker: writes to it are refused and maintenance skips it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_in_use_when_its_topic_is_deleted_stops_nothing() {
+    use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+    let test = start_fs(&[]).await;
+    let mut client = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut client, "doomed", 1, &[]).await, 0);
+    let batch = || build_batch(&[b"v"], 0, ProducerFields::NONE);
+    assert_eq!(produce(&mut client, "doomed", 0, -1, batch()).await.0, 0);
+    let partition = test.broker.partitions.get("doomed", 0).expect("hosted");
+    let mut request = DeleteTopicsRequest::default();
+    request.topic_names = vec![topic_name("doomed")];
+    let response: DeleteTopicsResponse = call(&mut client, ApiKey::DeleteTopics, 4, &request).await;
+    assert_eq!(response.responses[0].error_code, 0);
+    // The old partition object, still held as a request or maintenance would hold it.
+    let valid = weir_log::validate(
+        bytes::Bytes::from(batch()),
+        &weir_log::ValidationLimits::unbounded_time(1 << 20),
+    )
+    .expect("valid");
+    assert!(matches!(
+        partition.append(&valid),
+        Err(weir_log::LogError::Deleted)
+    ));
+    partition.write_checkpoint();
+    partition.sync_now();
+    partition.wait_durable(1).await;
+    tokio::task::spawn_blocking({
+        let broker = test.broker.clone();
+        move || {
+            broker.partitions.checkpoint();
+            broker.partitions.run_retention();
+        }
+    })
+    .await
+    .expect("maintenance");
+    // Recreated under the same name: a fresh, empty partition.
+    assert_eq!(create_topic(&mut client, "doomed", 1, &[]).await, 0);
+    assert_eq!(produce(&mut client, "doomed", 0, -1, batch()).await, (0, 0));
+    test.shutdown().await;
+}
+
+/// A response ready behind a long poll is not held back by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_not_held_behind_a_long_poll() {
+    let test = start_fs(&[]).await;
+    let mut client = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut client, "quiet", 1, &[]).await, 0);
+    let mut versions = ApiVersionsRequest::default();
+    versions.client_software_name = StrBytes::from_static_str("t");
+    versions.client_software_version = StrBytes::from_static_str("1");
+    let mut poll = fetch_request("quiet", 0, 0, 1 << 20);
+    poll.max_wait_ms = 5000;
+    poll.min_bytes = 1;
+    let mut frames = encode_frame(ApiKey::ApiVersions, 3, 1, &versions);
+    frames.extend_from_slice(&encode_frame(ApiKey::Fetch, 11, 2, &poll));
+    let started = tokio::time::Instant::now();
+    client.write_all(&frames).await.expect("write");
+    let (correlation, _) =
+        read_response::<ApiVersionsResponse>(&mut client, ApiKey::ApiVersions, 3)
+            .await
+            .expect("answer");
+    assert_eq!(correlation, 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "held behind the long poll"
+    );
+    test.shutdown().await;
+}

@@ -422,3 +422,54 @@ async fn concurrent_creation_of_one_topic() {
     assert_eq!(test.broker.partitions.count(), 1);
     test.stop.send_replace(true);
 }
+
+/// A partition named twice: ListOffsets refuses both entries with INVALID_REQUEST, Fetch
+/// answers it once — as Kafka does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_named_twice() {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{FetchResponse, ListOffsetsRequest, ListOffsetsResponse};
+    let test = start_fs(&[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "twice", 2, &[]).await, 0);
+    assert_eq!(
+        produce(
+            &mut c,
+            "twice",
+            0,
+            1,
+            build_batch(&[b"v"], 0, ProducerFields::NONE)
+        )
+        .await,
+        (0, 0)
+    );
+    let partition = |index| {
+        let mut p = ListOffsetsPartition::default();
+        p.partition_index = index;
+        p.timestamp = -1;
+        p.current_leader_epoch = -1;
+        p
+    };
+    let mut t = ListOffsetsTopic::default();
+    t.name = topic_name("twice");
+    t.partitions = vec![partition(0), partition(1), partition(0)];
+    let mut request = ListOffsetsRequest::default();
+    request.topics = vec![t];
+    let r: ListOffsetsResponse = call(&mut c, ApiKey::ListOffsets, 7, &request).await;
+    let codes: Vec<i16> = r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![42, 0, 42],
+        "INVALID_REQUEST for the duplicates only"
+    );
+    let mut fetch = fetch_request("twice", 0, 0, 1 << 20);
+    let again = fetch.topics[0].partitions[0].clone();
+    fetch.topics[0].partitions.push(again);
+    let r: FetchResponse = call(&mut c, ApiKey::Fetch, 11, &fetch).await;
+    assert_eq!(r.responses[0].partitions.len(), 1);
+    test.shutdown().await;
+}
