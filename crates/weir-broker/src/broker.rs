@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 use weir_controller::{Controller, ControllerError, MetadataImage};
+use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 
 use crate::config::BrokerConfig;
+use crate::offsets_topic::PartitionOffsetsLog;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 
@@ -52,7 +54,11 @@ pub struct Broker {
     /// The metadata controller (local on a single node).
     pub controller: Arc<Controller>,
     /// Hosted partitions.
-    pub partitions: PartitionRegistry,
+    pub partitions: Arc<PartitionRegistry>,
+    /// The consumer-group coordinator, keeping its state in `__consumer_offsets`.
+    pub coordinator: Arc<GroupCoordinator>,
+    /// Held while `__consumer_offsets` is created and loaded.
+    pub(crate) offsets_topic_creation: tokio::sync::Mutex<()>,
     producer_ids: Mutex<ProducerIdBlock>,
     /// Becomes true when the server is shutting down; long polls answer at once.
     pub shutdown: watch::Receiver<bool>,
@@ -73,6 +79,11 @@ impl Broker {
         shutdown: watch::Receiver<bool>,
     ) -> Broker {
         partitions.sync(&controller.image());
+        let partitions = Arc::new(partitions);
+        let coordinator = Arc::new(GroupCoordinator::new(
+            config.coordinator,
+            Arc::new(PartitionOffsetsLog::new(partitions.clone())),
+        ));
         let request_memory = Arc::new(Semaphore::new(
             usize::try_from(config.queued_max_request_bytes)
                 .unwrap_or(usize::MAX)
@@ -83,6 +94,8 @@ impl Broker {
             identity,
             controller,
             partitions,
+            coordinator,
+            offsets_topic_creation: tokio::sync::Mutex::new(()),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,
             request_memory,
@@ -109,7 +122,12 @@ impl Broker {
             if let Err(ControllerError::Fatal(error)) = &result {
                 storage_failure(std::path::Path::new("metadata"), &error.to_string());
             }
-            broker.partitions.sync(&broker.controller.image());
+            let image = broker.controller.image();
+            broker.partitions.sync(&image);
+            if image.topic(OFFSETS_TOPIC).is_none() && broker.coordinator.partitions() > 0 {
+                tracing::warn!(target: "weir::groups", "{OFFSETS_TOPIC} was deleted: every group and committed offset is gone; it is created again on the next group request");
+                broker.coordinator.reset();
+            }
             result
         })
         .await;
@@ -136,6 +154,15 @@ impl Broker {
             end: first + count,
         };
         Ok(first)
+    }
+
+    /// The group coordinator's background work: loads an existing `__consumer_offsets`, then
+    /// expires sessions and completes rebalances until shutdown.
+    pub async fn run_group_coordinator(self: Arc<Self>) {
+        self.load_offsets_topic().await;
+        let mut shutdown = self.shutdown.clone();
+        let stop = async move { stopping(&mut shutdown).await };
+        self.coordinator.clone().run_timers(stop).await;
     }
 
     /// Background upkeep: retention and segment age every `log.retention.check.interval.ms`,

@@ -7,6 +7,7 @@ use weir_controller::topic_config::{
     check_value, topic_config, ConfigKind, TopicConfigDef, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
     TOPIC_CONFIGS,
 };
+use weir_coordinator::{CoordinatorSettings, GroupLimits};
 use weir_log::LogConfig;
 
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
@@ -143,6 +144,55 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "How often recovery points are checkpointed (bounds recovery scans).",
     ),
+    long_setting(
+        "offsets.topic.num.partitions",
+        "50",
+        1,
+        1_000,
+        "Partitions of __consumer_offsets when it is created (on the first group request); a group lives on partition abs(hash(group)) % this.",
+    ),
+    long_setting(
+        "offsets.topic.segment.bytes",
+        "104857600",
+        1_048_576,
+        1_073_741_824,
+        "segment.bytes of __consumer_offsets (smaller segments make its cleaning cheaper).",
+    ),
+    long_setting(
+        "offset.metadata.max.bytes",
+        "4096",
+        0,
+        1_048_576,
+        "Longest metadata string an offset commit may carry; longer ones get OFFSET_METADATA_TOO_LARGE.",
+    ),
+    long_setting(
+        "group.min.session.timeout.ms",
+        "6000",
+        1,
+        i32::MAX as i64,
+        "Shortest session timeout a group member may ask for.",
+    ),
+    long_setting(
+        "group.max.session.timeout.ms",
+        "1800000",
+        1,
+        i32::MAX as i64,
+        "Longest session timeout a group member may ask for.",
+    ),
+    long_setting(
+        "group.initial.rebalance.delay.ms",
+        "3000",
+        0,
+        i32::MAX as i64,
+        "How long the first rebalance of an empty group waits for more members to join, so a group starting up rebalances once.",
+    ),
+    long_setting(
+        "group.max.size",
+        "2147483647",
+        1,
+        i32::MAX as i64,
+        "Most members one consumer group may have.",
+    ),
 ];
 
 /// A broker property that is unknown or has a bad value.
@@ -179,6 +229,12 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
     /// `log.flush.offset.checkpoint.interval.ms`.
     pub checkpoint_interval_ms: u64,
+    /// `offsets.topic.num.partitions`.
+    pub offsets_topic_partitions: i32,
+    /// `offsets.topic.segment.bytes`.
+    pub offsets_topic_segment_bytes: i64,
+    /// The group coordinator's limits (`group.*`, `offset.metadata.max.bytes`).
+    pub coordinator: CoordinatorSettings,
     /// Topic settings with no topic override: the broker-level names, else Kafka's defaults.
     topic_defaults: TopicSettings,
 }
@@ -293,6 +349,17 @@ impl BrokerConfig {
             retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,
             producer_id_expiration_ms: long("producer.id.expiration.ms"),
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
+            offsets_topic_partitions: long("offsets.topic.num.partitions") as i32,
+            offsets_topic_segment_bytes: long("offsets.topic.segment.bytes"),
+            coordinator: CoordinatorSettings {
+                limits: GroupLimits {
+                    session_timeout_min_ms: long("group.min.session.timeout.ms") as i32,
+                    session_timeout_max_ms: long("group.max.session.timeout.ms") as i32,
+                    initial_rebalance_delay_ms: long("group.initial.rebalance.delay.ms") as i32,
+                    max_size: long("group.max.size") as usize,
+                },
+                offset_metadata_max_bytes: long("offset.metadata.max.bytes") as usize,
+            },
             topic_defaults: TopicSettings::resolve(
                 |name| topic_config(name).map_or("", |def| value_of(properties, def.broker_name)),
                 long("producer.id.max.per.partition") as usize,

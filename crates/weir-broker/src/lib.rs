@@ -12,6 +12,7 @@ pub mod broker;
 pub mod config;
 pub mod connections;
 mod handlers;
+mod offsets_topic;
 pub mod partition;
 mod rate_limit;
 pub mod registry;

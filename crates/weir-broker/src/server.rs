@@ -274,7 +274,7 @@ async fn read_requests(
             }
         };
         let pending: PendingReply = match decode_request(frame) {
-            Ok(request) => handlers::dispatch(broker, request).await,
+            Ok(request) => handlers::dispatch(broker, request, peer.ip()).await,
             Err(DecodeError::UnsupportedApiVersionsVersion {
                 correlation_id,
                 version,

@@ -72,7 +72,7 @@ pub struct ClusterStatus {
 /// # Ok(()) }
 /// ```
 pub struct Admin {
-    cluster: Arc<Cluster>,
+    pub(crate) cluster: Arc<Cluster>,
 }
 
 fn name(s: &str) -> TopicName {
@@ -91,7 +91,8 @@ fn source_name(code: i8) -> &'static str {
     }
 }
 
-fn check(code: i16, message: Option<&StrBytes>) -> Result<()> {
+/// The broker's error for `code`, if any.
+pub(crate) fn check(code: i16, message: Option<&StrBytes>) -> Result<()> {
     match ClientError::from_code(code, message.map(|m| m.as_str().to_string())) {
         Some(error) => Err(error),
         None => Ok(()),

@@ -89,7 +89,7 @@ struct FetchResult {
     error: Option<ClientError>,
 }
 
-/// A consumer of assigned partitions (consumer groups come later).
+/// A consumer of assigned partitions (for consumer groups, see `GroupConsumer`).
 pub struct Consumer {
     cluster: Arc<Cluster>,
     config: ConsumerConfig,
@@ -161,6 +161,15 @@ impl Consumer {
     /// Moves the position of an assigned partition.
     pub async fn seek(&mut self, topic: &str, partition: i32, to: OffsetSpec) -> Result<i64> {
         self.assign(topic, partition, to).await
+    }
+
+    /// Stops reading `partition` of `topic` and forgets its position.
+    pub fn unassign(&mut self, topic: &str, partition: i32) {
+        self.reset_prefetch();
+        let tp = (topic.to_string(), partition);
+        self.positions.remove(&tp);
+        self.high_watermarks.remove(&tp);
+        self.paused.remove(&tp);
     }
 
     /// Stops fetching `partition` until [`Consumer::resume`].

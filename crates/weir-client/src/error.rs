@@ -87,6 +87,21 @@ impl ClientError {
         }
     }
 
+    /// True when a group member's request failed because its group moved on (a rebalance,
+    /// a newer generation, an expired or fenced membership): the member rejoins and carries
+    /// on; a commit refused this way is not an error of the application's.
+    pub fn is_rebalance(&self) -> bool {
+        matches!(
+            self.code().and_then(ResponseError::try_from_code),
+            Some(
+                ResponseError::RebalanceInProgress
+                    | ResponseError::IllegalGeneration
+                    | ResponseError::UnknownMemberId
+                    | ResponseError::FencedInstanceId
+            )
+        )
+    }
+
     /// The Kafka error code, when the broker sent one.
     pub fn code(&self) -> Option<i16> {
         match self {

@@ -1,15 +1,20 @@
 //! `weir-client` is an async Rust client for Weir and any Kafka broker: a batching,
 //! compressing, idempotent [`Producer`]; a [`Consumer`] of assigned partitions with pipelined
-//! fetches; and an [`Admin`] client for topics, configs, offsets and cluster status.
+//! fetches; a [`GroupConsumer`] in a consumer group (subscribe, auto or manual commit,
+//! rebalance events, range and cooperative-sticky assignment); and an [`Admin`] client for topics, configs, offsets, consumer groups (with lag) and cluster
+//! status.
 //!
 //! It speaks only the public Kafka protocol (through `weir-proto`), so it never depends on
 //! broker internals, and keyed records go where the Java client would put them (murmur2).
 
 mod admin;
+pub mod assignor;
 mod cluster;
 mod connection;
 mod consumer;
 mod error;
+mod group_consumer;
+mod groups;
 pub mod partitioner;
 mod producer;
 mod records;
@@ -18,6 +23,10 @@ pub use admin::{Admin, ClusterStatus, ConfigEntry, TopicDescription};
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, PartitionInfo, TopicInfo};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec};
 pub use error::{ClientError, Result};
+pub use group_consumer::{GroupConsumer, GroupConsumerConfig, RebalanceEvent, RebalanceListener};
+pub use groups::{
+    GroupDescription, GroupListing, GroupMember, OffsetChange, OffsetReset, PartitionLag,
+};
 pub use kafka_protocol::records::Compression;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
 use weir_client::{
-    Admin, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig, OffsetSpec, Producer,
-    ProducerConfig, ProducerRecord,
+    Admin, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig, GroupConsumer,
+    GroupConsumerConfig, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
+    RebalanceEvent,
 };
 use weir_controller::{Controller, FileMetadataLog};
 use weir_log::SystemClock;
@@ -21,8 +22,17 @@ struct TestServer {
 }
 
 async fn start() -> TestServer {
+    start_with(&[]).await
+}
+
+/// A server with broker properties over the defaults.
+async fn start_with(properties: &[(&str, &str)]) -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
+    let properties: BTreeMap<String, String> = properties
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config = BrokerConfig::from_properties(&properties).expect("config");
     let log = FileMetadataLog::open(Arc::new(FsStorage), &dir.path().join("metadata.log"))
         .expect("metadata log");
     let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
@@ -47,7 +57,8 @@ async fn start() -> TestServer {
         .await
         .expect("limits");
     let broker = Arc::new(Broker::new(config, identity, controller, registry, stopped));
-    tokio::spawn(weir_broker::serve(broker, listener, limits));
+    tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    tokio::spawn(broker.run_group_coordinator());
     TestServer {
         address: format!("127.0.0.1:{port}"),
         stop,
@@ -259,5 +270,190 @@ async fn admin_offsets_and_errors() {
         matches!(unreachable, ClientError::Unreachable(_)),
         "{unreachable}"
     );
+    server.stop.send_replace(true);
+}
+
+/// What one group member saw: records read and its assignment after each rebalance.
+#[derive(Default)]
+struct MemberLog {
+    records: Vec<(i32, i64)>,
+    assignments: Vec<Vec<(String, i32)>>,
+}
+
+/// Runs a group member until `stop`, polling and recording what it reads and owns.
+fn run_member(
+    config: GroupConsumerConfig,
+    topic: &'static str,
+    log: Arc<std::sync::Mutex<MemberLog>>,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let events = log.clone();
+        let listener = Box::new(move |event: &RebalanceEvent| {
+            if let RebalanceEvent::Assigned(_) | RebalanceEvent::Revoked(_) = event {
+                events.lock().expect("log").assignments.push(Vec::new());
+            }
+        });
+        let mut consumer = GroupConsumer::subscribe_with(config, &[topic], Some(listener))
+            .await
+            .expect("subscribe");
+        while !*stop.borrow() {
+            let records = consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .expect("poll");
+            let mut log = log.lock().expect("log");
+            log.records
+                .extend(records.iter().map(|r| (r.partition, r.offset)));
+            let now = consumer.assignment();
+            if log.assignments.last() != Some(&now) {
+                log.assignments.push(now);
+            }
+        }
+        consumer.commit().await.expect("final commit");
+        consumer.close().await.expect("close");
+    })
+}
+
+fn owned(log: &std::sync::Mutex<MemberLog>) -> Vec<(String, i32)> {
+    log.lock()
+        .expect("log")
+        .assignments
+        .last()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_share_partitions_incrementally_and_resume_from_commits() {
+    let server = start_with(&[
+        ("group.initial.rebalance.delay.ms", "0"),
+        ("group.min.session.timeout.ms", "1000"),
+        ("offsets.topic.num.partitions", "3"),
+    ])
+    .await;
+    let admin = Admin::new(ClientConfig::new(&server.address));
+    admin
+        .create_topic("shared", 6, 1, &[])
+        .await
+        .expect("create");
+    let producer = Producer::new(ProducerConfig::new(&server.address));
+    let mut deliveries = Vec::new();
+    for n in 0..600 {
+        let record = ProducerRecord::new("shared", format!("v{n}")).key(format!("k{n}"));
+        deliveries.push(producer.send(record).await.expect("send"));
+    }
+    for delivery in deliveries {
+        delivery.await.expect("delivered");
+    }
+    let member_config = || {
+        let mut config = GroupConsumerConfig::new(&server.address, "sharing");
+        config.auto_offset_reset = OffsetSpec::Earliest;
+        config.heartbeat_interval = Duration::from_millis(100);
+        config.session_timeout = Duration::from_secs(3);
+        config.rebalance_timeout = Duration::from_secs(10);
+        config
+    };
+    let balanced = |logs: &[&Arc<std::sync::Mutex<MemberLog>>]| {
+        let owned: Vec<Vec<(String, i32)>> = logs.iter().map(|l| owned(l)).collect();
+        let mut all: Vec<(String, i32)> = owned.iter().flatten().cloned().collect();
+        all.sort();
+        let each = 6 / logs.len();
+        all == (0..6)
+            .map(|p| ("shared".to_string(), p))
+            .collect::<Vec<_>>()
+            && owned.iter().all(|o| o.len() == each)
+    };
+    let wait_for = |what: &'static str, ok: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (stop_a, stopped_a) = watch::channel(false);
+    let (stop_b, stopped_b) = watch::channel(false);
+    let a = Arc::new(std::sync::Mutex::new(MemberLog::default()));
+    let b = Arc::new(std::sync::Mutex::new(MemberLog::default()));
+    let task_a = run_member(member_config(), "shared", a.clone(), stopped_a);
+    tokio::task::block_in_place(|| wait_for("a to own all six", &|| balanced(&[&a])));
+    let task_b = run_member(member_config(), "shared", b.clone(), stopped_b);
+    tokio::task::block_in_place(|| wait_for("a and b to own three each", &|| balanced(&[&a, &b])));
+    let a_then = owned(&a);
+    // Cooperative: a never gave up the partitions it kept.
+    for assignment in a
+        .lock()
+        .expect("log")
+        .assignments
+        .iter()
+        .filter(|x| !x.is_empty())
+    {
+        assert!(
+            a_then.iter().all(|tp| assignment.contains(tp)),
+            "a lost {assignment:?} mid-way"
+        );
+    }
+    tokio::task::block_in_place(|| {
+        wait_for("all 600 records read", &|| {
+            a.lock().expect("log").records.len() + b.lock().expect("log").records.len() >= 600
+        })
+    });
+    stop_b.send_replace(true);
+    task_b.await.expect("b");
+    tokio::task::block_in_place(|| wait_for("a to own all six again", &|| balanced(&[&a])));
+    stop_a.send_replace(true);
+    task_a.await.expect("a");
+    let mut read: Vec<(i32, i64)> = a.lock().expect("log").records.clone();
+    read.extend(b.lock().expect("log").records.iter());
+    read.sort();
+    read.dedup();
+    assert_eq!(read.len(), 600, "every record read");
+
+    let described = admin.describe_group("sharing").await.expect("describe");
+    assert_eq!(described.state, "Empty");
+    assert_eq!(
+        described
+            .partitions
+            .iter()
+            .map(|p| p.lag)
+            .collect::<Vec<_>>(),
+        vec![Some(0); 6]
+    );
+    // A new member starts at the committed offsets: nothing is read again.
+    let mut again = GroupConsumer::subscribe(member_config(), &["shared"])
+        .await
+        .expect("subscribe");
+    assert!(again
+        .poll(Duration::from_millis(500))
+        .await
+        .expect("poll")
+        .is_empty());
+    again.close().await.expect("close");
+    let changes = admin
+        .reset_offsets("sharing", "shared", OffsetReset::ShiftBy(-10), false)
+        .await
+        .expect("reset");
+    assert!(changes
+        .iter()
+        .all(|c| c.current.map(|o| o - 10).map(|o| o.max(0)) == Some(c.new)));
+    let described = admin.describe_group("sharing").await.expect("describe");
+    let lag: i64 = described.partitions.iter().filter_map(|p| p.lag).sum();
+    assert_eq!(
+        lag,
+        changes
+            .iter()
+            .map(|c| c.current.unwrap_or(0) - c.new)
+            .sum::<i64>()
+    );
+    admin.delete_group("sharing").await.expect("delete");
+    assert!(admin
+        .list_groups()
+        .await
+        .expect("list")
+        .iter()
+        .all(|g| g.group_id != "sharing"));
     server.stop.send_replace(true);
 }

@@ -317,26 +317,46 @@ pub fn batch_crc(bytes: &[u8]) -> u32 {
     crc32c::crc32c(&bytes[CRC_START..])
 }
 
+/// One record to build: key and value, either may be null.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Builds a valid uncompressed v2 batch of `values`, for tests and tools that need real bytes.
 pub fn build_batch(values: &[&[u8]], base_timestamp: i64, producer: ProducerFields) -> Vec<u8> {
-    let mut records = Vec::new();
-    for (i, value) in values.iter().enumerate() {
+    let records: Vec<KeyValue<'_>> = values.iter().map(|value| (None, Some(*value))).collect();
+    build_keyed_batch(&records, base_timestamp, producer)
+}
+
+/// Builds a valid uncompressed v2 batch of `(key, value)` records (a `None` value is a
+/// tombstone): what the broker writes to its internal topics.
+pub fn build_keyed_batch(
+    records: &[KeyValue<'_>],
+    base_timestamp: i64,
+    producer: ProducerFields,
+) -> Vec<u8> {
+    let mut encoded = Vec::new();
+    let put_field = |out: &mut Vec<u8>, field: Option<&[u8]>| match field {
+        Some(bytes) => {
+            put_varlong(out, bytes.len() as i64);
+            out.extend_from_slice(bytes);
+        }
+        None => put_varlong(out, -1),
+    };
+    for (i, (key, value)) in records.iter().enumerate() {
         let mut body = Vec::new();
         body.push(0u8); // attributes
         put_varlong(&mut body, 0); // timestamp delta
         put_varlong(&mut body, i as i64); // offset delta
-        put_varlong(&mut body, -1); // null key
-        put_varlong(&mut body, value.len() as i64);
-        body.extend_from_slice(value);
+        put_field(&mut body, *key);
+        put_field(&mut body, *value);
         put_varlong(&mut body, 0); // no headers
-        put_varlong(&mut records, body.len() as i64);
-        records.extend_from_slice(&body);
+        put_varlong(&mut encoded, body.len() as i64);
+        encoded.extend_from_slice(&body);
     }
-    let count = values.len() as i32;
-    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
+    let count = records.len() as i32;
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + encoded.len());
     out.extend_from_slice(&0i64.to_be_bytes());
     out.extend_from_slice(
-        &((BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES + records.len()) as i32).to_be_bytes(),
+        &((BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES + encoded.len()) as i32).to_be_bytes(),
     );
     out.extend_from_slice(&(-1i32).to_be_bytes());
     out.push(MAGIC_V2 as u8);
@@ -349,7 +369,7 @@ pub fn build_batch(values: &[&[u8]], base_timestamp: i64, producer: ProducerFiel
     out.extend_from_slice(&producer.producer_epoch.to_be_bytes());
     out.extend_from_slice(&producer.base_sequence.to_be_bytes());
     out.extend_from_slice(&count.to_be_bytes());
-    out.extend_from_slice(&records);
+    out.extend_from_slice(&encoded);
     let crc = batch_crc(&out);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
     out

@@ -80,6 +80,9 @@ fn premature_end() -> BatchError {
 trait Source {
     fn byte(&mut self) -> Result<u8, BatchError>;
     fn skip(&mut self, n: u64) -> Result<(), BatchError>;
+    /// Appends the next `n` bytes to `out` (growing with the bytes actually read, so a lying
+    /// length allocates nothing it cannot fill).
+    fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), BatchError>;
     /// Bytes consumed so far.
     fn consumed(&self) -> u64;
     /// True when no byte remains.
@@ -107,6 +110,13 @@ impl Source for SliceSource<'_> {
             return Err(premature_end());
         }
         self.position += n as usize;
+        Ok(())
+    }
+
+    fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), BatchError> {
+        let start = self.position;
+        self.skip(n)?;
+        out.extend_from_slice(&self.bytes[start..self.position]);
         Ok(())
     }
 
@@ -211,6 +221,20 @@ impl<R: Read> Source for StreamSource<R> {
         Ok(())
     }
 
+    fn read_into(&mut self, mut n: u64, out: &mut Vec<u8>) -> Result<(), BatchError> {
+        while n > 0 {
+            if self.start == self.end && !self.fill()? {
+                return Err(premature_end());
+            }
+            let take = ((self.end - self.start) as u64).min(n) as usize;
+            out.extend_from_slice(&self.buffer[self.start..self.start + take]);
+            self.start += take;
+            self.consumed += take as u64;
+            n -= take as u64;
+        }
+        Ok(())
+    }
+
     fn consumed(&self) -> u64 {
         self.consumed
     }
@@ -259,16 +283,49 @@ fn skip_field(source: &mut impl Source, nullable: bool, what: &str) -> Result<()
     }
 }
 
-/// Walks the records, checking each one's framing and handing `visit` its index and timestamp;
-/// stops early when `visit` breaks, else checks that nothing follows the last record.
-fn walk_records<V>(
+/// Reads a length-prefixed field into `out`; false when it is null (allowed only where
+/// `nullable`).
+fn read_field(
+    source: &mut impl Source,
+    nullable: bool,
+    what: &str,
+    out: &mut Vec<u8>,
+) -> Result<bool, BatchError> {
+    out.clear();
+    let length = varint(source)?;
+    match length {
+        0.. => source.read_into(length as u64, out).map(|()| true),
+        -1 if nullable => Ok(false),
+        _ => Err(invalid(format!("{what} length {length} is invalid"))),
+    }
+}
+
+/// One record as the walk hands it over: its index in the batch, its timestamp, and — when
+/// the walk was asked to read them — its key and value (`None` when null or not read).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    /// Offset delta from the batch's base offset.
+    pub index: i32,
+    /// Absolute timestamp.
+    pub timestamp: i64,
+    /// The key.
+    pub key: Option<&'a [u8]>,
+    /// The value.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Walks the records, checking each one's framing and handing `visit` each record (with key
+/// and value when `KEYS_AND_VALUES`); stops early when `visit` breaks, else checks that
+/// nothing follows the last record.
+fn walk_records<const KEYS_AND_VALUES: bool, V>(
     source: &mut impl Source,
     header: &BatchHeader,
     visit: &mut V,
 ) -> Result<(), BatchError>
 where
-    V: FnMut(i32, i64) -> Result<ControlFlow<()>, BatchError>,
+    V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, BatchError>,
 {
+    let (mut key, mut value) = (Vec::new(), Vec::new());
     for index in 0..header.record_count {
         let length = varint(source)?;
         if length < 0 {
@@ -283,8 +340,16 @@ where
                 "record {index} has offset delta {offset_delta}"
             )));
         }
-        skip_field(source, true, "key")?;
-        skip_field(source, true, "value")?;
+        let (has_key, has_value) = if KEYS_AND_VALUES {
+            (
+                read_field(source, true, "key", &mut key)?,
+                read_field(source, true, "value", &mut value)?,
+            )
+        } else {
+            skip_field(source, true, "key")?;
+            skip_field(source, true, "value")?;
+            (false, false)
+        };
         let header_count = varint(source)?;
         if header_count < 0 {
             return Err(invalid(format!(
@@ -309,7 +374,13 @@ where
             .base_timestamp
             .checked_add(timestamp_delta)
             .ok_or_else(|| invalid(format!("record {index} timestamp overflows")))?;
-        if visit(index, timestamp)?.is_break() {
+        let record = RecordRef {
+            index,
+            timestamp,
+            key: has_key.then_some(key.as_slice()),
+            value: has_value.then_some(value.as_slice()),
+        };
+        if visit(record)?.is_break() {
             return Ok(());
         }
     }
@@ -397,18 +468,18 @@ fn corrupt(codec: &str, error: impl std::fmt::Display) -> BatchError {
 
 /// Walks every record of `batch` (whose header passed [`crate::batch::validate_header`]),
 /// decompressing as a stream, no further than `limit` decompressed bytes.
-fn each_record<V>(
+fn each_record<const KEYS_AND_VALUES: bool, V>(
     batch: &[u8],
     header: &BatchHeader,
     limit: u64,
     visit: &mut V,
 ) -> Result<(), BatchError>
 where
-    V: FnMut(i32, i64) -> Result<ControlFlow<()>, BatchError>,
+    V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, BatchError>,
 {
     let payload = &batch[BATCH_HEADER_BYTES..];
     match header.compression() {
-        CODEC_NONE => walk_records(
+        CODEC_NONE => walk_records::<KEYS_AND_VALUES, _>(
             &mut SliceSource {
                 bytes: payload,
                 position: 0,
@@ -416,7 +487,7 @@ where
             header,
             visit,
         ),
-        CODEC_GZIP => walk_records(
+        CODEC_GZIP => walk_records::<KEYS_AND_VALUES, _>(
             &mut StreamSource::new(flate2::read::MultiGzDecoder::new(payload), limit),
             header,
             visit,
@@ -431,7 +502,7 @@ where
                 position: 0,
                 budget: limit,
             };
-            walk_records(&mut StreamSource::new(reader, limit), header, visit)
+            walk_records::<KEYS_AND_VALUES, _>(&mut StreamSource::new(reader, limit), header, visit)
         }
         CODEC_SNAPPY => {
             // Raw snappy (librdkafka): one block; its decompressed size is in its preamble.
@@ -445,7 +516,7 @@ where
             let plain = snap::raw::Decoder::new()
                 .decompress_vec(payload)
                 .map_err(|e| corrupt("snappy", e))?;
-            walk_records(
+            walk_records::<KEYS_AND_VALUES, _>(
                 &mut SliceSource {
                     bytes: &plain,
                     position: 0,
@@ -456,7 +527,11 @@ where
         }
         CODEC_LZ4 => {
             let decoder = lz4::Decoder::new(payload).map_err(|e| corrupt("lz4", e))?;
-            walk_records(&mut StreamSource::new(decoder, limit), header, visit)
+            walk_records::<KEYS_AND_VALUES, _>(
+                &mut StreamSource::new(decoder, limit),
+                header,
+                visit,
+            )
         }
         CODEC_ZSTD => {
             let mut decoder = zstd::stream::read::Decoder::with_buffer(payload)
@@ -464,7 +539,11 @@ where
             decoder
                 .window_log_max(ZSTD_WINDOW_LOG_MAX)
                 .map_err(|e| corrupt("zstd", e))?;
-            walk_records(&mut StreamSource::new(decoder, limit), header, visit)
+            walk_records::<KEYS_AND_VALUES, _>(
+                &mut StreamSource::new(decoder, limit),
+                header,
+                visit,
+            )
         }
         other => Err(invalid(format!("unknown compression codec {other}"))),
     }
@@ -478,13 +557,13 @@ pub fn validate_records(
     limits: &ValidationLimits,
 ) -> Result<RecordsSummary, BatchError> {
     let mut max_timestamp = i64::MIN;
-    each_record(
+    each_record::<false, _>(
         batch,
         header,
         limits.decompressed_bytes_max,
-        &mut |index, timestamp| {
-            check_timestamp(timestamp, index, limits)?;
-            max_timestamp = max_timestamp.max(timestamp);
+        &mut |record| {
+            check_timestamp(record.timestamp, record.index, limits)?;
+            max_timestamp = max_timestamp.max(record.timestamp);
             Ok(ControlFlow::Continue(()))
         },
     )?;
@@ -509,11 +588,13 @@ pub fn find_record(
 ) -> Result<Option<(i64, i64)>, BatchError> {
     let header = crate::batch::validate_header(batch)?;
     let mut found: Option<(i32, i64)> = None;
-    each_record(
+    each_record::<false, _>(
         batch,
         &header,
         decompressed_bytes_max,
-        &mut |index, timestamp| {
+        &mut |RecordRef {
+                  index, timestamp, ..
+              }| {
             Ok(match target {
                 RecordTarget::AtOrAfter(wanted) if timestamp >= wanted => {
                     found = Some((index, timestamp));
@@ -530,6 +611,21 @@ pub fn find_record(
         },
     )?;
     Ok(found.map(|(index, timestamp)| (header.base_offset + i64::from(index), timestamp)))
+}
+
+/// Hands `visit` every record of a stored batch with its offset, key and value, decompressing
+/// as a stream (for readers of a topic's contents: the group coordinator's load, the log
+/// cleaner). Nothing is allocated per record; key and value are valid during the call only.
+pub fn for_each_record(
+    batch: &[u8],
+    decompressed_bytes_max: u64,
+    visit: &mut dyn FnMut(i64, RecordRef<'_>),
+) -> Result<(), BatchError> {
+    let header = crate::batch::validate_header(batch)?;
+    each_record::<true, _>(batch, &header, decompressed_bytes_max, &mut |record| {
+        visit(header.base_offset + i64::from(record.index), record);
+        Ok(ControlFlow::Continue(()))
+    })
 }
 
 #[cfg(test)]

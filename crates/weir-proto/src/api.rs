@@ -36,6 +36,17 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::CreatePartitions, 0, 3),
     range(ApiKey::IncrementalAlterConfigs, 0, 1),
     range(ApiKey::DescribeCluster, 0, 1),
+    range(ApiKey::FindCoordinator, 0, 6),
+    range(ApiKey::JoinGroup, 0, 9),
+    range(ApiKey::SyncGroup, 0, 5),
+    range(ApiKey::Heartbeat, 0, 4),
+    range(ApiKey::LeaveGroup, 0, 5),
+    range(ApiKey::OffsetCommit, 2, 9),
+    range(ApiKey::OffsetFetch, 1, 9),
+    range(ApiKey::ListGroups, 0, 5),
+    range(ApiKey::DescribeGroups, 0, 6),
+    range(ApiKey::DeleteGroups, 0, 2),
+    range(ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The version range Weir serves for `key`, if any.

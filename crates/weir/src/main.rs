@@ -28,6 +28,8 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Read records and print them.
     Consume(cli::consume::ConsumeArgs),
+    /// List, describe (with lag), delete consumer groups and reset their offsets.
+    Group(cli::group::GroupArgs),
     /// Cluster status.
     Cluster(cli::cluster::ClusterArgs),
     /// Load generator: throughput and latency percentiles.
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Topic(args) => cli::run(cli::topic::run(args)),
         Command::Produce(args) => cli::run(cli::produce::run(args)),
         Command::Consume(args) => cli::run(cli::consume::run(args)),
+        Command::Group(args) => cli::run(cli::group::run(args)),
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
         Command::Bench(args) => cli::bench::run(args),
     }

@@ -3,6 +3,7 @@
 
 use kafka_protocol::ResponseError;
 use weir_controller::ControllerError;
+use weir_coordinator::GroupError;
 use weir_log::{BatchError, LogError};
 
 /// A Kafka error code and the message a client sees (in versions that carry one).
@@ -66,4 +67,31 @@ impl From<&ControllerError> for ErrorReply {
         };
         ErrorReply::new(code, error.to_string())
     }
+}
+
+/// The Kafka error a group coordinator refusal is answered with.
+pub fn group_error(error: GroupError) -> ResponseError {
+    match error {
+        GroupError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        GroupError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
+        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        GroupError::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        GroupError::MemberIdRequired => ResponseError::MemberIdRequired,
+        GroupError::FencedInstanceId => ResponseError::FencedInstanceId,
+        GroupError::GroupMaxSizeReached => ResponseError::GroupMaxSizeReached,
+        GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
+        GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
+        GroupError::InvalidCommitOffsetSize => ResponseError::InvalidCommitOffsetSize,
+    }
+}
+
+/// The wire code of a group result (0 for success).
+pub fn group_code(result: Result<(), GroupError>) -> i16 {
+    result.map_or_else(|e| group_error(e).code(), |()| 0)
 }

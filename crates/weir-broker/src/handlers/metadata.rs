@@ -9,6 +9,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
 use weir_controller::{validate_topic_name, ControllerError, NewTopic, TopicImage};
+use weir_coordinator::OFFSETS_TOPIC;
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
@@ -107,6 +108,7 @@ fn describe_topic(broker: &Arc<Broker>, topic: &TopicImage) -> MetadataResponseT
     let node_id = BrokerId(broker.identity.node_id);
     let mut result = error_topic(Some(topic.name.clone()), 0);
     result.topic_id = topic.topic_id;
+    result.is_internal = topic.name == OFFSETS_TOPIC;
     result.partitions = (0..topic.partitions)
         .map(|index| {
             let mut partition = MetadataResponsePartition::default();

@@ -8,11 +8,16 @@ mod api_versions;
 mod cluster;
 mod errors;
 mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
+mod offsets;
 mod produce;
 mod producer_id;
 
+pub(crate) use produce::decompressed_bytes_max;
+
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -44,10 +49,11 @@ fn frame(api_key: ApiKey, version: i16, correlation_id: i32, body: ResponseKind)
     }
 }
 
-/// Starts handling `request`. Produce validates and appends here, before this returns, so
-/// batches from one connection reach the log in the order they were sent; everything else
-/// (waiting for fsync, long polls, admin changes) happens in the returned future.
-pub async fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingReply {
+/// Starts handling `request` from the client at `peer`. Produce validates and appends here,
+/// before this returns, so batches from one connection reach the log in the order they were
+/// sent; everything else (waiting for fsync, long polls, rebalances, admin changes) happens in
+/// the returned future.
+pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> PendingReply {
     let Request {
         header,
         api_key,
@@ -122,6 +128,62 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request) -> PendingReply {
             respond(ResponseKind::DescribeCluster(cluster::describe_cluster(
                 &broker, req,
             )))
+        }),
+        RequestKind::FindCoordinator(req) => Box::pin(async move {
+            respond(ResponseKind::FindCoordinator(
+                groups::find_coordinator(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::JoinGroup(req) => Box::pin(async move {
+            let client_id = header.client_id.as_ref().map(|s| s.as_str());
+            respond(ResponseKind::JoinGroup(
+                groups::join_group(&broker, req, version, client_id, format!("/{peer}")).await,
+            ))
+        }),
+        RequestKind::SyncGroup(req) => Box::pin(async move {
+            respond(ResponseKind::SyncGroup(
+                groups::sync_group(&broker, req).await,
+            ))
+        }),
+        RequestKind::Heartbeat(req) => {
+            Box::pin(
+                async move { respond(ResponseKind::Heartbeat(groups::heartbeat(&broker, req))) },
+            )
+        }
+        RequestKind::LeaveGroup(req) => Box::pin(async move {
+            respond(ResponseKind::LeaveGroup(groups::leave_group(
+                &broker, req, version,
+            )))
+        }),
+        RequestKind::ListGroups(req) => {
+            Box::pin(
+                async move { respond(ResponseKind::ListGroups(groups::list_groups(&broker, req))) },
+            )
+        }
+        RequestKind::DescribeGroups(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeGroups(groups::describe_groups(
+                &broker, req, version,
+            )))
+        }),
+        RequestKind::DeleteGroups(req) => Box::pin(async move {
+            respond(ResponseKind::DeleteGroups(
+                groups::delete_groups(&broker, req).await,
+            ))
+        }),
+        RequestKind::OffsetCommit(req) => Box::pin(async move {
+            respond(ResponseKind::OffsetCommit(
+                offsets::commit(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::OffsetFetch(req) => Box::pin(async move {
+            respond(ResponseKind::OffsetFetch(offsets::fetch(
+                &broker, req, version,
+            )))
+        }),
+        RequestKind::OffsetDelete(req) => Box::pin(async move {
+            respond(ResponseKind::OffsetDelete(
+                offsets::delete(&broker, req).await,
+            ))
         }),
         other => {
             // Unreachable: decode_request refuses APIs missing from SUPPORTED_APIS, and every

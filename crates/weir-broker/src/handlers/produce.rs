@@ -8,6 +8,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
+use weir_coordinator::OFFSETS_TOPIC;
 use weir_log::batch::BatchHeader;
 use weir_log::{validate, AppendInfo, LogError, ValidationLimits};
 
@@ -191,6 +192,12 @@ fn check_partition(
         return Err(ErrorReply::new(
             ResponseError::InvalidRequiredAcks,
             format!("acks must be -1, 0 or 1, got {acks}"),
+        ));
+    }
+    if topic == OFFSETS_TOPIC {
+        return Err(ErrorReply::new(
+            ResponseError::InvalidTopicException,
+            format!("cannot append to internal topic {topic}"),
         ));
     }
     let Some(partition) = broker.partitions.get(topic, index) else {

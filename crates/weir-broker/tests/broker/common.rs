@@ -115,6 +115,7 @@ async fn start_inner(
         Broker::new(config, identity, controller, registry, stopped)
     }));
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    tokio::spawn(broker.clone().run_group_coordinator());
     TestBroker {
         broker,
         addr,
@@ -334,4 +335,73 @@ pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// Joins `group` as a new member at JoinGroup `version`, answering MEMBER_ID_REQUIRED (v4+)
+/// with the id it hands out; returns the final response.
+pub async fn join_group(
+    stream: &mut TcpStream,
+    group: &str,
+    version: i16,
+) -> kafka_protocol::messages::JoinGroupResponse {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest, JoinGroupResponse};
+    let mut protocol = JoinGroupRequestProtocol::default();
+    protocol.name = StrBytes::from_static_str("range");
+    protocol.metadata = Bytes::from_static(b"subscription");
+    let mut request = JoinGroupRequest::default();
+    request.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    request.session_timeout_ms = 10_000;
+    request.rebalance_timeout_ms = 10_000;
+    request.protocol_type = StrBytes::from_static_str("consumer");
+    request.protocols = vec![protocol];
+    let first: JoinGroupResponse = call(stream, ApiKey::JoinGroup, version, &request).await;
+    if first.error_code != 79 {
+        return first;
+    }
+    request.member_id = first.member_id;
+    call(stream, ApiKey::JoinGroup, version, &request).await
+}
+
+/// Commits `offset` for `topic`-0 in `group` as a non-member (generation -1), at OffsetCommit
+/// `version`; returns the partition's error code.
+pub async fn commit_offset(
+    stream: &mut TcpStream,
+    group: &str,
+    topic: &str,
+    offset: i64,
+    version: i16,
+) -> i16 {
+    commit_offset_as(stream, group, -1, topic, offset, version).await
+}
+
+/// Commits `offset` for `topic`-0 in `group` at `generation` (as member `m` when it is not
+/// -1), at OffsetCommit `version`; returns the partition's error code.
+pub async fn commit_offset_as(
+    stream: &mut TcpStream,
+    group: &str,
+    generation: i32,
+    topic: &str,
+    offset: i64,
+    version: i16,
+) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, OffsetCommitResponse};
+    let mut partition = OffsetCommitRequestPartition::default();
+    partition.committed_offset = offset;
+    let mut t = OffsetCommitRequestTopic::default();
+    t.name = topic_name(topic);
+    t.partitions = vec![partition];
+    let mut request = OffsetCommitRequest::default();
+    request.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    request.generation_id_or_member_epoch = generation;
+    if generation >= 0 {
+        request.member_id = StrBytes::from_static_str("m");
+    }
+    request.topics = vec![t];
+    let response: OffsetCommitResponse =
+        call(stream, ApiKey::OffsetCommit, version, &request).await;
+    response.topics[0].partitions[0].error_code
 }

@@ -159,7 +159,11 @@ async fn bad_input_is_contained() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_advertised_version_answers() {
     use kafka_protocol::messages::*;
-    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
+    let groups = [
+        ("group.initial.rebalance.delay.ms", "0"),
+        ("offsets.topic.num.partitions", "3"),
+    ];
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &groups).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
     assert_eq!(create_topic(&mut c, "good", 1, &[]).await, 0);
     assert_eq!(
@@ -369,6 +373,164 @@ async fn every_advertised_version_answers() {
                         call(&mut c, api.key, v, &DescribeClusterRequest::default()).await;
                     assert_eq!((r.error_code, r.brokers.len()), (0, 1), "{what}");
                 }
+                ApiKey::FindCoordinator => {
+                    let mut req = FindCoordinatorRequest::default();
+                    let key = StrBytes::from_string(format!("find-{v}"));
+                    if v >= 4 {
+                        req.coordinator_keys = vec![key];
+                    } else {
+                        req.key = key;
+                    }
+                    let r: FindCoordinatorResponse = call(&mut c, api.key, v, &req).await;
+                    let (code, node) = match v {
+                        4.. => (r.coordinators[0].error_code, r.coordinators[0].node_id.0),
+                        _ => (r.error_code, r.node_id.0),
+                    };
+                    assert_eq!((code, node), (0, 1), "{what}");
+                }
+                ApiKey::JoinGroup => {
+                    let r = join_group(&mut c, &format!("join-{v}"), v).await;
+                    assert_eq!((r.error_code, r.generation_id), (0, 1), "{what}");
+                    assert_eq!(r.leader, r.member_id, "{what}: the only member leads");
+                    assert_eq!(r.members.len(), 1, "{what}");
+                }
+                ApiKey::SyncGroup => {
+                    let joined = join_group(&mut c, &format!("sync-{v}"), 5).await;
+                    let mut assignment = sync_group_request::SyncGroupRequestAssignment::default();
+                    assignment.member_id = joined.member_id.clone();
+                    assignment.assignment = bytes::Bytes::from_static(b"mine");
+                    let mut req = SyncGroupRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(format!("sync-{v}")));
+                    req.generation_id = joined.generation_id;
+                    req.member_id = joined.member_id;
+                    req.protocol_type = Some(StrBytes::from_static_str("consumer"));
+                    req.protocol_name = joined.protocol_name;
+                    req.assignments = vec![assignment];
+                    let r: SyncGroupResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        (r.error_code, &r.assignment[..]),
+                        (0, &b"mine"[..]),
+                        "{what}"
+                    );
+                }
+                ApiKey::Heartbeat => {
+                    let joined = join_group(&mut c, &format!("beat-{v}"), 5).await;
+                    let mut req = HeartbeatRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(format!("beat-{v}")));
+                    req.generation_id = joined.generation_id;
+                    req.member_id = joined.member_id.clone();
+                    let r: HeartbeatResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        r.error_code, 0,
+                        "{what}: waiting for the assignment is fine"
+                    );
+                    req.generation_id += 1;
+                    let r: HeartbeatResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 22, "{what}: ILLEGAL_GENERATION");
+                }
+                ApiKey::LeaveGroup => {
+                    let joined = join_group(&mut c, &format!("leave-{v}"), 5).await;
+                    let mut req = LeaveGroupRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(format!("leave-{v}")));
+                    if v >= 3 {
+                        let mut member = leave_group_request::MemberIdentity::default();
+                        member.member_id = joined.member_id;
+                        req.members = vec![member];
+                    } else {
+                        req.member_id = joined.member_id;
+                    }
+                    let r: LeaveGroupResponse = call(&mut c, api.key, v, &req).await;
+                    let code = match v {
+                        3.. => r.members[0].error_code,
+                        _ => r.error_code,
+                    };
+                    assert_eq!((r.error_code, code), (0, 0), "{what}");
+                }
+                ApiKey::OffsetCommit => {
+                    let code = commit_offset(&mut c, &format!("commit-{v}"), "good", 1, v).await;
+                    assert_eq!(code, 0, "{what}");
+                    let unknown =
+                        commit_offset(&mut c, &format!("commit-{v}"), "absent", 1, v).await;
+                    assert_eq!(unknown, 3, "{what}: UNKNOWN_TOPIC_OR_PARTITION");
+                }
+                ApiKey::OffsetFetch => {
+                    let group = format!("fetch-{v}");
+                    assert_eq!(commit_offset(&mut c, &group, "good", 7, 8).await, 0);
+                    let mut req = OffsetFetchRequest::default();
+                    let committed = if v >= 8 {
+                        let mut t = offset_fetch_request::OffsetFetchRequestTopics::default();
+                        t.name = topic_name("good");
+                        t.partition_indexes = vec![0];
+                        let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+                        g.group_id = GroupId(StrBytes::from_string(group));
+                        g.topics = Some(vec![t]);
+                        req.groups = vec![g];
+                        let r: OffsetFetchResponse = call(&mut c, api.key, v, &req).await;
+                        r.groups[0].topics[0].partitions[0].committed_offset
+                    } else {
+                        let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+                        t.name = topic_name("good");
+                        t.partition_indexes = vec![0];
+                        req.group_id = GroupId(StrBytes::from_string(group));
+                        req.topics = Some(vec![t]);
+                        let r: OffsetFetchResponse = call(&mut c, api.key, v, &req).await;
+                        r.topics[0].partitions[0].committed_offset
+                    };
+                    assert_eq!(committed, 7, "{what}");
+                }
+                ApiKey::ListGroups => {
+                    let r: ListGroupsResponse =
+                        call(&mut c, api.key, v, &ListGroupsRequest::default()).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                    assert!(
+                        r.groups.iter().any(|g| g.group_id.as_str() == "commit-2"),
+                        "{what}"
+                    );
+                }
+                ApiKey::DescribeGroups => {
+                    let mut req = DescribeGroupsRequest::default();
+                    req.groups = vec![GroupId(StrBytes::from_static_str("commit-2"))];
+                    let r: DescribeGroupsResponse = call(&mut c, api.key, v, &req).await;
+                    let g = &r.groups[0];
+                    assert_eq!(
+                        (g.error_code, g.group_state.as_str()),
+                        (0, "Empty"),
+                        "{what}"
+                    );
+                }
+                ApiKey::DeleteGroups => {
+                    let group = format!("delete-{v}");
+                    assert_eq!(commit_offset(&mut c, &group, "good", 1, 8).await, 0);
+                    let mut req = DeleteGroupsRequest::default();
+                    req.groups_names = vec![GroupId(StrBytes::from_string(group.clone()))];
+                    let r: DeleteGroupsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].error_code, 0, "{what}");
+                    let again: DeleteGroupsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        again.results[0].error_code, 69,
+                        "{what}: GROUP_ID_NOT_FOUND"
+                    );
+                }
+                ApiKey::OffsetDelete => {
+                    assert_eq!(
+                        commit_offset(&mut c, "offset-delete", "good", 1, 8).await,
+                        0
+                    );
+                    let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
+                    p.partition_index = 0;
+                    let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+                    t.name = topic_name("good");
+                    t.partitions = vec![p];
+                    let mut req = OffsetDeleteRequest::default();
+                    req.group_id = GroupId(StrBytes::from_static_str("offset-delete"));
+                    req.topics = vec![t];
+                    let r: OffsetDeleteResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        (r.error_code, r.topics[0].partitions[0].error_code),
+                        (0, 0),
+                        "{what}"
+                    );
+                }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
         }
@@ -472,4 +634,40 @@ async fn partitions_named_twice() {
     let r: FetchResponse = call(&mut c, ApiKey::Fetch, 11, &fetch).await;
     assert_eq!(r.responses[0].partitions.len(), 1);
     test.shutdown().await;
+}
+
+/// Deleting `__consumer_offsets` forgets every group; the next group request creates it again
+/// and commits work as on a fresh broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_offsets_topic_resets_the_coordinator() {
+    use kafka_protocol::messages::*;
+    let groups = [("offsets.topic.num.partitions", "2")];
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &groups).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "t", 1, &[]).await, 0);
+    let mut find = FindCoordinatorRequest::default();
+    find.key = StrBytes::from_static_str("g");
+    let found: FindCoordinatorResponse = call(&mut c, ApiKey::FindCoordinator, 3, &find).await;
+    assert_eq!(found.error_code, 0);
+    assert_eq!(commit_offset(&mut c, "g", "t", 5, 8).await, 0);
+    let mut delete = DeleteTopicsRequest::default();
+    delete.topic_names = vec![topic_name("__consumer_offsets")];
+    let deleted: DeleteTopicsResponse = call(&mut c, ApiKey::DeleteTopics, 4, &delete).await;
+    assert_eq!(deleted.responses[0].error_code, 0);
+    assert_eq!(
+        commit_offset(&mut c, "g", "t", 6, 8).await,
+        15,
+        "COORDINATOR_NOT_AVAILABLE until found again"
+    );
+    let found: FindCoordinatorResponse = call(&mut c, ApiKey::FindCoordinator, 3, &find).await;
+    assert_eq!(
+        found.error_code, 0,
+        "FindCoordinator creates the topic again"
+    );
+    let mut list = ListGroupsRequest::default();
+    list.states_filter = Vec::new();
+    let listed: ListGroupsResponse = call(&mut c, ApiKey::ListGroups, 4, &list).await;
+    assert!(listed.groups.is_empty(), "the old group is gone");
+    assert_eq!(commit_offset(&mut c, "g", "t", 7, 8).await, 0);
+    test.stop.send_replace(true);
 }

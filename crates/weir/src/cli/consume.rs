@@ -5,7 +5,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use weir_client::{Admin, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec};
+use weir_client::{
+    Admin, Consumer, ConsumerConfig, ConsumerRecord, GroupConsumer, GroupConsumerConfig, OffsetSpec,
+};
 
 use super::{stdout_is_terminal, ConnectArgs};
 
@@ -23,15 +25,20 @@ enum Format {
 /// Read records from a topic.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "EXAMPLES:\n  weir consume orders\n  weir consume orders -p 0 --offset 100 -n 10 --format json\n  weir consume orders --offset @1735689600000 --follow"
+    after_help = "EXAMPLES:\n  weir consume orders\n  weir consume orders -p 0 --offset 100 -n 10 --format json\n  weir consume orders --offset @1735689600000 --follow\n  weir consume orders --group billing --follow"
 )]
 pub struct ConsumeArgs {
     /// Topic to read.
     topic: String,
     /// Read only this partition (default: all).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "group")]
     partition: Option<i32>,
-    /// Where to start: earliest, latest, an offset, or @TIMESTAMP_MS.
+    /// Read as a member of this consumer group: partitions come from the group, reading
+    /// resumes at the group's committed offsets, and offsets are committed after printing.
+    #[arg(short, long)]
+    group: Option<String>,
+    /// Where to start: earliest, latest, an offset, or @TIMESTAMP_MS. With --group, where a
+    /// partition without a committed offset starts (earliest or latest).
     #[arg(long, default_value = "earliest", value_parser = parse_offset)]
     offset: OffsetSpec,
     /// Stop after this many records.
@@ -63,6 +70,9 @@ fn parse_offset(text: &str) -> Result<OffsetSpec, String> {
 
 /// Runs `weir consume`.
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(group) = args.group.clone() {
+        return run_in_group(args, group).await;
+    }
     let mut config = ConsumerConfig::new(&args.connect.brokers);
     config.client = args.connect.client_config();
     let mut consumer = Consumer::new(config);
@@ -133,6 +143,52 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    Ok(())
+}
+
+/// `weir consume --group`: a group member that prints what it is assigned, commits after
+/// each batch it printed, and leaves the group when it stops.
+async fn run_in_group(args: ConsumeArgs, group: String) -> anyhow::Result<()> {
+    let mut config = GroupConsumerConfig::new(&args.connect.brokers, &group);
+    config.consumer.client = args.connect.client_config();
+    config.auto_offset_reset = match args.offset {
+        OffsetSpec::Earliest => OffsetSpec::Earliest,
+        OffsetSpec::Latest => OffsetSpec::Latest,
+        _ => anyhow::bail!("with --group, --offset must be earliest or latest (where a partition without a committed offset starts)"),
+    };
+    // Committed after each printed batch instead.
+    config.auto_commit_interval = None;
+    let mut consumer = GroupConsumer::subscribe(config, &[args.topic.as_str()]).await?;
+    let stop_at_end = !args.follow && args.count.is_none();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut printed = 0u64;
+    loop {
+        if args.count.is_some_and(|n| printed >= n) {
+            break;
+        }
+        let records = consumer.poll(Duration::from_millis(500)).await?;
+        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for record in &records {
+            if args.count.is_some_and(|n| printed >= n) {
+                break;
+            }
+            print_record(&mut out, record, args.format)?;
+            printed += 1;
+            next.insert((record.topic.clone(), record.partition), record.offset + 1);
+        }
+        out.flush()?;
+        let offsets: Vec<((String, i32), i64)> = next.into_iter().collect();
+        match consumer.commit_offsets(&offsets).await {
+            // The group rebalanced: another member may read these again (at least once).
+            Err(error) if error.is_rebalance() => {}
+            other => other?,
+        }
+        if stop_at_end && records.is_empty() && consumer.at_end() {
+            break;
+        }
+    }
+    out.flush()?;
+    consumer.close().await?;
     Ok(())
 }
 

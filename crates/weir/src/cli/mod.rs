@@ -1,9 +1,11 @@
-//! The client commands of the `weir` binary: `topic`, `produce`, `consume`, `cluster`, `bench`.
+//! The client commands of the `weir` binary: `topic`, `produce`, `consume`, `group`, `cluster`,
+//! `bench`.
 //! Each exits 0 on success, 1 on a runtime error and 2 on a usage error, with one line on stderr.
 
 pub mod bench;
 pub mod cluster;
 pub mod consume;
+pub mod group;
 pub mod produce;
 pub mod topic;
 

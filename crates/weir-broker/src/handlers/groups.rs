@@ -1,0 +1,340 @@
+//! Consumer groups, classic protocol: FindCoordinator (key 10, v0–6), JoinGroup (11, v0–9),
+//! SyncGroup (14, v0–5), Heartbeat (12, v0–4), LeaveGroup (13, v0–5), ListGroups (16, v0–5),
+//! DescribeGroups (15, v0–6), DeleteGroups (42, v0–2). The handlers translate; the group
+//! coordinator (`weir-coordinator`) decides.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use weir_coordinator::{GroupError, JoinRequest, SyncRequest};
+
+use crate::broker::Broker;
+use crate::handlers::errors::{group_code, group_error};
+use crate::handlers::str_bytes;
+
+/// FindCoordinator key type of a consumer group (1 is a transactional id).
+const KEY_TYPE_GROUP: i8 = 0;
+/// Authorized operations when the client did not ask for them.
+const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
+/// Every group has the classic type until the KIP-848 protocol exists.
+const GROUP_TYPE_CLASSIC: &str = "classic";
+
+fn optional(s: &Option<StrBytes>) -> Option<&str> {
+    s.as_ref().map(|s| s.as_str())
+}
+
+/// FindCoordinator: this broker coordinates every group (a single node leads every
+/// partition of `__consumer_offsets`), once the topic exists and the group's partition is
+/// loaded. Transactional ids have no coordinator yet.
+pub async fn find_coordinator(
+    broker: &Arc<Broker>,
+    request: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let keys: Vec<StrBytes> = if version >= 4 {
+        request.coordinator_keys
+    } else {
+        vec![request.key]
+    };
+    let ready = match request.key_type {
+        KEY_TYPE_GROUP => broker.ensure_offsets_topic().await,
+        _ => Err(GroupError::CoordinatorNotAvailable),
+    };
+    let identity = &broker.identity;
+    let coordinators: Vec<Coordinator> = keys
+        .into_iter()
+        .map(|key| {
+            let result = ready.and_then(|()| broker.coordinator.check_served(key.as_str()));
+            let mut c = Coordinator::default();
+            c.key = key;
+            match result {
+                Ok(()) => {
+                    c.node_id = BrokerId(identity.node_id);
+                    c.host = str_bytes(identity.advertised_host.clone());
+                    c.port = i32::from(identity.advertised_port);
+                }
+                Err(error) => {
+                    let error = match (request.key_type, error) {
+                        (KEY_TYPE_GROUP, _) => group_error(error),
+                        _ => ResponseError::CoordinatorNotAvailable,
+                    };
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = error.code();
+                    c.error_message = Some(str_bytes(match request.key_type {
+                        KEY_TYPE_GROUP => error.to_string(),
+                        _ => "transactions are not supported yet".to_string(),
+                    }));
+                }
+            }
+            c
+        })
+        .collect();
+    let mut response = FindCoordinatorResponse::default();
+    if version < 4 {
+        if let Some(c) = coordinators.into_iter().next() {
+            response.error_code = c.error_code;
+            response.error_message = c.error_message;
+            response.node_id = c.node_id;
+            response.host = c.host;
+            response.port = c.port;
+        }
+    } else {
+        response.coordinators = coordinators;
+    }
+    response
+}
+
+/// JoinGroup: waits for the rebalance to complete.
+pub async fn join_group(
+    broker: &Arc<Broker>,
+    request: JoinGroupRequest,
+    version: i16,
+    client_id: Option<&str>,
+    client_host: String,
+) -> JoinGroupResponse {
+    let join = JoinRequest {
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
+        client_id: client_id.unwrap_or_default().to_string(),
+        client_host,
+        session_timeout_ms: request.session_timeout_ms,
+        rebalance_timeout_ms: match version {
+            0 => request.session_timeout_ms,
+            _ => request.rebalance_timeout_ms,
+        },
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    let outcome = broker
+        .coordinator
+        .join_group(request.group_id.as_str(), join)
+        .await;
+    let mut response = JoinGroupResponse::default();
+    response.error_code = outcome.error.map_or(0, |e| group_error(e).code());
+    response.generation_id = outcome.generation;
+    response.protocol_type = outcome.protocol_type.map(str_bytes);
+    // Below v7 the protocol name is not nullable.
+    response.protocol_name = outcome
+        .protocol_name
+        .map(str_bytes)
+        .or_else(|| (version < 7).then(StrBytes::default));
+    response.leader = str_bytes(outcome.leader);
+    response.member_id = str_bytes(outcome.member_id);
+    response.members = outcome
+        .members
+        .into_iter()
+        .map(|m| {
+            let mut member = JoinGroupResponseMember::default();
+            member.member_id = str_bytes(m.member_id);
+            member.group_instance_id = m.group_instance_id.map(str_bytes);
+            member.metadata = m.metadata;
+            member
+        })
+        .collect();
+    response
+}
+
+/// SyncGroup: the leader hands in the assignment; everyone gets their part.
+pub async fn sync_group(broker: &Arc<Broker>, request: SyncGroupRequest) -> SyncGroupResponse {
+    let assignments = request
+        .assignments
+        .into_iter()
+        .map(|a| (a.member_id.to_string(), a.assignment))
+        .collect();
+    let sync = SyncRequest {
+        member_id: request.member_id.as_str(),
+        instance_id: optional(&request.group_instance_id),
+        generation: request.generation_id,
+        protocol_type: optional(&request.protocol_type),
+        protocol_name: optional(&request.protocol_name),
+        assignments,
+    };
+    let outcome = broker
+        .coordinator
+        .sync_group(request.group_id.as_str(), sync)
+        .await;
+    let mut response = SyncGroupResponse::default();
+    match outcome {
+        Ok(assignment) => {
+            response.protocol_type = assignment.protocol_type.map(str_bytes);
+            response.protocol_name = assignment.protocol_name.map(str_bytes);
+            response.assignment = assignment.assignment;
+        }
+        Err(error) => response.error_code = group_error(error).code(),
+    }
+    response
+}
+
+/// Heartbeat.
+pub fn heartbeat(broker: &Arc<Broker>, request: HeartbeatRequest) -> HeartbeatResponse {
+    let mut response = HeartbeatResponse::default();
+    response.error_code = group_code(broker.coordinator.heartbeat(
+        request.group_id.as_str(),
+        request.member_id.as_str(),
+        optional(&request.group_instance_id),
+        request.generation_id,
+    ));
+    response
+}
+
+/// LeaveGroup: one member (v0–2) or a batch of members by id or instance id (v3+).
+pub fn leave_group(
+    broker: &Arc<Broker>,
+    request: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|s| s.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(request.member_id.to_string(), None)]
+    };
+    let mut response = LeaveGroupResponse::default();
+    match broker
+        .coordinator
+        .leave_group(request.group_id.as_str(), &members)
+    {
+        Err(error) => response.error_code = group_error(error).code(),
+        Ok(results) if version < 3 => response.error_code = group_code(results[0]),
+        Ok(results) => {
+            response.members = members
+                .into_iter()
+                .zip(results)
+                .map(|((member_id, instance_id), result)| {
+                    let mut member = MemberResponse::default();
+                    member.member_id = str_bytes(member_id);
+                    member.group_instance_id = instance_id.map(str_bytes);
+                    member.error_code = group_code(result);
+                    member
+                })
+                .collect();
+        }
+    }
+    response
+}
+
+/// ListGroups, filtered by state (v4+) and type (v5+; every group is classic).
+pub fn list_groups(broker: &Arc<Broker>, request: ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<String> = request
+        .states_filter
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect();
+    let types: Vec<String> = request
+        .types_filter
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect();
+    let mut response = ListGroupsResponse::default();
+    if !types.is_empty() && !types.iter().any(|t| t == GROUP_TYPE_CLASSIC) {
+        return response;
+    }
+    response.groups = broker
+        .coordinator
+        .list_groups()
+        .into_iter()
+        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+        .map(|g| {
+            let mut listed = ListedGroup::default();
+            listed.group_id = GroupId(str_bytes(g.group_id));
+            listed.protocol_type = str_bytes(g.protocol_type);
+            listed.group_state = str_bytes(g.state.name());
+            listed.group_type = str_bytes(GROUP_TYPE_CLASSIC);
+            listed
+        })
+        .collect();
+    response
+}
+
+/// DescribeGroups. An unknown group is described as Dead with no error below v6, and with
+/// GROUP_ID_NOT_FOUND from v6, as Kafka answers.
+pub fn describe_groups(
+    broker: &Arc<Broker>,
+    request: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let mut response = DescribeGroupsResponse::default();
+    response.groups = request
+        .groups
+        .into_iter()
+        .map(|group_id| {
+            let mut described = DescribedGroup::default();
+            described.authorized_operations = OPERATIONS_NOT_REQUESTED;
+            match broker.coordinator.describe_group(group_id.as_str()) {
+                Err(error) => described.error_code = group_error(error).code(),
+                Ok(None) => {
+                    described.group_state = str_bytes("Dead");
+                    if version >= 6 {
+                        described.error_code = ResponseError::GroupIdNotFound.code();
+                        described.error_message =
+                            Some(str_bytes(format!("group {} not found", group_id.as_str())));
+                    }
+                }
+                Ok(Some(summary)) => {
+                    described.group_state = str_bytes(summary.state.name());
+                    described.protocol_type = str_bytes(summary.protocol_type);
+                    described.protocol_data = str_bytes(summary.protocol);
+                    described.members = summary
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            let mut member = DescribedGroupMember::default();
+                            member.member_id = str_bytes(m.member_id);
+                            member.group_instance_id = m.group_instance_id.map(str_bytes);
+                            member.client_id = str_bytes(m.client_id);
+                            member.client_host = str_bytes(m.client_host);
+                            member.member_metadata = m.metadata;
+                            member.member_assignment = m.assignment;
+                            member
+                        })
+                        .collect();
+                }
+            }
+            described.group_id = group_id;
+            described
+        })
+        .collect();
+    response
+}
+
+/// DeleteGroups: each group must be empty.
+pub async fn delete_groups(
+    broker: &Arc<Broker>,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let mut response = DeleteGroupsResponse::default();
+    for group_id in request.groups_names {
+        let mut result = DeletableGroupResult::default();
+        result.error_code = group_code(broker.coordinator.delete_group(group_id.as_str()).await);
+        result.group_id = group_id;
+        response.results.push(result);
+    }
+    response
+}

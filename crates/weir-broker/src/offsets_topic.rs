@@ -1,0 +1,207 @@
+//! The group coordinator's side of the data plane: `__consumer_offsets` as the coordinator's
+//! [`OffsetsLog`] (its records appended and read through the partitions like any topic's), and
+//! the topic's creation on the first group request and loading at startup.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use weir_controller::{ControllerError, NewTopic};
+use weir_coordinator::{
+    Appended, GroupError, OffsetsLog, RecordVisitor, StoredRecord, OFFSETS_TOPIC,
+};
+use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
+use weir_log::records::for_each_record;
+use weir_log::{validate, Clock, LogError, SystemClock, ValidationLimits};
+
+use crate::broker::Broker;
+use crate::handlers::decompressed_bytes_max;
+use crate::registry::PartitionRegistry;
+
+/// Bytes read at a time when loading a partition of the offsets topic.
+const LOAD_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// `__consumer_offsets` through the broker's partitions.
+pub struct PartitionOffsetsLog {
+    partitions: Arc<PartitionRegistry>,
+}
+
+impl PartitionOffsetsLog {
+    /// The offsets topic of `partitions`.
+    pub fn new(partitions: Arc<PartitionRegistry>) -> PartitionOffsetsLog {
+        PartitionOffsetsLog { partitions }
+    }
+}
+
+impl OffsetsLog for PartitionOffsetsLog {
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError> {
+        let hosted = self
+            .partitions
+            .get(OFFSETS_TOPIC, partition)
+            .ok_or(GroupError::CoordinatorNotAvailable)?;
+        let settings = hosted.settings();
+        let now_ms = SystemClock.now_ms();
+        let fields: Vec<KeyValue<'_>> = records
+            .iter()
+            .map(|(key, value)| (Some(key.as_slice()), value.as_deref()))
+            .collect();
+        let batch = build_keyed_batch(&fields, now_ms, ProducerFields::NONE);
+        if batch.len() as u64 > settings.log.max_message_bytes {
+            return Err(GroupError::InvalidCommitOffsetSize);
+        }
+        let limits = ValidationLimits {
+            decompressed_bytes_max: decompressed_bytes_max(&settings),
+            now_ms,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: i64::MAX,
+        };
+        // The coordinator's own bytes pass the same validation as any producer's.
+        let batch = validate(Bytes::from(batch), &limits).map_err(|error| {
+            tracing::error!(target: "weir::groups", %error, "built an invalid offsets batch");
+            GroupError::CoordinatorNotAvailable
+        })?;
+        let info = hosted.append(&batch).map_err(|error| match error {
+            LogError::MessageTooLarge { .. } | LogError::RecordListTooLarge { .. } => {
+                GroupError::InvalidCommitOffsetSize
+            }
+            _ => GroupError::CoordinatorNotAvailable,
+        })?;
+        let durable: weir_coordinator::Pending = if settings.flush_policy.sync_before_ack(-1) {
+            Box::pin(async move {
+                hosted.wait_durable(info.last_offset + 1).await;
+                Ok(())
+            })
+        } else {
+            Box::pin(std::future::ready(Ok(())))
+        };
+        Ok(Appended {
+            base_offset: info.base_offset,
+            durable,
+        })
+    }
+
+    fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String> {
+        let hosted = self
+            .partitions
+            .get(OFFSETS_TOPIC, partition)
+            .ok_or_else(|| format!("{OFFSETS_TOPIC}-{partition} is not hosted here"))?;
+        let limit = decompressed_bytes_max(&hosted.settings());
+        let mut offset = hosted.log().log_start_offset();
+        loop {
+            let view = {
+                let log = hosted.log();
+                log.read_view(offset.max(log.log_start_offset()), log.log_end_offset())
+            };
+            let Some(view) = view.map_err(|e| e.to_string())? else {
+                return Ok(());
+            };
+            let Some(slice) = view
+                .slice(LOAD_CHUNK_BYTES, true)
+                .map_err(|e| e.to_string())?
+            else {
+                return Ok(());
+            };
+            let bytes = slice.read().map_err(|e| e.to_string())?;
+            let mut position = 0usize;
+            let before = offset;
+            while let Some(header) = BatchHeader::parse(&bytes[position..]) {
+                let end = position + header.total_bytes() as usize;
+                if end > bytes.len() {
+                    break;
+                }
+                if header.last_offset() >= offset && !header.is_control() {
+                    for_each_record(&bytes[position..end], limit, &mut |at, record| {
+                        if at >= offset {
+                            if let Some(key) = record.key {
+                                visit(at, key, record.value);
+                            }
+                        }
+                    })
+                    .map_err(|e| format!("batch at offset {}: {e}", header.base_offset))?;
+                }
+                offset = offset.max(header.last_offset() + 1);
+                position = end;
+            }
+            if offset == before {
+                return Err(format!("no progress reading at offset {offset}"));
+            }
+        }
+    }
+}
+
+impl Broker {
+    /// Makes sure the group coordinator can serve: creates `__consumer_offsets` on the first
+    /// group request (as Kafka does), then loads its partitions. Concurrent callers wait for
+    /// the one doing it.
+    pub async fn ensure_offsets_topic(self: &Arc<Self>) -> Result<(), GroupError> {
+        if self.coordinator.partitions() > 0 {
+            return Ok(());
+        }
+        let _creating = self.offsets_topic_creation.lock().await;
+        if self.coordinator.partitions() > 0 {
+            return Ok(());
+        }
+        if self.image().topic(OFFSETS_TOPIC).is_none() {
+            let mut configs = BTreeMap::new();
+            // Kept until compaction exists: deleting by age would lose committed offsets.
+            configs.insert("retention.ms".to_string(), "-1".to_string());
+            configs.insert(
+                "segment.bytes".to_string(),
+                self.config.offsets_topic_segment_bytes.to_string(),
+            );
+            let topic = NewTopic {
+                name: OFFSETS_TOPIC.to_string(),
+                partitions: self.config.offsets_topic_partitions,
+                replication_factor: 1,
+                configs,
+            };
+            match self
+                .change_metadata(move |c| c.create_topic(topic, false))
+                .await
+            {
+                Ok(topic) => {
+                    tracing::info!(target: "weir::groups", partitions = topic.partitions, "created {OFFSETS_TOPIC}");
+                }
+                Err(ControllerError::TopicAlreadyExists(_)) => {}
+                Err(error) => {
+                    tracing::warn!(target: "weir::groups", %error, "could not create {OFFSETS_TOPIC}");
+                    return Err(GroupError::CoordinatorNotAvailable);
+                }
+            }
+        }
+        self.load_offsets_topic().await;
+        Ok(())
+    }
+
+    /// Loads every partition of an existing `__consumer_offsets` (at startup, and after
+    /// creating it). Groups of a partition are served once it is loaded; until then they get
+    /// COORDINATOR_LOAD_IN_PROGRESS. A partition that cannot be read stops the process: its
+    /// groups would otherwise silently restart from nothing.
+    pub async fn load_offsets_topic(self: &Arc<Self>) {
+        let Some(topic) = self.image().topic(OFFSETS_TOPIC).cloned() else {
+            return;
+        };
+        self.coordinator.start(topic.partitions);
+        let started = std::time::Instant::now();
+        let (mut groups, mut offsets) = (0, 0);
+        for partition in 0..topic.partitions {
+            let broker = self.clone();
+            let loaded =
+                tokio::task::spawn_blocking(move || broker.coordinator.load(partition)).await;
+            match loaded {
+                Ok(Ok((g, o))) => {
+                    groups += g;
+                    offsets += o;
+                }
+                Ok(Err(error)) => crate::partition::storage_failure(
+                    std::path::Path::new(&format!("{OFFSETS_TOPIC}-{partition}")),
+                    &error,
+                ),
+                Err(error) => {
+                    tracing::error!(target: "weir::groups", partition, %error, "loading task failed")
+                }
+            }
+        }
+        tracing::info!(target: "weir::groups", partitions = topic.partitions, groups, offsets, elapsed_ms = started.elapsed().as_millis() as u64, "group coordinator loaded {OFFSETS_TOPIC}");
+    }
+}

@@ -1,0 +1,979 @@
+//! The coordinator: groups in memory, loaded from and written to `__consumer_offsets` through
+//! [`OffsetsLog`]; the async operations behind each group API; the timer that expires
+//! sessions and completes rebalances.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+
+use crate::group::{
+    CommittedOffset, Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, MemberDescription,
+    Step, SyncOutcome, SyncRequest,
+};
+use crate::records::{GroupValue, OffsetValue, RecordKey};
+use crate::GroupError;
+
+/// The internal topic holding committed offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// How long past its own timeouts a JoinGroup or SyncGroup waits at most: the group's timer
+/// answers it before then, this bound only guards against a bug leaving it unanswered.
+const WAIT_GRACE: Duration = Duration::from_secs(5);
+/// The timer wakes at least this often, whatever the groups' deadlines.
+const TIMER_IDLE: Duration = Duration::from_secs(1);
+
+/// One record of the offsets topic: key and value (`None`: a tombstone).
+pub type StoredRecord = (Vec<u8>, Option<Vec<u8>>);
+
+/// What [`OffsetsLog::load`] hands each record to: its offset, key and value.
+pub type RecordVisitor<'a> = dyn FnMut(i64, &[u8], Option<&[u8]>) + 'a;
+
+/// A future the coordinator awaits.
+pub type Pending = Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send>>;
+
+/// An append to the offsets topic: where it landed, and when it is safe.
+pub struct Appended {
+    /// Offset of the batch's first record.
+    pub base_offset: i64,
+    /// Resolves once the records are as durable as the topic's policy makes a produce with
+    /// `acks=all` (the commit is acknowledged only then).
+    pub durable: Pending,
+}
+
+/// The coordinator's access to `__consumer_offsets`: the broker's partition API.
+pub trait OffsetsLog: Send + Sync + 'static {
+    /// Appends `records` as one batch to `partition`. Called under the coordinator's lock, so
+    /// records land in the order the coordinator decided them; must not wait for the disk
+    /// beyond a write to the page cache.
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError>;
+
+    /// Reads every record of `partition` in offset order, handing `visit` each record's
+    /// offset, key and value. Blocking: called off the async workers.
+    fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String>;
+}
+
+/// Broker settings the coordinator follows.
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinatorSettings {
+    /// Session, delay and size limits for groups.
+    pub limits: GroupLimits,
+    /// `offset.metadata.max.bytes`.
+    pub offset_metadata_max_bytes: usize,
+}
+
+/// One offset to commit.
+#[derive(Debug, Clone)]
+pub struct CommitEntry {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The next offset to read.
+    pub offset: i64,
+    /// Leader epoch of the last record read, or -1.
+    pub leader_epoch: i32,
+    /// Client metadata.
+    pub metadata: String,
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    /// Group id.
+    pub group_id: String,
+    /// Protocol type (empty for a group that only has offsets).
+    pub protocol_type: String,
+    /// State.
+    pub state: GroupState,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    /// State.
+    pub state: GroupState,
+    /// Protocol type.
+    pub protocol_type: String,
+    /// Chosen protocol, or empty.
+    pub protocol: String,
+    /// Members with their assignments.
+    pub members: Vec<MemberDescription>,
+}
+
+/// Kafka's placement of a group on the offsets topic: `abs(group.hashCode()) % partitions`,
+/// with Java's `String.hashCode` over UTF-16 code units and Kafka's `Utils.abs` (`& 0x7fffffff`).
+pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+    let mut hash: i32 = 0;
+    for unit in group_id.encode_utf16() {
+        hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    (hash & 0x7fff_ffff) % partitions.max(1)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Groups in memory and what is loaded.
+struct Groups {
+    /// Partitions of the offsets topic (0 until it exists).
+    partitions: i32,
+    /// Which partitions are loaded and served.
+    loaded: Vec<bool>,
+    groups: HashMap<String, Group>,
+}
+
+/// The group coordinator of this broker.
+pub struct GroupCoordinator {
+    settings: CoordinatorSettings,
+    log: Arc<dyn OffsetsLog>,
+    groups: Mutex<Groups>,
+    /// Wakes the timer when a deadline may have moved earlier.
+    timer: Notify,
+}
+
+impl GroupCoordinator {
+    /// A coordinator with no partitions yet: group requests get COORDINATOR_NOT_AVAILABLE
+    /// until [`GroupCoordinator::start`].
+    pub fn new(settings: CoordinatorSettings, log: Arc<dyn OffsetsLog>) -> GroupCoordinator {
+        GroupCoordinator {
+            settings,
+            log,
+            groups: Mutex::new(Groups {
+                partitions: 0,
+                loaded: Vec::new(),
+                groups: HashMap::new(),
+            }),
+            timer: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Groups> {
+        // A panic here aborts the process (release builds); tests see the state as it was.
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The offsets topic exists with `partitions` partitions: each must be loaded
+    /// ([`GroupCoordinator::load`]) before its groups are served.
+    pub fn start(&self, partitions: i32) {
+        let mut groups = self.lock();
+        if groups.partitions == 0 {
+            groups.partitions = partitions;
+            groups.loaded = vec![false; usize::try_from(partitions).unwrap_or(0)];
+        }
+    }
+
+    /// Partitions of the offsets topic, or 0 before [`GroupCoordinator::start`].
+    pub fn partitions(&self) -> i32 {
+        self.lock().partitions
+    }
+
+    /// Loads one partition of the offsets topic: replays its records into groups and offsets,
+    /// then serves them. Returns how many groups and committed offsets it holds. Blocking. A
+    /// record that does not parse is skipped with a warning.
+    pub fn load(&self, partition: i32) -> Result<(usize, usize), String> {
+        let started = Instant::now();
+        let mut offsets: HashMap<RecordKey, Option<(i64, OffsetValue)>> = HashMap::new();
+        let mut metadata: HashMap<String, Option<GroupValue>> = HashMap::new();
+        let mut skipped = 0u64;
+        self.log.load(partition, &mut |offset, key, value| {
+            let key = match RecordKey::decode(key) {
+                Ok(Some(key)) => key,
+                Ok(None) => return,
+                Err(_) => {
+                    skipped += 1;
+                    return;
+                }
+            };
+            match key {
+                RecordKey::Offset { .. } => {
+                    let parsed = value.map(OffsetValue::decode).transpose();
+                    match parsed {
+                        Ok(value) => {
+                            offsets.insert(key, value.map(|v| (offset, v)));
+                        }
+                        Err(_) => skipped += 1,
+                    }
+                }
+                RecordKey::Group { group } => match value.map(GroupValue::decode).transpose() {
+                    Ok(value) => {
+                        metadata.insert(group, value);
+                    }
+                    Err(_) => skipped += 1,
+                },
+            }
+        })?;
+        if skipped > 0 {
+            tracing::warn!(target: "weir::groups", partition, skipped, "records of __consumer_offsets that do not parse were skipped");
+        }
+        let now = Instant::now();
+        let time = now_ms();
+        let mut groups = self.lock();
+        let limits = self.settings.limits;
+        let mut loaded_groups = 0usize;
+        for (group_id, value) in metadata {
+            if let Some(value) = value {
+                let group = groups
+                    .groups
+                    .entry(group_id.clone())
+                    .or_insert_with(|| Group::new(group_id, &limits, time));
+                group.restore(value, now);
+                loaded_groups += 1;
+            }
+        }
+        let mut loaded_offsets = 0usize;
+        for (key, value) in offsets {
+            let (
+                Some((record_offset, value)),
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                },
+            ) = (value, key)
+            else {
+                continue;
+            };
+            let entry = groups
+                .groups
+                .entry(group.clone())
+                .or_insert_with(|| Group::new(group, &limits, time));
+            entry.offsets.insert(
+                (topic, partition),
+                CommittedOffset {
+                    value,
+                    record_offset,
+                },
+            );
+            loaded_offsets += 1;
+        }
+        if let Some(flag) = usize::try_from(partition)
+            .ok()
+            .and_then(|p| groups.loaded.get_mut(p))
+        {
+            *flag = true;
+        }
+        drop(groups);
+        self.timer.notify_one();
+        tracing::debug!(target: "weir::groups", partition, groups = loaded_groups, offsets = loaded_offsets, elapsed_ms = started.elapsed().as_millis() as u64, "loaded __consumer_offsets partition");
+        Ok((loaded_groups, loaded_offsets))
+    }
+
+    /// The offsets partition of `group_id`, if it is loaded.
+    fn served_partition(groups: &Groups, group_id: &str) -> Result<i32, GroupError> {
+        if groups.partitions == 0 {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        let partition = partition_for(group_id, groups.partitions);
+        if !groups.loaded[partition as usize] {
+            return Err(GroupError::CoordinatorLoadInProgress);
+        }
+        Ok(partition)
+    }
+
+    /// Membership requests need a group id; offset commits and fetches, descriptions and
+    /// deletions accept the empty one, as Kafka does for old clients.
+    fn member_partition(groups: &Groups, group_id: &str) -> Result<i32, GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        Self::served_partition(groups, group_id)
+    }
+
+    /// The group a membership request (SyncGroup, Heartbeat, LeaveGroup) names, with its
+    /// partition; UNKNOWN_MEMBER_ID when there is no such group.
+    fn member_group<'a>(
+        groups: &'a mut Groups,
+        group_id: &str,
+    ) -> Result<(i32, &'a mut Group), GroupError> {
+        let partition = Self::member_partition(groups, group_id)?;
+        let group = groups
+            .groups
+            .get_mut(group_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        Ok((partition, group))
+    }
+
+    /// The offsets topic was deleted: every group is forgotten, and group requests get
+    /// COORDINATOR_NOT_AVAILABLE until it is created and loaded again.
+    pub fn reset(&self) {
+        let mut groups = self.lock();
+        groups.partitions = 0;
+        groups.loaded.clear();
+        groups.groups.clear();
+    }
+
+    /// Checks that `group_id` can be served now (for FindCoordinator and OffsetFetch).
+    pub fn check_served(&self, group_id: &str) -> Result<(), GroupError> {
+        Self::served_partition(&self.lock(), group_id).map(|_| ())
+    }
+
+    /// JoinGroup: waits until the rebalance completes (or fails) for this member.
+    pub async fn join_group(&self, group_id: &str, request: JoinRequest) -> JoinOutcome {
+        let wait = Duration::from_millis(request.rebalance_timeout_ms.max(0) as u64).max(
+            Duration::from_millis(self.settings.limits.initial_rebalance_delay_ms.max(0) as u64),
+        ) + WAIT_GRACE;
+        let member_id = request.member_id.clone();
+        let step = {
+            let mut groups = self.lock();
+            match Self::member_partition(&groups, group_id) {
+                Err(error) => return JoinOutcome::failed(error, &member_id),
+                Ok(_) => {
+                    let limits = self.settings.limits;
+                    let group = groups
+                        .groups
+                        .entry(group_id.to_string())
+                        .or_insert_with(|| Group::new(group_id.to_string(), &limits, now_ms()));
+                    group.join(request, &limits, Instant::now(), now_ms())
+                }
+            }
+        };
+        self.timer.notify_one();
+        match step {
+            Step::Done(outcome) => outcome,
+            Step::Wait(rx) | Step::Store(_, rx) => match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(_)) => JoinOutcome::failed(GroupError::UnknownMemberId, &member_id),
+                Err(_) => JoinOutcome::failed(GroupError::RebalanceInProgress, &member_id),
+            },
+        }
+    }
+
+    /// SyncGroup: the leader's assignment is stored, then every member gets its part.
+    pub async fn sync_group(&self, group_id: &str, request: SyncRequest<'_>) -> SyncOutcome {
+        let (rx, store, wait) = {
+            let mut groups = self.lock();
+            let (partition, group) = Self::member_group(&mut groups, group_id)?;
+            let wait = group.rebalance_timeout() + WAIT_GRACE;
+            match group.sync(request, Instant::now()) {
+                Step::Done(outcome) => return outcome,
+                Step::Wait(rx) => (rx, None, wait),
+                Step::Store(value, rx) => {
+                    let record = (
+                        RecordKey::Group {
+                            group: group_id.to_string(),
+                        }
+                        .encode(),
+                        Some(value.encode()),
+                    );
+                    let appended = self.log.append(partition, vec![record]);
+                    (rx, Some((value, appended)), wait)
+                }
+            }
+        };
+        if let Some((value, appended)) = store {
+            let result = match appended {
+                Ok(appended) => appended.durable.await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = &result {
+                tracing::warn!(target: "weir::groups", group = group_id, %error, "group assignment not stored; the group rebalances");
+            }
+            let mut groups = self.lock();
+            if let Some(group) = groups.groups.get_mut(group_id) {
+                group.finish_sync(
+                    value.generation,
+                    result.as_ref().map(|_| &value).map_err(|e| *e),
+                    Instant::now(),
+                    now_ms(),
+                );
+            }
+            drop(groups);
+            self.timer.notify_one();
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(GroupError::UnknownMemberId),
+            Err(_) => Err(GroupError::RebalanceInProgress),
+        }
+    }
+
+    /// Heartbeat.
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), GroupError> {
+        let mut groups = self.lock();
+        Self::member_group(&mut groups, group_id)?.1.heartbeat(
+            member_id,
+            instance_id,
+            generation,
+            Instant::now(),
+        )
+    }
+
+    /// LeaveGroup for each `(member id, instance id)`: one result per member.
+    pub fn leave_group(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let results = {
+            let mut groups = self.lock();
+            let (partition, group) = Self::member_group(&mut groups, group_id)?;
+            let mut became_empty = false;
+            let results = members
+                .iter()
+                .map(|(member_id, instance_id)| {
+                    group
+                        .leave(member_id, instance_id.as_deref(), Instant::now(), now_ms())
+                        .map(|empty| became_empty |= empty)
+                })
+                .collect();
+            if became_empty {
+                self.store_group(partition, group);
+            }
+            results
+        };
+        self.timer.notify_one();
+        Ok(results)
+    }
+
+    /// OffsetCommit: one result per entry, after the records are appended and durable.
+    pub async fn commit_offsets(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        entries: &[CommitEntry],
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let commit_timestamp = now_ms();
+        let mut results: Vec<Result<(), GroupError>> = Vec::with_capacity(entries.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        let appended = {
+            let mut groups = self.lock();
+            let partition = Self::served_partition(&groups, group_id)?;
+            let limits = self.settings.limits;
+            match groups.groups.get(group_id) {
+                Some(group) => group.check_commit(generation, member_id, instance_id)?,
+                None if generation < 0 => {}
+                // The handler answers ILLEGAL_GENERATION instead below OffsetCommit v9.
+                None => return Err(GroupError::GroupIdNotFound),
+            }
+            for (index, entry) in entries.iter().enumerate() {
+                if entry.metadata.len() > self.settings.offset_metadata_max_bytes {
+                    results.push(Err(GroupError::OffsetMetadataTooLarge));
+                    continue;
+                }
+                results.push(Ok(()));
+                let value = OffsetValue {
+                    offset: entry.offset,
+                    leader_epoch: entry.leader_epoch,
+                    metadata: entry.metadata.clone(),
+                    commit_timestamp,
+                };
+                records.push((
+                    RecordKey::Offset {
+                        group: group_id.to_string(),
+                        topic: entry.topic.clone(),
+                        partition: entry.partition,
+                    }
+                    .encode(),
+                    Some(value.encode()),
+                ));
+                accepted.push((index, value));
+            }
+            if records.is_empty() {
+                return Ok(results);
+            }
+            groups
+                .groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id.to_string(), &limits, commit_timestamp));
+            self.log.append(partition, records)
+        };
+        let stored = match appended {
+            Ok(appended) => appended.durable.await.map(|()| appended.base_offset),
+            Err(error) => Err(error),
+        };
+        match stored {
+            Ok(base_offset) => {
+                let mut groups = self.lock();
+                if let Some(group) = groups.groups.get_mut(group_id) {
+                    for (position, (index, value)) in accepted.into_iter().enumerate() {
+                        let entry = &entries[index];
+                        let record_offset = base_offset + position as i64;
+                        let key = (entry.topic.clone(), entry.partition);
+                        if group
+                            .offsets
+                            .get(&key)
+                            .is_none_or(|c| c.record_offset < record_offset)
+                        {
+                            group.offsets.insert(
+                                key,
+                                CommittedOffset {
+                                    value,
+                                    record_offset,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                for (index, _) in accepted {
+                    results[index] = Err(error);
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// OffsetFetch: the committed offset of each requested partition (`None`: nothing
+    /// committed), or of every partition with one when `topics` is `None`.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<Vec<(String, i32, Option<OffsetValue>)>, GroupError> {
+        let groups = self.lock();
+        Self::served_partition(&groups, group_id)?;
+        let group = groups.groups.get(group_id);
+        let committed = |topic: &str, partition: i32| {
+            group.and_then(|g| {
+                g.offsets
+                    .get(&(topic.to_string(), partition))
+                    .map(|c| c.value.clone())
+            })
+        };
+        Ok(match topics {
+            Some(topics) => topics
+                .iter()
+                .flat_map(|(topic, partitions)| {
+                    partitions
+                        .iter()
+                        .map(|&p| (topic.clone(), p, committed(topic, p)))
+                })
+                .collect(),
+            None => {
+                let mut all: Vec<_> = group
+                    .map(|g| {
+                        g.offsets
+                            .iter()
+                            .map(|((topic, p), c)| (topic.clone(), *p, Some(c.value.clone())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                all.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+                all
+            }
+        })
+    }
+
+    /// ListGroups: every group in a loaded partition.
+    pub fn list_groups(&self) -> Vec<GroupListing> {
+        let groups = self.lock();
+        let mut listing: Vec<GroupListing> = groups
+            .groups
+            .values()
+            .map(|g| GroupListing {
+                group_id: g.id.clone(),
+                protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+                state: g.state(),
+            })
+            .collect();
+        listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        listing
+    }
+
+    /// DescribeGroups for one group; `Ok(None)` when it does not exist.
+    pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, GroupError> {
+        let groups = self.lock();
+        Self::served_partition(&groups, group_id)?;
+        Ok(groups.groups.get(group_id).map(|g| GroupSummary {
+            state: g.state(),
+            protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+            protocol: g.protocol().unwrap_or_default().to_string(),
+            members: g.describe_members(),
+        }))
+    }
+
+    /// DeleteGroups for one group: only an Empty group; its metadata and offsets are
+    /// tombstoned before it is forgotten.
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), GroupError> {
+        let appended = {
+            let groups = self.lock();
+            let partition = Self::served_partition(&groups, group_id)?;
+            let group = groups
+                .groups
+                .get(group_id)
+                .ok_or(GroupError::GroupIdNotFound)?;
+            if !group.has_no_members() {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            let mut records: Vec<StoredRecord> = group
+                .offsets
+                .keys()
+                .map(|(topic, p)| (offset_key(group_id, topic, *p), None))
+                .collect();
+            records.push((
+                RecordKey::Group {
+                    group: group_id.to_string(),
+                }
+                .encode(),
+                None,
+            ));
+            self.log.append(partition, records)?
+        };
+        appended.durable.await?;
+        let mut groups = self.lock();
+        if groups
+            .groups
+            .get(group_id)
+            .is_some_and(|g| g.has_no_members())
+        {
+            groups.groups.remove(group_id);
+        }
+        Ok(())
+    }
+
+    /// OffsetDelete: removes the committed offsets of `partitions` unless the group's members
+    /// subscribe to the topic (GROUP_SUBSCRIBED_TO_TOPIC for those). One result per entry.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let (results, appended) = {
+            let groups = self.lock();
+            let partition = Self::served_partition(&groups, group_id)?;
+            let group = groups
+                .groups
+                .get(group_id)
+                .ok_or(GroupError::GroupIdNotFound)?;
+            let subscribed = if group.state() == GroupState::Empty {
+                Vec::new()
+            } else {
+                group.subscribed_topics()
+            };
+            let mut records = Vec::new();
+            let results: Vec<Result<(), GroupError>> = partitions
+                .iter()
+                .map(|(topic, p)| {
+                    if subscribed.contains(topic) {
+                        return Err(GroupError::GroupSubscribedToTopic);
+                    }
+                    if group.offsets.contains_key(&(topic.clone(), *p)) {
+                        records.push((offset_key(group_id, topic, *p), None));
+                    }
+                    Ok(())
+                })
+                .collect();
+            if records.is_empty() {
+                return Ok(results);
+            }
+            (results, self.log.append(partition, records)?)
+        };
+        appended.durable.await?;
+        let mut groups = self.lock();
+        if let Some(group) = groups.groups.get_mut(group_id) {
+            for ((topic, p), result) in partitions.iter().zip(&results) {
+                if result.is_ok() {
+                    group.offsets.remove(&(topic.clone(), *p));
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Stores a group's metadata without waiting (after it became Empty: a restart must not
+    /// bring back members that left). A failure is logged; the next change stores it again.
+    fn store_group(&self, partition: i32, group: &Group) {
+        let record = (
+            RecordKey::Group {
+                group: group.id.clone(),
+            }
+            .encode(),
+            Some(group.stored_value().encode()),
+        );
+        match self.log.append(partition, vec![record]) {
+            Ok(appended) => {
+                let group_id = group.id.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = appended.durable.await {
+                        tracing::warn!(target: "weir::groups", group = %group_id, %error, "group metadata not made durable");
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(target: "weir::groups", group = %group.id, %error, "group metadata not stored");
+            }
+        }
+    }
+
+    /// Expires sessions and pending member ids and completes rebalances whose time is up,
+    /// until `stop` resolves.
+    pub async fn run_timers(self: Arc<Self>, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            let next = {
+                let groups = self.lock();
+                groups
+                    .groups
+                    .values()
+                    .filter_map(Group::next_deadline)
+                    .min()
+            };
+            let wake = next
+                .unwrap_or_else(|| Instant::now() + TIMER_IDLE)
+                .min(Instant::now() + TIMER_IDLE);
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = self.timer.notified() => {}
+                _ = &mut stop => return,
+            }
+            self.tick();
+        }
+    }
+
+    fn tick(&self) {
+        let now = Instant::now();
+        let time = now_ms();
+        let mut groups = self.lock();
+        let partitions = groups.partitions;
+        let mut emptied = Vec::new();
+        for group in groups.groups.values_mut() {
+            if group.next_deadline().is_some_and(|d| d <= now) && group.tick(now, time) {
+                emptied.push(group.id.clone());
+            }
+        }
+        for group_id in emptied {
+            if let Some(group) = groups.groups.get(&group_id) {
+                self.store_group(partition_for(&group_id, partitions), group);
+            }
+        }
+    }
+}
+
+fn offset_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+    RecordKey::Offset {
+        group: group.to_string(),
+        topic: topic.to_string(),
+        partition,
+    }
+    .encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::group::JoinRequest;
+
+    /// An offsets topic in memory: records per partition, in append order.
+    #[derive(Default)]
+    struct MemoryLog {
+        partitions: Mutex<HashMap<i32, Vec<StoredRecord>>>,
+    }
+
+    impl OffsetsLog for MemoryLog {
+        fn append(
+            &self,
+            partition: i32,
+            records: Vec<StoredRecord>,
+        ) -> Result<Appended, GroupError> {
+            let mut partitions = self.partitions.lock().expect("lock");
+            let log = partitions.entry(partition).or_default();
+            let base_offset = log.len() as i64;
+            log.extend(records);
+            Ok(Appended {
+                base_offset,
+                durable: Box::pin(std::future::ready(Ok(()))),
+            })
+        }
+
+        fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String> {
+            let partitions = self.partitions.lock().expect("lock");
+            for (offset, (key, value)) in
+                partitions.get(&partition).into_iter().flatten().enumerate()
+            {
+                visit(offset as i64, key, value.as_deref());
+            }
+            Ok(())
+        }
+    }
+
+    const PARTITIONS: i32 = 4;
+
+    fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
+        let settings = CoordinatorSettings {
+            limits: GroupLimits {
+                session_timeout_min_ms: 1_000,
+                session_timeout_max_ms: 100_000,
+                initial_rebalance_delay_ms: 0,
+                max_size: 10,
+            },
+            offset_metadata_max_bytes: 8,
+        };
+        let coordinator = GroupCoordinator::new(settings, log);
+        coordinator.start(PARTITIONS);
+        for p in 0..PARTITIONS {
+            coordinator.load(p).expect("load");
+        }
+        coordinator
+    }
+
+    fn entry(topic: &str, partition: i32, offset: i64, metadata: &str) -> CommitEntry {
+        CommitEntry {
+            topic: topic.into(),
+            partition,
+            offset,
+            leader_epoch: 0,
+            metadata: metadata.into(),
+        }
+    }
+
+    #[test]
+    fn groups_land_where_kafka_puts_them() {
+        // Values from Java: "my-group".hashCode() is -1906497762 (masked, not negated, as
+        // Kafka's Utils.abs does); the last one hashes UTF-16 code units, surrogates included.
+        assert_eq!(partition_for("my-group", 50), 36);
+        assert_eq!(partition_for("zzzzzzzzzzzz", 50), 42);
+        assert_eq!(partition_for("grüße-😀", 50), 27);
+    }
+
+    #[tokio::test]
+    async fn committed_offsets_and_groups_survive_a_reload_and_deletes_are_tombstoned() {
+        let log = Arc::new(MemoryLog::default());
+        let first = coordinator(log.clone());
+        let results = first
+            .commit_offsets(
+                "g",
+                -1,
+                "",
+                None,
+                &[
+                    entry("t", 0, 10, "m"),
+                    entry("t", 1, 20, "too long metadata"),
+                ],
+            )
+            .await
+            .expect("commit");
+        assert_eq!(
+            results,
+            vec![Ok(()), Err(GroupError::OffsetMetadataTooLarge)]
+        );
+        first
+            .commit_offsets("g", -1, "", None, &[entry("t", 0, 11, "")])
+            .await
+            .expect("commit");
+        let join = JoinRequest {
+            member_id: String::new(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+            require_known_member_id: false,
+        };
+        let joined = first.join_group("h", join).await;
+        assert_eq!(joined.error, None);
+        let synced = first
+            .sync_group(
+                "h",
+                SyncRequest {
+                    member_id: &joined.member_id,
+                    instance_id: None,
+                    generation: 1,
+                    protocol_type: None,
+                    protocol_name: None,
+                    assignments: vec![(joined.member_id.clone(), Bytes::from_static(b"asg"))],
+                },
+            )
+            .await
+            .expect("synced");
+        assert_eq!(synced.assignment, Bytes::from_static(b"asg"));
+
+        let second = coordinator(log.clone());
+        let fetched = second.fetch_offsets("g", None).expect("fetch");
+        assert_eq!(fetched.len(), 1);
+        assert_eq!(
+            (fetched[0].1, fetched[0].2.as_ref().map(|v| v.offset)),
+            (0, Some(11))
+        );
+        let h = second.describe_group("h").expect("served").expect("exists");
+        assert_eq!(h.state, GroupState::Stable);
+        assert_eq!(h.members[0].assignment, Bytes::from_static(b"asg"));
+        assert_eq!(
+            second.delete_group("h").await,
+            Err(GroupError::NonEmptyGroup)
+        );
+        assert_eq!(
+            second.delete_group("nope").await,
+            Err(GroupError::GroupIdNotFound)
+        );
+        second.delete_group("g").await.expect("deleted");
+
+        let third = coordinator(log);
+        assert_eq!(third.fetch_offsets("g", None).expect("fetch"), Vec::new());
+        assert!(third.list_groups().iter().all(|g| g.group_id != "g"));
+        assert_eq!(
+            third
+                .commit_offsets("h", 5, "stranger", None, &[entry("t", 0, 1, "")])
+                .await,
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            third
+                .commit_offsets("fresh", 3, "m", None, &[entry("t", 0, 1, "")])
+                .await,
+            Err(GroupError::GroupIdNotFound)
+        );
+    }
+
+    #[test]
+    fn groups_of_an_unloaded_partition_wait_for_the_load() {
+        let coordinator = GroupCoordinator::new(
+            CoordinatorSettings {
+                limits: GroupLimits {
+                    session_timeout_min_ms: 1,
+                    session_timeout_max_ms: 10,
+                    initial_rebalance_delay_ms: 0,
+                    max_size: 1,
+                },
+                offset_metadata_max_bytes: 1,
+            },
+            Arc::new(MemoryLog::default()),
+        );
+        assert_eq!(
+            coordinator.check_served("g"),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
+        coordinator.start(1);
+        assert_eq!(
+            coordinator.check_served("g"),
+            Err(GroupError::CoordinatorLoadInProgress)
+        );
+        coordinator.load(0).expect("load");
+        assert_eq!(coordinator.check_served("g"), Ok(()));
+        assert_eq!(
+            coordinator.check_served(""),
+            Ok(()),
+            "old clients commit with no group id"
+        );
+        assert_eq!(
+            coordinator.heartbeat("", "m", None, 1),
+            Err(GroupError::InvalidGroupId)
+        );
+        coordinator.reset();
+        assert_eq!(
+            coordinator.check_served("g"),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
+    }
+}

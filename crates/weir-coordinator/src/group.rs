@@ -1,0 +1,1412 @@
+//! One consumer group under the classic protocol: members, generations, the rebalance state
+//! machine (Empty → PreparingRebalance → CompletingRebalance → Stable) and committed offsets.
+//!
+//! Everything here is synchronous and takes the time as an argument, so the state machine is
+//! tested without a clock or a log. Waiting members hold a `oneshot` sender: a JoinGroup or
+//! SyncGroup request is answered by sending on it, from whichever call completes the step.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::records::{GroupValue, OffsetValue, StoredMember};
+use crate::GroupError;
+
+/// Where a group is in its rebalance cycle (Kafka's names, as DescribeGroups reports them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// No members; the group may still hold committed offsets.
+    Empty,
+    /// Waiting for every member to (re)join.
+    PreparingRebalance,
+    /// Joined; waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Every member has its assignment.
+    Stable,
+}
+
+impl GroupState {
+    /// The state's name in DescribeGroups and ListGroups.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+/// What a JoinGroup asks for, decoded by the handler.
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    /// The member id the client holds, or empty on its first join.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub group_instance_id: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout (v0: the session timeout).
+    pub rebalance_timeout_ms: i32,
+    /// `consumer`, `connect`, …
+    pub protocol_type: String,
+    /// Supported protocols (assignors) in preference order, with their metadata.
+    pub protocols: Vec<(String, Bytes)>,
+    /// v4+: a new dynamic member first gets its id with MEMBER_ID_REQUIRED (KIP-394).
+    pub require_known_member_id: bool,
+}
+
+/// A member as the leader sees it in the JoinGroup response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub group_instance_id: Option<String>,
+    /// Its metadata for the chosen protocol.
+    pub metadata: Bytes,
+}
+
+/// The answer to a JoinGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinOutcome {
+    /// Why the join failed, if it did. MEMBER_ID_REQUIRED carries the new member id.
+    pub error: Option<GroupError>,
+    /// Generation of the completed rebalance, or -1.
+    pub generation: i32,
+    /// The group's protocol type.
+    pub protocol_type: Option<String>,
+    /// The chosen protocol.
+    pub protocol_name: Option<String>,
+    /// The leader's member id.
+    pub leader: String,
+    /// This member's id.
+    pub member_id: String,
+    /// Every member with its metadata: filled only for the leader.
+    pub members: Vec<JoinedMember>,
+}
+
+impl JoinOutcome {
+    /// A failed join: no generation, no members.
+    pub(crate) fn failed(error: GroupError, member_id: &str) -> JoinOutcome {
+        JoinOutcome {
+            error: Some(error),
+            generation: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+        }
+    }
+}
+
+/// What a SyncGroup asks for, decoded by the handler.
+#[derive(Debug, Clone)]
+pub struct SyncRequest<'a> {
+    /// The member's id.
+    pub member_id: &'a str,
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<&'a str>,
+    /// The generation the member joined.
+    pub generation: i32,
+    /// Protocol type the member expects (v5+), checked against the group's.
+    pub protocol_type: Option<&'a str>,
+    /// Protocol the member expects (v5+), checked against the group's.
+    pub protocol_name: Option<&'a str>,
+    /// The leader's assignment per member id (empty from followers).
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+/// The answer to a SyncGroup: the member's assignment, or why there is none.
+pub type SyncOutcome = Result<SyncAssignment, GroupError>;
+
+/// A member's assignment with the protocol it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncAssignment {
+    /// The group's protocol type.
+    pub protocol_type: Option<String>,
+    /// The chosen protocol.
+    pub protocol_name: Option<String>,
+    /// The assignment bytes, opaque to the coordinator.
+    pub assignment: Bytes,
+}
+
+/// What the coordinator does after a JoinGroup or SyncGroup reached the group.
+pub enum Step<T> {
+    /// Answer now.
+    Done(T),
+    /// Answer when the group completes the step.
+    Wait(oneshot::Receiver<T>),
+    /// Store the group's new metadata, then call [`Group::finish_sync`]; the answer follows on
+    /// the receiver.
+    Store(GroupValue, oneshot::Receiver<T>),
+}
+
+/// One member of a group.
+#[derive(Debug)]
+struct Member {
+    id: String,
+    instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    protocol_type: String,
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    /// Session expiry: pushed forward by heartbeats, joins and syncs.
+    expires: Instant,
+    join_waiter: Option<oneshot::Sender<JoinOutcome>>,
+    sync_waiter: Option<oneshot::Sender<SyncOutcome>>,
+    /// Sent a SyncGroup in the current generation.
+    synced: bool,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, metadata)| metadata.clone())
+            .unwrap_or_default()
+    }
+
+    fn supports(&self, protocol: &str) -> bool {
+        self.protocols.iter().any(|(name, _)| name == protocol)
+    }
+}
+
+/// A committed offset with the log offset of the record that holds it, so a commit that
+/// completes late never overwrites a newer one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// What was committed.
+    pub value: OffsetValue,
+    /// Offset of its record in `__consumer_offsets`.
+    pub record_offset: i64,
+}
+
+/// Group limits from the broker's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupLimits {
+    /// `group.min.session.timeout.ms`.
+    pub session_timeout_min_ms: i32,
+    /// `group.max.session.timeout.ms`.
+    pub session_timeout_max_ms: i32,
+    /// `group.initial.rebalance.delay.ms`: how long a rebalance of an empty group waits for
+    /// more members, so a group starting up rebalances once, not once per member.
+    pub initial_rebalance_delay_ms: i32,
+    /// `group.max.size`.
+    pub max_size: usize,
+}
+
+/// A member id handed out with MEMBER_ID_REQUIRED, waiting for the client to join with it.
+#[derive(Debug)]
+struct PendingMember {
+    id: String,
+    expires: Instant,
+}
+
+/// A consumer group.
+#[derive(Debug)]
+pub struct Group {
+    /// Group id.
+    pub id: String,
+    state: GroupState,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    generation: i32,
+    leader: Option<String>,
+    /// Members in the order they joined (the first becomes leader).
+    members: Vec<Member>,
+    pending: Vec<PendingMember>,
+    /// PreparingRebalance: when members that have not rejoined are dropped.
+    rebalance_deadline: Option<Instant>,
+    /// PreparingRebalance of a group that was empty: completion waits until then for more
+    /// members (`group.initial.rebalance.delay.ms`), never past `rebalance_deadline`.
+    initial_delay_until: Option<Instant>,
+    /// CompletingRebalance: when members that have not sent SyncGroup are dropped.
+    sync_deadline: Option<Instant>,
+    /// When the state last changed, ms since the epoch.
+    state_since_ms: i64,
+    /// `group.initial.rebalance.delay.ms`.
+    initial_delay: Duration,
+    /// Committed offsets by (topic, partition).
+    pub offsets: HashMap<(String, i32), CommittedOffset>,
+}
+
+impl Group {
+    /// A new, empty group.
+    pub fn new(id: String, limits: &GroupLimits, now_ms: i64) -> Group {
+        Group {
+            id,
+            state: GroupState::Empty,
+            protocol_type: None,
+            protocol: None,
+            generation: 0,
+            leader: None,
+            members: Vec::new(),
+            pending: Vec::new(),
+            rebalance_deadline: None,
+            initial_delay_until: None,
+            sync_deadline: None,
+            state_since_ms: now_ms,
+            initial_delay: millis(limits.initial_rebalance_delay_ms),
+            offsets: HashMap::new(),
+        }
+    }
+
+    /// Rebuilds a group from its stored metadata (on load). The members are kept, their
+    /// sessions starting now; the group is Stable with its stored assignment, or Empty.
+    pub fn restore(&mut self, value: GroupValue, now: Instant) {
+        self.protocol_type = Some(value.protocol_type).filter(|t| !t.is_empty());
+        self.generation = value.generation;
+        self.protocol = value.protocol;
+        self.leader = value.leader;
+        self.state_since_ms = value.current_state_timestamp;
+        self.members = value
+            .members
+            .into_iter()
+            .map(|m| {
+                let session_timeout = millis(m.session_timeout_ms);
+                Member {
+                    protocols: vec![(self.protocol.clone().unwrap_or_default(), m.subscription)],
+                    id: m.member_id,
+                    instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout,
+                    rebalance_timeout: millis(m.rebalance_timeout_ms),
+                    protocol_type: self.protocol_type.clone().unwrap_or_default(),
+                    assignment: m.assignment,
+                    expires: now + session_timeout,
+                    join_waiter: None,
+                    sync_waiter: None,
+                    synced: true,
+                }
+            })
+            .collect();
+        self.state = if self.members.is_empty() {
+            GroupState::Empty
+        } else {
+            GroupState::Stable
+        };
+        self.rebalance_deadline = None;
+        self.initial_delay_until = None;
+        self.sync_deadline = None;
+    }
+
+    /// The group's state.
+    pub fn state(&self) -> GroupState {
+        self.state
+    }
+
+    /// The generation of the last completed rebalance.
+    pub fn generation(&self) -> i32 {
+        self.generation
+    }
+
+    /// The protocol type (`consumer` for Kafka consumers), once a member has joined.
+    pub fn protocol_type(&self) -> Option<&str> {
+        self.protocol_type.as_deref()
+    }
+
+    /// The chosen protocol (assignor).
+    pub fn protocol(&self) -> Option<&str> {
+        self.protocol.as_deref()
+    }
+
+    /// The longest rebalance timeout of the members: how long a rebalance waits for them.
+    pub fn rebalance_timeout(&self) -> Duration {
+        self.members
+            .iter()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// True when the group has neither members nor pending joins.
+    pub fn has_no_members(&self) -> bool {
+        self.members.is_empty() && self.pending.is_empty()
+    }
+
+    /// What DescribeGroups shows of each member: id, instance id, client id, host, metadata
+    /// for the chosen protocol, assignment.
+    pub fn describe_members(&self) -> Vec<MemberDescription> {
+        let protocol = self.protocol.as_deref().unwrap_or_default();
+        self.members
+            .iter()
+            .map(|m| MemberDescription {
+                member_id: m.id.clone(),
+                group_instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: m.metadata_for(protocol),
+                assignment: m.assignment.clone(),
+            })
+            .collect()
+    }
+
+    /// The group's metadata as stored after a rebalance.
+    pub fn stored_value(&self) -> GroupValue {
+        let protocol = self.protocol.as_deref().unwrap_or_default();
+        GroupValue {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            current_state_timestamp: self.state_since_ms,
+            members: self
+                .members
+                .iter()
+                .map(|m| StoredMember {
+                    member_id: m.id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: duration_ms(m.rebalance_timeout),
+                    session_timeout_ms: duration_ms(m.session_timeout),
+                    subscription: m.metadata_for(protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn set_state(&mut self, state: GroupState, now_ms: i64) {
+        self.state = state;
+        self.state_since_ms = now_ms;
+    }
+
+    fn member_index(&self, member_id: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.id == member_id)
+    }
+
+    fn static_member_index(&self, instance_id: &str) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.instance_id.as_deref() == Some(instance_id))
+    }
+
+    /// Checks a request's member against the group: a static member's instance id must map to
+    /// that member id (else FENCED_INSTANCE_ID), a member id must be known.
+    fn known_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<usize, GroupError> {
+        if let Some(instance) = instance_id {
+            if let Some(index) = self.static_member_index(instance) {
+                if self.members[index].id != member_id {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                return Ok(index);
+            }
+        }
+        self.member_index(member_id)
+            .ok_or(GroupError::UnknownMemberId)
+    }
+
+    /// Handles a JoinGroup (Kafka's classic-protocol rules; see the module docs).
+    pub fn join(
+        &mut self,
+        request: JoinRequest,
+        limits: &GroupLimits,
+        now: Instant,
+        now_ms: i64,
+    ) -> Step<JoinOutcome> {
+        let done = |error: GroupError| Step::Done(JoinOutcome::failed(error, &request.member_id));
+        if request.session_timeout_ms < limits.session_timeout_min_ms
+            || request.session_timeout_ms > limits.session_timeout_max_ms
+        {
+            return done(GroupError::InvalidSessionTimeout);
+        }
+        if request.protocol_type.is_empty() || request.protocols.is_empty() {
+            return done(GroupError::InconsistentGroupProtocol);
+        }
+        if !self.members.is_empty() && !self.accepts_protocols(&request) {
+            return done(GroupError::InconsistentGroupProtocol);
+        }
+        if request.member_id.is_empty() {
+            return self.join_new_member(request, limits, now, now_ms);
+        }
+        if let Some(position) = self.pending.iter().position(|p| p.id == request.member_id) {
+            if self.members.len() >= limits.max_size {
+                return done(GroupError::GroupMaxSizeReached);
+            }
+            self.pending.remove(position);
+            let member_id = request.member_id.clone();
+            return self.add_member_and_rebalance(member_id, request, now, now_ms);
+        }
+        let index =
+            match self.known_member(&request.member_id, request.group_instance_id.as_deref()) {
+                Ok(index) => index,
+                Err(error) => return done(error),
+            };
+        self.rejoin(index, request, now, now_ms)
+    }
+
+    /// Same protocol type as the group, and one protocol every member (with this one) supports.
+    fn accepts_protocols(&self, request: &JoinRequest) -> bool {
+        if self
+            .protocol_type
+            .as_deref()
+            .is_some_and(|t| t != request.protocol_type)
+        {
+            return false;
+        }
+        request.protocols.iter().any(|(name, _)| {
+            self.members
+                .iter()
+                .filter(|m| m.id != request.member_id)
+                .all(|m| m.supports(name))
+        })
+    }
+
+    fn join_new_member(
+        &mut self,
+        request: JoinRequest,
+        limits: &GroupLimits,
+        now: Instant,
+        now_ms: i64,
+    ) -> Step<JoinOutcome> {
+        let prefix = request
+            .group_instance_id
+            .clone()
+            .unwrap_or_else(|| request.client_id.clone());
+        let member_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
+        if let Some(instance) = request.group_instance_id.clone() {
+            if let Some(index) = self.static_member_index(&instance) {
+                return self.replace_static_member(index, member_id, request, now, now_ms);
+            }
+        } else if request.require_known_member_id {
+            if self.members.len() + self.pending.len() >= limits.max_size {
+                return Step::Done(JoinOutcome::failed(GroupError::GroupMaxSizeReached, ""));
+            }
+            self.pending.push(PendingMember {
+                id: member_id.clone(),
+                expires: now + millis(request.session_timeout_ms),
+            });
+            return Step::Done(JoinOutcome::failed(
+                GroupError::MemberIdRequired,
+                &member_id,
+            ));
+        }
+        if self.members.len() >= limits.max_size {
+            return Step::Done(JoinOutcome::failed(GroupError::GroupMaxSizeReached, ""));
+        }
+        self.add_member_and_rebalance(member_id, request, now, now_ms)
+    }
+
+    fn add_member_and_rebalance(
+        &mut self,
+        member_id: String,
+        request: JoinRequest,
+        now: Instant,
+        now_ms: i64,
+    ) -> Step<JoinOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let session_timeout = millis(request.session_timeout_ms);
+        let was_empty = self.members.is_empty();
+        self.protocol_type
+            .get_or_insert_with(|| request.protocol_type.clone());
+        self.members.push(Member {
+            id: member_id,
+            instance_id: request.group_instance_id,
+            client_id: request.client_id,
+            client_host: request.client_host,
+            session_timeout,
+            rebalance_timeout: millis(request.rebalance_timeout_ms),
+            protocol_type: request.protocol_type,
+            protocols: request.protocols,
+            assignment: Bytes::new(),
+            expires: now + session_timeout,
+            join_waiter: Some(tx),
+            sync_waiter: None,
+            synced: false,
+        });
+        if self.state == GroupState::PreparingRebalance {
+            if let Some(until) = self.initial_delay_until {
+                // Another member arrived during the initial delay: wait a little longer for
+                // the rest, never past the rebalance deadline.
+                let extended = now + self.initial_delay;
+                self.initial_delay_until =
+                    Some(extended.min(self.rebalance_deadline.unwrap_or(until)));
+            }
+        } else {
+            self.prepare_rebalance(was_empty, now, now_ms);
+        }
+        self.try_complete_join(now, now_ms);
+        Step::Wait(rx)
+    }
+
+    /// A static member rejoining with a new member id: the old id is fenced; in a Stable group
+    /// whose protocol would not change, no rebalance happens (KIP-345).
+    fn replace_static_member(
+        &mut self,
+        index: usize,
+        new_id: String,
+        request: JoinRequest,
+        now: Instant,
+        now_ms: i64,
+    ) -> Step<JoinOutcome> {
+        let old_leader = self.leader.clone().unwrap_or_default();
+        let member = &mut self.members[index];
+        if let Some(waiter) = member.join_waiter.take() {
+            let _ = waiter.send(JoinOutcome::failed(
+                GroupError::FencedInstanceId,
+                &member.id,
+            ));
+        }
+        if let Some(waiter) = member.sync_waiter.take() {
+            let _ = waiter.send(Err(GroupError::FencedInstanceId));
+        }
+        if self.leader.as_deref() == Some(member.id.as_str()) {
+            self.leader = Some(new_id.clone());
+        }
+        member.id = new_id.clone();
+        member.client_id = request.client_id.clone();
+        member.client_host = request.client_host.clone();
+        member.session_timeout = millis(request.session_timeout_ms);
+        member.rebalance_timeout = millis(request.rebalance_timeout_ms);
+        member.expires = now + member.session_timeout;
+        let unchanged = member.protocols == request.protocols;
+        member.protocols = request.protocols.clone();
+        match self.state {
+            GroupState::Stable if unchanged => Step::Done(JoinOutcome {
+                error: None,
+                generation: self.generation,
+                protocol_type: self.protocol_type.clone(),
+                protocol_name: self.protocol.clone(),
+                // The old leader id: the rejoining member must not think it leads and
+                // reassign a Stable group.
+                leader: old_leader,
+                member_id: new_id,
+                members: Vec::new(),
+            }),
+            _ => self.rejoin(index, request, now, now_ms),
+        }
+    }
+
+    fn rejoin(
+        &mut self,
+        index: usize,
+        request: JoinRequest,
+        now: Instant,
+        now_ms: i64,
+    ) -> Step<JoinOutcome> {
+        let is_leader = self.leader.as_deref() == Some(request.member_id.as_str());
+        let member = &mut self.members[index];
+        let unchanged = member.protocols == request.protocols;
+        member.session_timeout = millis(request.session_timeout_ms);
+        member.rebalance_timeout = millis(request.rebalance_timeout_ms);
+        member.expires = now + member.session_timeout;
+        member.protocols = request.protocols;
+        member.protocol_type = request.protocol_type;
+        match self.state {
+            GroupState::CompletingRebalance if unchanged => {
+                // The member missed the join response: send it again.
+                Step::Done(self.join_outcome(index))
+            }
+            GroupState::Stable if unchanged && !is_leader => Step::Done(self.join_outcome(index)),
+            GroupState::Empty => Step::Done(JoinOutcome::failed(
+                GroupError::UnknownMemberId,
+                &self.members[index].id,
+            )),
+            _ => {
+                let (tx, rx) = oneshot::channel();
+                if let Some(old) = self.members[index].join_waiter.replace(tx) {
+                    let _ = old.send(JoinOutcome::failed(
+                        GroupError::UnknownMemberId,
+                        &self.members[index].id,
+                    ));
+                }
+                if self.state != GroupState::PreparingRebalance {
+                    self.prepare_rebalance(false, now, now_ms);
+                }
+                self.try_complete_join(now, now_ms);
+                Step::Wait(rx)
+            }
+        }
+    }
+
+    /// Starts a rebalance: sync waiters of an unfinished one are told to rejoin, and members
+    /// get until the largest rebalance timeout to join.
+    fn prepare_rebalance(&mut self, from_empty: bool, now: Instant, now_ms: i64) {
+        if self.state == GroupState::CompletingRebalance {
+            for member in &mut self.members {
+                member.assignment = Bytes::new();
+                if let Some(waiter) = member.sync_waiter.take() {
+                    let _ = waiter.send(Err(GroupError::RebalanceInProgress));
+                }
+            }
+        }
+        let timeout = self.rebalance_timeout();
+        self.rebalance_deadline = Some(now + timeout);
+        self.initial_delay_until = (from_empty && !self.initial_delay.is_zero())
+            .then(|| (now + self.initial_delay).min(now + timeout));
+        self.sync_deadline = None;
+        self.set_state(GroupState::PreparingRebalance, now_ms);
+    }
+
+    /// Completes the join phase when every member has rejoined (and the initial delay is
+    /// over), or when the rebalance deadline passed: members that did not rejoin are removed.
+    /// Returns true when the group became Empty (its metadata should be stored).
+    fn try_complete_join(&mut self, now: Instant, now_ms: i64) -> bool {
+        if self.state != GroupState::PreparingRebalance {
+            return false;
+        }
+        let expired = self.rebalance_deadline.is_some_and(|d| now >= d);
+        let delaying = self.initial_delay_until.is_some_and(|d| now < d);
+        let all_joined =
+            self.pending.is_empty() && self.members.iter().all(|m| m.join_waiter.is_some());
+        if !expired && (delaying || !all_joined) {
+            return false;
+        }
+        if expired {
+            self.pending.clear();
+            self.members.retain(|m| m.join_waiter.is_some());
+        }
+        self.complete_join(now, now_ms)
+    }
+
+    fn complete_join(&mut self, now: Instant, now_ms: i64) -> bool {
+        self.generation = self.generation.wrapping_add(1).max(1);
+        self.rebalance_deadline = None;
+        self.initial_delay_until = None;
+        if self.members.is_empty() {
+            self.protocol = None;
+            self.leader = None;
+            self.set_state(GroupState::Empty, now_ms);
+            return true;
+        }
+        self.protocol = self.select_protocol();
+        if !self
+            .leader
+            .as_deref()
+            .is_some_and(|l| self.members.iter().any(|m| m.id == l))
+        {
+            self.leader = Some(self.members[0].id.clone());
+        }
+        self.set_state(GroupState::CompletingRebalance, now_ms);
+        self.sync_deadline = Some(now + self.rebalance_timeout());
+        for index in 0..self.members.len() {
+            let outcome = self.join_outcome(index);
+            let member = &mut self.members[index];
+            member.synced = false;
+            member.expires = now + member.session_timeout;
+            if let Some(waiter) = member.join_waiter.take() {
+                let _ = waiter.send(outcome);
+            }
+        }
+        false
+    }
+
+    /// The protocol every member supports with the most first-choice votes (ties: the
+    /// earliest member's preference).
+    fn select_protocol(&self) -> Option<String> {
+        let first = self.members.first()?;
+        let candidates: Vec<&str> = first
+            .protocols
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| self.members.iter().all(|m| m.supports(name)))
+            .collect();
+        let mut best: Option<(&str, usize)> = None;
+        for candidate in &candidates {
+            let votes = self
+                .members
+                .iter()
+                .filter(|m| {
+                    m.protocols
+                        .iter()
+                        .map(|(name, _)| name.as_str())
+                        .find(|name| candidates.contains(name))
+                        == Some(candidate)
+                })
+                .count();
+            if best.is_none_or(|(_, most)| votes > most) {
+                best = Some((candidate, votes));
+            }
+        }
+        best.map(|(name, _)| name.to_string())
+    }
+
+    fn join_outcome(&self, index: usize) -> JoinOutcome {
+        let member = &self.members[index];
+        let leader = self.leader.clone().unwrap_or_default();
+        let protocol = self.protocol.as_deref().unwrap_or_default();
+        let members = if leader == member.id {
+            self.members
+                .iter()
+                .map(|m| JoinedMember {
+                    member_id: m.id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    metadata: m.metadata_for(protocol),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinOutcome {
+            error: None,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            leader,
+            member_id: member.id.clone(),
+            members,
+        }
+    }
+
+    /// Handles a SyncGroup. The leader's assignment is stored before anyone gets theirs.
+    pub fn sync(&mut self, request: SyncRequest<'_>, now: Instant) -> Step<SyncOutcome> {
+        let SyncRequest {
+            member_id,
+            instance_id,
+            generation,
+            protocol_type,
+            protocol_name,
+            assignments,
+        } = request;
+        let index = match self.known_member(member_id, instance_id) {
+            Ok(index) => index,
+            Err(error) => return Step::Done(Err(error)),
+        };
+        if generation != self.generation {
+            return Step::Done(Err(GroupError::IllegalGeneration));
+        }
+        if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
+            || protocol_name.is_some_and(|p| Some(p) != self.protocol.as_deref())
+        {
+            return Step::Done(Err(GroupError::InconsistentGroupProtocol));
+        }
+        let member = &mut self.members[index];
+        member.expires = now + member.session_timeout;
+        match self.state {
+            GroupState::Empty => Step::Done(Err(GroupError::UnknownMemberId)),
+            GroupState::PreparingRebalance => Step::Done(Err(GroupError::RebalanceInProgress)),
+            GroupState::Stable => Step::Done(Ok(self.assignment_of(index))),
+            GroupState::CompletingRebalance => {
+                let (tx, rx) = oneshot::channel();
+                let member = &mut self.members[index];
+                member.synced = true;
+                if let Some(old) = member.sync_waiter.replace(tx) {
+                    let _ = old.send(Err(GroupError::RebalanceInProgress));
+                }
+                if self.leader.as_deref() != Some(member_id) {
+                    return Step::Wait(rx);
+                }
+                let mut value = self.stored_value();
+                for stored in &mut value.members {
+                    stored.assignment = assignments
+                        .iter()
+                        .find(|(id, _)| *id == stored.member_id)
+                        .map(|(_, a)| a.clone())
+                        .unwrap_or_default();
+                }
+                Step::Store(value, rx)
+            }
+        }
+    }
+
+    fn assignment_of(&self, index: usize) -> SyncAssignment {
+        SyncAssignment {
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            assignment: self.members[index].assignment.clone(),
+        }
+    }
+
+    /// The leader's assignment was stored (or not): hand every waiting member its part and
+    /// become Stable, or tell them to rejoin. Ignored when the group moved on meanwhile.
+    pub fn finish_sync(
+        &mut self,
+        generation: i32,
+        stored: Result<&GroupValue, GroupError>,
+        now: Instant,
+        now_ms: i64,
+    ) {
+        if self.state != GroupState::CompletingRebalance || self.generation != generation {
+            return;
+        }
+        match stored {
+            Ok(value) => {
+                for member in &mut self.members {
+                    if let Some(stored) = value.members.iter().find(|s| s.member_id == member.id) {
+                        member.assignment = stored.assignment.clone();
+                    }
+                }
+                self.sync_deadline = None;
+                self.set_state(GroupState::Stable, now_ms);
+                for index in 0..self.members.len() {
+                    let assignment = self.assignment_of(index);
+                    if let Some(waiter) = self.members[index].sync_waiter.take() {
+                        let _ = waiter.send(Ok(assignment));
+                    }
+                }
+            }
+            Err(error) => {
+                for member in &mut self.members {
+                    if let Some(waiter) = member.sync_waiter.take() {
+                        let _ = waiter.send(Err(error));
+                    }
+                }
+                self.prepare_rebalance(false, now, now_ms);
+            }
+        }
+    }
+
+    /// Handles a Heartbeat: keeps the session alive and tells the member whether to rejoin.
+    pub fn heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now: Instant,
+    ) -> Result<(), GroupError> {
+        let index = self.known_member(member_id, instance_id)?;
+        if generation != self.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        let member = &mut self.members[index];
+        member.expires = now + member.session_timeout;
+        match self.state {
+            GroupState::Empty => Err(GroupError::UnknownMemberId),
+            GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            GroupState::CompletingRebalance | GroupState::Stable => Ok(()),
+        }
+    }
+
+    /// Handles one member of a LeaveGroup (by member id, or by instance id for a static
+    /// member). Returns true when the group became Empty.
+    pub fn leave(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        now: Instant,
+        now_ms: i64,
+    ) -> Result<bool, GroupError> {
+        if instance_id.is_none() {
+            if let Some(position) = self.pending.iter().position(|p| p.id == member_id) {
+                self.pending.remove(position);
+                return Ok(self.try_complete_join(now, now_ms));
+            }
+        }
+        let index = match instance_id {
+            Some(instance) => {
+                let index = self
+                    .static_member_index(instance)
+                    .ok_or(GroupError::UnknownMemberId)?;
+                if !member_id.is_empty() && self.members[index].id != member_id {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                index
+            }
+            None => self
+                .member_index(member_id)
+                .ok_or(GroupError::UnknownMemberId)?,
+        };
+        Ok(self.remove_member(index, now, now_ms))
+    }
+
+    /// Removes a member (left, or its session expired) and rebalances the rest.
+    fn remove_member(&mut self, index: usize, now: Instant, now_ms: i64) -> bool {
+        let member = self.members.remove(index);
+        if let Some(waiter) = member.join_waiter {
+            let _ = waiter.send(JoinOutcome::failed(GroupError::UnknownMemberId, &member.id));
+        }
+        if let Some(waiter) = member.sync_waiter {
+            let _ = waiter.send(Err(GroupError::UnknownMemberId));
+        }
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(false, now, now_ms);
+                self.try_complete_join(now, now_ms)
+            }
+            GroupState::PreparingRebalance => self.try_complete_join(now, now_ms),
+            GroupState::Empty => false,
+        }
+    }
+
+    /// Applies the passing of time: pending member ids and sessions expire, rebalances whose
+    /// deadline passed complete without the members that did not rejoin, members that never
+    /// synced are dropped. Returns true when the group became Empty.
+    pub fn tick(&mut self, now: Instant, now_ms: i64) -> bool {
+        let pending_before = self.pending.len();
+        self.pending.retain(|p| p.expires > now);
+        let mut became_empty = false;
+        if self.pending.len() != pending_before {
+            became_empty |= self.try_complete_join(now, now_ms);
+        }
+        // Members waiting for a join response are kept alive by the rebalance deadline; the
+        // others need heartbeats.
+        while let Some(index) = self
+            .members
+            .iter()
+            .position(|m| m.join_waiter.is_none() && m.sync_waiter.is_none() && m.expires <= now)
+        {
+            tracing::info!(target: "weir::groups", group = %self.id, member = %self.members[index].id, "session expired; removing the member");
+            became_empty |= self.remove_member(index, now, now_ms);
+        }
+        if self.state == GroupState::CompletingRebalance
+            && self.sync_deadline.is_some_and(|d| now >= d)
+        {
+            while let Some(index) = self.members.iter().position(|m| !m.synced) {
+                tracing::info!(target: "weir::groups", group = %self.id, member = %self.members[index].id, "no SyncGroup within the rebalance timeout; removing the member");
+                became_empty |= self.remove_member(index, now, now_ms);
+                if self.state != GroupState::CompletingRebalance {
+                    break;
+                }
+            }
+        }
+        became_empty | self.try_complete_join(now, now_ms)
+    }
+
+    /// The next moment [`Group::tick`] has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let members = self
+            .members
+            .iter()
+            .filter(|m| m.join_waiter.is_none() && m.sync_waiter.is_none())
+            .map(|m| m.expires);
+        let pending = self.pending.iter().map(|p| p.expires);
+        let phase = [
+            self.rebalance_deadline,
+            self.initial_delay_until,
+            self.sync_deadline,
+        ];
+        members
+            .chain(pending)
+            .chain(phase.into_iter().flatten())
+            .min()
+    }
+
+    /// Checks that an OffsetCommit may be applied: a commit with generation -1 (from a client
+    /// that is not a group member: admin tools, `assign()` consumers) only to an Empty group;
+    /// a member's commit with its current generation, not while the group waits for the
+    /// leader's assignment.
+    pub fn check_commit(
+        &self,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), GroupError> {
+        if generation < 0 && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        if self.state == GroupState::CompletingRebalance {
+            return Err(GroupError::RebalanceInProgress);
+        }
+        self.known_member(member_id, instance_id)?;
+        if generation != self.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
+    /// Topics a `consumer`-protocol group's members subscribe to (from their metadata), for
+    /// OffsetDelete's GROUP_SUBSCRIBED_TO_TOPIC.
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return Vec::new();
+        }
+        let protocol = self.protocol.as_deref().unwrap_or_default();
+        let mut topics: Vec<String> = self
+            .members
+            .iter()
+            .flat_map(|m| crate::subscription::topics(&m.metadata_for(protocol)))
+            .collect();
+        topics.sort();
+        topics.dedup();
+        topics
+    }
+}
+
+/// What DescribeGroups shows of one member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub group_instance_id: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Metadata for the chosen protocol.
+    pub metadata: Bytes,
+    /// Its assignment.
+    pub assignment: Bytes,
+}
+
+fn millis(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn duration_ms(duration: Duration) -> i32 {
+    i32::try_from(duration.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION_MS: i32 = 10_000;
+    const REBALANCE_MS: i32 = 30_000;
+
+    fn limits(initial_delay_ms: i32) -> GroupLimits {
+        GroupLimits {
+            session_timeout_min_ms: 1_000,
+            session_timeout_max_ms: 100_000,
+            initial_rebalance_delay_ms: initial_delay_ms,
+            max_size: 3,
+        }
+    }
+
+    fn request(member_id: &str, protocols: &[&str]) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.to_string(),
+            group_instance_id: None,
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: SESSION_MS,
+            rebalance_timeout_ms: REBALANCE_MS,
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|p| (p.to_string(), Bytes::from(format!("{member_id}:{p}"))))
+                .collect(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn received<T>(rx: &mut oneshot::Receiver<T>) -> T {
+        rx.try_recv().expect("answered")
+    }
+
+    fn waiting<T>(step: Step<T>) -> oneshot::Receiver<T> {
+        match step {
+            Step::Wait(rx) => rx,
+            _ => panic!("expected to wait"),
+        }
+    }
+
+    fn done<T>(step: Step<T>) -> T {
+        match step {
+            Step::Done(value) => value,
+            _ => panic!("expected an immediate answer"),
+        }
+    }
+
+    /// A new member's first join: MEMBER_ID_REQUIRED with an id, then the join with it.
+    fn join_new(
+        group: &mut Group,
+        limits: &GroupLimits,
+        now: Instant,
+    ) -> (String, oneshot::Receiver<JoinOutcome>) {
+        let first = done(group.join(request("", &["range"]), limits, now, 0));
+        assert_eq!(first.error, Some(GroupError::MemberIdRequired));
+        assert!(first.member_id.starts_with("client-"));
+        let rx = waiting(group.join(request(&first.member_id, &["range"]), limits, now, 0));
+        (first.member_id, rx)
+    }
+
+    /// Leader syncs with `assignments`; the stored value completes the sync.
+    fn leader_syncs(
+        group: &mut Group,
+        leader: &str,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+    ) -> oneshot::Receiver<SyncOutcome> {
+        let generation = group.generation();
+        match group.sync(
+            SyncRequest {
+                member_id: leader,
+                instance_id: None,
+                generation,
+                protocol_type: Some("consumer"),
+                protocol_name: None,
+                assignments,
+            },
+            now,
+        ) {
+            Step::Store(value, rx) => {
+                group.finish_sync(generation, Ok(&value), now, 0);
+                rx
+            }
+            _ => panic!("the leader's sync stores the assignment"),
+        }
+    }
+
+    /// A Stable group whose only member (returned) joined and synced at `now`.
+    fn stable_group_of_one() -> (GroupLimits, Instant, Group, String) {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let (a, mut a_join) = join_new(&mut group, &limits, now);
+        received(&mut a_join);
+        received(&mut leader_syncs(&mut group, &a, Vec::new(), now)).expect("synced");
+        (limits, now, group, a)
+    }
+
+    #[test]
+    fn two_members_join_sync_and_rebalance_when_a_third_arrives() {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let (a, mut a_join) = join_new(&mut group, &limits, now);
+        let joined = received(&mut a_join);
+        assert_eq!((joined.generation, joined.leader.as_str()), (1, a.as_str()));
+        assert_eq!(joined.members.len(), 1);
+        let mut a_sync = leader_syncs(
+            &mut group,
+            &a,
+            vec![(a.clone(), Bytes::from_static(b"all"))],
+            now,
+        );
+        assert_eq!(
+            received(&mut a_sync).expect("assigned").assignment,
+            Bytes::from_static(b"all")
+        );
+        assert_eq!(group.state(), GroupState::Stable);
+
+        let (b, mut b_join) = join_new(&mut group, &limits, now);
+        assert_eq!(group.state(), GroupState::PreparingRebalance);
+        assert!(b_join.try_recv().is_err(), "waits for the leader to rejoin");
+        assert_eq!(
+            group.heartbeat(&a, None, 1, now),
+            Err(GroupError::RebalanceInProgress)
+        );
+        let mut a_join = waiting(group.join(request(&a, &["range"]), &limits, now, 0));
+        let (a_joined, b_joined) = (received(&mut a_join), received(&mut b_join));
+        assert_eq!((a_joined.generation, b_joined.generation), (2, 2));
+        assert_eq!(a_joined.leader, a);
+        assert_eq!(a_joined.members.len(), 2, "the leader sees every member");
+        assert!(b_joined.members.is_empty(), "followers see none");
+
+        let mut b_sync = waiting(group.sync(
+            SyncRequest {
+                member_id: &b,
+                instance_id: None,
+                generation: 2,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: Vec::new(),
+            },
+            now,
+        ));
+        assert!(
+            b_sync.try_recv().is_err(),
+            "a follower waits for the leader's assignment"
+        );
+        let assignments = vec![
+            (a.clone(), Bytes::from_static(b"0")),
+            (b.clone(), Bytes::from_static(b"1")),
+        ];
+        let mut a_sync = leader_syncs(&mut group, &a, assignments, now);
+        assert_eq!(
+            received(&mut a_sync).expect("a").assignment,
+            Bytes::from_static(b"0")
+        );
+        assert_eq!(
+            received(&mut b_sync).expect("b").assignment,
+            Bytes::from_static(b"1")
+        );
+        assert_eq!(group.heartbeat(&b, None, 2, now), Ok(()));
+        assert_eq!(
+            group.heartbeat(&b, None, 1, now),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            group.heartbeat("stranger", None, 2, now),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn a_member_whose_session_expires_is_removed_and_the_last_leaves_the_group_empty() {
+        let (_, now, mut group, _) = stable_group_of_one();
+        let session = Duration::from_millis(SESSION_MS as u64);
+        assert!(!group.tick(now + session - Duration::from_millis(1), 0));
+        assert_eq!(group.state(), GroupState::Stable);
+        assert_eq!(group.next_deadline(), Some(now + session));
+        assert!(group.tick(now + session, 0), "the group became empty");
+        assert_eq!(group.state(), GroupState::Empty);
+        assert_eq!(group.generation(), 2);
+        assert_eq!(
+            group.check_commit(-1, "", None),
+            Ok(()),
+            "an empty group takes simple commits"
+        );
+    }
+
+    #[test]
+    fn a_rebalance_past_its_deadline_drops_members_that_did_not_rejoin() {
+        let (limits, now, mut group, a) = stable_group_of_one();
+        let (b, mut b_join) = join_new(&mut group, &limits, now);
+        // a keeps heartbeating (told to rejoin) but never rejoins.
+        let later = now + Duration::from_millis(REBALANCE_MS as u64);
+        assert_eq!(
+            group.heartbeat(&a, None, 1, later),
+            Err(GroupError::RebalanceInProgress)
+        );
+        group.tick(later, 0);
+        let joined = received(&mut b_join);
+        assert_eq!((joined.generation, joined.leader.as_str()), (2, b.as_str()));
+        assert_eq!(
+            group.heartbeat(&a, None, 2, later),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn commits_are_checked_against_membership_and_generation() {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let (a, mut a_join) = join_new(&mut group, &limits, now);
+        received(&mut a_join);
+        assert_eq!(
+            group.check_commit(1, &a, None),
+            Err(GroupError::RebalanceInProgress),
+            "waiting for the assignment"
+        );
+        received(&mut leader_syncs(&mut group, &a, Vec::new(), now)).expect("synced");
+        assert_eq!(group.check_commit(1, &a, None), Ok(()));
+        assert_eq!(
+            group.check_commit(0, &a, None),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            group.check_commit(1, "other", None),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            group.check_commit(-1, "", None),
+            Err(GroupError::UnknownMemberId),
+            "a simple commit into an active group"
+        );
+    }
+
+    #[test]
+    fn the_protocol_is_the_common_one_most_members_prefer() {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let mut no_id = request("", &["range", "roundrobin"]);
+        no_id.require_known_member_id = false;
+        let mut a = waiting(group.join(no_id, &limits, now, 0));
+        let a_id = received(&mut a).member_id;
+        received(&mut leader_syncs(&mut group, &a_id, Vec::new(), now)).expect("synced");
+        let mut b = request("", &["roundrobin", "range"]);
+        b.require_known_member_id = false;
+        let mut b_rx = waiting(group.join(b, &limits, now, 0));
+        let mut c = request("", &["roundrobin", "sticky"]);
+        c.require_known_member_id = false;
+        let mut c_rx = waiting(group.join(c, &limits, now, 0));
+        let mut a = waiting(group.join(request(&a_id, &["range", "roundrobin"]), &limits, now, 0));
+        for rx in [&mut a, &mut b_rx, &mut c_rx] {
+            assert_eq!(received(rx).protocol_name.as_deref(), Some("roundrobin"));
+        }
+        let mut d = request("", &["sticky"]);
+        d.require_known_member_id = false;
+        let refused = done(group.join(d, &limits, now, 0));
+        assert_eq!(refused.error, Some(GroupError::InconsistentGroupProtocol));
+        let mut e = request("", &["roundrobin"]);
+        e.require_known_member_id = false;
+        assert_eq!(
+            done(group.join(e, &limits, now, 0)).error,
+            Some(GroupError::GroupMaxSizeReached)
+        );
+    }
+
+    #[test]
+    fn a_static_member_rejoining_a_stable_group_takes_its_place_without_a_rebalance() {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let mut first = request("", &["range"]);
+        first.group_instance_id = Some("i1".into());
+        let mut rx = waiting(group.join(first.clone(), &limits, now, 0));
+        let old = received(&mut rx).member_id;
+        assert!(old.starts_with("i1-"));
+        received(&mut leader_syncs(
+            &mut group,
+            &old,
+            vec![(old.clone(), Bytes::from_static(b"p0"))],
+            now,
+        ))
+        .expect("synced");
+        let again = done(group.join(first, &limits, now, 0));
+        assert_eq!(again.error, None);
+        assert_ne!(again.member_id, old);
+        assert_eq!(again.generation, 1, "no rebalance");
+        assert_eq!(
+            again.leader, old,
+            "the old leader id, so the member does not reassign"
+        );
+        assert_eq!(group.state(), GroupState::Stable);
+        assert_eq!(
+            group.heartbeat(&old, Some("i1"), 1, now),
+            Err(GroupError::FencedInstanceId)
+        );
+        let synced = done(group.sync(
+            SyncRequest {
+                member_id: &again.member_id,
+                instance_id: Some("i1"),
+                generation: 1,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: Vec::new(),
+            },
+            now,
+        ));
+        assert_eq!(synced.expect("kept").assignment, Bytes::from_static(b"p0"));
+    }
+
+    #[test]
+    fn the_first_rebalance_waits_out_the_initial_delay_for_more_members() {
+        let limits = limits(3_000);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let (_, mut a) = join_new(&mut group, &limits, now);
+        assert!(a.try_recv().is_err());
+        let (_, mut b) = join_new(&mut group, &limits, now + Duration::from_millis(2_000));
+        group.tick(now + Duration::from_millis(3_500), 0);
+        assert!(
+            a.try_recv().is_err(),
+            "the second member extended the delay"
+        );
+        group.tick(now + Duration::from_millis(5_000), 0);
+        assert_eq!(received(&mut a).generation, 1);
+        assert_eq!(received(&mut b).generation, 1);
+    }
+
+    #[test]
+    fn leaving_rebalances_the_rest_and_unknown_members_are_refused() {
+        let (limits, now, mut group, a) = stable_group_of_one();
+        assert_eq!(
+            group.leave("nobody", None, now, 0),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(group.leave(&a, None, now, 0), Ok(true));
+        assert_eq!(group.state(), GroupState::Empty);
+        assert!(group.has_no_members());
+        let refused = done(group.join(request("", &["range"]), &limits, now, 0));
+        assert_eq!(refused.error, Some(GroupError::MemberIdRequired));
+        let mut timeout = request("x", &["range"]);
+        timeout.session_timeout_ms = 10;
+        assert_eq!(
+            done(group.join(timeout, &limits, now, 0)).error,
+            Some(GroupError::InvalidSessionTimeout)
+        );
+    }
+}

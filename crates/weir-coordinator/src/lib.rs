@@ -1,0 +1,82 @@
+//! `weir-coordinator` is the consumer manager: Kafka's group coordinator for the classic
+//! protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), committed offsets, and the admin
+//! views of groups (list, describe, delete, delete offsets).
+//!
+//! It is a control plane beside the data path: produce and fetch never wait for it. Its state
+//! lives in the internal topic `__consumer_offsets`, in Kafka's record formats
+//! ([`records`]), which it reads and writes only through the [`OffsetsLog`] trait — the
+//! broker's partition API, as any client of the log would use it. A group belongs to
+//! partition `abs(javaHash(group)) % partitions` of that topic; the coordinator loads a
+//! partition into memory before serving its groups, answers from memory, and acknowledges a
+//! commit only once its record is appended and as durable as the topic's policy makes it.
+//!
+//! It never touches partition data other than its own topic, never knows the wire format
+//! (the broker's handlers translate requests into calls here), and never blocks on anything
+//! but the log.
+
+mod coordinator;
+pub mod group;
+pub mod records;
+mod subscription;
+
+pub use coordinator::{
+    partition_for, Appended, CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing,
+    GroupSummary, OffsetsLog, Pending, RecordVisitor, StoredRecord, OFFSETS_TOPIC,
+};
+pub use group::{
+    GroupLimits, GroupState, JoinOutcome, JoinRequest, JoinedMember, MemberDescription,
+    SyncAssignment, SyncOutcome, SyncRequest,
+};
+
+/// Why a group request failed; each maps to the Kafka error of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// The partition holding the group is still being loaded.
+    #[error("the coordinator is loading the group's partition")]
+    CoordinatorLoadInProgress,
+    /// The offsets topic is not there yet, or a write to it failed: try again.
+    #[error("the group coordinator is not available")]
+    CoordinatorNotAvailable,
+    /// An empty or otherwise unusable group id.
+    #[error("invalid group id")]
+    InvalidGroupId,
+    /// The member id is not (or no longer) in the group.
+    #[error("unknown member id")]
+    UnknownMemberId,
+    /// The request names a generation other than the group's.
+    #[error("illegal generation")]
+    IllegalGeneration,
+    /// The group is rebalancing: rejoin.
+    #[error("the group is rebalancing")]
+    RebalanceInProgress,
+    /// The session timeout is outside `group.min/max.session.timeout.ms`.
+    #[error("session timeout outside the broker's allowed range")]
+    InvalidSessionTimeout,
+    /// No protocol the member shares with the group, or another protocol type.
+    #[error("inconsistent group protocol")]
+    InconsistentGroupProtocol,
+    /// A new member must rejoin with the member id it was given (KIP-394).
+    #[error("member id required")]
+    MemberIdRequired,
+    /// A static member's instance id is now held by a newer member id.
+    #[error("fenced group instance id")]
+    FencedInstanceId,
+    /// The group already has `group.max.size` members.
+    #[error("the group has reached its maximum size")]
+    GroupMaxSizeReached,
+    /// The group does not exist.
+    #[error("group id not found")]
+    GroupIdNotFound,
+    /// The group still has members.
+    #[error("the group is not empty")]
+    NonEmptyGroup,
+    /// The group's members subscribe to the topic whose offsets were to be deleted.
+    #[error("the group is subscribed to the topic")]
+    GroupSubscribedToTopic,
+    /// Offset metadata longer than `offset.metadata.max.bytes`.
+    #[error("offset metadata too large")]
+    OffsetMetadataTooLarge,
+    /// The commit does not fit in one batch of the offsets topic.
+    #[error("offset commit too large")]
+    InvalidCommitOffsetSize,
+}
