@@ -352,8 +352,9 @@ def test_alter_configs_invalid_is_refused_and_changes_nothing(bootstrap, name, v
 @pytest.mark.parametrize(
     "name,value",
     [
-        ("cleanup.policy", "compact"),
-        ("cleanup.policy", "delete,compact"),
+        ("cleanup.policy", "shred"),
+        ("cleanup.policy", "compact,shred"),
+        ("compression.type", "gzip"),
         ("message.timestamp.type", "LogAppendTime"),
         ("flush.policy", "sometimes"),
     ],
@@ -491,6 +492,6 @@ def test_kafka_python_describe_and_alter_configs(bootstrap, kp_admin, weir):
     assert {k: v["value"] for k, v in current().items()} == before
 
     if not weir.is_external:
-        result = kp_admin.alter_configs([KConfigResource("TOPIC", topic, configs={"cleanup.policy": "compact"})])
+        result = kp_admin.alter_configs([KConfigResource("TOPIC", topic, configs={"cleanup.policy": "shred"})])
         assert "[Error 40]" in result["topic"][topic], result
         assert current()["cleanup.policy"]["value"] == "delete"

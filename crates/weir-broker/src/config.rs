@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use weir_controller::topic_config::{
-    check_value, topic_config, ConfigKind, TopicConfigDef, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
-    TOPIC_CONFIGS,
+    check_value, topic_config, ConfigKind, TopicConfigDef, CLEANUP_COMPACT, CLEANUP_DELETE,
+    FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER, TOPIC_CONFIGS,
 };
 use weir_coordinator::{CoordinatorSettings, GroupLimits};
-use weir_log::LogConfig;
+use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
+use weir_log::{CompactionConfig, LogConfig};
 
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +145,40 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "How often recovery points are checkpointed (bounds recovery scans).",
     ),
+    BrokerSetting {
+        name: "log.cleaner.enable",
+        default: "true",
+        kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
+        doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact.",
+    },
+    long_setting(
+        "log.cleaner.threads",
+        "1",
+        1,
+        64,
+        "Partitions cleaned at once.",
+    ),
+    long_setting(
+        "log.cleaner.dedupe.buffer.size",
+        "134217728",
+        1_048_576,
+        i64::MAX,
+        "Memory for the cleaner's key maps, over all cleaner threads (about 40 bytes per distinct key); a partition with more keys is cleaned in several passes.",
+    ),
+    long_setting(
+        "log.cleaner.io.max.bytes.per.second",
+        "9223372036854775807",
+        1,
+        i64::MAX,
+        "Bytes the cleaner reads and writes per second at most, over all its threads (a throttle that keeps cleaning from crowding out produce and fetch).",
+    ),
+    long_setting(
+        "log.cleaner.backoff.ms",
+        "15000",
+        1,
+        i64::MAX,
+        "How often compacted partitions are checked for enough dirty data to clean.",
+    ),
     long_setting(
         "offsets.topic.num.partitions",
         "50",
@@ -195,6 +230,21 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
     ),
 ];
 
+/// The log cleaner's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CleanerSettings {
+    /// `log.cleaner.enable`.
+    pub enabled: bool,
+    /// `log.cleaner.threads`.
+    pub threads: usize,
+    /// Distinct keys one cleaning may map (`log.cleaner.dedupe.buffer.size` per thread).
+    pub key_map_entries: usize,
+    /// `log.cleaner.io.max.bytes.per.second`, over all threads.
+    pub io_bytes_per_second: u64,
+    /// `log.cleaner.backoff.ms`.
+    pub backoff_ms: u64,
+}
+
 /// A broker property that is unknown or has a bad value.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -235,6 +285,8 @@ pub struct BrokerConfig {
     pub offsets_topic_segment_bytes: i64,
     /// The group coordinator's limits (`group.*`, `offset.metadata.max.bytes`).
     pub coordinator: CoordinatorSettings,
+    /// The log cleaner's settings (`log.cleaner.*`).
+    pub cleaner: CleanerSettings,
     /// Topic settings with no topic override: the broker-level names, else Kafka's defaults.
     topic_defaults: TopicSettings,
 }
@@ -359,6 +411,16 @@ impl BrokerConfig {
                     max_size: long("group.max.size") as usize,
                 },
                 offset_metadata_max_bytes: long("offset.metadata.max.bytes") as usize,
+            },
+            cleaner: CleanerSettings {
+                enabled: value_of(properties, "log.cleaner.enable") == "true",
+                threads: long("log.cleaner.threads") as usize,
+                key_map_entries: (long("log.cleaner.dedupe.buffer.size") as usize
+                    / long("log.cleaner.threads") as usize
+                    / KEY_MAP_BYTES_PER_ENTRY)
+                    .max(1),
+                io_bytes_per_second: long("log.cleaner.io.max.bytes.per.second") as u64,
+                backoff_ms: long("log.cleaner.backoff.ms") as u64,
             },
             topic_defaults: TopicSettings::resolve(
                 |name| topic_config(name).map_or("", |def| value_of(properties, def.broker_name)),
@@ -487,6 +549,17 @@ impl TopicSettings {
                 .parse()
                 .unwrap_or_else(|_| panic!("{name}={text} was validated as an integer"))
         };
+        let policy = value("cleanup.policy");
+        let compaction = policy.contains(CLEANUP_COMPACT).then(|| CompactionConfig {
+            min_cleanable_dirty_ratio_ppm: (value("min.cleanable.dirty.ratio")
+                .trim()
+                .parse::<f64>()
+                .unwrap_or(0.5)
+                * 1_000_000.0) as u32,
+            min_compaction_lag_ms: long("min.compaction.lag.ms"),
+            max_compaction_lag_ms: long("max.compaction.lag.ms"),
+            delete_retention_ms: long("delete.retention.ms"),
+        });
         let flush_policy = match value("flush.policy") {
             FLUSH_POLICY_ALWAYS => FlushPolicy::Always,
             FLUSH_POLICY_NEVER => FlushPolicy::Never,
@@ -501,6 +574,8 @@ impl TopicSettings {
                 max_message_bytes: long("max.message.bytes") as u64,
                 index_interval_bytes: long("index.interval.bytes") as u64,
                 producer_ids_max,
+                retention_deletes: policy.contains(CLEANUP_DELETE),
+                compaction,
             },
             flush_policy,
             min_insync_replicas: long("min.insync.replicas") as i32,

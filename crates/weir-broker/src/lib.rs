@@ -9,6 +9,7 @@
 //! outside the partition locks.
 
 pub mod broker;
+pub mod cleaner;
 pub mod config;
 pub mod connections;
 mod handlers;

@@ -11,7 +11,7 @@ use weir_coordinator::{
     Appended, GroupError, OffsetsLog, RecordVisitor, StoredRecord, OFFSETS_TOPIC,
 };
 use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
-use weir_log::records::for_each_record;
+use weir_log::records::for_each_stored_record;
 use weir_log::{validate, Clock, LogError, SystemClock, ValidationLimits};
 
 use crate::broker::Broker;
@@ -54,6 +54,7 @@ impl OffsetsLog for PartitionOffsetsLog {
             now_ms,
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: i64::MAX,
+            keys_required: true,
         };
         // The coordinator's own bytes pass the same validation as any producer's.
         let batch = validate(Bytes::from(batch), &limits).map_err(|error| {
@@ -110,7 +111,7 @@ impl OffsetsLog for PartitionOffsetsLog {
                     break;
                 }
                 if header.last_offset() >= offset && !header.is_control() {
-                    for_each_record(&bytes[position..end], limit, &mut |at, record| {
+                    for_each_stored_record(&bytes[position..end], limit, &mut |at, record| {
                         if at >= offset {
                             if let Some(key) = record.key {
                                 visit(at, key, record.value);
@@ -143,8 +144,8 @@ impl Broker {
         }
         if self.image().topic(OFFSETS_TOPIC).is_none() {
             let mut configs = BTreeMap::new();
-            // Kept until compaction exists: deleting by age would lose committed offsets.
-            configs.insert("retention.ms".to_string(), "-1".to_string());
+            // Compaction keeps the latest commit per partition and the latest group state.
+            configs.insert("cleanup.policy".to_string(), "compact".to_string());
             configs.insert(
                 "segment.bytes".to_string(),
                 self.config.offsets_topic_segment_bytes.to_string(),

@@ -272,7 +272,7 @@ impl Partition {
     /// A write or fsync failed: the process stops (a log that may have lost acknowledged data
     /// is never served) — unless the partition was deleted meanwhile and its files are gone on
     /// purpose.
-    fn failed(&self, error: &dyn std::fmt::Display) {
+    pub(crate) fn failed(&self, error: &dyn std::fmt::Display) {
         if self.log().is_deleted() {
             tracing::debug!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "write to a deleted partition dropped");
             return;

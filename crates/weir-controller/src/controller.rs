@@ -371,7 +371,7 @@ mod tests {
             .create_topic(new_topic("t", 1), false)
             .expect("create");
         let bad_config = NewTopic {
-            configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+            configs: BTreeMap::from([("cleanup.policy".into(), "shred".into())]),
             ..new_topic("u", 1)
         };
         let cases: Vec<(NewTopic, &str)> = vec![

@@ -14,6 +14,8 @@ pub enum ConfigKind {
     },
     /// One of a fixed set of words.
     Choice(&'static [&'static str]),
+    /// A decimal number in `[0, 1]` (`min.cleanable.dirty.ratio`).
+    Fraction,
 }
 
 /// One supported topic config.
@@ -42,6 +44,11 @@ pub const FLUSH_POLICY_ALWAYS: &str = "always";
 /// `flush.policy` value: never fsync before acknowledging (Kafka's behaviour).
 pub const FLUSH_POLICY_NEVER: &str = "never";
 
+/// `cleanup.policy` word: retention deletes old segments.
+pub const CLEANUP_DELETE: &str = "delete";
+/// `cleanup.policy` word: the cleaner compacts by key.
+pub const CLEANUP_COMPACT: &str = "compact";
+
 /// Smallest `segment.bytes` accepted (Kafka 4's minimum): a smaller one would make every
 /// append roll a segment.
 pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
@@ -54,7 +61,11 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef { name: "segment.ms", broker_name: "log.roll.ms", default: "604800000", kind: long(1, i64::MAX), doc: "Roll to a new segment file at this age." },
     TopicConfigDef { name: "max.message.bytes", broker_name: "message.max.bytes", default: "1048588", kind: long(0, i32::MAX as i64), doc: "Largest record batch accepted." },
     TopicConfigDef { name: "index.interval.bytes", broker_name: "log.index.interval.bytes", default: "4096", kind: long(0, i32::MAX as i64), doc: "Bytes between offset index entries." },
-    TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::Choice(&["delete"]), doc: "Only deletion by retention is supported; compaction is not yet." },
+    TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::Choice(&[CLEANUP_DELETE, CLEANUP_COMPACT, "compact,delete", "delete,compact"]), doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need keys); both: both." },
+    TopicConfigDef { name: "min.cleanable.dirty.ratio", broker_name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Fraction, doc: "Compacted topics: clean once this share of the inactive segments has not been cleaned yet." },
+    TopicConfigDef { name: "min.compaction.lag.ms", broker_name: "log.cleaner.min.compaction.lag.ms", default: "0", kind: long(0, i64::MAX), doc: "Compacted topics: a record stays uncompacted at least this long." },
+    TopicConfigDef { name: "max.compaction.lag.ms", broker_name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", kind: long(1, i64::MAX), doc: "Compacted topics: a record is compacted within this long of its segment's newest record, whatever the dirty ratio." },
+    TopicConfigDef { name: "delete.retention.ms", broker_name: "log.cleaner.delete.retention.ms", default: "86400000", kind: long(0, i64::MAX), doc: "Compacted topics: tombstones stay readable this long after their segment's newest record." },
     TopicConfigDef { name: "compression.type", broker_name: "compression.type", default: "producer", kind: ConfigKind::Choice(&["producer"]), doc: "Batches are stored as the producer compressed them." },
     TopicConfigDef { name: "message.timestamp.type", broker_name: "log.message.timestamp.type", default: "CreateTime", kind: ConfigKind::Choice(&["CreateTime"]), doc: "Record timestamps are the producer's." },
     TopicConfigDef { name: "message.timestamp.before.max.ms", broker_name: "log.message.timestamp.before.max.ms", default: "9223372036854775807", kind: long(0, i64::MAX), doc: "A record timestamp further in the past than this is refused with INVALID_TIMESTAMP." },
@@ -75,6 +86,13 @@ pub fn check_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
             Ok(v) if (min..=max).contains(&v) => Ok(()),
             Ok(v) => Err(format!("{} = {v} is outside [{min}, {max}]", def.name)),
             Err(_) => Err(format!("{} must be an integer, got {value:?}", def.name)),
+        },
+        ConfigKind::Fraction => match value.trim().parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => Err(format!(
+                "{} must be a number in [0, 1], got {value:?}",
+                def.name
+            )),
         },
         ConfigKind::Choice(options) if options.contains(&value) => Ok(()),
         ConfigKind::Choice(options) => Err(format!(

@@ -27,6 +27,7 @@ pub fn validate_batch(data: &[u8]) {
         now_ms: 1_700_000_000_000,
         timestamp_before_max_ms: i64::MAX,
         timestamp_after_max_ms: 3_600_000,
+        keys_required: false,
     };
     if let Ok(batch) = validate(Bytes::copy_from_slice(data), &limits) {
         let header = batch.header();
@@ -34,6 +35,18 @@ pub fn validate_batch(data: &[u8]) {
         assert_eq!(header.last_offset_delta, header.record_count - 1);
         assert_eq!(batch.len(), data.len());
         assert!(validate_header(data).is_ok());
+        // Readers of stored batches (the cleaner, the group coordinator) see every record.
+        let mut seen = 0;
+        weir_log::records::for_each_stored_record(
+            data,
+            limits.decompressed_bytes_max,
+            &mut |_, r| {
+                assert!(r.raw.is_some());
+                seen += 1;
+            },
+        )
+        .expect("a validated batch reads as stored");
+        assert_eq!(seen, header.record_count);
     }
 }
 

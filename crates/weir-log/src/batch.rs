@@ -155,10 +155,25 @@ fn invalid(message: impl Into<String>) -> BatchError {
     BatchError::Invalid(message.into())
 }
 
-/// Checks that `bytes` is exactly one well-formed v2 batch: length, magic, CRC-32C, and a record
-/// count that agrees with `lastOffsetDelta`. Records are not looked at; recovery uses this on
-/// batches that were fully validated when they were appended.
+/// Checks that `bytes` is exactly one well-formed v2 batch as a producer sends it: length,
+/// magic, CRC-32C, and a record count that agrees with `lastOffsetDelta`. Records are not
+/// looked at.
 pub fn validate_header(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = validate_framing(bytes)?;
+    check_header_fields(&header)?;
+    Ok(header)
+}
+
+/// Like [`validate_header`] for a batch as stored: compaction may have removed records, so
+/// the record count may be below `lastOffsetDelta + 1`.
+pub fn validate_stored_header(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = validate_framing(bytes)?;
+    check_stored_header_fields(&header)?;
+    Ok(header)
+}
+
+/// Length, magic and CRC-32C of exactly one batch.
+fn validate_framing(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     let Some(header) = BatchHeader::parse(bytes) else {
         return Err(BatchError::Corrupt(format!(
             "{} bytes is shorter than a batch header",
@@ -187,7 +202,6 @@ pub fn validate_header(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     if crc32c::crc32c(&bytes[CRC_START..]) != header.crc {
         return Err(BatchError::Corrupt("CRC-32C mismatch".into()));
     }
-    check_header_fields(&header)?;
     Ok(header)
 }
 
@@ -209,6 +223,24 @@ pub fn check_header_fields(header: &BatchHeader) -> Result<(), BatchError> {
     if header.last_offset_delta != header.record_count - 1 {
         return Err(invalid(format!(
             "lastOffsetDelta {} disagrees with record count {}",
+            header.last_offset_delta, header.record_count
+        )));
+    }
+    Ok(())
+}
+
+/// The header fields of a stored batch that must agree: magic, a positive record count, and
+/// no more records than its offset span (`lastOffsetDelta + 1`) holds.
+pub fn check_stored_header_fields(header: &BatchHeader) -> Result<(), BatchError> {
+    if header.magic != MAGIC_V2 || header.record_count <= 0 {
+        return Err(invalid(format!(
+            "stored batch with magic {} and {} records",
+            header.magic, header.record_count
+        )));
+    }
+    if header.last_offset_delta < header.record_count - 1 {
+        return Err(invalid(format!(
+            "lastOffsetDelta {} is below record count {} - 1",
             header.last_offset_delta, header.record_count
         )));
     }

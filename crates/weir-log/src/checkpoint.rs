@@ -26,6 +26,9 @@ pub struct RecoveryCheckpoint {
     pub recovery_point: i64,
     /// The first offset still retained.
     pub log_start_offset: i64,
+    /// Compacted logs: everything below this offset has been cleaned.
+    #[serde(default)]
+    pub first_dirty_offset: i64,
 }
 
 /// Producer states as of `offset` (they reflect every batch below it).

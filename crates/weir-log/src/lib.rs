@@ -15,7 +15,9 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod clock;
+pub mod compress;
 pub mod index;
 mod log;
 pub mod producer_state;
@@ -23,10 +25,11 @@ pub mod records;
 mod segment;
 
 pub use crate::log::{
-    AppendInfo, BatchLookup, FlushDone, FlushTicket, Log, LogCheckpoint, LogConfig, ReadSlice,
-    ReadView, RecoveryReport, SegmentRemoval,
+    AppendInfo, BatchLookup, CleaningCommit, FlushDone, FlushTicket, Log, LogCheckpoint, LogConfig,
+    ReadSlice, ReadView, RecoveryReport, SegmentRemoval,
 };
 pub use batch::{validate, BatchError, BatchHeader, ValidBatch};
+pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use records::ValidationLimits;
 pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};

@@ -17,6 +17,7 @@ use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
 };
+use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, SourceSegment};
 use crate::clock::Clock;
 use crate::producer_state::{BatchMetadata, ProducerStateTable, SequenceCheck};
 use crate::segment::{
@@ -47,6 +48,10 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     /// Most idempotent producers remembered; the one idle longest is forgotten first.
     pub producer_ids_max: usize,
+    /// `cleanup.policy` includes `delete`: retention deletes old segments.
+    pub retention_deletes: bool,
+    /// `cleanup.policy` includes `compact`: the cleaner keeps the latest record per key.
+    pub compaction: Option<CompactionConfig>,
 }
 
 impl Default for LogConfig {
@@ -59,6 +64,8 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             index_interval_bytes: 4096,
             producer_ids_max: 5000,
+            retention_deletes: true,
+            compaction: None,
         }
     }
 }
@@ -161,6 +168,36 @@ impl SegmentRemoval {
     /// Deletes the files. A reader that already opened one finishes its read.
     pub fn remove(self) -> std::io::Result<()> {
         self.paths.remove(&self.files)
+    }
+}
+
+/// The file work of a finished cleaning, run outside the log's lock: the replaced segments'
+/// files are deleted, the directory synced, and only then the manifests removed (so a crash
+/// before that finishes the deletions at the next open). Discarded copies are deleted too.
+pub struct CleaningCommit {
+    storage: Arc<dyn Storage>,
+    files: Arc<FileCache>,
+    dir: PathBuf,
+    removals: Vec<SegmentRemoval>,
+    manifests: Vec<PathBuf>,
+    discarded: Vec<(SegmentPaths, PathBuf)>,
+}
+
+impl CleaningCommit {
+    /// Deletes what the swap replaced. Blocking.
+    pub fn complete(self) -> Result<(), LogError> {
+        for removal in self.removals {
+            removal.remove()?;
+        }
+        for (paths, manifest) in &self.discarded {
+            self.storage.remove(manifest)?;
+            paths.remove(&self.files)?;
+        }
+        self.storage.sync_dir(&self.dir)?;
+        for manifest in &self.manifests {
+            self.storage.remove(manifest)?;
+        }
+        Ok(())
     }
 }
 
@@ -348,6 +385,8 @@ pub struct Log {
     producers_evicted: u64,
     /// Set when the partition is deleted: its files are going away, nothing is written again.
     deleted: bool,
+    /// Compacted logs: everything below this offset has been cleaned.
+    first_dirty_offset: i64,
 }
 
 fn segment_base_offsets(names: &[String]) -> Vec<i64> {
@@ -376,6 +415,7 @@ impl Log {
         let storage = files.storage().clone();
         storage.create_dir_all(dir)?;
         let now_ms = clock.now_ms();
+        recover_swaps(storage.as_ref(), &files, dir)?;
         let names = storage.list(dir)?;
         let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = storage.exists(&clean_marker);
@@ -454,6 +494,7 @@ impl Log {
             producers: ProducerStateTable::default(),
             producers_evicted: 0,
             deleted: false,
+            first_dirty_offset: checkpoint.first_dirty_offset,
         };
         if log.epoch_cache.is_empty() {
             log.set_leader_epoch(log.leader_epoch)?;
@@ -816,7 +857,7 @@ impl Log {
     /// beyond `retention.bytes` out of the log, oldest first, and advances the log start
     /// offset. The returned files are deleted by the caller after releasing the lock.
     pub fn enforce_retention(&mut self) -> Result<Vec<SegmentRemoval>, LogError> {
-        if self.deleted {
+        if self.deleted || !self.config.retention_deletes {
             return Ok(Vec::new());
         }
         let now_ms = self.clock.now_ms();
@@ -858,6 +899,125 @@ impl Log {
             self.log_start_offset = self.log_start_offset.max(first);
         }
         Ok(removals)
+    }
+
+    /// Base offset of the active segment (the cleaner never touches it).
+    pub fn active_segment_base(&self) -> i64 {
+        self.active().base_offset
+    }
+
+    /// A cleaning of this compacted log, when enough of its inactive segments is dirty
+    /// (`min.cleanable.dirty.ratio`) or a dirty record waited `max.compaction.lag.ms`.
+    /// Segments whose newest record is younger than `min.compaction.lag.ms` wait, and so do
+    /// the ones after them. Memory only: [`CleaningPlan::clean`] does the work without the lock.
+    pub fn cleaning_plan(&self, decompressed_bytes_max: u64) -> Option<CleaningPlan> {
+        let config = self.config.compaction?;
+        if self.deleted {
+            return None;
+        }
+        let now_ms = self.clock.now_ms();
+        let active_base = self.active().base_offset;
+        let sources: Vec<SourceSegment> = self
+            .segments
+            .values()
+            .take_while(|s| {
+                s.base_offset < active_base
+                    && now_ms.saturating_sub(s.retention_time_ms()) >= config.min_compaction_lag_ms
+            })
+            .map(|s| SourceSegment {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset,
+                size_bytes: s.size_bytes,
+                retention_time_ms: s.retention_time_ms(),
+                last_write_ms: s.last_write_ms,
+                log: s.log_ref(&self.files),
+            })
+            .collect();
+        let dirty_start = self.first_dirty_offset.max(self.log_start_offset);
+        let total: u64 = sources.iter().map(|s| s.size_bytes).sum();
+        let dirty: Vec<&SourceSegment> = sources
+            .iter()
+            .filter(|s| s.next_offset > dirty_start)
+            .collect();
+        let dirty_bytes: u64 = dirty.iter().map(|s| s.size_bytes).sum();
+        if dirty_bytes == 0 {
+            return None;
+        }
+        let ratio_reached = u128::from(dirty_bytes) * 1_000_000
+            >= u128::from(total) * u128::from(config.min_cleanable_dirty_ratio_ppm);
+        let overdue = dirty
+            .iter()
+            .any(|s| now_ms.saturating_sub(s.retention_time_ms) >= config.max_compaction_lag_ms);
+        if !(ratio_reached || overdue) {
+            return None;
+        }
+        Some(CleaningPlan {
+            dir: self.dir.clone(),
+            files: self.files.clone(),
+            sources,
+            dirty_start,
+            config,
+            segment_bytes: self.config.segment_bytes,
+            index_interval_bytes: self.config.index_interval_bytes,
+            decompressed_bytes_max,
+            now_ms,
+        })
+    }
+
+    /// Swaps cleaned copies in for the segments they replace (renames only, under the lock, so
+    /// no reader ever finds a cleaned index beside an old log file). A group whose segments
+    /// changed meanwhile (retention deleted one) is discarded. The returned commit deletes the
+    /// replaced files and the manifests outside the lock.
+    pub fn finish_cleaning(&mut self, cleaned: CleanedLog) -> Result<CleaningCommit, LogError> {
+        let storage = self.storage().clone();
+        let mut commit = CleaningCommit {
+            storage: storage.clone(),
+            files: self.files.clone(),
+            dir: self.dir.clone(),
+            removals: Vec::new(),
+            manifests: Vec::new(),
+            discarded: Vec::new(),
+        };
+        let active_base = self.active().base_offset;
+        for group in cleaned.groups {
+            let intact = !self.deleted
+                && group
+                    .sources
+                    .iter()
+                    .all(|b| *b < active_base && self.segments.contains_key(b));
+            if !intact {
+                commit
+                    .discarded
+                    .push((group.segment.paths.clone(), group.manifest));
+                continue;
+            }
+            let base = group.sources[0];
+            let target = SegmentPaths::new(&self.dir, base);
+            for (from, to) in group.segment.paths.all().into_iter().zip(target.all()) {
+                self.files.forget(to);
+                storage.rename(from, to)?;
+                self.files.forget(to);
+            }
+            let mut segment = group.segment;
+            segment.paths = target;
+            for b in &group.sources {
+                if let Some(old) = self.segments.remove(b) {
+                    if *b != base {
+                        commit.removals.push(SegmentRemoval {
+                            paths: old.paths,
+                            files: self.files.clone(),
+                        });
+                    }
+                }
+            }
+            self.segments.insert(base, segment);
+            self.dir_changes += 1;
+            commit.manifests.push(group.manifest);
+        }
+        if commit.discarded.is_empty() {
+            self.first_dirty_offset = self.first_dirty_offset.max(cleaned.clean_until);
+        }
+        Ok(commit)
     }
 
     /// Forgets idle producers; returns how many.
@@ -928,6 +1088,7 @@ impl Log {
             checkpoint: RecoveryCheckpoint {
                 recovery_point: self.recovery_point,
                 log_start_offset: self.log_start_offset,
+                first_dirty_offset: self.first_dirty_offset,
             },
         }
     }

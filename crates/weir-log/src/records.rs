@@ -21,7 +21,7 @@ const STREAM_BUFFER_BYTES: usize = 256 * 1024;
 /// (1–19) and level 20 fit; a frame asking for more would make the decoder allocate it.
 const ZSTD_WINDOW_LOG_MAX: u32 = 25;
 /// Snappy framing used by the Java client (xerial): this magic, then version fields.
-const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+pub(crate) const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
 /// Size of the xerial header: magic (8), version (4), compatible version (4).
 const XERIAL_HEADER_BYTES: usize = 16;
 /// Most bytes a raw snappy block may decompress to, whatever `max.message.bytes` says: raw
@@ -30,10 +30,10 @@ const RAW_SNAPPY_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
 /// Codec ids in the batch attributes.
 const CODEC_NONE: i16 = 0;
-const CODEC_GZIP: i16 = 1;
-const CODEC_SNAPPY: i16 = 2;
-const CODEC_LZ4: i16 = 3;
-const CODEC_ZSTD: i16 = 4;
+pub(crate) const CODEC_GZIP: i16 = 1;
+pub(crate) const CODEC_SNAPPY: i16 = 2;
+pub(crate) const CODEC_LZ4: i16 = 3;
+pub(crate) const CODEC_ZSTD: i16 = 4;
 
 /// Bounds that make validation safe against hostile input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,8 @@ pub struct ValidationLimits {
     pub timestamp_before_max_ms: i64,
     /// `message.timestamp.after.max.ms`: how far in the future a record timestamp may be.
     pub timestamp_after_max_ms: i64,
+    /// Compacted topics: every record needs a key (Kafka refuses keyless ones there).
+    pub keys_required: bool,
 }
 
 impl ValidationLimits {
@@ -57,6 +59,7 @@ impl ValidationLimits {
             now_ms: 0,
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: i64::MAX,
+            keys_required: false,
         }
     }
 }
@@ -283,28 +286,27 @@ fn skip_field(source: &mut impl Source, nullable: bool, what: &str) -> Result<()
     }
 }
 
-/// Reads a length-prefixed field into `out`; false when it is null (allowed only where
-/// `nullable`).
-fn read_field(
-    source: &mut impl Source,
-    nullable: bool,
-    what: &str,
-    out: &mut Vec<u8>,
-) -> Result<bool, BatchError> {
-    out.clear();
+/// A nullable length-prefixed field: where its bytes start (as counted by
+/// [`Source::consumed`]) and how many there are; `None` when null.
+fn field_range(source: &mut impl Source, what: &str) -> Result<Option<(u64, u64)>, BatchError> {
     let length = varint(source)?;
     match length {
-        0.. => source.read_into(length as u64, out).map(|()| true),
-        -1 if nullable => Ok(false),
+        0.. => {
+            let at = source.consumed();
+            source.skip(length as u64)?;
+            Ok(Some((at, length as u64)))
+        }
+        -1 => Ok(None),
         _ => Err(invalid(format!("{what} length {length} is invalid"))),
     }
 }
 
-/// One record as the walk hands it over: its index in the batch, its timestamp, and — when
-/// the walk was asked to read them — its key and value (`None` when null or not read).
+/// One record as the walk hands it over: its offset delta, its timestamp, and — when the walk
+/// was asked to read them — its key, value and whole body (`None` when null or not read).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordRef<'a> {
-    /// Offset delta from the batch's base offset.
+    /// Offset delta from the batch's base offset (its index in a batch as produced; larger
+    /// once compaction removed earlier records).
     pub index: i32,
     /// Absolute timestamp.
     pub timestamp: i64,
@@ -312,12 +314,66 @@ pub struct RecordRef<'a> {
     pub key: Option<&'a [u8]>,
     /// The value.
     pub value: Option<&'a [u8]>,
+    /// The record's bytes after its length prefix, as stored.
+    pub raw: Option<&'a [u8]>,
+    /// The record has a key (known whether or not the key was read).
+    pub keyed: bool,
 }
 
-/// Walks the records, checking each one's framing and handing `visit` each record (with key
-/// and value when `KEYS_AND_VALUES`); stops early when `visit` breaks, else checks that
-/// nothing follows the last record.
-fn walk_records<const KEYS_AND_VALUES: bool, V>(
+/// The fields of one record body.
+struct RecordFields {
+    timestamp_delta: i64,
+    offset_delta: i32,
+    key: Option<(u64, u64)>,
+    value: Option<(u64, u64)>,
+}
+
+/// Reads a record body of `length` bytes: every field's framing, and nothing more or less.
+fn record_fields(
+    source: &mut impl Source,
+    index: i32,
+    length: i32,
+) -> Result<RecordFields, BatchError> {
+    let start = source.consumed();
+    let _attributes = source.byte()?;
+    let timestamp_delta = varlong(source)?;
+    let offset_delta = varint(source)?;
+    let key = field_range(source, "key")?;
+    let value = field_range(source, "value")?;
+    let header_count = varint(source)?;
+    if header_count < 0 {
+        return Err(invalid(format!(
+            "record {index} has {header_count} headers"
+        )));
+    }
+    for _ in 0..header_count {
+        skip_field(source, false, "header key")?;
+        skip_field(source, true, "header value")?;
+        // A lying header count is caught here, not after billions of iterations.
+        if source.consumed() - start > length as u64 {
+            break;
+        }
+    }
+    let read = source.consumed() - start;
+    if read != length as u64 {
+        return Err(invalid(format!(
+            "record {index} declares {length} bytes but holds {read}"
+        )));
+    }
+    Ok(RecordFields {
+        timestamp_delta,
+        offset_delta,
+        key,
+        value,
+    })
+}
+
+/// Walks the records, checking each one's framing and handing `visit` each record (with key,
+/// value and body when `KEYS_AND_VALUES`); stops early when `visit` breaks, else checks that
+/// nothing follows the last record. A batch as `PRODUCED` numbers its records 0, 1, 2, …; a
+/// stored one may have gaps (compaction) but its offset deltas increase and stay within the
+/// header's `lastOffsetDelta`.
+fn walk_records<const KEYS_AND_VALUES: bool, const PRODUCED: bool, V>(
     source: &mut impl Source,
     header: &BatchHeader,
     visit: &mut V,
@@ -325,60 +381,53 @@ fn walk_records<const KEYS_AND_VALUES: bool, V>(
 where
     V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, BatchError>,
 {
-    let (mut key, mut value) = (Vec::new(), Vec::new());
+    let mut body = Vec::new();
+    let mut previous_delta = -1;
     for index in 0..header.record_count {
         let length = varint(source)?;
         if length < 0 {
             return Err(invalid(format!("record {index} has length {length}")));
         }
-        let start = source.consumed();
-        let _attributes = source.byte()?;
-        let timestamp_delta = varlong(source)?;
-        let offset_delta = varint(source)?;
-        if offset_delta != index {
-            return Err(invalid(format!(
-                "record {index} has offset delta {offset_delta}"
-            )));
-        }
-        let (has_key, has_value) = if KEYS_AND_VALUES {
-            (
-                read_field(source, true, "key", &mut key)?,
-                read_field(source, true, "value", &mut value)?,
-            )
+        let fields = if KEYS_AND_VALUES {
+            body.clear();
+            source.read_into(length as u64, &mut body)?;
+            record_fields(
+                &mut SliceSource {
+                    bytes: &body,
+                    position: 0,
+                },
+                index,
+                length,
+            )?
         } else {
-            skip_field(source, true, "key")?;
-            skip_field(source, true, "value")?;
-            (false, false)
+            record_fields(source, index, length)?
         };
-        let header_count = varint(source)?;
-        if header_count < 0 {
-            return Err(invalid(format!(
-                "record {index} has {header_count} headers"
-            )));
+        let delta = fields.offset_delta;
+        let in_order = match PRODUCED {
+            true => delta == index,
+            false => delta > previous_delta && delta <= header.last_offset_delta,
+        };
+        if !in_order {
+            return Err(invalid(format!("record {index} has offset delta {delta}")));
         }
-        for _ in 0..header_count {
-            skip_field(source, false, "header key")?;
-            skip_field(source, true, "header value")?;
-            // A lying header count is caught here, not after billions of iterations.
-            if source.consumed() - start > length as u64 {
-                break;
-            }
-        }
-        let read = source.consumed() - start;
-        if read != length as u64 {
-            return Err(invalid(format!(
-                "record {index} declares {length} bytes but holds {read}"
-            )));
-        }
+        previous_delta = delta;
         let timestamp = header
             .base_timestamp
-            .checked_add(timestamp_delta)
+            .checked_add(fields.timestamp_delta)
             .ok_or_else(|| invalid(format!("record {index} timestamp overflows")))?;
+        let captured = KEYS_AND_VALUES.then_some(body.as_slice());
+        let slice = |range: Option<(u64, u64)>| {
+            captured
+                .zip(range)
+                .map(|(b, (at, len))| &b[at as usize..(at + len) as usize])
+        };
         let record = RecordRef {
-            index,
+            index: delta,
             timestamp,
-            key: has_key.then_some(key.as_slice()),
-            value: has_value.then_some(value.as_slice()),
+            key: slice(fields.key),
+            value: slice(fields.value),
+            raw: captured,
+            keyed: fields.key.is_some(),
         };
         if visit(record)?.is_break() {
             return Ok(());
@@ -468,7 +517,7 @@ fn corrupt(codec: &str, error: impl std::fmt::Display) -> BatchError {
 
 /// Walks every record of `batch` (whose header passed [`crate::batch::validate_header`]),
 /// decompressing as a stream, no further than `limit` decompressed bytes.
-fn each_record<const KEYS_AND_VALUES: bool, V>(
+fn each_record<const KEYS_AND_VALUES: bool, const PRODUCED: bool, V>(
     batch: &[u8],
     header: &BatchHeader,
     limit: u64,
@@ -479,7 +528,7 @@ where
 {
     let payload = &batch[BATCH_HEADER_BYTES..];
     match header.compression() {
-        CODEC_NONE => walk_records::<KEYS_AND_VALUES, _>(
+        CODEC_NONE => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
             &mut SliceSource {
                 bytes: payload,
                 position: 0,
@@ -487,7 +536,7 @@ where
             header,
             visit,
         ),
-        CODEC_GZIP => walk_records::<KEYS_AND_VALUES, _>(
+        CODEC_GZIP => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
             &mut StreamSource::new(flate2::read::MultiGzDecoder::new(payload), limit),
             header,
             visit,
@@ -502,7 +551,11 @@ where
                 position: 0,
                 budget: limit,
             };
-            walk_records::<KEYS_AND_VALUES, _>(&mut StreamSource::new(reader, limit), header, visit)
+            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
+                &mut StreamSource::new(reader, limit),
+                header,
+                visit,
+            )
         }
         CODEC_SNAPPY => {
             // Raw snappy (librdkafka): one block; its decompressed size is in its preamble.
@@ -516,7 +569,7 @@ where
             let plain = snap::raw::Decoder::new()
                 .decompress_vec(payload)
                 .map_err(|e| corrupt("snappy", e))?;
-            walk_records::<KEYS_AND_VALUES, _>(
+            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
                 &mut SliceSource {
                     bytes: &plain,
                     position: 0,
@@ -527,7 +580,7 @@ where
         }
         CODEC_LZ4 => {
             let decoder = lz4::Decoder::new(payload).map_err(|e| corrupt("lz4", e))?;
-            walk_records::<KEYS_AND_VALUES, _>(
+            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
                 &mut StreamSource::new(decoder, limit),
                 header,
                 visit,
@@ -539,7 +592,7 @@ where
             decoder
                 .window_log_max(ZSTD_WINDOW_LOG_MAX)
                 .map_err(|e| corrupt("zstd", e))?;
-            walk_records::<KEYS_AND_VALUES, _>(
+            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
                 &mut StreamSource::new(decoder, limit),
                 header,
                 visit,
@@ -557,12 +610,18 @@ pub fn validate_records(
     limits: &ValidationLimits,
 ) -> Result<RecordsSummary, BatchError> {
     let mut max_timestamp = i64::MIN;
-    each_record::<false, _>(
+    each_record::<false, true, _>(
         batch,
         header,
         limits.decompressed_bytes_max,
         &mut |record| {
             check_timestamp(record.timestamp, record.index, limits)?;
+            if limits.keys_required && !record.keyed {
+                return Err(invalid(format!(
+                    "record {} has no key: a compacted topic accepts only keyed records",
+                    record.index
+                )));
+            }
             max_timestamp = max_timestamp.max(record.timestamp);
             Ok(ControlFlow::Continue(()))
         },
@@ -586,9 +645,9 @@ pub fn find_record(
     target: RecordTarget,
     decompressed_bytes_max: u64,
 ) -> Result<Option<(i64, i64)>, BatchError> {
-    let header = crate::batch::validate_header(batch)?;
+    let header = crate::batch::validate_stored_header(batch)?;
     let mut found: Option<(i32, i64)> = None;
-    each_record::<false, _>(
+    each_record::<false, false, _>(
         batch,
         &header,
         decompressed_bytes_max,
@@ -613,16 +672,17 @@ pub fn find_record(
     Ok(found.map(|(index, timestamp)| (header.base_offset + i64::from(index), timestamp)))
 }
 
-/// Hands `visit` every record of a stored batch with its offset, key and value, decompressing
-/// as a stream (for readers of a topic's contents: the group coordinator's load, the log
-/// cleaner). Nothing is allocated per record; key and value are valid during the call only.
-pub fn for_each_record(
+/// Hands `visit` every record of a stored batch (compacted ones included) with its offset,
+/// key, value and body, decompressing as a stream (for readers of a topic's contents: the
+/// group coordinator's load, the log cleaner). Nothing is allocated per record; the slices are
+/// valid during the call only.
+pub fn for_each_stored_record(
     batch: &[u8],
     decompressed_bytes_max: u64,
     visit: &mut dyn FnMut(i64, RecordRef<'_>),
 ) -> Result<(), BatchError> {
-    let header = crate::batch::validate_header(batch)?;
-    each_record::<true, _>(batch, &header, decompressed_bytes_max, &mut |record| {
+    let header = crate::batch::validate_stored_header(batch)?;
+    each_record::<true, false, _>(batch, &header, decompressed_bytes_max, &mut |record| {
         visit(header.base_offset + i64::from(record.index), record);
         Ok(ControlFlow::Continue(()))
     })
@@ -794,6 +854,26 @@ mod tests {
     }
 
     #[test]
+    fn a_compacted_topic_refuses_records_without_a_key() {
+        let keyed = crate::batch::build_keyed_batch(
+            &[(Some(b"k".as_slice()), Some(b"v".as_slice()))],
+            0,
+            ProducerFields::NONE,
+        );
+        let keyless = build_batch(&[b"v"], 0, ProducerFields::NONE);
+        let compacted = ValidationLimits {
+            keys_required: true,
+            ..limits()
+        };
+        assert!(validate(Bytes::from(keyed), &compacted).is_ok());
+        assert!(matches!(
+            validate(Bytes::from(keyless.clone()), &compacted),
+            Err(BatchError::Invalid(m)) if m.contains("no key")
+        ));
+        assert!(validate(Bytes::from(keyless), &limits()).is_ok());
+    }
+
+    #[test]
     fn timestamps_outside_the_window_are_refused() {
         let now = 1_700_000_000_000;
         let limits = ValidationLimits {
@@ -801,6 +881,7 @@ mod tests {
             now_ms: now,
             timestamp_before_max_ms: 1000,
             timestamp_after_max_ms: 3_600_000,
+            keys_required: false,
         };
         let at = |ts: i64| {
             validate(

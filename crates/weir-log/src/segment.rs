@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
-use crate::batch::{check_header_fields, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
+use crate::batch::{
+    check_stored_header_fields, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES,
+};
 use crate::index::{file_partition_point, memory_floor, ActiveIndex, OffsetEntry, TimeEntry};
 use crate::LogError;
 
@@ -32,8 +34,18 @@ pub(crate) struct SegmentPaths {
 
 impl SegmentPaths {
     pub fn new(dir: &Path, base_offset: i64) -> SegmentPaths {
+        SegmentPaths::with_suffix(dir, base_offset, "")
+    }
+
+    /// The paths with `.suffix` appended (the cleaner's `N.log.cleaned`); none when empty.
+    pub fn with_suffix(dir: &Path, base_offset: i64, suffix: &str) -> SegmentPaths {
         let stem = format!("{base_offset:020}");
-        let path = |ext: &str| -> Arc<Path> { Arc::from(dir.join(format!("{stem}.{ext}"))) };
+        let tail = if suffix.is_empty() {
+            String::new()
+        } else {
+            format!(".{suffix}")
+        };
+        let path = |ext: &str| -> Arc<Path> { Arc::from(dir.join(format!("{stem}.{ext}{tail}"))) };
         SegmentPaths {
             log: path("log"),
             index: path("index"),
@@ -41,7 +53,8 @@ impl SegmentPaths {
         }
     }
 
-    fn all(&self) -> [&Arc<Path>; 3] {
+    /// The log, offset index and time index paths.
+    pub fn all(&self) -> [&Arc<Path>; 3] {
         [&self.log, &self.index, &self.time_index]
     }
 
@@ -249,7 +262,22 @@ impl Segment {
         base_offset: i64,
         now_ms: i64,
     ) -> Result<Segment, LogError> {
-        let paths = SegmentPaths::new(dir, base_offset);
+        Segment::create_at(
+            storage,
+            SegmentPaths::new(dir, base_offset),
+            base_offset,
+            now_ms,
+        )
+    }
+
+    /// Creates a new empty segment's files at `paths` (the cleaner writes its copies under
+    /// other names first). On failure nothing is left behind.
+    pub fn create_at(
+        storage: &dyn Storage,
+        paths: SegmentPaths,
+        base_offset: i64,
+        now_ms: i64,
+    ) -> Result<Segment, LogError> {
         let opened = (|| -> std::io::Result<ActiveFiles> {
             let log = storage.open(&paths.log, true)?;
             log.truncate(0)?;
@@ -397,7 +425,7 @@ impl Segment {
                 && header.last_offset() - self.base_offset <= RELATIVE_OFFSET_MAX
                 && position < SEGMENT_BYTES_LIMIT;
             if !fits
-                || check_header_fields(&header).is_err()
+                || check_stored_header_fields(&header).is_err()
                 || !stored_crc_matches(log.as_ref(), position, &header, &mut buffer)?
             {
                 break;

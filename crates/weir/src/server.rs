@@ -180,6 +180,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     );
     let maintenance = tokio::spawn(broker.clone().run_log_maintenance());
     let groups = tokio::spawn(broker.clone().run_group_coordinator());
+    let cleaner = tokio::spawn(broker.clone().run_log_cleaner());
     let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     wait_for_signal().await?;
     tracing::info!(target: "weir::server", "shutting down: no new connections; finishing in-flight requests");
@@ -198,6 +199,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let _ = server.await;
     let _ = maintenance.await;
     let _ = groups.await;
+    let _ = cleaner.await;
     tokio::task::block_in_place(|| broker.partitions.close_all());
     tracing::info!(target: "weir::server", "stopped cleanly");
     drop(data_dir);

@@ -28,6 +28,7 @@ const RESOURCE_BROKER: i8 = 4;
 const CONFIG_TYPE_BOOLEAN: i8 = 1;
 const CONFIG_TYPE_STRING: i8 = 2;
 const CONFIG_TYPE_LONG: i8 = 5;
+const CONFIG_TYPE_DOUBLE: i8 = 6;
 /// IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
@@ -36,6 +37,7 @@ fn config_type(name: &str) -> i8 {
     match topic_config(name).map(|d| d.kind) {
         Some(ConfigKind::Long { .. }) => CONFIG_TYPE_LONG,
         Some(ConfigKind::Choice(_)) => CONFIG_TYPE_STRING,
+        Some(ConfigKind::Fraction) => CONFIG_TYPE_DOUBLE,
         None if name.ends_with(".enable") => CONFIG_TYPE_BOOLEAN,
         None => CONFIG_TYPE_LONG,
     }

@@ -240,6 +240,7 @@ fn validate_and_append(job: &Job) -> Outcome {
         now_ms: weir_log::Clock::now_ms(&weir_log::SystemClock),
         timestamp_before_max_ms: settings.timestamp_before_max_ms,
         timestamp_after_max_ms: settings.timestamp_after_max_ms,
+        keys_required: settings.log.compaction.is_some(),
     };
     let refused = |error: LogError| {
         if matches!(error, LogError::Batch(_)) {

@@ -43,7 +43,7 @@ async fn bad_input_is_contained() {
         "TOPIC_ALREADY_EXISTS"
     );
     assert_eq!(
-        create_topic(&mut client, "cfg", 1, &[("cleanup.policy", "compact")]).await,
+        create_topic(&mut client, "cfg", 1, &[("cleanup.policy", "shred")]).await,
         40,
         "INVALID_CONFIG"
     );

@@ -1,0 +1,463 @@
+//! Log compaction (`cleanup.policy=compact`): keeps the latest record of every key in the
+//! inactive segments, as Kafka's log cleaner does.
+//!
+//! A cleaning is planned under the log's lock ([`crate::Log::cleaning_plan`]: which segments,
+//! from where they are dirty), run without it ([`CleaningPlan::clean`]: read the segments,
+//! map each key to its latest offset, write cleaned copies) and committed under it again
+//! ([`crate::Log::finish_cleaning`]). The active segment is never touched; offsets never
+//! change (a cleaned log has gaps); a batch keeps its base offset, last offset delta,
+//! producer fields and codec, and loses only the records a later record of the same key
+//! supersedes, and tombstones once `delete.retention.ms` has passed since their segment's
+//! newest record. Control batches are kept as they are.
+//!
+//! Crash safety: the cleaned copy of each group of segments is written as `N.*.cleaned` and
+//! synced; then `N.cleaning.json` names the segments it replaces (the commit point); the
+//! copies are renamed over the first segment's files and the others deleted; the manifest goes
+//! last. Opening a log finishes a committed swap and discards an uncommitted one, so a kill -9
+//! at any point leaves either the old segments or the cleaned ones, never a mix a consumer
+//! could see.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use weir_storage::{FileCache, FileRef, Storage};
+
+use crate::batch::{batch_crc, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
+use crate::compress::compress;
+use crate::records::{for_each_stored_record, RecordRef};
+use crate::segment::{HeaderWalker, Segment, SegmentPaths, RELATIVE_OFFSET_MAX};
+use crate::LogError;
+
+/// Suffix of a cleaned copy being written.
+pub(crate) const CLEANED_SUFFIX: &str = "cleaned";
+/// Suffix of the manifest that commits a swap.
+pub(crate) const MANIFEST_SUFFIX: &str = "cleaning.json";
+/// Bytes of key-map memory per distinct key (hash, offset and the table's overhead).
+pub const KEY_MAP_BYTES_PER_ENTRY: usize = 40;
+
+/// Kafka's compaction settings of one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionConfig {
+    /// `min.cleanable.dirty.ratio`, in millionths: clean once this share of the log is dirty.
+    pub min_cleanable_dirty_ratio_ppm: u32,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty record is compacted within this long, whatever the
+    /// dirty ratio.
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long tombstones stay readable.
+    pub delete_retention_ms: i64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> CompactionConfig {
+        CompactionConfig {
+            min_cleanable_dirty_ratio_ppm: 500_000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 86_400_000,
+        }
+    }
+}
+
+/// One inactive segment as the plan sees it.
+#[derive(Clone)]
+pub(crate) struct SourceSegment {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub size_bytes: u64,
+    pub retention_time_ms: i64,
+    pub last_write_ms: i64,
+    pub log: FileRef,
+}
+
+/// What one cleaning will do, taken under the log's lock; [`CleaningPlan::clean`] runs it
+/// without the lock, off the async workers.
+pub struct CleaningPlan {
+    pub(crate) dir: PathBuf,
+    pub(crate) files: Arc<FileCache>,
+    /// Every inactive segment from the log start to the end of the cleanable range.
+    pub(crate) sources: Vec<SourceSegment>,
+    /// The first offset not cleaned before: keys are mapped from here.
+    pub(crate) dirty_start: i64,
+    pub(crate) config: CompactionConfig,
+    pub(crate) segment_bytes: u64,
+    pub(crate) index_interval_bytes: u64,
+    pub(crate) decompressed_bytes_max: u64,
+    pub(crate) now_ms: i64,
+}
+
+/// A cleaned copy of consecutive segments, written and synced, waiting to be swapped in.
+pub(crate) struct CleanedGroup {
+    /// Base offsets of the segments it replaces (the first is its own).
+    pub sources: Vec<i64>,
+    /// The copy, inactive, still at its `.cleaned` paths.
+    pub segment: Segment,
+    /// The manifest committing the swap.
+    pub manifest: PathBuf,
+}
+
+/// The outcome of [`CleaningPlan::clean`], for [`crate::Log::finish_cleaning`].
+pub struct CleanedLog {
+    pub(crate) groups: Vec<CleanedGroup>,
+    /// Everything below this is now clean.
+    pub(crate) clean_until: i64,
+    /// What the cleaning read and wrote.
+    pub stats: CleaningStats,
+}
+
+/// Figures of one cleaning, for the log line and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleaningStats {
+    /// Segments read.
+    pub segments: usize,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Records read.
+    pub records_read: u64,
+    /// Records dropped (superseded, or expired tombstones).
+    pub records_dropped: u64,
+}
+
+/// The manifest of a committed swap.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SwapManifest {
+    /// Base offsets of the replaced segments; the first is the cleaned copy's own.
+    pub sources: Vec<i64>,
+}
+
+/// A key's identity in the key map: 128 bits of two independent SipHash digests, so a
+/// collision (which would drop a live record) is as unlikely as Kafka's MD5 makes it.
+fn key_hash(key: &[u8]) -> u128 {
+    let digest = |salt: u8| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut hasher);
+        key.hash(&mut hasher);
+        hasher.finish()
+    };
+    (u128::from(digest(0)) << 64) | u128::from(digest(1))
+}
+
+/// What [`each_batch`] hands every batch to.
+type BatchVisitor<'a> = dyn FnMut(&BatchHeader, &[u8]) -> Result<(), LogError> + 'a;
+
+/// Reads every batch of a segment file, handing each to `visit` with its bytes.
+fn each_batch(segment: &SourceSegment, visit: &mut BatchVisitor<'_>) -> Result<(), LogError> {
+    let file = segment.log.resolve()?;
+    let mut walker = HeaderWalker::new(file.as_ref(), 0, segment.size_bytes);
+    let mut bytes = Vec::new();
+    while let Some((header, position)) = walker.next_batch()? {
+        bytes.resize(header.total_bytes() as usize, 0);
+        file.read_exact_at(&mut bytes, position)?;
+        visit(&header, &bytes)?;
+    }
+    Ok(())
+}
+
+impl CleaningPlan {
+    /// Runs the cleaning: maps keys over the dirty segments (at most `key_map_entries` distinct
+    /// keys; the rest waits for the next cleaning), then writes a cleaned copy of each group
+    /// of segments below the mapped range. `pace` is told of every batch read, to throttle.
+    pub fn clean(
+        self,
+        key_map_entries: usize,
+        pace: &mut dyn FnMut(u64),
+    ) -> Result<Option<CleanedLog>, LogError> {
+        let mut stats = CleaningStats::default();
+        let mut latest: HashMap<u128, i64> = HashMap::new();
+        let mut mapped_until = self.dirty_start;
+        for segment in self
+            .sources
+            .iter()
+            .filter(|s| s.next_offset > self.dirty_start)
+        {
+            let mut full = false;
+            each_batch(segment, &mut |header, bytes| {
+                pace(bytes.len() as u64);
+                if header.is_control() {
+                    return Ok(());
+                }
+                for_each_stored_record(
+                    bytes,
+                    self.decompressed_bytes_max,
+                    &mut |offset, record| {
+                        if let Some(key) = record.key {
+                            latest.insert(key_hash(key), offset);
+                        }
+                    },
+                )
+                .map_err(LogError::Batch)?;
+                full |= latest.len() > key_map_entries;
+                Ok(())
+            })?;
+            if full {
+                tracing::warn!(target: "weir::cleaner", dir = %self.dir.display(), keys = latest.len(), "key map full; cleaning the rest later (raise log.cleaner.dedupe.buffer.size)");
+                break;
+            }
+            mapped_until = segment.next_offset;
+        }
+        if mapped_until <= self.dirty_start {
+            return Ok(None);
+        }
+        let to_clean: Vec<&SourceSegment> = self
+            .sources
+            .iter()
+            .filter(|s| s.next_offset <= mapped_until)
+            .collect();
+        let mut groups = Vec::new();
+        let mut start = 0;
+        while start < to_clean.len() {
+            let mut end = start + 1;
+            let mut bytes = to_clean[start].size_bytes;
+            while end < to_clean.len()
+                && bytes + to_clean[end].size_bytes <= self.segment_bytes
+                && to_clean[end].next_offset - to_clean[start].base_offset <= RELATIVE_OFFSET_MAX
+            {
+                bytes += to_clean[end].size_bytes;
+                end += 1;
+            }
+            let cleaned = self.clean_group(
+                &to_clean[start..end],
+                &latest,
+                mapped_until,
+                &mut stats,
+                pace,
+            );
+            match cleaned {
+                Ok(group) => groups.push(group),
+                Err(error) => {
+                    // Nothing was swapped in: withdraw what this cleaning committed to disk.
+                    self.discard(&groups, to_clean[start].base_offset);
+                    return Err(error);
+                }
+            }
+            start = end;
+        }
+        Ok(Some(CleanedLog {
+            groups,
+            clean_until: mapped_until,
+            stats,
+        }))
+    }
+
+    /// Removes the manifests and copies of `groups` and the copy being written at `failed`,
+    /// after a failed cleaning (best effort: what remains is withdrawn at the next open, or
+    /// swapped in there, which is as correct).
+    fn discard(&self, groups: &[CleanedGroup], failed: i64) {
+        let storage = self.files.storage();
+        for group in groups {
+            let _ = storage.remove(&group.manifest);
+            let _ = group.segment.paths.remove(&self.files);
+        }
+        let _ = SegmentPaths::with_suffix(&self.dir, failed, CLEANED_SUFFIX).remove(&self.files);
+    }
+
+    /// Writes the cleaned copy of `sources` and its manifest.
+    fn clean_group(
+        &self,
+        sources: &[&SourceSegment],
+        latest: &HashMap<u128, i64>,
+        mapped_until: i64,
+        stats: &mut CleaningStats,
+        pace: &mut dyn FnMut(u64),
+    ) -> Result<CleanedGroup, LogError> {
+        let storage = self.files.storage().clone();
+        let base = sources[0].base_offset;
+        let paths = SegmentPaths::with_suffix(&self.dir, base, CLEANED_SUFFIX);
+        let mut segment = Segment::create_at(storage.as_ref(), paths, base, self.now_ms)?;
+        let tombstone_horizon = self.now_ms.saturating_sub(self.config.delete_retention_ms);
+        let mut kept = Vec::new();
+        for source in sources {
+            stats.segments += 1;
+            stats.bytes_read += source.size_bytes;
+            let expired_tombstones = source.retention_time_ms < tombstone_horizon;
+            each_batch(source, &mut |header, bytes| {
+                pace(bytes.len() as u64);
+                let rewritten = if header.is_control() {
+                    None
+                } else {
+                    kept.clear();
+                    let mut total = 0u64;
+                    for_each_stored_record(
+                        bytes,
+                        self.decompressed_bytes_max,
+                        &mut |offset, record| {
+                            total += 1;
+                            let superseded = record.key.is_some_and(|key| {
+                                offset < mapped_until
+                                    && latest
+                                        .get(&key_hash(key))
+                                        .is_some_and(|&newest| newest > offset)
+                            });
+                            let expired = record.key.is_some()
+                                && record.value.is_none()
+                                && expired_tombstones;
+                            if !(superseded || expired) {
+                                kept.push(raw_record(&record));
+                            }
+                        },
+                    )
+                    .map_err(LogError::Batch)?;
+                    stats.records_read += total;
+                    stats.records_dropped += total - kept.len() as u64;
+                    (kept.len() as u64 != total).then(|| rebuild_batch(header, bytes, &kept))
+                };
+                let written = match rewritten {
+                    None => bytes.to_vec(),
+                    Some(None) => return Ok(()),
+                    Some(Some(batch)) => batch,
+                };
+                let header =
+                    BatchHeader::parse(&written).ok_or(LogError::Corrupt { position: 0 })?;
+                segment.append(&header, &[&written], self.index_interval_bytes, self.now_ms)?;
+                stats.bytes_written += written.len() as u64;
+                Ok(())
+            })?;
+        }
+        segment.sync_all()?;
+        segment.deactivate();
+        // The copies' directory entries are durable before the manifest makes them the truth.
+        storage.sync_dir(&self.dir)?;
+        segment.last_write_ms = sources
+            .iter()
+            .map(|s| s.last_write_ms)
+            .max()
+            .unwrap_or(self.now_ms);
+        let manifest = self.dir.join(format!("{base:020}.{MANIFEST_SUFFIX}"));
+        let body = serde_json::to_vec(&SwapManifest {
+            sources: sources.iter().map(|s| s.base_offset).collect(),
+        })
+        .map_err(|e| LogError::Io(std::io::Error::other(e)))?;
+        storage.write_atomic(&manifest, &body)?;
+        Ok(CleanedGroup {
+            sources: sources.iter().map(|s| s.base_offset).collect(),
+            segment,
+            manifest,
+        })
+    }
+}
+
+/// A kept record's bytes with their length prefix, as they go into a rebuilt batch.
+fn raw_record(record: &RecordRef<'_>) -> Vec<u8> {
+    let body = record.raw.unwrap_or_default();
+    let mut out = Vec::with_capacity(body.len() + 5);
+    crate::batch::put_varlong(&mut out, body.len() as i64);
+    out.extend_from_slice(body);
+    out
+}
+
+/// The batch with only `kept` records (each with its length prefix; their offset and
+/// timestamp deltas are unchanged, as base offset and base timestamp are), compressed with the
+/// batch's own codec; `None` when nothing is kept. Base offset, leader epoch, attributes,
+/// last offset delta, base timestamp and producer fields stay as they were; the record count,
+/// max timestamp and CRC are recomputed.
+fn rebuild_batch(header: &BatchHeader, original: &[u8], kept: &[Vec<u8>]) -> Option<Vec<u8>> {
+    if kept.is_empty() {
+        return None;
+    }
+    let plain: Vec<u8> = kept.concat();
+    let records = compress(header.compression(), &plain);
+    let max_timestamp = max_record_timestamp(header, &plain, kept.len());
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
+    out.extend_from_slice(&original[..BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&records);
+    let batch_length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    out[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    out[57..61].copy_from_slice(&(kept.len() as i32).to_be_bytes());
+    let crc = batch_crc(&out);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Some(out)
+}
+
+/// The largest timestamp among the uncompressed records in `plain`.
+fn max_record_timestamp(header: &BatchHeader, plain: &[u8], count: usize) -> i64 {
+    let mut max = header.base_timestamp;
+    let mut position = 0usize;
+    for _ in 0..count {
+        let Some((length, after_length)) = read_varint(plain, position) else {
+            break;
+        };
+        // attributes (1 byte), then the timestamp delta.
+        if let Some((delta, _)) = read_varint(plain, after_length + 1) {
+            max = max.max(header.base_timestamp.saturating_add(delta));
+        }
+        position = after_length + length.max(0) as usize;
+    }
+    max
+}
+
+/// A zigzag varint at `position`: its value and the position after it.
+fn read_varint(bytes: &[u8], mut position: usize) -> Option<(i64, usize)> {
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let b = *bytes.get(position)?;
+        position += 1;
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((((value >> 1) as i64) ^ -((value & 1) as i64), position));
+        }
+    }
+    None
+}
+
+/// Finishes or discards the swaps an interrupted cleaning left in `dir` (at open, before the
+/// segments are listed): a manifest commits its swap, which is completed; cleaned copies
+/// without one are deleted.
+pub(crate) fn recover_swaps(
+    storage: &dyn Storage,
+    files: &FileCache,
+    dir: &Path,
+) -> Result<(), LogError> {
+    let names = storage.list(dir)?;
+    for name in names.iter().filter(|n| n.ends_with(MANIFEST_SUFFIX)) {
+        let manifest_path = dir.join(name);
+        let manifest: SwapManifest = match storage
+            .read(&manifest_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+        {
+            Some(m) => m,
+            None => {
+                // A torn manifest was never the commit point (it is written atomically).
+                storage.remove(&manifest_path)?;
+                continue;
+            }
+        };
+        let Some(&base) = manifest.sources.first() else {
+            storage.remove(&manifest_path)?;
+            continue;
+        };
+        let cleaned = SegmentPaths::with_suffix(dir, base, CLEANED_SUFFIX);
+        let target = SegmentPaths::new(dir, base);
+        if storage.exists(&cleaned.log) {
+            for (from, to) in cleaned.all().into_iter().zip(target.all()) {
+                files.forget(to);
+                if storage.exists(from) {
+                    storage.rename(from, to)?;
+                }
+                files.forget(to);
+            }
+        }
+        for &other in manifest.sources.iter().skip(1) {
+            SegmentPaths::new(dir, other).remove(files)?;
+        }
+        storage.sync_dir(dir)?;
+        storage.remove(&manifest_path)?;
+        tracing::info!(target: "weir::cleaner", dir = %dir.display(), base, replaced = manifest.sources.len(), "finished a cleaning interrupted by a crash");
+    }
+    for name in storage
+        .list(dir)?
+        .iter()
+        .filter(|n| n.ends_with(&format!(".{CLEANED_SUFFIX}")))
+    {
+        storage.remove(&dir.join(name))?;
+    }
+    storage.sync_dir(dir)?;
+    Ok(())
+}

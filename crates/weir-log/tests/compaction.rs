@@ -1,0 +1,332 @@
+//! Log compaction through the public API: the cleaner against a model of what must survive,
+//! with every codec, tombstones expiring after `delete.retention.ms`, reads across the gaps
+//! compaction leaves, and crashes and power loss at each step of the swap.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use weir_log::batch::{batch_crc, build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
+use weir_log::cleaner::CompactionConfig;
+use weir_log::records::for_each_stored_record;
+use weir_log::{validate, Clock, Log, LogConfig, ManualClock, ValidationLimits};
+use weir_storage::{FileCache, MemoryStorage, Storage};
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+const DECOMPRESSED_MAX: u64 = 1 << 26;
+
+/// A stored record: offset, key, value (`None`: a tombstone).
+type Stored = (i64, Vec<u8>, Option<Vec<u8>>);
+
+fn compacted(segment_bytes: u64) -> LogConfig {
+    LogConfig {
+        segment_bytes,
+        index_interval_bytes: 64,
+        retention_deletes: false,
+        compaction: Some(CompactionConfig {
+            min_cleanable_dirty_ratio_ppm: 0,
+            delete_retention_ms: DAY_MS,
+            ..CompactionConfig::default()
+        }),
+        ..LogConfig::default()
+    }
+}
+
+fn open(storage: &MemoryStorage, clock: &ManualClock, config: LogConfig) -> Log {
+    let files = FileCache::new(Arc::new(storage.clone()), 8);
+    Log::open(Path::new("/c-0"), files, Arc::new(clock.clone()), config)
+        .expect("open")
+        .0
+}
+
+/// A batch of keyed records compressed with `codec` (0–4).
+fn keyed_batch(records: &[(Vec<u8>, Option<Vec<u8>>)], timestamp: i64, codec: i16) -> Vec<u8> {
+    let fields: Vec<KeyValue<'_>> = records
+        .iter()
+        .map(|(k, v)| (Some(k.as_slice()), v.as_deref()))
+        .collect();
+    let plain = build_keyed_batch(&fields, timestamp, ProducerFields::NONE);
+    if codec == 0 {
+        return plain;
+    }
+    let mut out = plain[..61].to_vec();
+    out.extend_from_slice(&weir_log::compress::compress(codec, &plain[61..]));
+    let length = (out.len() - 12) as i32;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    out[21..23].copy_from_slice(&codec.to_be_bytes());
+    let crc = batch_crc(&out);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+fn append(log: &mut Log, batch: Vec<u8>) {
+    let valid = validate(
+        Bytes::from(batch),
+        &ValidationLimits::unbounded_time(DECOMPRESSED_MAX),
+    )
+    .expect("valid batch");
+    log.append(&valid).expect("append");
+}
+
+/// Every record readable from `from`, by fetching as a consumer does.
+fn read_from(log: &Log, from: i64) -> Vec<Stored> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while let Some(view) = log.read_view(next, log.high_watermark()).expect("view") {
+        let Some(slice) = view.slice(1 << 20, true).expect("slice") else {
+            break;
+        };
+        let bytes = slice.read().expect("read");
+        let mut rest = &bytes[..];
+        let before = next;
+        while let Some(header) = BatchHeader::parse(rest) {
+            let total = header.total_bytes() as usize;
+            if total > rest.len() {
+                break;
+            }
+            for_each_stored_record(&rest[..total], DECOMPRESSED_MAX, &mut |offset, record| {
+                if offset >= next {
+                    let key = record.key.expect("keyed").to_vec();
+                    out.push((offset, key, record.value.map(<[u8]>::to_vec)));
+                }
+            })
+            .expect("stored batch reads");
+            next = next.max(header.last_offset() + 1);
+            rest = &rest[total..];
+        }
+        assert!(next > before, "a read at {before} made no progress");
+    }
+    out
+}
+
+/// Runs one whole cleaning; false when there was nothing to clean.
+fn clean(log: &mut Log) -> bool {
+    let Some(plan) = log.cleaning_plan(DECOMPRESSED_MAX) else {
+        return false;
+    };
+    let Some(cleaned) = plan.clean(1 << 20, &mut |_| {}).expect("clean") else {
+        return false;
+    };
+    log.finish_cleaning(cleaned)
+        .expect("finish")
+        .complete()
+        .expect("complete");
+    true
+}
+
+/// What a cleaning of everything below `clean_until` may leave: the latest record of each
+/// key there (tombstones only while not expired), everything from `clean_until` on.
+fn expected(all: &[Stored], clean_until: i64, tombstones_expired: bool) -> Vec<Stored> {
+    // The cleaner maps keys up to the active segment only, as Kafka's does.
+    let mut latest: BTreeMap<&[u8], i64> = BTreeMap::new();
+    for (offset, key, _) in all.iter().filter(|r| r.0 < clean_until) {
+        latest.insert(key, *offset);
+    }
+    all.iter()
+        .filter(|(offset, key, value)| {
+            *offset >= clean_until
+                || (latest[key.as_slice()] == *offset && !(value.is_none() && tombstones_expired))
+        })
+        .cloned()
+        .collect()
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key-{k}").into_bytes()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random keyed writes (updates, tombstones, every codec, several records per batch)
+    /// cleaned twice: once with tombstones kept, once after delete.retention.ms. Each time
+    /// the log holds exactly what the model says, reads from any offset (gaps included) find
+    /// the next surviving record, and a restart reads the same.
+    #[test]
+    fn the_cleaner_keeps_exactly_the_latest_record_per_key(
+        writes in proptest::collection::vec(
+            (proptest::collection::vec((0u8..12, proptest::option::weighted(0.85, proptest::collection::vec(any::<u8>(), 0..40))), 1..6), 0i16..5),
+            20..80,
+        ),
+        probes in proptest::collection::vec(0usize..400, 5),
+    ) {
+        let storage = MemoryStorage::new();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let written_at = clock.now_ms();
+        let config = compacted(700);
+        let mut log = open(&storage, &clock, config);
+        let mut all: Vec<Stored> = Vec::new();
+        for (records, codec) in &writes {
+            let records: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+                records.iter().map(|(k, v)| (key(*k), v.clone())).collect();
+            let base = log.log_end_offset();
+            append(&mut log, keyed_batch(&records, written_at, *codec));
+            for (i, (k, v)) in records.into_iter().enumerate() {
+                all.push((base + i as i64, k, v));
+            }
+        }
+        prop_assume!(log.segment_count() > 2);
+        let active_base = read_active_base(&log);
+        prop_assert!(clean(&mut log));
+        let after_first = expected(&all, active_base, false);
+        prop_assert_eq!(read_from(&log, 0), after_first.clone());
+        for probe in &probes {
+            let from = (*probe as i64) % log.log_end_offset().max(1);
+            let wanted: Vec<Stored> = after_first.iter().filter(|r| r.0 >= from).cloned().collect();
+            prop_assert_eq!(read_from(&log, from), wanted, "reading from {}", from);
+        }
+        // Nothing dirty any more: no second cleaning until something is written.
+        prop_assert!(!clean(&mut log));
+        // Two days on, the tombstones written back then may go (the last record keeps the old
+        // timestamp so its segment's newest record is old too).
+        clock.advance(2 * DAY_MS);
+        append(&mut log, keyed_batch(&[(key(200), Some(b"roll".to_vec()))], written_at, 0));
+        all.push((log.log_end_offset() - 1, key(200), Some(b"roll".to_vec())));
+        log.set_config(LogConfig { segment_ms: 1, ..config });
+        log.roll_if_aged().expect("roll");
+        log.set_config(config);
+        let active_base = read_active_base(&log);
+        prop_assert!(clean(&mut log));
+        let after_second = expected(&all, active_base, true);
+        prop_assert_eq!(read_from(&log, 0), after_second.clone());
+        log.close().expect("close");
+        let reopened = open(&storage, &clock, config);
+        prop_assert_eq!(read_from(&reopened, 0), after_second);
+    }
+}
+
+fn read_active_base(log: &Log) -> i64 {
+    log.active_segment_base()
+}
+
+/// Writes `rounds` updates of 10 keys into small segments.
+fn write_updates(log: &mut Log, clock: &ManualClock, rounds: u8) -> Vec<Stored> {
+    let mut all = Vec::new();
+    for round in 0..rounds {
+        for k in 0..10u8 {
+            let value = format!("v{round}-{k}").into_bytes();
+            let offset = log.log_end_offset();
+            append(
+                log,
+                keyed_batch(&[(key(k), Some(value.clone()))], clock.now_ms(), 0),
+            );
+            all.push((offset, key(k), Some(value)));
+        }
+    }
+    all
+}
+
+/// A log of durable updates whose cleaning has written its copies and manifests but not
+/// swapped them in: the log, every record written, the active segment's base, the cleaning.
+fn cleaned_but_not_swapped(
+    storage: &MemoryStorage,
+    clock: &ManualClock,
+) -> (Log, Vec<Stored>, i64, weir_log::CleanedLog) {
+    let mut log = open(storage, clock, compacted(1024));
+    let all = write_updates(&mut log, clock, 20);
+    let done = log.flush_ticket().sync().expect("sync");
+    log.flush_done(done);
+    let active_base = log.active_segment_base();
+    let plan = log.cleaning_plan(DECOMPRESSED_MAX).expect("dirty");
+    let cleaned = plan
+        .clean(1 << 20, &mut |_| {})
+        .expect("clean")
+        .expect("work");
+    (log, all, active_base, cleaned)
+}
+
+#[test]
+fn a_crash_after_the_manifest_finishes_the_swap_and_one_before_it_keeps_the_old_log() {
+    for commit in [false, true] {
+        let storage = MemoryStorage::new();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let (log, all, active_base, _cleaned) = cleaned_but_not_swapped(&storage, &clock);
+        let manifests: Vec<String> = storage
+            .list(Path::new("/c-0"))
+            .expect("list")
+            .into_iter()
+            .filter(|n| n.ends_with("cleaning.json"))
+            .collect();
+        assert!(!manifests.is_empty());
+        if !commit {
+            // The crash came before the manifest was written.
+            for name in &manifests {
+                storage
+                    .remove(&Path::new("/c-0").join(name))
+                    .expect("remove");
+            }
+        }
+        storage.power_loss();
+        drop(log);
+        let reopened = open(&storage, &clock, compacted(1024));
+        let want = if commit {
+            expected(&all, active_base, false)
+        } else {
+            all.clone()
+        };
+        assert_eq!(
+            read_from(&reopened, 0),
+            want,
+            "commit point reached: {commit}"
+        );
+        let leftovers: Vec<String> = storage
+            .list(Path::new("/c-0"))
+            .expect("list")
+            .into_iter()
+            .filter(|n| n.ends_with(".cleaned") || n.ends_with("cleaning.json"))
+            .collect();
+        assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+    }
+}
+
+#[test]
+fn power_loss_after_the_swap_loses_nothing_and_keeps_it_clean() {
+    let storage = MemoryStorage::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (mut log, all, active_base, cleaned) = cleaned_but_not_swapped(&storage, &clock);
+    let commit = log.finish_cleaning(cleaned).expect("finish");
+    // The renames happened; the deletions and the manifests' removal did not.
+    storage.power_loss();
+    drop(commit);
+    drop(log);
+    let reopened = open(&storage, &clock, compacted(1024));
+    assert_eq!(read_from(&reopened, 0), expected(&all, active_base, false));
+}
+
+#[test]
+fn nothing_is_cleaned_below_the_dirty_ratio_or_the_compaction_lag_and_the_active_segment_never() {
+    let storage = MemoryStorage::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut config = compacted(1024);
+    config.compaction = Some(CompactionConfig {
+        min_compaction_lag_ms: 60_000,
+        ..config.compaction.expect("compaction")
+    });
+    let mut log = open(&storage, &clock, config);
+    let all = write_updates(&mut log, &clock, 20);
+    assert!(
+        log.cleaning_plan(DECOMPRESSED_MAX).is_none(),
+        "every record is younger than the lag"
+    );
+    clock.advance(60_000);
+    let active_base = log.active_segment_base();
+    assert!(clean(&mut log));
+    let survivors = read_from(&log, 0);
+    assert_eq!(survivors, expected(&all, active_base, false));
+    assert!(
+        survivors.iter().filter(|r| r.0 >= active_base).count() > 0,
+        "the active segment is kept whole"
+    );
+    // A little more dirt than the 0.5 default ratio allows is not cleaned.
+    log.set_config(LogConfig {
+        compaction: Some(CompactionConfig::default()),
+        ..config
+    });
+    append(
+        &mut log,
+        keyed_batch(&[(key(1), Some(b"x".to_vec()))], clock.now_ms(), 0),
+    );
+    assert!(log.cleaning_plan(DECOMPRESSED_MAX).is_none());
+}
