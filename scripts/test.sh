@@ -6,8 +6,9 @@
 #   scripts/test.sh [extra pytest arguments]
 #
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
-# nodejs/npm when missing, the Python venv in .venv, KafkaJS from
-# compat/package-lock.json); when everything is already there it only checks.
+# nodejs/npm, a JDK and Maven when missing, the Python venv in .venv, KafkaJS from
+# compat/package-lock.json, the Kafka Java client and tools from compat/java/pom.xml
+# into .cache/kafka-jars); when everything is already there it only checks.
 # Respects CARGO_TARGET_DIR.
 
 set -euo pipefail
@@ -143,6 +144,35 @@ if [[ "$(cat compat/node_modules/.compat-lock 2>/dev/null || true)" != "$want" ]
   echo "$want" > compat/node_modules/.compat-lock
 else
   echo "lockfile unchanged; already installed"
+fi
+end
+
+begin "kafka java client and tools (compat/java/pom.xml) into .cache/kafka-jars"
+if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
+  apt_install openjdk-17-jdk-headless
+fi
+if ! command -v mvn >/dev/null; then
+  apt_install maven
+fi
+echo "java:   $(java -version 2>&1 | head -1)"
+KAFKA_JARS="$ROOT/.cache/kafka-jars"
+want="$(fingerprint compat/java/pom.xml)"
+if [[ "$(cat "$KAFKA_JARS/.compat-pom" 2>/dev/null || true)" != "$want" ]]; then
+  rm -rf "$KAFKA_JARS"
+  # Quiet unless it fails (Debian's Maven 3.8 prints stray colour codes even with -q -B).
+  mvn_log="$(mktemp)"
+  if ! mvn -q -B -f compat/java/pom.xml dependency:copy-dependencies \
+      -Dkafka.jars="$KAFKA_JARS" >"$mvn_log" 2>&1; then
+    sed 's/\x1b\[[0-9;]*m//g' "$mvn_log" >&2
+    rm -f "$mvn_log"
+    echo "could not fetch the jars named in compat/java/pom.xml from Maven Central (mvn output above)" >&2
+    exit 1
+  fi
+  rm -f "$mvn_log"
+  echo "$want" > "$KAFKA_JARS/.compat-pom"
+  echo "fetched $(ls "$KAFKA_JARS" | grep -c '\.jar$') jars"
+else
+  echo "pom unchanged; already fetched"
 fi
 end
 

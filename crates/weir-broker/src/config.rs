@@ -201,6 +201,20 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         "Longest metadata string an offset commit may carry; longer ones get OFFSET_METADATA_TOO_LARGE.",
     ),
     long_setting(
+        "offsets.retention.ms",
+        "604800000",
+        1,
+        i64::MAX,
+        "Committed offsets of a group without members are deleted this long after it became empty (or after the commit, for a group that never had members).",
+    ),
+    long_setting(
+        "offsets.retention.check.interval.ms",
+        "600000",
+        1,
+        i64::MAX,
+        "How often expired committed offsets are looked for.",
+    ),
+    long_setting(
         "group.min.session.timeout.ms",
         "6000",
         1,
@@ -411,6 +425,9 @@ impl BrokerConfig {
                     max_size: long("group.max.size") as usize,
                 },
                 offset_metadata_max_bytes: long("offset.metadata.max.bytes") as usize,
+                offsets_retention_ms: long("offsets.retention.ms"),
+                offsets_retention_check_interval_ms: long("offsets.retention.check.interval.ms")
+                    as u64,
             },
             cleaner: CleanerSettings {
                 enabled: value_of(properties, "log.cleaner.enable") == "true",

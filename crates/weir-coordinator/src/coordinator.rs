@@ -63,6 +63,11 @@ pub struct CoordinatorSettings {
     pub limits: GroupLimits,
     /// `offset.metadata.max.bytes`.
     pub offset_metadata_max_bytes: usize,
+    /// `offsets.retention.ms`: how long the committed offsets of a group without members are
+    /// kept (from when it became empty, or from the commit for a group that never had any).
+    pub offsets_retention_ms: i64,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval_ms: u64,
 }
 
 /// One offset to commit.
@@ -717,7 +722,14 @@ impl GroupCoordinator {
     /// until `stop` resolves.
     pub async fn run_timers(self: Arc<Self>, stop: impl Future<Output = ()>) {
         tokio::pin!(stop);
+        let retention_every =
+            Duration::from_millis(self.settings.offsets_retention_check_interval_ms.max(1));
+        let mut next_retention = Instant::now() + retention_every;
         loop {
+            if Instant::now() >= next_retention {
+                self.expire_offsets(now_ms());
+                next_retention = Instant::now() + retention_every;
+            }
             let next = {
                 let groups = self.lock();
                 groups
@@ -728,13 +740,81 @@ impl GroupCoordinator {
             };
             let wake = next
                 .unwrap_or_else(|| Instant::now() + TIMER_IDLE)
-                .min(Instant::now() + TIMER_IDLE);
+                .min(Instant::now() + TIMER_IDLE)
+                .min(next_retention);
             tokio::select! {
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = self.timer.notified() => {}
                 _ = &mut stop => return,
             }
             self.tick();
+        }
+    }
+
+    /// Deletes (with tombstones) the committed offsets of groups without members that are
+    /// older than `offsets.retention.ms` — counted from when a group became empty, or from
+    /// each commit for a group that never had members — and forgets groups left with
+    /// nothing, as Kafka does. A failed append keeps them for the next check.
+    pub fn expire_offsets(&self, now_ms: i64) {
+        let retention = self.settings.offsets_retention_ms;
+        let mut groups = self.lock();
+        let partitions = groups.partitions;
+        if partitions == 0 {
+            return;
+        }
+        let mut forget = Vec::new();
+        for group in groups.groups.values_mut() {
+            if !group.has_no_members() {
+                continue;
+            }
+            let emptied_at = group.protocol_type().map(|_| group.state_since_ms());
+            let expired: Vec<(String, i32)> = group
+                .offsets
+                .iter()
+                .filter(|(_, c)| {
+                    let since = emptied_at.unwrap_or(c.value.commit_timestamp);
+                    now_ms.saturating_sub(since) >= retention
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            let emptying = expired.len() == group.offsets.len();
+            if expired.is_empty() {
+                continue;
+            }
+            let mut records: Vec<StoredRecord> = expired
+                .iter()
+                .map(|(topic, p)| (offset_key(&group.id, topic, *p), None))
+                .collect();
+            if emptying {
+                records.push((
+                    RecordKey::Group {
+                        group: group.id.clone(),
+                    }
+                    .encode(),
+                    None,
+                ));
+            }
+            let partition = partition_for(&group.id, partitions);
+            match self.log.append(partition, records) {
+                Ok(appended) => {
+                    tokio::spawn(async move {
+                        let _ = appended.durable.await;
+                    });
+                    for key in &expired {
+                        group.offsets.remove(key);
+                    }
+                    tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expired (offsets.retention.ms)");
+                    if emptying {
+                        forget.push(group.id.clone());
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(target: "weir::groups", group = %group.id, %error, "expired offsets not deleted; trying again later");
+                }
+            }
+        }
+        for id in forget {
+            groups.groups.remove(&id);
         }
     }
 
@@ -817,6 +897,8 @@ mod tests {
                 max_size: 10,
             },
             offset_metadata_max_bytes: 8,
+            offsets_retention_ms: 1_000,
+            offsets_retention_check_interval_ms: 1_000,
         };
         let coordinator = GroupCoordinator::new(settings, log);
         coordinator.start(PARTITIONS);
@@ -947,6 +1029,8 @@ mod tests {
                     max_size: 1,
                 },
                 offset_metadata_max_bytes: 1,
+                offsets_retention_ms: 1,
+                offsets_retention_check_interval_ms: 1,
             },
             Arc::new(MemoryLog::default()),
         );
@@ -975,5 +1059,47 @@ mod tests {
             coordinator.check_served("g"),
             Err(GroupError::CoordinatorNotAvailable)
         );
+    }
+
+    #[tokio::test]
+    async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
+        let log = Arc::new(MemoryLog::default());
+        let first = coordinator(log.clone());
+        first
+            .commit_offsets(
+                "simple",
+                -1,
+                "",
+                None,
+                &[entry("t", 0, 10, ""), entry("t", 1, 20, "")],
+            )
+            .await
+            .expect("commit");
+        let committed_at = first.fetch_offsets("simple", None).expect("fetch")[0]
+            .2
+            .as_ref()
+            .expect("committed")
+            .commit_timestamp;
+        first.expire_offsets(committed_at + 999);
+        assert_eq!(
+            first.fetch_offsets("simple", None).expect("fetch").len(),
+            2,
+            "not yet"
+        );
+        first.expire_offsets(committed_at + 1_000);
+        assert!(first
+            .fetch_offsets("simple", None)
+            .expect("fetch")
+            .is_empty());
+        assert!(first.list_groups().is_empty(), "the group is forgotten");
+        let reloaded = coordinator(log);
+        assert!(
+            reloaded
+                .fetch_offsets("simple", None)
+                .expect("fetch")
+                .is_empty(),
+            "tombstoned"
+        );
+        assert!(reloaded.list_groups().is_empty());
     }
 }

@@ -313,6 +313,12 @@ impl Group {
         self.generation
     }
 
+    /// When the group last changed state (ms since the epoch): for an Empty group, when it
+    /// became empty.
+    pub fn state_since_ms(&self) -> i64 {
+        self.state_since_ms
+    }
+
     /// The protocol type (`consumer` for Kafka consumers), once a member has joined.
     pub fn protocol_type(&self) -> Option<&str> {
         self.protocol_type.as_deref()

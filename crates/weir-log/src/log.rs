@@ -221,6 +221,9 @@ pub struct ReadSlice {
     file: FileRef,
     position: u64,
     length: u64,
+    /// The slice's bytes when finding it already read them (a consumer at the tail: its
+    /// records lie in the chunk the header walk read), so [`ReadSlice::read`] needs no I/O.
+    prefetched: Option<Bytes>,
 }
 
 impl ReadSlice {
@@ -236,6 +239,9 @@ impl ReadSlice {
 
     /// Reads the whole slice.
     pub fn read(&self) -> Result<Bytes, LogError> {
+        if let Some(bytes) = &self.prefetched {
+            return Ok(bytes.clone());
+        }
         let mut buffer = vec![0u8; self.length as usize];
         self.read_at(0, &mut buffer)?;
         Ok(Bytes::from(buffer))
@@ -314,10 +320,14 @@ impl ReadView {
             false => max_bytes,
         };
         let length = (end - position).min(limit);
+        let prefetched = walker
+            .buffered(position, length)
+            .map(Bytes::copy_from_slice);
         Ok(Some(ReadSlice {
             file: pinned,
             position,
             length,
+            prefetched,
         }))
     }
 }

@@ -210,6 +210,13 @@ impl<'a> HeaderWalker<'a> {
     pub fn position(&self) -> u64 {
         self.position
     }
+
+    /// The file's bytes `[position, position + length)` if the walk already read them.
+    pub fn buffered(&self, position: u64, length: u64) -> Option<&[u8]> {
+        let start = position.checked_sub(self.buffer_start)? as usize;
+        let end = start.checked_add(length as usize)?;
+        self.buffer.get(start..end)
+    }
 }
 
 /// True when the stored batch at `position` (whose header is `header`) carries a correct

@@ -14,6 +14,9 @@ pub struct FsStorage;
 
 struct FsFile {
     file: File,
+    /// Device and inode, read once: an open file's identity never changes, and pending reads
+    /// check it on every fetch.
+    identity: std::sync::OnceLock<FileIdentity>,
 }
 
 impl StorageFile for FsFile {
@@ -41,11 +44,15 @@ impl StorageFile for FsFile {
     }
 
     fn identity(&self) -> io::Result<FileIdentity> {
+        if let Some(identity) = self.identity.get() {
+            return Ok(*identity);
+        }
         let metadata = self.file.metadata()?;
-        Ok(FileIdentity {
+        let identity = FileIdentity {
             device: metadata.dev(),
             inode: metadata.ino(),
-        })
+        };
+        Ok(*self.identity.get_or_init(|| identity))
     }
 
     fn modified_ms(&self) -> io::Result<i64> {
@@ -78,7 +85,10 @@ impl Storage for FsStorage {
             .append(true)
             .create(create)
             .open(path)?;
-        Ok(Arc::new(FsFile { file }))
+        Ok(Arc::new(FsFile {
+            file,
+            identity: std::sync::OnceLock::new(),
+        }))
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
