@@ -8,7 +8,8 @@
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
 # nodejs/npm, a JDK and Maven when missing, the Python venv in .venv, KafkaJS from
 # compat/package-lock.json, the Kafka Java client and tools from compat/java/pom.xml
-# into .cache/kafka-jars); when everything is already there it only checks.
+# into .cache/kafka-jars, the franz-go program of compat/go (go.mod, go.sum) into
+# .cache/franz-go); when everything is already there it only checks.
 # Respects CARGO_TARGET_DIR.
 
 set -euo pipefail
@@ -174,6 +175,13 @@ if [[ "$(cat "$KAFKA_JARS/.compat-pom" 2>/dev/null || true)" != "$want" ]]; then
 else
   echo "pom unchanged; already fetched"
 fi
+end
+
+begin "franz-go program (compat/go, go.sum) into .cache/franz-go"
+command -v go >/dev/null || { echo "go not found: install Go 1.26 or newer (franz-go needs it; Debian's golang-go is older)" >&2; exit 1; }
+echo "go:     $(go version)"
+compat/go/install.sh
+echo "built .cache/franz-go/weir-franz-go"
 end
 
 # ------------------------------------------------------------------------------

@@ -43,9 +43,10 @@ impl LineLimit {
 /// Lines about bad client input (malformed frames, refused batches).
 static BAD_INPUT: LineLimit = LineLimit::new();
 
-/// Logs a warning about bad input from `peer`, rate-limited.
-pub fn warn_bad_input(peer: &str, what: &str) {
+/// Logs a warning about bad input, rate-limited; `source` names where it came from (a
+/// client's address, or the topic-partition a refused batch was for).
+pub fn warn_bad_input(source: &str, what: &str) {
     if let Some(suppressed) = BAD_INPUT.admit() {
-        tracing::warn!(target: "weir::bad_input", peer, suppressed, "{what}");
+        tracing::warn!(target: "weir::bad_input", source, suppressed, "{what}");
     }
 }

@@ -245,11 +245,8 @@ fn validate_and_append(job: &Job) -> Outcome {
     let refused = |error: LogError| {
         if matches!(error, LogError::Batch(_)) {
             warn_bad_input(
-                &job.partition.topic,
-                &format!(
-                    "refused batch for partition {}: {error}",
-                    job.partition.index
-                ),
+                &format!("{}-{}", job.partition.topic, job.partition.index),
+                &format!("refused batch: {error}"),
             );
         }
         ErrorReply::from(&error)
