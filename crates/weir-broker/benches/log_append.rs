@@ -85,7 +85,9 @@ async fn run_case(case: &Case, dir: &Path, seconds: f64) -> (f64, f64) {
                         let ticket = partition.log().flush_ticket();
                         tokio::task::block_in_place(|| ticket.sync()).expect("fsync");
                     }
-                    Sync::GroupCommit => partition.wait_durable(info.last_offset + 1).await,
+                    Sync::GroupCommit => {
+                        assert!(partition.wait_durable(info.last_offset + 1).await);
+                    }
                     Sync::Never => {}
                 }
                 appends += 1;

@@ -58,6 +58,8 @@ impl Partition {
         {
             Ok(Some(cleaned)) => cleaned,
             Ok(None) => return,
+            // The topic was deleted meanwhile: the cleaning withdrew what it wrote.
+            Err(LogError::Deleted) => return,
             Err(LogError::OutOfResources(error)) => {
                 tracing::warn!(target: "weir::cleaner", topic = %self.topic, partition = self.index, %error, "cleaning postponed: no space");
                 return;

@@ -69,8 +69,11 @@ impl OffsetsLog for PartitionOffsetsLog {
         })?;
         let durable: weir_coordinator::Pending = if settings.flush_policy.sync_before_ack(-1) {
             Box::pin(async move {
-                hosted.wait_durable(info.last_offset + 1).await;
-                Ok(())
+                match hosted.wait_durable(info.last_offset + 1).await {
+                    true => Ok(()),
+                    // The partition went away before the sync: nothing may be acknowledged.
+                    false => Err(GroupError::CoordinatorNotAvailable),
+                }
             })
         } else {
             Box::pin(std::future::ready(Ok(())))

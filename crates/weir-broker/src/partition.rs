@@ -156,13 +156,14 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
-    /// Returns once every offset below `end_offset` is fsynced. Appenders that arrive while a
-    /// sync runs share the next one (group commit). A failed fsync stops the process.
-    pub async fn wait_durable(&self, end_offset: i64) {
+    /// Returns once every offset below `end_offset` is fsynced (true), or when the partition
+    /// went away first (false). Appenders that arrive while a sync runs share the next one
+    /// (group commit). A failed fsync stops the process.
+    pub async fn wait_durable(&self, end_offset: i64) -> bool {
         let mut synced = self.synced_offset.subscribe();
         loop {
             if *synced.borrow_and_update() >= end_offset {
-                return;
+                return true;
             }
             let lead = {
                 let mut in_progress = self
@@ -176,7 +177,7 @@ impl Partition {
                 continue;
             }
             if synced.changed().await.is_err() {
-                return;
+                return false;
             }
         }
     }

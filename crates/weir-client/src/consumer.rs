@@ -219,13 +219,18 @@ impl Consumer {
         }
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let task = match self.prefetch.take() {
+            let mut task = match self.prefetch.take() {
                 Some(task) => task,
                 None => self.spawn_fetch(),
             };
-            let result = match tokio::time::timeout_at(deadline, task).await {
+            let result = match tokio::time::timeout_at(deadline, &mut task).await {
                 Ok(joined) => joined.map_err(|_| ClientError::Closed)?,
-                Err(_) => return Ok(Vec::new()),
+                Err(_) => {
+                    // The fetch goes on: its answer (records, high watermarks) is the next
+                    // poll's, never dropped.
+                    self.prefetch = Some(task);
+                    return Ok(Vec::new());
+                }
             };
             self.high_watermarks.extend(result.high_watermarks);
             for (tp, position) in result.positions {

@@ -493,40 +493,36 @@ impl GroupCoordinator {
             if records.is_empty() {
                 return Ok(results);
             }
-            groups
+            let group = groups
                 .groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| Group::new(group_id.to_string(), &limits, commit_timestamp));
-            self.log.append(partition, records)
+            let appended = self.log.append(partition, records);
+            if appended.is_ok() {
+                group.pending_commits += 1;
+            }
+            appended
         };
         let stored = match appended {
-            Ok(appended) => appended.durable.await.map(|()| appended.base_offset),
-            Err(error) => Err(error),
-        };
-        match stored {
-            Ok(base_offset) => {
+            Ok(appended) => {
+                let durable = appended.durable.await.map(|()| appended.base_offset);
                 let mut groups = self.lock();
                 if let Some(group) = groups.groups.get_mut(group_id) {
-                    for (position, (index, value)) in accepted.into_iter().enumerate() {
-                        let entry = &entries[index];
-                        let record_offset = base_offset + position as i64;
-                        let key = (entry.topic.clone(), entry.partition);
-                        if group
-                            .offsets
-                            .get(&key)
-                            .is_none_or(|c| c.record_offset < record_offset)
-                        {
-                            group.offsets.insert(
-                                key,
-                                CommittedOffset {
-                                    value,
-                                    record_offset,
-                                },
-                            );
+                    group.pending_commits = group.pending_commits.saturating_sub(1);
+                    if let Ok(base_offset) = durable {
+                        for (position, (index, value)) in accepted.iter().enumerate() {
+                            let entry = &entries[*index];
+                            let key = (entry.topic.clone(), entry.partition);
+                            group.apply_commit(key, value.clone(), base_offset + position as i64);
                         }
                     }
                 }
+                durable
             }
+            Err(error) => Err(error),
+        };
+        match stored {
+            Ok(_) => {}
             Err(error) => {
                 for (index, _) in accepted {
                     results[index] = Err(error);
@@ -615,12 +611,12 @@ impl GroupCoordinator {
                 .groups
                 .get(group_id)
                 .ok_or(GroupError::GroupIdNotFound)?;
-            if !group.has_no_members() {
+            if !group.has_no_members() || group.pending_commits > 0 {
                 return Err(GroupError::NonEmptyGroup);
             }
-            let mut records: Vec<StoredRecord> = group
-                .offsets
-                .keys()
+            let keys: Vec<(String, i32)> = group.offsets.keys().cloned().collect();
+            let mut records: Vec<StoredRecord> = keys
+                .iter()
                 .map(|(topic, p)| (offset_key(group_id, topic, *p), None))
                 .collect();
             records.push((
@@ -630,16 +626,18 @@ impl GroupCoordinator {
                 .encode(),
                 None,
             ));
-            self.log.append(partition, records)?
+            (keys, self.log.append(partition, records)?)
         };
+        let (keys, appended) = appended;
         appended.durable.await?;
         let mut groups = self.lock();
-        if groups
-            .groups
-            .get(group_id)
-            .is_some_and(|g| g.has_no_members())
-        {
-            groups.groups.remove(group_id);
+        if let Some(group) = groups.groups.get_mut(group_id) {
+            for (i, key) in keys.into_iter().enumerate() {
+                group.apply_delete(key, appended.base_offset + i as i64);
+            }
+            if group.has_no_members() && group.offsets.is_empty() && group.pending_commits == 0 {
+                groups.groups.remove(group_id);
+            }
         }
         Ok(())
     }
@@ -651,7 +649,7 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: &[(String, i32)],
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
-        let (results, appended) = {
+        let (results, tombstoned, appended) = {
             let groups = self.lock();
             let partition = Self::served_partition(&groups, group_id)?;
             let group = groups
@@ -664,6 +662,7 @@ impl GroupCoordinator {
                 group.subscribed_topics()
             };
             let mut records = Vec::new();
+            let mut tombstoned = Vec::new();
             let results: Vec<Result<(), GroupError>> = partitions
                 .iter()
                 .map(|(topic, p)| {
@@ -672,6 +671,7 @@ impl GroupCoordinator {
                     }
                     if group.offsets.contains_key(&(topic.clone(), *p)) {
                         records.push((offset_key(group_id, topic, *p), None));
+                        tombstoned.push((topic.clone(), *p));
                     }
                     Ok(())
                 })
@@ -679,15 +679,13 @@ impl GroupCoordinator {
             if records.is_empty() {
                 return Ok(results);
             }
-            (results, self.log.append(partition, records)?)
+            (results, tombstoned, self.log.append(partition, records)?)
         };
         appended.durable.await?;
         let mut groups = self.lock();
         if let Some(group) = groups.groups.get_mut(group_id) {
-            for ((topic, p), result) in partitions.iter().zip(&results) {
-                if result.is_ok() {
-                    group.offsets.remove(&(topic.clone(), *p));
-                }
+            for (i, key) in tombstoned.into_iter().enumerate() {
+                group.apply_delete(key, appended.base_offset + i as i64);
             }
         }
         Ok(results)
@@ -764,7 +762,7 @@ impl GroupCoordinator {
         }
         let mut forget = Vec::new();
         for group in groups.groups.values_mut() {
-            if !group.has_no_members() {
+            if !group.has_no_members() || group.pending_commits > 0 {
                 continue;
             }
             let emptied_at = group.protocol_type().map(|_| group.state_since_ms());
@@ -797,11 +795,12 @@ impl GroupCoordinator {
             let partition = partition_for(&group.id, partitions);
             match self.log.append(partition, records) {
                 Ok(appended) => {
+                    let base = appended.base_offset;
                     tokio::spawn(async move {
                         let _ = appended.durable.await;
                     });
-                    for key in &expired {
-                        group.offsets.remove(key);
+                    for (i, key) in expired.iter().enumerate() {
+                        group.apply_delete(key.clone(), base + i as i64);
                     }
                     tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expired (offsets.retention.ms)");
                     if emptying {

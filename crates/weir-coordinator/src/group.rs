@@ -240,6 +240,12 @@ pub struct Group {
     initial_delay: Duration,
     /// Committed offsets by (topic, partition).
     pub offsets: HashMap<(String, i32), CommittedOffset>,
+    /// Log offset of the newest tombstone written for a (topic, partition): a commit whose
+    /// record precedes it must not come back to memory (replay would delete it).
+    pub deleted_offsets: HashMap<(String, i32), i64>,
+    /// Commits appended and not yet durable: the group is neither expired nor deleted
+    /// meanwhile.
+    pub pending_commits: usize,
 }
 
 impl Group {
@@ -260,6 +266,8 @@ impl Group {
             state_since_ms: now_ms,
             initial_delay: millis(limits.initial_rebalance_delay_ms),
             offsets: HashMap::new(),
+            deleted_offsets: HashMap::new(),
+            pending_commits: 0,
         }
     }
 
@@ -341,6 +349,43 @@ impl Group {
     /// True when the group has neither members nor pending joins.
     pub fn has_no_members(&self) -> bool {
         self.members.is_empty() && self.pending.is_empty()
+    }
+
+    /// Applies a durable commit unless a newer commit or tombstone of the same partition is
+    /// already in the log.
+    pub fn apply_commit(&mut self, key: (String, i32), value: OffsetValue, record_offset: i64) {
+        let newer_commit = self
+            .offsets
+            .get(&key)
+            .is_some_and(|c| c.record_offset >= record_offset);
+        let newer_delete = self
+            .deleted_offsets
+            .get(&key)
+            .is_some_and(|&t| t >= record_offset);
+        if !(newer_commit || newer_delete) {
+            self.deleted_offsets.remove(&key);
+            self.offsets.insert(
+                key,
+                CommittedOffset {
+                    value,
+                    record_offset,
+                },
+            );
+        }
+    }
+
+    /// Applies a durable tombstone at `record_offset`: the offset goes unless a newer commit
+    /// of it is already in the log.
+    pub fn apply_delete(&mut self, key: (String, i32), record_offset: i64) {
+        if self
+            .offsets
+            .get(&key)
+            .is_some_and(|c| c.record_offset < record_offset)
+        {
+            self.offsets.remove(&key);
+        }
+        let newest = self.deleted_offsets.entry(key).or_insert(record_offset);
+        *newest = (*newest).max(record_offset);
     }
 
     /// What DescribeGroups shows of each member: id, instance id, client id, host, metadata

@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,9 @@ pub(crate) struct SourceSegment {
 /// What one cleaning will do, taken under the log's lock; [`CleaningPlan::clean`] runs it
 /// without the lock, off the async workers.
 pub struct CleaningPlan {
+    /// Set when the log is deleted meanwhile: the cleaning writes no manifest after that (its
+    /// directory may soon belong to a new topic of the same name).
+    pub(crate) abandoned: Arc<AtomicBool>,
     pub(crate) dir: PathBuf,
     pub(crate) files: Arc<FileCache>,
     /// Every inactive segment from the log start to the end of the cleanable range.
@@ -328,6 +332,9 @@ impl CleaningPlan {
             .map(|s| s.last_write_ms)
             .max()
             .unwrap_or(self.now_ms);
+        if self.abandoned.load(Ordering::Acquire) {
+            return Err(LogError::Deleted);
+        }
         let manifest = self.dir.join(format!("{base:020}.{MANIFEST_SUFFIX}"));
         let body = serde_json::to_vec(&SwapManifest {
             sources: sources.iter().map(|s| s.base_offset).collect(),
@@ -435,14 +442,14 @@ pub(crate) fn recover_swaps(
         };
         let cleaned = SegmentPaths::with_suffix(dir, base, CLEANED_SUFFIX);
         let target = SegmentPaths::new(dir, base);
-        if storage.exists(&cleaned.log) {
-            for (from, to) in cleaned.all().into_iter().zip(target.all()) {
-                files.forget(to);
-                if storage.exists(from) {
-                    storage.rename(from, to)?;
-                }
-                files.forget(to);
+        // Each copy not yet renamed is renamed now: a crash between the renames of the log
+        // and of its indexes must not leave the old indexes beside the cleaned log.
+        for (from, to) in cleaned.all().into_iter().zip(target.all()) {
+            files.forget(to);
+            if storage.exists(from) {
+                storage.rename(from, to)?;
             }
+            files.forget(to);
         }
         for &other in manifest.sources.iter().skip(1) {
             SegmentPaths::new(dir, other).remove(files)?;

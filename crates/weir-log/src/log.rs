@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -180,18 +181,21 @@ pub struct CleaningCommit {
     dir: PathBuf,
     removals: Vec<SegmentRemoval>,
     manifests: Vec<PathBuf>,
-    discarded: Vec<(SegmentPaths, PathBuf)>,
+    discarded: Vec<SegmentPaths>,
 }
 
 impl CleaningCommit {
     /// Deletes what the swap replaced. Blocking.
     pub fn complete(self) -> Result<(), LogError> {
+        // Discarded copies lost their manifests under the lock; that is durable before they go.
+        if !self.discarded.is_empty() {
+            self.storage.sync_dir(&self.dir)?;
+        }
+        for paths in &self.discarded {
+            paths.remove(&self.files)?;
+        }
         for removal in self.removals {
             removal.remove()?;
-        }
-        for (paths, manifest) in &self.discarded {
-            self.storage.remove(manifest)?;
-            paths.remove(&self.files)?;
         }
         self.storage.sync_dir(&self.dir)?;
         for manifest in &self.manifests {
@@ -286,7 +290,11 @@ impl ReadView {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(LogError::Io(e)),
         };
-        let from = self.start.resolve()?;
+        // An index swapped since the view was planned reads as missing: nothing to read here.
+        let from = match self.start.resolve() {
+            Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            resolved => resolved?,
+        };
         let mut walker = HeaderWalker::new(file.as_ref(), from, self.end_position);
         let (first, position) = loop {
             match walker.next_batch()? {
@@ -356,7 +364,11 @@ impl BatchLookup {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(LogError::Io(e)),
         };
-        let from = self.start.resolve()?;
+        // An index swapped since the view was planned reads as missing: nothing to read here.
+        let from = match self.start.resolve() {
+            Err(LogError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            resolved => resolved?,
+        };
         let mut walker = HeaderWalker::new(file.as_ref(), from, self.end_position);
         while let Some((header, position)) = walker.next_batch()? {
             let LookupTarget::Timestamp(ts) = self.target;
@@ -394,7 +406,8 @@ pub struct Log {
     producers: ProducerStateTable,
     producers_evicted: u64,
     /// Set when the partition is deleted: its files are going away, nothing is written again.
-    deleted: bool,
+    /// Shared with a running cleaning, which then writes nothing more.
+    deleted: Arc<AtomicBool>,
     /// Compacted logs: everything below this offset has been cleaned.
     first_dirty_offset: i64,
 }
@@ -503,7 +516,7 @@ impl Log {
             epoch_cache,
             producers: ProducerStateTable::default(),
             producers_evicted: 0,
-            deleted: false,
+            deleted: Arc::new(AtomicBool::new(false)),
             first_dirty_offset: checkpoint.first_dirty_offset,
         };
         if log.epoch_cache.is_empty() {
@@ -652,20 +665,20 @@ impl Log {
     /// Marks the log deleted (its directory is about to go): every later write is refused or
     /// skipped, so nothing fails on the missing files.
     pub fn mark_deleted(&mut self) {
-        self.deleted = true;
+        self.deleted.store(true, Ordering::Release);
         self.rolled_unsynced.clear();
     }
 
     /// True once [`Log::mark_deleted`] was called.
     pub fn is_deleted(&self) -> bool {
-        self.deleted
+        self.deleted.load(Ordering::Acquire)
     }
 
     /// Checks the idempotent-producer sequence, assigns offsets and appends a validated batch:
     /// the stored bytes are the producer's, with only base offset and leader epoch patched.
     /// `LogError::DiskFull` leaves the log exactly as it was.
     pub fn append(&mut self, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
-        if self.deleted {
+        if self.is_deleted() {
             return Err(LogError::Deleted);
         }
         let header = *batch.header();
@@ -774,7 +787,7 @@ impl Log {
 
     /// Rolls the active segment when it is older than `segment.ms`.
     pub fn roll_if_aged(&mut self) -> Result<(), LogError> {
-        if self.deleted {
+        if self.is_deleted() {
             return Ok(());
         }
         self.maybe_roll(0, 0, self.clock.now_ms())
@@ -867,7 +880,7 @@ impl Log {
     /// beyond `retention.bytes` out of the log, oldest first, and advances the log start
     /// offset. The returned files are deleted by the caller after releasing the lock.
     pub fn enforce_retention(&mut self) -> Result<Vec<SegmentRemoval>, LogError> {
-        if self.deleted || !self.config.retention_deletes {
+        if self.is_deleted() || !self.config.retention_deletes {
             return Ok(Vec::new());
         }
         let now_ms = self.clock.now_ms();
@@ -922,7 +935,7 @@ impl Log {
     /// the ones after them. Memory only: [`CleaningPlan::clean`] does the work without the lock.
     pub fn cleaning_plan(&self, decompressed_bytes_max: u64) -> Option<CleaningPlan> {
         let config = self.config.compaction?;
-        if self.deleted {
+        if self.is_deleted() {
             return None;
         }
         let now_ms = self.clock.now_ms();
@@ -962,6 +975,7 @@ impl Log {
             return None;
         }
         Some(CleaningPlan {
+            abandoned: self.deleted.clone(),
             dir: self.dir.clone(),
             files: self.files.clone(),
             sources,
@@ -990,15 +1004,15 @@ impl Log {
         };
         let active_base = self.active().base_offset;
         for group in cleaned.groups {
-            let intact = !self.deleted
+            let intact = !self.is_deleted()
                 && group
                     .sources
                     .iter()
                     .all(|b| *b < active_base && self.segments.contains_key(b));
             if !intact {
-                commit
-                    .discarded
-                    .push((group.segment.paths.clone(), group.manifest));
+                // Withdrawn at once (an unlink, no sync), so a crash cannot apply it later.
+                storage.remove(&group.manifest)?;
+                commit.discarded.push(group.segment.paths.clone());
                 continue;
             }
             let base = group.sources[0];
@@ -1055,10 +1069,10 @@ impl Log {
         files.extend(self.active().log_handle());
         let dir = (self.dir_changes > self.dir_changes_synced)
             .then(|| (self.storage().clone(), self.dir.clone()));
-        if self.deleted {
+        if self.is_deleted() {
             files.clear();
         }
-        let dir = dir.filter(|_| !self.deleted);
+        let dir = dir.filter(|_| !self.is_deleted());
         FlushTicket {
             done: FlushDone {
                 end_offset: self.log_end_offset,
@@ -1088,7 +1102,7 @@ impl Log {
     /// (nothing is written for a deleted log).
     pub fn checkpoint(&self) -> LogCheckpoint {
         LogCheckpoint {
-            skip: self.deleted,
+            skip: self.is_deleted(),
             storage: self.storage().clone(),
             dir: self.dir.clone(),
             snapshot: ProducerSnapshot {
@@ -1108,7 +1122,7 @@ impl Log {
     /// `LogError::DiskFull` after the data is synced: the next start then recovers as after a
     /// crash, losing nothing.
     pub fn close(&mut self) -> Result<(), LogError> {
-        if self.deleted {
+        if self.is_deleted() {
             return Ok(());
         }
         self.flush_ticket().sync()?;

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use weir_storage::{FileCache, FileRef, Storage, StorageFile};
+use weir_storage::{FileCache, FileIdentity, FileRef, Storage, StorageFile};
 
 use crate::batch::{
     check_stored_header_fields, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES,
@@ -94,6 +94,9 @@ pub(crate) struct Segment {
     /// When the segment was last written: what retention goes by when no record has a
     /// timestamp (`max_timestamp` -1), as Kafka uses the file's modification time.
     pub last_write_ms: i64,
+    /// Inactive segments: the identities of the log, offset index and time index files, so a
+    /// reader planned on them never reads files swapped in at the same paths (the cleaner's).
+    identities: [Option<FileIdentity>; 3],
 }
 
 /// Where a scan for an offset may start: known from memory, or to be found by searching an
@@ -258,6 +261,7 @@ impl Segment {
             bytes_since_index_entry: 0,
             created_ms: now_ms,
             last_write_ms: now_ms,
+            identities: [None; 3],
         }
     }
 
@@ -522,11 +526,26 @@ impl Segment {
 
     /// A reference to the `.log` file that does not keep it open.
     pub fn log_ref(&self, files: &Arc<FileCache>) -> FileRef {
-        FileRef::new(
-            self.paths.log.clone(),
-            self.active.as_ref().map(|f| Arc::downgrade(&f.log)),
-            files.clone(),
-        )
+        match (&self.active, self.identities[0]) {
+            (None, Some(identity)) => {
+                FileRef::expecting(self.paths.log.clone(), identity, files.clone())
+            }
+            (active, _) => FileRef::new(
+                self.paths.log.clone(),
+                active.as_ref().map(|f| Arc::downgrade(&f.log)),
+                files.clone(),
+            ),
+        }
+    }
+
+    /// A reference to one of an inactive segment's files (0 log, 1 offset index, 2 time
+    /// index), bound to the file it was when the segment was closed.
+    fn inactive_ref(&self, which: usize, files: &Arc<FileCache>) -> FileRef {
+        let path = self.paths.all()[which].clone();
+        match self.identities[which] {
+            Some(identity) => FileRef::expecting(path, identity, files.clone()),
+            None => FileRef::new(path, None, files.clone()),
+        }
     }
 
     fn relative(&self, offset: i64) -> u32 {
@@ -544,7 +563,7 @@ impl Segment {
                 .map_or(0, |e| u64::from(e.position)),
             ),
             None => PositionHint::OffsetIndex {
-                index: FileRef::new(self.paths.index.clone(), None, files.clone()),
+                index: self.inactive_ref(1, files),
                 relative_offset,
             },
         }
@@ -568,8 +587,8 @@ impl Segment {
                 }
             }
             None => PositionHint::TimeIndex {
-                time_index: FileRef::new(self.paths.time_index.clone(), None, files.clone()),
-                index: FileRef::new(self.paths.index.clone(), None, files.clone()),
+                time_index: self.inactive_ref(2, files),
+                index: self.inactive_ref(1, files),
                 timestamp,
             },
         }
@@ -586,6 +605,12 @@ impl Segment {
         let Some(files) = self.active.take() else {
             return Vec::new();
         };
+        let identity = |file: Option<&Arc<dyn StorageFile>>| file.and_then(|f| f.identity().ok());
+        self.identities = [
+            identity(Some(&files.log)),
+            identity(files.index.file().as_ref()),
+            identity(files.time_index.file().as_ref()),
+        ];
         let mut handles = vec![files.log];
         handles.extend(files.index.file());
         handles.extend(files.time_index.file());

@@ -330,3 +330,60 @@ fn nothing_is_cleaned_below_the_dirty_ratio_or_the_compaction_lag_and_the_active
     );
     assert!(log.cleaning_plan(DECOMPRESSED_MAX).is_none());
 }
+
+#[test]
+fn a_crash_between_renaming_the_log_and_its_indexes_still_finishes_the_swap() {
+    let storage = MemoryStorage::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (log, all, active_base, _cleaned) = cleaned_but_not_swapped(&storage, &clock);
+    // The segments are below the recovery point: their indexes are trusted at the next open.
+    log.checkpoint().write().expect("checkpoint");
+    // The swap got as far as the log file of the first group, not its indexes.
+    let cleaned_log = storage
+        .list(Path::new("/c-0"))
+        .expect("list")
+        .into_iter()
+        .find(|n| n.ends_with(".log.cleaned"))
+        .expect("a cleaned copy");
+    let dir = Path::new("/c-0");
+    storage
+        .rename(
+            &dir.join(&cleaned_log),
+            &dir.join(cleaned_log.trim_end_matches(".cleaned")),
+        )
+        .expect("rename");
+    drop(log);
+    let reopened = open(&storage, &clock, compacted(1024));
+    let want = expected(&all, active_base, false);
+    assert_eq!(read_from(&reopened, 0), want);
+    // Reads that start from the index (not from the segment's start) land on batches too.
+    for record in &want {
+        let from_here: Vec<Stored> = want.iter().filter(|r| r.0 >= record.0).cloned().collect();
+        assert_eq!(
+            read_from(&reopened, record.0),
+            from_here,
+            "reading from {}",
+            record.0
+        );
+    }
+}
+
+#[test]
+fn a_read_planned_before_a_swap_finds_nothing_rather_than_the_new_file() {
+    let storage = MemoryStorage::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (mut log, _, _, cleaned) = cleaned_but_not_swapped(&storage, &clock);
+    let stale = log
+        .read_view(0, log.high_watermark())
+        .expect("view")
+        .expect("data");
+    log.finish_cleaning(cleaned)
+        .expect("finish")
+        .complete()
+        .expect("complete");
+    assert!(stale.slice(1 << 20, true).expect("no error").is_none());
+    assert!(
+        !read_from(&log, 0).is_empty(),
+        "a fresh read sees the cleaned log"
+    );
+}

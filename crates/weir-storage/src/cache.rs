@@ -168,6 +168,22 @@ impl FileRef {
         }
     }
 
+    /// A reference to `path` that must still be the file `identity` names (read when it was
+    /// open): once the path holds another file (a cleaned copy swapped in, a topic created
+    /// again), resolving it reads as missing.
+    pub fn expecting(
+        path: Arc<Path>,
+        identity: crate::FileIdentity,
+        cache: Arc<FileCache>,
+    ) -> FileRef {
+        FileRef {
+            path,
+            open: None,
+            cache,
+            expect: Some(identity),
+        }
+    }
+
     /// The open file: the owner's handle if it is still open, else one from the cache.
     /// `NotFound` when the file was deleted meanwhile (retention), or replaced by another.
     pub fn resolve(&self) -> io::Result<Arc<dyn StorageFile>> {
