@@ -22,6 +22,8 @@ from typing import Iterable, NamedTuple
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
     Consumer,
     KafkaError,
     KafkaException,
@@ -504,3 +506,36 @@ def assert_serving(bootstrap: str, topic: str) -> None:
     [(partition, offset, _ts)] = produce_confluent(bootstrap, topic, [Rec(key=b"health", value=marker, partition=0)])
     log = read_confluent(bootstrap, topic, [0])[0]
     assert log[offset].value == marker
+
+
+# ---------------------------------------------------------------------------------
+# Consumer groups, as librdkafka's admin client sees them
+# ---------------------------------------------------------------------------------
+
+def unique_group(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions) -> dict[int, int]:
+    """The group's committed offsets, read with librdkafka's admin client (OFFSET_INVALID: none)."""
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
+    result = admin(bootstrap).list_consumer_group_offsets([request], request_timeout=20)[group].result(timeout=30)
+    out = {}
+    for tp in result.topic_partitions:
+        assert tp.error is None, f"{group} {tp.topic}[{tp.partition}]: {tp.error}"
+        out[tp.partition] = tp.offset
+    return out
+
+
+def describe_group(bootstrap: str, group: str):
+    """The group as librdkafka's admin client describes it."""
+    return admin(bootstrap).describe_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
+
+
+def wait_empty(bootstrap: str, group: str):
+    """The group's description once it is Empty (LeaveGroup travels on the leaving client's
+    own connection, so another client may ask a moment before it is processed)."""
+    return wait_until(
+        lambda: (d := describe_group(bootstrap, group)).state == ConsumerGroupState.EMPTY and d,
+        10, what=f"group {group} to become Empty",
+    )

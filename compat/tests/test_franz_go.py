@@ -19,16 +19,16 @@ import re
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 from confluent_kafka import (
-    ConsumerGroupState,
-    ConsumerGroupTopicPartitions,
     TopicPartition,
 )
 
 from clients import (
+    committed,
+    unique_group,
+    wait_empty,
     CODECS,
     Rec,
     Stored,
@@ -52,10 +52,6 @@ VERSIONS = {
     name: re.search(rf"^\s*github\.com/twmb/franz-go{path} (v\S+)", _GO_MOD, re.M).group(1)
     for name, path in (("franz-go", ""), ("kadm", "/pkg/kadm"))
 }
-
-
-def unique_group(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 # ---------------------------------------------------------------------------------
@@ -218,26 +214,6 @@ def members(franz, server, tmp_path):
 # ---------------------------------------------------------------------------------
 # librdkafka helpers
 # ---------------------------------------------------------------------------------
-
-def committed(bootstrap: str, group: str, topic: str, partitions) -> dict[int, int]:
-    """The group's committed offsets, read with librdkafka's admin client (OFFSET_INVALID: none)."""
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    result = admin(bootstrap).list_consumer_group_offsets([request], request_timeout=20)[group].result(timeout=30)
-    out = {}
-    for tp in result.topic_partitions:
-        assert tp.error is None, f"{group} {tp.topic}[{tp.partition}]: {tp.error}"
-        out[tp.partition] = tp.offset
-    return out
-
-
-def wait_empty(bootstrap: str, group: str):
-    """The group's librdkafka description once it is Empty (LeaveGroup travels on the
-    leaving client's own connection, so another client may ask a moment before it lands)."""
-    def empty():
-        d = admin(bootstrap).describe_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
-        return d.state == ConsumerGroupState.EMPTY and d
-    return wait_until(empty, 10, what=f"group {group} to become Empty")
-
 
 # ---------------------------------------------------------------------------------
 # 1. franz-go producer -> librdkafka

@@ -27,7 +27,6 @@ from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
     ConsumerGroupState,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     TopicPartition,
@@ -35,6 +34,10 @@ from confluent_kafka import (
 
 import wire
 from clients import (
+    committed,
+    describe_group,
+    unique_group,
+    wait_empty,
     Rec,
     Stored,
     admin,
@@ -78,10 +81,6 @@ API_LEAVE_GROUP = 13
 API_SYNC_GROUP = 14
 API_DESCRIBE_GROUPS = 15
 API_DELETE_GROUPS = 42
-
-
-def unique_group(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="module")
@@ -137,30 +136,6 @@ def by_partition(records: list[Stored]) -> dict[int, list[Stored]]:
     for rec in records:
         out.setdefault(rec.partition, []).append(rec)
     return out
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions) -> dict[int, int]:
-    """The group's committed offsets, read with librdkafka's admin client (OFFSET_INVALID: none)."""
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    result = admin(bootstrap).list_consumer_group_offsets([request], request_timeout=20)[group].result(timeout=30)
-    out = {}
-    for tp in result.topic_partitions:
-        assert tp.error is None, f"{group} {tp.topic}[{tp.partition}]: {tp.error}"
-        out[tp.partition] = tp.offset
-    return out
-
-
-def describe(bootstrap: str, group: str):
-    return admin(bootstrap).describe_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
-
-
-def wait_empty(bootstrap: str, group: str):
-    """The group's description once it is Empty (a closed consumer's LeaveGroup travels on
-    its own connection, so the admin client may ask a moment before it is processed)."""
-    return wait_until(
-        lambda: (d := describe(bootstrap, group)).state == ConsumerGroupState.EMPTY and d,
-        10, what=f"group {group} to become Empty",
-    )
 
 
 def listed_groups(bootstrap: str, **filters) -> dict:
@@ -231,7 +206,7 @@ def test_librdkafka_group_consumes_commits_and_is_listed_and_described(bootstrap
         assert_same_log(by_partition(got), expected, context="group consumer")
         assert sorted(tp.partition for tp in consumer.assignment()) == list(range(6))
 
-        desc = describe(bootstrap, group)
+        desc = describe_group(bootstrap, group)
         assert desc.state == ConsumerGroupState.STABLE
         assert not desc.is_simple_consumer_group
         assert desc.partition_assignor == "range"  # librdkafka's first preference
@@ -372,7 +347,7 @@ def test_cooperative_sticky_members_split_and_keep_partitions(fast):
             return False
         if set().union(*owned.values()) != set(range(6)) or sorted(len(s) for s in owned.values()) != sizes:
             return False
-        desc = describe(bootstrap, group)
+        desc = describe_group(bootstrap, group)
         if desc.state != ConsumerGroupState.STABLE:
             return False
         broker_view = {m.member_id: {p for t, p in assignment_of(m)} for m in desc.members}
@@ -386,7 +361,7 @@ def test_cooperative_sticky_members_split_and_keep_partitions(fast):
         for name in ("a", "b", "c"):
             members[name] = CooperativeMember(name, bootstrap, group, topic, ledger)
         three = wait_settled(["a", "b", "c"], [2, 2, 2], "three members owning 2 partitions each")
-        assert describe(bootstrap, group).partition_assignor == "cooperative-sticky"
+        assert describe_group(bootstrap, group).partition_assignor == "cooperative-sticky"
 
         mark = len(ledger.events)
         members["c"].close()
@@ -488,7 +463,7 @@ def test_consumer_killed_mid_stream_replacement_resumes_at_commit(expiry, tmp_pa
         # Once its 2 s session has expired the group is Empty, and no commit the victim had
         # in flight can still land.
         wait_until(
-            lambda: describe(bootstrap, group).state == ConsumerGroupState.EMPTY,
+            lambda: describe_group(bootstrap, group).state == ConsumerGroupState.EMPTY,
             30, what="the killed consumer's session to expire (group Empty)",
         )
         at_kill = committed(bootstrap, group, topic, range(partitions))
@@ -715,11 +690,11 @@ def test_offsets_and_groups_survive_restart_and_kill_9(restartable_weir):
         second.subscribe([topic])
         consume_batch(second, batch, "a new consumer after a clean restart (must start at the committed offsets)")
         member_id = second.memberid()
-        assert [m.member_id for m in describe(bootstrap, group).members] == [member_id]
+        assert [m.member_id for m in describe_group(bootstrap, group).members] == [member_id]
 
         restarted(weir, "kill")
         assert committed(bootstrap, group, topic, range(3)) == ends, "offsets after kill -9"
-        desc = describe(bootstrap, group)
+        desc = describe_group(bootstrap, group)
         assert desc.state == ConsumerGroupState.STABLE, f"group after kill -9: {desc.state}"
         assert [m.member_id for m in desc.members] == [member_id], "the running member was not restored"
         assert assignment_of(desc.members[0]) == [(topic, p) for p in range(3)]
@@ -1052,13 +1027,13 @@ def test_delete_group_offsets_and_delete_groups(fast):
 
     restarted(server, "restart")
     assert committed(bootstrap, group, topic, range(3)) == after_offset_delete, "OffsetDelete undone by a restart"
-    assert describe(bootstrap, group).state == ConsumerGroupState.EMPTY
+    assert describe_group(bootstrap, group).state == ConsumerGroupState.EMPTY
 
     admin(bootstrap).delete_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
     listing = listed_groups(bootstrap)
     assert group not in listing, "a deleted group is still listed"
     assert other in listing
-    assert describe(bootstrap, group).state == ConsumerGroupState.DEAD
+    assert describe_group(bootstrap, group).state == ConsumerGroupState.DEAD
     assert committed(bootstrap, group, topic, range(3)) == {p: OFFSET_INVALID for p in range(3)}
     with pytest.raises(KafkaException) as failure:
         admin(bootstrap).delete_consumer_groups([group], request_timeout=20)[group].result(timeout=30)

@@ -18,20 +18,20 @@ import json
 import re
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
-    ConsumerGroupState,
-    ConsumerGroupTopicPartitions,
     KafkaException,
     TopicPartition,
 )
 
 from clients import (
+    committed,
+    unique_group,
+    wait_empty,
     Rec,
     Stored,
     admin,
@@ -53,10 +53,6 @@ KAFKA_VERSION = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", (JAVA_DIR
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 # Short-lived JVMs: quick start over peak speed; client logs (slf4j-simple) to stderr at WARN.
 JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-
-
-def unique_group(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 # ---------------------------------------------------------------------------------
@@ -162,30 +158,6 @@ def rdk_consume(consumers: list[Consumer], count: int, timeout: float = 60) -> l
                 out.append(Stored(msg.partition(), msg.offset(), msg.key(), msg.value(),
                                   norm_headers(msg.headers()), msg.timestamp()[1]))
     return out
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions) -> dict[int, int]:
-    """The group's committed offsets, read with librdkafka's admin client (OFFSET_INVALID: none)."""
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    result = admin(bootstrap).list_consumer_group_offsets([request], request_timeout=20)[group].result(timeout=30)
-    out = {}
-    for tp in result.topic_partitions:
-        assert tp.error is None, f"{group} {tp.topic}[{tp.partition}]: {tp.error}"
-        out[tp.partition] = tp.offset
-    return out
-
-
-def describe(bootstrap: str, group: str):
-    return admin(bootstrap).describe_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
-
-
-def wait_empty(bootstrap: str, group: str):
-    """The group's description once it is Empty (LeaveGroup travels on the leaving client's
-    own connection, so another client may ask a moment before it is processed)."""
-    return wait_until(
-        lambda: (d := describe(bootstrap, group)).state == ConsumerGroupState.EMPTY and d,
-        10, what=f"group {group} to become Empty",
-    )
 
 
 def listed_groups(bootstrap: str) -> dict:
