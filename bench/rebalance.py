@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Usage: .venv/bin/python bench/rebalance.py HOST:PORT [ROUNDS]   (HB=ms sets heartbeat.interval.ms)
+"""Usage: .venv/bin/python bench/rebalance.py HOST:PORT [ROUNDS]
+   PROTOCOL=classic (default; HB=ms sets heartbeat.interval.ms) or PROTOCOL=consumer (KIP-848:
+   the broker assigns and sets the heartbeat interval)
 
-Rebalance time: 3 librdkafka members (cooperative-sticky) on 60 partitions; one leaves;
-time until the other two own all 60 and have read a record from every moved partition."""
-import sys, time, threading
+Rebalance time: 3 librdkafka members (cooperative-sticky, or the consumer protocol's broker
+assignor) on 60 partitions; one leaves; time until the other two own all 60 and have read a
+record from every moved partition."""
+import os, sys, time, threading
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 b = sys.argv[1]; rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -22,7 +25,12 @@ def produce():
 threading.Thread(target=produce, daemon=True).start()
 class Member:
     def __init__(self, name, group):
-        self.c = Consumer({"bootstrap.servers": b, "group.id": group, "partition.assignment.strategy": "cooperative-sticky", "auto.offset.reset": "latest", "enable.auto.commit": True, "heartbeat.interval.ms": int(__import__("os").environ.get("HB", "3000"))})
+        conf = {"bootstrap.servers": b, "group.id": group, "auto.offset.reset": "latest", "enable.auto.commit": True}
+        if os.environ.get("PROTOCOL", "classic") == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf.update({"partition.assignment.strategy": "cooperative-sticky", "heartbeat.interval.ms": int(os.environ.get("HB", "3000"))})
+        self.c = Consumer(conf)
         self.owned = set(); self.seen = {}; self.lock = threading.Lock(); self.run = True
         self.c.subscribe([topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
         self.t = threading.Thread(target=self.loop, daemon=True); self.t.start()

@@ -85,8 +85,12 @@ API_DELETE_GROUPS = 42
 
 @pytest.fixture(scope="module")
 def fast(make_weir):
-    """A dedicated server whose first rebalance of a group does not wait for more members."""
-    return make_weir("groups_fast", env={"WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"})
+    """A dedicated server whose first rebalance of a group does not wait for more members, and
+    whose consumer-protocol (KIP-848) members heartbeat every 300 ms."""
+    return make_weir(
+        "groups_fast",
+        env={"WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", "WEIR_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "300"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +107,7 @@ def expiry(make_weir):
 # ---------------------------------------------------------------------------------
 
 def group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
+    """A librdkafka group consumer; a setting given as None is left at librdkafka's default."""
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -113,7 +118,7 @@ def group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
         "log.connection.close": False,
     }
     config.update(conf)
-    return Consumer(config)
+    return Consumer({k: v for k, v in config.items() if v is not None})
 
 
 def consume(consumer: Consumer, count: int, timeout: float = 60) -> list[Stored]:
@@ -281,11 +286,24 @@ class Ledger:
             return set().union(*[ps for n, k, ps in self.events[mark:] if n == name and k == kind])
 
 
-class CooperativeMember:
-    """A librdkafka cooperative-sticky consumer polling in its own thread."""
+# Per group protocol: the member's settings, and the assignor the broker reports.
+PROTOCOLS = {
+    "classic": (
+        {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10000, "heartbeat.interval.ms": 300},
+        "cooperative-sticky",
+    ),
+    # KIP-848: the broker assigns (its default assignor) and sets the session and heartbeat.
+    "consumer": ({"group.protocol": "consumer"}, "uniform"),
+}
 
-    def __init__(self, name: str, bootstrap: str, group: str, topic: str, ledger: Ledger):
+
+class CooperativeMember:
+    """A librdkafka consumer polling in its own thread: cooperative-sticky under the classic
+    protocol, or a consumer-protocol (KIP-848) member."""
+
+    def __init__(self, name: str, bootstrap: str, group: str, topic: str, ledger: Ledger, protocol: str = "classic"):
         self.name = name
+        self.protocol = protocol
         self.member_id = ""
         self.errors: list[str] = []
         self.stop = threading.Event()
@@ -295,16 +313,11 @@ class CooperativeMember:
 
     def _run(self) -> None:
         bootstrap, group, topic, ledger = self._args
-        consumer = group_consumer(
-            bootstrap,
-            group,
-            **{
-                "client.id": f"coop-{self.name}",
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": 10000,
-                "heartbeat.interval.ms": 300,
-            },
-        )
+        settings, _assignor = PROTOCOLS[self.protocol]
+        conf = {"client.id": f"coop-{self.name}", **settings}
+        if self.protocol == "consumer":
+            conf["heartbeat.interval.ms"] = None  # set by the broker
+        consumer = group_consumer(bootstrap, group, **conf)
         try:
             consumer.subscribe(
                 [topic],
@@ -328,12 +341,15 @@ class CooperativeMember:
         assert not self.thread.is_alive(), f"member {self.name} did not close within 30s"
 
 
-def test_cooperative_sticky_members_split_and_keep_partitions(fast):
-    """Three cooperative-sticky librdkafka members split 6 partitions 2/2/2 with no partition
-    ever owned twice; when one closes, the other two keep theirs and split its two (3/3,
-    nothing revoked); when a new member joins, it takes exactly what the old two give up
-    (revoked incrementally) and they gain nothing. The broker's DescribeGroups agrees with
-    the members at every settled point."""
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_cooperative_sticky_members_split_and_keep_partitions(fast, protocol):
+    """Three librdkafka members split 6 partitions 2/2/2 with no partition ever owned twice;
+    when one closes, the other two keep theirs and split its two (3/3, nothing revoked); when
+    a new member joins, it takes exactly what the old two give up (revoked incrementally) and
+    they gain nothing. The broker's description (DescribeGroups, or ConsumerGroupDescribe
+    for the consumer protocol) agrees with the members at every settled point. Under the
+    classic protocol with the cooperative-sticky assignor; under the consumer protocol
+    (KIP-848) with the broker's uniform assignor."""
     bootstrap = fast.bootstrap
     topic = unique_topic("grp-coop")
     create_topic(bootstrap, topic, partitions=6)
@@ -359,9 +375,9 @@ def test_cooperative_sticky_members_split_and_keep_partitions(fast):
 
     try:
         for name in ("a", "b", "c"):
-            members[name] = CooperativeMember(name, bootstrap, group, topic, ledger)
+            members[name] = CooperativeMember(name, bootstrap, group, topic, ledger, protocol)
         three = wait_settled(["a", "b", "c"], [2, 2, 2], "three members owning 2 partitions each")
-        assert describe_group(bootstrap, group).partition_assignor == "cooperative-sticky"
+        assert describe_group(bootstrap, group).partition_assignor == PROTOCOLS[protocol][1]
 
         mark = len(ledger.events)
         members["c"].close()
@@ -373,7 +389,7 @@ def test_cooperative_sticky_members_split_and_keep_partitions(fast):
         assert two["a"] | two["b"] == set(range(6))
 
         mark = len(ledger.events)
-        members["d"] = CooperativeMember("d", bootstrap, group, topic, ledger)
+        members["d"] = CooperativeMember("d", bootstrap, group, topic, ledger, protocol)
         again = wait_settled(["a", "b", "d"], [2, 2, 2], "a new member d taking its share")
         moved = set()
         for name in ("a", "b"):
@@ -647,12 +663,18 @@ def test_kafkajs_group_consumer_reads_everything_and_commits(fast):
 # 6. Restart and kill -9 of the broker (default settings)
 # ---------------------------------------------------------------------------------
 
-def test_offsets_and_groups_survive_restart_and_kill_9(restartable_weir):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_offsets_and_groups_survive_restart_and_kill_9(restartable_weir, protocol):
     """Committed offsets and group state survive a clean restart and a kill -9: the group is
     listed with its state, its offsets read back, a new consumer of the group starts at the
     committed offsets (it receives only records produced afterwards), and a member that was
-    running across a kill -9 is still the group's Stable member and goes on consuming."""
+    running across a kill -9 is still the group's Stable member, keeps its partitions and
+    goes on consuming. Under the classic protocol, and under the consumer protocol (KIP-848),
+    whose members, epochs and assignments are restored from Kafka's records."""
     weir = restartable_weir
+    # The consumer protocol's session and heartbeat are the broker's (45 s, 5 s).
+    settings = {"classic": {}, "consumer": {"group.protocol": "consumer", "heartbeat.interval.ms": None}}[protocol]
+    long_session = {"classic": {"session.timeout.ms": 30000}, "consumer": settings}[protocol]
     bootstrap = weir.bootstrap
     topic = unique_topic("grp-restart")
     create_topic(bootstrap, topic, partitions=3)
@@ -673,7 +695,7 @@ def test_offsets_and_groups_survive_restart_and_kill_9(restartable_weir):
         assert {tp.partition: tp.offset for tp in done} == ends
 
     batch = produce_batch("one")
-    first = group_consumer(bootstrap, group)
+    first = group_consumer(bootstrap, group, **settings)
     try:
         first.subscribe([topic])
         consume_batch(first, batch, "first consumer")
@@ -685,7 +707,7 @@ def test_offsets_and_groups_survive_restart_and_kill_9(restartable_weir):
     assert committed(bootstrap, group, topic, range(3)) == ends, "offsets after a clean restart"
     assert listed_groups(bootstrap)[group].state == ConsumerGroupState.EMPTY
     batch = produce_batch("two")
-    second = group_consumer(bootstrap, group, **{"session.timeout.ms": 30000})
+    second = group_consumer(bootstrap, group, **long_session)
     try:
         second.subscribe([topic])
         consume_batch(second, batch, "a new consumer after a clean restart (must start at the committed offsets)")
@@ -709,7 +731,7 @@ def test_offsets_and_groups_survive_restart_and_kill_9(restartable_weir):
     assert committed(bootstrap, group, topic, range(3)) == ends, "offsets after the second kill -9"
     assert listed_groups(bootstrap)[group].state == ConsumerGroupState.EMPTY
     batch = produce_batch("four")
-    third = group_consumer(bootstrap, group)
+    third = group_consumer(bootstrap, group, **settings)
     try:
         third.subscribe([topic])
         consume_batch(third, batch, "a new consumer after kill -9 (must start at the committed offsets)")

@@ -61,8 +61,12 @@ JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleL
 
 @pytest.fixture(scope="module")
 def server(make_weir):
-    """A dedicated server whose first rebalance of a group does not wait for more members."""
-    return make_weir("java", env={"WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"})
+    """A dedicated server whose first rebalance of a group does not wait for more members, and
+    whose consumer-protocol members heartbeat every 500 ms (so they learn of moves quickly)."""
+    return make_weir(
+        "java",
+        env={"WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", "WEIR_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500"},
+    )
 
 
 class Java:
@@ -142,7 +146,15 @@ def rdk_group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
         "log.connection.close": False,
     }
     config.update(conf)
-    return Consumer(config)
+    # A setting given as None is left at librdkafka's default.
+    return Consumer({k: v for k, v in config.items() if v is not None})
+
+
+# Per group protocol: librdkafka's settings, and the assignor the tools report.
+PROTOCOLS = {
+    "classic": ({}, "range"),
+    "consumer": ({"group.protocol": "consumer", "heartbeat.interval.ms": None}, "uniform"),
+}
 
 
 def rdk_consume(consumers: list[Consumer], count: int, timeout: float = 60) -> list[Stored]:
@@ -320,12 +332,56 @@ def test_java_group_consumers_consume_commit_and_split_partitions(server, java):
     assert wait_empty(bootstrap, group).members == []
 
 
+def test_java_consumer_protocol_members_split_and_only_moved_partitions_are_revoked(server, java):
+    """KafkaConsumers with group.protocol=consumer (KIP-848: the broker's uniform assignor
+    assigns, members reconcile incrementally): a, b and c split 6 partitions 2/2/2; c closes
+    and a and b each keep theirs and take one of c's, with nothing revoked from them; d joins
+    and takes exactly what a and b give up, and they are assigned nothing. No partition is ever
+    assigned while another member holds it, and nothing is lost (no member was fenced)."""
+    bootstrap = server.bootstrap
+    topic = unique_topic("java-848")
+    create_topic(bootstrap, topic, partitions=6)
+    group = unique_group("g-java-848")
+    out = java.program("GroupMembers", bootstrap, topic, 6, group)
+    assert out["violations"] == [], out["violations"]
+    phases = {p["name"]: {m: set(ps) for m, ps in p["owned"].items()} for p in out["phases"]}
+    settled_at = {p["name"]: p["seq"] for p in out["phases"]}
+    three, two, again = phases["three"], phases["c-left"], phases["d-joined"]
+    assert sorted(len(ps) for ps in three.values()) == [2, 2, 2], three
+    events = {m: [(seq, kind, set(ps)) for seq, kind, ps in evs] for m, evs in out["events"].items()}
+    lost = [(m, e) for m, evs in events.items() for e in evs if e[1] == "lost"]
+    assert not lost, f"partitions lost (a member was fenced): {lost}"
+
+    def between(member, start, end, kind):
+        return set().union(*(ps for seq, k, ps in events[member] if start < seq <= end and k == kind))
+
+    assert events["c"][-1][1:] == ("revoke", three["c"]), events["c"]
+    for m in ("a", "b"):
+        assert len(two[m]) == 3 and two[m] >= three[m], f"{m} when c left: {three[m]} -> {two[m]}"
+        assert between(m, settled_at["three"], settled_at["c-left"], "revoke") == set(), f"{m} had partitions revoked when c left"
+    assert two["a"] | two["b"] == set(range(6))
+    moved = set()
+    for m in ("a", "b"):
+        assert again[m] <= two[m], f"{m} gained partitions when d joined: {two[m]} -> {again[m]}"
+        gave = two[m] - again[m]
+        assert between(m, settled_at["c-left"], settled_at["d-joined"], "revoke") == gave, events[m]
+        assert between(m, settled_at["c-left"], settled_at["d-joined"], "assign") == set(), events[m]
+        moved |= gave
+    assert again["d"] == moved and len(moved) == 2, f"d got {again['d']}, the others gave up {moved}"
+    ids = out["memberIds"]
+    assert len(set(ids.values())) == 3 and all(ids.values()), ids
+    assert wait_empty(bootstrap, group).members == []
+
+
 # ---------------------------------------------------------------------------------
 # 3. kafka-consumer-groups
 # ---------------------------------------------------------------------------------
 
-def test_kafka_consumer_groups_lists_describes_resets_and_deletes(server, java):
-    """Kafka's kafka-consumer-groups on a group that a librdkafka consumer committed to:
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_kafka_consumer_groups_lists_describes_resets_and_deletes(server, java, protocol):
+    """Kafka's kafka-consumer-groups on a group that a librdkafka consumer committed to, under
+    the classic protocol and under the consumer protocol (KIP-848, where the tool describes
+    the group with ConsumerGroupDescribe and shows member epochs and target assignments):
     --list (and --list --state) show it; --describe shows per partition the committed offset,
     the log end offset and their difference as LAG, with the member's id, host and client
     id, and --state and --members its coordinator, assignor, state and member; while the
@@ -343,7 +399,8 @@ def test_kafka_consumer_groups_lists_describes_resets_and_deletes(server, java):
     group = unique_group("g-java-cg")
     host, port = bootstrap.rsplit(":", 1)
 
-    consumer = rdk_group_consumer(bootstrap, group, **{"client.id": "weir-compat-cg"})
+    settings, assignor = PROTOCOLS[protocol]
+    consumer = rdk_group_consumer(bootstrap, group, **{"client.id": "weir-compat-cg", **settings})
     try:
         consumer.subscribe([topic])
         rdk_consume([consumer], len(records))
@@ -369,12 +426,20 @@ def test_kafka_consumer_groups_lists_describes_resets_and_deletes(server, java):
         header = next(i for i, line in enumerate(lines) if line.startswith("GROUP"))
         state = lines[header + 1]
         assert re.fullmatch(
-            rf"{re.escape(group)}\s+{re.escape(host)}:{port}\s+\({server.node_id}\)\s+range\s+Stable\s+1", state
+            rf"{re.escape(group)}\s+{re.escape(host)}:{port}\s+\({server.node_id}\)\s+{assignor}\s+Stable\s+1", state
         ), lines
 
         lines, _ = java.consumer_groups("--describe", "--group", group, "--members")
         [m] = table(lines, "GROUP")
         assert (m["CONSUMER-ID"], m["HOST"], m["CLIENT-ID"], m["#PARTITIONS"]) == (member_id, "/127.0.0.1", "weir-compat-cg", "3"), m
+        if protocol == "consumer":
+            lines, _ = java.consumer_groups("--describe", "--group", group, "--members", "--verbose")
+            [m] = table(lines, "GROUP")
+            everything = f"{topic}:0,1,2"
+            assert (m["CURRENT-ASSIGNMENT"], m["TARGET-ASSIGNMENT"]) == (everything, everything), m
+            assert m["CURRENT-EPOCH"] == m["TARGET-EPOCH"] and int(m["CURRENT-EPOCH"]) >= 1, m
+            lines, _ = java.consumer_groups("--list", "--type")
+            assert {r["GROUP"]: r["TYPE"] for r in table(lines, "GROUP")}[group] == "Consumer", lines
 
         lines, _ = java.consumer_groups(
             "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute", expect_error=True

@@ -7,7 +7,7 @@ use weir_controller::topic_config::{
     check_value, topic_config, ConfigKind, TopicConfigDef, CLEANUP_COMPACT, CLEANUP_DELETE,
     FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER, TOPIC_CONFIGS,
 };
-use weir_coordinator::{CoordinatorSettings, GroupLimits};
+use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::{CompactionConfig, LogConfig};
 
@@ -242,6 +242,27 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i32::MAX as i64,
         "Most members one consumer group may have.",
     ),
+    long_setting(
+        "group.consumer.session.timeout.ms",
+        "45000",
+        1,
+        i32::MAX as i64,
+        "Consumer group protocol (group.protocol=consumer): a member that sends no heartbeat for this long is removed and its partitions reassigned.",
+    ),
+    long_setting(
+        "group.consumer.heartbeat.interval.ms",
+        "5000",
+        1,
+        i32::MAX as i64,
+        "Consumer group protocol: how often members heartbeat, and so how soon they learn of a new assignment.",
+    ),
+    long_setting(
+        "group.consumer.max.size",
+        "2147483647",
+        1,
+        i32::MAX as i64,
+        "Most members one consumer group protocol group may have.",
+    ),
 ];
 
 /// The log cleaner's settings.
@@ -428,6 +449,11 @@ impl BrokerConfig {
                 offsets_retention_ms: long("offsets.retention.ms"),
                 offsets_retention_check_interval_ms: long("offsets.retention.check.interval.ms")
                     as u64,
+                consumer: ConsumerGroupSettings {
+                    session_timeout_ms: long("group.consumer.session.timeout.ms") as i32,
+                    heartbeat_interval_ms: long("group.consumer.heartbeat.interval.ms") as i32,
+                    max_size: long("group.consumer.max.size") as usize,
+                },
             },
             cleaner: CleanerSettings {
                 enabled: value_of(properties, "log.cleaner.enable") == "true",
@@ -448,6 +474,13 @@ impl BrokerConfig {
             return Err(ConfigError(format!(
                 "queued.max.request.bytes ({}) must be at least socket.request.max.bytes ({}), or the largest request could never be read",
                 config.queued_max_request_bytes, config.socket_request_max_bytes
+            )));
+        }
+        let consumer = config.coordinator.consumer;
+        if consumer.heartbeat_interval_ms >= consumer.session_timeout_ms {
+            return Err(ConfigError(format!(
+                "group.consumer.heartbeat.interval.ms ({}) must be less than group.consumer.session.timeout.ms ({}), or every member's session would expire between heartbeats",
+                consumer.heartbeat_interval_ms, consumer.session_timeout_ms
             )));
         }
         Ok(config)

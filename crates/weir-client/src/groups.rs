@@ -10,10 +10,10 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -220,6 +220,13 @@ impl Admin {
             .next()
             .ok_or_else(|| ClientError::Protocol("DescribeGroups answered no group".into()))?;
         check(described.error_code, described.error_message.as_ref())?;
+        // Below v6 DescribeGroups calls a consumer-protocol group (KIP-848) Dead, as it does
+        // a missing one: ConsumerGroupDescribe tells them apart.
+        if described.group_state.as_str() == "Dead" && described.members.is_empty() {
+            if let Some(found) = self.describe_consumer_group(&connection, group).await? {
+                return self.with_lag(&connection, found).await;
+            }
+        }
         let consumer = described.protocol_type.as_str() == "consumer";
         let members: Vec<GroupMember> = described
             .members
@@ -237,10 +244,80 @@ impl Admin {
                 client_host: m.client_host.to_string(),
             })
             .collect();
-        let committed = committed_offsets(&connection, group, None).await?;
+        let found = GroupDescription {
+            group_id: group.to_string(),
+            state: described.group_state.to_string(),
+            protocol_type: described.protocol_type.to_string(),
+            protocol: described.protocol_data.to_string(),
+            members,
+            partitions: Vec::new(),
+        };
+        self.with_lag(&connection, found).await
+    }
+
+    /// A consumer-protocol group as ConsumerGroupDescribe shows it (the assignor as its
+    /// protocol), or `None` when the broker has no such group or does not know the API.
+    async fn describe_consumer_group(
+        &self,
+        connection: &Connection,
+        group: &str,
+    ) -> Result<Option<GroupDescription>> {
+        if connection
+            .version_for(ApiKey::ConsumerGroupDescribe, 0, 1)
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let mut request = ConsumerGroupDescribeRequest::default();
+        request.group_ids = vec![group_id(group)];
+        let response: ConsumerGroupDescribeResponse = connection
+            .call(ApiKey::ConsumerGroupDescribe, 1, &request)
+            .await?;
+        let Some(described) = response.groups.into_iter().next() else {
+            return Ok(None);
+        };
+        if described.error_code == ResponseError::GroupIdNotFound.code() {
+            return Ok(None);
+        }
+        check(described.error_code, described.error_message.as_ref())?;
+        let members = described
+            .members
+            .into_iter()
+            .map(|m| GroupMember {
+                assignment: m
+                    .assignment
+                    .topic_partitions
+                    .into_iter()
+                    .map(|t| (t.topic_name.to_string(), t.partitions))
+                    .collect(),
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.instance_id.map(|s| s.to_string()),
+                client_id: m.client_id.to_string(),
+                client_host: m.client_host.to_string(),
+            })
+            .collect();
+        Ok(Some(GroupDescription {
+            group_id: group.to_string(),
+            state: described.group_state.to_string(),
+            protocol_type: "consumer".to_string(),
+            protocol: described.assignor_name.to_string(),
+            members,
+            partitions: Vec::new(),
+        }))
+    }
+
+    /// Fills in a described group's partitions: every committed or owned one, with its owner,
+    /// committed offset, log end and lag.
+    async fn with_lag(
+        &self,
+        connection: &Connection,
+        mut found: GroupDescription,
+    ) -> Result<GroupDescription> {
+        let members = &found.members;
+        let committed = committed_offsets(connection, &found.group_id, None).await?;
         let mut owners: BTreeMap<(String, i32), Option<String>> =
             committed.keys().map(|k| (k.clone(), None)).collect();
-        for m in &members {
+        for m in members {
             for (topic, partitions) in &m.assignment {
                 for p in partitions {
                     owners.insert((topic.clone(), *p), Some(m.member_id.clone()));
@@ -262,14 +339,8 @@ impl Admin {
                 log_end_offset,
             });
         }
-        Ok(GroupDescription {
-            group_id: group.to_string(),
-            state: described.group_state.to_string(),
-            protocol_type: described.protocol_type.to_string(),
-            protocol: described.protocol_data.to_string(),
-            members,
-            partitions,
-        })
+        found.partitions = partitions;
+        Ok(found)
     }
 
     /// Deletes a group with no members, with its committed offsets.

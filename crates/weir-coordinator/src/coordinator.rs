@@ -10,11 +10,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
+use crate::consumer_group::{
+    ConsumerGroup, ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat,
+    HeartbeatReply, TopicCatalog, JOIN_EPOCH, STATIC_LEAVE_EPOCH,
+};
 use crate::group::{
     CommittedOffset, Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, MemberDescription,
     Step, SyncOutcome, SyncRequest,
 };
-use crate::records::{GroupValue, OffsetValue, RecordKey};
+use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::GroupError;
 
 /// The internal topic holding committed offsets and group metadata.
@@ -68,6 +72,8 @@ pub struct CoordinatorSettings {
     pub offsets_retention_ms: i64,
     /// `offsets.retention.check.interval.ms`.
     pub offsets_retention_check_interval_ms: u64,
+    /// Settings of consumer group protocol groups.
+    pub consumer: ConsumerGroupSettings,
 }
 
 /// One offset to commit.
@@ -94,6 +100,8 @@ pub struct GroupListing {
     pub protocol_type: String,
     /// State.
     pub state: GroupState,
+    /// `consumer` for a consumer group protocol group, else `classic`.
+    pub group_type: &'static str,
 }
 
 /// A group as DescribeGroups shows it.
@@ -187,6 +195,7 @@ impl GroupCoordinator {
         let started = Instant::now();
         let mut offsets: HashMap<RecordKey, Option<(i64, OffsetValue)>> = HashMap::new();
         let mut metadata: HashMap<String, Option<GroupValue>> = HashMap::new();
+        let mut consumer: HashMap<(String, ConsumerKey), Option<Vec<u8>>> = HashMap::new();
         let mut skipped = 0u64;
         self.log.load(partition, &mut |offset, key, value| {
             let key = match RecordKey::decode(key) {
@@ -213,6 +222,9 @@ impl GroupCoordinator {
                     }
                     Err(_) => skipped += 1,
                 },
+                RecordKey::Consumer { group, key } => {
+                    consumer.insert((group, key), value.map(<[u8]>::to_vec));
+                }
             }
         })?;
         if skipped > 0 {
@@ -231,6 +243,35 @@ impl GroupCoordinator {
                     .or_insert_with(|| Group::new(group_id, &limits, time));
                 group.restore(value, now);
                 loaded_groups += 1;
+            }
+        }
+        let mut consumer_groups: HashMap<String, Vec<(ConsumerKey, Vec<u8>)>> = HashMap::new();
+        for ((group, key), value) in consumer {
+            if let Some(value) = value {
+                consumer_groups.entry(group).or_default().push((key, value));
+            }
+        }
+        for (group_id, records) in consumer_groups {
+            if !records.iter().any(|(k, _)| *k == ConsumerKey::Metadata) {
+                continue; // the group was deleted: only stray member records are left
+            }
+            let group = groups
+                .groups
+                .entry(group_id.clone())
+                .or_insert_with(|| Group::new(group_id.clone(), &limits, time));
+            if !group.has_no_members() {
+                continue; // classic members hold the group
+            }
+            match ConsumerGroup::restore(&records, &self.settings.consumer, now) {
+                Ok(restored) => {
+                    group.consumer = Some(restored);
+                    group.as_consumer_group(time).ok();
+                    group.consumer_changes();
+                    loaded_groups += 1;
+                }
+                Err(error) => {
+                    tracing::warn!(target: "weir::groups", group = %group_id, %error, "consumer group records do not parse; the group starts empty");
+                }
             }
         }
         let mut loaded_offsets = 0usize;
@@ -336,7 +377,13 @@ impl GroupCoordinator {
                         .groups
                         .entry(group_id.to_string())
                         .or_insert_with(|| Group::new(group_id.to_string(), &limits, now_ms()));
-                    group.join(request, &limits, Instant::now(), now_ms())
+                    let step = group.join(request, &limits, Instant::now(), now_ms());
+                    // An empty consumer group that became classic: its records go.
+                    let partition = partition_for(group_id, groups.partitions);
+                    if let Some(group) = groups.groups.get_mut(group_id) {
+                        self.persist_in_background(partition, group);
+                    }
+                    step
                 }
             }
         };
@@ -452,6 +499,7 @@ impl GroupCoordinator {
         member_id: &str,
         instance_id: Option<&str>,
         entries: &[CommitEntry],
+        version: i16,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let commit_timestamp = now_ms();
         let mut results: Vec<Result<(), GroupError>> = Vec::with_capacity(entries.len());
@@ -462,7 +510,7 @@ impl GroupCoordinator {
             let partition = Self::served_partition(&groups, group_id)?;
             let limits = self.settings.limits;
             match groups.groups.get(group_id) {
-                Some(group) => group.check_commit(generation, member_id, instance_id)?,
+                Some(group) => group.check_commit(generation, member_id, instance_id, version)?,
                 None if generation < 0 => {}
                 // The handler answers ILLEGAL_GENERATION instead below OffsetCommit v9.
                 None => return Err(GroupError::GroupIdNotFound),
@@ -534,14 +582,22 @@ impl GroupCoordinator {
 
     /// OffsetFetch: the committed offset of each requested partition (`None`: nothing
     /// committed), or of every partition with one when `topics` is `None`.
+    /// A fetch that names a member (`member`: id and epoch, OffsetFetch v9) of a
+    /// consumer-protocol group is checked against its membership.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         topics: Option<&[(String, Vec<i32>)]>,
+        member: Option<(&str, i32)>,
     ) -> Result<Vec<(String, i32, Option<OffsetValue>)>, GroupError> {
         let groups = self.lock();
         Self::served_partition(&groups, group_id)?;
         let group = groups.groups.get(group_id);
+        if let (Some(consumer), Some((member_id, epoch))) =
+            (group.and_then(|g| g.consumer.as_ref()), member)
+        {
+            consumer.check_fetch(member_id, epoch)?;
+        }
         let committed = |topic: &str, partition: i32| {
             group.and_then(|g| {
                 g.offsets
@@ -583,17 +639,131 @@ impl GroupCoordinator {
                 group_id: g.id.clone(),
                 protocol_type: g.protocol_type().unwrap_or_default().to_string(),
                 state: g.state(),
+                group_type: if g.consumer.is_some() {
+                    "consumer"
+                } else {
+                    "classic"
+                },
             })
             .collect();
         listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         listing
     }
 
-    /// DescribeGroups for one group; `Ok(None)` when it does not exist.
+    /// ConsumerGroupHeartbeat: joins, heartbeats or leaves a consumer group protocol group
+    /// (the group is created by a join). `version` 0 hands a joining member without an id a
+    /// new one; from version 1 the client chooses it.
+    /// What changed is appended to the offsets topic and durable before the answer.
+    pub async fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        mut request: ConsumerHeartbeat,
+        version: i16,
+        catalog: &dyn TopicCatalog,
+    ) -> Result<HeartbeatReply, GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidRequest);
+        }
+        if request.member_id.trim().is_empty() {
+            match (version, request.member_epoch) {
+                (0, JOIN_EPOCH) => request.member_id = uuid::Uuid::new_v4().to_string(),
+                (0, STATIC_LEAVE_EPOCH) => {}
+                _ => return Err(GroupError::InvalidRequest),
+            }
+        }
+        let (reply, appended) = {
+            let mut groups = self.lock();
+            let partition = Self::served_partition(&groups, group_id)?;
+            let joining = request.member_epoch == JOIN_EPOCH;
+            let time = now_ms();
+            let limits = self.settings.limits;
+            let group = match groups.groups.get_mut(group_id) {
+                Some(group) => group,
+                None if joining => groups
+                    .groups
+                    .entry(group_id.to_string())
+                    .or_insert_with(|| Group::new(group_id.to_string(), &limits, time)),
+                None => return Err(GroupError::GroupIdNotFound),
+            };
+            let was_empty = group.has_no_members();
+            let consumer = group.as_consumer_group(time)?;
+            let reply = consumer.heartbeat(
+                group_id,
+                request,
+                catalog,
+                &self.settings.consumer,
+                Instant::now(),
+            );
+            if group.has_no_members() != was_empty {
+                group.touch_state(time);
+            }
+            (reply, self.persist_consumer_group(partition, group))
+        };
+        self.timer.notify_one();
+        if let Some(appended) = appended {
+            if let Err(error) = appended.await {
+                tracing::warn!(target: "weir::groups", group = group_id, %error, "consumer group change not stored");
+                return Err(GroupError::CoordinatorNotAvailable);
+            }
+        }
+        reply
+    }
+
+    /// Appends what changed in a group's consumer records (see [`Group::consumer_changes`]);
+    /// the returned future resolves once they are durable. A failed append is logged and the
+    /// whole group is written again with its next change.
+    fn persist_consumer_group(&self, partition: i32, group: &mut Group) -> Option<Pending> {
+        let changes = group.consumer_changes();
+        if changes.is_empty() {
+            return None;
+        }
+        match self.log.append(partition, changes) {
+            Ok(appended) => Some(appended.durable),
+            Err(error) => {
+                group.persisted.clear();
+                Some(Box::pin(std::future::ready(Err(error))))
+            }
+        }
+    }
+
+    /// Persists consumer group changes nobody waits for (sessions that expired, a group
+    /// turned classic), logging a failure.
+    fn persist_in_background(&self, partition: i32, group: &mut Group) {
+        if let Some(durable) = self.persist_consumer_group(partition, group) {
+            let group_id = group.id.clone();
+            tokio::spawn(async move {
+                if let Err(error) = durable.await {
+                    tracing::warn!(target: "weir::groups", group = %group_id, %error, "consumer group change not stored");
+                }
+            });
+        }
+    }
+
+    /// ConsumerGroupDescribe for one group: `Ok(None)` when it does not exist,
+    /// GROUP_ID_NOT_FOUND for a classic group.
+    pub fn describe_consumer_group(
+        &self,
+        group_id: &str,
+    ) -> Result<Option<ConsumerGroupDescription>, GroupError> {
+        let groups = self.lock();
+        Self::member_partition(&groups, group_id)?;
+        match groups.groups.get(group_id) {
+            None => Ok(None),
+            Some(group) => group
+                .consumer
+                .as_ref()
+                .map(|c| Some(c.describe()))
+                .ok_or(GroupError::GroupIdNotFound),
+        }
+    }
+
+    /// DescribeGroups for one group; `Ok(None)` when it does not exist or is not a classic
+    /// group (Kafka describes a consumer-protocol group there as Dead).
     pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, GroupError> {
         let groups = self.lock();
         Self::served_partition(&groups, group_id)?;
-        Ok(groups.groups.get(group_id).map(|g| GroupSummary {
+        let classic = groups.groups.get(group_id).filter(|g| g.consumer.is_none());
+        Ok(classic.map(|g| GroupSummary {
             state: g.state(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),
             protocol: g.protocol().unwrap_or_default().to_string(),
@@ -626,12 +796,18 @@ impl GroupCoordinator {
                 .encode(),
                 None,
             ));
+            // A consumer group's records go with it.
+            records.extend(group.persisted.keys().map(|key| (key.clone(), None)));
             (keys, self.log.append(partition, records)?)
         };
         let (keys, appended) = appended;
         appended.durable.await?;
         let mut groups = self.lock();
         if let Some(group) = groups.groups.get_mut(group_id) {
+            if group.has_no_members() {
+                group.consumer = None;
+                group.persisted.clear();
+            }
             for (i, key) in keys.into_iter().enumerate() {
                 group.apply_delete(key, appended.base_offset + i as i64);
             }
@@ -775,8 +951,9 @@ impl GroupCoordinator {
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
+            // Nothing left once these go (or nothing committed at all): the group goes too.
             let emptying = expired.len() == group.offsets.len();
-            if expired.is_empty() {
+            if !emptying && expired.is_empty() {
                 continue;
             }
             let mut records: Vec<StoredRecord> = expired
@@ -791,6 +968,8 @@ impl GroupCoordinator {
                     .encode(),
                     None,
                 ));
+                group.consumer = None;
+                records.extend(group.consumer_changes());
             }
             let partition = partition_for(&group.id, partitions);
             match self.log.append(partition, records) {
@@ -824,7 +1003,15 @@ impl GroupCoordinator {
         let partitions = groups.partitions;
         let mut emptied = Vec::new();
         for group in groups.groups.values_mut() {
-            if group.next_deadline().is_some_and(|d| d <= now) && group.tick(now, time) {
+            if group.next_deadline().is_none_or(|d| d > now) {
+                continue;
+            }
+            let became_empty = group.tick(now, time);
+            let partition = partition_for(&group.id, partitions);
+            if group.consumer.is_some() {
+                self.persist_in_background(partition, group);
+            } else if became_empty {
+                // A classic group's stored members must go.
                 emptied.push(group.id.clone());
             }
         }
@@ -846,15 +1033,12 @@ fn offset_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
+mod tests_support {
     use super::*;
-    use crate::group::JoinRequest;
 
     /// An offsets topic in memory: records per partition, in append order.
     #[derive(Default)]
-    struct MemoryLog {
+    pub(super) struct MemoryLog {
         partitions: Mutex<HashMap<i32, Vec<StoredRecord>>>,
     }
 
@@ -885,9 +1069,15 @@ mod tests {
         }
     }
 
-    const PARTITIONS: i32 = 4;
+    pub(super) const PARTITIONS: i32 = 4;
 
-    fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
+    pub(super) const CONSUMER_SETTINGS: ConsumerGroupSettings = ConsumerGroupSettings {
+        session_timeout_ms: 1_000,
+        heartbeat_interval_ms: 100,
+        max_size: 3,
+    };
+
+    pub(super) fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
         let settings = CoordinatorSettings {
             limits: GroupLimits {
                 session_timeout_min_ms: 1_000,
@@ -898,6 +1088,7 @@ mod tests {
             offset_metadata_max_bytes: 8,
             offsets_retention_ms: 1_000,
             offsets_retention_check_interval_ms: 1_000,
+            consumer: CONSUMER_SETTINGS,
         };
         let coordinator = GroupCoordinator::new(settings, log);
         coordinator.start(PARTITIONS);
@@ -907,7 +1098,7 @@ mod tests {
         coordinator
     }
 
-    fn entry(topic: &str, partition: i32, offset: i64, metadata: &str) -> CommitEntry {
+    pub(super) fn entry(topic: &str, partition: i32, offset: i64, metadata: &str) -> CommitEntry {
         CommitEntry {
             topic: topic.into(),
             partition,
@@ -916,6 +1107,16 @@ mod tests {
             metadata: metadata.into(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::group::JoinRequest;
+
+    use super::tests_support::*;
 
     #[test]
     fn groups_land_where_kafka_puts_them() {
@@ -940,6 +1141,7 @@ mod tests {
                     entry("t", 0, 10, "m"),
                     entry("t", 1, 20, "too long metadata"),
                 ],
+                9,
             )
             .await
             .expect("commit");
@@ -948,7 +1150,7 @@ mod tests {
             vec![Ok(()), Err(GroupError::OffsetMetadataTooLarge)]
         );
         first
-            .commit_offsets("g", -1, "", None, &[entry("t", 0, 11, "")])
+            .commit_offsets("g", -1, "", None, &[entry("t", 0, 11, "")], 9)
             .await
             .expect("commit");
         let join = JoinRequest {
@@ -981,7 +1183,7 @@ mod tests {
         assert_eq!(synced.assignment, Bytes::from_static(b"asg"));
 
         let second = coordinator(log.clone());
-        let fetched = second.fetch_offsets("g", None).expect("fetch");
+        let fetched = second.fetch_offsets("g", None, None).expect("fetch");
         assert_eq!(fetched.len(), 1);
         assert_eq!(
             (fetched[0].1, fetched[0].2.as_ref().map(|v| v.offset)),
@@ -1001,17 +1203,20 @@ mod tests {
         second.delete_group("g").await.expect("deleted");
 
         let third = coordinator(log);
-        assert_eq!(third.fetch_offsets("g", None).expect("fetch"), Vec::new());
+        assert_eq!(
+            third.fetch_offsets("g", None, None).expect("fetch"),
+            Vec::new()
+        );
         assert!(third.list_groups().iter().all(|g| g.group_id != "g"));
         assert_eq!(
             third
-                .commit_offsets("h", 5, "stranger", None, &[entry("t", 0, 1, "")])
+                .commit_offsets("h", 5, "stranger", None, &[entry("t", 0, 1, "")], 9)
                 .await,
             Err(GroupError::UnknownMemberId)
         );
         assert_eq!(
             third
-                .commit_offsets("fresh", 3, "m", None, &[entry("t", 0, 1, "")])
+                .commit_offsets("fresh", 3, "m", None, &[entry("t", 0, 1, "")], 9)
                 .await,
             Err(GroupError::GroupIdNotFound)
         );
@@ -1030,6 +1235,7 @@ mod tests {
                 offset_metadata_max_bytes: 1,
                 offsets_retention_ms: 1,
                 offsets_retention_check_interval_ms: 1,
+                consumer: CONSUMER_SETTINGS,
             },
             Arc::new(MemoryLog::default()),
         );
@@ -1071,34 +1277,157 @@ mod tests {
                 "",
                 None,
                 &[entry("t", 0, 10, ""), entry("t", 1, 20, "")],
+                9,
             )
             .await
             .expect("commit");
-        let committed_at = first.fetch_offsets("simple", None).expect("fetch")[0]
+        let committed_at = first.fetch_offsets("simple", None, None).expect("fetch")[0]
             .2
             .as_ref()
             .expect("committed")
             .commit_timestamp;
         first.expire_offsets(committed_at + 999);
         assert_eq!(
-            first.fetch_offsets("simple", None).expect("fetch").len(),
+            first
+                .fetch_offsets("simple", None, None)
+                .expect("fetch")
+                .len(),
             2,
             "not yet"
         );
         first.expire_offsets(committed_at + 1_000);
         assert!(first
-            .fetch_offsets("simple", None)
+            .fetch_offsets("simple", None, None)
             .expect("fetch")
             .is_empty());
         assert!(first.list_groups().is_empty(), "the group is forgotten");
         let reloaded = coordinator(log);
         assert!(
             reloaded
-                .fetch_offsets("simple", None)
+                .fetch_offsets("simple", None, None)
                 .expect("fetch")
                 .is_empty(),
             "tombstoned"
         );
         assert!(reloaded.list_groups().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod consumer_protocol_tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use uuid::Uuid;
+
+    use super::tests_support::*;
+    use super::*;
+    use crate::assignors::TopicPartitions;
+
+    struct OneTopic(Uuid);
+
+    impl TopicCatalog for OneTopic {
+        fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
+            (name == "t").then_some((self.0, 4))
+        }
+        fn topic_name(&self, id: Uuid) -> Option<String> {
+            (id == self.0).then(|| "t".to_string())
+        }
+        fn topic_names(&self) -> Vec<String> {
+            vec!["t".to_string()]
+        }
+        fn version(&self) -> u64 {
+            0
+        }
+    }
+
+    fn heartbeat(member: &str, epoch: i32, owned: Option<TopicPartitions>) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            member_id: member.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: if epoch == 0 { 30_000 } else { -1 },
+            topic_names: (epoch == 0).then(|| vec!["t".to_string()]),
+            owned: owned.or_else(|| (epoch == 0).then(BTreeMap::new)),
+            ..ConsumerHeartbeat::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn consumer_groups_survive_a_reload_and_their_deletion_is_stored() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let first = coordinator(log.clone());
+        let a = first
+            .consumer_heartbeat("g", heartbeat("a", 0, None), 1, &catalog)
+            .await
+            .expect("a joins");
+        let b = first
+            .consumer_heartbeat("g", heartbeat("b", 0, None), 1, &catalog)
+            .await
+            .expect("b joins");
+        assert_eq!((a.member_epoch, b.member_epoch), (1, 2));
+        // a must give up two partitions: it is mid-revocation when the coordinator goes.
+        let revoking = first
+            .consumer_heartbeat("g", heartbeat("a", 1, None), 1, &catalog)
+            .await
+            .expect("heartbeat");
+        let kept = revoking.assignment.expect("revocation");
+        assert_eq!(kept.values().map(BTreeSet::len).sum::<usize>(), 2);
+        let before = first
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+
+        let second = coordinator(log.clone());
+        let after = second
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("restored");
+        assert_eq!(
+            after, before,
+            "epochs, members, assignments and targets come back"
+        );
+        // a acknowledges to the new coordinator and advances; b then gets the freed partitions.
+        let acked = second
+            .consumer_heartbeat("g", heartbeat("a", 1, Some(kept.clone())), 1, &catalog)
+            .await
+            .expect("ack");
+        assert_eq!(acked.member_epoch, 2);
+        let b = second
+            .consumer_heartbeat("g", heartbeat("b", 2, Some(BTreeMap::new())), 1, &catalog)
+            .await
+            .expect("b");
+        assert_eq!(
+            b.assignment
+                .expect("freed")
+                .values()
+                .map(BTreeSet::len)
+                .sum::<usize>(),
+            2
+        );
+        assert_eq!(
+            second
+                .describe_consumer_group("g")
+                .expect("served")
+                .expect("g")
+                .state,
+            GroupState::Stable
+        );
+
+        for member in ["a", "b"] {
+            second
+                .consumer_heartbeat("g", heartbeat(member, -1, None), 1, &catalog)
+                .await
+                .expect("leave");
+        }
+        let third = coordinator(log.clone());
+        let empty = third
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("still a group");
+        assert_eq!((empty.state, empty.members.len()), (GroupState::Empty, 0));
+        assert_eq!(empty.epoch, 4);
+        third.delete_group("g").await.expect("deleted");
+        let fourth = coordinator(log);
+        assert_eq!(fourth.describe_consumer_group("g"), Ok(None));
     }
 }

@@ -1,5 +1,8 @@
-//! One consumer group under the classic protocol: members, generations, the rebalance state
-//! machine (Empty → PreparingRebalance → CompletingRebalance → Stable) and committed offsets.
+//! One consumer group: under the classic protocol its members, generations and the rebalance
+//! state machine (Empty → PreparingRebalance → CompletingRebalance → Stable); under the
+//! consumer group protocol its [`ConsumerGroup`] membership instead; committed offsets under
+//! either. An empty group of one protocol becomes a group of the other when a member of
+//! that protocol joins; a non-empty one refuses the other protocol's members.
 //!
 //! Everything here is synchronous and takes the time as an argument, so the state machine is
 //! tested without a clock or a log. Waiting members hold a `oneshot` sender: a JoinGroup or
@@ -11,6 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::consumer_group::ConsumerGroup;
 use crate::records::{GroupValue, OffsetValue, StoredMember};
 use crate::GroupError;
 
@@ -25,6 +29,10 @@ pub enum GroupState {
     CompletingRebalance,
     /// Every member has its assignment.
     Stable,
+    /// Consumer group protocol: the target assignment is being computed.
+    Assigning,
+    /// Consumer group protocol: members are moving to the target assignment.
+    Reconciling,
 }
 
 impl GroupState {
@@ -35,6 +43,8 @@ impl GroupState {
             GroupState::PreparingRebalance => "PreparingRebalance",
             GroupState::CompletingRebalance => "CompletingRebalance",
             GroupState::Stable => "Stable",
+            GroupState::Assigning => "Assigning",
+            GroupState::Reconciling => "Reconciling",
         }
     }
 }
@@ -246,6 +256,11 @@ pub struct Group {
     /// Commits appended and not yet durable: the group is neither expired nor deleted
     /// meanwhile.
     pub pending_commits: usize,
+    /// The membership of a consumer group protocol group; `None` for a classic group.
+    pub consumer: Option<ConsumerGroup>,
+    /// The consumer group records last written for this group, by key: what the next write
+    /// must change or tombstone.
+    pub persisted: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Group {
@@ -268,6 +283,8 @@ impl Group {
             offsets: HashMap::new(),
             deleted_offsets: HashMap::new(),
             pending_commits: 0,
+            consumer: None,
+            persisted: HashMap::new(),
         }
     }
 
@@ -313,7 +330,23 @@ impl Group {
 
     /// The group's state.
     pub fn state(&self) -> GroupState {
-        self.state
+        self.consumer
+            .as_ref()
+            .map_or(self.state, ConsumerGroup::state)
+    }
+
+    /// The consumer-protocol membership of this group, turning an empty classic group into a
+    /// consumer group; GROUP_ID_NOT_FOUND while classic members are in it, as Kafka answers.
+    pub fn as_consumer_group(&mut self, now_ms: i64) -> Result<&mut ConsumerGroup, GroupError> {
+        if self.consumer.is_none() {
+            if !self.has_no_members() {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            self.protocol_type = Some("consumer".to_string());
+            self.protocol = None;
+            self.state_since_ms = now_ms;
+        }
+        Ok(self.consumer.get_or_insert_with(ConsumerGroup::default))
     }
 
     /// The generation of the last completed rebalance.
@@ -327,7 +360,8 @@ impl Group {
         self.state_since_ms
     }
 
-    /// The protocol type (`consumer` for Kafka consumers), once a member has joined.
+    /// The protocol type (`consumer` for Kafka consumers and consumer-protocol groups), once a
+    /// member has joined.
     pub fn protocol_type(&self) -> Option<&str> {
         self.protocol_type.as_deref()
     }
@@ -346,9 +380,11 @@ impl Group {
             .unwrap_or_default()
     }
 
-    /// True when the group has neither members nor pending joins.
+    /// True when the group has neither members nor pending joins, of either protocol.
     pub fn has_no_members(&self) -> bool {
-        self.members.is_empty() && self.pending.is_empty()
+        self.members.is_empty()
+            && self.pending.is_empty()
+            && self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty)
     }
 
     /// Applies a durable commit unless a newer commit or tombstone of the same partition is
@@ -431,6 +467,40 @@ impl Group {
         }
     }
 
+    /// Notes that the group's state changed at `now_ms` (a consumer group that became empty
+    /// or got its first member), for offset retention.
+    pub fn touch_state(&mut self, now_ms: i64) {
+        self.state_since_ms = now_ms;
+    }
+
+    /// The consumer group records to append so the log holds this group's state: changed
+    /// ones, and tombstones for those it no longer has (all of them once it is not a
+    /// consumer group). Marks them written.
+    pub fn consumer_changes(&mut self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let current: HashMap<Vec<u8>, Vec<u8>> = self
+            .consumer
+            .as_ref()
+            .map(|c| c.records(&self.id))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, value)| (key.encode(), value))
+            .collect();
+        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = current
+            .iter()
+            .filter(|(key, value)| self.persisted.get(*key) != Some(value))
+            .map(|(key, value)| (key.clone(), Some(value.clone())))
+            .collect();
+        changes.extend(
+            self.persisted
+                .keys()
+                .filter(|key| !current.contains_key(*key))
+                .map(|key| (key.clone(), None)),
+        );
+        changes.sort();
+        self.persisted = current;
+        changes
+    }
+
     fn set_state(&mut self, state: GroupState, now_ms: i64) {
         self.state = state;
         self.state_since_ms = now_ms;
@@ -481,6 +551,13 @@ impl Group {
         }
         if request.protocol_type.is_empty() || request.protocols.is_empty() {
             return done(GroupError::InconsistentGroupProtocol);
+        }
+        if let Some(consumer) = &self.consumer {
+            if !consumer.is_empty() {
+                return done(GroupError::InconsistentGroupProtocol);
+            }
+            self.consumer = None;
+            self.protocol_type = None;
         }
         if !self.members.is_empty() && !self.accepts_protocols(&request) {
             return done(GroupError::InconsistentGroupProtocol);
@@ -842,7 +919,10 @@ impl Group {
         let member = &mut self.members[index];
         member.expires = now + member.session_timeout;
         match self.state {
-            GroupState::Empty => Step::Done(Err(GroupError::UnknownMemberId)),
+            // A classic group is never Assigning or Reconciling.
+            GroupState::Empty | GroupState::Assigning | GroupState::Reconciling => {
+                Step::Done(Err(GroupError::UnknownMemberId))
+            }
             GroupState::PreparingRebalance => Step::Done(Err(GroupError::RebalanceInProgress)),
             GroupState::Stable => Step::Done(Ok(self.assignment_of(index))),
             GroupState::CompletingRebalance => {
@@ -930,9 +1010,11 @@ impl Group {
         let member = &mut self.members[index];
         member.expires = now + member.session_timeout;
         match self.state {
-            GroupState::Empty => Err(GroupError::UnknownMemberId),
             GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
             GroupState::CompletingRebalance | GroupState::Stable => Ok(()),
+            GroupState::Empty | GroupState::Assigning | GroupState::Reconciling => {
+                Err(GroupError::UnknownMemberId)
+            }
         }
     }
 
@@ -983,7 +1065,7 @@ impl Group {
                 self.try_complete_join(now, now_ms)
             }
             GroupState::PreparingRebalance => self.try_complete_join(now, now_ms),
-            GroupState::Empty => false,
+            GroupState::Empty | GroupState::Assigning | GroupState::Reconciling => false,
         }
     }
 
@@ -991,6 +1073,13 @@ impl Group {
     /// deadline passed complete without the members that did not rejoin, members that never
     /// synced are dropped. Returns true when the group became Empty.
     pub fn tick(&mut self, now: Instant, now_ms: i64) -> bool {
+        if let Some(consumer) = &mut self.consumer {
+            let emptied = consumer.tick(&self.id, now);
+            if emptied {
+                self.state_since_ms = now_ms;
+            }
+            return emptied;
+        }
         let pending_before = self.pending.len();
         self.pending.retain(|p| p.expires > now);
         let mut became_empty = false;
@@ -1023,6 +1112,9 @@ impl Group {
 
     /// The next moment [`Group::tick`] has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
+        if let Some(consumer) = &self.consumer {
+            return consumer.next_deadline();
+        }
         let members = self
             .members
             .iter()
@@ -1040,16 +1132,21 @@ impl Group {
             .min()
     }
 
-    /// Checks that an OffsetCommit may be applied: a commit with generation -1 (from a client
-    /// that is not a group member: admin tools, `assign()` consumers) only to an Empty group;
-    /// a member's commit with its current generation, not while the group waits for the
-    /// leader's assignment.
+    /// Checks that an OffsetCommit (of request `version`) may be applied: a commit with
+    /// generation -1 (from a client that is not a group member: admin tools, `assign()`
+    /// consumers) only to an Empty group; a member's commit with its current generation, not
+    /// while the group waits for the leader's assignment. For a consumer-protocol group the
+    /// generation is the member epoch ([`ConsumerGroup::check_commit`]).
     pub fn check_commit(
         &self,
         generation: i32,
         member_id: &str,
         instance_id: Option<&str>,
+        version: i16,
     ) -> Result<(), GroupError> {
+        if let Some(consumer) = &self.consumer {
+            return consumer.check_commit(member_id, generation, version);
+        }
         if generation < 0 && self.state == GroupState::Empty {
             return Ok(());
         }
@@ -1066,6 +1163,9 @@ impl Group {
     /// Topics a `consumer`-protocol group's members subscribe to (from their metadata), for
     /// OffsetDelete's GROUP_SUBSCRIBED_TO_TOPIC.
     pub fn subscribed_topics(&self) -> Vec<String> {
+        if let Some(consumer) = &self.consumer {
+            return consumer.subscribed_topics();
+        }
         if self.protocol_type.as_deref() != Some("consumer") {
             return Vec::new();
         }
@@ -1293,7 +1393,7 @@ mod tests {
         assert_eq!(group.state(), GroupState::Empty);
         assert_eq!(group.generation(), 2);
         assert_eq!(
-            group.check_commit(-1, "", None),
+            group.check_commit(-1, "", None, 9),
             Ok(()),
             "an empty group takes simple commits"
         );
@@ -1326,22 +1426,22 @@ mod tests {
         let (a, mut a_join) = join_new(&mut group, &limits, now);
         received(&mut a_join);
         assert_eq!(
-            group.check_commit(1, &a, None),
+            group.check_commit(1, &a, None, 9),
             Err(GroupError::RebalanceInProgress),
             "waiting for the assignment"
         );
         received(&mut leader_syncs(&mut group, &a, Vec::new(), now)).expect("synced");
-        assert_eq!(group.check_commit(1, &a, None), Ok(()));
+        assert_eq!(group.check_commit(1, &a, None, 9), Ok(()));
         assert_eq!(
-            group.check_commit(0, &a, None),
+            group.check_commit(0, &a, None, 9),
             Err(GroupError::IllegalGeneration)
         );
         assert_eq!(
-            group.check_commit(1, "other", None),
+            group.check_commit(1, "other", None, 9),
             Err(GroupError::UnknownMemberId)
         );
         assert_eq!(
-            group.check_commit(-1, "", None),
+            group.check_commit(-1, "", None, 9),
             Err(GroupError::UnknownMemberId),
             "a simple commit into an active group"
         );

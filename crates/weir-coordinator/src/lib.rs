@@ -1,6 +1,7 @@
 //! `weir-coordinator` is the consumer manager: Kafka's group coordinator for the classic
-//! protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), committed offsets, and the admin
-//! views of groups (list, describe, delete, delete offsets).
+//! protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and for the consumer group
+//! protocol of KIP-848 (ConsumerGroupHeartbeat with server-side assignors), committed
+//! offsets, and the admin views of groups (list, describe, delete, delete offsets).
 //!
 //! It is a control plane beside the data path: produce and fetch never wait for it. Its state
 //! lives in the internal topic `__consumer_offsets`, in Kafka's record formats
@@ -14,11 +15,17 @@
 //! (the broker's handlers translate requests into calls here), and never blocks on anything
 //! but the log.
 
+pub mod assignors;
+pub mod consumer_group;
 mod coordinator;
 pub mod group;
 pub mod records;
 mod subscription;
 
+pub use consumer_group::{
+    ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat, ConsumerMemberDescription,
+    HeartbeatReply, TopicCatalog,
+};
 pub use coordinator::{
     partition_for, Appended, CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing,
     GroupSummary, OffsetsLog, Pending, RecordVisitor, StoredRecord, OFFSETS_TOPIC,
@@ -79,4 +86,25 @@ pub enum GroupError {
     /// The commit does not fit in one batch of the offsets topic.
     #[error("offset commit too large")]
     InvalidCommitOffsetSize,
+    /// A request the protocol does not allow (a join without its subscription, …).
+    #[error("invalid request")]
+    InvalidRequest,
+    /// A consumer-protocol member must commit with OffsetCommit v9 or later.
+    #[error("a consumer group protocol member must use OffsetCommit version 9 or later")]
+    UnsupportedVersion,
+    /// The member's epoch is not the group's idea of it: it must rejoin.
+    #[error("the member epoch is fenced")]
+    FencedMemberEpoch,
+    /// The member's epoch is older than its current one: retry after a heartbeat.
+    #[error("the member epoch is stale")]
+    StaleMemberEpoch,
+    /// A `ServerAssignor` the coordinator does not have.
+    #[error("unsupported assignor")]
+    UnsupportedAssignor,
+    /// A static member's instance id is held by another member that has not left.
+    #[error("the instance id is still used by another member")]
+    UnreleasedInstanceId,
+    /// A `SubscribedTopicRegex` that does not compile.
+    #[error("invalid regular expression")]
+    InvalidRegularExpression,
 }

@@ -47,6 +47,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::DescribeGroups, 0, 6),
     range(ApiKey::DeleteGroups, 0, 2),
     range(ApiKey::OffsetDelete, 0, 0),
+    range(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    range(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The version range Weir serves for `key`, if any.

@@ -88,6 +88,13 @@ pub fn group_error(error: GroupError) -> ResponseError {
         GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
         GroupError::InvalidCommitOffsetSize => ResponseError::InvalidCommitOffsetSize,
+        GroupError::InvalidRequest => ResponseError::InvalidRequest,
+        GroupError::UnsupportedVersion => ResponseError::UnsupportedVersion,
+        GroupError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+        GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
+        GroupError::UnsupportedAssignor => ResponseError::UnsupportedAssignor,
+        GroupError::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
+        GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
     }
 }
 

@@ -29,8 +29,6 @@ use crate::handlers::str_bytes;
 const KEY_TYPE_GROUP: i8 = 0;
 /// Authorized operations when the client did not ask for them.
 const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
-/// Every group has the classic type until the KIP-848 protocol exists.
-const GROUP_TYPE_CLASSIC: &str = "classic";
 
 fn optional(s: &Option<StrBytes>) -> Option<&str> {
     s.as_ref().map(|s| s.as_str())
@@ -240,7 +238,7 @@ pub fn leave_group(
     response
 }
 
-/// ListGroups, filtered by state (v4+) and type (v5+; every group is classic).
+/// ListGroups, filtered by state (v4+) and type (v5+: `classic` or `consumer`).
 pub fn list_groups(broker: &Arc<Broker>, request: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = request
         .states_filter
@@ -253,20 +251,18 @@ pub fn list_groups(broker: &Arc<Broker>, request: ListGroupsRequest) -> ListGrou
         .map(|s| s.to_lowercase())
         .collect();
     let mut response = ListGroupsResponse::default();
-    if !types.is_empty() && !types.iter().any(|t| t == GROUP_TYPE_CLASSIC) {
-        return response;
-    }
     response.groups = broker
         .coordinator
         .list_groups()
         .into_iter()
         .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
             let mut listed = ListedGroup::default();
             listed.group_id = GroupId(str_bytes(g.group_id));
             listed.protocol_type = str_bytes(g.protocol_type);
             listed.group_state = str_bytes(g.state.name());
-            listed.group_type = str_bytes(GROUP_TYPE_CLASSIC);
+            listed.group_type = str_bytes(g.group_type);
             listed
         })
         .collect();

@@ -6,6 +6,7 @@ mod admin_configs;
 mod admin_topics;
 mod api_versions;
 mod cluster;
+mod consumer_groups;
 mod errors;
 mod fetch;
 mod groups;
@@ -168,6 +169,18 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         RequestKind::DeleteGroups(req) => Box::pin(async move {
             respond(ResponseKind::DeleteGroups(
                 groups::delete_groups(&broker, req).await,
+            ))
+        }),
+        RequestKind::ConsumerGroupHeartbeat(req) => Box::pin(async move {
+            let client_id = header.client_id.as_ref().map(|s| s.as_str());
+            respond(ResponseKind::ConsumerGroupHeartbeat(
+                consumer_groups::heartbeat(&broker, req, version, client_id, format!("/{peer}"))
+                    .await,
+            ))
+        }),
+        RequestKind::ConsumerGroupDescribe(req) => Box::pin(async move {
+            respond(ResponseKind::ConsumerGroupDescribe(
+                consumer_groups::describe(&broker, req, version),
             ))
         }),
         RequestKind::OffsetCommit(req) => Box::pin(async move {

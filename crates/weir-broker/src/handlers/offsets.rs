@@ -1,5 +1,6 @@
-//! Committed offsets: OffsetCommit (key 8, v2–9), OffsetFetch (key 9, v1–9, one group per
-//! request below v8, many from v8) and OffsetDelete (key 47, v0). Offsets for partitions
+//! Committed offsets: OffsetCommit (key 8, v2–9; from v9 the generation is a consumer-protocol
+//! member's epoch), OffsetFetch (key 9, v1–9, one group per request below v8, many from v8;
+//! v9 names the member) and OffsetDelete (key 47, v0). Offsets for partitions
 //! that do not exist are refused with UNKNOWN_TOPIC_OR_PARTITION and change nothing.
 
 use std::sync::Arc;
@@ -80,6 +81,7 @@ pub async fn commit(
             request.member_id.as_str(),
             request.group_instance_id.as_ref().map(|s| s.as_str()),
             &entries,
+            version,
         )
         .await;
     for (t, p, entry) in slots {
@@ -101,10 +103,11 @@ fn fetch_group(
     broker: &Broker,
     group_id: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    member: Option<(&str, i32)>,
 ) -> (i16, Vec<(String, Vec<OffsetFetchResponsePartitions>)>) {
     let fetched = broker
         .coordinator
-        .fetch_offsets(group_id, topics.as_deref());
+        .fetch_offsets(group_id, topics.as_deref(), member);
     let (error, rows) = match fetched {
         Ok(rows) => (0, rows),
         Err(error) => {
@@ -167,7 +170,13 @@ pub fn fetch(
                         .map(|t| (t.name.to_string(), t.partition_indexes))
                         .collect()
                 });
-                let (error_code, rows) = fetch_group(broker, group.group_id.as_str(), topics);
+                // v9: a consumer-protocol member names itself, and is checked.
+                let member = group
+                    .member_id
+                    .as_ref()
+                    .map(|id| (id.as_str(), group.member_epoch));
+                let (error_code, rows) =
+                    fetch_group(broker, group.group_id.as_str(), topics, member);
                 let mut result = OffsetFetchResponseGroup::default();
                 result.group_id = group.group_id;
                 result.error_code = error_code;
@@ -190,7 +199,7 @@ pub fn fetch(
             .map(|t| (t.name.to_string(), t.partition_indexes))
             .collect()
     });
-    let (error_code, rows) = fetch_group(broker, request.group_id.as_str(), topics);
+    let (error_code, rows) = fetch_group(broker, request.group_id.as_str(), topics, None);
     response.error_code = error_code;
     response.topics = rows
         .into_iter()

@@ -2,6 +2,7 @@
 //! or fill up, and hostile clients.
 
 mod common;
+mod consumer_groups;
 mod durability;
 mod hostile;
 mod protocol;

@@ -531,6 +531,30 @@ async fn every_advertised_version_answers() {
                         "{what}"
                     );
                 }
+                ApiKey::ConsumerGroupHeartbeat => {
+                    let mut req = ConsumerGroupHeartbeatRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(format!("kip848-{v}")));
+                    req.member_id = StrBytes::from_static_str("member");
+                    req.rebalance_timeout_ms = 10_000;
+                    req.subscribed_topic_names = Some(vec![topic_name("good")]);
+                    req.topic_partitions = Some(Vec::new());
+                    let r: ConsumerGroupHeartbeatResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!((r.error_code, r.member_epoch), (0, 1), "{what}");
+                    let assigned = r.assignment.expect("assignment").topic_partitions;
+                    assert_eq!(assigned[0].topic_id, topic_id, "{what}");
+                }
+                ApiKey::ConsumerGroupDescribe => {
+                    let mut req = ConsumerGroupDescribeRequest::default();
+                    req.group_ids = vec![GroupId(StrBytes::from_static_str("kip848-1"))];
+                    let r: ConsumerGroupDescribeResponse = call(&mut c, api.key, v, &req).await;
+                    let g = &r.groups[0];
+                    assert_eq!(
+                        (g.error_code, g.group_state.as_str()),
+                        (0, "Stable"),
+                        "{what}"
+                    );
+                    assert_eq!(g.members[0].member_id.as_str(), "member", "{what}");
+                }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
         }

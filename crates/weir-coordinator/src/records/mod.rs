@@ -2,12 +2,18 @@
 //! contents mean the same to Kafka's tools and to a future Weir.
 //!
 //! Keys: version 0 or 1 is a committed offset (group, topic, partition); version 2 is a
-//! group's metadata (group). Values: `OffsetCommitValue` (written at v3: offset, leader epoch,
-//! metadata, commit time) and `GroupMetadataValue` (written at v3). A null value is a
-//! tombstone: the offset or the group was deleted. Every decode is bounds-checked; a record
-//! that does not parse is reported, never trusted.
+//! classic group's metadata (group); versions 3 and 5–8 are the records of a consumer group
+//! protocol group ([`consumer`]; 4, partition metadata Kafka no longer writes, is skipped).
+//! Values: `OffsetCommitValue` (written at v3: offset, leader epoch, metadata, commit time)
+//! and `GroupMetadataValue` (written at v3). A null value is a tombstone: the offset or the
+//! group was deleted. Every decode is bounds-checked; a record that does not parse is
+//! reported, never trusted.
+
+pub mod consumer;
 
 use bytes::Bytes;
+
+pub use consumer::ConsumerKey;
 
 /// Key version of a committed offset (Kafka writes 1 today; 0 is the same layout).
 const OFFSET_KEY_VERSION: i16 = 1;
@@ -23,7 +29,7 @@ const GROUP_VALUE_VERSION: i16 = 3;
 #[error("malformed __consumer_offsets record: {0}")]
 pub struct FormatError(pub String);
 
-fn malformed(what: impl Into<String>) -> FormatError {
+pub(crate) fn malformed(what: impl Into<String>) -> FormatError {
     FormatError(what.into())
 }
 
@@ -39,10 +45,17 @@ pub enum RecordKey {
         /// Partition index.
         partition: i32,
     },
-    /// The membership and assignment of `group`.
+    /// The membership and assignment of classic `group`.
     Group {
         /// Group id.
         group: String,
+    },
+    /// One record of consumer-protocol `group`.
+    Consumer {
+        /// Group id.
+        group: String,
+        /// Which record.
+        key: ConsumerKey,
     },
 }
 
@@ -50,7 +63,9 @@ impl RecordKey {
     /// The group the record belongs to.
     pub fn group(&self) -> &str {
         match self {
-            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
+            RecordKey::Offset { group, .. }
+            | RecordKey::Group { group }
+            | RecordKey::Consumer { group, .. } => group,
         }
     }
 
@@ -72,6 +87,13 @@ impl RecordKey {
                 out.extend_from_slice(&GROUP_KEY_VERSION.to_be_bytes());
                 put_string(&mut out, group);
             }
+            RecordKey::Consumer { group, key } => {
+                out.extend_from_slice(&key.record_type().to_be_bytes());
+                put_string(&mut out, group);
+                if let Some(member) = key.member() {
+                    put_string(&mut out, member);
+                }
+            }
         }
         out
     }
@@ -87,6 +109,18 @@ impl RecordKey {
                 partition: r.i32()?,
             },
             2 => RecordKey::Group { group: r.string()? },
+            record_type @ (3 | 5..=8) => {
+                let group = r.string()?;
+                let member = match record_type {
+                    5 | 7 | 8 => Some(r.string()?),
+                    _ => None,
+                };
+                RecordKey::Consumer {
+                    group,
+                    key: ConsumerKey::from_type(record_type, member)
+                        .ok_or_else(|| malformed("consumer group record type"))?,
+                }
+            }
             _ => return Ok(None),
         };
         r.finish()?;
@@ -278,7 +312,7 @@ impl GroupValue {
     }
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as i16).to_be_bytes());
     out.extend_from_slice(s.as_bytes());
 }
@@ -296,16 +330,21 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// A bounds-checked reader over a record's key or value.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8]) -> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
         Reader { bytes }
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
         if n > self.bytes.len() {
             return Err(malformed("field runs past the end"));
         }
@@ -314,21 +353,21 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
 
-    fn i16(&mut self) -> Result<i16, FormatError> {
+    pub(crate) fn i16(&mut self) -> Result<i16, FormatError> {
         Ok(i16::from_be_bytes(self.array()?))
     }
 
-    fn i32(&mut self) -> Result<i32, FormatError> {
+    pub(crate) fn i32(&mut self) -> Result<i32, FormatError> {
         Ok(i32::from_be_bytes(self.array()?))
     }
 
-    fn i64(&mut self) -> Result<i64, FormatError> {
+    pub(crate) fn i64(&mut self) -> Result<i64, FormatError> {
         Ok(i64::from_be_bytes(self.array()?))
     }
 
@@ -358,7 +397,7 @@ impl<'a> Reader<'a> {
         Ok(Bytes::copy_from_slice(self.take(length as usize)?))
     }
 
-    fn unsigned_varint(&mut self) -> Result<u32, FormatError> {
+    pub(crate) fn unsigned_varint(&mut self) -> Result<u32, FormatError> {
         let mut value: u32 = 0;
         for i in 0..5 {
             let b = self.take(1)?[0];
@@ -370,7 +409,7 @@ impl<'a> Reader<'a> {
         Err(malformed("varint longer than 5 bytes"))
     }
 
-    fn compact_string(&mut self) -> Result<String, FormatError> {
+    pub(crate) fn compact_string(&mut self) -> Result<String, FormatError> {
         let length = self.unsigned_varint()?;
         if length == 0 {
             return Err(malformed("null where a string is required"));
@@ -379,7 +418,7 @@ impl<'a> Reader<'a> {
         Reader::utf8(bytes)
     }
 
-    fn tagged_fields(&mut self) -> Result<(), FormatError> {
+    pub(crate) fn tagged_fields(&mut self) -> Result<(), FormatError> {
         for _ in 0..self.unsigned_varint()? {
             self.unsigned_varint()?;
             let size = self.unsigned_varint()?;
@@ -389,7 +428,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Nothing may follow the last field.
-    fn finish(&self) -> Result<(), FormatError> {
+    pub(crate) fn finish(&self) -> Result<(), FormatError> {
         if self.bytes.is_empty() {
             Ok(())
         } else {
@@ -416,7 +455,8 @@ mod tests {
         assert_eq!(RecordKey::decode(&bytes), Ok(Some(key)));
         let group = RecordKey::Group { group: "g".into() };
         assert_eq!(group.encode(), [0, 2, 0, 1, b'g']);
-        assert_eq!(RecordKey::decode(&[0, 3, 0, 1, b'g']), Ok(None));
+        // Share groups' records (type 9 and up) are not this coordinator's.
+        assert_eq!(RecordKey::decode(&[0, 9, 0, 1, b'g']), Ok(None));
     }
 
     #[test]

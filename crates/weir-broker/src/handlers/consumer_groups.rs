@@ -1,0 +1,222 @@
+//! Consumer groups, the consumer group protocol of KIP-848 (`group.protocol=consumer`):
+//! ConsumerGroupHeartbeat (key 68, v0–1) and ConsumerGroupDescribe (69, v0–1). The handlers
+//! translate topic ids and names; the group coordinator decides.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment as DescribedAssignment, DescribedGroup, Member,
+    TopicPartitions as DescribedPartitions,
+};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment, TopicPartitions as AssignedPartitions,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, TopicName,
+};
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+use weir_controller::MetadataImage;
+use weir_coordinator::assignors::TopicPartitions;
+use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog, OFFSETS_TOPIC};
+
+use crate::broker::Broker;
+use crate::handlers::errors::group_error;
+use crate::handlers::str_bytes;
+
+/// Authorized operations when the client did not ask for them.
+const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
+/// ConsumerGroupDescribe v1 `MemberType` of a consumer-protocol member.
+const MEMBER_TYPE_CONSUMER: i8 = 1;
+
+/// The metadata image as the coordinator's view of topics.
+struct ImageCatalog(Arc<MetadataImage>);
+
+impl TopicCatalog for ImageCatalog {
+    fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
+        self.0.topic(name).map(|t| (t.topic_id, t.partitions))
+    }
+
+    fn topic_name(&self, id: Uuid) -> Option<String> {
+        self.0.topic_by_id(id).map(|t| t.name.clone())
+    }
+
+    fn topic_names(&self) -> Vec<String> {
+        self.0
+            .topics()
+            .filter(|t| t.name != OFFSETS_TOPIC)
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    fn version(&self) -> u64 {
+        self.0.applied_count
+    }
+}
+
+/// ConsumerGroupHeartbeat: join, heartbeat or leave; the answer carries the member's epoch
+/// and, when it changed, its assignment, once the change is stored.
+pub async fn heartbeat(
+    broker: &Arc<Broker>,
+    request: ConsumerGroupHeartbeatRequest,
+    version: i16,
+    client_id: Option<&str>,
+    client_host: String,
+) -> ConsumerGroupHeartbeatResponse {
+    let owned = request.topic_partitions.map(|topics| {
+        let mut owned = TopicPartitions::new();
+        for t in topics {
+            owned.entry(t.topic_id).or_default().extend(t.partitions);
+        }
+        owned
+    });
+    let heartbeat = ConsumerHeartbeat {
+        member_id: request.member_id.to_string(),
+        member_epoch: request.member_epoch,
+        instance_id: request.instance_id.map(|s| s.to_string()),
+        rack_id: request.rack_id.map(|s| s.to_string()),
+        rebalance_timeout_ms: request.rebalance_timeout_ms,
+        topic_names: request
+            .subscribed_topic_names
+            .map(|names| names.into_iter().map(|n| n.to_string()).collect()),
+        topic_regex: request.subscribed_topic_regex.map(|s| s.to_string()),
+        server_assignor: request.server_assignor.map(|s| s.to_string()),
+        owned,
+        client_id: client_id.unwrap_or_default().to_string(),
+        client_host,
+    };
+    let catalog = ImageCatalog(broker.image());
+    let mut response = ConsumerGroupHeartbeatResponse::default();
+    let answer = broker
+        .coordinator
+        .consumer_heartbeat(request.group_id.as_str(), heartbeat, version, &catalog)
+        .await;
+    match answer {
+        Ok(reply) => {
+            response.member_id = Some(str_bytes(reply.member_id));
+            response.member_epoch = reply.member_epoch;
+            response.heartbeat_interval_ms = reply.heartbeat_interval_ms;
+            response.assignment = reply.assignment.map(|assigned| {
+                let mut assignment = Assignment::default();
+                assignment.topic_partitions = assigned
+                    .into_iter()
+                    .map(|(topic_id, partitions)| {
+                        let mut t = AssignedPartitions::default();
+                        t.topic_id = topic_id;
+                        t.partitions = partitions.into_iter().collect();
+                        t
+                    })
+                    .collect();
+                assignment
+            });
+        }
+        Err(error) => {
+            let code = group_error(error);
+            response.error_code = code.code();
+            response.error_message = Some(str_bytes(heartbeat_error_message(
+                error,
+                code,
+                request.group_id.as_str(),
+            )));
+        }
+    }
+    response
+}
+
+fn heartbeat_error_message(error: GroupError, code: ResponseError, group_id: &str) -> String {
+    match error {
+        GroupError::GroupIdNotFound => format!(
+            "Group {group_id} is not a consumer group (it does not exist, or is a classic group with members)."
+        ),
+        GroupError::InvalidRequest => "a join (member epoch 0) needs a member id (from version 1), RebalanceTimeoutMs, SubscribedTopicNames or SubscribedTopicRegex, and an empty TopicPartitions; a temporary leave (-2) needs an InstanceId; other epochs need a member id; epochs below -2 are invalid".to_string(),
+        _ => code.to_string(),
+    }
+}
+
+/// ConsumerGroupDescribe: groups with their epochs, members and assignments; a missing or
+/// classic group is GROUP_ID_NOT_FOUND.
+pub fn describe(
+    broker: &Arc<Broker>,
+    request: ConsumerGroupDescribeRequest,
+    version: i16,
+) -> ConsumerGroupDescribeResponse {
+    let catalog = ImageCatalog(broker.image());
+    let assignment = |partitions: TopicPartitions| {
+        let mut a = DescribedAssignment::default();
+        // A topic deleted since the assignment is left out, as Kafka does.
+        a.topic_partitions = partitions
+            .into_iter()
+            .filter_map(|(topic_id, ps)| {
+                let mut t = DescribedPartitions::default();
+                t.topic_id = topic_id;
+                t.topic_name = TopicName(str_bytes(catalog.topic_name(topic_id)?));
+                t.partitions = ps.into_iter().collect();
+                Some(t)
+            })
+            .collect();
+        a
+    };
+    let mut response = ConsumerGroupDescribeResponse::default();
+    response.groups = request
+        .group_ids
+        .into_iter()
+        .map(|group_id| {
+            let mut described = DescribedGroup::default();
+            described.authorized_operations = OPERATIONS_NOT_REQUESTED;
+            match broker
+                .coordinator
+                .describe_consumer_group(group_id.as_str())
+            {
+                Err(error) => {
+                    described.error_code = group_error(error).code();
+                    if error == GroupError::GroupIdNotFound {
+                        described.error_message = Some(str_bytes(format!(
+                            "Group {} is not a consumer group.",
+                            group_id.as_str()
+                        )));
+                    }
+                }
+                Ok(None) => {
+                    described.error_code = ResponseError::GroupIdNotFound.code();
+                    described.error_message =
+                        Some(str_bytes(format!("Group {} not found.", group_id.as_str())));
+                }
+                Ok(Some(group)) => {
+                    described.group_state = str_bytes(group.state.name());
+                    described.group_epoch = group.epoch;
+                    described.assignment_epoch = group.assignment_epoch;
+                    described.assignor_name = str_bytes(group.assignor);
+                    described.members = group
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            let mut member = Member::default();
+                            member.member_id = str_bytes(m.member_id);
+                            member.instance_id = m.instance_id.map(str_bytes);
+                            member.rack_id = m.rack_id.map(str_bytes);
+                            member.member_epoch = m.member_epoch;
+                            member.client_id = str_bytes(m.client_id);
+                            member.client_host = str_bytes(m.client_host);
+                            member.subscribed_topic_names = m
+                                .topic_names
+                                .into_iter()
+                                .map(|n| TopicName(str_bytes(n)))
+                                .collect();
+                            member.subscribed_topic_regex = m.topic_regex.map(str_bytes);
+                            member.assignment = assignment(m.assignment);
+                            member.target_assignment = assignment(m.target_assignment);
+                            if version >= 1 {
+                                member.member_type = MEMBER_TYPE_CONSUMER;
+                            }
+                            member
+                        })
+                        .collect();
+                }
+            }
+            described.group_id = group_id;
+            described
+        })
+        .collect();
+    response
+}

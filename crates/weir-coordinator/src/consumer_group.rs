@@ -1,0 +1,1414 @@
+//! One consumer group under the consumer group protocol (KIP-848): members heartbeat with
+//! their epoch, the coordinator computes the group's target assignment with a server-side
+//! assignor whenever the group epoch moves, and hands each member its part incrementally: a
+//! member first gives up the partitions it must lose (keeping its epoch), then advances to
+//! the target epoch with the partitions nobody else still holds; a partition another member
+//! has not yet revoked comes with a later heartbeat. So only partitions that move are ever
+//! revoked, and no partition has two owners.
+//!
+//! Synchronous and clock-free like the classic group: callers pass the time.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::assignors::{assign, MemberSpec, TopicPartitions, ASSIGNORS};
+use crate::group::GroupState;
+use crate::records::consumer::{
+    decode_assignment, decode_epoch, decode_member, decode_target, encode_assignment, encode_epoch,
+    encode_member, encode_target, AssignmentValue, MemberValue,
+};
+use crate::records::{ConsumerKey, FormatError, RecordKey};
+use crate::GroupError;
+
+/// Member epoch of a ConsumerGroupHeartbeat that joins the group.
+pub const JOIN_EPOCH: i32 = 0;
+/// Member epoch of a ConsumerGroupHeartbeat that leaves the group.
+pub const LEAVE_EPOCH: i32 = -1;
+/// Member epoch of a static member leaving for now: its partitions wait for its instance
+/// id to come back within the session timeout.
+pub const STATIC_LEAVE_EPOCH: i32 = -2;
+
+/// Longest `SubscribedTopicRegex` accepted, and the compiled size it may reach.
+const REGEX_MAX_LEN: usize = 4096;
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// The topics a group's members may subscribe to, as the metadata image has them.
+pub trait TopicCatalog: Send + Sync {
+    /// Id and partition count of the topic called `name`.
+    fn topic(&self, name: &str) -> Option<(Uuid, i32)>;
+    /// The name of the topic with id `id`.
+    fn topic_name(&self, id: Uuid) -> Option<String>;
+    /// Every topic name a regular expression may match (internal topics excluded).
+    fn topic_names(&self) -> Vec<String>;
+    /// Changes whenever a topic is created, deleted or grows: pattern subscriptions are
+    /// matched again only then.
+    fn version(&self) -> u64;
+}
+
+/// Broker settings of consumer-protocol groups.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerGroupSettings {
+    /// `group.consumer.session.timeout.ms`.
+    pub session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`: how often members heartbeat.
+    pub heartbeat_interval_ms: i32,
+    /// `group.consumer.max.size`.
+    pub max_size: usize,
+}
+
+/// A ConsumerGroupHeartbeat, decoded by the handler. `None` fields did not change since the
+/// member's last heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerHeartbeat {
+    /// Member id (v1: chosen by the client; v0: empty on the first heartbeat).
+    pub member_id: String,
+    /// 0 to join, -1 to leave, -2 for a static member's temporary leave, else its epoch.
+    pub member_epoch: i32,
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<String>,
+    /// `client.rack`.
+    pub rack_id: Option<String>,
+    /// `max.poll.interval.ms` of the client, or -1.
+    pub rebalance_timeout_ms: i32,
+    /// Subscribed topic names.
+    pub topic_names: Option<Vec<String>>,
+    /// Subscribed topic pattern (RE2 syntax, matched against whole names).
+    pub topic_regex: Option<String>,
+    /// Preferred server assignor.
+    pub server_assignor: Option<String>,
+    /// Partitions the member owns now.
+    pub owned: Option<TopicPartitions>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+}
+
+/// The answer to a ConsumerGroupHeartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    /// The member's id.
+    pub member_id: String,
+    /// The member's epoch after this heartbeat.
+    pub member_epoch: i32,
+    /// When to heartbeat next.
+    pub heartbeat_interval_ms: i32,
+    /// The member's assignment, when it changed or the request was a full one.
+    pub assignment: Option<TopicPartitions>,
+}
+
+/// Where a member is in reaching its target assignment (Kafka's member states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemberState {
+    /// It has its target assignment, or all of it that is free.
+    Stable,
+    /// It must revoke partitions before it may advance.
+    UnrevokedPartitions,
+    /// It is at the target epoch, waiting for partitions other members still hold.
+    UnreleasedPartitions,
+}
+
+#[derive(Debug)]
+struct ConsumerMember {
+    instance_id: Option<String>,
+    rack_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    topic_names: Vec<String>,
+    topic_regex: Option<(String, regex::Regex)>,
+    server_assignor: Option<String>,
+    rebalance_timeout: Duration,
+    epoch: i32,
+    previous_epoch: i32,
+    state: MemberState,
+    /// The partitions it holds (without those pending revocation).
+    assigned: TopicPartitions,
+    /// Partitions it must give up; they stay its own until it acknowledges.
+    pending_revocation: TopicPartitions,
+    /// Session expiry, pushed forward by each heartbeat.
+    expires: Instant,
+    /// UnrevokedPartitions: when the member is fenced if it has not revoked.
+    revoke_by: Option<Instant>,
+}
+
+impl ConsumerMember {
+    /// A static member that left with epoch -2, waiting for its instance to return.
+    fn departed(&self) -> bool {
+        self.epoch == STATIC_LEAVE_EPOCH
+    }
+
+    fn subscribes_to(&self, name: &str) -> bool {
+        self.topic_names.iter().any(|n| n == name)
+            || self
+                .topic_regex
+                .as_ref()
+                .is_some_and(|(_, regex)| regex.is_match(name))
+    }
+}
+
+/// What ConsumerGroupDescribe shows of one member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberDescription {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id`.
+    pub instance_id: Option<String>,
+    /// `client.rack`.
+    pub rack_id: Option<String>,
+    /// Its epoch.
+    pub member_epoch: i32,
+    /// `client.id`.
+    pub client_id: String,
+    /// Address.
+    pub client_host: String,
+    /// Subscribed names.
+    pub topic_names: Vec<String>,
+    /// Subscribed pattern.
+    pub topic_regex: Option<String>,
+    /// What it holds now.
+    pub assignment: TopicPartitions,
+    /// What it is heading for.
+    pub target_assignment: TopicPartitions,
+}
+
+/// What ConsumerGroupDescribe shows of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescription {
+    /// Its state.
+    pub state: GroupState,
+    /// The group epoch.
+    pub epoch: i32,
+    /// The epoch of the target assignment.
+    pub assignment_epoch: i32,
+    /// The assignor the target was computed with.
+    pub assignor: String,
+    /// Members in id order.
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+/// The membership of a consumer-protocol group (its committed offsets live in the
+/// enclosing [`crate::group::Group`]).
+#[derive(Debug, Default)]
+pub struct ConsumerGroup {
+    epoch: i32,
+    assignment_epoch: i32,
+    members: BTreeMap<String, ConsumerMember>,
+    /// The target assignment at `assignment_epoch`, per member.
+    target: HashMap<String, TopicPartitions>,
+    /// The subscribed topics' ids and partition counts the target was computed from.
+    topics: BTreeMap<String, (Uuid, i32)>,
+    /// Which member holds (or is revoking) each partition.
+    owners: HashMap<(Uuid, i32), String>,
+    /// The assignor of the last target.
+    assignor: &'static str,
+    /// Restored from the log: `topics` is taken from the catalog at the next heartbeat,
+    /// without a new epoch unless the target no longer covers them.
+    topics_unknown: bool,
+    /// The topics the members' patterns matched: the catalog version and the patterns they
+    /// were matched at, so a heartbeat does not match every topic name again.
+    pattern_matches: Option<(u64, Vec<String>, BTreeSet<String>)>,
+}
+
+impl ConsumerGroup {
+    /// The group's state: Empty without members, Assigning while the target lags the group
+    /// epoch, Reconciling while a member has not reached it, else Stable.
+    pub fn state(&self) -> GroupState {
+        if self.members.is_empty() {
+            GroupState::Empty
+        } else if self.assignment_epoch < self.epoch {
+            GroupState::Assigning
+        } else if self
+            .members
+            .values()
+            .any(|m| m.epoch != self.assignment_epoch || m.state != MemberState::Stable)
+        {
+            GroupState::Reconciling
+        } else {
+            GroupState::Stable
+        }
+    }
+
+    /// True without members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The group epoch.
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// Every topic some member subscribes to (by name or pattern) that exists.
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        self.topics.keys().cloned().collect()
+    }
+
+    /// Checks an OffsetCommit: from a member with exactly its current epoch (else
+    /// STALE_MEMBER_EPOCH), at version 9 or later; or with epoch -1 from outside the group
+    /// while it is empty.
+    pub fn check_commit(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+        version: i16,
+    ) -> Result<(), GroupError> {
+        if member_epoch < 0 && self.members.is_empty() {
+            return Ok(());
+        }
+        let member = self
+            .members
+            .get(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if version < 9 {
+            return Err(GroupError::UnsupportedVersion);
+        }
+        if member_epoch != member.epoch {
+            return Err(GroupError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// Checks an OffsetFetch that names a member or an epoch (v9): it must be in the group at
+    /// that epoch.
+    pub fn check_fetch(&self, member_id: &str, member_epoch: i32) -> Result<(), GroupError> {
+        let member = self
+            .members
+            .get(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if member_epoch != member.epoch {
+            return Err(GroupError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// Handles a ConsumerGroupHeartbeat (see the module docs).
+    pub fn heartbeat(
+        &mut self,
+        group_id: &str,
+        request: ConsumerHeartbeat,
+        catalog: &dyn TopicCatalog,
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+    ) -> Result<HeartbeatReply, GroupError> {
+        let reply = |member_id: String, member_epoch: i32| HeartbeatReply {
+            member_id,
+            member_epoch,
+            heartbeat_interval_ms: settings.heartbeat_interval_ms,
+            assignment: None,
+        };
+        if let Some(assignor) = &request.server_assignor {
+            if !ASSIGNORS.contains(&assignor.as_str()) {
+                return Err(GroupError::UnsupportedAssignor);
+            }
+        }
+        let regex = match &request.topic_regex {
+            Some(pattern) if !pattern.is_empty() => Some(compile(pattern)?),
+            _ => None,
+        };
+        let mut joined = false;
+        match request.member_epoch {
+            STATIC_LEAVE_EPOCH if request.instance_id.is_none() => {
+                return Err(GroupError::InvalidRequest)
+            }
+            LEAVE_EPOCH | STATIC_LEAVE_EPOCH => {
+                let id = self.leaving_member(&request)?;
+                if request.member_epoch == STATIC_LEAVE_EPOCH {
+                    let member = self.members.get_mut(&id).expect("found above");
+                    member.previous_epoch = member.epoch;
+                    member.epoch = STATIC_LEAVE_EPOCH;
+                    member.expires = now + millis(settings.session_timeout_ms);
+                    tracing::info!(target: "weir::groups", group = group_id, member = %id, "static member left for now; its partitions wait for its instance");
+                } else {
+                    tracing::info!(target: "weir::groups", group = group_id, member = %id, "member left the group");
+                    self.remove_member(&id);
+                }
+                return Ok(HeartbeatReply {
+                    heartbeat_interval_ms: 0,
+                    ..reply(id, request.member_epoch)
+                });
+            }
+            JOIN_EPOCH => joined = self.join(group_id, &request, settings, now)?,
+            epoch if epoch < 0 => return Err(GroupError::InvalidRequest),
+            epoch => {
+                let member = self
+                    .members
+                    .get(&request.member_id)
+                    .filter(|m| !m.departed())
+                    .ok_or(GroupError::UnknownMemberId)?;
+                if let Some(instance) = &request.instance_id {
+                    if member.instance_id.as_ref() != Some(instance) {
+                        return Err(GroupError::FencedInstanceId);
+                    }
+                }
+                let behind_but_consistent = epoch == member.previous_epoch
+                    && request
+                        .owned
+                        .as_ref()
+                        .is_some_and(|owned| is_subset(owned, &member.assigned));
+                if epoch != member.epoch && !behind_but_consistent {
+                    return Err(GroupError::FencedMemberEpoch);
+                }
+            }
+        }
+        let member_id = request.member_id.clone();
+        let before = self.members.get(&member_id).map(|m| m.assigned.clone());
+        let resubscribed = self.update_member(&member_id, &request, regex, now, settings);
+        let topics_changed = self.refresh_topics(catalog);
+        if joined || resubscribed || topics_changed {
+            self.epoch += 1;
+        }
+        if self.assignment_epoch < self.epoch {
+            self.compute_target();
+        }
+        self.reconcile(&member_id, request.owned.as_ref(), now);
+        let member = &self.members[&member_id];
+        let full = request.rebalance_timeout_ms != -1
+            && (request.topic_names.is_some() || request.topic_regex.is_some())
+            && request.owned.is_some();
+        let changed = before.is_none_or(|assigned| assigned != member.assigned);
+        let mut answer = reply(member_id, member.epoch);
+        if request.member_epoch == JOIN_EPOCH || full || changed {
+            answer.assignment = Some(member.assigned.clone());
+        }
+        Ok(answer)
+    }
+
+    /// The member a leave names: by member id, or a static member by instance id.
+    fn leaving_member(&self, request: &ConsumerHeartbeat) -> Result<String, GroupError> {
+        let member = self
+            .members
+            .get(&request.member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if let Some(instance) = &request.instance_id {
+            if member.instance_id.as_ref() != Some(instance) {
+                return Err(GroupError::FencedInstanceId);
+            }
+        }
+        Ok(request.member_id.clone())
+    }
+
+    /// A heartbeat with epoch 0: a new member, a member starting over, or a static member's
+    /// instance coming back under a new member id (taking over its predecessor's partitions
+    /// and epoch without a new target). True for a new member.
+    fn join(
+        &mut self,
+        group_id: &str,
+        request: &ConsumerHeartbeat,
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+    ) -> Result<bool, GroupError> {
+        if request.rebalance_timeout_ms < 0
+            || (request.topic_names.is_none() && request.topic_regex.is_none())
+            || request.owned.as_ref().is_none_or(|owned| !owned.is_empty())
+        {
+            return Err(GroupError::InvalidRequest);
+        }
+        if let Some(instance) = &request.instance_id {
+            let previous = self
+                .members
+                .iter()
+                .find(|(_, m)| m.instance_id.as_ref() == Some(instance))
+                .map(|(id, m)| (id.clone(), m.departed()));
+            match previous {
+                Some((id, false)) if id == request.member_id => {}
+                Some((_, false)) => return Err(GroupError::UnreleasedInstanceId),
+                Some((id, true)) => {
+                    let mut member = self.members.remove(&id).expect("found above");
+                    member.epoch = 0;
+                    member.previous_epoch = 0;
+                    member.expires = now + millis(settings.session_timeout_ms);
+                    for owner in self.owners.values_mut().filter(|o| **o == id) {
+                        owner.clone_from(&request.member_id);
+                    }
+                    if let Some(target) = self.target.remove(&id) {
+                        self.target.insert(request.member_id.clone(), target);
+                    }
+                    tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, previous = %id, "static member came back and takes over its partitions");
+                    self.members.insert(request.member_id.clone(), member);
+                    return Ok(false);
+                }
+                None => {}
+            }
+        }
+        if let Some(member) = self.members.get(&request.member_id) {
+            // Starting over: whatever it held is released and handed out again.
+            if member.departed() {
+                return Err(GroupError::UnknownMemberId);
+            }
+            self.release_all(&request.member_id);
+            let member = self
+                .members
+                .get_mut(&request.member_id)
+                .expect("found above");
+            member.epoch = 0;
+            member.previous_epoch = 0;
+            member.state = MemberState::Stable;
+            return Ok(false);
+        }
+        if self.members.len() >= settings.max_size {
+            return Err(GroupError::GroupMaxSizeReached);
+        }
+        self.members.insert(
+            request.member_id.clone(),
+            ConsumerMember {
+                instance_id: request.instance_id.clone(),
+                rack_id: None,
+                client_id: request.client_id.clone(),
+                client_host: request.client_host.clone(),
+                topic_names: Vec::new(),
+                topic_regex: None,
+                server_assignor: None,
+                rebalance_timeout: Duration::ZERO,
+                epoch: 0,
+                previous_epoch: 0,
+                state: MemberState::Stable,
+                assigned: TopicPartitions::new(),
+                pending_revocation: TopicPartitions::new(),
+                expires: now,
+                revoke_by: None,
+            },
+        );
+        tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, "member joined the group");
+        Ok(true)
+    }
+
+    /// Takes the request's changed fields (`regex`: its pattern, compiled). True when the
+    /// subscription or preferred assignor changed, which moves the group epoch.
+    fn update_member(
+        &mut self,
+        member_id: &str,
+        request: &ConsumerHeartbeat,
+        regex: Option<regex::Regex>,
+        now: Instant,
+        settings: &ConsumerGroupSettings,
+    ) -> bool {
+        let Some(member) = self.members.get_mut(member_id) else {
+            return false;
+        };
+        member.expires = now + millis(settings.session_timeout_ms);
+        if request.rebalance_timeout_ms >= 0 {
+            member.rebalance_timeout = millis(request.rebalance_timeout_ms);
+        }
+        if request.rack_id.is_some() {
+            member.rack_id.clone_from(&request.rack_id);
+        }
+        let mut changed = false;
+        if let Some(names) = &request.topic_names {
+            let mut names = names.clone();
+            names.sort();
+            names.dedup();
+            changed |= names != member.topic_names;
+            member.topic_names = names;
+        }
+        if let Some(pattern) = &request.topic_regex {
+            let old = member.topic_regex.as_ref().map(|(p, _)| p.as_str());
+            changed |= old.unwrap_or_default() != pattern.as_str();
+            member.topic_regex = regex.map(|r| (pattern.clone(), r));
+        }
+        if request.server_assignor.is_some() && request.server_assignor != member.server_assignor {
+            member.server_assignor.clone_from(&request.server_assignor);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Resolves every subscription against the catalog. True when a subscribed topic
+    /// appeared, went, was recreated or grew, which moves the group epoch.
+    fn refresh_topics(&mut self, catalog: &dyn TopicCatalog) -> bool {
+        let mut topics = BTreeMap::new();
+        let mut patterns: Vec<String> = self
+            .members
+            .values()
+            .filter_map(|m| m.topic_regex.as_ref().map(|(p, _)| p.clone()))
+            .collect();
+        patterns.sort();
+        patterns.dedup();
+        let mut names: BTreeSet<String> = self
+            .members
+            .values()
+            .flat_map(|m| m.topic_names.iter().cloned())
+            .collect();
+        if !patterns.is_empty() {
+            let version = catalog.version();
+            let cached = self
+                .pattern_matches
+                .as_ref()
+                .filter(|(v, p, _)| *v == version && *p == patterns);
+            let matched = match cached {
+                Some((_, _, matched)) => matched.clone(),
+                None => {
+                    let regexes: Vec<&regex::Regex> = self
+                        .members
+                        .values()
+                        .filter_map(|m| m.topic_regex.as_ref().map(|(_, r)| r))
+                        .collect();
+                    let matched: BTreeSet<String> = catalog
+                        .topic_names()
+                        .into_iter()
+                        .filter(|name| regexes.iter().any(|r| r.is_match(name)))
+                        .collect();
+                    self.pattern_matches = Some((version, patterns, matched.clone()));
+                    matched
+                }
+            };
+            names.extend(matched);
+        }
+        for name in names {
+            if let Some(topic) = catalog.topic(&name) {
+                topics.insert(name, topic);
+            }
+        }
+        let restored = std::mem::take(&mut self.topics_unknown);
+        if topics == self.topics {
+            return false;
+        }
+        self.topics = topics;
+        !restored || !self.target_covers_topics()
+    }
+
+    /// True when the target assignment holds exactly the partitions of the subscribed topics.
+    fn target_covers_topics(&self) -> bool {
+        let targeted: BTreeSet<(Uuid, i32)> = self.target.values().flat_map(flatten).collect();
+        let wanted: BTreeSet<(Uuid, i32)> = self
+            .topics
+            .values()
+            .flat_map(|&(topic, n)| (0..n).map(move |p| (topic, p)))
+            .collect();
+        targeted == wanted
+    }
+
+    /// The group as Kafka's records: the group and target epochs, and each member's
+    /// subscription, target and current assignment.
+    pub fn records(&self, group_id: &str) -> Vec<(RecordKey, Vec<u8>)> {
+        let key = |key| RecordKey::Consumer {
+            group: group_id.to_string(),
+            key,
+        };
+        let mut out = vec![
+            (key(ConsumerKey::Metadata), encode_epoch(self.epoch)),
+            (
+                key(ConsumerKey::TargetMetadata),
+                encode_epoch(self.assignment_epoch),
+            ),
+        ];
+        for (id, m) in &self.members {
+            let value = MemberValue {
+                instance_id: m.instance_id.clone(),
+                rack_id: m.rack_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                topic_names: m.topic_names.clone(),
+                topic_regex: m.topic_regex.as_ref().map(|(p, _)| p.clone()),
+                rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis())
+                    .unwrap_or(i32::MAX),
+                server_assignor: m.server_assignor.clone(),
+            };
+            out.push((key(ConsumerKey::Member(id.clone())), encode_member(&value)));
+            if let Some(target) = self.target.get(id) {
+                out.push((
+                    key(ConsumerKey::TargetMember(id.clone())),
+                    encode_target(target),
+                ));
+            }
+            let state = match m.state {
+                MemberState::Stable => 0,
+                MemberState::UnrevokedPartitions => 1,
+                MemberState::UnreleasedPartitions => 2,
+            };
+            let assignment = AssignmentValue {
+                epoch: m.epoch,
+                previous_epoch: m.previous_epoch,
+                state,
+                assigned: m.assigned.clone(),
+                pending_revocation: m.pending_revocation.clone(),
+            };
+            out.push((
+                key(ConsumerKey::Assignment(id.clone())),
+                encode_assignment(&assignment),
+            ));
+        }
+        out
+    }
+
+    /// Rebuilds a group from its records (the newest value of each key), as
+    /// [`ConsumerGroup::records`] wrote them: members keep their epochs and partitions, their
+    /// sessions starting now. A record that does not parse is an error; a member's target
+    /// or assignment without its subscription is ignored.
+    pub fn restore(
+        records: &[(ConsumerKey, Vec<u8>)],
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+    ) -> Result<ConsumerGroup, FormatError> {
+        let mut group = ConsumerGroup {
+            topics_unknown: true,
+            ..ConsumerGroup::default()
+        };
+        for (key, value) in records {
+            match key {
+                ConsumerKey::Metadata => group.epoch = decode_epoch(value)?,
+                ConsumerKey::TargetMetadata => group.assignment_epoch = decode_epoch(value)?,
+                ConsumerKey::Member(id) => {
+                    let m = decode_member(value)?;
+                    let topic_regex = match m.topic_regex {
+                        Some(pattern) if !pattern.is_empty() => {
+                            compile(&pattern).ok().map(|regex| (pattern, regex))
+                        }
+                        _ => None,
+                    };
+                    group.members.insert(
+                        id.clone(),
+                        ConsumerMember {
+                            instance_id: m.instance_id,
+                            rack_id: m.rack_id,
+                            client_id: m.client_id,
+                            client_host: m.client_host,
+                            topic_names: m.topic_names,
+                            topic_regex,
+                            server_assignor: m.server_assignor,
+                            rebalance_timeout: millis(m.rebalance_timeout_ms),
+                            epoch: 0,
+                            previous_epoch: 0,
+                            state: MemberState::Stable,
+                            assigned: TopicPartitions::new(),
+                            pending_revocation: TopicPartitions::new(),
+                            expires: now + millis(settings.session_timeout_ms),
+                            revoke_by: None,
+                        },
+                    );
+                }
+                ConsumerKey::TargetMember(_) | ConsumerKey::Assignment(_) => {}
+            }
+        }
+        for (key, value) in records {
+            match key {
+                ConsumerKey::TargetMember(id) if group.members.contains_key(id) => {
+                    group.target.insert(id.clone(), decode_target(value)?);
+                }
+                ConsumerKey::Assignment(id) => {
+                    let a = decode_assignment(value)?;
+                    let Some(member) = group.members.get_mut(id) else {
+                        continue;
+                    };
+                    member.epoch = a.epoch;
+                    member.previous_epoch = a.previous_epoch;
+                    member.state = match a.state {
+                        1 => MemberState::UnrevokedPartitions,
+                        2 => MemberState::UnreleasedPartitions,
+                        _ => MemberState::Stable,
+                    };
+                    if member.state == MemberState::UnrevokedPartitions {
+                        member.revoke_by = Some(now + member.rebalance_timeout);
+                    }
+                    for partition in flatten(&a.assigned)
+                        .into_iter()
+                        .chain(flatten(&a.pending_revocation))
+                    {
+                        group.owners.insert(partition, id.clone());
+                    }
+                    member.assigned = a.assigned;
+                    member.pending_revocation = a.pending_revocation;
+                }
+                _ => {}
+            }
+        }
+        Ok(group)
+    }
+
+    /// The target assignment for the current group epoch, with the assignor most members
+    /// prefer (the default when none says).
+    fn compute_target(&mut self) {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for member in self.members.values() {
+            if let Some(name) = member.server_assignor.as_deref() {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        let assignor = ASSIGNORS
+            .iter()
+            .copied()
+            .max_by_key(|name| (votes.get(name).copied().unwrap_or(0), *name == ASSIGNORS[0]))
+            .unwrap_or(ASSIGNORS[0]);
+        let specs: Vec<MemberSpec<'_>> = self
+            .members
+            .iter()
+            .map(|(id, m)| MemberSpec {
+                member_id: id,
+                subscribed: self
+                    .topics
+                    .iter()
+                    .filter(|(name, _)| m.subscribes_to(name))
+                    .map(|(_, (topic, _))| *topic)
+                    .collect(),
+                previous: self.target.get(id),
+            })
+            .collect();
+        let counts: BTreeMap<Uuid, i32> = self.topics.values().copied().collect();
+        let target = assign(assignor, &specs, &counts);
+        self.target = target.into_iter().collect();
+        self.assignor = assignor;
+        self.assignment_epoch = self.epoch;
+    }
+
+    /// Moves the member towards its target: acknowledges a revocation the request shows
+    /// done, then revokes what it must lose or advances its epoch with what is free.
+    fn reconcile(&mut self, member_id: &str, owned: Option<&TopicPartitions>, now: Instant) {
+        let Some(member) = self.members.get(member_id) else {
+            return;
+        };
+        if member.state == MemberState::UnrevokedPartitions {
+            let revoked = owned.is_some_and(|owned| !intersects(owned, &member.pending_revocation));
+            if !revoked {
+                return;
+            }
+            let pending = std::mem::take(
+                &mut self
+                    .members
+                    .get_mut(member_id)
+                    .expect("found above")
+                    .pending_revocation,
+            );
+            for partition in flatten(&pending) {
+                if self.owners.get(&partition).map(String::as_str) == Some(member_id) {
+                    self.owners.remove(&partition);
+                }
+            }
+        }
+        let target_epoch = self.assignment_epoch;
+        let target = self.target.get(member_id).cloned().unwrap_or_default();
+        let member = self.members.get_mut(member_id).expect("found above");
+        if member.epoch == target_epoch && member.state == MemberState::Stable {
+            member.revoke_by = None;
+            return;
+        }
+        let revoking = difference(&member.assigned, &target);
+        member.assigned = intersection(&member.assigned, &target);
+        if !revoking.is_empty() {
+            // Already given up when the request does not list them (never when it lists
+            // nothing: `None` means unchanged).
+            if owned.is_none_or(|owned| intersects(owned, &revoking)) {
+                member.pending_revocation = revoking;
+                member.state = MemberState::UnrevokedPartitions;
+                member.revoke_by = Some(now + member.rebalance_timeout);
+                return;
+            }
+            for partition in flatten(&revoking) {
+                if self.owners.get(&partition).map(String::as_str) == Some(member_id) {
+                    self.owners.remove(&partition);
+                }
+            }
+        }
+        let wanted = difference(&target, &member.assigned);
+        let mut all_free = true;
+        for (topic, p) in flatten(&wanted) {
+            match self.owners.get(&(topic, p)) {
+                Some(owner) if owner != member_id => all_free = false,
+                _ => {
+                    self.owners.insert((topic, p), member_id.to_string());
+                    member.assigned.entry(topic).or_default().insert(p);
+                }
+            }
+        }
+        if member.epoch != target_epoch {
+            member.previous_epoch = member.epoch;
+            member.epoch = target_epoch;
+        }
+        member.revoke_by = None;
+        member.state = if all_free {
+            MemberState::Stable
+        } else {
+            MemberState::UnreleasedPartitions
+        };
+    }
+
+    /// Releases every partition a member holds or is revoking.
+    fn release_all(&mut self, member_id: &str) {
+        self.owners.retain(|_, owner| owner != member_id);
+        if let Some(member) = self.members.get_mut(member_id) {
+            member.assigned.clear();
+            member.pending_revocation.clear();
+        }
+    }
+
+    /// Removes a member (left, fenced or expired): its partitions are free and the rest of
+    /// the group gets a new target.
+    fn remove_member(&mut self, member_id: &str) {
+        self.release_all(member_id);
+        self.members.remove(member_id);
+        self.target.remove(member_id);
+        self.epoch += 1;
+        self.compute_target();
+    }
+
+    /// Fences members whose session expired or who did not revoke within their rebalance
+    /// timeout. Returns true when the group became empty.
+    pub fn tick(&mut self, group_id: &str, now: Instant) -> bool {
+        let had_members = !self.members.is_empty();
+        let expired: Vec<(String, &'static str)> = self
+            .members
+            .iter()
+            .filter_map(|(id, m)| {
+                if m.expires <= now {
+                    Some((id.clone(), "session expired"))
+                } else if m.revoke_by.is_some_and(|d| d <= now) {
+                    Some((
+                        id.clone(),
+                        "partitions not revoked within the rebalance timeout",
+                    ))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (id, why) in expired {
+            tracing::info!(target: "weir::groups", group = group_id, member = %id, "{why}; removing the member");
+            self.remove_member(&id);
+        }
+        had_members && self.members.is_empty()
+    }
+
+    /// The next moment [`ConsumerGroup::tick`] has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.members
+            .values()
+            .flat_map(|m| [Some(m.expires), m.revoke_by])
+            .flatten()
+            .min()
+    }
+
+    /// What ConsumerGroupDescribe shows.
+    pub fn describe(&self) -> ConsumerGroupDescription {
+        ConsumerGroupDescription {
+            state: self.state(),
+            epoch: self.epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: if self.assignor.is_empty() {
+                ASSIGNORS[0].to_string()
+            } else {
+                self.assignor.to_string()
+            },
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| ConsumerMemberDescription {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    member_epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    topic_names: m.topic_names.clone(),
+                    topic_regex: m.topic_regex.as_ref().map(|(p, _)| p.clone()),
+                    assignment: m.assigned.clone(),
+                    target_assignment: self.target.get(id).cloned().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Compiles a subscription pattern matched against whole topic names, as Kafka's RE2J
+/// `matches()` does, within bounded size.
+fn compile(pattern: &str) -> Result<regex::Regex, GroupError> {
+    if pattern.len() > REGEX_MAX_LEN {
+        return Err(GroupError::InvalidRegularExpression);
+    }
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|_| GroupError::InvalidRegularExpression)
+}
+
+fn millis(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn flatten(partitions: &TopicPartitions) -> Vec<(Uuid, i32)> {
+    partitions
+        .iter()
+        .flat_map(|(topic, ps)| ps.iter().map(move |p| (*topic, *p)))
+        .collect()
+}
+
+fn contains(partitions: &TopicPartitions, topic: &Uuid, p: i32) -> bool {
+    partitions.get(topic).is_some_and(|ps| ps.contains(&p))
+}
+
+fn is_subset(small: &TopicPartitions, big: &TopicPartitions) -> bool {
+    small
+        .iter()
+        .all(|(topic, ps)| ps.iter().all(|p| contains(big, topic, *p)))
+}
+
+fn intersects(a: &TopicPartitions, b: &TopicPartitions) -> bool {
+    a.iter()
+        .any(|(topic, ps)| ps.iter().any(|p| contains(b, topic, *p)))
+}
+
+fn filtered(a: &TopicPartitions, keep: impl Fn(&Uuid, i32) -> bool) -> TopicPartitions {
+    a.iter()
+        .map(|(topic, ps)| {
+            let kept: BTreeSet<i32> = ps.iter().copied().filter(|p| keep(topic, *p)).collect();
+            (*topic, kept)
+        })
+        .filter(|(_, ps)| !ps.is_empty())
+        .collect()
+}
+
+fn difference(a: &TopicPartitions, b: &TopicPartitions) -> TopicPartitions {
+    filtered(a, |topic, p| !contains(b, topic, p))
+}
+
+fn intersection(a: &TopicPartitions, b: &TopicPartitions) -> TopicPartitions {
+    filtered(a, |topic, p| contains(b, topic, p))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Topics by name.
+    #[derive(Default)]
+    struct Catalog(HashMap<String, (Uuid, i32)>);
+
+    impl Catalog {
+        fn with(topics: &[(&str, i32)]) -> Catalog {
+            let mut catalog = Catalog::default();
+            for (name, partitions) in topics {
+                catalog.add(name, *partitions);
+            }
+            catalog
+        }
+
+        fn add(&mut self, name: &str, partitions: i32) {
+            self.0
+                .insert(name.to_string(), (Uuid::new_v4(), partitions));
+        }
+    }
+
+    impl TopicCatalog for Catalog {
+        fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
+            self.0.get(name).copied()
+        }
+
+        fn topic_name(&self, id: Uuid) -> Option<String> {
+            self.0
+                .iter()
+                .find(|(_, (t, _))| *t == id)
+                .map(|(n, _)| n.clone())
+        }
+
+        fn topic_names(&self) -> Vec<String> {
+            self.0.keys().cloned().collect()
+        }
+
+        fn version(&self) -> u64 {
+            self.0.len() as u64 // these tests only add topics
+        }
+    }
+
+    const SETTINGS: ConsumerGroupSettings = ConsumerGroupSettings {
+        session_timeout_ms: 45_000,
+        heartbeat_interval_ms: 5_000,
+        max_size: 4,
+    };
+
+    /// A client that gives up revoked partitions at once and reports what it owns.
+    struct Client {
+        id: String,
+        epoch: i32,
+        owned: TopicPartitions,
+        topics: Vec<String>,
+    }
+
+    impl Client {
+        fn new(id: &str, topics: &[&str]) -> Client {
+            Client {
+                id: id.to_string(),
+                epoch: 0,
+                owned: TopicPartitions::new(),
+                topics: topics.iter().map(|t| t.to_string()).collect(),
+            }
+        }
+
+        fn request(&self) -> ConsumerHeartbeat {
+            ConsumerHeartbeat {
+                member_id: self.id.clone(),
+                member_epoch: self.epoch,
+                rebalance_timeout_ms: 30_000,
+                topic_names: Some(self.topics.clone()),
+                owned: Some(self.owned.clone()),
+                ..ConsumerHeartbeat::default()
+            }
+        }
+
+        fn beat(&mut self, group: &mut ConsumerGroup, catalog: &Catalog, now: Instant) {
+            let reply = group
+                .heartbeat("g", self.request(), catalog, &SETTINGS, now)
+                .expect("heartbeat");
+            self.epoch = reply.member_epoch;
+            if let Some(assignment) = reply.assignment {
+                self.owned = assignment;
+            }
+        }
+
+        fn count(&self) -> usize {
+            self.owned.values().map(BTreeSet::len).sum()
+        }
+    }
+
+    /// Heartbeats every client in turn until the group is Stable, checking after each
+    /// heartbeat that no partition has two owners; returns the rounds it took.
+    fn settle(
+        group: &mut ConsumerGroup,
+        clients: &mut [Client],
+        catalog: &Catalog,
+        now: Instant,
+    ) -> usize {
+        for round in 1..=10 {
+            for i in 0..clients.len() {
+                clients[i].beat(group, catalog, now);
+                let mut seen = BTreeSet::new();
+                for client in clients.iter() {
+                    for p in flatten(&client.owned) {
+                        assert!(seen.insert(p), "{p:?} owned twice");
+                    }
+                }
+            }
+            if group.state() == GroupState::Stable {
+                return round;
+            }
+        }
+        panic!("the group did not settle: {:?}", group.state());
+    }
+
+    #[test]
+    fn members_join_and_leave_and_only_moved_partitions_are_revoked() {
+        let catalog = Catalog::with(&[("t", 6)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        let mut clients = vec![Client::new("a", &["t"])];
+        settle(&mut group, &mut clients, &catalog, now);
+        assert_eq!(clients[0].count(), 6);
+        assert_eq!(clients[0].epoch, 1);
+
+        for id in ["b", "c"] {
+            let before: Vec<TopicPartitions> = clients.iter().map(|c| c.owned.clone()).collect();
+            clients.push(Client::new(id, &["t"]));
+            settle(&mut group, &mut clients, &catalog, now);
+            for (client, before) in clients.iter().zip(&before) {
+                assert!(
+                    is_subset(&client.owned, before),
+                    "{} only loses partitions",
+                    client.id
+                );
+            }
+        }
+        assert!(clients.iter().all(|c| c.count() == 2));
+        assert_eq!(group.describe().epoch, 3);
+
+        let kept: Vec<TopicPartitions> = clients[..2].iter().map(|c| c.owned.clone()).collect();
+        let leaving = clients.pop().expect("c");
+        let reply = group
+            .heartbeat(
+                "g",
+                ConsumerHeartbeat {
+                    member_epoch: LEAVE_EPOCH,
+                    ..leaving.request()
+                },
+                &catalog,
+                &SETTINGS,
+                now,
+            )
+            .expect("leave");
+        assert_eq!(reply.member_epoch, LEAVE_EPOCH);
+        settle(&mut group, &mut clients, &catalog, now);
+        for (client, kept) in clients.iter().zip(&kept) {
+            assert!(
+                is_subset(kept, &client.owned),
+                "{} keeps its partitions",
+                client.id
+            );
+            assert_eq!(client.count(), 3);
+        }
+    }
+
+    #[test]
+    fn a_partition_moves_only_after_its_owner_revoked_it() {
+        let catalog = Catalog::with(&[("t", 2)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        let mut a = Client::new("a", &["t"]);
+        a.beat(&mut group, &catalog, now);
+        assert_eq!(a.count(), 2);
+        let mut b = Client::new("b", &["t"]);
+        b.beat(&mut group, &catalog, now);
+        assert_eq!(b.epoch, 2, "b is at the new epoch");
+        assert_eq!(b.count(), 0, "but a still holds its partition");
+        // a learns it must give one up; it keeps its epoch until it has.
+        let reply = group
+            .heartbeat("g", a.request(), &catalog, &SETTINGS, now)
+            .expect("heartbeat");
+        assert_eq!(reply.member_epoch, 1);
+        let assignment = reply.assignment.expect("revocation");
+        assert_eq!(assignment.values().map(BTreeSet::len).sum::<usize>(), 1);
+        b.beat(&mut group, &catalog, now);
+        assert_eq!(b.count(), 0, "not released yet");
+        a.owned = assignment;
+        a.beat(&mut group, &catalog, now);
+        assert_eq!(a.epoch, 2);
+        b.beat(&mut group, &catalog, now);
+        assert_eq!(b.count(), 1);
+        assert_eq!(group.state(), GroupState::Stable);
+    }
+
+    #[test]
+    fn epochs_are_checked_and_stale_members_fenced() {
+        let catalog = Catalog::with(&[("t", 4)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        let mut a = Client::new("a", &["t"]);
+        a.beat(&mut group, &catalog, now);
+        let mut b = Client::new("b", &["t"]);
+        let mut clients = [a, Client::new("x", &["t"])];
+        settle(&mut group, &mut clients, &catalog, now);
+        let [a, _] = &mut clients;
+        let beat = |group: &mut ConsumerGroup, request| {
+            group.heartbeat("g", request, &catalog, &SETTINGS, now)
+        };
+        assert_eq!(
+            beat(
+                &mut group,
+                ConsumerHeartbeat {
+                    member_epoch: a.epoch + 1,
+                    ..a.request()
+                }
+            ),
+            Err(GroupError::FencedMemberEpoch)
+        );
+        assert_eq!(
+            beat(
+                &mut group,
+                ConsumerHeartbeat {
+                    member_epoch: 5,
+                    ..b.request()
+                }
+            ),
+            Err(GroupError::UnknownMemberId)
+        );
+        // The previous epoch is accepted from a member that owns no more than it has.
+        let previous = ConsumerHeartbeat {
+            member_epoch: 1,
+            ..a.request()
+        };
+        assert_eq!(
+            beat(&mut group, previous).map(|r| r.member_epoch),
+            Ok(a.epoch)
+        );
+        assert_eq!(
+            group.check_commit(&a.id, a.epoch, 9),
+            Ok(()),
+            "a commit at the member's epoch"
+        );
+        assert_eq!(
+            group.check_commit(&a.id, a.epoch - 1, 9),
+            Err(GroupError::StaleMemberEpoch)
+        );
+        assert_eq!(
+            group.check_commit(&a.id, a.epoch + 1, 9),
+            Err(GroupError::StaleMemberEpoch)
+        );
+        assert_eq!(
+            group.check_commit(&a.id, a.epoch, 8),
+            Err(GroupError::UnsupportedVersion)
+        );
+        assert_eq!(
+            group.check_commit("nobody", 1, 9),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            group.check_commit("", -1, 9),
+            Err(GroupError::UnknownMemberId),
+            "not empty"
+        );
+        assert_eq!(
+            group.check_fetch(&a.id, a.epoch - 1),
+            Err(GroupError::StaleMemberEpoch)
+        );
+
+        // Bad joins change nothing.
+        let epoch = group.epoch();
+        for (request, error) in [
+            (
+                ConsumerHeartbeat {
+                    topic_names: None,
+                    ..b.request()
+                },
+                GroupError::InvalidRequest,
+            ),
+            (
+                ConsumerHeartbeat {
+                    rebalance_timeout_ms: -1,
+                    ..b.request()
+                },
+                GroupError::InvalidRequest,
+            ),
+            (
+                ConsumerHeartbeat {
+                    owned: None,
+                    ..b.request()
+                },
+                GroupError::InvalidRequest,
+            ),
+            (
+                ConsumerHeartbeat {
+                    server_assignor: Some("sticky".into()),
+                    ..b.request()
+                },
+                GroupError::UnsupportedAssignor,
+            ),
+            (
+                ConsumerHeartbeat {
+                    topic_regex: Some("(unclosed".into()),
+                    ..b.request()
+                },
+                GroupError::InvalidRegularExpression,
+            ),
+            (
+                ConsumerHeartbeat {
+                    member_epoch: -3,
+                    ..b.request()
+                },
+                GroupError::InvalidRequest,
+            ),
+            (
+                ConsumerHeartbeat {
+                    member_epoch: STATIC_LEAVE_EPOCH,
+                    ..a.request()
+                },
+                GroupError::InvalidRequest,
+            ),
+        ] {
+            assert_eq!(beat(&mut group, request), Err(error));
+        }
+        assert_eq!(group.epoch(), epoch);
+        assert!(!group.members.contains_key("b"));
+        b.beat(&mut group, &catalog, now);
+        let mut full = [Client::new("c", &["t"]), Client::new("d", &["t"])];
+        full[0].beat(&mut group, &catalog, now);
+        assert_eq!(
+            beat(&mut group, full[1].request()),
+            Err(GroupError::GroupMaxSizeReached)
+        );
+    }
+
+    #[test]
+    fn silent_members_are_fenced_and_static_members_come_back() {
+        let catalog = Catalog::with(&[("t", 4)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        let mut clients = [Client::new("a", &["t"]), Client::new("s1", &["t"])];
+        let static_request = |c: &Client| ConsumerHeartbeat {
+            instance_id: Some("instance".into()),
+            ..c.request()
+        };
+        group
+            .heartbeat("g", static_request(&clients[1]), &catalog, &SETTINGS, now)
+            .expect("static join");
+        settle(&mut group, &mut clients, &catalog, now);
+        let held = clients[1].owned.clone();
+        assert_eq!(clients[1].count(), 2);
+
+        // The static member leaves for now: its partitions wait for it.
+        let leave = ConsumerHeartbeat {
+            member_epoch: STATIC_LEAVE_EPOCH,
+            ..static_request(&clients[1])
+        };
+        let reply = group
+            .heartbeat("g", leave, &catalog, &SETTINGS, now)
+            .expect("leave");
+        assert_eq!(reply.member_epoch, STATIC_LEAVE_EPOCH);
+        clients[0].beat(&mut group, &catalog, now);
+        assert_eq!(clients[0].count(), 2, "nothing moved");
+        // Its instance comes back under a new member id and gets them back, same epoch.
+        let back = Client::new("s2", &["t"]);
+        let reply = group
+            .heartbeat("g", static_request(&back), &catalog, &SETTINGS, now)
+            .expect("rejoin");
+        assert_eq!(reply.assignment, Some(held));
+        assert_eq!(reply.member_epoch, clients[1].epoch);
+        // A second instance with the same id while it is there is refused.
+        let twin = Client::new("s3", &["t"]);
+        assert_eq!(
+            group.heartbeat("g", static_request(&twin), &catalog, &SETTINGS, now),
+            Err(GroupError::UnreleasedInstanceId)
+        );
+
+        // a heartbeats, s2 goes silent: after the session timeout s2 is removed.
+        let later = now + Duration::from_millis(SETTINGS.session_timeout_ms as u64 - 1);
+        clients[0].beat(&mut group, &catalog, later);
+        assert!(!group.tick("g", later));
+        let expired = now + Duration::from_millis(SETTINGS.session_timeout_ms as u64);
+        assert!(!group.tick("g", expired), "a is still there");
+        assert_eq!(group.describe().members.len(), 1);
+        clients[0].beat(&mut group, &catalog, expired);
+        assert_eq!(clients[0].count(), 4);
+
+        // A member that does not revoke within its rebalance timeout is fenced.
+        let mut c = Client::new("c", &["t"]);
+        c.beat(&mut group, &catalog, expired);
+        let reply = group
+            .heartbeat("g", clients[0].request(), &catalog, &SETTINGS, expired)
+            .expect("heartbeat");
+        assert!(reply.assignment.is_some(), "asked to revoke");
+        let deadline = group.next_deadline().expect("deadline");
+        assert_eq!(deadline, expired + Duration::from_millis(30_000));
+        assert!(!group.tick("g", deadline));
+        c.beat(&mut group, &catalog, deadline);
+        assert_eq!(c.count(), 4, "c gets everything once a is fenced");
+        assert_eq!(
+            group.heartbeat("g", clients[0].request(), &catalog, &SETTINGS, deadline),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn patterns_and_topic_changes_move_the_group_epoch() {
+        let mut catalog = Catalog::with(&[("orders-eu", 2), ("payments", 2)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        let mut client = Client::new("a", &[]);
+        let pattern = |c: &Client| ConsumerHeartbeat {
+            topic_names: None,
+            topic_regex: Some("orders-.*".into()),
+            ..c.request()
+        };
+        let reply = group
+            .heartbeat("g", pattern(&client), &catalog, &SETTINGS, now)
+            .expect("join");
+        client.epoch = reply.member_epoch;
+        client.owned = reply.assignment.expect("assignment");
+        assert_eq!(client.count(), 2, "the whole name must match: not payments");
+        let epoch = group.epoch();
+        catalog.add("orders-us", 3);
+        let reply = group
+            .heartbeat(
+                "g",
+                ConsumerHeartbeat {
+                    topic_regex: None,
+                    ..pattern(&client)
+                },
+                &catalog,
+                &SETTINGS,
+                now,
+            )
+            .expect("heartbeat");
+        assert_eq!(reply.member_epoch, epoch + 1);
+        let assigned = reply.assignment.expect("new topic");
+        assert_eq!(assigned.values().map(BTreeSet::len).sum::<usize>(), 5);
+        assert_eq!(group.subscribed_topics(), vec!["orders-eu", "orders-us"]);
+    }
+}
