@@ -273,10 +273,10 @@ def test_java_idempotent_lz4_producer_read_back_by_librdkafka(server, java):
 # ---------------------------------------------------------------------------------
 
 def test_java_group_consumers_consume_commit_and_split_partitions(server, java):
-    """A KafkaConsumer (group.protocol=classic, CooperativeStickyAssignor) subscribed alone gets
-    all 6 partitions, reads every record librdkafka produced, byte for byte and exactly once,
-    and its commitSync offsets (read back by itself and by librdkafka's admin) equal the high
-    watermarks. Then two KafkaConsumers of a new group split the 6 partitions 3 and 3,
+    """A KafkaConsumer subscribed alone (group.protocol=classic with the CooperativeStickyAssignor,
+    and again with group.protocol=consumer) gets all 6 partitions, reads every record librdkafka
+    produced, byte for byte and exactly once, and its commitSync offsets (read back by itself
+    and by librdkafka's admin) equal the high watermarks. Then two KafkaConsumers of a new group split the 6 partitions 3 and 3,
     disjoint and complete, in one generation: the second joins while the first, which had all
     6, is mid-stream; the first commits the positions of the 3 it gives up in
     onPartitionsRevoked, the second resumes there, so between them they read every record
@@ -290,17 +290,20 @@ def test_java_group_consumers_consume_commit_and_split_partitions(server, java):
     ends = {p: len(rows) for p, rows in expected.items()}
     everything = list(range(6))
 
-    # One member.
-    group = unique_group("g-java-one")
-    [member] = java.program("GroupConsume", bootstrap, topic, 6, group, len(records), 1)["members"]
-    assert member["assignment"] == everything
-    assert [(kind, ps) for _seq, kind, ps in member["events"]] == [("assign", everything), ("revoke", everything)], (
-        "one member should see exactly its first assignment and the revocation on close"
-    )
-    assert_same_log(by_partition(java_stored(r) for r in member["records"]), expected, context="Java group consumer")
-    assert {int(p): off for p, off in member["committed"].items()} == ends
-    assert committed(bootstrap, group, topic, everything) == ends
-    assert wait_empty(bootstrap, group).members == []
+    # One member, under either group protocol (KIP-848's commits and fetches carry the
+    # member epoch).
+    for protocol in ("classic", "consumer"):
+        group = unique_group(f"g-java-one-{protocol}")
+        [member] = java.program("GroupConsume", bootstrap, topic, 6, group, len(records), 1, protocol)["members"]
+        assert member["assignment"] == everything
+        events = [(kind, ps) for _seq, kind, ps in member["events"] if ps]
+        assert events == [("assign", everything), ("revoke", everything)], (
+            f"{protocol}: one member should see exactly its first assignment and the revocation on close"
+        )
+        assert_same_log(by_partition(java_stored(r) for r in member["records"]), expected, context=f"Java group consumer ({protocol})")
+        assert {int(p): off for p, off in member["committed"].items()} == ends
+        assert committed(bootstrap, group, topic, everything) == ends
+        assert wait_empty(bootstrap, group).members == []
 
     # Two members of another group, in one JVM.
     group = unique_group("g-java-two")

@@ -140,7 +140,10 @@ impl ConsumerMember {
     }
 
     fn subscribes_to(&self, name: &str) -> bool {
-        self.topic_names.iter().any(|n| n == name)
+        // `topic_names` is kept sorted.
+        self.topic_names
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .is_ok()
             || self
                 .topic_regex
                 .as_ref()
@@ -298,31 +301,40 @@ impl ConsumerGroup {
             heartbeat_interval_ms: settings.heartbeat_interval_ms,
             assignment: None,
         };
-        if let Some(assignor) = &request.server_assignor {
-            if !ASSIGNORS.contains(&assignor.as_str()) {
-                return Err(GroupError::UnsupportedAssignor);
-            }
-        }
+        check_request(&request)?;
+        // A pattern is compiled once, not on every heartbeat that repeats it.
         let regex = match &request.topic_regex {
-            Some(pattern) if !pattern.is_empty() => Some(compile(pattern)?),
+            Some(pattern) if !pattern.is_empty() => {
+                let known = self
+                    .members
+                    .get(&request.member_id)
+                    .and_then(|m| m.topic_regex.as_ref())
+                    .filter(|(p, _)| p == pattern);
+                match known {
+                    Some((_, regex)) => Some(regex.clone()),
+                    None => Some(compile(pattern)?),
+                }
+            }
             _ => None,
         };
         let mut joined = false;
         match request.member_epoch {
-            STATIC_LEAVE_EPOCH if request.instance_id.is_none() => {
-                return Err(GroupError::InvalidRequest)
-            }
             LEAVE_EPOCH | STATIC_LEAVE_EPOCH => {
                 let id = self.leaving_member(&request)?;
                 if request.member_epoch == STATIC_LEAVE_EPOCH {
+                    // What it was revoking is free now; what it holds waits for it.
                     let member = self.members.get_mut(&id).expect("found above");
                     member.previous_epoch = member.epoch;
                     member.epoch = STATIC_LEAVE_EPOCH;
                     member.expires = now + millis(settings.session_timeout_ms);
+                    member.revoke_by = None;
+                    member.state = MemberState::Stable;
+                    let pending = std::mem::take(&mut member.pending_revocation);
+                    release(&mut self.owners, &id, &pending);
                     tracing::info!(target: "weir::groups", group = group_id, member = %id, "static member left for now; its partitions wait for its instance");
                 } else {
                     tracing::info!(target: "weir::groups", group = group_id, member = %id, "member left the group");
-                    self.remove_member(&id);
+                    self.remove_members(std::slice::from_ref(&id));
                 }
                 return Ok(HeartbeatReply {
                     heartbeat_interval_ms: 0,
@@ -330,13 +342,12 @@ impl ConsumerGroup {
                 });
             }
             JOIN_EPOCH => joined = self.join(group_id, &request, settings, now)?,
-            epoch if epoch < 0 => return Err(GroupError::InvalidRequest),
             epoch => {
                 let member = self
                     .members
                     .get(&request.member_id)
                     .filter(|m| !m.departed())
-                    .ok_or(GroupError::UnknownMemberId)?;
+                    .ok_or_else(|| self.missing_member(&request))?;
                 if let Some(instance) = &request.instance_id {
                     if member.instance_id.as_ref() != Some(instance) {
                         return Err(GroupError::FencedInstanceId);
@@ -380,13 +391,28 @@ impl ConsumerGroup {
         let member = self
             .members
             .get(&request.member_id)
-            .ok_or(GroupError::UnknownMemberId)?;
+            .ok_or_else(|| self.missing_member(request))?;
         if let Some(instance) = &request.instance_id {
             if member.instance_id.as_ref() != Some(instance) {
                 return Err(GroupError::FencedInstanceId);
             }
         }
         Ok(request.member_id.clone())
+    }
+
+    /// The error for a member id the group does not have: FENCED_INSTANCE_ID when its
+    /// instance id is now held by another member (it was replaced), else UNKNOWN_MEMBER_ID.
+    fn missing_member(&self, request: &ConsumerHeartbeat) -> GroupError {
+        let replaced = request.instance_id.as_ref().is_some_and(|instance| {
+            self.members
+                .values()
+                .any(|m| m.instance_id.as_ref() == Some(instance))
+        });
+        if replaced {
+            GroupError::FencedInstanceId
+        } else {
+            GroupError::UnknownMemberId
+        }
     }
 
     /// A heartbeat with epoch 0: a new member, a member starting over, or a static member's
@@ -399,12 +425,6 @@ impl ConsumerGroup {
         settings: &ConsumerGroupSettings,
         now: Instant,
     ) -> Result<bool, GroupError> {
-        if request.rebalance_timeout_ms < 0
-            || (request.topic_names.is_none() && request.topic_regex.is_none())
-            || request.owned.as_ref().is_none_or(|owned| !owned.is_empty())
-        {
-            return Err(GroupError::InvalidRequest);
-        }
         if let Some(instance) = &request.instance_id {
             let previous = self
                 .members
@@ -415,6 +435,11 @@ impl ConsumerGroup {
                 Some((id, false)) if id == request.member_id => {}
                 Some((_, false)) => return Err(GroupError::UnreleasedInstanceId),
                 Some((id, true)) => {
+                    if id != request.member_id && self.members.contains_key(&request.member_id) {
+                        // The new id is another live member's: taking it would orphan that
+                        // member's partitions.
+                        return Err(GroupError::InvalidRequest);
+                    }
                     let mut member = self.members.remove(&id).expect("found above");
                     member.epoch = 0;
                     member.previous_epoch = 0;
@@ -650,7 +675,9 @@ impl ConsumerGroup {
                 ConsumerKey::Metadata => group.epoch = decode_epoch(value)?,
                 ConsumerKey::TargetMetadata => group.assignment_epoch = decode_epoch(value)?,
                 ConsumerKey::Member(id) => {
-                    let m = decode_member(value)?;
+                    let mut m = decode_member(value)?;
+                    m.topic_names.sort();
+                    m.topic_names.dedup();
                     let topic_regex = match m.topic_regex {
                         Some(pattern) if !pattern.is_empty() => {
                             compile(&pattern).ok().map(|regex| (pattern, regex))
@@ -713,23 +740,14 @@ impl ConsumerGroup {
                 _ => {}
             }
         }
+        group.assignor = group.preferred_assignor();
         Ok(group)
     }
 
     /// The target assignment for the current group epoch, with the assignor most members
     /// prefer (the default when none says).
     fn compute_target(&mut self) {
-        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
-        for member in self.members.values() {
-            if let Some(name) = member.server_assignor.as_deref() {
-                *votes.entry(name).or_default() += 1;
-            }
-        }
-        let assignor = ASSIGNORS
-            .iter()
-            .copied()
-            .max_by_key(|name| (votes.get(name).copied().unwrap_or(0), *name == ASSIGNORS[0]))
-            .unwrap_or(ASSIGNORS[0]);
+        let assignor = self.preferred_assignor();
         let specs: Vec<MemberSpec<'_>> = self
             .members
             .iter()
@@ -751,6 +769,21 @@ impl ConsumerGroup {
         self.assignment_epoch = self.epoch;
     }
 
+    /// The assignor most members name (the default when none does).
+    fn preferred_assignor(&self) -> &'static str {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for member in self.members.values() {
+            if let Some(name) = member.server_assignor.as_deref() {
+                *votes.entry(name).or_default() += 1;
+            }
+        }
+        ASSIGNORS
+            .iter()
+            .copied()
+            .max_by_key(|name| (votes.get(name).copied().unwrap_or(0), *name == ASSIGNORS[0]))
+            .unwrap_or(ASSIGNORS[0])
+    }
+
     /// Moves the member towards its target: acknowledges a revocation the request shows
     /// done, then revokes what it must lose or advances its epoch with what is free.
     fn reconcile(&mut self, member_id: &str, owned: Option<&TopicPartitions>, now: Instant) {
@@ -769,11 +802,7 @@ impl ConsumerGroup {
                     .expect("found above")
                     .pending_revocation,
             );
-            for partition in flatten(&pending) {
-                if self.owners.get(&partition).map(String::as_str) == Some(member_id) {
-                    self.owners.remove(&partition);
-                }
-            }
+            release(&mut self.owners, member_id, &pending);
         }
         let target_epoch = self.assignment_epoch;
         let target = self.target.get(member_id).cloned().unwrap_or_default();
@@ -793,11 +822,7 @@ impl ConsumerGroup {
                 member.revoke_by = Some(now + member.rebalance_timeout);
                 return;
             }
-            for partition in flatten(&revoking) {
-                if self.owners.get(&partition).map(String::as_str) == Some(member_id) {
-                    self.owners.remove(&partition);
-                }
-            }
+            release(&mut self.owners, member_id, &revoking);
         }
         let wanted = difference(&target, &member.assigned);
         let mut all_free = true;
@@ -831,14 +856,19 @@ impl ConsumerGroup {
         }
     }
 
-    /// Removes a member (left, fenced or expired): its partitions are free and the rest of
-    /// the group gets a new target.
-    fn remove_member(&mut self, member_id: &str) {
-        self.release_all(member_id);
-        self.members.remove(member_id);
-        self.target.remove(member_id);
+    /// Removes members (left, fenced or expired): their partitions are free and the rest of
+    /// the group gets one new target. A group just restored waits for its next heartbeat,
+    /// which learns the topics first.
+    fn remove_members(&mut self, member_ids: &[String]) {
+        for member_id in member_ids {
+            self.release_all(member_id);
+            self.members.remove(member_id);
+            self.target.remove(member_id);
+        }
         self.epoch += 1;
-        self.compute_target();
+        if !self.topics_unknown {
+            self.compute_target();
+        }
     }
 
     /// Fences members whose session expired or who did not revoke within their rebalance
@@ -861,9 +891,12 @@ impl ConsumerGroup {
                 }
             })
             .collect();
-        for (id, why) in expired {
+        for (id, why) in &expired {
             tracing::info!(target: "weir::groups", group = group_id, member = %id, "{why}; removing the member");
-            self.remove_member(&id);
+        }
+        if !expired.is_empty() {
+            let ids: Vec<String> = expired.into_iter().map(|(id, _)| id).collect();
+            self.remove_members(&ids);
         }
         had_members && self.members.is_empty()
     }
@@ -914,10 +947,57 @@ fn compile(pattern: &str) -> Result<regex::Regex, GroupError> {
     if pattern.len() > REGEX_MAX_LEN {
         return Err(GroupError::InvalidRegularExpression);
     }
+    // The pattern must parse on its own (so `a)|(b` cannot escape the anchors below).
+    regex_syntax::Parser::new()
+        .parse(pattern)
+        .map_err(|_| GroupError::InvalidRegularExpression)?;
     regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
         .map_err(|_| GroupError::InvalidRegularExpression)
+}
+
+/// Frees the `partitions` that `member_id` holds in the owner map.
+fn release(
+    owners: &mut HashMap<(Uuid, i32), String>,
+    member_id: &str,
+    partitions: &TopicPartitions,
+) {
+    for partition in flatten(partitions) {
+        if owners.get(&partition).map(String::as_str) == Some(member_id) {
+            owners.remove(&partition);
+        }
+    }
+}
+
+/// Longest member or instance id accepted: its record's key stores it with an int16 length.
+const ID_MAX_LEN: usize = i16::MAX as usize;
+
+/// Checks what a heartbeat must carry, before it touches any group (Kafka's
+/// `throwIfConsumerGroupHeartbeatRequestIsInvalid`): a join needs a rebalance timeout, a
+/// subscription and an empty owned list; a temporary leave an instance id; no epoch is below
+/// -2; ids fit their records; a named assignor exists.
+pub fn check_request(request: &ConsumerHeartbeat) -> Result<(), GroupError> {
+    let too_long = request.member_id.len() > ID_MAX_LEN
+        || request
+            .instance_id
+            .as_ref()
+            .is_some_and(|i| i.is_empty() || i.len() > ID_MAX_LEN)
+        || request.rack_id.as_ref().is_some_and(String::is_empty);
+    let bad_join = request.member_epoch == JOIN_EPOCH
+        && (request.rebalance_timeout_ms < 0
+            || (request.topic_names.is_none() && request.topic_regex.is_none())
+            || request.owned.as_ref().is_none_or(|owned| !owned.is_empty()));
+    let bad_leave = request.member_epoch == STATIC_LEAVE_EPOCH && request.instance_id.is_none();
+    if too_long || bad_join || bad_leave || request.member_epoch < STATIC_LEAVE_EPOCH {
+        return Err(GroupError::InvalidRequest);
+    }
+    match &request.server_assignor {
+        Some(assignor) if !ASSIGNORS.contains(&assignor.as_str()) => {
+            Err(GroupError::UnsupportedAssignor)
+        }
+        _ => Ok(()),
+    }
 }
 
 fn millis(ms: i32) -> Duration {
@@ -1015,6 +1095,15 @@ mod tests {
         heartbeat_interval_ms: 5_000,
         max_size: 4,
     };
+
+    impl ConsumerHeartbeat {
+        fn with_epoch(self, member_epoch: i32) -> ConsumerHeartbeat {
+            ConsumerHeartbeat {
+                member_epoch,
+                ..self
+            }
+        }
+    }
 
     /// A client that gives up revoked partitions at once and reports what it owns.
     struct Client {
@@ -1346,6 +1435,34 @@ mod tests {
             group.heartbeat("g", static_request(&twin), &catalog, &SETTINGS, now),
             Err(GroupError::UnreleasedInstanceId)
         );
+        // The replaced member id is told it was fenced by its instance.
+        assert_eq!(
+            group.heartbeat(
+                "g",
+                static_request(&clients[1]).with_epoch(reply.member_epoch),
+                &catalog,
+                &SETTINGS,
+                now
+            ),
+            Err(GroupError::FencedInstanceId)
+        );
+        // Coming back under another live member's id is refused and changes nothing.
+        let leave = ConsumerHeartbeat {
+            member_epoch: STATIC_LEAVE_EPOCH,
+            ..static_request(&back)
+        };
+        group
+            .heartbeat("g", leave, &catalog, &SETTINGS, now)
+            .expect("leave again");
+        let thief = Client::new("a", &["t"]);
+        assert_eq!(
+            group.heartbeat("g", static_request(&thief), &catalog, &SETTINGS, now),
+            Err(GroupError::InvalidRequest)
+        );
+        let rejoin = group
+            .heartbeat("g", static_request(&back), &catalog, &SETTINGS, now)
+            .expect("back again");
+        assert_eq!(rejoin.assignment.map(|a| flatten(&a).len()), Some(2));
 
         // a heartbeats, s2 goes silent: after the session timeout s2 is removed.
         let later = now + Duration::from_millis(SETTINGS.session_timeout_ms as u64 - 1);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
+use crate::consumer_group::check_request;
 use crate::consumer_group::{
     ConsumerGroup, ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat,
     HeartbeatReply, TopicCatalog, JOIN_EPOCH, STATIC_LEAVE_EPOCH,
@@ -27,6 +28,9 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// How long past its own timeouts a JoinGroup or SyncGroup waits at most: the group's timer
 /// answers it before then, this bound only guards against a bug leaving it unanswered.
 const WAIT_GRACE: Duration = Duration::from_secs(5);
+/// Consumer group records appended in one batch at most, well inside the offsets topic's
+/// `max.message.bytes`.
+const CHANGES_BATCH_BYTES: usize = 256 * 1024;
 /// The timer wakes at least this often, whatever the groups' deadlines.
 const TIMER_IDLE: Duration = Duration::from_secs(1);
 
@@ -264,9 +268,20 @@ impl GroupCoordinator {
             }
             match ConsumerGroup::restore(&records, &self.settings.consumer, now) {
                 Ok(restored) => {
-                    group.consumer = Some(restored);
+                    group.consumer = None;
                     group.as_consumer_group(time).ok();
-                    group.consumer_changes();
+                    group.consumer = Some(restored);
+                    // What the log holds, strays included: the next write fixes any difference.
+                    group.persisted = records
+                        .into_iter()
+                        .map(|(key, value)| {
+                            let key = RecordKey::Consumer {
+                                group: group_id.clone(),
+                                key,
+                            };
+                            (key.encode(), value)
+                        })
+                        .collect();
                     loaded_groups += 1;
                 }
                 Err(error) => {
@@ -661,9 +676,10 @@ impl GroupCoordinator {
         version: i16,
         catalog: &dyn TopicCatalog,
     ) -> Result<HeartbeatReply, GroupError> {
-        if group_id.is_empty() {
+        if group_id.is_empty() || group_id.len() > i16::MAX as usize {
             return Err(GroupError::InvalidRequest);
         }
+        check_request(&request)?;
         if request.member_id.trim().is_empty() {
             match (version, request.member_epoch) {
                 (0, JOIN_EPOCH) => request.member_id = uuid::Uuid::new_v4().to_string(),
@@ -677,15 +693,19 @@ impl GroupCoordinator {
             let joining = request.member_epoch == JOIN_EPOCH;
             let time = now_ms();
             let limits = self.settings.limits;
-            let group = match groups.groups.get_mut(group_id) {
-                Some(group) => group,
-                None if joining => groups
-                    .groups
-                    .entry(group_id.to_string())
-                    .or_insert_with(|| Group::new(group_id.to_string(), &limits, time)),
-                None => return Err(GroupError::GroupIdNotFound),
-            };
+            let created = !groups.groups.contains_key(group_id);
+            if created && !joining {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            let group = groups
+                .groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id.to_string(), &limits, time));
             let was_empty = group.has_no_members();
+            let was_classic = group
+                .consumer
+                .is_none()
+                .then(|| group.protocol_type().map(str::to_string));
             let consumer = group.as_consumer_group(time)?;
             let reply = consumer.heartbeat(
                 group_id,
@@ -694,6 +714,15 @@ impl GroupCoordinator {
                 &self.settings.consumer,
                 Instant::now(),
             );
+            // A refused join changes nothing: no group made, none converted.
+            if reply.is_err() && created {
+                groups.groups.remove(group_id);
+                return reply;
+            }
+            if let (Err(_), Some(protocol_type)) = (&reply, was_classic) {
+                group.undo_consumer_group(protocol_type);
+                return reply;
+            }
             if group.has_no_members() != was_empty {
                 group.touch_state(time);
             }
@@ -709,21 +738,51 @@ impl GroupCoordinator {
         reply
     }
 
-    /// Appends what changed in a group's consumer records (see [`Group::consumer_changes`]);
-    /// the returned future resolves once they are durable. A failed append is logged and the
-    /// whole group is written again with its next change.
+    /// Appends what changed in a group's consumer records (see [`Group::consumer_changes`]),
+    /// in batches of at most [`CHANGES_BATCH_BYTES`]; the returned future resolves once all
+    /// are durable. After a failed append the group counts as written only up to the batches
+    /// that were appended, so its next change writes the rest again.
     fn persist_consumer_group(&self, partition: i32, group: &mut Group) -> Option<Pending> {
+        let before = group.persisted.clone();
         let changes = group.consumer_changes();
         if changes.is_empty() {
             return None;
         }
-        match self.log.append(partition, changes) {
-            Ok(appended) => Some(appended.durable),
-            Err(error) => {
-                group.persisted.clear();
-                Some(Box::pin(std::future::ready(Err(error))))
+        let mut durable = Vec::new();
+        let mut batch: Vec<StoredRecord> = Vec::new();
+        let mut batch_bytes = 0usize;
+        let mut written = before;
+        let mut pending = changes.into_iter().peekable();
+        while let Some((key, value)) = pending.next() {
+            batch_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+            batch.push((key, value));
+            if batch_bytes < CHANGES_BATCH_BYTES && pending.peek().is_some() {
+                continue;
+            }
+            let records = std::mem::take(&mut batch);
+            batch_bytes = 0;
+            match self.log.append(partition, records.clone()) {
+                Ok(appended) => {
+                    durable.push(appended.durable);
+                    for (key, value) in records {
+                        match value {
+                            Some(value) => written.insert(key, value),
+                            None => written.remove(&key),
+                        };
+                    }
+                }
+                Err(error) => {
+                    group.persisted = written;
+                    return Some(Box::pin(std::future::ready(Err(error))));
+                }
             }
         }
+        Some(Box::pin(async move {
+            for wait in durable {
+                wait.await?;
+            }
+            Ok(())
+        }))
     }
 
     /// Persists consumer group changes nobody waits for (sessions that expired, a group
@@ -1042,6 +1101,18 @@ mod tests_support {
         partitions: Mutex<HashMap<i32, Vec<StoredRecord>>>,
     }
 
+    impl MemoryLog {
+        /// Every record of every partition, partition by partition.
+        pub(super) fn records(&self) -> Vec<StoredRecord> {
+            let partitions = self.partitions.lock().expect("lock");
+            let mut keys: Vec<&i32> = partitions.keys().collect();
+            keys.sort();
+            keys.into_iter()
+                .flat_map(|p| partitions[p].iter().cloned())
+                .collect()
+        }
+    }
+
     impl OffsetsLog for MemoryLog {
         fn append(
             &self,
@@ -1352,6 +1423,65 @@ mod consumer_protocol_tests {
     }
 
     #[tokio::test]
+    async fn a_member_leaving_a_restored_group_moves_only_its_partitions() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let first = coordinator(log.clone());
+        let a = first
+            .consumer_heartbeat("g", heartbeat("a", 0, None), 1, &catalog)
+            .await
+            .expect("a joins");
+        first
+            .consumer_heartbeat("g", heartbeat("b", 0, None), 1, &catalog)
+            .await
+            .expect("b joins");
+        let all = a.assignment.expect("a has everything");
+        let revoking = first
+            .consumer_heartbeat("g", heartbeat("a", 1, Some(all)), 1, &catalog)
+            .await
+            .expect("a");
+        let a_kept = revoking.assignment.expect("a keeps two");
+        let acked = first
+            .consumer_heartbeat("g", heartbeat("a", 1, Some(a_kept.clone())), 1, &catalog)
+            .await
+            .expect("ack");
+        assert_eq!(acked.member_epoch, 2);
+        let second = coordinator(log);
+        // b leaves before anyone heartbeats the new coordinator: a keeps what it had.
+        second
+            .consumer_heartbeat("g", heartbeat("b", -1, None), 1, &catalog)
+            .await
+            .expect("leave");
+        let a = second
+            .consumer_heartbeat("g", heartbeat("a", 2, Some(a_kept.clone())), 1, &catalog)
+            .await
+            .expect("a");
+        let now_owned = a.assignment.expect("a gains b's partitions");
+        assert_eq!(now_owned.values().map(BTreeSet::len).sum::<usize>(), 4);
+        for (topic, ps) in &a_kept {
+            assert!(ps.is_subset(&now_owned[topic]), "nothing revoked from a");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_join_creates_no_group() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let coordinator = coordinator(log.clone());
+        let mut bad = heartbeat("a", 0, None);
+        bad.topic_names = None;
+        bad.topic_regex = Some("a)|(b".into());
+        assert_eq!(
+            coordinator
+                .consumer_heartbeat("new", bad, 1, &catalog)
+                .await,
+            Err(GroupError::InvalidRegularExpression)
+        );
+        assert!(coordinator.list_groups().is_empty());
+        assert!(log.records().is_empty(), "nothing written");
+    }
+
+    #[tokio::test]
     async fn consumer_groups_survive_a_reload_and_their_deletion_is_stored() {
         let log = Arc::new(MemoryLog::default());
         let catalog = OneTopic(Uuid::new_v4());
@@ -1418,6 +1548,23 @@ mod consumer_protocol_tests {
                 .consumer_heartbeat("g", heartbeat(member, -1, None), 1, &catalog)
                 .await
                 .expect("leave");
+        }
+        // Kafka replays a member's tombstones only in this order: current assignment, target,
+        // subscription.
+        let records = log.records();
+        for member in ["a", "b"] {
+            let position = |record_type: i16| {
+                records.iter().position(|(key, value)| {
+                    value.is_none()
+                        && matches!(RecordKey::decode(key), Ok(Some(RecordKey::Consumer { key: k, .. }))
+                            if k.record_type() == record_type && k.member() == Some(member))
+                })
+            };
+            let (current, target, subscription) = (position(8), position(7), position(5));
+            assert!(
+                current.is_some() && current < target && target < subscription,
+                "{member}"
+            );
         }
         let third = coordinator(log.clone());
         let empty = third

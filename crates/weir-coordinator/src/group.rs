@@ -261,6 +261,8 @@ pub struct Group {
     /// The consumer group records last written for this group, by key: what the next write
     /// must change or tombstone.
     pub persisted: HashMap<Vec<u8>, Vec<u8>>,
+    /// A classic group became a consumer group: its classic metadata record must go.
+    tombstone_classic: bool,
 }
 
 impl Group {
@@ -285,6 +287,7 @@ impl Group {
             pending_commits: 0,
             consumer: None,
             persisted: HashMap::new(),
+            tombstone_classic: false,
         }
     }
 
@@ -342,11 +345,20 @@ impl Group {
             if !self.has_no_members() {
                 return Err(GroupError::GroupIdNotFound);
             }
+            self.tombstone_classic = self.protocol_type.is_some();
             self.protocol_type = Some("consumer".to_string());
             self.protocol = None;
             self.state_since_ms = now_ms;
         }
         Ok(self.consumer.get_or_insert_with(ConsumerGroup::default))
+    }
+
+    /// Undoes [`Group::as_consumer_group`] for a request that failed before changing
+    /// anything: the group is classic (and empty) again.
+    pub fn undo_consumer_group(&mut self, protocol_type: Option<String>) {
+        self.consumer = None;
+        self.protocol_type = protocol_type;
+        self.tombstone_classic = false;
     }
 
     /// The generation of the last completed rebalance.
@@ -496,7 +508,19 @@ impl Group {
                 .filter(|key| !current.contains_key(*key))
                 .map(|key| (key.clone(), None)),
         );
-        changes.sort();
+        if std::mem::take(&mut self.tombstone_classic) {
+            changes.push((
+                crate::records::RecordKey::Group {
+                    group: self.id.clone(),
+                }
+                .encode(),
+                None,
+            ));
+        }
+        // The order Kafka replays them in: a member's tombstones (current assignment, target,
+        // subscription) before its records go, values before epochs that name them, and the
+        // group's own tombstones (target epoch, then group epoch) last.
+        changes.sort_by_key(|(key, value)| (replay_rank(key, value.is_some()), key.clone()));
         self.persisted = current;
         changes
     }
@@ -1196,6 +1220,25 @@ pub struct MemberDescription {
     pub metadata: Bytes,
     /// Its assignment.
     pub assignment: Bytes,
+}
+
+/// Where a consumer group record goes in a batch so that Kafka can replay it (see
+/// [`Group::consumer_changes`]).
+fn replay_rank(key: &[u8], is_value: bool) -> u8 {
+    let record_type = key.get(..2).map_or(0, |t| i16::from_be_bytes([t[0], t[1]]));
+    match (is_value, record_type) {
+        (false, 2) => 0,
+        (false, 8) => 1,
+        (false, 7) => 2,
+        (false, 5) => 3,
+        (true, 5) => 4,
+        (true, 3) => 5,
+        (true, 7) => 6,
+        (true, 6) => 7,
+        (true, 8) => 8,
+        (false, 6) => 9,
+        _ => 10,
+    }
 }
 
 fn millis(ms: i32) -> Duration {

@@ -30,8 +30,9 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
- * GroupConsume BOOTSTRAP TOPIC PARTITIONS GROUP COUNT MEMBERS: MEMBERS KafkaConsumers (one
- * thread each, classic protocol, cooperative-sticky) subscribe to TOPIC in GROUP and poll
+ * GroupConsume BOOTSTRAP TOPIC PARTITIONS GROUP COUNT MEMBERS [PROTOCOL]: MEMBERS KafkaConsumers
+ * (one thread each; PROTOCOL classic, the default, with cooperative-sticky, or consumer for
+ * KIP-848, where the broker assigns) subscribe to TOPIC in GROUP and poll
  * until COUNT records arrived between them and their assignments are disjoint, non-empty and
  * cover all PARTITIONS. A member commits the positions of partitions taken from it in
  * onPartitionsRevoked, so that the next owner starts where it stopped.
@@ -64,7 +65,7 @@ public final class GroupConsume {
         final List<Object> events = new ArrayList<>();
         final Map<String, Object> report = new LinkedHashMap<>();
 
-        Member(String bootstrap, String topic, String group, String clientId, CyclicBarrier committedByAll, int pauseAt) {
+        Member(String bootstrap, String topic, String group, String protocol, String clientId, CyclicBarrier committedByAll, int pauseAt) {
             this.clientId = clientId;
             this.pauseAt = pauseAt;
             this.topic = topic;
@@ -72,13 +73,15 @@ public final class GroupConsume {
             Properties props = new Properties();
             props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-            props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
-            props.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, CooperativeStickyAssignor.class.getName());
+            props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+            if (protocol.equals("classic")) {
+                props.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, CooperativeStickyAssignor.class.getName());
+                props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+            }
             props.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
             props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
             props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
             props.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
-            props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
             props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "100");
             consumer = new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
         }
@@ -174,6 +177,7 @@ public final class GroupConsume {
         String group = args[3];
         int count = Integer.parseInt(args[4]);
         int size = Integer.parseInt(args[5]);
+        String protocol = args.length > 6 ? args[6] : "classic";
 
         CyclicBarrier committedByAll = new CyclicBarrier(size);
         List<Member> members = new ArrayList<>();
@@ -181,7 +185,7 @@ public final class GroupConsume {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
         for (int i = 0; i < size; i++) {
             int pauseAt = i == 0 && size > 1 ? Math.max(1, count / 4) : 0;
-            Member m = new Member(bootstrap, topic, group, "weir-compat-java-" + i, committedByAll, pauseAt);
+            Member m = new Member(bootstrap, topic, group, protocol, "weir-compat-java-" + i, committedByAll, pauseAt);
             members.add(m);
             Thread t = new Thread(m, "member-" + i);
             threads.add(t);
