@@ -3,8 +3,7 @@
 //! once, throttled to `log.cleaner.io.max.bytes.per.second`). Produce and fetch never wait
 //! for it: it holds a partition's lock only to plan and to swap files in.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
@@ -16,29 +15,50 @@ use crate::handlers::decompressed_bytes_max;
 use crate::partition::Partition;
 
 /// Shares `log.cleaner.io.max.bytes.per.second` among cleaner threads: each accounts what it
-/// read and written and sleeps when the broker-wide rate would pass the limit.
+/// read and written, and once per [`THROTTLE_WINDOW`] the bytes of that window are checked
+/// against the limit and the thread that closes it sleeps off any excess. Time spent idle
+/// earns no credit: a cleaning that starts after an hour without any is throttled from its
+/// first window on.
 pub struct IoThrottle {
     limit: u64,
-    started: Instant,
-    bytes: AtomicU64,
+    /// Start of the current window and the bytes accounted in it.
+    window: Mutex<(Instant, u64)>,
 }
+
+/// How often the rate is checked (Kafka's cleaner checks every 300 ms).
+const THROTTLE_WINDOW: Duration = Duration::from_millis(300);
 
 impl IoThrottle {
     fn new(limit: u64) -> IoThrottle {
         IoThrottle {
             limit,
-            started: Instant::now(),
-            bytes: AtomicU64::new(0),
+            window: Mutex::new((Instant::now(), 0)),
         }
     }
 
-    /// Accounts `bytes` and sleeps for as long as the rate is above the limit. Blocking.
+    /// Accounts `bytes` and sleeps for as long as the current window is above the limit.
+    /// Blocking.
     fn pace(&self, bytes: u64) {
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        let due = Duration::from_secs_f64(total as f64 / self.limit as f64);
-        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
-            std::thread::sleep(ahead);
+        let delay = self.delay(bytes, Instant::now());
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
         }
+    }
+
+    /// Accounts `bytes` at `now`; how long to sleep to bring the window back to the limit.
+    fn delay(&self, bytes: u64, now: Instant) -> Duration {
+        let mut window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let (started, accounted) = &mut *window;
+        *accounted += bytes;
+        let elapsed = now.saturating_duration_since(*started);
+        if elapsed < THROTTLE_WINDOW {
+            return Duration::ZERO;
+        }
+        let due = Duration::from_secs_f64(*accounted as f64 / self.limit as f64);
+        let delay = due.saturating_sub(elapsed);
+        *started = now + delay;
+        *accounted = 0;
+        delay
     }
 }
 
@@ -132,5 +152,34 @@ impl Broker {
                 let _ = task.await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_throttle_holds_each_window_to_the_limit_and_idle_time_earns_no_credit() {
+        const MB: u64 = 1_000_000;
+        let throttle = IoThrottle::new(MB);
+        let t0 = throttle.window.lock().expect("lock").0;
+        let ms = |n: u64| Duration::from_millis(n);
+        assert_eq!(
+            throttle.delay(MB / 10, t0),
+            Duration::ZERO,
+            "inside the window"
+        );
+        // 1.1 MB in 400 ms at 1 MB/s: 700 ms too fast.
+        assert_eq!(throttle.delay(MB, t0 + ms(400)), ms(700));
+        // An hour idle, then 2 MB at once: the first window that closes pays for all of it.
+        let later = t0 + Duration::from_secs(3600);
+        assert_eq!(
+            throttle.delay(0, later),
+            Duration::ZERO,
+            "the idle window closes"
+        );
+        assert_eq!(throttle.delay(2 * MB, later + ms(100)), Duration::ZERO);
+        assert_eq!(throttle.delay(0, later + ms(350)), ms(1650));
     }
 }
