@@ -176,14 +176,25 @@ pub async fn alter_configs(
             })
             .collect::<Result<BTreeMap<_, _>, _>>()
             .map(|set| (set, Vec::new(), true));
-        let outcome = alter_resource(
-            broker,
-            resource.resource_type,
-            &resource.resource_name,
-            change,
-            request.validate_only,
-        )
-        .await;
+        // One key twice (SET and DELETE of it, say) is refused before anything else.
+        let mut names: Vec<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        let duplicate = names.windows(2).any(|w| w[0] == w[1]);
+        let outcome = if duplicate {
+            Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
+                "Error due to duplicate config keys",
+            ))
+        } else {
+            alter_resource(
+                broker,
+                resource.resource_type,
+                &resource.resource_name,
+                change,
+                request.validate_only,
+            )
+            .await
+        };
         response.responses.push(alter_result!(
             AlterConfigsResourceResponse,
             resource,
@@ -193,7 +204,8 @@ pub async fn alter_configs(
     response
 }
 
-/// Sets or deletes individual topic overrides (IncrementalAlterConfigs semantics).
+/// Sets or deletes individual topic overrides (IncrementalAlterConfigs semantics); a key named
+/// twice in one resource is INVALID_REQUEST.
 pub async fn incremental_alter_configs(
     broker: &Arc<Broker>,
     request: IncrementalAlterConfigsRequest,
@@ -223,14 +235,25 @@ pub async fn incremental_alter_configs(
             Some(message) => Err(message),
             None => Ok((set, delete, false)),
         };
-        let outcome = alter_resource(
-            broker,
-            resource.resource_type,
-            &resource.resource_name,
-            change,
-            request.validate_only,
-        )
-        .await;
+        // One key twice (SET and DELETE of it, say) is refused before anything else.
+        let mut names: Vec<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        let duplicate = names.windows(2).any(|w| w[0] == w[1]);
+        let outcome = if duplicate {
+            Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
+                "Error due to duplicate config keys",
+            ))
+        } else {
+            alter_resource(
+                broker,
+                resource.resource_type,
+                &resource.resource_name,
+                change,
+                request.validate_only,
+            )
+            .await
+        };
         response.responses.push(alter_result!(
             AlterConfigsResourceResponse,
             resource,

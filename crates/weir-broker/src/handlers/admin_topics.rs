@@ -155,7 +155,7 @@ async fn create_one(
         .map_err(|e| ErrorReply::from(&e))
 }
 
-/// Deletes topics by name (v1–5) or by name or id (v6).
+/// Deletes topics by name (v1–5) or by name or id (v6); a topic named twice is refused.
 pub async fn delete_topics(
     broker: &Arc<Broker>,
     request: DeleteTopicsRequest,
@@ -175,8 +175,34 @@ pub async fn delete_topics(
             .map(|n| (Some(n), weir_controller::Uuid::nil()))
             .collect()
     };
+    // A topic named (or identified) twice is refused and left alone, as Kafka does; it
+    // gets one result.
+    let key = |(name, id): &(Option<TopicName>, weir_controller::Uuid)| match name {
+        Some(n) => (Some(n.0.to_string()), weir_controller::Uuid::nil()),
+        None => (None, *id),
+    };
+    let mut seen = std::collections::HashMap::new();
+    for entry in &wanted {
+        *seen.entry(key(entry)).or_insert(0usize) += 1;
+    }
+    let mut answered = std::collections::HashSet::new();
     for (name, topic_id) in wanted {
         let mut result = DeletableTopicResult::default();
+        let entry_key = key(&(name.clone(), topic_id));
+        if seen[&entry_key] > 1 {
+            if answered.insert(entry_key) {
+                result.error_code = ResponseError::InvalidRequest.code();
+                result.error_message = Some(str_bytes(if name.is_some() {
+                    "Duplicate topic name."
+                } else {
+                    "Duplicate topic id."
+                }));
+                result.name = name;
+                result.topic_id = topic_id;
+                response.responses.push(result);
+            }
+            continue;
+        }
         let image = broker.image();
         let resolved = match &name {
             Some(n) => image.topic(n.0.as_str()),

@@ -70,6 +70,8 @@ pub fn offset_for_leader_epoch(
                         && partition.current_leader_epoch < current
                     {
                         end.error_code = ResponseError::FencedLeaderEpoch.code();
+                    } else if partition.leader_epoch > current {
+                        // An epoch this log has not reached yet: undefined, as Kafka answers.
                     } else if let Some((epoch, offset)) =
                         log.end_offset_for_epoch(partition.leader_epoch)
                     {

@@ -92,6 +92,9 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
             let outcome =
                 if duplicates.contains(&(topic.name.0.to_string(), wanted.partition_index)) {
                     Err(ResponseError::InvalidRequest.code())
+                } else if wanted.timestamp == MAX_TIMESTAMP && version < 7 {
+                    // The max-timestamp lookup (KIP-734) exists from v7.
+                    Err(ResponseError::UnsupportedVersion.code())
                 } else {
                     match broker
                         .partitions

@@ -695,3 +695,128 @@ async fn deleting_the_offsets_topic_resets_the_coordinator() {
     assert_eq!(commit_offset(&mut c, "g", "t", 7, 8).await, 0);
     test.stop.send_replace(true);
 }
+
+/// Answers checked request by request against Apache Kafka 4.4.0: a topic named twice in
+/// DeleteTopics, one config key twice in IncrementalAlterConfigs, an epoch above the current
+/// one in OffsetForLeaderEpoch, the max-timestamp lookup below ListOffsets v7, and an acks=0
+/// produce to a topic that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_match_kafka_for_duplicates_future_epochs_and_old_versions() {
+    use kafka_protocol::messages::*;
+    let settings = [("auto.create.topics.enable", "false")];
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &settings).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "t", 2, &[]).await, 0);
+    let topic_id = test.broker.image().topic("t").expect("t").topic_id;
+
+    // DeleteTopics naming one topic twice: one INVALID_REQUEST, and the topic stays.
+    let mut by_name = DeleteTopicsRequest::default();
+    by_name.topic_names = vec![topic_name("t"), topic_name("t")];
+    let mut by_state = DeleteTopicsRequest::default();
+    let mut state = delete_topics_request::DeleteTopicState::default();
+    state.name = Some(topic_name("t"));
+    by_state.topics = vec![state.clone(), state];
+    let mut by_id = DeleteTopicsRequest::default();
+    let mut state = delete_topics_request::DeleteTopicState::default();
+    state.topic_id = topic_id;
+    by_id.topics = vec![state.clone(), state];
+    for (version, request, message) in [
+        (5, &by_name, "Duplicate topic name."),
+        (6, &by_state, "Duplicate topic name."),
+        (6, &by_id, "Duplicate topic id."),
+    ] {
+        let r: DeleteTopicsResponse = call(&mut c, ApiKey::DeleteTopics, version, request).await;
+        let answers: Vec<(i16, Option<&str>)> = r
+            .responses
+            .iter()
+            .map(|x| (x.error_code, x.error_message.as_ref().map(|m| m.as_str())))
+            .collect();
+        assert_eq!(answers, vec![(42, Some(message))], "v{version}");
+        assert!(
+            test.broker.image().topic("t").is_some(),
+            "v{version}: not deleted"
+        );
+    }
+
+    // IncrementalAlterConfigs with SET and DELETE of one key: INVALID_REQUEST, nothing set.
+    let mut resource = incremental_alter_configs_request::AlterConfigsResource::default();
+    resource.resource_type = 2;
+    resource.resource_name = StrBytes::from_static_str("t");
+    let mut set = incremental_alter_configs_request::AlterableConfig::default();
+    set.name = StrBytes::from_static_str("retention.ms");
+    set.value = Some(StrBytes::from_static_str("1000"));
+    let mut delete = set.clone();
+    delete.config_operation = 1;
+    delete.value = None;
+    resource.configs = vec![set, delete];
+    let mut alter = IncrementalAlterConfigsRequest::default();
+    alter.resources = vec![resource];
+    let r: IncrementalAlterConfigsResponse =
+        call(&mut c, ApiKey::IncrementalAlterConfigs, 1, &alter).await;
+    assert_eq!(
+        (
+            r.responses[0].error_code,
+            r.responses[0].error_message.as_ref().map(|m| m.as_str())
+        ),
+        (42, Some("Error due to duplicate config keys"))
+    );
+    let image = test.broker.image();
+    assert!(!image
+        .topic("t")
+        .expect("t")
+        .configs
+        .contains_key("retention.ms"));
+
+    // OffsetForLeaderEpoch above the current epoch: undefined epoch and offset.
+    let mut p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+    p.leader_epoch = 7;
+    p.current_leader_epoch = -1;
+    let mut t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+    t.topic = topic_name("t");
+    t.partitions = vec![p];
+    let mut request = OffsetForLeaderEpochRequest::default();
+    request.topics = vec![t];
+    request.replica_id = BrokerId(-1);
+    for v in [3, 4] {
+        let r: OffsetForLeaderEpochResponse =
+            call(&mut c, ApiKey::OffsetForLeaderEpoch, v, &request).await;
+        let end = &r.topics[0].partitions[0];
+        assert_eq!(
+            (end.error_code, end.leader_epoch, end.end_offset),
+            (0, -1, -1),
+            "v{v}"
+        );
+    }
+
+    // ListOffsets -3 (max timestamp) exists from v7.
+    for (v, error) in [(6, 35), (7, 0)] {
+        let mut lp = list_offsets_request::ListOffsetsPartition::default();
+        lp.timestamp = -3;
+        let mut lt = list_offsets_request::ListOffsetsTopic::default();
+        lt.name = topic_name("t");
+        lt.partitions = vec![lp];
+        let mut request = ListOffsetsRequest::default();
+        request.topics = vec![lt];
+        request.replica_id = BrokerId(-1);
+        let r: ListOffsetsResponse = call(&mut c, ApiKey::ListOffsets, v, &request).await;
+        let x = &r.topics[0].partitions[0];
+        assert_eq!(
+            (x.error_code, x.offset, x.timestamp),
+            (error, -1, -1),
+            "v{v}"
+        );
+    }
+
+    // acks=0 to a topic that does not exist: the connection closes, which is how such a
+    // client learns of it.
+    let batch = build_batch(&[b"v"], 1000, ProducerFields::NONE);
+    let frame = encode_frame(
+        ApiKey::Produce,
+        9,
+        11,
+        &produce_request("absent", 0, 0, batch),
+    );
+    c.write_all(&frame).await.expect("write");
+    assert!(closed_within(&mut c, Duration::from_secs(5)).await);
+    test.stop.send_replace(true);
+}
