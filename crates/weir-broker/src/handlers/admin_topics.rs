@@ -1,8 +1,9 @@
 //! CreateTopics (key 19) v2–7, DeleteTopics (key 20) v1–6, CreatePartitions (key 37) v0–3.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -13,7 +14,7 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
-use weir_controller::{ControllerError, NewTopic};
+use weir_controller::NewTopic;
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
@@ -181,11 +182,11 @@ pub async fn delete_topics(
         Some(n) => (Some(n.0.to_string()), weir_controller::Uuid::nil()),
         None => (None, *id),
     };
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = HashMap::new();
     for entry in &wanted {
         *seen.entry(key(entry)).or_insert(0usize) += 1;
     }
-    let mut answered = std::collections::HashSet::new();
+    let mut answered = HashSet::new();
     for (name, topic_id) in wanted {
         let mut result = DeletableTopicResult::default();
         let entry_key = key(&(name.clone(), topic_id));
@@ -239,42 +240,103 @@ pub async fn delete_topics(
     response
 }
 
-/// Raises partition counts to the requested totals.
+/// Raises partition counts to the requested totals. Manual assignments are checked as Kafka
+/// checks them (one per new partition, each a non-empty list of distinct, registered brokers
+/// as long as the topic's replication factor: INVALID_REPLICA_ASSIGNMENT); a topic named
+/// twice is refused (INVALID_REQUEST) and left alone.
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     request: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut response = CreatePartitionsResponse::default();
-    let node_id = broker.identity.node_id;
+    let mut named = HashMap::new();
+    for topic in &request.topics {
+        *named.entry(topic.name.0.to_string()).or_insert(0usize) += 1;
+    }
+    let mut answered_twice = HashSet::new();
     for topic in request.topics {
         let mut result = CreatePartitionsTopicResult::default();
         result.name = topic.name.clone();
         let name = topic.name.0.as_str().to_string();
-        let foreign_broker = topic
-            .assignments
-            .iter()
-            .flatten()
-            .any(|a| a.broker_ids.iter().any(|b| b.0 != node_id));
-        let outcome = if foreign_broker {
-            Err(ControllerError::InvalidPartitions(format!(
-                "the only broker is {node_id}"
-            )))
-        } else {
-            let total = topic.count;
-            let validate_only = request.validate_only;
-            broker
-                .change_metadata(move |c| c.create_partitions(&name, total, validate_only))
-                .await
-        };
-        if let Err(error) = outcome {
-            result.error_code = if foreign_broker {
-                ResponseError::InvalidReplicaAssignment.code()
-            } else {
-                ErrorReply::from(&error).code()
+        if named[&name] > 1 {
+            if answered_twice.insert(name) {
+                result.error_code = ResponseError::InvalidRequest.code();
+                result.error_message = Some(str_bytes("Duplicate topic name."));
+                response.results.push(result);
+            }
+            continue;
+        }
+        let outcome =
+            match check_assignments(broker, &name, topic.count, topic.assignments.as_deref()) {
+                Err(message) => Err(ErrorReply::new(
+                    ResponseError::InvalidReplicaAssignment,
+                    message,
+                )),
+                Ok(()) => {
+                    let total = topic.count;
+                    let validate_only = request.validate_only;
+                    broker
+                        .change_metadata(move |c| c.create_partitions(&name, total, validate_only))
+                        .await
+                        .map(|_| ())
+                        .map_err(|error| ErrorReply::from(&error))
+                }
             };
-            result.error_message = Some(str_bytes(error.to_string()));
+        if let Err(error) = outcome {
+            result.error_code = error.code();
+            result.error_message = Some(str_bytes(error.message));
         }
         response.results.push(result);
     }
     response
+}
+
+/// Kafka's checks of CreatePartitions' manual assignments, made only when the topic exists
+/// and grows (the controller refuses the rest with its own errors).
+fn check_assignments(
+    broker: &Broker,
+    topic: &str,
+    count: i32,
+    assignments: Option<&[CreatePartitionsAssignment]>,
+) -> Result<(), String> {
+    let (Some(assignments), Some(image)) = (assignments, broker.image().topic(topic).cloned())
+    else {
+        return Ok(());
+    };
+    if count <= image.partitions {
+        return Ok(());
+    }
+    let added = count - image.partitions;
+    if assignments.len() != added as usize {
+        return Err(format!(
+            "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+            assignments.len()
+        ));
+    }
+    let node_id = broker.identity.node_id;
+    for assignment in assignments {
+        let replicas: Vec<i32> = assignment.broker_ids.iter().map(|b| b.0).collect();
+        if replicas.is_empty() {
+            return Err("The manual partition assignment includes an empty replica list.".into());
+        }
+        let mut distinct = HashSet::new();
+        if let Some(twice) = replicas.iter().find(|b| !distinct.insert(**b)) {
+            return Err(format!(
+                "The manual partition assignment includes the broker {twice} more than once."
+            ));
+        }
+        if let Some(unknown) = replicas.iter().find(|b| **b != node_id) {
+            return Err(format!(
+                "The manual partition assignment includes broker {unknown}, but no such broker is registered."
+            ));
+        }
+        if replicas.len() != usize::try_from(image.replication_factor).unwrap_or(0) {
+            return Err(format!(
+                "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {} replica(s).",
+                replicas.len(),
+                image.replication_factor
+            ));
+        }
+    }
+    Ok(())
 }

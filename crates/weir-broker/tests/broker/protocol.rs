@@ -820,3 +820,93 @@ async fn answers_match_kafka_for_duplicates_future_epochs_and_old_versions() {
     assert!(closed_within(&mut c, Duration::from_secs(5)).await);
     test.stop.send_replace(true);
 }
+
+/// CreatePartitions with manual assignments that do not fit, or naming a topic twice, is
+/// refused with Kafka 4.4.0's codes and messages and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_partitions_refuses_what_kafka_refuses() {
+    use kafka_protocol::messages::*;
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "t", 2, &[]).await, 0);
+    let node = test.broker.identity.node_id;
+    let grow = |count: i32, assignments: Option<Vec<Vec<i32>>>| {
+        let mut topic = create_partitions_request::CreatePartitionsTopic::default();
+        topic.name = topic_name("t");
+        topic.count = count;
+        topic.assignments = assignments.map(|lists| {
+            lists
+                .into_iter()
+                .map(|brokers| {
+                    let mut a = create_partitions_request::CreatePartitionsAssignment::default();
+                    a.broker_ids = brokers.into_iter().map(BrokerId).collect();
+                    a
+                })
+                .collect()
+        });
+        topic
+    };
+    let cases = [
+        (
+            grow(4, Some(vec![vec![node]])),
+            39,
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."
+                .to_string(),
+        ),
+        (
+            grow(3, Some(vec![vec![node], vec![node]])),
+            39,
+            "Attempted to add 1 additional partition(s), but only 2 assignment(s) were specified."
+                .to_string(),
+        ),
+        (
+            grow(3, Some(vec![vec![node, node]])),
+            39,
+            format!("The manual partition assignment includes the broker {node} more than once."),
+        ),
+        (
+            grow(3, Some(vec![vec![]])),
+            39,
+            "The manual partition assignment includes an empty replica list.".to_string(),
+        ),
+        (
+            grow(3, Some(vec![vec![99]])),
+            39,
+            "The manual partition assignment includes broker 99, but no such broker is registered."
+                .to_string(),
+        ),
+    ];
+    for (topic, code, message) in cases {
+        let mut request = CreatePartitionsRequest::default();
+        request.topics = vec![topic];
+        let r: CreatePartitionsResponse = call(&mut c, ApiKey::CreatePartitions, 3, &request).await;
+        let result = &r.results[0];
+        assert_eq!(
+            (
+                result.error_code,
+                result.error_message.as_ref().map(|m| m.to_string())
+            ),
+            (code, Some(message))
+        );
+    }
+    let mut twice = CreatePartitionsRequest::default();
+    twice.topics = vec![grow(3, None), grow(3, None)];
+    let r: CreatePartitionsResponse = call(&mut c, ApiKey::CreatePartitions, 3, &twice).await;
+    let answers: Vec<(i16, Option<&str>)> = r
+        .results
+        .iter()
+        .map(|x| (x.error_code, x.error_message.as_ref().map(|m| m.as_str())))
+        .collect();
+    assert_eq!(answers, vec![(42, Some("Duplicate topic name."))]);
+    assert_eq!(
+        test.broker.image().topic("t").expect("t").partitions,
+        2,
+        "nothing grew"
+    );
+    let mut good = CreatePartitionsRequest::default();
+    good.topics = vec![grow(3, Some(vec![vec![node]]))];
+    let r: CreatePartitionsResponse = call(&mut c, ApiKey::CreatePartitions, 3, &good).await;
+    assert_eq!(r.results[0].error_code, 0);
+    assert_eq!(test.broker.image().topic("t").expect("t").partitions, 3);
+    test.stop.send_replace(true);
+}
