@@ -289,6 +289,7 @@ async fn every_advertised_version_answers() {
                     let mut t = kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default();
                     t.name = topic_name(&name);
                     t.count = 3;
+                    t.assignments = None; // as clients send it: an empty list means none fit
                     let mut req = CreatePartitionsRequest::default();
                     req.topics = vec![t];
                     let r: CreatePartitionsResponse = call(&mut c, api.key, v, &req).await;
