@@ -32,6 +32,11 @@ const CONFIG_TYPE_DOUBLE: i8 = 6;
 /// IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+/// The topic configs whose values are comma-separated lists, which APPEND and SUBTRACT
+/// change item by item.
+const LIST_CONFIGS: &[&str] = &["cleanup.policy"];
 
 fn config_type(name: &str) -> i8 {
     match topic_config(name).map(|d| d.kind) {
@@ -116,11 +121,65 @@ fn is_this_broker(broker: &Broker, name: &StrBytes) -> bool {
     name.as_str().is_empty() || name.as_str() == broker.identity.node_id.to_string()
 }
 
+/// A list config's new value after APPEND (items not there yet, in order) or SUBTRACT (items
+/// removed) of `value`'s comma-separated items to its current value (the override, else the
+/// default); any other config is refused, as Kafka does.
+fn list_change(
+    broker: &Broker,
+    topic: &StrBytes,
+    name: &str,
+    op: i8,
+    value: Option<&StrBytes>,
+) -> Result<String, String> {
+    let verb = if op == OP_APPEND {
+        "APPEND"
+    } else {
+        "SUBTRACT"
+    };
+    if topic_config(name).is_none() {
+        // Not a config at all: the change is refused as any unknown key is.
+        return Ok(value.map(|v| v.to_string()).unwrap_or_default());
+    }
+    if !LIST_CONFIGS.contains(&name) {
+        return Err(format!(
+            "Can't {verb} to key {name} because its type is not LIST."
+        ));
+    }
+    let value = value.ok_or_else(|| format!("Null value not supported for : {name}"))?; // refused earlier
+    let current = broker
+        .image()
+        .topic(topic.as_str())
+        .map(|t| broker.config.describe_topic(&t.configs))
+        .and_then(|configs| configs.into_iter().find(|c| c.name == name))
+        .map(|c| c.value)
+        .unwrap_or_default();
+    let items = |list: &str| -> Vec<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut list = items(&current);
+    let change = items(value.as_str());
+    if op == OP_APPEND {
+        for item in change {
+            if !list.contains(&item) {
+                list.push(item);
+            }
+        }
+    } else {
+        list.retain(|item| !change.contains(item));
+    }
+    Ok(list.join(","))
+}
+
 /// One resource's result; AlterConfigs and IncrementalAlterConfigs answer with identical but
 /// distinct generated types, so a macro fills either.
 macro_rules! alter_result {
     ($ty:ty, $resource:expr, $outcome:expr) => {{
         let mut result = <$ty>::default();
+        result.error_message = None; // null on success, as Kafka answers
         if let Err(error) = $outcome {
             result.error_code = error.code();
             result.error_message = Some(str_bytes(error.message));
@@ -204,8 +263,9 @@ pub async fn alter_configs(
     response
 }
 
-/// Sets or deletes individual topic overrides (IncrementalAlterConfigs semantics); a key named
-/// twice in one resource is INVALID_REQUEST.
+/// Sets or deletes individual topic overrides (IncrementalAlterConfigs semantics), or appends
+/// to and subtracts from a list config's current value; a key named twice in one resource is
+/// INVALID_REQUEST.
 pub async fn incremental_alter_configs(
     broker: &Arc<Broker>,
     request: IncrementalAlterConfigsRequest,
@@ -224,11 +284,15 @@ pub async fn incremental_alter_configs(
                 }
                 (OP_DELETE, _) => delete.push(name),
                 (OP_SET, None) => problem = Some(format!("config {name} has a null value")),
-                (op, _) => {
-                    problem = Some(format!(
-                    "operation {op} on {name} is not supported: it applies only to list configs"
-                ))
+                (op @ (OP_APPEND | OP_SUBTRACT), value) => {
+                    match list_change(broker, &resource.resource_name, &name, op, value.as_ref()) {
+                        Ok(value) => {
+                            set.insert(name, value);
+                        }
+                        Err(message) => problem = Some(message),
+                    }
                 }
+                (op, _) => problem = Some(format!("operation {op} on {name} does not exist")),
             }
         }
         let change = match problem {
@@ -239,10 +303,19 @@ pub async fn incremental_alter_configs(
         let mut names: Vec<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
         names.sort_unstable();
         let duplicate = names.windows(2).any(|w| w[0] == w[1]);
+        let null_list_change = resource
+            .configs
+            .iter()
+            .find(|c| matches!(c.config_operation, OP_APPEND | OP_SUBTRACT) && c.value.is_none());
         let outcome = if duplicate {
             Err(ErrorReply::new(
                 ResponseError::InvalidRequest,
                 "Error due to duplicate config keys",
+            ))
+        } else if let Some(config) = null_list_change {
+            Err(ErrorReply::new(
+                ResponseError::InvalidRequest,
+                format!("Null value not supported for : {}", config.name.as_str()),
             ))
         } else {
             alter_resource(

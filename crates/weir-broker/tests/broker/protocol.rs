@@ -911,3 +911,81 @@ async fn create_partitions_refuses_what_kafka_refuses() {
     assert_eq!(test.broker.image().topic("t").expect("t").partitions, 3);
     test.stop.send_replace(true);
 }
+
+/// IncrementalAlterConfigs APPEND and SUBTRACT change a list config (`cleanup.policy`) item by
+/// item from its current value, and are refused for other configs, with Kafka 4.4.0's codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_configs_take_append_and_subtract() {
+    use kafka_protocol::messages::*;
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "t", 1, &[]).await, 0);
+    // (config, operation, value, error code, cleanup.policy afterwards)
+    type Case = (
+        &'static str,
+        i8,
+        Option<&'static str>,
+        i16,
+        Option<&'static str>,
+    );
+    let cases: [Case; 6] = [
+        (
+            "cleanup.policy",
+            2,
+            Some("compact"),
+            0,
+            Some("delete,compact"),
+        ),
+        (
+            "cleanup.policy",
+            2,
+            Some("compact"),
+            0,
+            Some("delete,compact"),
+        ),
+        ("cleanup.policy", 3, Some("delete"), 0, Some("compact")),
+        ("retention.ms", 2, Some("5"), 40, None),
+        ("cleanup.policy", 2, None, 42, None),
+        ("cleanup.policy", 2, Some("bogus"), 40, None),
+    ];
+    for (name, op, value, code, after) in cases {
+        let mut config = incremental_alter_configs_request::AlterableConfig::default();
+        config.name = StrBytes::from_static_str(name);
+        config.config_operation = op;
+        config.value = value.map(StrBytes::from_static_str);
+        let mut resource = incremental_alter_configs_request::AlterConfigsResource::default();
+        resource.resource_type = 2;
+        resource.resource_name = StrBytes::from_static_str("t");
+        resource.configs = vec![config];
+        let mut request = IncrementalAlterConfigsRequest::default();
+        request.resources = vec![resource];
+        let r: IncrementalAlterConfigsResponse =
+            call(&mut c, ApiKey::IncrementalAlterConfigs, 1, &request).await;
+        let result = &r.responses[0];
+        assert_eq!(
+            result.error_code, code,
+            "{name} op {op} {value:?}: {:?}",
+            result.error_message
+        );
+        if code == 0 {
+            assert!(result.error_message.is_none());
+        }
+        if name == "retention.ms" {
+            assert_eq!(
+                result.error_message.as_ref().map(|m| m.as_str()),
+                Some("Can't APPEND to key retention.ms because its type is not LIST.")
+            );
+        }
+        if let Some(after) = after {
+            let image = test.broker.image();
+            let policy = image
+                .topic("t")
+                .expect("t")
+                .configs
+                .get("cleanup.policy")
+                .cloned();
+            assert_eq!(policy.as_deref(), Some(after));
+        }
+    }
+    test.stop.send_replace(true);
+}
