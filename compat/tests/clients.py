@@ -388,6 +388,22 @@ def confluent_consumer(bootstrap: str, **conf) -> Consumer:
     return Consumer(config)
 
 
+def group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
+    """A librdkafka consumer of ``group`` (manual commits, from the earliest offset, 500 ms
+    heartbeats); a setting given as None is left at librdkafka's default."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 100,
+        "heartbeat.interval.ms": 500,
+        "log.connection.close": False,
+    }
+    config.update(conf)
+    return Consumer({k: v for k, v in config.items() if v is not None})
+
+
 def kafka_python_consumer(bootstrap: str, **conf):
     from kafka import KafkaConsumer
 

@@ -34,6 +34,7 @@ from confluent_kafka import (
 
 import wire
 from clients import (
+    group_consumer,
     committed,
     describe_group,
     unique_group,
@@ -105,21 +106,6 @@ def expiry(make_weir):
 # ---------------------------------------------------------------------------------
 # Client helpers
 # ---------------------------------------------------------------------------------
-
-def group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
-    """A librdkafka group consumer; a setting given as None is left at librdkafka's default."""
-    config = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "fetch.wait.max.ms": 100,
-        "heartbeat.interval.ms": 500,
-        "log.connection.close": False,
-    }
-    config.update(conf)
-    return Consumer({k: v for k, v in config.items() if v is not None})
-
 
 def consume(consumer: Consumer, count: int, timeout: float = 60) -> list[Stored]:
     """Poll until ``count`` records arrived (bounded); returns them in arrival order."""

@@ -29,6 +29,7 @@ from confluent_kafka import (
 )
 
 from clients import (
+    group_consumer,
     committed,
     unique_group,
     wait_empty,
@@ -134,21 +135,6 @@ def java(server, tmp_path_factory) -> Java:
 # ---------------------------------------------------------------------------------
 # librdkafka helpers
 # ---------------------------------------------------------------------------------
-
-def rdk_group_consumer(bootstrap: str, group: str, **conf) -> Consumer:
-    config = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "fetch.wait.max.ms": 100,
-        "heartbeat.interval.ms": 500,
-        "log.connection.close": False,
-    }
-    config.update(conf)
-    # A setting given as None is left at librdkafka's default.
-    return Consumer({k: v for k, v in config.items() if v is not None})
-
 
 # Per group protocol: librdkafka's settings, and the assignor the tools report.
 PROTOCOLS = {
@@ -403,7 +389,7 @@ def test_kafka_consumer_groups_lists_describes_resets_and_deletes(server, java, 
     host, port = bootstrap.rsplit(":", 1)
 
     settings, assignor = PROTOCOLS[protocol]
-    consumer = rdk_group_consumer(bootstrap, group, **{"client.id": "weir-compat-cg", **settings})
+    consumer = group_consumer(bootstrap, group, **{"client.id": "weir-compat-cg", **settings})
     try:
         consumer.subscribe([topic])
         rdk_consume([consumer], len(records))
@@ -507,7 +493,7 @@ def test_java_admin_lists_and_describes_librdkafka_groups(server, java):
         committer.close()
 
     members = [
-        rdk_group_consumer(bootstrap, group, **{"client.id": f"rdk-{name}", "partition.assignment.strategy": "roundrobin"})
+        group_consumer(bootstrap, group, **{"client.id": f"rdk-{name}", "partition.assignment.strategy": "roundrobin"})
         for name in ("a", "b")
     ]
     try:

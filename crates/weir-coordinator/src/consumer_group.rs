@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::assignors::{assign, MemberSpec, TopicPartitions, ASSIGNORS};
-use crate::group::GroupState;
+use crate::group::{millis, GroupState};
 use crate::records::consumer::{
     decode_assignment, decode_epoch, decode_member, decode_target, encode_assignment, encode_epoch,
     encode_member, encode_target, AssignmentValue, MemberValue,
@@ -998,10 +998,6 @@ pub fn check_request(request: &ConsumerHeartbeat) -> Result<(), GroupError> {
         }
         _ => Ok(()),
     }
-}
-
-fn millis(ms: i32) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 fn flatten(partitions: &TopicPartitions) -> Vec<(Uuid, i32)> {

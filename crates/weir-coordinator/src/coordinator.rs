@@ -1422,19 +1422,25 @@ mod consumer_protocol_tests {
         }
     }
 
+    /// Member `member` joins group `g`.
+    async fn join(
+        coordinator: &GroupCoordinator,
+        catalog: &OneTopic,
+        member: &str,
+    ) -> HeartbeatReply {
+        coordinator
+            .consumer_heartbeat("g", heartbeat(member, 0, None), 1, catalog)
+            .await
+            .expect("join")
+    }
+
     #[tokio::test]
     async fn a_member_leaving_a_restored_group_moves_only_its_partitions() {
         let log = Arc::new(MemoryLog::default());
         let catalog = OneTopic(Uuid::new_v4());
         let first = coordinator(log.clone());
-        let a = first
-            .consumer_heartbeat("g", heartbeat("a", 0, None), 1, &catalog)
-            .await
-            .expect("a joins");
-        first
-            .consumer_heartbeat("g", heartbeat("b", 0, None), 1, &catalog)
-            .await
-            .expect("b joins");
+        let a = join(&first, &catalog, "a").await;
+        join(&first, &catalog, "b").await;
         let all = a.assignment.expect("a has everything");
         let revoking = first
             .consumer_heartbeat("g", heartbeat("a", 1, Some(all)), 1, &catalog)
@@ -1486,14 +1492,8 @@ mod consumer_protocol_tests {
         let log = Arc::new(MemoryLog::default());
         let catalog = OneTopic(Uuid::new_v4());
         let first = coordinator(log.clone());
-        let a = first
-            .consumer_heartbeat("g", heartbeat("a", 0, None), 1, &catalog)
-            .await
-            .expect("a joins");
-        let b = first
-            .consumer_heartbeat("g", heartbeat("b", 0, None), 1, &catalog)
-            .await
-            .expect("b joins");
+        let a = join(&first, &catalog, "a").await;
+        let b = join(&first, &catalog, "b").await;
         assert_eq!((a.member_epoch, b.member_epoch), (1, 2));
         // a must give up two partitions: it is mid-revocation when the coordinator goes.
         let revoking = first

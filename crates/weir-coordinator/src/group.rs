@@ -1241,7 +1241,8 @@ fn replay_rank(key: &[u8], is_value: bool) -> u8 {
     }
 }
 
-fn millis(ms: i32) -> Duration {
+/// A timeout in milliseconds from the wire, negatives as zero.
+pub(crate) fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 

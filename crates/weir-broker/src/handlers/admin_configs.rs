@@ -174,6 +174,20 @@ fn list_change(
     Ok(list.join(","))
 }
 
+/// One key named twice in one resource (SET and DELETE of it, say) is refused before anything
+/// else, as Kafka does.
+fn unique_keys<T>(configs: &[T], name: impl Fn(&T) -> &str) -> Result<(), ErrorReply> {
+    let mut names: Vec<&str> = configs.iter().map(name).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ErrorReply::new(
+            ResponseError::InvalidRequest,
+            "Error due to duplicate config keys",
+        ));
+    }
+    Ok(())
+}
+
 /// One resource's result; AlterConfigs and IncrementalAlterConfigs answer with identical but
 /// distinct generated types, so a macro fills either.
 macro_rules! alter_result {
@@ -235,15 +249,8 @@ pub async fn alter_configs(
             })
             .collect::<Result<BTreeMap<_, _>, _>>()
             .map(|set| (set, Vec::new(), true));
-        // One key twice (SET and DELETE of it, say) is refused before anything else.
-        let mut names: Vec<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
-        names.sort_unstable();
-        let duplicate = names.windows(2).any(|w| w[0] == w[1]);
-        let outcome = if duplicate {
-            Err(ErrorReply::new(
-                ResponseError::InvalidRequest,
-                "Error due to duplicate config keys",
-            ))
+        let outcome = if let Err(error) = unique_keys(&resource.configs, |c| c.name.as_str()) {
+            Err(error)
         } else {
             alter_resource(
                 broker,
@@ -299,19 +306,12 @@ pub async fn incremental_alter_configs(
             Some(message) => Err(message),
             None => Ok((set, delete, false)),
         };
-        // One key twice (SET and DELETE of it, say) is refused before anything else.
-        let mut names: Vec<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
-        names.sort_unstable();
-        let duplicate = names.windows(2).any(|w| w[0] == w[1]);
         let null_list_change = resource
             .configs
             .iter()
             .find(|c| matches!(c.config_operation, OP_APPEND | OP_SUBTRACT) && c.value.is_none());
-        let outcome = if duplicate {
-            Err(ErrorReply::new(
-                ResponseError::InvalidRequest,
-                "Error due to duplicate config keys",
-            ))
+        let outcome = if let Err(error) = unique_keys(&resource.configs, |c| c.name.as_str()) {
+            Err(error)
         } else if let Some(config) = null_list_change {
             Err(ErrorReply::new(
                 ResponseError::InvalidRequest,

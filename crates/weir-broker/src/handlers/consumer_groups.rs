@@ -23,10 +23,9 @@ use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog, OFFSETS_TOPI
 
 use crate::broker::Broker;
 use crate::handlers::errors::group_error;
+use crate::handlers::groups::OPERATIONS_NOT_REQUESTED;
 use crate::handlers::str_bytes;
 
-/// Authorized operations when the client did not ask for them.
-const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
 /// ConsumerGroupDescribe v1 `MemberType` of a consumer-protocol member.
 const MEMBER_TYPE_CONSUMER: i8 = 1;
 

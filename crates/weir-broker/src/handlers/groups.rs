@@ -28,7 +28,7 @@ use crate::handlers::str_bytes;
 /// FindCoordinator key type of a consumer group (1 is a transactional id).
 const KEY_TYPE_GROUP: i8 = 0;
 /// Authorized operations when the client did not ask for them.
-const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
+pub(crate) const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
 
 fn optional(s: &Option<StrBytes>) -> Option<&str> {
     s.as_ref().map(|s| s.as_str())
