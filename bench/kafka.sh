@@ -23,6 +23,10 @@
 #   --ready-timeout S   deadline for the server to become ready (default 180)
 #   --stop-timeout S    deadline for a clean exit before SIGKILL (default 60)
 #   --set KEY=VALUE     (start) extra or overriding server property; repeatable
+#   --bare              (start) only what a one-node KRaft server needs (listeners, quorum,
+#                       log.dirs, replication factors of 1 for the internal topics): every other
+#                       setting at Kafka's default, so that DescribeConfigs reports Kafka's
+#                       defaults as such (the differential suite's reference)
 #
 # The jars come from Maven Central through `mvn dependency:copy-dependencies` on a generated
 # pom (kafka_2.13, kafka-tools without Connect, and log4j-slf4j-impl), into DIR/libs. The
@@ -49,6 +53,7 @@ CPORT=""
 WORK=""
 HEAP=1g
 FRESH=0
+BARE=0
 READY_TIMEOUT=180
 STOP_TIMEOUT=60
 EXTRA=()
@@ -61,6 +66,7 @@ while [[ $# -gt 0 ]]; do
         --log4j-version) LOG4J_VERSION="$2"; shift 2 ;;
         --heap) HEAP="$2"; shift 2 ;;
         --fresh) FRESH=1; shift ;;
+        --bare) BARE=1; shift ;;
         --ready-timeout) READY_TIMEOUT="$2"; shift 2 ;;
         --stop-timeout) STOP_TIMEOUT="$2"; shift 2 ;;
         --set) EXTRA+=("$2"); shift 2 ;;
@@ -162,23 +168,27 @@ advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-num.network.threads=3
-num.io.threads=8
-socket.send.buffer.bytes=102400
-socket.receive.buffer.bytes=102400
-socket.request.max.bytes=104857600
 log.dirs=$DATA
-num.partitions=1
-num.recovery.threads.per.data.dir=1
 offsets.topic.replication.factor=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
+EOF
+    if [[ $BARE -eq 0 ]]; then
+        cat >>"$PROPS.part" <<EOF
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+num.partitions=1
+num.recovery.threads.per.data.dir=1
 log.retention.hours=168
 log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
 EOF
+    fi
     local kv
     for kv in "${EXTRA[@]}"; do
         [[ "$kv" == *=* ]] || die "--set wants KEY=VALUE, got $kv"

@@ -8,7 +8,8 @@
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
 # nodejs/npm, a JDK and Maven when missing, the Python venv in .venv, KafkaJS from
 # compat/package-lock.json, the Kafka Java client and tools from compat/java/pom.xml
-# into .cache/kafka-jars, the franz-go program of compat/go (go.mod, go.sum) into
+# into .cache/kafka-jars, Apache Kafka's server (the differential suite's reference) into
+# .cache/kafka-reference-4.4.0, the franz-go program of compat/go (go.mod, go.sum) into
 # .cache/franz-go); when everything is already there it only checks.
 # Respects CARGO_TARGET_DIR.
 
@@ -175,6 +176,12 @@ if [[ "$(cat "$KAFKA_JARS/.compat-pom" 2>/dev/null || true)" != "$want" ]]; then
 else
   echo "pom unchanged; already fetched"
 fi
+end
+
+begin "Apache Kafka 4.4.0 server (the differential suite's reference) into .cache/kafka-reference-4.4.0"
+KAFKA_REFERENCE="$ROOT/.cache/kafka-reference-4.4.0"
+bench/kafka.sh fetch --version 4.4.0 --work "$KAFKA_REFERENCE"
+export WEIR_KAFKA_REFERENCE_WORK="$KAFKA_REFERENCE"
 end
 
 begin "franz-go program (compat/go, go.sum) into .cache/franz-go"

@@ -1,10 +1,12 @@
 """Produce keyed records with headers through every compression codec with
 librdkafka and kafka-python, then read them back by assignment with both
-clients and compare every partition, offset, key, value, header and timestamp.
+clients and compare every partition, offset, key, value, header and timestamp; and
+the topic configs that change what is stored (LogAppendTime, compression.type).
 """
 
 from __future__ import annotations
 
+import time
 import zlib
 
 import pytest
@@ -14,6 +16,7 @@ from clients import (
     Rec,
     Stored,
     assert_same_log,
+    confluent_consumer,
     create_topic,
     expected_log,
     high_watermark,
@@ -132,3 +135,71 @@ def test_cross_client_interleaving(bootstrap):
             ]
     for reader in CLIENTS:
         assert_same_log(read_back(reader, bootstrap, topic, [0]), {0: expected}, context=reader)
+
+
+APPEND_TIME_RECORDS = 50
+
+
+def test_log_append_time_topic_stamps_what_clients_see(bootstrap):
+    """On a topic with message.timestamp.type=LogAppendTime, librdkafka's delivery reports and
+    consumer, and kafka-python's consumer, see the broker's append time, typed as such, instead
+    of the (ancient) timestamp the producer set."""
+    from confluent_kafka import Producer, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+
+    topic = unique_topic("rt-append-time")
+    create_topic(bootstrap, topic, config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log.connection.close": False})
+    reports = []
+    for i in range(APPEND_TIME_RECORDS):
+        producer.produce(topic, value=b"v%d" % i, partition=0, timestamp=1_000,
+                         on_delivery=lambda err, msg: reports.append((err, msg.timestamp())))
+    assert producer.flush(30) == 0
+    after = int(time.time() * 1000)
+    assert len(reports) == APPEND_TIME_RECORDS
+    for err, (ts_type, ts) in reports:
+        assert err is None
+        assert ts_type == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after, (ts_type, ts, before, after)
+
+    consumer = confluent_consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen = []
+        deadline = time.monotonic() + 30
+        while len(seen) < APPEND_TIME_RECORDS and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=100, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                seen.append(msg.timestamp())
+    finally:
+        consumer.close()
+    assert len(seen) == APPEND_TIME_RECORDS
+    assert all(t == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after for t, ts in seen), seen[:3]
+
+    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        reader.assign([KTopicPartition(topic, 0)])
+        reader.seek(KTopicPartition(topic, 0), 0)
+        stamped = [(m.timestamp_type, m.timestamp) for m in reader]
+    finally:
+        reader.close()
+    assert len(stamped) == APPEND_TIME_RECORDS
+    assert all(t == 1 and before <= ts <= after for t, ts in stamped), stamped[:3]
+
+
+@pytest.mark.parametrize("topic_codec,producer_codec", [
+    ("zstd", "none"), ("uncompressed", "gzip"), ("gzip", "lz4"), ("snappy", "zstd"), ("lz4", "snappy"),
+])
+def test_topic_compression_type_recompresses_and_every_client_reads_it(bootstrap, topic_codec, producer_codec):
+    """A topic's compression.type makes the broker store batches in its codec, whatever the
+    producer used: every record, key, header and timestamp reads back the same with both
+    clients."""
+    topic = unique_topic(f"rt-recompress-{topic_codec}")
+    create_topic(bootstrap, topic, partitions=PARTITIONS, config={"compression.type": topic_codec})
+    records = make_records(500, seed=zlib.crc32(topic_codec.encode()), tag=f"{producer_codec}->{topic_codec}")
+    delivered = produce("librdkafka", bootstrap, topic, records, **_producer_conf("librdkafka", producer_codec))
+    expected = expected_log(records, delivered)
+    for reader in CLIENTS:
+        actual = read_back(reader, bootstrap, topic, range(PARTITIONS))
+        assert_same_log(actual, expected, context=f"{producer_codec} into a {topic_codec} topic, read by {reader}")

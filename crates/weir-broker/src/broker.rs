@@ -8,6 +8,7 @@ use weir_controller::{Controller, ControllerError, MetadataImage};
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 
 use crate::config::BrokerConfig;
+use crate::fetch_session::FetchSessions;
 use crate::offsets_topic::PartitionOffsetsLog;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
@@ -67,6 +68,8 @@ pub struct Broker {
     /// Permits to decompress and validate a compressed batch (see
     /// [`COMPRESSED_VALIDATIONS_MAX`]).
     pub compressed_validations: Semaphore,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: FetchSessions,
 }
 
 impl Broker {
@@ -90,7 +93,6 @@ impl Broker {
                 .min(Semaphore::MAX_PERMITS),
         ));
         Broker {
-            config,
             identity,
             controller,
             partitions,
@@ -100,6 +102,8 @@ impl Broker {
             shutdown,
             request_memory,
             compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
+            fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
+            config,
         }
     }
 

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use weir_controller::topic_config::{
-    check_value, topic_config, ConfigKind, TopicConfigDef, CLEANUP_COMPACT, CLEANUP_DELETE,
-    FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER, TOPIC_CONFIGS,
+    compression_codec, topic_config, ConfigKind, CLEANUP_COMPACT, CLEANUP_DELETE,
+    FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER, TIMESTAMP_LOG_APPEND_TIME, TOPIC_CONFIGS,
 };
 use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
+use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
 
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
@@ -89,6 +90,13 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         1024,
         i64::MAX,
         "Request bytes held in memory at once, over all connections (at least socket.request.max.bytes). When reached, sockets sending large requests are not read until memory frees (backpressure); requests up to 64 KiB always proceed.",
+    ),
+    long_setting(
+        "max.incremental.fetch.session.cache.slots",
+        "1000",
+        0,
+        100_000,
+        "Incremental fetch sessions (KIP-227) the broker keeps; when all are taken and none has been idle two minutes, fetches are served without one. 0 turns sessions off.",
     ),
     long_setting(
         "connections.max.idle.ms",
@@ -310,6 +318,8 @@ pub struct BrokerConfig {
     pub max_connections_per_ip_overrides: Vec<(String, u32)>,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `max.incremental.fetch.session.cache.slots`.
+    pub fetch_session_cache_slots: usize,
     /// `producer.id.expiration.ms`.
     pub producer_id_expiration_ms: i64,
     /// `log.flush.offset.checkpoint.interval.ms`.
@@ -337,18 +347,13 @@ pub struct DescribedConfig {
     pub source: ConfigSource,
     /// One-line explanation.
     pub doc: &'static str,
+    /// Where else the value could come from, most specific first, each with the value it has
+    /// there (DescribeConfigs `include_synonyms`).
+    pub synonyms: Vec<(String, String, ConfigSource)>,
 }
 
 fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), ConfigError> {
-    let def = TopicConfigDef {
-        name: "",
-        broker_name: "",
-        default: "",
-        kind,
-        doc: "",
-    };
-    // The definition is anonymous, so the message starts after the name.
-    check_value(&def, value).map_err(|e| ConfigError(format!("{name}{e}")))
+    weir_controller::topic_config::check_kind(name, kind, value).map_err(ConfigError)
 }
 
 /// Parses `host:count,host:count`; hosts may be IPv6 (the count follows the last colon).
@@ -434,6 +439,7 @@ impl BrokerConfig {
                 value_of(properties, "max.connections.per.ip.overrides"),
             )?,
             retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,
+            fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
             producer_id_expiration_ms: long("producer.id.expiration.ms"),
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
             offsets_topic_partitions: long("offsets.topic.num.partitions") as i32,
@@ -512,6 +518,7 @@ impl BrokerConfig {
                 value: value_of(&self.given, name).to_string(),
                 source: self.source(name),
                 doc,
+                synonyms: Vec::new(),
             })
             .collect()
     }
@@ -528,11 +535,25 @@ impl BrokerConfig {
                         self.source(def.broker_name),
                     ),
                 };
+                // As Kafka lists them: the override, then the broker's setting and default.
+                let mut synonyms = Vec::new();
+                if let Some(v) = overrides.get(def.name) {
+                    synonyms.push((def.name.to_string(), v.clone(), ConfigSource::Topic));
+                }
+                if def.has_broker_synonym() {
+                    if let Some(v) = self.given.get(def.broker_name) {
+                        let broker = (def.broker_name.to_string(), v.clone());
+                        synonyms.push((broker.0, broker.1, ConfigSource::StaticBroker));
+                    }
+                    let default = (def.broker_name.to_string(), def.default.to_string());
+                    synonyms.push((default.0, default.1, ConfigSource::Default));
+                }
                 DescribedConfig {
                     name: def.name.to_string(),
                     value: value.to_string(),
                     source,
                     doc: def.doc,
+                    synonyms,
                 }
             })
             .collect()
@@ -588,6 +609,15 @@ pub struct TopicSettings {
     pub timestamp_before_max_ms: i64,
     /// `message.timestamp.after.max.ms`.
     pub timestamp_after_max_ms: i64,
+    /// `max.decompressed.message.bytes`.
+    pub max_decompressed_message_bytes: u64,
+    /// `message.timestamp.type=LogAppendTime`: batches are stamped with their append time.
+    pub log_append_time: bool,
+    /// The codec `compression.type` makes the broker store batches in; `None` keeps the
+    /// producer's.
+    pub compression: Option<i16>,
+    /// `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level`.
+    pub compression_levels: Levels,
 }
 
 impl TopicSettings {
@@ -631,6 +661,14 @@ impl TopicSettings {
             min_insync_replicas: long("min.insync.replicas") as i32,
             timestamp_before_max_ms: long("message.timestamp.before.max.ms"),
             timestamp_after_max_ms: long("message.timestamp.after.max.ms"),
+            max_decompressed_message_bytes: long("max.decompressed.message.bytes") as u64,
+            log_append_time: value("message.timestamp.type") == TIMESTAMP_LOG_APPEND_TIME,
+            compression: compression_codec(value("compression.type")),
+            compression_levels: Levels {
+                gzip: long("compression.gzip.level") as i32,
+                lz4: long("compression.lz4.level") as i32,
+                zstd: long("compression.zstd.level") as i32,
+            },
         }
     }
 }

@@ -55,6 +55,7 @@ impl OffsetsLog for PartitionOffsetsLog {
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: i64::MAX,
             keys_required: true,
+            log_append_time: false,
         };
         // The coordinator's own bytes pass the same validation as any producer's.
         let batch = validate(Bytes::from(batch), &limits).map_err(|error| {

@@ -25,22 +25,22 @@ const REPLICATION_FACTOR_MAX: i16 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     /// CreateTopics for a name in use.
-    #[error("topic {0} already exists")]
+    #[error("Topic '{0}' already exists.")]
     TopicAlreadyExists(String),
     /// The topic does not exist.
     #[error("unknown topic {0}")]
     UnknownTopic(String),
-    /// Illegal topic name.
-    #[error("invalid topic name: {0}")]
+    /// Illegal topic name (the message says why, in Kafka's words).
+    #[error("{0}")]
     InvalidTopic(String),
-    /// Bad partition count.
-    #[error("invalid partitions: {0}")]
+    /// Bad partition count (the message says why, in Kafka's words).
+    #[error("{0}")]
     InvalidPartitions(String),
-    /// Bad replication factor.
-    #[error("invalid replication factor: {0}")]
+    /// Bad replication factor (the message says why, in Kafka's words).
+    #[error("{0}")]
     InvalidReplicationFactor(String),
-    /// Unsupported config key or bad value.
-    #[error("invalid config: {0}")]
+    /// Unsupported config key or bad value (the message says why, in Kafka's words).
+    #[error("{0}")]
     InvalidConfig(String),
     /// The metadata log could not be written (a full disk): the change did not happen.
     #[error("metadata change not written: {0}")]
@@ -165,16 +165,26 @@ impl Controller {
         validate_only: bool,
     ) -> Result<TopicImage, ControllerError> {
         validate_topic_name(&topic.name).map_err(ControllerError::InvalidTopic)?;
-        if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&topic.partitions) {
+        if topic.partitions < 1 {
+            return Err(ControllerError::InvalidPartitions(
+                "Number of partitions was set to an invalid non-positive value.".into(),
+            ));
+        }
+        if topic.partitions > PARTITIONS_PER_TOPIC_MAX {
             return Err(ControllerError::InvalidPartitions(format!(
-                "{} is not in 1..={PARTITIONS_PER_TOPIC_MAX}",
+                "Number of partitions {} is more than the {PARTITIONS_PER_TOPIC_MAX} a topic may have.",
                 topic.partitions
             )));
         }
-        if !(1..=REPLICATION_FACTOR_MAX).contains(&topic.replication_factor) {
+        let replicas = topic.replication_factor;
+        if replicas < 1 {
+            return Err(ControllerError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0, or -1 to use the default value.".into(),
+            ));
+        }
+        if replicas > REPLICATION_FACTOR_MAX {
             return Err(ControllerError::InvalidReplicationFactor(format!(
-                "{} must be between 1 and the number of brokers ({REPLICATION_FACTOR_MAX})",
-                topic.replication_factor
+                "Unable to replicate the partition {replicas} time(s): The target replication factor of {replicas} cannot be reached because only {REPLICATION_FACTOR_MAX} broker(s) are registered or some brokers have all their log directories cordoned."
             )));
         }
         Self::check_configs(&topic.configs)?;
@@ -190,7 +200,7 @@ impl Controller {
             .find(|t| t.name.replace('.', "_") == normalized)
         {
             return Err(ControllerError::InvalidTopic(format!(
-                "{} collides with existing topic {} (names may not differ only in '.' and '_')",
+                "Topic '{}' collides with existing topic: {} (names may not differ only in '.' and '_')",
                 topic.name, other.name
             )));
         }
@@ -238,14 +248,19 @@ impl Controller {
         let mut state = self.state();
         let topic_id = Self::topic_id(&state, name)?;
         let current = state.image.topic(name).map_or(0, |t| t.partitions);
-        if total <= current {
+        if total == current {
             return Err(ControllerError::InvalidPartitions(format!(
-                "topic {name} has {current} partitions; the new total {total} must be larger"
+                "Topic already has {current} partition(s)."
+            )));
+        }
+        if total < current {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "The topic {name} currently has {current} partition(s); {total} would not be an increase."
             )));
         }
         if total > PARTITIONS_PER_TOPIC_MAX {
             return Err(ControllerError::InvalidPartitions(format!(
-                "{total} is more than {PARTITIONS_PER_TOPIC_MAX}"
+                "Number of partitions {total} is more than the {PARTITIONS_PER_TOPIC_MAX} a topic may have."
             )));
         }
         self.check_capacity(&state.image, total - current)?;
@@ -267,14 +282,8 @@ impl Controller {
         replace: bool,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
+        // Deleting a key that is not a config deletes nothing, as in Kafka.
         Self::check_configs(&set)?;
-        for key in &delete {
-            if crate::topic_config::topic_config(key).is_none() {
-                return Err(ControllerError::InvalidConfig(format!(
-                    "{key} is not a topic config Weir supports"
-                )));
-            }
-        }
         let mut state = self.state();
         let topic_id = Self::topic_id(&state, name)?;
         if !validate_only {

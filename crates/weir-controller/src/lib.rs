@@ -27,23 +27,24 @@ pub const TOPIC_NAME_MAX_CHARS: usize = 249;
 /// Checks a topic name the way Kafka does: 1–249 characters of `[a-zA-Z0-9._-]`, and not `.`
 /// or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    let invalid = |why: String| Err(format!("Topic name is invalid: {why}"));
     if name.is_empty() {
-        return Err("topic name is empty".into());
+        return invalid("the empty string is not allowed".into());
     }
     if name == "." || name == ".." {
-        return Err("topic name cannot be '.' or '..'".into());
+        return invalid(format!("'{name}' is not allowed"));
     }
     if name.len() > TOPIC_NAME_MAX_CHARS {
-        return Err(format!(
-            "topic name is longer than {TOPIC_NAME_MAX_CHARS} characters"
+        return invalid(format!(
+            "the length of '{name}' is longer than the max allowed length {TOPIC_NAME_MAX_CHARS}"
         ));
     }
-    if let Some(c) = name
+    if !name
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     {
-        return Err(format!(
-            "topic name contains the illegal character {c:?}; use [a-zA-Z0-9._-]"
+        return invalid(format!(
+            "'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
         ));
     }
     Ok(())

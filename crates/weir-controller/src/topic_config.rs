@@ -2,20 +2,46 @@
 //! overrides each default. A key not listed here is refused with INVALID_CONFIG rather than
 //! stored and silently ignored.
 
-/// What values a config accepts.
+/// What values a config accepts, and so which Kafka config type it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigKind {
-    /// A signed 64-bit integer within `[min, max]`.
+    /// A signed 64-bit integer within `[min, max]` (Kafka's LONG).
     Long {
         /// Smallest accepted value.
         min: i64,
         /// Largest accepted value.
         max: i64,
     },
-    /// One of a fixed set of words.
+    /// A signed 32-bit integer within `[min, max]` (Kafka's INT).
+    Int {
+        /// Smallest accepted value.
+        min: i64,
+        /// Largest accepted value.
+        max: i64,
+    },
+    /// One of a fixed set of words (Kafka's STRING with a valid-string list).
     Choice(&'static [&'static str]),
-    /// A decimal number in `[0, 1]` (`min.cleanable.dirty.ratio`).
+    /// A comma-separated list of distinct words from a fixed set (Kafka's LIST).
+    List(&'static [&'static str]),
+    /// A decimal number in `[0, 1]` (`min.cleanable.dirty.ratio`, Kafka's DOUBLE).
     Fraction,
+    /// Empty, `*`, or a comma-separated list of `partition:broker` (Kafka's LIST of throttled
+    /// replicas).
+    ReplicaList,
+}
+
+impl ConfigKind {
+    /// Kafka's config type code, as DescribeConfigs v3+ reports it.
+    pub fn type_code(self) -> i8 {
+        match self {
+            ConfigKind::Choice(["true", "false"]) => 1,
+            ConfigKind::Choice(_) => 2,
+            ConfigKind::Int { .. } => 3,
+            ConfigKind::Long { .. } => 5,
+            ConfigKind::Fraction => 6,
+            ConfigKind::List(_) | ConfigKind::ReplicaList => 7,
+        }
+    }
 }
 
 /// One supported topic config.
@@ -37,12 +63,62 @@ const fn long(min: i64, max: i64) -> ConfigKind {
     ConfigKind::Long { min, max }
 }
 
+const fn int(min: i64, max: i64) -> ConfigKind {
+    ConfigKind::Int { min, max }
+}
+
+/// Kafka's BOOLEAN.
+const BOOLEAN: ConfigKind = ConfigKind::Choice(&["true", "false"]);
+
+/// Topic configs for which Kafka reports no broker-level synonym (their broker key has no
+/// default of its own, or there is none): DescribeConfigs lists only a topic override.
+const WITHOUT_BROKER_SYNONYM: &[&str] = &[
+    "retention.ms",
+    "segment.ms",
+    "segment.jitter.ms",
+    "flush.ms",
+    "errors.deadletterqueue.group.enable",
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+    "remote.storage.enable",
+];
+
+impl TopicConfigDef {
+    /// Whether DescribeConfigs lists the broker key as a synonym, as Kafka does.
+    pub fn has_broker_synonym(&self) -> bool {
+        !WITHOUT_BROKER_SYNONYM.contains(&self.name)
+    }
+}
+
 /// `flush.policy` value: fsync before answering an `acks=all` write (group commit).
 pub const FLUSH_POLICY_ACKS_ALL: &str = "acks-all";
 /// `flush.policy` value: fsync before every acknowledgement, `acks=1` included.
 pub const FLUSH_POLICY_ALWAYS: &str = "always";
 /// `flush.policy` value: never fsync before acknowledging (Kafka's behaviour).
 pub const FLUSH_POLICY_NEVER: &str = "never";
+
+/// `compression.type` value: batches are stored as the producer compressed them.
+pub const COMPRESSION_PRODUCER: &str = "producer";
+
+/// The batch codec a topic's `compression.type` asks the broker to store, or `None` for
+/// `producer` (as sent).
+pub fn compression_codec(compression_type: &str) -> Option<i16> {
+    match compression_type {
+        "uncompressed" => Some(0),
+        "gzip" => Some(1),
+        "snappy" => Some(2),
+        "lz4" => Some(3),
+        "zstd" => Some(4),
+        _ => None,
+    }
+}
+
+/// `message.timestamp.type` value: records keep the producer's timestamps.
+pub const TIMESTAMP_CREATE_TIME: &str = "CreateTime";
+/// `message.timestamp.type` value: the broker stamps each batch with its append time.
+pub const TIMESTAMP_LOG_APPEND_TIME: &str = "LogAppendTime";
 
 /// `cleanup.policy` word: retention deletes old segments.
 pub const CLEANUP_DELETE: &str = "delete";
@@ -57,21 +133,44 @@ pub const SEGMENT_BYTES_MIN: i64 = 1024 * 1024;
 pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef { name: "retention.ms", broker_name: "log.retention.ms", default: "604800000", kind: long(-1, i64::MAX), doc: "Delete a segment once its newest record is older than this; -1 keeps forever." },
     TopicConfigDef { name: "retention.bytes", broker_name: "log.retention.bytes", default: "-1", kind: long(-1, i64::MAX), doc: "Delete oldest segments while a partition is larger than this; -1 means no limit." },
-    TopicConfigDef { name: "segment.bytes", broker_name: "log.segment.bytes", default: "1073741824", kind: long(SEGMENT_BYTES_MIN, i32::MAX as i64), doc: "Roll to a new segment file at this size (at least 1 MiB, as in Kafka 4)." },
+    TopicConfigDef { name: "segment.bytes", broker_name: "log.segment.bytes", default: "1073741824", kind: int(SEGMENT_BYTES_MIN, i32::MAX as i64), doc: "Roll to a new segment file at this size (at least 1 MiB, as in Kafka 4)." },
     TopicConfigDef { name: "segment.ms", broker_name: "log.roll.ms", default: "604800000", kind: long(1, i64::MAX), doc: "Roll to a new segment file at this age." },
-    TopicConfigDef { name: "max.message.bytes", broker_name: "message.max.bytes", default: "1048588", kind: long(0, i32::MAX as i64), doc: "Largest record batch accepted." },
-    TopicConfigDef { name: "index.interval.bytes", broker_name: "log.index.interval.bytes", default: "4096", kind: long(0, i32::MAX as i64), doc: "Bytes between offset index entries." },
-    TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::Choice(&[CLEANUP_DELETE, CLEANUP_COMPACT, "compact,delete", "delete,compact"]), doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need keys); both: both." },
+    TopicConfigDef { name: "max.message.bytes", broker_name: "message.max.bytes", default: "1048588", kind: int(0, i32::MAX as i64), doc: "Largest record batch accepted." },
+    TopicConfigDef { name: "index.interval.bytes", broker_name: "log.index.interval.bytes", default: "4096", kind: int(0, i32::MAX as i64), doc: "Bytes between offset index entries." },
+    TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::List(&[CLEANUP_COMPACT, CLEANUP_DELETE]), doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need keys); both: both." },
     TopicConfigDef { name: "min.cleanable.dirty.ratio", broker_name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Fraction, doc: "Compacted topics: clean once this share of the inactive segments has not been cleaned yet." },
     TopicConfigDef { name: "min.compaction.lag.ms", broker_name: "log.cleaner.min.compaction.lag.ms", default: "0", kind: long(0, i64::MAX), doc: "Compacted topics: a record stays uncompacted at least this long." },
     TopicConfigDef { name: "max.compaction.lag.ms", broker_name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", kind: long(1, i64::MAX), doc: "Compacted topics: a record is compacted within this long of its segment's newest record, whatever the dirty ratio." },
     TopicConfigDef { name: "delete.retention.ms", broker_name: "log.cleaner.delete.retention.ms", default: "86400000", kind: long(0, i64::MAX), doc: "Compacted topics: tombstones stay readable this long after their segment's newest record." },
-    TopicConfigDef { name: "compression.type", broker_name: "compression.type", default: "producer", kind: ConfigKind::Choice(&["producer"]), doc: "Batches are stored as the producer compressed them." },
-    TopicConfigDef { name: "message.timestamp.type", broker_name: "log.message.timestamp.type", default: "CreateTime", kind: ConfigKind::Choice(&["CreateTime"]), doc: "Record timestamps are the producer's." },
+    TopicConfigDef { name: "compression.type", broker_name: "compression.type", default: "producer", kind: ConfigKind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", COMPRESSION_PRODUCER]), doc: "producer: batches are stored as the producer compressed them; uncompressed, gzip, snappy, lz4 or zstd: the broker recompresses batches in another codec (at compression.gzip/lz4/zstd.level) before storing them." },
+    TopicConfigDef { name: "message.timestamp.type", broker_name: "log.message.timestamp.type", default: "CreateTime", kind: ConfigKind::Choice(&[TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME]), doc: "CreateTime: a record's timestamp is the producer's (checked against message.timestamp.before/after.max.ms); LogAppendTime: the broker stamps each batch with the time it appends it, and Produce answers with that time." },
     TopicConfigDef { name: "message.timestamp.before.max.ms", broker_name: "log.message.timestamp.before.max.ms", default: "9223372036854775807", kind: long(0, i64::MAX), doc: "A record timestamp further in the past than this is refused with INVALID_TIMESTAMP." },
     TopicConfigDef { name: "message.timestamp.after.max.ms", broker_name: "log.message.timestamp.after.max.ms", default: "3600000", kind: long(0, i64::MAX), doc: "A record timestamp further in the future than this is refused with INVALID_TIMESTAMP." },
-    TopicConfigDef { name: "min.insync.replicas", broker_name: "min.insync.replicas", default: "1", kind: long(1, i32::MAX as i64), doc: "acks=all writes are refused with NOT_ENOUGH_REPLICAS when fewer replicas are in sync." },
+    TopicConfigDef { name: "min.insync.replicas", broker_name: "min.insync.replicas", default: "1", kind: int(1, i32::MAX as i64), doc: "acks=all writes are refused with NOT_ENOUGH_REPLICAS when fewer replicas are in sync." },
     TopicConfigDef { name: "flush.policy", broker_name: "log.flush.policy", default: FLUSH_POLICY_ACKS_ALL, kind: ConfigKind::Choice(&[FLUSH_POLICY_ACKS_ALL, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER]), doc: "acks-all: fsync (group commit) before answering acks=all; always: before every answer; never: leave it to the OS, as Kafka does." },
+    // Kafka's other topic configs. Weir stores and reports them so that clients and config
+    // tools see Kafka's set; what each does here (often nothing yet) is in its doc line.
+    TopicConfigDef { name: "compression.gzip.level", broker_name: "compression.gzip.level", default: "-1", kind: int(-1, 9), doc: "gzip level (1-9, -1 for zlib's default) of batches the broker recompresses (compression.type=gzip)." },
+    TopicConfigDef { name: "compression.lz4.level", broker_name: "compression.lz4.level", default: "9", kind: int(1, 17), doc: "lz4 level of batches the broker recompresses (compression.type=lz4)." },
+    TopicConfigDef { name: "compression.zstd.level", broker_name: "compression.zstd.level", default: "3", kind: int(-131_072, 22), doc: "zstd level of batches the broker recompresses (compression.type=zstd)." },
+    TopicConfigDef { name: "errors.deadletterqueue.group.enable", broker_name: "errors.deadletterqueue.group.enable", default: "false", kind: BOOLEAN, doc: "Accepted for Kafka compatibility; Weir has no dead-letter queues yet." },
+    TopicConfigDef { name: "file.delete.delay.ms", broker_name: "log.segment.delete.delay.ms", default: "60000", kind: long(0, i64::MAX), doc: "Accepted for Kafka compatibility; Weir removes a deleted segment's files once no read holds them." },
+    TopicConfigDef { name: "flush.messages", broker_name: "log.flush.interval.messages", default: "9223372036854775807", kind: long(1, i64::MAX), doc: "Accepted for Kafka compatibility; Weir fsyncs as flush.policy says." },
+    TopicConfigDef { name: "flush.ms", broker_name: "log.flush.interval.ms", default: "9223372036854775807", kind: long(0, i64::MAX), doc: "Accepted for Kafka compatibility; Weir fsyncs as flush.policy says." },
+    TopicConfigDef { name: "follower.replication.throttled.replicas", broker_name: "follower.replication.throttled.replicas", default: "", kind: ConfigKind::ReplicaList, doc: "Replicas whose follower fetching is throttled (partition:broker pairs, or *); a single-node broker has no followers." },
+    TopicConfigDef { name: "leader.replication.throttled.replicas", broker_name: "leader.replication.throttled.replicas", default: "", kind: ConfigKind::ReplicaList, doc: "Replicas whose leader-side replication is throttled (partition:broker pairs, or *); a single-node broker has no followers." },
+    TopicConfigDef { name: "local.retention.bytes", broker_name: "log.local.retention.bytes", default: "-2", kind: long(-2, i64::MAX), doc: "Tiered storage: bytes kept on local disk; -2 means retention.bytes. Weir has no tiered storage yet." },
+    TopicConfigDef { name: "local.retention.ms", broker_name: "log.local.retention.ms", default: "-2", kind: long(-2, i64::MAX), doc: "Tiered storage: time kept on local disk; -2 means retention.ms. Weir has no tiered storage yet." },
+    TopicConfigDef { name: "max.decompressed.message.bytes", broker_name: "max.decompressed.message.bytes", default: "2147483639", kind: int(0, i32::MAX as i64), doc: "Largest size a compressed batch may decompress to; Weir also caps it at 64 times max.message.bytes (at least 64 MiB, at most 256 MiB)." },
+    TopicConfigDef { name: "preallocate", broker_name: "log.preallocate", default: "false", kind: BOOLEAN, doc: "Accepted for Kafka compatibility; Weir grows segment files as it writes." },
+    TopicConfigDef { name: "remote.copy.lag.bytes", broker_name: "log.remote.copy.lag.bytes", default: "-1", kind: long(-1, i64::MAX), doc: "Tiered storage: how far behind the copy to remote storage may be. Weir has no tiered storage yet." },
+    TopicConfigDef { name: "remote.copy.lag.ms", broker_name: "log.remote.copy.lag.ms", default: "0", kind: long(0, i64::MAX), doc: "Tiered storage: how long a segment may wait to be copied to remote storage. Weir has no tiered storage yet." },
+    TopicConfigDef { name: "remote.log.copy.disable", broker_name: "remote.log.copy.disable", default: "false", kind: BOOLEAN, doc: "Tiered storage: stop copying segments to remote storage. Weir has no tiered storage yet." },
+    TopicConfigDef { name: "remote.log.delete.on.disable", broker_name: "remote.log.delete.on.disable", default: "false", kind: BOOLEAN, doc: "Tiered storage: delete remote segments when tiering is turned off. Weir has no tiered storage yet." },
+    TopicConfigDef { name: "remote.storage.enable", broker_name: "remote.storage.enable", default: "false", kind: BOOLEAN, doc: "Tiered storage; true is refused, as by a Kafka broker without remote log storage." },
+    TopicConfigDef { name: "segment.index.bytes", broker_name: "log.index.size.max.bytes", default: "10485760", kind: int(4, i32::MAX as i64), doc: "Accepted for Kafka compatibility; Weir's offset index grows with its segment." },
+    TopicConfigDef { name: "segment.jitter.ms", broker_name: "log.roll.jitter.ms", default: "0", kind: long(0, i64::MAX), doc: "Accepted for Kafka compatibility; Weir rolls segments at exactly segment.ms." },
+    TopicConfigDef { name: "unclean.leader.election.enable", broker_name: "unclean.leader.election.enable", default: "false", kind: BOOLEAN, doc: "Let an out-of-sync replica become leader; a single-node broker has no other replica." },
 ];
 
 /// The definition of topic config `name`.
@@ -81,31 +180,90 @@ pub fn topic_config(name: &str) -> Option<&'static TopicConfigDef> {
 
 /// Checks a value against a definition.
 pub fn check_value(def: &TopicConfigDef, value: &str) -> Result<(), String> {
-    match def.kind {
+    check_kind(def.name, def.kind, value)
+}
+
+/// Checks `value` of config `name` against `kind`; the refusal is worded as Kafka's.
+pub fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), String> {
+    let invalid = |why: String| {
+        Err(format!(
+            "Invalid value {value} for configuration {name}: {why}"
+        ))
+    };
+    let in_range = |v: i64, min: i64, max: i64| {
+        if v < min {
+            invalid(format!("Value must be at least {min}"))
+        } else if v > max {
+            invalid(format!("Value must be no more than {max}"))
+        } else {
+            Ok(())
+        }
+    };
+    match kind {
         ConfigKind::Long { min, max } => match value.trim().parse::<i64>() {
-            Ok(v) if (min..=max).contains(&v) => Ok(()),
-            Ok(v) => Err(format!("{} = {v} is outside [{min}, {max}]", def.name)),
-            Err(_) => Err(format!("{} must be an integer, got {value:?}", def.name)),
+            Ok(v) => in_range(v, min, max),
+            Err(_) => invalid("Not a number of type LONG".into()),
+        },
+        ConfigKind::Int { min, max } => match value.trim().parse::<i32>() {
+            Ok(v) => in_range(i64::from(v), min, max),
+            Err(_) => invalid("Not a number of type INT".into()),
         },
         ConfigKind::Fraction => match value.trim().parse::<f64>() {
-            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
-            _ => Err(format!(
-                "{} must be a number in [0, 1], got {value:?}",
-                def.name
-            )),
+            Ok(v) if v < 0.0 => invalid("Value must be at least 0".into()),
+            Ok(v) if v > 1.0 => invalid("Value must be no more than 1".into()),
+            Ok(_) => Ok(()),
+            Err(_) => invalid("Not a number of type DOUBLE".into()),
         },
         ConfigKind::Choice(options) if options.contains(&value) => Ok(()),
-        ConfigKind::Choice(options) => Err(format!(
-            "{} must be one of {options:?}, got {value:?}",
-            def.name
-        )),
+        ConfigKind::Choice(["true", "false"]) => {
+            invalid("Expected value to be either true or false".into())
+        }
+        ConfigKind::Choice(options) => {
+            invalid(format!("String must be one of: {}", options.join(", ")))
+        }
+        ConfigKind::ReplicaList => {
+            let pair = |item: &str| {
+                item.split_once(':').is_some_and(|(p, b)| {
+                    p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                })
+            };
+            if value.trim().is_empty() || value.trim() == "*" || value.split(',').all(pair) {
+                Ok(())
+            } else {
+                invalid(
+                    "Value must be a comma-separated list of partition:broker pairs, or *".into(),
+                )
+            }
+        }
+        ConfigKind::List(options) => {
+            let items: Vec<&str> = value.split(',').map(str::trim).collect();
+            let mut seen = Vec::new();
+            for item in &items {
+                if !options.contains(item) {
+                    return invalid(format!("String must be one of: {}", options.join(", ")));
+                }
+                if seen.contains(item) {
+                    return invalid(format!(
+                        "Configuration '{name}' values must not be duplicated."
+                    ));
+                }
+                seen.push(item);
+            }
+            Ok(())
+        }
     }
 }
 
 /// Checks a topic-level config key and value.
 pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
     match topic_config(name) {
-        Some(def) => check_value(def, value),
-        None => Err(format!("{name} is not a topic config Weir supports")),
+        Some(def) => {
+            check_value(def, value)?;
+            if name == "remote.storage.enable" && value == "true" {
+                return Err("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into());
+            }
+            Ok(())
+        }
+        None => Err(format!("Unknown topic config name: {name}")),
     }
 }

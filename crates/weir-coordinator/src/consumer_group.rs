@@ -941,6 +941,24 @@ impl ConsumerGroup {
     }
 }
 
+/// Why `pattern` is refused as a subscription, in a phrase for the error message; `None`
+/// when it is accepted.
+pub fn pattern_problem(pattern: &str) -> Option<String> {
+    if pattern.len() > REGEX_MAX_LEN {
+        return Some(format!("it is longer than {REGEX_MAX_LEN} bytes"));
+    }
+    if let Err(error) = regex_syntax::Parser::new().parse(pattern) {
+        return Some(match error {
+            regex_syntax::Error::Parse(e) => e.kind().to_string(),
+            regex_syntax::Error::Translate(e) => e.kind().to_string(),
+            other => other.to_string(),
+        });
+    }
+    compile(pattern)
+        .err()
+        .map(|_| "it is too large to compile".to_string())
+}
+
 /// Compiles a subscription pattern matched against whole topic names, as Kafka's RE2J
 /// `matches()` does, within bounded size.
 fn compile(pattern: &str) -> Result<regex::Regex, GroupError> {

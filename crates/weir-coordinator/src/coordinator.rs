@@ -388,11 +388,31 @@ impl GroupCoordinator {
                 Err(error) => return JoinOutcome::failed(error, &member_id),
                 Ok(_) => {
                     let limits = self.settings.limits;
+                    let created = !groups.groups.contains_key(group_id);
                     let group = groups
                         .groups
                         .entry(group_id.to_string())
                         .or_insert_with(|| Group::new(group_id.to_string(), &limits, now_ms()));
                     let step = group.join(request, &limits, Instant::now(), now_ms());
+                    // A join refused before it could create the group (a session timeout out
+                    // of range, a member id the group never gave) leaves no group behind, as
+                    // in Kafka; other refusals of a new member keep the group it made.
+                    let refused_early = matches!(
+                        &step,
+                        Step::Done(JoinOutcome {
+                            error: Some(
+                                GroupError::InvalidSessionTimeout | GroupError::UnknownMemberId
+                            ),
+                            ..
+                        })
+                    );
+                    if created && refused_early && group.has_no_members() {
+                        groups.groups.remove(group_id);
+                        return match step {
+                            Step::Done(outcome) => outcome,
+                            _ => JoinOutcome::failed(GroupError::UnknownMemberId, &member_id),
+                        };
+                    }
                     // An empty consumer group that became classic: its records go.
                     let partition = partition_for(group_id, groups.partitions);
                     if let Some(group) = groups.groups.get_mut(group_id) {

@@ -23,8 +23,8 @@ pub mod records;
 mod subscription;
 
 pub use consumer_group::{
-    ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat, ConsumerMemberDescription,
-    HeartbeatReply, TopicCatalog,
+    pattern_problem, ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat,
+    ConsumerMemberDescription, HeartbeatReply, TopicCatalog,
 };
 pub use coordinator::{
     partition_for, Appended, CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing,

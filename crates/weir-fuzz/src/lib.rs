@@ -28,6 +28,7 @@ pub fn validate_batch(data: &[u8]) {
         timestamp_before_max_ms: i64::MAX,
         timestamp_after_max_ms: 3_600_000,
         keys_required: false,
+        log_append_time: false,
     };
     if let Ok(batch) = validate(Bytes::copy_from_slice(data), &limits) {
         let header = batch.header();

@@ -29,9 +29,12 @@ pub const NO_PRODUCER_ID: i64 = -1;
 pub const NO_SEQUENCE: i32 = -1;
 
 const CRC_START: usize = 21;
+/// Position of the attributes field (where the CRC's coverage starts).
+const ATTRIBUTES_AT: usize = CRC_START;
 /// Attribute bits 0–2: the compression codec.
 pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
-const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+/// Attribute bit 3: the timestamp type is LogAppendTime (the broker's, in maxTimestamp).
+pub const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
@@ -46,9 +49,37 @@ pub enum BatchError {
     /// flags (Kafka's INVALID_RECORD).
     #[error("invalid record batch: {0}")]
     Invalid(String),
-    /// A record timestamp outside the topic's accepted window (Kafka's INVALID_TIMESTAMP).
-    #[error("invalid timestamp: {0}")]
-    Timestamp(String),
+    /// A record timestamp outside the topic's accepted window (Kafka's INVALID_TIMESTAMP):
+    /// the first problem, and each offending record as Kafka lists them in `record_errors`.
+    #[error("invalid timestamp: {message}")]
+    Timestamp {
+        /// The first problem, for logs and the partition's error message.
+        message: String,
+        /// Each offending record (the first [`RECORD_ERRORS_MAX`]).
+        records: Vec<RecordError>,
+    },
+}
+
+/// Most per-record errors one refused batch reports (a batch may hold millions of records).
+pub const RECORD_ERRORS_MAX: usize = 1000;
+
+/// Why one record of a refused batch is refused, by its index in the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// The record's position in its batch (its offset delta).
+    pub index: i32,
+    /// Kafka's wording of the problem.
+    pub message: String,
+}
+
+impl BatchError {
+    /// A timestamp problem of the batch as a whole (no record to blame).
+    pub fn timestamp(message: impl Into<String>) -> BatchError {
+        BatchError::Timestamp {
+            message: message.into(),
+            records: Vec::new(),
+        }
+    }
 }
 
 /// The decoded fixed header of one record batch.
@@ -254,6 +285,7 @@ pub struct ValidBatch {
     bytes: Bytes,
     header: BatchHeader,
     max_timestamp: i64,
+    log_append_time: bool,
 }
 
 impl ValidBatch {
@@ -267,9 +299,15 @@ impl ValidBatch {
         &self.header
     }
 
-    /// The largest record timestamp, computed from the records themselves.
+    /// The batch's timestamp as stored: the largest record timestamp, computed from the
+    /// records themselves, or the broker's clock when the topic stamps append time.
     pub fn max_timestamp(&self) -> i64 {
         self.max_timestamp
+    }
+
+    /// True when the stored batch is stamped with the append time (LogAppendTime).
+    pub fn log_append_time(&self) -> bool {
+        self.log_append_time
     }
 
     /// Size in bytes.
@@ -299,8 +337,8 @@ pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, B
         return Err(invalid("clients may not write control batches"));
     }
     if header.is_log_append_time() {
-        return Err(BatchError::Timestamp(
-            "producers may not set the LogAppendTime timestamp type".into(),
+        return Err(BatchError::timestamp(
+            "producers may not set the LogAppendTime timestamp type",
         ));
     }
     if header.has_producer_id() && header.base_sequence < 0 {
@@ -313,27 +351,41 @@ pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, B
     Ok(ValidBatch {
         bytes,
         header,
-        max_timestamp: summary.max_timestamp,
+        max_timestamp: if limits.log_append_time {
+            limits.now_ms
+        } else {
+            summary.max_timestamp
+        },
+        log_append_time: limits.log_append_time,
     })
 }
 
 /// The first [`PATCHED_HEAD_BYTES`] of `batch` with the broker-assigned base offset and leader
 /// epoch written in (the CRC does not cover them). When the header's maxTimestamp differs from
-/// the records' largest timestamp — franz-go writes the last record's, which is smaller when
-/// timestamps go backwards — it is corrected and the CRC recomputed, as Kafka does, so stored
-/// headers can be trusted by retention and lookups. The rest of the batch follows unchanged.
+/// `max_timestamp` — franz-go writes the last record's, which is smaller when timestamps go
+/// backwards, and a LogAppendTime topic stamps the append time — it is rewritten and the CRC
+/// recomputed, as Kafka does, so stored headers can be trusted by retention and lookups; with
+/// `log_append_time` the timestamp-type attribute is set too. The rest of the batch follows
+/// unchanged.
 pub fn patched_head(
     batch: &[u8],
     base_offset: i64,
     partition_leader_epoch: i32,
     max_timestamp: i64,
+    log_append_time: bool,
 ) -> [u8; PATCHED_HEAD_BYTES] {
     let mut head = [0u8; PATCHED_HEAD_BYTES];
     head.copy_from_slice(&batch[..PATCHED_HEAD_BYTES]);
     head[0..8].copy_from_slice(&base_offset.to_be_bytes());
     head[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    let attributes = i16::from_be_bytes([head[ATTRIBUTES_AT], head[ATTRIBUTES_AT + 1]]);
+    let stamped = attributes | ATTR_LOG_APPEND_TIME;
+    let restamp = log_append_time && stamped != attributes;
+    if restamp {
+        head[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&stamped.to_be_bytes());
+    }
     let claimed = &mut head[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8];
-    if claimed != max_timestamp.to_be_bytes() {
+    if claimed != max_timestamp.to_be_bytes() || restamp {
         claimed.copy_from_slice(&max_timestamp.to_be_bytes());
         let crc = crc32c::crc32c_append(
             crc32c::crc32c(&head[CRC_START..]),
@@ -451,7 +503,7 @@ mod tests {
         let valid = validate(Bytes::from(batch.clone()), &limits()).expect("valid");
         assert_eq!(valid.header().record_count, 2);
         assert_eq!(valid.max_timestamp(), 1000);
-        let mut patched = patched_head(&batch, 42, 7, 1000).to_vec();
+        let mut patched = patched_head(&batch, 42, 7, 1000, false).to_vec();
         patched.extend_from_slice(&batch[PATCHED_HEAD_BYTES..]);
         let header = validate_header(&patched).expect("still valid after patch");
         assert_eq!(header.base_offset, 42);
@@ -526,10 +578,35 @@ mod tests {
             5000,
             "from the records, not the header"
         );
-        let mut stored = patched_head(&batch, 0, 0, valid.max_timestamp()).to_vec();
+        let mut stored = patched_head(&batch, 0, 0, valid.max_timestamp(), false).to_vec();
         stored.extend_from_slice(&batch[PATCHED_HEAD_BYTES..]);
         let header = validate_header(&stored).expect("the corrected batch keeps a valid CRC");
         assert_eq!(header.max_timestamp, 5000);
+    }
+
+    #[test]
+    fn log_append_time_stamps_the_batch_with_a_valid_crc() {
+        // Out of any CreateTime window, yet accepted: the broker's clock is what counts.
+        let batch = build_batch(&[b"a", b"b"], 1, ProducerFields::NONE);
+        let limits = ValidationLimits {
+            now_ms: 1_700_000_000_000,
+            timestamp_after_max_ms: 0,
+            timestamp_before_max_ms: 0,
+            log_append_time: true,
+            ..limits()
+        };
+        let valid = validate(Bytes::from(batch.clone()), &limits).expect("valid");
+        assert!(valid.log_append_time());
+        assert_eq!(valid.max_timestamp(), 1_700_000_000_000);
+        let mut stored = patched_head(&batch, 9, 2, valid.max_timestamp(), true).to_vec();
+        stored.extend_from_slice(&batch[PATCHED_HEAD_BYTES..]);
+        let header = validate_header(&stored).expect("the stamped batch keeps a valid CRC");
+        assert!(header.is_log_append_time());
+        assert_eq!(header.max_timestamp, 1_700_000_000_000);
+        assert_eq!(
+            header.base_timestamp, 1,
+            "the producer's base timestamp stays"
+        );
     }
 
     #[test]

@@ -26,9 +26,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use weir_storage::{FileCache, FileRef, Storage};
 
-use crate::batch::{batch_crc, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES};
-use crate::compress::compress;
-use crate::records::{for_each_stored_record, RecordRef};
+use crate::batch::BatchHeader;
+use crate::compress::{framed_record, rebuilt_batch, Levels};
+use crate::records::for_each_stored_record;
 use crate::segment::{HeaderWalker, Segment, SegmentPaths, RELATIVE_OFFSET_MAX};
 use crate::LogError;
 
@@ -302,7 +302,7 @@ impl CleaningPlan {
                                 && record.value.is_none()
                                 && expired_tombstones;
                             if !(superseded || expired) {
-                                kept.push(raw_record(&record));
+                                kept.push(framed_record(&record));
                             }
                         },
                     )
@@ -349,15 +349,6 @@ impl CleaningPlan {
     }
 }
 
-/// A kept record's bytes with their length prefix, as they go into a rebuilt batch.
-fn raw_record(record: &RecordRef<'_>) -> Vec<u8> {
-    let body = record.raw.unwrap_or_default();
-    let mut out = Vec::with_capacity(body.len() + 5);
-    crate::batch::put_varlong(&mut out, body.len() as i64);
-    out.extend_from_slice(body);
-    out
-}
-
 /// The batch with only `kept` records (each with its length prefix; their offset and
 /// timestamp deltas are unchanged, as base offset and base timestamp are), compressed with the
 /// batch's own codec; `None` when nothing is kept. Base offset, leader epoch, attributes,
@@ -368,18 +359,20 @@ fn rebuild_batch(header: &BatchHeader, original: &[u8], kept: &[Vec<u8>]) -> Opt
         return None;
     }
     let plain: Vec<u8> = kept.concat();
-    let records = compress(header.compression(), &plain);
-    let max_timestamp = max_record_timestamp(header, &plain, kept.len());
-    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
-    out.extend_from_slice(&original[..BATCH_HEADER_BYTES]);
-    out.extend_from_slice(&records);
-    let batch_length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
-    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    out[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
-    out[57..61].copy_from_slice(&(kept.len() as i32).to_be_bytes());
-    let crc = batch_crc(&out);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    Some(out)
+    // A LogAppendTime batch keeps the time it was stamped with.
+    let max_timestamp = if header.is_log_append_time() {
+        header.max_timestamp
+    } else {
+        max_record_timestamp(header, &plain, kept.len())
+    };
+    Some(rebuilt_batch(
+        original,
+        header.compression(),
+        Levels::DEFAULT,
+        &plain,
+        kept.len(),
+        max_timestamp,
+    ))
 }
 
 /// The largest timestamp among the uncompressed records in `plain`.

@@ -1,23 +1,54 @@
-//! Compressing records with a batch's codec, for the batches the cleaner rewrites. Snappy is
+//! Compressing records: for the batches the cleaner rewrites (in their own codec) and for
+//! topics whose `compression.type` makes the broker recompress what producers send. Snappy is
 //! written in the xerial framing the Java client uses (every Kafka client reads it).
 
 use std::io::Write;
 
-use crate::records::{CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD, XERIAL_MAGIC};
+use bytes::Bytes;
+
+use crate::batch::{
+    batch_crc, BatchError, ValidBatch, ATTR_COMPRESSION_MASK, BATCH_HEADER_BYTES,
+    LOG_OVERHEAD_BYTES,
+};
+use crate::records::{
+    for_each_stored_record, RecordRef, CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD,
+    XERIAL_MAGIC,
+};
 
 /// Bytes of input per xerial snappy block, as the Java client writes them.
 const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
-/// zstd level of rewritten batches (the Java client's default).
-const ZSTD_LEVEL: i32 = 3;
 
-/// `plain` records compressed with `codec` (0 leaves them as they are; an unknown codec
-/// cannot occur: stored batches passed validation).
-pub fn compress(codec: i16, plain: &[u8]) -> Vec<u8> {
+/// Compression levels, as the topic configs `compression.gzip.level`, `compression.lz4.level`
+/// and `compression.zstd.level` give them (Kafka's defaults in [`Levels::DEFAULT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Levels {
+    /// 1–9, or -1 for zlib's default.
+    pub gzip: i32,
+    /// 1–17.
+    pub lz4: i32,
+    /// zstd's levels, negative ones included.
+    pub zstd: i32,
+}
+
+impl Levels {
+    /// Kafka's defaults (and the Java client's).
+    pub const DEFAULT: Levels = Levels {
+        gzip: -1,
+        lz4: 9,
+        zstd: 3,
+    };
+}
+
+/// `plain` records compressed with `codec` at `levels` (0 leaves them as they are; an unknown
+/// codec cannot occur: stored batches passed validation).
+pub fn compress(codec: i16, plain: &[u8], levels: Levels) -> Vec<u8> {
     // Writing into memory cannot fail; the encoders only report I/O errors of their sink.
     match codec {
         CODEC_GZIP => {
-            let mut encoder =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let level = u32::try_from(levels.gzip)
+                .map(flate2::Compression::new)
+                .unwrap_or_default();
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), level);
             encoder.write_all(plain).expect("in-memory gzip");
             encoder.finish().expect("in-memory gzip")
         }
@@ -36,6 +67,7 @@ pub fn compress(codec: i16, plain: &[u8]) -> Vec<u8> {
         }
         CODEC_LZ4 => {
             let mut encoder = lz4::EncoderBuilder::new()
+                .level(u32::try_from(levels.lz4).unwrap_or(0))
                 .build(Vec::new())
                 .expect("in-memory lz4");
             encoder.write_all(plain).expect("in-memory lz4");
@@ -43,7 +75,109 @@ pub fn compress(codec: i16, plain: &[u8]) -> Vec<u8> {
             result.expect("in-memory lz4");
             out
         }
-        CODEC_ZSTD => zstd::encode_all(plain, ZSTD_LEVEL).expect("in-memory zstd"),
+        CODEC_ZSTD => zstd::encode_all(plain, levels.zstd).expect("in-memory zstd"),
         _ => plain.to_vec(),
+    }
+}
+
+/// A kept record's bytes with their length prefix, as they go into a rebuilt batch.
+pub(crate) fn framed_record(record: &RecordRef<'_>) -> Vec<u8> {
+    let body = record.raw.unwrap_or_default();
+    let mut out = Vec::with_capacity(body.len() + 5);
+    crate::batch::put_varlong(&mut out, body.len() as i64);
+    out.extend_from_slice(body);
+    out
+}
+
+/// The batch whose header is `original`'s with `plain` (`count` framed records) compressed
+/// with `codec` as its records: the codec bits, batch length, max timestamp, record count and
+/// CRC are rewritten; base offset, leader epoch, other attributes, last offset delta, base
+/// timestamp and producer fields stay as they were.
+pub(crate) fn rebuilt_batch(
+    original: &[u8],
+    codec: i16,
+    levels: Levels,
+    plain: &[u8],
+    count: usize,
+    max_timestamp: i64,
+) -> Vec<u8> {
+    let records = compress(codec, plain, levels);
+    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
+    out.extend_from_slice(&original[..BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&records);
+    let batch_length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    let attributes = i16::from_be_bytes([out[21], out[22]]);
+    let attributes = (attributes & !ATTR_COMPRESSION_MASK) | codec;
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    out[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    out[57..61].copy_from_slice(&(count as i32).to_be_bytes());
+    let crc = batch_crc(&out);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// `batch` with its records recompressed with `codec` (0: uncompressed) at `levels`, as a
+/// topic's `compression.type` asks; the records themselves are unchanged. The result must be
+/// validated again before it is appended.
+pub fn recompress(
+    batch: &ValidBatch,
+    codec: i16,
+    levels: Levels,
+    decompressed_bytes_max: u64,
+) -> Result<Bytes, BatchError> {
+    let mut plain = Vec::new();
+    let mut count = 0usize;
+    for_each_stored_record(batch.bytes(), decompressed_bytes_max, &mut |_, record| {
+        plain.extend_from_slice(&framed_record(&record));
+        count += 1;
+    })?;
+    let header = batch.header();
+    Ok(Bytes::from(rebuilt_batch(
+        batch.bytes(),
+        codec,
+        levels,
+        &plain,
+        count,
+        header.max_timestamp,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{build_keyed_batch, validate, ProducerFields};
+    use crate::records::ValidationLimits;
+
+    /// A record's key and value.
+    type Contents = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+    /// (key, value) of every record of a stored or produced batch.
+    fn contents(batch: &[u8]) -> Vec<Contents> {
+        let mut out = Vec::new();
+        for_each_stored_record(batch, 1 << 20, &mut |_, r| {
+            out.push((r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec)));
+        })
+        .expect("readable");
+        out
+    }
+
+    #[test]
+    fn recompressing_keeps_the_records_and_makes_a_valid_batch() {
+        let limits = ValidationLimits::unbounded_time(1 << 20);
+        let records = [
+            (Some(b"k1".as_slice()), Some(b"one".as_slice())),
+            (None, Some(b"two".as_slice())),
+            (Some(b"k3".as_slice()), None),
+        ];
+        let plain = Bytes::from(build_keyed_batch(&records, 1000, ProducerFields::NONE));
+        let mut batch = validate(plain.clone(), &limits).expect("valid");
+        for codec in [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD, 0] {
+            let bytes = recompress(&batch, codec, Levels::DEFAULT, 1 << 20).expect("recompressed");
+            batch = validate(bytes, &limits).expect("a recompressed batch validates");
+            assert_eq!(batch.header().compression(), codec);
+            assert_eq!(contents(batch.bytes()), contents(&plain), "codec {codec}");
+            assert_eq!(batch.header().max_timestamp, 1000);
+        }
     }
 }

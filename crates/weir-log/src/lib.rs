@@ -28,7 +28,7 @@ pub use crate::log::{
     AppendInfo, BatchLookup, CleaningCommit, FlushDone, FlushTicket, Log, LogCheckpoint, LogConfig,
     ReadSlice, ReadView, RecoveryReport, SegmentRemoval,
 };
-pub use batch::{validate, BatchError, BatchHeader, ValidBatch};
+pub use batch::{validate, BatchError, BatchHeader, RecordError, ValidBatch, RECORD_ERRORS_MAX};
 pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use records::ValidationLimits;

@@ -82,6 +82,8 @@ pub struct AppendInfo {
     pub duplicate: bool,
     /// The log start offset after the append (Produce answers with it).
     pub log_start_offset: i64,
+    /// The time the batch was stamped with, for a LogAppendTime topic; otherwise -1.
+    pub log_append_time_ms: i64,
 }
 
 /// What recovery found and did when the log was opened.
@@ -707,6 +709,7 @@ impl Log {
                     last_offset,
                     duplicate: true,
                     log_start_offset: self.log_start_offset,
+                    log_append_time_ms: -1,
                 });
             }
             SequenceCheck::OutOfOrder => return Err(LogError::OutOfOrderSequence),
@@ -723,11 +726,15 @@ impl Log {
             base_offset,
             self.leader_epoch,
             batch.max_timestamp(),
+            batch.log_append_time(),
         );
         let mut stored = header;
         stored.base_offset = base_offset;
         stored.partition_leader_epoch = self.leader_epoch;
         stored.max_timestamp = batch.max_timestamp();
+        if batch.log_append_time() {
+            stored.attributes |= crate::batch::ATTR_LOG_APPEND_TIME;
+        }
         let interval = self.config.index_interval_bytes;
         let parts: [&[u8]; 2] = [&head, &batch.bytes()[PATCHED_HEAD_BYTES..]];
         self.active_mut()
@@ -742,6 +749,11 @@ impl Log {
             last_offset: stored.last_offset(),
             duplicate: false,
             log_start_offset: self.log_start_offset,
+            log_append_time_ms: if batch.log_append_time() {
+                batch.max_timestamp()
+            } else {
+                -1
+            },
         })
     }
 

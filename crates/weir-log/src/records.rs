@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::io::Read;
 use std::ops::ControlFlow;
 
-use crate::batch::{BatchError, BatchHeader, BATCH_HEADER_BYTES};
+use crate::batch::{BatchError, BatchHeader, RecordError, BATCH_HEADER_BYTES, RECORD_ERRORS_MAX};
 
 /// Compressed records are decompressed into a buffer of this size, reused per thread: four
 /// lz4 blocks, so a linked-block lz4 frame decompresses without copying its history around
@@ -49,6 +49,9 @@ pub struct ValidationLimits {
     pub timestamp_after_max_ms: i64,
     /// Compacted topics: every record needs a key (Kafka refuses keyless ones there).
     pub keys_required: bool,
+    /// `message.timestamp.type=LogAppendTime`: the broker stamps the batch with `now_ms`, so
+    /// the producer's timestamps are not checked against the window.
+    pub log_append_time: bool,
 }
 
 impl ValidationLimits {
@@ -60,6 +63,7 @@ impl ValidationLimits {
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: i64::MAX,
             keys_required: false,
+            log_append_time: false,
         }
     }
 }
@@ -443,29 +447,35 @@ where
 }
 
 /// Kafka's CreateTime window: `message.timestamp.before.max.ms` and `.after.max.ms`. A record
-/// without a timestamp (-1) is not checked.
+/// without a timestamp (-1) is not checked. Outside the window: Weir's message and Kafka's.
 fn check_timestamp(
     timestamp: i64,
     index: i32,
     limits: &ValidationLimits,
-) -> Result<(), BatchError> {
+) -> Option<(String, String)> {
     if timestamp == -1 {
-        return Ok(());
+        return None;
     }
     let behind = limits.now_ms.saturating_sub(timestamp);
-    if behind > limits.timestamp_before_max_ms {
-        return Err(BatchError::Timestamp(format!(
+    let ours = if behind > limits.timestamp_before_max_ms {
+        format!(
             "record {index} timestamp {timestamp} is more than message.timestamp.before.max.ms ({} ms) in the past",
             limits.timestamp_before_max_ms
-        )));
-    }
-    if behind < 0 && behind.saturating_neg() > limits.timestamp_after_max_ms {
-        return Err(BatchError::Timestamp(format!(
+        )
+    } else if behind < 0 && behind.saturating_neg() > limits.timestamp_after_max_ms {
+        format!(
             "record {index} timestamp {timestamp} is more than message.timestamp.after.max.ms ({} ms) in the future",
             limits.timestamp_after_max_ms
-        )));
-    }
-    Ok(())
+        )
+    } else {
+        return None;
+    };
+    let kafkas = format!(
+        "Timestamp {timestamp} of message with offset {index} is out of range. The timestamp should be within [{}, {}]",
+        limits.now_ms.wrapping_sub(limits.timestamp_before_max_ms),
+        limits.now_ms.saturating_add(limits.timestamp_after_max_ms)
+    );
+    Some((ours, kafkas))
 }
 
 /// The xerial framing the Java client writes: a header, then blocks of
@@ -610,12 +620,25 @@ pub fn validate_records(
     limits: &ValidationLimits,
 ) -> Result<RecordsSummary, BatchError> {
     let mut max_timestamp = i64::MIN;
+    let mut first_problem = None;
+    let mut out_of_range = Vec::new();
     each_record::<false, true, _>(
         batch,
         header,
         limits.decompressed_bytes_max,
         &mut |record| {
-            check_timestamp(record.timestamp, record.index, limits)?;
+            let checked = (!limits.log_append_time)
+                .then(|| check_timestamp(record.timestamp, record.index, limits))
+                .flatten();
+            if let Some((ours, kafkas)) = checked {
+                first_problem.get_or_insert(ours);
+                if out_of_range.len() < RECORD_ERRORS_MAX {
+                    out_of_range.push(RecordError {
+                        index: record.index,
+                        message: kafkas,
+                    });
+                }
+            }
             if limits.keys_required && !record.keyed {
                 return Err(invalid(format!(
                     "record {} has no key: a compacted topic accepts only keyed records",
@@ -626,6 +649,12 @@ pub fn validate_records(
             Ok(ControlFlow::Continue(()))
         },
     )?;
+    if let Some(message) = first_problem {
+        return Err(BatchError::Timestamp {
+            message,
+            records: out_of_range,
+        });
+    }
     Ok(RecordsSummary { max_timestamp })
 }
 
@@ -647,6 +676,8 @@ pub fn find_record(
 ) -> Result<Option<(i64, i64)>, BatchError> {
     let header = crate::batch::validate_stored_header(batch)?;
     let mut found: Option<(i32, i64)> = None;
+    // In a LogAppendTime batch every record carries the time the broker stamped.
+    let stamped = header.is_log_append_time().then_some(header.max_timestamp);
     each_record::<false, false, _>(
         batch,
         &header,
@@ -654,6 +685,7 @@ pub fn find_record(
         &mut |RecordRef {
                   index, timestamp, ..
               }| {
+            let timestamp = stamped.unwrap_or(timestamp);
             Ok(match target {
                 RecordTarget::AtOrAfter(wanted) if timestamp >= wanted => {
                     found = Some((index, timestamp));
@@ -882,6 +914,7 @@ mod tests {
             timestamp_before_max_ms: 1000,
             timestamp_after_max_ms: 3_600_000,
             keys_required: false,
+            log_append_time: false,
         };
         let at = |ts: i64| {
             validate(
@@ -895,13 +928,13 @@ mod tests {
             at(-1).is_ok(),
             "records without a timestamp are not checked"
         );
-        assert!(matches!(at(now - 1001), Err(BatchError::Timestamp(_))));
+        assert!(matches!(at(now - 1001), Err(BatchError::Timestamp { .. })));
         assert!(at(now + 3_600_000).is_ok());
         assert!(matches!(
             at(now + 2 * 3_600_000),
-            Err(BatchError::Timestamp(_))
+            Err(BatchError::Timestamp { .. })
         ));
-        assert!(matches!(at(i64::MAX), Err(BatchError::Timestamp(_))));
+        assert!(matches!(at(i64::MAX), Err(BatchError::Timestamp { .. })));
     }
 
     #[test]

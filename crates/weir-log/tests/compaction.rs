@@ -52,7 +52,11 @@ fn keyed_batch(records: &[(Vec<u8>, Option<Vec<u8>>)], timestamp: i64, codec: i1
         return plain;
     }
     let mut out = plain[..61].to_vec();
-    out.extend_from_slice(&weir_log::compress::compress(codec, &plain[61..]));
+    out.extend_from_slice(&weir_log::compress::compress(
+        codec,
+        &plain[61..],
+        weir_log::compress::Levels::DEFAULT,
+    ));
     let length = (out.len() - 12) as i32;
     out[8..12].copy_from_slice(&length.to_be_bytes());
     out[21..23].copy_from_slice(&codec.to_be_bytes());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use weir_controller::topic_config::{topic_config, ConfigKind};
+use weir_controller::topic_config::topic_config;
 
 use crate::broker::Broker;
 use crate::config::DescribedConfig;
@@ -24,11 +24,9 @@ use crate::handlers::str_bytes;
 const RESOURCE_TOPIC: i8 = 2;
 /// Resource type of a broker.
 const RESOURCE_BROKER: i8 = 4;
-/// Kafka's ConfigType codes for DescribeConfigs v3+.
+/// Kafka's ConfigType codes for DescribeConfigs v3+ (topic configs carry theirs).
 const CONFIG_TYPE_BOOLEAN: i8 = 1;
-const CONFIG_TYPE_STRING: i8 = 2;
 const CONFIG_TYPE_LONG: i8 = 5;
-const CONFIG_TYPE_DOUBLE: i8 = 6;
 /// IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
@@ -39,13 +37,27 @@ const OP_SUBTRACT: i8 = 3;
 const LIST_CONFIGS: &[&str] = &["cleanup.policy"];
 
 fn config_type(name: &str) -> i8 {
-    match topic_config(name).map(|d| d.kind) {
-        Some(ConfigKind::Long { .. }) => CONFIG_TYPE_LONG,
-        Some(ConfigKind::Choice(_)) => CONFIG_TYPE_STRING,
-        Some(ConfigKind::Fraction) => CONFIG_TYPE_DOUBLE,
+    match topic_config(name) {
+        Some(def) => def.kind.type_code(),
         None if name.ends_with(".enable") => CONFIG_TYPE_BOOLEAN,
         None => CONFIG_TYPE_LONG,
     }
+}
+
+/// The topic a resource names, refused as Kafka refuses it: an invalid name with
+/// INVALID_TOPIC_EXCEPTION, an unknown one with UNKNOWN_TOPIC_OR_PARTITION and `unknown`.
+fn known_topic(
+    broker: &Broker,
+    name: &StrBytes,
+    unknown: impl FnOnce() -> String,
+) -> Result<weir_controller::TopicImage, ErrorReply> {
+    weir_controller::validate_topic_name(name.as_str())
+        .map_err(|why| ErrorReply::new(ResponseError::InvalidTopicException, why))?;
+    broker
+        .image()
+        .topic(name.as_str())
+        .cloned()
+        .ok_or_else(|| ErrorReply::new(ResponseError::UnknownTopicOrPartition, unknown()))
 }
 
 /// Describes topic and broker configs: every supported key with its value and source.
@@ -60,13 +72,9 @@ pub fn describe_configs(
         result.resource_type = resource.resource_type;
         result.resource_name = resource.resource_name.clone();
         let described: Result<Vec<DescribedConfig>, ErrorReply> = match resource.resource_type {
-            RESOURCE_TOPIC => match broker.image().topic(resource.resource_name.as_str()) {
-                Some(topic) => Ok(broker.config.describe_topic(&topic.configs)),
-                None => Err(ErrorReply::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("unknown topic {}", resource.resource_name.as_str()),
-                )),
-            },
+            // Kafka answers an unknown topic here with an empty message.
+            RESOURCE_TOPIC => known_topic(broker, &resource.resource_name, String::new)
+                .map(|topic| broker.config.describe_topic(&topic.configs)),
             RESOURCE_BROKER if is_this_broker(broker, &resource.resource_name) => {
                 Ok(broker.config.describe())
             }
@@ -81,23 +89,42 @@ pub fn describe_configs(
         };
         match described {
             Ok(configs) => {
-                // Null or an empty list both mean every key, as in Kafka.
-                let keys = resource
-                    .configuration_keys
-                    .filter(|k| !k.is_empty())
-                    .map(|keys| {
-                        keys.iter()
-                            .map(|k| k.as_str().to_string())
-                            .collect::<Vec<_>>()
-                    });
+                // Null or an empty list both mean every key, in name order; named keys
+                // come in the order asked (unknown ones left out), as in Kafka.
+                let configs: Vec<DescribedConfig> =
+                    match resource.configuration_keys.filter(|k| !k.is_empty()) {
+                        None => {
+                            let mut all = configs;
+                            all.sort_by(|a, b| a.name.cmp(&b.name));
+                            all
+                        }
+                        Some(keys) => {
+                            let mut by_name: BTreeMap<String, DescribedConfig> =
+                                configs.into_iter().map(|c| (c.name.clone(), c)).collect();
+                            keys.iter()
+                                .filter_map(|k| by_name.remove(k.as_str()))
+                                .collect()
+                        }
+                    };
                 result.configs = configs
                     .into_iter()
-                    .filter(|c| keys.as_ref().is_none_or(|k| k.contains(&c.name)))
                     .map(|c| {
                         let mut entry = DescribeConfigsResourceResult::default();
                         entry.config_type = config_type(&c.name);
-                        if version >= 3 && request.include_documentation {
-                            entry.documentation = Some(str_bytes(c.doc));
+                        entry.documentation = (version >= 3 && request.include_documentation)
+                            .then(|| str_bytes(c.doc));
+                        if request.include_synonyms {
+                            entry.synonyms = c
+                                .synonyms
+                                .into_iter()
+                                .map(|(name, value, source)| {
+                                    let mut synonym = DescribeConfigsSynonym::default();
+                                    synonym.name = str_bytes(name);
+                                    synonym.value = Some(str_bytes(value));
+                                    synonym.source = source as i8;
+                                    synonym
+                                })
+                                .collect();
                         }
                         entry.name = str_bytes(c.name);
                         entry.value = Some(str_bytes(c.value));
@@ -188,6 +215,14 @@ fn unique_keys<T>(configs: &[T], name: impl Fn(&T) -> &str) -> Result<(), ErrorR
     Ok(())
 }
 
+/// A config given without a value where one is needed, refused as Kafka does.
+fn null_value_refused(name: &str) -> ErrorReply {
+    ErrorReply::new(
+        ResponseError::InvalidRequest,
+        format!("Null value not supported for : {name}"),
+    )
+}
+
 /// One resource's result; AlterConfigs and IncrementalAlterConfigs answer with identical but
 /// distinct generated types, so a macro fills either.
 macro_rules! alter_result {
@@ -220,11 +255,14 @@ async fn alter_resource(
     if resource_type != RESOURCE_TOPIC {
         return Err(ErrorReply::new(
             ResponseError::InvalidRequest,
-            format!("resource type {resource_type} is not supported"),
+            format!("Unknown resource type {resource_type}"),
         ));
     }
     let (set, delete, replace) =
         change.map_err(|message| ErrorReply::new(ResponseError::InvalidConfig, message))?;
+    known_topic(broker, name, || {
+        format!("The topic '{}' does not exist.", name.as_str())
+    })?;
     let topic = name.as_str().to_string();
     broker
         .change_metadata(move |c| c.alter_topic_config(&topic, set, delete, replace, validate_only))
@@ -240,17 +278,20 @@ pub async fn alter_configs(
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     let mut response = AlterConfigsResponse::default();
     for resource in request.resources {
-        let change = resource
+        let set = resource
             .configs
             .iter()
-            .map(|c| match &c.value {
-                Some(v) => Ok((c.name.as_str().to_string(), v.as_str().to_string())),
-                None => Err(format!("config {} has a null value", c.name.as_str())),
+            .filter_map(|c| {
+                let value = c.value.as_ref()?;
+                Some((c.name.as_str().to_string(), value.as_str().to_string()))
             })
-            .collect::<Result<BTreeMap<_, _>, _>>()
-            .map(|set| (set, Vec::new(), true));
+            .collect::<BTreeMap<_, _>>();
+        let change = Ok((set, Vec::new(), true));
+        let null_value = resource.configs.iter().find(|c| c.value.is_none());
         let outcome = if let Err(error) = unique_keys(&resource.configs, |c| c.name.as_str()) {
             Err(error)
+        } else if let Some(config) = null_value {
+            Err(null_value_refused(config.name.as_str()))
         } else {
             alter_resource(
                 broker,
@@ -290,7 +331,7 @@ pub async fn incremental_alter_configs(
                     set.insert(name, value.as_str().to_string());
                 }
                 (OP_DELETE, _) => delete.push(name),
-                (OP_SET, None) => problem = Some(format!("config {name} has a null value")),
+                (OP_SET, None) => {} // refused below, before anything else
                 (op @ (OP_APPEND | OP_SUBTRACT), value) => {
                     match list_change(broker, &resource.resource_name, &name, op, value.as_ref()) {
                         Ok(value) => {
@@ -306,17 +347,14 @@ pub async fn incremental_alter_configs(
             Some(message) => Err(message),
             None => Ok((set, delete, false)),
         };
-        let null_list_change = resource
+        let null_value = resource
             .configs
             .iter()
-            .find(|c| matches!(c.config_operation, OP_APPEND | OP_SUBTRACT) && c.value.is_none());
+            .find(|c| c.config_operation != OP_DELETE && c.value.is_none());
         let outcome = if let Err(error) = unique_keys(&resource.configs, |c| c.name.as_str()) {
             Err(error)
-        } else if let Some(config) = null_list_change {
-            Err(ErrorReply::new(
-                ResponseError::InvalidRequest,
-                format!("Null value not supported for : {}", config.name.as_str()),
-            ))
+        } else if let Some(config) = null_value {
+            Err(null_value_refused(config.name.as_str()))
         } else {
             alter_resource(
                 broker,

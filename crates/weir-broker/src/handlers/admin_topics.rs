@@ -27,23 +27,21 @@ pub async fn create_topics(
     version: i16,
 ) -> CreateTopicsResponse {
     let mut response = CreateTopicsResponse::default();
-    let mut seen: HashMap<TopicName, usize> = HashMap::new();
-    for topic in &request.topics {
-        *seen.entry(topic.name.clone()).or_default() += 1;
-    }
+    let mut duplicates = Duplicates::new(request.topics.iter().map(|t| t.name.0.to_string()));
     for topic in request.topics {
         let mut result = CreatableTopicResult::default();
         result.name = topic.name.clone();
+        result.error_message = None;
         result.num_partitions = -1;
         result.replication_factor = -1;
         let name = topic.name.0.as_str().to_string();
-        let outcome = if seen.get(&topic.name).copied().unwrap_or(0) > 1 {
-            Err(ErrorReply::new(
+        let outcome = match duplicates.check(&name) {
+            Repeat::Later => continue,
+            Repeat::First => Err(ErrorReply::new(
                 ResponseError::InvalidRequest,
-                format!("topic {name} appears more than once in the request"),
-            ))
-        } else {
-            create_one(broker, name, topic, request.validate_only).await
+                "Duplicate topic name.",
+            )),
+            Repeat::Once => create_one(broker, name, topic, request.validate_only).await,
         };
         match outcome {
             Ok(created) => {
@@ -51,7 +49,8 @@ pub async fn create_topics(
                 result.num_partitions = created.partitions;
                 result.replication_factor = created.replication_factor;
                 if version >= 5 {
-                    let configs = broker.config.describe_topic(&created.configs);
+                    let mut configs = broker.config.describe_topic(&created.configs);
+                    configs.sort_by(|a, b| a.name.cmp(&b.name));
                     result.configs = Some(
                         configs
                             .into_iter()
@@ -87,17 +86,7 @@ async fn create_one(
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
             return Err(ErrorReply::new(
                 ResponseError::InvalidRequest,
-                "give either assignments or partitions and replication factor",
-            ));
-        }
-        if topic
-            .assignments
-            .iter()
-            .any(|a| a.broker_ids.iter().any(|b| b.0 != node_id))
-        {
-            return Err(ErrorReply::new(
-                ResponseError::InvalidReplicaAssignment,
-                format!("the only broker is {node_id}"),
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
             ));
         }
         let mut indexes: Vec<i32> = topic
@@ -109,19 +98,14 @@ async fn create_one(
         if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
             return Err(ErrorReply::new(
                 ResponseError::InvalidReplicaAssignment,
-                "assigned partitions must be numbered 0 to N-1 without gaps",
+                "partitions should be a consecutive 0-based integer sequence",
             ));
         }
-        let duplicate = topic.assignments.iter().any(|a| {
-            let mut ids: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
-            ids.sort_unstable();
-            ids.windows(2).any(|w| w[0] == w[1]) || ids.is_empty()
-        });
-        if duplicate {
-            return Err(ErrorReply::new(
-                ResponseError::InvalidReplicaAssignment,
-                "each partition needs one or more distinct brokers",
-            ));
+        for assignment in &topic.assignments {
+            let replicas: Vec<i32> = assignment.broker_ids.iter().map(|b| b.0).collect();
+            check_replica_list(&replicas, node_id).map_err(|message| {
+                ErrorReply::new(ResponseError::InvalidReplicaAssignment, message)
+            })?;
         }
         topic.assignments.len() as i32
     } else if topic.num_partitions == -1 {
@@ -182,16 +166,13 @@ pub async fn delete_topics(
         Some(n) => (Some(n.0.to_string()), weir_controller::Uuid::nil()),
         None => (None, *id),
     };
-    let mut seen = HashMap::new();
-    for entry in &wanted {
-        *seen.entry(key(entry)).or_insert(0usize) += 1;
-    }
-    let mut answered = HashSet::new();
+    let mut duplicates = Duplicates::new(wanted.iter().map(key));
     for (name, topic_id) in wanted {
         let mut result = DeletableTopicResult::default();
-        let entry_key = key(&(name.clone(), topic_id));
-        if seen[&entry_key] > 1 {
-            if answered.insert(entry_key) {
+        result.error_message = None;
+        match duplicates.check(&key(&(name.clone(), topic_id))) {
+            Repeat::Later => continue,
+            Repeat::First => {
                 result.error_code = ResponseError::InvalidRequest.code();
                 result.error_message = Some(str_bytes(if name.is_some() {
                     "Duplicate topic name."
@@ -201,8 +182,9 @@ pub async fn delete_topics(
                 result.name = name;
                 result.topic_id = topic_id;
                 response.responses.push(result);
+                continue;
             }
-            continue;
+            Repeat::Once => {}
         }
         let image = broker.image();
         let resolved = match &name {
@@ -213,11 +195,20 @@ pub async fn delete_topics(
         result.topic_id = topic_id;
         match resolved.map(|t| t.name.clone()) {
             None => {
-                result.error_code = if name.is_some() {
-                    ResponseError::UnknownTopicOrPartition.code()
+                // Kafka answers with the errors' standard messages here.
+                let (error, message) = if name.is_some() {
+                    (
+                        ResponseError::UnknownTopicOrPartition,
+                        "This server does not host this topic-partition.",
+                    )
                 } else {
-                    ResponseError::UnknownTopicId.code()
+                    (
+                        ResponseError::UnknownTopicId,
+                        "This server does not host this topic ID.",
+                    )
                 };
+                result.error_code = error.code();
+                result.error_message = Some(str_bytes(message));
             }
             Some(topic_name) => {
                 let deleted = broker
@@ -249,22 +240,21 @@ pub async fn create_partitions(
     request: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut response = CreatePartitionsResponse::default();
-    let mut named = HashMap::new();
-    for topic in &request.topics {
-        *named.entry(topic.name.0.to_string()).or_insert(0usize) += 1;
-    }
-    let mut answered_twice = HashSet::new();
+    let mut duplicates = Duplicates::new(request.topics.iter().map(|t| t.name.0.to_string()));
     for topic in request.topics {
         let mut result = CreatePartitionsTopicResult::default();
         result.name = topic.name.clone();
+        result.error_message = None;
         let name = topic.name.0.as_str().to_string();
-        if named[&name] > 1 {
-            if answered_twice.insert(name) {
+        match duplicates.check(&name) {
+            Repeat::Later => continue,
+            Repeat::First => {
                 result.error_code = ResponseError::InvalidRequest.code();
                 result.error_message = Some(str_bytes("Duplicate topic name."));
                 response.results.push(result);
+                continue;
             }
-            continue;
+            Repeat::Once => {}
         }
         let outcome =
             match check_assignments(broker, &name, topic.count, topic.assignments.as_deref()) {
@@ -284,7 +274,9 @@ pub async fn create_partitions(
             };
         if let Err(error) = outcome {
             result.error_code = error.code();
-            result.error_message = Some(str_bytes(error.message));
+            // Kafka names no reason for an unknown topic here.
+            result.error_message = (error.error != ResponseError::UnknownTopicOrPartition)
+                .then(|| str_bytes(error.message));
         }
         response.results.push(result);
     }
@@ -316,20 +308,7 @@ fn check_assignments(
     let node_id = broker.identity.node_id;
     for assignment in assignments {
         let replicas: Vec<i32> = assignment.broker_ids.iter().map(|b| b.0).collect();
-        if replicas.is_empty() {
-            return Err("The manual partition assignment includes an empty replica list.".into());
-        }
-        let mut distinct = HashSet::new();
-        if let Some(twice) = replicas.iter().find(|b| !distinct.insert(**b)) {
-            return Err(format!(
-                "The manual partition assignment includes the broker {twice} more than once."
-            ));
-        }
-        if let Some(unknown) = replicas.iter().find(|b| **b != node_id) {
-            return Err(format!(
-                "The manual partition assignment includes broker {unknown}, but no such broker is registered."
-            ));
-        }
+        check_replica_list(&replicas, node_id)?;
         if replicas.len() != usize::try_from(image.replication_factor).unwrap_or(0) {
             return Err(format!(
                 "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {} replica(s).",
@@ -339,4 +318,64 @@ fn check_assignments(
         }
     }
     Ok(())
+}
+
+/// One partition's manual replica list, checked as Kafka checks it for CreateTopics and
+/// CreatePartitions: not empty, no broker twice, only registered brokers.
+fn check_replica_list(replicas: &[i32], node_id: i32) -> Result<(), String> {
+    if replicas.is_empty() {
+        return Err("The manual partition assignment includes an empty replica list.".into());
+    }
+    let mut distinct = HashSet::new();
+    if let Some(twice) = replicas.iter().find(|b| !distinct.insert(**b)) {
+        return Err(format!(
+            "The manual partition assignment includes the broker {twice} more than once."
+        ));
+    }
+    if let Some(unknown) = replicas.iter().find(|b| **b != node_id) {
+        return Err(format!(
+            "The manual partition assignment includes broker {unknown}, but no such broker is registered."
+        ));
+    }
+    Ok(())
+}
+
+/// Where a name stands among a request's names: Kafka refuses a name given twice once, and
+/// leaves its other mentions unanswered.
+enum Repeat {
+    /// Named once.
+    Once,
+    /// The first mention of a name given more than once: answer INVALID_REQUEST.
+    First,
+    /// A later mention of such a name: no answer of its own.
+    Later,
+}
+
+/// The names of one request, counted.
+struct Duplicates<K> {
+    counts: HashMap<K, usize>,
+    answered: HashSet<K>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Duplicates<K> {
+    fn new(keys: impl Iterator<Item = K>) -> Self {
+        let mut counts = HashMap::new();
+        for key in keys {
+            *counts.entry(key).or_insert(0usize) += 1;
+        }
+        Self {
+            counts,
+            answered: HashSet::new(),
+        }
+    }
+
+    fn check(&mut self, key: &K) -> Repeat {
+        if self.counts.get(key).copied().unwrap_or(0) <= 1 {
+            Repeat::Once
+        } else if self.answered.insert(key.clone()) {
+            Repeat::First
+        } else {
+            Repeat::Later
+        }
+    }
 }

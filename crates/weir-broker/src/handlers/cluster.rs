@@ -13,10 +13,12 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
-use crate::handlers::str_bytes;
+use crate::handlers::{operations, str_bytes};
 
 /// Endpoint type of the broker listener in DescribeCluster v1.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
+/// Endpoint type asking for the controllers, served on controller listeners only.
+const ENDPOINT_TYPE_CONTROLLERS: i8 = 2;
 
 /// Describes the (single-broker) cluster.
 pub fn describe_cluster(
@@ -25,15 +27,28 @@ pub fn describe_cluster(
 ) -> DescribeClusterResponse {
     let identity = &broker.identity;
     let mut response = DescribeClusterResponse::default();
-    if request.endpoint_type != 0 && request.endpoint_type != ENDPOINT_TYPE_BROKERS {
-        response.error_code = ResponseError::UnsupportedEndpointType.code();
-        response.error_message = Some(str_bytes("only the broker endpoint type is served"));
-        return response;
+    match request.endpoint_type {
+        0 | ENDPOINT_TYPE_BROKERS => {}
+        ENDPOINT_TYPE_CONTROLLERS => {
+            response.error_code = ResponseError::MismatchedEndpointType.code();
+            response.error_message = Some(str_bytes(
+                "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER",
+            ));
+            return response;
+        }
+        other => {
+            response.error_code = ResponseError::UnsupportedEndpointType.code();
+            response.error_message = Some(str_bytes(format!("Unsupported endpoint type {other}")));
+            return response;
+        }
     }
     response.endpoint_type = ENDPOINT_TYPE_BROKERS;
     response.cluster_id = str_bytes(identity.cluster_id.clone());
     response.controller_id = BrokerId(identity.node_id);
-    response.cluster_authorized_operations = i32::MIN;
+    response.cluster_authorized_operations = operations::reported(
+        request.include_cluster_authorized_operations,
+        operations::CLUSTER,
+    );
     let mut node = DescribeClusterBroker::default();
     node.broker_id = BrokerId(identity.node_id);
     node.host = str_bytes(identity.advertised_host.clone());

@@ -23,7 +23,7 @@ use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog, OFFSETS_TOPI
 
 use crate::broker::Broker;
 use crate::handlers::errors::group_error;
-use crate::handlers::groups::OPERATIONS_NOT_REQUESTED;
+use crate::handlers::operations;
 use crate::handlers::str_bytes;
 
 /// ConsumerGroupDescribe v1 `MemberType` of a consumer-protocol member.
@@ -85,6 +85,7 @@ pub async fn heartbeat(
         client_id: client_id.unwrap_or_default().to_string(),
         client_host,
     };
+    let refusal = Refusal::of(&heartbeat, request.group_id.as_str(), version);
     let catalog = ImageCatalog(broker.image());
     let mut response = ConsumerGroupHeartbeatResponse::default();
     let answer = broker
@@ -113,23 +114,105 @@ pub async fn heartbeat(
         Err(error) => {
             let code = group_error(error);
             response.error_code = code.code();
-            response.error_message = Some(str_bytes(heartbeat_error_message(
-                error,
-                code,
-                request.group_id.as_str(),
-            )));
+            let group_exists = matches!(
+                broker.coordinator.describe_group(request.group_id.as_str()),
+                Ok(Some(_))
+            );
+            response.error_message = Some(str_bytes(refusal.message(error, code, group_exists)));
         }
     }
     response
 }
 
-fn heartbeat_error_message(error: GroupError, code: ResponseError, group_id: &str) -> String {
-    match error {
-        GroupError::GroupIdNotFound => format!(
-            "Group {group_id} is not a consumer group (it does not exist, or is a classic group with members)."
+/// What a refused heartbeat's message needs to know of the request, taken before the
+/// coordinator consumes it; the messages are Kafka's.
+struct Refusal {
+    group_id: String,
+    member_id: String,
+    member_epoch: i32,
+    server_assignor: Option<String>,
+    topic_regex: Option<String>,
+    invalid: Option<&'static str>,
+}
+
+impl Refusal {
+    fn of(request: &ConsumerHeartbeat, group_id: &str, version: i16) -> Refusal {
+        Refusal {
+            group_id: group_id.to_string(),
+            member_id: request.member_id.clone(),
+            member_epoch: request.member_epoch,
+            server_assignor: request.server_assignor.clone(),
+            topic_regex: request.topic_regex.clone(),
+            invalid: invalid_request_reason(request, group_id, version),
+        }
+    }
+
+    fn message(&self, error: GroupError, code: ResponseError, group_exists: bool) -> String {
+        let group = &self.group_id;
+        match error {
+            GroupError::InvalidRequest => self
+                .invalid
+                .unwrap_or("MemberId, InstanceId and RackId must be at most 255 characters.")
+                .to_string(),
+            GroupError::GroupIdNotFound if group_exists => format!(
+                "Group {group} is not a consumer group (it is a classic group with members)."
+            ),
+            GroupError::GroupIdNotFound => format!("Consumer group {group} not found."),
+            GroupError::UnknownMemberId => {
+                format!("Member {} is not a member of group {group}.", self.member_id)
+            }
+            GroupError::UnsupportedAssignor => format!(
+                "ServerAssignor {} is not supported. Supported assignors: {}.",
+                self.server_assignor.as_deref().unwrap_or_default(),
+                weir_coordinator::assignors::ASSIGNORS.join(", ")
+            ),
+            GroupError::InvalidRegularExpression => {
+                let regex = self.topic_regex.as_deref().unwrap_or_default();
+                let why = weir_coordinator::pattern_problem(regex).unwrap_or_default();
+                format!("SubscribedTopicRegex `{regex}` is not a valid regular expression: {why}.")
+            }
+            GroupError::FencedMemberEpoch => format!(
+                "The consumer group member has a member epoch ({}) the group coordinator does not know. The member must abandon all its partitions and rejoin.",
+                self.member_epoch
+            ),
+            _ => code.to_string(),
+        }
+    }
+}
+
+/// Why a heartbeat is INVALID_REQUEST, checked in the order Kafka checks and worded as it
+/// words it; `None` when it is not (or only for Weir's own bounds on id lengths).
+fn invalid_request_reason(
+    request: &ConsumerHeartbeat,
+    group_id: &str,
+    version: i16,
+) -> Option<&'static str> {
+    let empty = |s: &Option<String>| s.as_ref().is_some_and(String::is_empty);
+    if version >= 1 && request.member_id.is_empty() {
+        return Some("MemberId can't be empty.");
+    }
+    if group_id.is_empty() {
+        return Some("GroupId can't be empty.");
+    }
+    if empty(&request.instance_id) {
+        return Some("InstanceId can't be empty.");
+    }
+    if empty(&request.rack_id) {
+        return Some("RackId can't be empty.");
+    }
+    match request.member_epoch {
+        0 if request.rebalance_timeout_ms < 0 => {
+            Some("RebalanceTimeoutMs must be provided in first request.")
+        }
+        0 if request.owned.as_ref().is_none_or(|owned| !owned.is_empty()) => {
+            Some("TopicPartitions must be empty when (re-)joining.")
+        }
+        0 if request.topic_names.is_none() && request.topic_regex.is_none() => Some(
+            "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
         ),
-        GroupError::InvalidRequest => "a join (member epoch 0) needs a member id (from version 1), RebalanceTimeoutMs, SubscribedTopicNames or SubscribedTopicRegex, and an empty TopicPartitions; a temporary leave (-2) needs an InstanceId; other epochs need a member id; epochs below -2 are invalid".to_string(),
-        _ => code.to_string(),
+        -2 if request.instance_id.is_none() => Some("InstanceId can't be null."),
+        epoch if epoch < -2 => Some("MemberEpoch is invalid."),
+        _ => None,
     }
 }
 
@@ -162,7 +245,8 @@ pub fn describe(
         .into_iter()
         .map(|group_id| {
             let mut described = DescribedGroup::default();
-            described.authorized_operations = OPERATIONS_NOT_REQUESTED;
+            described.authorized_operations =
+                operations::reported(request.include_authorized_operations, operations::GROUP);
             match broker
                 .coordinator
                 .describe_consumer_group(group_id.as_str())
@@ -202,7 +286,9 @@ pub fn describe(
                                 .into_iter()
                                 .map(|n| TopicName(str_bytes(n)))
                                 .collect();
-                            member.subscribed_topic_regex = m.topic_regex.map(str_bytes);
+                            // Kafka answers an empty pattern, not null, when there is none.
+                            member.subscribed_topic_regex =
+                                Some(str_bytes(m.topic_regex.unwrap_or_default()));
                             member.assignment = assignment(m.assignment);
                             member.target_assignment = assignment(m.target_assignment);
                             if version >= 1 {

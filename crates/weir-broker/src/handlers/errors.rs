@@ -4,7 +4,11 @@
 use kafka_protocol::ResponseError;
 use weir_controller::ControllerError;
 use weir_coordinator::GroupError;
-use weir_log::{BatchError, LogError};
+use weir_log::{BatchError, LogError, RecordError};
+
+/// Kafka's standard message for INVALID_REQUEST, which it answers where a request names
+/// something the protocol does not define (an unknown FindCoordinator key type, say).
+pub const INVALID_REQUEST_MESSAGE: &str = "This most likely occurs because of a request being malformed by the client library or the message was sent to an incompatible broker. See the broker logs for more details.";
 
 /// A Kafka error code and the message a client sees (in versions that carry one).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +17,8 @@ pub struct ErrorReply {
     pub error: ResponseError,
     /// What went wrong, for the client and the log.
     pub message: String,
+    /// The records of a refused batch to blame, for Produce's `record_errors` (v8+).
+    pub records: Vec<RecordError>,
 }
 
 impl ErrorReply {
@@ -21,6 +27,7 @@ impl ErrorReply {
         ErrorReply {
             error,
             message: message.into(),
+            records: Vec::new(),
         }
     }
 
@@ -37,7 +44,7 @@ impl From<&LogError> for ErrorReply {
             LogError::Batch(BatchError::Invalid(_)) | LogError::Unsupported(_) => {
                 ResponseError::InvalidRecord
             }
-            LogError::Batch(BatchError::Timestamp(_)) => ResponseError::InvalidTimestamp,
+            LogError::Batch(BatchError::Timestamp { .. }) => ResponseError::InvalidTimestamp,
             LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
             LogError::RecordListTooLarge { .. } => ResponseError::RecordListTooLarge,
             LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
@@ -48,7 +55,11 @@ impl From<&LogError> for ErrorReply {
                 ResponseError::KafkaStorageError
             }
         };
-        ErrorReply::new(code, error.to_string())
+        let mut reply = ErrorReply::new(code, error.to_string());
+        if let LogError::Batch(BatchError::Timestamp { records, .. }) = error {
+            reply.records = records.clone();
+        }
+        reply
     }
 }
 

@@ -1,5 +1,6 @@
 //! Fetch (key 1), v4–16: stored batches served as they are, long-polling on `max_wait_ms`
-//! until `min_bytes` are available.
+//! until `min_bytes` are available, within a fetch session (KIP-227, [`crate::fetch_session`])
+//! when the client opens one.
 //!
 //! Each attempt runs on a blocking thread: under each partition's lock it only takes a
 //! [`weir_log::ReadView`] (memory), then finds the bytes to send with the lock released. Small
@@ -25,6 +26,7 @@ use uuid::Uuid;
 use weir_log::{ReadSlice, ReadView};
 
 use crate::broker::Broker;
+use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;
 use crate::handlers::errors::ErrorReply;
 use crate::partition::Partition;
@@ -49,6 +51,7 @@ const FIRST_FLEXIBLE_VERSION: i16 = 12;
 const MARKER_BYTES: usize = 16;
 
 struct Target {
+    key: PartitionKey,
     name: TopicName,
     topic_id: Uuid,
     partition: Option<Arc<Partition>>,
@@ -83,35 +86,72 @@ pub async fn handle(
     correlation_id: i32,
 ) -> Reply {
     let image = broker.image();
-    let mut targets: Vec<Target> = Vec::new();
-    // A partition named twice is read once, with the last request's position, as Kafka does.
-    let mut positions: HashMap<(TopicName, Uuid, i32), usize> = HashMap::new();
-    for topic in request.topics {
-        let resolved = if version >= 13 {
-            image.topic_by_id(topic.topic_id)
+    let by_id = version >= 13;
+    let key = |name: &TopicName, topic_id: Uuid, partition: i32| PartitionKey {
+        name: if by_id {
+            TopicName::default()
         } else {
-            image.topic(topic.topic.0.as_str())
-        };
-        let (name, topic_id) = match resolved {
-            Some(t) => (TopicName(super::str_bytes(t.name.clone())), t.topic_id),
-            None => (topic.topic.clone(), topic.topic_id),
-        };
+            name.clone()
+        },
+        topic_id: if by_id { topic_id } else { Uuid::nil() },
+        partition,
+    };
+    // A partition named twice is read once, with the last request's position, as Kafka does.
+    let mut wanted: Vec<(PartitionKey, FetchPartition)> = Vec::new();
+    let mut positions: HashMap<PartitionKey, usize> = HashMap::new();
+    for topic in request.topics {
         for partition in topic.partitions {
-            let key = (name.clone(), topic_id, partition.partition);
-            if let Some(&at) = positions.get(&key) {
-                targets[at].request = partition;
-                continue;
+            let key = key(&topic.topic, topic.topic_id, partition.partition);
+            match positions.get(&key) {
+                Some(&at) => wanted[at].1 = partition,
+                None => {
+                    positions.insert(key.clone(), wanted.len());
+                    wanted.push((key, partition));
+                }
             }
-            positions.insert(key, targets.len());
+        }
+    }
+    let forgotten: Vec<PartitionKey> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| key(&t.topic, t.topic_id, *p)))
+        .collect();
+    let session = match broker.fetch_sessions.begin(
+        request.session_id,
+        request.session_epoch,
+        wanted,
+        forgotten,
+    ) {
+        Ok(session) => session,
+        Err(error) => return refuse_session(error, version, correlation_id),
+    };
+    let targets: Vec<Target> = session
+        .partitions
+        .into_iter()
+        .map(|(key, partition)| {
+            let resolved = if by_id {
+                image.topic_by_id(key.topic_id)
+            } else {
+                image.topic(key.name.0.as_str())
+            };
+            let (name, topic_id) = match resolved {
+                Some(t) => (TopicName(super::str_bytes(t.name.clone())), t.topic_id),
+                None => (key.name.clone(), key.topic_id),
+            };
             let hosted = resolved.and_then(|t| broker.partitions.get(&t.name, partition.partition));
-            targets.push(Target {
-                name: name.clone(),
+            Target {
+                key,
+                name,
                 topic_id,
                 partition: hosted,
                 request: partition,
-            });
-        }
-    }
+            }
+        })
+        .collect();
+    let session = Answered {
+        id: session.session_id,
+        incremental: session.incremental,
+    };
     let wait_ms = u64::try_from(request.max_wait_ms)
         .unwrap_or(0)
         .min(FETCH_WAIT_MS_MAX);
@@ -120,6 +160,7 @@ pub async fn handle(
     let max_bytes = u64::try_from(request.max_bytes)
         .unwrap_or(0)
         .min(FETCH_BYTES_MAX);
+    let read_committed = request.isolation_level == 1;
     let mut shutdown = broker.shutdown.clone();
     loop {
         let mut watches: Vec<watch::Receiver<i64>> = targets
@@ -128,8 +169,10 @@ pub async fn handle(
             .collect();
         let stopping = *shutdown.borrow_and_update();
         let last_chance = stopping || watches.is_empty() || Instant::now() >= deadline;
-        let plans: Vec<PartitionPlan> =
-            targets.iter().map(|t| plan_partition(t, version)).collect();
+        let plans: Vec<PartitionPlan> = targets
+            .iter()
+            .map(|t| plan_partition(t, version, read_committed))
+            .collect();
         // Only reading older data can wait on the disk: a consumer at the end of the log, or
         // reading what was just written, costs no trip to a blocking thread.
         let tail_only = plans.iter().all(|p| {
@@ -151,7 +194,7 @@ pub async fn handle(
         };
         let satisfied = attempt.bytes >= min_bytes && (attempt.bytes > 0 || min_bytes == 0);
         if satisfied || attempt.any_error || last_chance {
-            return respond(&targets, attempt, version, correlation_id);
+            return respond(broker, &targets, attempt, session, version, correlation_id);
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         tokio::select! {
@@ -202,22 +245,33 @@ fn read_once(
 
 /// The response entry of one partition and, when there is something below the high watermark
 /// to read, a view of it. Memory only: the partition's lock is held for this and nothing else.
-fn plan_partition(target: &Target, version: i16) -> PartitionPlan {
+/// Aborted transactions are listed (none yet) only to a read_committed consumer, as in Kafka.
+fn plan_partition(target: &Target, version: i16, read_committed: bool) -> PartitionPlan {
     let mut data = PartitionData::default();
     data.partition_index = target.request.partition;
     data.high_watermark = -1;
     data.last_stable_offset = -1;
     data.log_start_offset = -1;
     data.preferred_read_replica = BrokerId(-1);
-    data.aborted_transactions = Some(Vec::new());
+    data.aborted_transactions = read_committed.then(Vec::new);
     data.records = Some(Bytes::new());
     let partition_max_bytes = u64::try_from(target.request.partition_max_bytes).unwrap_or(0);
-    let plan = |data, view| PartitionPlan {
-        data,
-        view,
-        partition_max_bytes,
+    let plan = |mut data: PartitionData, view| {
+        if data.error_code != 0 {
+            // A refused partition says nothing of its log, as in Kafka.
+            data.high_watermark = -1;
+            data.last_stable_offset = -1;
+            data.log_start_offset = -1;
+        }
+        PartitionPlan {
+            data,
+            view,
+            partition_max_bytes,
+        }
     };
     let Some(partition) = &target.partition else {
+        // Kafka lists an (empty) set of aborted transactions for a partition it does not have.
+        data.aborted_transactions = Some(Vec::new());
         data.error_code = if version >= 13 {
             ResponseError::UnknownTopicId.code()
         } else {
@@ -308,10 +362,41 @@ fn uvarint(mut value: u64, out: &mut Vec<u8>) {
 /// encoded frame is then cut around each placeholder and its length prefix, and the slice put
 /// in its place with the real length, so the frame is exactly what encoding the bytes would
 /// have produced.
-fn respond(targets: &[Target], attempt: Attempt, version: i16, correlation_id: i32) -> Reply {
+fn respond(
+    broker: &Broker,
+    targets: &[Target],
+    attempt: Attempt,
+    session: Answered,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
     let mut response = FetchResponse::default();
+    response.session_id = session.id;
+    let reported: Vec<(PartitionKey, Reported, bool)> = targets
+        .iter()
+        .zip(&attempt.reads)
+        .map(|(target, read)| {
+            let data = &read.data;
+            let has_records =
+                read.slice.is_some() || data.records.as_ref().is_some_and(|r| !r.is_empty());
+            let offsets = Reported {
+                high_watermark: data.high_watermark,
+                last_stable_offset: data.last_stable_offset,
+                log_start_offset: data.log_start_offset,
+            };
+            (
+                target.key.clone(),
+                offsets,
+                has_records || data.error_code != 0,
+            )
+        })
+        .collect();
+    let listed = broker.fetch_sessions.report(session.id, &reported);
     let mut slices: Vec<ReadSlice> = Vec::new();
-    for (target, read) in targets.iter().zip(attempt.reads) {
+    for ((target, read), listed) in targets.iter().zip(attempt.reads).zip(listed) {
+        if session.incremental && !listed {
+            continue;
+        }
         let PartitionRead { mut data, slice } = read;
         if let Some(slice) = slice {
             data.records = Some(Bytes::copy_from_slice(&marker(slices.len() as u32)));
@@ -351,6 +436,30 @@ fn respond(targets: &[Target], attempt: Attempt, version: i16, correlation_id: i
             tracing::error!(target: "weir::server", "fetch response placeholders not found where encoded; closing the connection");
             Reply::Close
         }
+    }
+}
+
+/// The fetch session an answer belongs to.
+#[derive(Clone, Copy)]
+struct Answered {
+    /// Its id (0: none).
+    id: i32,
+    /// The answer lists only partitions with something new.
+    incremental: bool,
+}
+
+/// The answer to a fetch whose session is refused: the error, no partitions, no session.
+fn refuse_session(error: ResponseError, version: i16, correlation_id: i32) -> Reply {
+    let mut response = FetchResponse::default();
+    response.error_code = error.code();
+    match encode(
+        ApiKey::Fetch,
+        version,
+        correlation_id,
+        &ResponseKind::Fetch(response),
+    ) {
+        Ok(frame) => Reply::Frame(ResponseFrame::bytes(frame)),
+        Err(reply) => reply,
     }
 }
 

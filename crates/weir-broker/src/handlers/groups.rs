@@ -22,13 +22,15 @@ use kafka_protocol::ResponseError;
 use weir_coordinator::{GroupError, JoinRequest, SyncRequest};
 
 use crate::broker::Broker;
-use crate::handlers::errors::{group_code, group_error};
-use crate::handlers::str_bytes;
+use crate::handlers::errors::{group_code, group_error, INVALID_REQUEST_MESSAGE};
+use crate::handlers::{operations, str_bytes};
 
-/// FindCoordinator key type of a consumer group (1 is a transactional id).
+/// FindCoordinator key type of a consumer group.
 const KEY_TYPE_GROUP: i8 = 0;
-/// Authorized operations when the client did not ask for them.
-pub(crate) const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
+/// FindCoordinator key type of a transactional id (no coordinator yet).
+const KEY_TYPE_TRANSACTION: i8 = 1;
+/// FindCoordinator key type of a share group (KIP-932; none yet).
+const KEY_TYPE_SHARE: i8 = 2;
 
 fn optional(s: &Option<StrBytes>) -> Option<&str> {
     s.as_ref().map(|s| s.as_str())
@@ -49,7 +51,8 @@ pub async fn find_coordinator(
     };
     let ready = match request.key_type {
         KEY_TYPE_GROUP => broker.ensure_offsets_topic().await,
-        _ => Err(GroupError::CoordinatorNotAvailable),
+        KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE => Err(GroupError::CoordinatorNotAvailable),
+        _ => Err(GroupError::InvalidRequest),
     };
     let identity = &broker.identity;
     let coordinators: Vec<Coordinator> = keys
@@ -66,15 +69,19 @@ pub async fn find_coordinator(
                 }
                 Err(error) => {
                     let error = match (request.key_type, error) {
-                        (KEY_TYPE_GROUP, _) => group_error(error),
-                        _ => ResponseError::CoordinatorNotAvailable,
+                        (KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE, _) => {
+                            ResponseError::CoordinatorNotAvailable
+                        }
+                        _ => group_error(error),
                     };
                     c.node_id = BrokerId(-1);
                     c.port = -1;
                     c.error_code = error.code();
                     c.error_message = Some(str_bytes(match request.key_type {
                         KEY_TYPE_GROUP => error.to_string(),
-                        _ => "transactions are not supported yet".to_string(),
+                        KEY_TYPE_TRANSACTION => "transactions are not supported yet".to_string(),
+                        KEY_TYPE_SHARE => "share groups are not supported yet".to_string(),
+                        _ => INVALID_REQUEST_MESSAGE.to_string(),
                     }));
                 }
             }
@@ -85,7 +92,12 @@ pub async fn find_coordinator(
     if version < 4 {
         if let Some(c) = coordinators.into_iter().next() {
             response.error_code = c.error_code;
-            response.error_message = c.error_message;
+            // Before batching, Kafka names success too.
+            response.error_message = if c.error_code == 0 {
+                Some(str_bytes("NONE"))
+            } else {
+                c.error_message
+            };
             response.node_id = c.node_id;
             response.host = c.host;
             response.port = c.port;
@@ -215,10 +227,17 @@ pub fn leave_group(
         vec![(request.member_id.to_string(), None)]
     };
     let mut response = LeaveGroupResponse::default();
-    match broker
+    let left = match broker
         .coordinator
         .leave_group(request.group_id.as_str(), &members)
     {
+        // From v3 each member has its own answer: none of them is in a group that is not there.
+        Err(GroupError::UnknownMemberId) if version >= 3 => {
+            Ok(vec![Err(GroupError::UnknownMemberId); members.len()])
+        }
+        other => other,
+    };
+    match left {
         Err(error) => response.error_code = group_error(error).code(),
         Ok(results) if version < 3 => response.error_code = group_code(results[0]),
         Ok(results) => {
@@ -282,7 +301,8 @@ pub fn describe_groups(
         .into_iter()
         .map(|group_id| {
             let mut described = DescribedGroup::default();
-            described.authorized_operations = OPERATIONS_NOT_REQUESTED;
+            described.authorized_operations =
+                operations::reported(request.include_authorized_operations, operations::GROUP);
             match broker.coordinator.describe_group(group_id.as_str()) {
                 Err(error) => described.error_code = group_error(error).code(),
                 Ok(None) => {

@@ -13,7 +13,7 @@ use weir_coordinator::OFFSETS_TOPIC;
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
-use crate::handlers::str_bytes;
+use crate::handlers::{operations, str_bytes};
 
 /// Answers a Metadata request, creating unknown topics when both the request and
 /// `auto.create.topics.enable` allow it.
@@ -22,6 +22,20 @@ pub async fn handle(
     request: MetadataRequest,
     version: i16,
 ) -> MetadataResponse {
+    let cluster_operations = request.include_cluster_authorized_operations;
+    let topic_operations = request.include_topic_authorized_operations;
+    let mut response = answer(broker, request, version).await;
+    response.cluster_authorized_operations =
+        operations::reported(cluster_operations, operations::CLUSTER);
+    for topic in &mut response.topics {
+        // Without an authorizer Kafka reports them for unknown names too.
+        topic.topic_authorized_operations =
+            operations::reported(topic_operations, operations::TOPIC);
+    }
+    response
+}
+
+async fn answer(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let identity = &broker.identity;
     let mut response = MetadataResponse::default();
     let mut node = MetadataResponseBroker::default();
@@ -31,7 +45,6 @@ pub async fn handle(
     response.brokers = vec![node];
     response.cluster_id = Some(str_bytes(identity.cluster_id.clone()));
     response.controller_id = BrokerId(identity.node_id);
-    response.cluster_authorized_operations = i32::MIN;
 
     let allow_create = broker.config.auto_create_topics_enable
         && (version < 4 || request.allow_auto_topic_creation);
@@ -100,7 +113,6 @@ fn error_topic(name: Option<String>, error_code: i16) -> MetadataResponseTopic {
     let mut topic = MetadataResponseTopic::default();
     topic.error_code = error_code;
     topic.name = name.map(|n| TopicName(str_bytes(n)));
-    topic.topic_authorized_operations = i32::MIN;
     topic
 }
 

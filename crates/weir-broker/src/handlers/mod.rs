@@ -13,6 +13,7 @@ mod groups;
 mod list_offsets;
 mod metadata;
 mod offsets;
+mod operations;
 mod produce;
 mod producer_id;
 

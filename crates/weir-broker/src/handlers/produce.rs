@@ -5,11 +5,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 use weir_coordinator::OFFSETS_TOPIC;
 use weir_log::batch::BatchHeader;
+use weir_log::compress::recompress;
 use weir_log::{validate, AppendInfo, LogError, ValidationLimits};
 
 use crate::broker::Broker;
@@ -33,13 +36,15 @@ const DECOMPRESSED_BATCH_BYTES_MIN: u64 = 64 * 1024 * 1024;
 /// …nor more than this, whatever `max.message.bytes` a topic sets.
 const DECOMPRESSED_BATCH_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
-/// The decompressed size a batch of a topic with these settings may reach.
+/// The decompressed size a batch of a topic with these settings may reach: the topic's
+/// `max.decompressed.message.bytes`, within Weir's own bound.
 pub fn decompressed_bytes_max(settings: &TopicSettings) -> u64 {
     settings
         .log
         .max_message_bytes
         .saturating_mul(DECOMPRESSION_RATIO_MAX)
         .clamp(DECOMPRESSED_BATCH_BYTES_MIN, DECOMPRESSED_BATCH_BYTES_MAX)
+        .min(settings.max_decompressed_message_bytes)
 }
 
 /// Appends done, answers pending: what [`append`] hands to the connection's response queue.
@@ -117,9 +122,11 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         topic_response.name = topic.name;
         response.responses.push(topic_response);
     }
-    let compressed = jobs
-        .iter()
-        .any(|j| BatchHeader::parse(&j.records).is_some_and(|h| h.compression() != 0));
+    // Decompressing or recompressing is CPU work, done off the connection's task.
+    let compressed = jobs.iter().any(|j| {
+        BatchHeader::parse(&j.records)
+            .is_some_and(|h| h.compression() != 0 || recompresses(&j.settings, &h))
+    });
     let request_bytes: usize = jobs.iter().map(|j| j.records.len()).sum();
     // Decompression is CPU and memory: a bounded number at once, broker-wide.
     let _permit = match compressed {
@@ -153,6 +160,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
             Ok(info) => {
                 result.base_offset = info.base_offset;
                 result.log_start_offset = info.log_start_offset;
+                result.log_append_time_ms = info.log_append_time_ms;
                 if job.settings.flush_policy.sync_before_ack(acks) {
                     durable.push((job.partition, info.last_offset + 1));
                 }
@@ -160,6 +168,11 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
             Err(error) => {
                 any_error = true;
                 set_error(result, &error, version);
+                // A batch refused for its records still names the partition's start, as
+                // Kafka answers record validation errors.
+                if !error.records.is_empty() {
+                    result.log_start_offset = job.partition.log().log_start_offset();
+                }
             }
         }
     }
@@ -175,6 +188,16 @@ fn set_error(result: &mut PartitionProduceResponse, error: &ErrorReply, version:
     result.error_code = error.code();
     if version >= 8 {
         result.error_message = Some(str_bytes(error.message.clone()));
+        result.record_errors = error
+            .records
+            .iter()
+            .map(|record| {
+                let mut e = BatchIndexAndErrorMessage::default();
+                e.batch_index = record.index;
+                e.batch_index_error_message = Some(str_bytes(record.message.clone()));
+                e
+            })
+            .collect();
     }
 }
 
@@ -207,6 +230,12 @@ fn check_partition(
         ));
     };
     let records = records.unwrap_or_default();
+    if records.is_empty() {
+        return Err(ErrorReply::new(
+            ResponseError::InvalidRecord,
+            format!("Produce v{version} needs exactly one record batch per partition, got none"),
+        ));
+    }
     let Some(header) = BatchHeader::parse(&records) else {
         return Err(ErrorReply::new(
             ResponseError::CorruptMessage,
@@ -241,6 +270,7 @@ fn validate_and_append(job: &Job) -> Outcome {
         timestamp_before_max_ms: settings.timestamp_before_max_ms,
         timestamp_after_max_ms: settings.timestamp_after_max_ms,
         keys_required: settings.log.compaction.is_some(),
+        log_append_time: settings.log_append_time,
     };
     let refused = |error: LogError| {
         if matches!(error, LogError::Batch(_)) {
@@ -251,6 +281,26 @@ fn validate_and_append(job: &Job) -> Outcome {
         }
         ErrorReply::from(&error)
     };
-    let batch = validate(job.records.clone(), &limits).map_err(|e| refused(e.into()))?;
+    let mut batch = validate(job.records.clone(), &limits).map_err(|e| refused(e.into()))?;
+    if let Some(codec) = settings
+        .compression
+        .filter(|_| recompresses(settings, batch.header()))
+    {
+        let recompressed = recompress(
+            &batch,
+            codec,
+            settings.compression_levels,
+            limits.decompressed_bytes_max,
+        )
+        .map_err(|e| refused(e.into()))?;
+        batch = validate(recompressed, &limits).map_err(|e| refused(e.into()))?;
+    }
     job.partition.append(&batch).map_err(refused)
+}
+
+/// Whether a topic's `compression.type` asks for another codec than the batch's.
+fn recompresses(settings: &TopicSettings, header: &BatchHeader) -> bool {
+    settings
+        .compression
+        .is_some_and(|codec| codec != header.compression())
 }

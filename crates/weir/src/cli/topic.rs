@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
-use weir_client::Admin;
+use weir_client::{Admin, ClientError};
 
 use super::{parse_key_value, within, ConnectArgs};
 
@@ -70,6 +70,19 @@ enum TopicCommand {
 }
 
 /// Runs a topic command.
+/// A broker's refusal prefixed with the topic it is about (Kafka's messages do not always name
+/// it); other errors as they are.
+fn naming_topic(error: anyhow::Error, topic: &str) -> anyhow::Error {
+    if matches!(
+        error.downcast_ref::<ClientError>(),
+        Some(ClientError::Broker { .. })
+    ) {
+        error.context(format!("topic {topic}"))
+    } else {
+        error
+    }
+}
+
 pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
     let connect = &args.connect;
     let admin = Admin::new(connect.client_config());
@@ -143,7 +156,9 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
             println!("altered configs of topic {name}");
         }
         TopicCommand::AddPartitions { name, total } => {
-            within(connect, admin.add_partitions(&name, total)).await?;
+            within(connect, admin.add_partitions(&name, total))
+                .await
+                .map_err(|error| naming_topic(error, &name))?;
             println!("topic {name} now has {total} partitions");
         }
     }
