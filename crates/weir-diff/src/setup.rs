@@ -170,6 +170,26 @@ pub fn batch_with(
     compression: Compression,
     records: &[(Option<&str>, &str)],
 ) -> Bytes {
+    producer_batch_with(timestamp_ms, compression, (-1, -1, -1), records)
+}
+
+/// One uncompressed batch of an idempotent producer: `(producer id, epoch, base sequence)`
+/// (-1s for none).
+pub fn producer_batch(
+    timestamp_ms: i64,
+    (producer_id, producer_epoch, base_sequence): (i64, i16, i32),
+    records: &[(Option<&str>, &str)],
+) -> Bytes {
+    let producer = (producer_id, producer_epoch, base_sequence);
+    producer_batch_with(timestamp_ms, Compression::None, producer, records)
+}
+
+fn producer_batch_with(
+    timestamp_ms: i64,
+    compression: Compression,
+    (producer_id, producer_epoch, base_sequence): (i64, i16, i32),
+    records: &[(Option<&str>, &str)],
+) -> Bytes {
     let records: Vec<Record> = records
         .iter()
         .enumerate()
@@ -178,12 +198,13 @@ pub fn batch_with(
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id,
+            producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            // Offset minus sequence is what keeps records in one batch; -1 is the base.
-            sequence: i as i32 - 1,
+            // Offset minus sequence is what keeps records in one batch (without a producer
+            // the base sequence is -1 all the same).
+            sequence: base_sequence.wrapping_add(i as i32),
             timestamp: timestamp_ms,
             key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
             value: Some(Bytes::copy_from_slice(value.as_bytes())),

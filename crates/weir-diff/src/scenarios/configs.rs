@@ -1,5 +1,7 @@
 //! Configs: DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on topics and brokers.
 
+use std::time::Duration;
+
 use anyhow::Result;
 use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -89,9 +91,21 @@ async fn describe_keeping(
     request.resources = resources;
     request.include_synonyms = synonyms;
     request.include_documentation = documentation;
+    // Kafka answers an alteration before its broker has applied it: read until the answer
+    // holds still (the same three times over 100 ms, within 5 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut response: DescribeConfigsResponse = cx
         .quietly(ApiKey::DescribeConfigs, version, &request)
         .await?;
+    let mut unchanged = 0;
+    while unchanged < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let again: DescribeConfigsResponse = cx
+            .quietly(ApiKey::DescribeConfigs, version, &request)
+            .await?;
+        unchanged = if again == response { unchanged + 1 } else { 0 };
+        response = again;
+    }
     // Clients look configs up by name; Kafka answers named keys in an order of its own.
     for result in &mut response.results {
         result.configs.retain(|c| keep(c.name.as_str()));

@@ -13,7 +13,7 @@ use super::{scenarios, Expect};
 use crate::session::Ctx;
 use crate::setup::{
     batch, batch_with, create_topic, describe_records, fetch_request, list_offsets_request,
-    produce, produce_request,
+    produce, produce_request, producer_batch,
 };
 
 scenarios! { "produce_fetch";
@@ -21,6 +21,8 @@ scenarios! { "produce_fetch";
         "Produce refusals' error messages (the other scenarios leave them out)";
     produce_then_fetch: Expect::Same,
         "Produce v9 and v11 with acks all and 1, then Fetch v12 by name and v16 by id";
+    idempotent_producer: Expect::Same,
+        "An idempotent producer: in order, a duplicate, a gap, a new epoch, the old epoch, an unknown id";
     fetch_positions: Expect::Same,
         "Fetch at the log end, past it, before the start, with a stale leader epoch";
     produce_refusals: Expect::Same,
@@ -123,6 +125,33 @@ async fn produce_then_fetch(cx: &mut Ctx) -> Result<()> {
     let mut by_id = fetch_request(TopicName::default(), 0, 1);
     by_id.topics[0].topic_id = topic_id(cx, &topic).await?;
     fetch(cx, 16, &by_id).await
+}
+
+async fn idempotent_producer(cx: &mut Ctx) -> Result<()> {
+    use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+    cx.ignore("error_message");
+    let topic = create_topic(cx, "idempotent", 1, &[]).await?;
+    let mut init = InitProducerIdRequest::default();
+    init.transaction_timeout_ms = 60_000;
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let granted: InitProducerIdResponse = cx.quietly(ApiKey::InitProducerId, 4, &init).await?;
+    let (id, epoch) = (granted.producer_id.0, granted.producer_epoch);
+    let ts = cx.timestamp_ms();
+    let cases: [((i64, i16, i32), &str); 7] = [
+        ((id, epoch, 0), "first"),
+        ((id, epoch, 2), "second"),
+        ((id, epoch, 2), "second again"),
+        ((id, epoch, 7), "after a gap"),
+        ((id, epoch + 1, 0), "new epoch"),
+        ((id, epoch, 4), "old epoch"),
+        ((id + 1_000_000, 0, 3), "unknown producer"),
+    ];
+    for (producer, value) in cases {
+        let records = producer_batch(ts, producer, &[(None, value), (None, value)]);
+        produce_recorded(cx, 9, &topic, 0, -1, records).await?;
+    }
+    fetch(cx, 12, &fetch_request(topic, 0, 0)).await
 }
 
 async fn fetch_positions(cx: &mut Ctx) -> Result<()> {
