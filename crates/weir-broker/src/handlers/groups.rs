@@ -309,8 +309,16 @@ pub fn describe_groups(
                     described.group_state = str_bytes("Dead");
                     if version >= 6 {
                         described.error_code = ResponseError::GroupIdNotFound.code();
-                        described.error_message =
-                            Some(str_bytes(format!("group {} not found", group_id.as_str())));
+                        // A consumer-protocol group is not one DescribeGroups describes.
+                        let consumer = broker
+                            .coordinator
+                            .describe_consumer_group(group_id.as_str());
+                        let message = if matches!(consumer, Ok(Some(_))) {
+                            format!("Group {} is not a classic group.", group_id.as_str())
+                        } else {
+                            format!("Group {} not found.", group_id.as_str())
+                        };
+                        described.error_message = Some(str_bytes(message));
                     }
                 }
                 Ok(Some(summary)) => {

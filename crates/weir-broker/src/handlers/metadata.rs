@@ -121,6 +121,7 @@ fn describe_topic(broker: &Arc<Broker>, topic: &TopicImage) -> MetadataResponseT
     let mut result = error_topic(Some(topic.name.clone()), 0);
     result.topic_id = topic.topic_id;
     result.is_internal = topic.name == OFFSETS_TOPIC;
+    result.is_internal = topic.name == OFFSETS_TOPIC;
     result.partitions = (0..topic.partitions)
         .map(|index| {
             let mut partition = MetadataResponsePartition::default();

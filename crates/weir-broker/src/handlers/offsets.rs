@@ -180,6 +180,8 @@ pub fn fetch(
                 let mut result = OffsetFetchResponseGroup::default();
                 result.group_id = group.group_id;
                 result.error_code = error_code;
+                // A refused group lists no partitions, as Kafka answers.
+                let rows = if error_code == 0 { rows } else { Vec::new() };
                 result.topics = rows
                     .into_iter()
                     .map(|(name, partitions)| {

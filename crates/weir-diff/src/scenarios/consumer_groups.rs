@@ -22,6 +22,8 @@ scenarios! { "consumer_groups";
         "ConsumerGroupHeartbeat v1 requests Kafka refuses, each with its error and message";
     heartbeat_regex_and_fenced_messages: Expect::Deliberate("the wording names Weir's regex parser and its epochs"),
         "ConsumerGroupHeartbeat v1 with a regex that does not parse, and with a future epoch";
+    member_commits_and_listing: Expect::Same,
+        "OffsetCommit and OffsetFetch v9 with member epochs, ListGroups v5 by type, DescribeGroups v5 and v6";
     describe_unknown_and_classic: Expect::Same,
         "ConsumerGroupDescribe v1 for an unknown group and a classic group";
 }
@@ -197,6 +199,86 @@ async fn heartbeat_regex_and_fenced_messages(cx: &mut Ctx) -> Result<()> {
     let mut future = joining(group, &member, topics);
     future.member_epoch = 99;
     heartbeat(cx, 1, &future).await?;
+    Ok(())
+}
+
+async fn member_commits_and_listing(cx: &mut Ctx) -> Result<()> {
+    use kafka_protocol::messages::list_groups_request::ListGroupsRequest;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::{
+        DescribeGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse,
+        OffsetFetchRequest, OffsetFetchResponse,
+    };
+    for field in ["member_epoch", "generation_id_or_member_epoch"] {
+        cx.mask(field);
+    }
+    coordinator_ready(cx).await?;
+    let topic = create_topic(cx, "kip848-commits", 1, &[]).await?;
+    let group = cx.group("kip848-commits");
+    let member = uuid::Uuid::new_v4().simple().to_string();
+    let settled = reconcile(
+        cx,
+        joining(group.clone(), &member, std::slice::from_ref(&topic)),
+        1,
+    )
+    .await?;
+    let epoch = settled.member_epoch;
+    let commit = |generation: i32, offset: i64| {
+        let mut p = OffsetCommitRequestPartition::default();
+        p.committed_offset = offset;
+        p.committed_leader_epoch = -1;
+        let mut t = OffsetCommitRequestTopic::default();
+        t.name = topic.clone();
+        t.partitions = vec![p];
+        let mut request = OffsetCommitRequest::default();
+        request.group_id = group.clone();
+        request.generation_id_or_member_epoch = generation;
+        request.member_id = s(&member);
+        request.topics = vec![t];
+        request
+    };
+    // The member's epoch, an older one, a newer one; then v8 from a consumer-protocol member.
+    for (version, generation, offset) in [
+        (9, epoch, 4),
+        (9, epoch - 1, 5),
+        (9, epoch + 1, 6),
+        (8, epoch, 7),
+    ] {
+        let _: OffsetCommitResponse = cx
+            .answer(ApiKey::OffsetCommit, version, &commit(generation, offset))
+            .await?;
+    }
+    for member_epoch in [epoch, epoch + 1] {
+        let mut t = OffsetFetchRequestTopics::default();
+        t.name = topic.clone();
+        t.partition_indexes = vec![0];
+        let mut g = OffsetFetchRequestGroup::default();
+        g.group_id = group.clone();
+        g.member_id = Some(s(&member));
+        g.member_epoch = member_epoch;
+        g.topics = Some(vec![t]);
+        let mut fetch = OffsetFetchRequest::default();
+        fetch.groups = vec![g];
+        let _: OffsetFetchResponse = cx.answer(ApiKey::OffsetFetch, 9, &fetch).await?;
+    }
+    for types in [vec!["consumer"], vec!["classic"]] {
+        let mut list = ListGroupsRequest::default();
+        list.types_filter = types.into_iter().map(s).collect();
+        let mut response: ListGroupsResponse = cx.quietly(ApiKey::ListGroups, 5, &list).await?;
+        let mine = group.0.to_string();
+        response.groups.retain(|g| g.group_id.0.as_str() == mine);
+        cx.record("ListGroups v5 (this group)", &response);
+    }
+    let mut describe = DescribeGroupsRequest::default();
+    describe.groups = vec![group.clone(), cx.group("kip848-nobody")];
+    for version in [5, 6] {
+        super::groups::describe_groups(cx, version, &describe).await?;
+    }
     Ok(())
 }
 

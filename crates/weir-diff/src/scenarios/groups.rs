@@ -285,11 +285,7 @@ async fn list_describe_delete(cx: &mut Ctx) -> Result<()> {
         GroupId(StrBytes::default()),
     ];
     describe.include_authorized_operations = true;
-    // Clients match answers by group id; the order is the broker's own.
-    let mut described: DescribeGroupsResponse =
-        cx.quietly(ApiKey::DescribeGroups, 5, &describe).await?;
-    described.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-    cx.record("DescribeGroups v5 (by group id)", &described);
+    describe_groups(cx, 5, &describe).await?;
     let mut delete = DeleteGroupsRequest::default();
     delete.groups_names = vec![
         cx.group("empty"),
@@ -302,6 +298,23 @@ async fn list_describe_delete(cx: &mut Ctx) -> Result<()> {
         deleted.results.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         cx.record("DeleteGroups v2 (by group id)", &deleted);
     }
+    Ok(())
+}
+
+/// Sends DescribeGroups and records the answer by group id (clients match answers by id; the
+/// order is the broker's own).
+pub(super) async fn describe_groups(
+    cx: &mut Ctx,
+    version: i16,
+    request: &DescribeGroupsRequest,
+) -> Result<()> {
+    let mut described: DescribeGroupsResponse =
+        cx.quietly(ApiKey::DescribeGroups, version, request).await?;
+    described.groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    cx.record(
+        &format!("DescribeGroups v{version} (by group id)"),
+        &described,
+    );
     Ok(())
 }
 

@@ -23,6 +23,10 @@ scenarios! { "produce_fetch";
         "Produce v9 and v11 with acks all and 1, then Fetch v12 by name and v16 by id";
     idempotent_producer: Expect::Same,
         "An idempotent producer: in order, a duplicate, a gap, a new epoch, the old epoch, an unknown id";
+    internal_topic_data: Expect::Same,
+        "Produce to and Fetch from __consumer_offsets as a client";
+    old_versions: Expect::Same,
+        "Produce v3 and Fetch v4 and v7, the oldest versions both serve";
     fetch_positions: Expect::Same,
         "Fetch at the log end, past it, before the start, with a stale leader epoch";
     produce_refusals: Expect::Same,
@@ -152,6 +156,42 @@ async fn idempotent_producer(cx: &mut Ctx) -> Result<()> {
         produce_recorded(cx, 9, &topic, 0, -1, records).await?;
     }
     fetch(cx, 12, &fetch_request(topic, 0, 0)).await
+}
+
+async fn internal_topic_data(cx: &mut Ctx) -> Result<()> {
+    super::cluster::coordinator_ready(cx).await?;
+    cx.ignore("error_message");
+    let offsets = TopicName(crate::setup::s("__consumer_offsets"));
+    let records = batch(cx, &[(Some("k"), "not a commit")]);
+    produce_recorded(cx, 9, &offsets, 0, 1, records).await?;
+    // What each broker keeps there is its own; compare the answer's shape.
+    let response: FetchResponse = cx
+        .quietly(ApiKey::Fetch, 12, &fetch_request(offsets, 0, 0))
+        .await?;
+    for topic in &response.responses {
+        for p in &topic.partitions {
+            cx.note(&format!(
+                "partition {} error {}",
+                p.partition_index, p.error_code
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn old_versions(cx: &mut Ctx) -> Result<()> {
+    cx.ignore("error_message");
+    let topic = create_topic(cx, "old-versions", 1, &[]).await?;
+    let records = batch(cx, &[(Some("k"), "v3")]);
+    produce_recorded(cx, 3, &topic, 0, 1, records).await?;
+    for version in [4, 7] {
+        let mut request = fetch_request(topic.clone(), 0, 0);
+        request.session_epoch = if version >= 7 { -1 } else { 0 };
+        request.topics[0].partitions[0].log_start_offset = if version >= 5 { -1 } else { 0 };
+        request.topics[0].partitions[0].current_leader_epoch = if version >= 9 { -1 } else { 0 };
+        fetch(cx, version, &request).await?;
+    }
+    Ok(())
 }
 
 async fn fetch_positions(cx: &mut Ctx) -> Result<()> {

@@ -50,6 +50,8 @@ scenarios! { "topics";
         "Metadata v12 for unknown topics, allowing auto-creation and not";
     delete_topics: Expect::Same,
         "DeleteTopics v5 by name and v6 by id, unknown names and ids, then Metadata";
+    internal_topic_admin: Expect::Same,
+        "CreateTopics and CreatePartitions (validate only) naming __consumer_offsets, Metadata of it";
     delete_duplicates: Expect::Same,
         "DeleteTopics naming one topic twice, by name and by id";
     create_partitions_grow: Expect::Same,
@@ -373,6 +375,25 @@ async fn gone(cx: &mut Ctx, names: &[TopicName]) -> Result<()> {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+async fn internal_topic_admin(cx: &mut Ctx) -> Result<()> {
+    super::cluster::coordinator_ready(cx).await?;
+    let offsets = TopicName(s("__consumer_offsets"));
+    create(cx, 7, vec![creatable(offsets.clone(), 1, &[])]).await?;
+    create_partitions(cx, vec![grow(&offsets, 60, None)], true).await?;
+    // (Not DeleteTopics: both brokers delete it, and every group's offsets with it.)
+    // Partition counts differ by configuration (50 in both by default); compare the rest.
+    let mut response: MetadataResponse = cx
+        .quietly(ApiKey::Metadata, 12, &metadata_for(&[offsets]))
+        .await?;
+    for topic in &mut response.topics {
+        let count = topic.partitions.len();
+        topic.partitions.clear();
+        cx.note(&format!("__consumer_offsets partitions: {count}"));
+    }
+    cx.record("Metadata v12 (partitions counted)", &response);
+    Ok(())
 }
 
 async fn delete_duplicates(cx: &mut Ctx) -> Result<()> {
