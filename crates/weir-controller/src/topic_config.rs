@@ -137,7 +137,7 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef { name: "segment.ms", broker_name: "log.roll.ms", default: "604800000", kind: long(1, i64::MAX), doc: "Roll to a new segment file at this age." },
     TopicConfigDef { name: "max.message.bytes", broker_name: "message.max.bytes", default: "1048588", kind: int(0, i32::MAX as i64), doc: "Largest record batch accepted." },
     TopicConfigDef { name: "index.interval.bytes", broker_name: "log.index.interval.bytes", default: "4096", kind: int(0, i32::MAX as i64), doc: "Bytes between offset index entries." },
-    TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::List(&[CLEANUP_COMPACT, CLEANUP_DELETE]), doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need keys); both: both." },
+    TopicConfigDef { name: "cleanup.policy", broker_name: "log.cleanup.policy", default: "delete", kind: ConfigKind::List(&[CLEANUP_COMPACT, CLEANUP_DELETE]), doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need keys); both: both; empty: neither (records stay until the topic is deleted)." },
     TopicConfigDef { name: "min.cleanable.dirty.ratio", broker_name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Fraction, doc: "Compacted topics: clean once this share of the inactive segments has not been cleaned yet." },
     TopicConfigDef { name: "min.compaction.lag.ms", broker_name: "log.cleaner.min.compaction.lag.ms", default: "0", kind: long(0, i64::MAX), doc: "Compacted topics: a record stays uncompacted at least this long." },
     TopicConfigDef { name: "max.compaction.lag.ms", broker_name: "log.cleaner.max.compaction.lag.ms", default: "9223372036854775807", kind: long(1, i64::MAX), doc: "Compacted topics: a record is compacted within this long of its segment's newest record, whatever the dirty ratio." },
@@ -235,6 +235,8 @@ pub fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), Strin
                 )
             }
         }
+        // An empty list is allowed, as in Kafka 4 (cleanup.policy: neither delete nor compact).
+        ConfigKind::List(_) if value.trim().is_empty() => Ok(()),
         ConfigKind::List(options) => {
             let items: Vec<&str> = value.split(',').map(str::trim).collect();
             let mut seen = Vec::new();

@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_controller::NewTopic;
+use weir_coordinator::OFFSETS_TOPIC;
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
@@ -209,6 +210,13 @@ pub async fn delete_topics(
                 };
                 result.error_code = error.code();
                 result.error_message = Some(str_bytes(message));
+            }
+            Some(topic_name) if topic_name == OFFSETS_TOPIC => {
+                // Kafka deletes it, and every group's committed offsets with it; Weir does not.
+                result.error_code = ResponseError::TopicDeletionDisabled.code();
+                result.error_message = Some(str_bytes(format!(
+                    "{OFFSETS_TOPIC} holds every group's committed offsets and is not deleted"
+                )));
             }
             Some(topic_name) => {
                 let deleted = broker

@@ -661,10 +661,10 @@ async fn partitions_named_twice() {
     test.shutdown().await;
 }
 
-/// Deleting `__consumer_offsets` forgets every group; the next group request creates it again
-/// and commits work as on a fresh broker.
+/// DeleteTopics of `__consumer_offsets` is refused (TOPIC_DELETION_DISABLED; Kafka would delete
+/// it and every group's committed offsets with it), and the groups and their offsets stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_the_offsets_topic_resets_the_coordinator() {
+async fn the_offsets_topic_is_not_deleted() {
     use kafka_protocol::messages::*;
     let groups = [("offsets.topic.num.partitions", "2")];
     let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &groups).await;
@@ -676,24 +676,34 @@ async fn deleting_the_offsets_topic_resets_the_coordinator() {
     assert_eq!(found.error_code, 0);
     assert_eq!(commit_offset(&mut c, "g", "t", 5, 8).await, 0);
     let mut delete = DeleteTopicsRequest::default();
-    delete.topic_names = vec![topic_name("__consumer_offsets")];
+    delete.topic_names = vec![topic_name("__consumer_offsets"), topic_name("t")];
     let deleted: DeleteTopicsResponse = call(&mut c, ApiKey::DeleteTopics, 4, &delete).await;
-    assert_eq!(deleted.responses[0].error_code, 0);
+    let code = |name: &str| {
+        deleted
+            .responses
+            .iter()
+            .find(|r| r.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+            .map(|r| r.error_code)
+    };
     assert_eq!(
-        commit_offset(&mut c, "g", "t", 6, 8).await,
-        15,
-        "COORDINATOR_NOT_AVAILABLE until found again"
+        code("__consumer_offsets"),
+        Some(73),
+        "TOPIC_DELETION_DISABLED"
     );
-    let found: FindCoordinatorResponse = call(&mut c, ApiKey::FindCoordinator, 3, &find).await;
     assert_eq!(
-        found.error_code, 0,
-        "FindCoordinator creates the topic again"
+        code("t"),
+        Some(0),
+        "the other topic in the request is deleted"
     );
     let mut list = ListGroupsRequest::default();
     list.states_filter = Vec::new();
     let listed: ListGroupsResponse = call(&mut c, ApiKey::ListGroups, 4, &list).await;
-    assert!(listed.groups.is_empty(), "the old group is gone");
-    assert_eq!(commit_offset(&mut c, "g", "t", 7, 8).await, 0);
+    assert_eq!(listed.groups.len(), 1, "the group is still there");
+    assert_eq!(
+        commit_offset(&mut c, "g", "t", 6, 8).await,
+        3,
+        "its topic is gone, but the coordinator answers"
+    );
     test.stop.send_replace(true);
 }
 

@@ -406,7 +406,11 @@ async fn incremental_lists(cx: &mut Ctx) -> Result<()> {
     let topic = create_topic(cx, "incremental-lists", 1, &[]).await?;
     let name = topic.0.to_string();
     let policy = ["cleanup.policy"];
-    for (op, value) in [(APPEND, "compact"), (SUBTRACT, "delete")] {
+    for (op, value) in [
+        (APPEND, "compact"),
+        (SUBTRACT, "delete"),
+        (SUBTRACT, "compact"),
+    ] {
         incremental(
             cx,
             TOPIC,

@@ -218,7 +218,7 @@ async fn create_bad_assignments(cx: &mut Ctx) -> Result<()> {
 }
 
 async fn create_bad_configs(cx: &mut Ctx) -> Result<()> {
-    let cases: [(&str, &str); 10] = [
+    let cases: [(&str, &str); 11] = [
         ("no.such.config", "1"),
         ("retention.ms", "forever"),
         ("retention.ms", "-7"),
@@ -228,6 +228,7 @@ async fn create_bad_configs(cx: &mut Ctx) -> Result<()> {
         ("min.insync.replicas", "0"),
         ("max.message.bytes", "-1"),
         ("min.cleanable.dirty.ratio", "1.5"),
+        ("cleanup.policy", ""),
         ("message.timestamp.type", "Sometimes"),
     ];
     for (i, (key, value)) in cases.into_iter().enumerate() {
