@@ -203,8 +203,7 @@ fn list_change(
 
 /// One key named twice in one resource (SET and DELETE of it, say) is refused before anything
 /// else, as Kafka does.
-fn unique_keys<T>(configs: &[T], name: impl Fn(&T) -> &str) -> Result<(), ErrorReply> {
-    let mut names: Vec<&str> = configs.iter().map(name).collect();
+fn unique_keys(mut names: Vec<&str>) -> Result<(), ErrorReply> {
     names.sort_unstable();
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Err(ErrorReply::new(
@@ -242,13 +241,20 @@ macro_rules! alter_result {
 /// The change one resource asks for: `(set, delete, replace)`.
 type ConfigChange = (BTreeMap<String, String>, Vec<String>, bool);
 
+/// Applies one resource's change after the refusals Kafka makes before anything else: a key
+/// named twice among `keys`, then a `missing_value` (the first key given without one).
 async fn alter_resource(
     broker: &Arc<Broker>,
     resource_type: i8,
     name: &StrBytes,
+    (keys, missing_value): (Vec<&str>, Option<&str>),
     change: Result<ConfigChange, String>,
     validate_only: bool,
 ) -> Result<(), ErrorReply> {
+    unique_keys(keys)?;
+    if let Some(key) = missing_value {
+        return Err(null_value_refused(key));
+    }
     if resource_type == RESOURCE_BROKER {
         return Err(ErrorReply::new(ResponseError::InvalidRequest, "broker configs are static: set them in the config file, environment or flags and restart"));
     }
@@ -287,21 +293,17 @@ pub async fn alter_configs(
             })
             .collect::<BTreeMap<_, _>>();
         let change = Ok((set, Vec::new(), true));
-        let null_value = resource.configs.iter().find(|c| c.value.is_none());
-        let outcome = if let Err(error) = unique_keys(&resource.configs, |c| c.name.as_str()) {
-            Err(error)
-        } else if let Some(config) = null_value {
-            Err(null_value_refused(config.name.as_str()))
-        } else {
-            alter_resource(
-                broker,
-                resource.resource_type,
-                &resource.resource_name,
-                change,
-                request.validate_only,
-            )
-            .await
-        };
+        let keys = resource.configs.iter().map(|c| c.name.as_str()).collect();
+        let missing = resource.configs.iter().find(|c| c.value.is_none());
+        let outcome = alter_resource(
+            broker,
+            resource.resource_type,
+            &resource.resource_name,
+            (keys, missing.map(|c| c.name.as_str())),
+            change,
+            request.validate_only,
+        )
+        .await;
         response.responses.push(alter_result!(
             AlterConfigsResourceResponse,
             resource,
@@ -347,24 +349,20 @@ pub async fn incremental_alter_configs(
             Some(message) => Err(message),
             None => Ok((set, delete, false)),
         };
-        let null_value = resource
+        let keys = resource.configs.iter().map(|c| c.name.as_str()).collect();
+        let missing = resource
             .configs
             .iter()
             .find(|c| c.config_operation != OP_DELETE && c.value.is_none());
-        let outcome = if let Err(error) = unique_keys(&resource.configs, |c| c.name.as_str()) {
-            Err(error)
-        } else if let Some(config) = null_value {
-            Err(null_value_refused(config.name.as_str()))
-        } else {
-            alter_resource(
-                broker,
-                resource.resource_type,
-                &resource.resource_name,
-                change,
-                request.validate_only,
-            )
-            .await
-        };
+        let outcome = alter_resource(
+            broker,
+            resource.resource_type,
+            &resource.resource_name,
+            (keys, missing.map(|c| c.name.as_str())),
+            change,
+            request.validate_only,
+        )
+        .await;
         response.responses.push(alter_result!(
             AlterConfigsResourceResponse,
             resource,

@@ -372,26 +372,31 @@ fn respond(
 ) -> Reply {
     let mut response = FetchResponse::default();
     response.session_id = session.id;
-    let reported: Vec<(PartitionKey, Reported, bool)> = targets
-        .iter()
-        .zip(&attempt.reads)
-        .map(|(target, read)| {
-            let data = &read.data;
-            let has_records =
-                read.slice.is_some() || data.records.as_ref().is_some_and(|r| !r.is_empty());
-            let offsets = Reported {
-                high_watermark: data.high_watermark,
-                last_stable_offset: data.last_stable_offset,
-                log_start_offset: data.log_start_offset,
-            };
-            (
-                target.key.clone(),
-                offsets,
-                has_records || data.error_code != 0,
-            )
-        })
-        .collect();
-    let listed = broker.fetch_sessions.report(session.id, &reported);
+    // Only a session remembers what its client was told; a sessionless fetch lists all.
+    let listed = if session.id == 0 {
+        vec![true; targets.len()]
+    } else {
+        let reported: Vec<(PartitionKey, Reported, bool)> = targets
+            .iter()
+            .zip(&attempt.reads)
+            .map(|(target, read)| {
+                let data = &read.data;
+                let has_records =
+                    read.slice.is_some() || data.records.as_ref().is_some_and(|r| !r.is_empty());
+                let offsets = Reported {
+                    high_watermark: data.high_watermark,
+                    last_stable_offset: data.last_stable_offset,
+                    log_start_offset: data.log_start_offset,
+                };
+                (
+                    target.key.clone(),
+                    offsets,
+                    has_records || data.error_code != 0,
+                )
+            })
+            .collect();
+        broker.fetch_sessions.report(session.id, &reported)
+    };
     let mut slices: Vec<ReadSlice> = Vec::new();
     for ((target, read), listed) in targets.iter().zip(attempt.reads).zip(listed) {
         if session.incremental && !listed {
