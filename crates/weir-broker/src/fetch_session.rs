@@ -4,7 +4,8 @@
 //! records, an error, or a moved high watermark, last stable offset or log start offset.
 //!
 //! Sessions live in a bounded cache (`max.incremental.fetch.session.cache.slots`, at most
-//! [`SESSION_PARTITIONS_MAX`] partitions each); when it is full, an idle session older than
+//! [`SESSION_PARTITIONS_MAX`] partitions each and [`CACHED_PARTITIONS_MAX`] in all); when it is
+//! full, an idle session older than
 //! [`EVICTION_IDLE`] makes room, and otherwise the fetch is served without a session (id 0), as
 //! Kafka does. Errors are Kafka's: FETCH_SESSION_ID_NOT_FOUND for a session not (or no longer)
 //! here, INVALID_FETCH_SESSION_EPOCH for an epoch other than the next one.
@@ -24,6 +25,9 @@ const INITIAL_EPOCH: i32 = 0;
 const FINAL_EPOCH: i32 = -1;
 /// Most partitions one session holds; a larger fetch is served without a session.
 pub const SESSION_PARTITIONS_MAX: usize = 50_000;
+/// Most partitions all sessions hold together (a few hundred bytes each): past it, fetches are
+/// served without a session, so no number of clients can make the cache grow without bound.
+pub const CACHED_PARTITIONS_MAX: usize = 500_000;
 /// A session unused this long may be evicted to make room for a new one.
 pub const EVICTION_IDLE: Duration = Duration::from_secs(120);
 
@@ -155,17 +159,21 @@ impl FetchSessions {
                 partitions: wanted,
             });
         }
+        let held = cached_partitions(&sessions);
         let Some(session) = sessions.get_mut(&session_id) else {
             return Err(ResponseError::FetchSessionIdNotFound);
         };
         if epoch != session.next_epoch {
             return Err(ResponseError::InvalidFetchSessionEpoch);
         }
+        let before = session.partitions.len();
         for (key, request) in wanted {
             session.upsert(key, request);
         }
         session.forget(&forgotten);
-        if session.partitions.len() > SESSION_PARTITIONS_MAX {
+        let now_held = session.partitions.len();
+        let too_large = now_held > SESSION_PARTITIONS_MAX;
+        if too_large || (now_held > before && held - before + now_held > CACHED_PARTITIONS_MAX) {
             // Too large to keep: the client starts over with a full fetch.
             sessions.remove(&session_id);
             return Err(ResponseError::FetchSessionIdNotFound);
@@ -190,7 +198,10 @@ impl FetchSessions {
         wanted: &[(PartitionKey, FetchPartition)],
         now: Instant,
     ) -> i32 {
-        if self.slots == 0 || wanted.len() > SESSION_PARTITIONS_MAX {
+        if self.slots == 0
+            || wanted.len() > SESSION_PARTITIONS_MAX
+            || cached_partitions(sessions) + wanted.len() > CACHED_PARTITIONS_MAX
+        {
             return 0;
         }
         if sessions.len() >= self.slots {
@@ -255,6 +266,11 @@ impl FetchSessions {
     fn len(&self) -> usize {
         self.lock().len()
     }
+}
+
+/// Partitions held by all sessions.
+fn cached_partitions(sessions: &HashMap<i32, Session>) -> usize {
+    sessions.values().map(|s| s.partitions.len()).sum()
 }
 
 /// The epoch after `epoch`, wrapping past `i32::MAX` to 1 (0 and -1 mean open and close).
@@ -344,6 +360,21 @@ mod tests {
             .expect("sessionless");
         assert_eq!(closed.session_id, 0);
         assert_eq!(sessions.len(), 0);
+    }
+
+    #[test]
+    fn the_partitions_all_sessions_hold_are_bounded() {
+        let sessions = FetchSessions::new(1000);
+        let many: Vec<_> = (0..SESSION_PARTITIONS_MAX as i32)
+            .map(|p| at(p, 0))
+            .collect();
+        let opened = (0..CACHED_PARTITIONS_MAX / SESSION_PARTITIONS_MAX + 1)
+            .filter(|_| {
+                let fetch = sessions.begin(0, INITIAL_EPOCH, many.clone(), Vec::new());
+                fetch.expect("served").session_id != 0
+            })
+            .count();
+        assert_eq!(opened, CACHED_PARTITIONS_MAX / SESSION_PARTITIONS_MAX);
     }
 
     #[test]
