@@ -36,7 +36,7 @@ struct Case {
 /// Opens the bench log in `dir` with default topic settings.
 fn open_log(dir: &Path) -> (Log, weir_broker::TopicSettings) {
     let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("defaults");
-    let settings = config.topic_settings(&BTreeMap::new());
+    let settings = config.topic_settings(weir_broker::DynamicConfigs::none(), &BTreeMap::new());
     let (log, _) = Log::open(
         dir,
         FileCache::new(Arc::new(FsStorage), 64),

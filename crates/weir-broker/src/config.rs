@@ -4,9 +4,11 @@
 use std::collections::BTreeMap;
 
 use weir_controller::topic_config::{
-    compression_codec, topic_config, ConfigKind, CLEANUP_COMPACT, CLEANUP_DELETE,
-    FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER, TIMESTAMP_LOG_APPEND_TIME, TOPIC_CONFIGS,
+    compression_codec, dynamic_broker_config, topic_config, ConfigKind, TopicConfigDef,
+    CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
+    TIMESTAMP_LOG_APPEND_TIME, TOPIC_CONFIGS,
 };
+use weir_controller::MetadataImage;
 use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
@@ -17,6 +19,10 @@ use weir_log::{CompactionConfig, LogConfig};
 pub enum ConfigSource {
     /// A topic-level override (`TOPIC_CONFIG`).
     Topic = 1,
+    /// Set at runtime for this broker (`DYNAMIC_BROKER_CONFIG`).
+    DynamicBroker = 2,
+    /// Set at runtime for every broker (`DYNAMIC_DEFAULT_BROKER_CONFIG`).
+    DynamicDefault = 3,
     /// Set in the broker's file, environment or flags (`STATIC_BROKER_CONFIG`).
     StaticBroker = 4,
     /// The built-in default (`DEFAULT_CONFIG`).
@@ -30,6 +36,16 @@ enum SettingKind {
     Plain(ConfigKind),
     /// `host:count,host:count` (`max.connections.per.ip.overrides`).
     HostCounts,
+}
+
+impl SettingKind {
+    /// Kafka's config type code.
+    fn type_code(self) -> i8 {
+        match self {
+            SettingKind::Plain(kind) => kind.type_code(),
+            SettingKind::HostCounts => 2, // STRING
+        }
+    }
 }
 
 /// One broker-level setting that is not a topic default.
@@ -55,6 +71,21 @@ const fn long_setting(
     }
 }
 
+const fn int_setting(
+    name: &'static str,
+    default: &'static str,
+    min: i64,
+    max: i64,
+    doc: &'static str,
+) -> BrokerSetting {
+    BrokerSetting {
+        name,
+        default,
+        kind: SettingKind::Plain(ConfigKind::Int { min, max }),
+        doc,
+    }
+}
+
 /// Broker-only settings, with Kafka's names and, where Kafka's default is unbounded, a bound.
 const BROKER_SETTINGS: &[BrokerSetting] = &[
     BrokerSetting {
@@ -63,21 +94,21 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
         doc: "Create a topic when a Metadata request that allows it names an unknown one.",
     },
-    long_setting(
+    int_setting(
         "num.partitions",
         "1",
         1,
         10_000,
         "Partitions of an auto-created topic or a CreateTopics with -1.",
     ),
-    long_setting(
+    int_setting(
         "default.replication.factor",
         "1",
         1,
         1,
         "Replication factor when CreateTopics asks for -1.",
     ),
-    long_setting(
+    int_setting(
         "socket.request.max.bytes",
         "104857600",
         1024,
@@ -91,7 +122,7 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "Request bytes held in memory at once, over all connections (at least socket.request.max.bytes). When reached, sockets sending large requests are not read until memory frees (backpressure); requests up to 64 KiB always proceed.",
     ),
-    long_setting(
+    int_setting(
         "max.incremental.fetch.session.cache.slots",
         "1000",
         0,
@@ -105,14 +136,14 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "Close a connection on which no byte was read or written for this long.",
     ),
-    long_setting(
+    int_setting(
         "max.connections",
         "10000",
         1,
         i32::MAX as i64,
         "Most open client connections; a connection beyond it is closed at once. Also bounded by the open-file limit.",
     ),
-    long_setting(
+    int_setting(
         "max.connections.per.ip",
         "1000",
         1,
@@ -132,11 +163,11 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "How often retention and segment age are checked.",
     ),
-    long_setting(
+    int_setting(
         "producer.id.expiration.ms",
         "86400000",
         1,
-        i64::MAX,
+        i32::MAX as i64,
         "Idle time after which a partition forgets an idempotent producer.",
     ),
     long_setting(
@@ -146,7 +177,7 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         10_000_000,
         "Most idempotent producers a partition remembers; beyond it the one idle longest is forgotten (its next batch starts a fresh sequence).",
     ),
-    long_setting(
+    int_setting(
         "log.flush.offset.checkpoint.interval.ms",
         "60000",
         1,
@@ -159,7 +190,7 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
         doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact.",
     },
-    long_setting(
+    int_setting(
         "log.cleaner.threads",
         "1",
         1,
@@ -173,13 +204,12 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "Memory for the cleaner's key maps, over all cleaner threads (about 40 bytes per distinct key); a partition with more keys is cleaned in several passes.",
     ),
-    long_setting(
-        "log.cleaner.io.max.bytes.per.second",
-        "9223372036854775807",
-        1,
-        i64::MAX,
-        "Bytes the cleaner reads and writes per second at most, over all its threads (a throttle that keeps cleaning from crowding out produce and fetch).",
-    ),
+    BrokerSetting {
+        name: "log.cleaner.io.max.bytes.per.second",
+        default: "1.7976931348623157E308",
+        kind: SettingKind::Plain(ConfigKind::Decimal),
+        doc: "Bytes the cleaner reads and writes per second at most, over all its threads (a throttle that keeps cleaning from crowding out produce and fetch).",
+    },
     long_setting(
         "log.cleaner.backoff.ms",
         "15000",
@@ -187,33 +217,33 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "How often compacted partitions are checked for enough dirty data to clean.",
     ),
-    long_setting(
+    int_setting(
         "offsets.topic.num.partitions",
         "50",
         1,
         1_000,
         "Partitions of __consumer_offsets when it is created (on the first group request); a group lives on partition abs(hash(group)) % this.",
     ),
-    long_setting(
+    int_setting(
         "offsets.topic.segment.bytes",
         "104857600",
         1_048_576,
         1_073_741_824,
         "segment.bytes of __consumer_offsets (smaller segments make its cleaning cheaper).",
     ),
-    long_setting(
+    int_setting(
         "offset.metadata.max.bytes",
         "4096",
         0,
         1_048_576,
         "Longest metadata string an offset commit may carry; longer ones get OFFSET_METADATA_TOO_LARGE.",
     ),
-    long_setting(
-        "offsets.retention.ms",
-        "604800000",
+    int_setting(
+        "offsets.retention.minutes",
+        "10080",
         1,
-        i64::MAX,
-        "Committed offsets of a group without members are deleted this long after it became empty (or after the commit, for a group that never had members).",
+        i32::MAX as i64,
+        "Committed offsets of a group without members are deleted this many minutes after it became empty (or after the commit, for a group that never had members).",
     ),
     long_setting(
         "offsets.retention.check.interval.ms",
@@ -222,49 +252,49 @@ const BROKER_SETTINGS: &[BrokerSetting] = &[
         i64::MAX,
         "How often expired committed offsets are looked for.",
     ),
-    long_setting(
+    int_setting(
         "group.min.session.timeout.ms",
         "6000",
         1,
         i32::MAX as i64,
         "Shortest session timeout a group member may ask for.",
     ),
-    long_setting(
+    int_setting(
         "group.max.session.timeout.ms",
         "1800000",
         1,
         i32::MAX as i64,
         "Longest session timeout a group member may ask for.",
     ),
-    long_setting(
+    int_setting(
         "group.initial.rebalance.delay.ms",
         "3000",
         0,
         i32::MAX as i64,
         "How long the first rebalance of an empty group waits for more members to join, so a group starting up rebalances once.",
     ),
-    long_setting(
+    int_setting(
         "group.max.size",
         "2147483647",
         1,
         i32::MAX as i64,
         "Most members one consumer group may have.",
     ),
-    long_setting(
+    int_setting(
         "group.consumer.session.timeout.ms",
         "45000",
         1,
         i32::MAX as i64,
         "Consumer group protocol (group.protocol=consumer): a member that sends no heartbeat for this long is removed and its partitions reassigned.",
     ),
-    long_setting(
+    int_setting(
         "group.consumer.heartbeat.interval.ms",
         "5000",
         1,
         i32::MAX as i64,
         "Consumer group protocol: how often members heartbeat, and so how soon they learn of a new assignment.",
     ),
-    long_setting(
+    int_setting(
         "group.consumer.max.size",
         "2147483647",
         1,
@@ -341,8 +371,9 @@ pub struct BrokerConfig {
 pub struct DescribedConfig {
     /// Kafka's name.
     pub name: String,
-    /// Current value.
-    pub value: String,
+    /// Current value; `None` for a broker key with no default of its own that is not set
+    /// (`log.retention.ms`, which falls back to `log.retention.hours`).
+    pub value: Option<String>,
     /// Its source.
     pub source: ConfigSource,
     /// One-line explanation.
@@ -350,6 +381,53 @@ pub struct DescribedConfig {
     /// Where else the value could come from, most specific first, each with the value it has
     /// there (DescribeConfigs `include_synonyms`).
     pub synonyms: Vec<(String, String, ConfigSource)>,
+    /// True when it cannot change at runtime (a static broker setting).
+    pub read_only: bool,
+    /// Kafka's config type code.
+    pub config_type: i8,
+}
+
+/// An empty level of dynamic configs.
+static NO_CONFIGS: BTreeMap<String, String> = BTreeMap::new();
+
+/// The dynamic broker configs one broker sees (Kafka's broker names): its own, then the
+/// cluster-wide defaults, both from the metadata image.
+#[derive(Debug, Clone, Copy)]
+pub struct DynamicConfigs<'a> {
+    /// Set for this broker (`DYNAMIC_BROKER_CONFIG`).
+    pub node: &'a BTreeMap<String, String>,
+    /// Set for every broker (`DYNAMIC_DEFAULT_BROKER_CONFIG`).
+    pub cluster: &'a BTreeMap<String, String>,
+}
+
+impl<'a> DynamicConfigs<'a> {
+    /// What broker `node_id` sees in `image`.
+    pub fn of(image: &'a MetadataImage, node_id: i32) -> DynamicConfigs<'a> {
+        DynamicConfigs {
+            node: image.broker_configs(Some(node_id)),
+            cluster: image.broker_configs(None),
+        }
+    }
+
+    /// What a broker with no configs of its own sees in `image`: the cluster-wide ones.
+    pub fn cluster(image: &'a MetadataImage) -> DynamicConfigs<'a> {
+        DynamicConfigs {
+            node: &NO_CONFIGS,
+            cluster: image.broker_configs(None),
+        }
+    }
+
+    /// No dynamic configs at all (a broker's static settings only).
+    pub fn none() -> DynamicConfigs<'static> {
+        DynamicConfigs {
+            node: &NO_CONFIGS,
+            cluster: &NO_CONFIGS,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.node.is_empty() && self.cluster.is_empty()
+    }
 }
 
 fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), ConfigError> {
@@ -386,12 +464,7 @@ fn value_of<'a>(given: &'a BTreeMap<String, String>, name: &str) -> &'a str {
         .iter()
         .find(|s| s.name == name)
         .map(|s| s.default)
-        .or_else(|| {
-            TOPIC_CONFIGS
-                .iter()
-                .find(|d| d.broker_name == name)
-                .map(|d| d.default)
-        })
+        .or_else(|| dynamic_broker_config(name).map(|d| d.default))
         .unwrap_or_else(|| panic!("{name} is not a broker setting"))
 }
 
@@ -410,7 +483,7 @@ impl BrokerConfig {
         properties: &BTreeMap<String, String>,
     ) -> Result<BrokerConfig, ConfigError> {
         for (name, value) in properties {
-            if let Some(def) = TOPIC_CONFIGS.iter().find(|d| d.broker_name == name) {
+            if let Some(def) = dynamic_broker_config(name) {
                 check_kind(name, def.kind, value)?;
             } else if let Some(setting) = BROKER_SETTINGS.iter().find(|s| s.name == name) {
                 match setting.kind {
@@ -452,7 +525,7 @@ impl BrokerConfig {
                     max_size: long("group.max.size") as usize,
                 },
                 offset_metadata_max_bytes: long("offset.metadata.max.bytes") as usize,
-                offsets_retention_ms: long("offsets.retention.ms"),
+                offsets_retention_ms: long("offsets.retention.minutes").saturating_mul(60_000),
                 offsets_retention_check_interval_ms: long("offsets.retention.check.interval.ms")
                     as u64,
                 consumer: ConsumerGroupSettings {
@@ -468,11 +541,20 @@ impl BrokerConfig {
                     / long("log.cleaner.threads") as usize
                     / KEY_MAP_BYTES_PER_ENTRY)
                     .max(1),
-                io_bytes_per_second: long("log.cleaner.io.max.bytes.per.second") as u64,
+                // A rate as Kafka gives it, a decimal; above u64::MAX it is no limit.
+                io_bytes_per_second: value_of(properties, "log.cleaner.io.max.bytes.per.second")
+                    .trim()
+                    .parse::<f64>()
+                    .map_or(u64::MAX, |rate| rate as u64),
                 backoff_ms: long("log.cleaner.backoff.ms") as u64,
             },
             topic_defaults: TopicSettings::resolve(
-                |name| topic_config(name).map_or("", |def| value_of(properties, def.broker_name)),
+                |name| {
+                    topic_config(name).map_or("", |def| match def.broker_key() {
+                        Some(key) => value_of(properties, key),
+                        None => def.default,
+                    })
+                },
                 long("producer.id.max.per.partition") as usize,
             ),
         };
@@ -496,78 +578,192 @@ impl BrokerConfig {
     pub fn documented() -> Vec<(&'static str, &'static str, &'static str)> {
         let topic = TOPIC_CONFIGS
             .iter()
-            .map(|d| (d.broker_name, d.default, d.doc));
+            .filter_map(|d| Some((d.broker_key()?, d.default, d.doc)));
         let broker = BROKER_SETTINGS.iter().map(|s| (s.name, s.default, s.doc));
         broker.chain(topic).collect()
     }
 
-    fn source(&self, name: &str) -> ConfigSource {
-        if self.given.contains_key(name) {
-            ConfigSource::StaticBroker
-        } else {
-            ConfigSource::Default
-        }
+    /// The levels at which broker key `key` is set, most specific first: this broker's dynamic
+    /// config, the cluster-wide one, the static one.
+    fn levels<'a>(
+        &'a self,
+        dynamic: DynamicConfigs<'a>,
+        key: &str,
+    ) -> Vec<(&'a str, ConfigSource)> {
+        [
+            (dynamic.node.get(key), ConfigSource::DynamicBroker),
+            (dynamic.cluster.get(key), ConfigSource::DynamicDefault),
+            (self.given.get(key), ConfigSource::StaticBroker),
+        ]
+        .into_iter()
+        .filter_map(|(value, source)| Some((value?.as_str(), source)))
+        .collect()
     }
 
-    /// Every broker property with value and source, for DescribeConfigs on the broker resource.
-    pub fn describe(&self) -> Vec<DescribedConfig> {
-        Self::documented()
+    /// The effective value of broker key `key` of topic config `def`: the most specific level
+    /// that sets it, else the default.
+    fn broker_value<'a>(&'a self, dynamic: DynamicConfigs<'a>, def: &TopicConfigDef) -> &'a str {
+        let set = def.broker_key().and_then(|key| {
+            [dynamic.node, dynamic.cluster, &self.given]
+                .into_iter()
+                .find_map(|level| level.get(key))
+        });
+        set.map_or(def.default, String::as_str)
+    }
+
+    /// The synonyms Kafka lists for topic config `def`'s broker key: each level that sets it,
+    /// then the default (for a key that falls back to a coarser one, that key's default, and
+    /// only when some level sets the key).
+    fn broker_synonyms(
+        &self,
+        dynamic: DynamicConfigs<'_>,
+        def: &TopicConfigDef,
+    ) -> Vec<(String, String, ConfigSource)> {
+        let Some(key) = def.broker_key() else {
+            return Vec::new();
+        };
+        let levels = self.levels(dynamic, key);
+        let default = match def.broker_fallback() {
+            Some(_) if levels.is_empty() => None,
+            Some((fallback, value)) => Some((fallback, value)),
+            None => Some((key, def.default)),
+        };
+        let set = levels
             .into_iter()
-            .map(|(name, _, doc)| DescribedConfig {
-                name: name.to_string(),
-                value: value_of(&self.given, name).to_string(),
-                source: self.source(name),
-                doc,
-                synonyms: Vec::new(),
+            .map(|(value, source)| (key.to_string(), value.to_string(), source));
+        set.chain(
+            default
+                .map(|(name, value)| (name.to_string(), value.to_string(), ConfigSource::Default)),
+        )
+        .collect()
+    }
+
+    /// Every config of this broker, for DescribeConfigs on its broker resource: the static
+    /// settings (read-only) and the broker keys of topic configs (changeable at runtime).
+    pub fn describe(&self, dynamic: DynamicConfigs<'_>) -> Vec<DescribedConfig> {
+        let fixed = BROKER_SETTINGS.iter().map(|s| {
+            let given = self.given.get(s.name);
+            let mut synonyms = Vec::new();
+            if let Some(value) = given {
+                synonyms.push((
+                    s.name.to_string(),
+                    value.clone(),
+                    ConfigSource::StaticBroker,
+                ));
+            }
+            synonyms.push((
+                s.name.to_string(),
+                s.default.to_string(),
+                ConfigSource::Default,
+            ));
+            DescribedConfig {
+                name: s.name.to_string(),
+                value: Some(given.map_or(s.default, String::as_str).to_string()),
+                source: if given.is_some() {
+                    ConfigSource::StaticBroker
+                } else {
+                    ConfigSource::Default
+                },
+                doc: s.doc,
+                synonyms,
+                read_only: true,
+                config_type: s.kind.type_code(),
+            }
+        });
+        let changeable = TOPIC_CONFIGS.iter().filter_map(|def| {
+            let key = def.broker_key()?;
+            let levels = self.levels(dynamic, key);
+            let (value, source) = match levels.first() {
+                Some((value, source)) => (Some(value.to_string()), *source),
+                None if def.broker_fallback().is_some() => (None, ConfigSource::Default),
+                None => (Some(def.default.to_string()), ConfigSource::Default),
+            };
+            Some(DescribedConfig {
+                name: key.to_string(),
+                value,
+                source,
+                doc: def.doc,
+                synonyms: self.broker_synonyms(dynamic, def),
+                read_only: false,
+                config_type: def.kind.type_code(),
+            })
+        });
+        fixed.chain(changeable).collect()
+    }
+
+    /// The cluster-wide dynamic configs that are set, for DescribeConfigs on the cluster's
+    /// default broker resource (the empty name).
+    pub fn describe_cluster_default(dynamic: DynamicConfigs<'_>) -> Vec<DescribedConfig> {
+        dynamic
+            .cluster
+            .iter()
+            .filter_map(|(key, value)| {
+                let def = dynamic_broker_config(key)?;
+                Some(DescribedConfig {
+                    name: key.clone(),
+                    value: Some(value.clone()),
+                    source: ConfigSource::DynamicDefault,
+                    doc: def.doc,
+                    synonyms: vec![(key.clone(), value.clone(), ConfigSource::DynamicDefault)],
+                    read_only: false,
+                    config_type: def.kind.type_code(),
+                })
             })
             .collect()
     }
 
     /// Every topic config for a topic with `overrides`, with value and source.
-    pub fn describe_topic(&self, overrides: &BTreeMap<String, String>) -> Vec<DescribedConfig> {
+    pub fn describe_topic(
+        &self,
+        dynamic: DynamicConfigs<'_>,
+        overrides: &BTreeMap<String, String>,
+    ) -> Vec<DescribedConfig> {
         TOPIC_CONFIGS
             .iter()
             .map(|def| {
+                let broker_level = || {
+                    let levels = def.broker_key().map(|key| self.levels(dynamic, key));
+                    levels
+                        .and_then(|levels| levels.first().copied())
+                        .unwrap_or((def.default, ConfigSource::Default))
+                };
                 let (value, source) = match overrides.get(def.name) {
                     Some(v) => (v.as_str(), ConfigSource::Topic),
-                    None => (
-                        value_of(&self.given, def.broker_name),
-                        self.source(def.broker_name),
-                    ),
+                    None => broker_level(),
                 };
-                // As Kafka lists them: the override, then the broker's setting and default.
+                // As Kafka lists them: the override, then the broker's levels and default.
                 let mut synonyms = Vec::new();
                 if let Some(v) = overrides.get(def.name) {
                     synonyms.push((def.name.to_string(), v.clone(), ConfigSource::Topic));
                 }
-                if def.has_broker_synonym() {
-                    if let Some(v) = self.given.get(def.broker_name) {
-                        let broker = (def.broker_name.to_string(), v.clone());
-                        synonyms.push((broker.0, broker.1, ConfigSource::StaticBroker));
-                    }
-                    let default = (def.broker_name.to_string(), def.default.to_string());
-                    synonyms.push((default.0, default.1, ConfigSource::Default));
-                }
+                synonyms.extend(self.broker_synonyms(dynamic, def));
                 DescribedConfig {
                     name: def.name.to_string(),
-                    value: value.to_string(),
+                    value: Some(value.to_string()),
                     source,
                     doc: def.doc,
                     synonyms,
+                    read_only: false,
+                    config_type: def.kind.type_code(),
                 }
             })
             .collect()
     }
 
-    /// The effective settings of a topic with `overrides` (validated by the controller).
-    pub fn topic_settings(&self, overrides: &BTreeMap<String, String>) -> TopicSettings {
-        if overrides.is_empty() {
+    /// The effective settings of a topic with `overrides` (validated by the controller) under
+    /// the broker's `dynamic` configs.
+    pub fn topic_settings(
+        &self,
+        dynamic: DynamicConfigs<'_>,
+        overrides: &BTreeMap<String, String>,
+    ) -> TopicSettings {
+        if overrides.is_empty() && dynamic.is_empty() {
             return self.topic_defaults;
         }
         TopicSettings::resolve(
             |name| match overrides.get(name) {
                 Some(value) => value.as_str(),
-                None => topic_config(name).map_or("", |def| value_of(&self.given, def.broker_name)),
+                None => topic_config(name).map_or("", |def| self.broker_value(dynamic, def)),
             },
             self.topic_defaults.log.producer_ids_max,
         )
@@ -689,10 +885,10 @@ mod tests {
     #[test]
     fn overrides_then_broker_then_default() {
         let broker = config(&[("log.retention.ms", "5000")]).expect("valid");
-        let described = broker.describe_topic(&BTreeMap::from([(
-            "segment.bytes".into(),
-            "2097152".into(),
-        )]));
+        let described = broker.describe_topic(
+            DynamicConfigs::none(),
+            &BTreeMap::from([("segment.bytes".into(), "2097152".into())]),
+        );
         let find = |name: &str| {
             described
                 .iter()
@@ -702,28 +898,89 @@ mod tests {
         };
         assert_eq!(
             (
-                find("retention.ms").value.as_str(),
+                find("retention.ms").value.as_deref(),
                 find("retention.ms").source
             ),
-            ("5000", ConfigSource::StaticBroker)
+            (Some("5000"), ConfigSource::StaticBroker)
         );
         assert_eq!(
             (
-                find("segment.bytes").value.as_str(),
+                find("segment.bytes").value.as_deref(),
                 find("segment.bytes").source
             ),
-            ("2097152", ConfigSource::Topic)
+            (Some("2097152"), ConfigSource::Topic)
         );
         assert_eq!(find("retention.bytes").source, ConfigSource::Default);
-        let settings =
-            broker.topic_settings(&BTreeMap::from([("flush.policy".into(), "never".into())]));
+        let settings = broker.topic_settings(
+            DynamicConfigs::none(),
+            &BTreeMap::from([("flush.policy".into(), "never".into())]),
+        );
         assert_eq!(settings.log.retention_ms, 5000);
         assert_eq!(settings.flush_policy, FlushPolicy::Never);
         assert_eq!(settings.timestamp_after_max_ms, 3_600_000);
         assert_eq!(
-            broker.topic_settings(&BTreeMap::new()).log.retention_ms,
+            broker
+                .topic_settings(DynamicConfigs::none(), &BTreeMap::new())
+                .log
+                .retention_ms,
             5000
         );
+    }
+
+    #[test]
+    fn dynamic_levels_come_before_static_and_default() {
+        let broker = config(&[("log.retention.ms", "5000")]).expect("valid");
+        let node = BTreeMap::from([("message.max.bytes".to_string(), "2000".to_string())]);
+        let cluster = BTreeMap::from([
+            ("log.retention.ms".to_string(), "7000".to_string()),
+            ("message.max.bytes".to_string(), "3000".to_string()),
+        ]);
+        let dynamic = DynamicConfigs {
+            node: &node,
+            cluster: &cluster,
+        };
+        let settings = broker.topic_settings(dynamic, &BTreeMap::new());
+        assert_eq!(
+            (settings.log.retention_ms, settings.log.max_message_bytes),
+            (7000, 2000)
+        );
+        let topic = broker.describe_topic(dynamic, &BTreeMap::new());
+        let retention = topic
+            .iter()
+            .find(|c| c.name == "retention.ms")
+            .expect("listed");
+        let synonym =
+            |name: &str, value: &str, source| (name.to_string(), value.to_string(), source);
+        assert_eq!(retention.source, ConfigSource::DynamicDefault);
+        assert_eq!(
+            retention.synonyms,
+            vec![
+                synonym("log.retention.ms", "7000", ConfigSource::DynamicDefault),
+                synonym("log.retention.ms", "5000", ConfigSource::StaticBroker),
+                synonym("log.retention.hours", "168", ConfigSource::Default),
+            ]
+        );
+        let described = broker.describe(dynamic);
+        let find = |name: &str| described.iter().find(|c| c.name == name).expect("listed");
+        let max = find("message.max.bytes");
+        assert_eq!(
+            (max.value.as_deref(), max.source, max.read_only),
+            (Some("2000"), ConfigSource::DynamicBroker, false)
+        );
+        let roll = find("log.roll.ms");
+        assert_eq!(
+            (roll.value.as_deref(), roll.synonyms.len()),
+            (None, 0),
+            "no default of its own"
+        );
+        assert!(find("num.partitions").read_only, "static");
+        assert!(
+            described.iter().all(|c| c.name != "remote.storage.enable"),
+            "topic-only configs have no broker key"
+        );
+        let defaults = BrokerConfig::describe_cluster_default(dynamic);
+        let names: Vec<&str> = defaults.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["log.retention.ms", "message.max.bytes"]);
     }
 
     #[test]

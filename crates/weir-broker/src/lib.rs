@@ -22,7 +22,7 @@ pub mod reply;
 pub mod server;
 
 pub use broker::{Broker, BrokerIdentity};
-pub use config::{BrokerConfig, ConfigError, FlushPolicy, TopicSettings};
+pub use config::{BrokerConfig, ConfigError, DynamicConfigs, FlushPolicy, TopicSettings};
 pub use connections::ConnectionLimits;
 pub use partition::EXIT_CODE_STORAGE_FAILURE;
 pub use registry::PartitionRegistry;

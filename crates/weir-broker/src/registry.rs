@@ -10,7 +10,7 @@ use weir_controller::{MetadataImage, TopicImage, Uuid};
 use weir_log::{Clock, Log, LogError};
 use weir_storage::FileCache;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, DynamicConfigs, TopicSettings};
 use crate::partition::{storage_failure, Partition};
 use crate::rate_limit::LineLimit;
 
@@ -35,6 +35,8 @@ pub struct PartitionRegistry {
     files: Arc<FileCache>,
     clock: Arc<dyn Clock>,
     config: BrokerConfig,
+    /// This broker's id, whose dynamic configs apply.
+    node_id: i32,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
     /// Held while syncing, with the `applied_count` of the newest image synced: concurrent
     /// metadata changes sync one at a time, and an older image never undoes a newer one.
@@ -62,8 +64,10 @@ impl PartitionRegistry {
         files: Arc<FileCache>,
         clock: Arc<dyn Clock>,
         config: BrokerConfig,
+        node_id: i32,
     ) -> PartitionRegistry {
         PartitionRegistry {
+            node_id,
             logs_dir,
             files,
             clock,
@@ -119,16 +123,17 @@ impl PartitionRegistry {
             self.delete_dir(&partition.dir);
         }
         self.tidy_dirs(&wanted);
-        let mut to_open: Vec<(&TopicImage, i32)> = Vec::new();
+        let dynamic = DynamicConfigs::of(image, self.node_id);
+        let mut to_open: Vec<(&TopicImage, i32, TopicSettings)> = Vec::new();
         for topic in wanted.values() {
-            let settings = self.config.topic_settings(&topic.configs);
+            let settings = self.config.topic_settings(dynamic, &topic.configs);
             for index in 0..topic.partitions {
                 match self.get(&topic.name, index) {
                     Some(existing) if existing.settings() != settings => {
                         existing.update_settings(settings)
                     }
                     Some(_) => {}
-                    None => to_open.push((*topic, index)),
+                    None => to_open.push((*topic, index, settings)),
                 }
             }
         }
@@ -140,8 +145,8 @@ impl PartitionRegistry {
         std::thread::scope(|scope| {
             for part in to_open.chunks(chunk) {
                 scope.spawn(move || {
-                    for (topic, index) in part {
-                        let Some(partition) = self.open_partition(topic, *index) else {
+                    for (topic, index, settings) in part {
+                        let Some(partition) = self.open_partition(topic, *index, *settings) else {
                             continue;
                         };
                         let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
@@ -171,9 +176,13 @@ impl PartitionRegistry {
         }
     }
 
-    fn open_partition(&self, topic: &TopicImage, index: i32) -> Option<Partition> {
+    fn open_partition(
+        &self,
+        topic: &TopicImage,
+        index: i32,
+        settings: TopicSettings,
+    ) -> Option<Partition> {
         let dir = self.logs_dir.join(partition_dir_name(&topic.name, index));
-        let settings = self.config.topic_settings(&topic.configs);
         let started = std::time::Instant::now();
         let opened = self
             .write_partition_metadata(&dir, topic.topic_id)

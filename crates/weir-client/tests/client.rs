@@ -41,6 +41,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         FileCache::new(Arc::new(FsStorage), 64),
         Arc::new(SystemClock),
         config.clone(),
+        1,
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -46,6 +46,18 @@ pub enum MetadataCommand {
         /// Drop every override not in `set` first (AlterConfigs' replace semantics).
         replace: bool,
     },
+    /// Changes dynamic broker configs (Kafka's broker names, `log.retention.ms`): the
+    /// cluster-wide defaults, or one broker's own.
+    AlterBrokerConfig {
+        /// The broker whose configs change; `None` for the cluster-wide defaults.
+        node_id: Option<i32>,
+        /// Configs to set.
+        set: BTreeMap<String, String>,
+        /// Configs to remove (back to the next level down).
+        delete: Vec<String>,
+        /// Drop every config of this level not in `set` first (AlterConfigs' replace semantics).
+        replace: bool,
+    },
     /// Reserves producer ids `[first, first + count)` for the broker to hand out.
     AllocateProducerIds {
         /// First id of the block.

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::command::MetadataCommand;
 use crate::image::{MetadataImage, TopicImage};
 use crate::metadata_log::{MetadataLog, MetadataLogError};
-use crate::topic_config::validate_topic_config;
+use crate::topic_config::{check_kind, dynamic_broker_config, validate_topic_config};
 use crate::validate_topic_name;
 
 /// Producer ids reserved per metadata command; the broker hands them out from memory.
@@ -42,6 +42,10 @@ pub enum ControllerError {
     /// Unsupported config key or bad value (the message says why, in Kafka's words).
     #[error("{0}")]
     InvalidConfig(String),
+    /// A request Kafka refuses as a whole, such as a static broker config set at runtime (the
+    /// message says why, in Kafka's words).
+    #[error("{0}")]
+    InvalidRequest(String),
     /// The metadata log could not be written (a full disk): the change did not happen.
     #[error("metadata change not written: {0}")]
     Storage(std::io::Error),
@@ -300,6 +304,47 @@ impl Controller {
         Ok(())
     }
 
+    /// Changes dynamic broker configs: the cluster-wide defaults (`node_id` `None`) or one
+    /// broker's own; `replace` drops the level's configs not in `set`. Only the broker keys of
+    /// topic configs change at runtime; any other key is refused, as is a bad value.
+    pub fn alter_broker_config(
+        &self,
+        node_id: Option<i32>,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let fixed: Vec<&str> = set
+            .keys()
+            .map(String::as_str)
+            .filter(|name| dynamic_broker_config(name).is_none())
+            .collect();
+        if !fixed.is_empty() {
+            return Err(ControllerError::InvalidRequest(format!(
+                "Cannot update these configs dynamically: [{}]",
+                fixed.join(", ")
+            )));
+        }
+        for (name, value) in &set {
+            let def = dynamic_broker_config(name).expect("checked above");
+            check_kind(name, def.kind, value).map_err(ControllerError::InvalidRequest)?;
+        }
+        let mut state = self.state();
+        if !validate_only {
+            self.commit(
+                &mut state,
+                MetadataCommand::AlterBrokerConfig {
+                    node_id,
+                    set,
+                    delete,
+                    replace,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
     /// Reserves the next block of producer ids, durably, so no id is ever handed out twice.
     pub fn allocate_producer_ids(&self) -> Result<(i64, i64), ControllerError> {
         let mut state = self.state();
@@ -370,6 +415,73 @@ mod tests {
             .create_topic(new_topic("orders", 1), false)
             .expect("recreate");
         assert_ne!(again.topic_id, first.topic_id);
+    }
+
+    #[test]
+    fn broker_configs_survive_replay_and_only_dynamic_keys_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = open(dir.path());
+        let one = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
+        controller
+            .alter_broker_config(None, one("log.retention.ms", "7000"), vec![], false, false)
+            .expect("cluster default");
+        controller
+            .alter_broker_config(
+                Some(1),
+                one("message.max.bytes", "2000"),
+                vec![],
+                false,
+                false,
+            )
+            .expect("this broker");
+        let before = controller.image().applied_count;
+        for (key, value) in [
+            ("num.partitions", "2"),
+            ("log.retention.ms", "soon"),
+            ("no.such.key", "1"),
+            ("remote.storage.enable", "false"),
+            ("retention.ms", "1000"),
+        ] {
+            let refused =
+                controller.alter_broker_config(Some(1), one(key, value), vec![], false, false);
+            assert!(
+                matches!(refused, Err(ControllerError::InvalidRequest(_))),
+                "{key}={value}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            controller.image().applied_count,
+            before,
+            "refusals change nothing"
+        );
+        controller
+            .alter_broker_config(
+                Some(1),
+                one("log.segment.bytes", "2097152"),
+                vec![],
+                false,
+                true,
+            )
+            .expect("validate only");
+        let image = controller.image();
+        assert_eq!(
+            image.broker_configs(Some(1)),
+            &one("message.max.bytes", "2000")
+        );
+        drop(controller);
+        let controller = open(dir.path());
+        assert_eq!(
+            controller.image().broker_configs(None),
+            &one("log.retention.ms", "7000")
+        );
+        assert_eq!(
+            controller.image().broker_configs(Some(1)),
+            &one("message.max.bytes", "2000")
+        );
+        controller
+            .alter_broker_config(Some(1), BTreeMap::new(), vec![], true, false)
+            .expect("replace with nothing");
+        assert!(controller.image().broker_configs(Some(1)).is_empty());
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct TopicImage {
     pub configs: BTreeMap<String, String>,
 }
 
+/// No configs: what a broker without dynamic configs has.
+static NO_CONFIGS: BTreeMap<String, String> = BTreeMap::new();
+
 /// Cluster metadata at one point of the metadata log.
 #[derive(Debug, Clone, Default)]
 pub struct MetadataImage {
@@ -30,6 +33,10 @@ pub struct MetadataImage {
     names_by_id: HashMap<Uuid, String>,
     /// The first producer id not yet reserved.
     pub next_producer_id: i64,
+    /// Dynamic broker configs set for the whole cluster (`DYNAMIC_DEFAULT_BROKER_CONFIG`).
+    cluster_broker_configs: BTreeMap<String, String>,
+    /// Dynamic broker configs set for one broker (`DYNAMIC_BROKER_CONFIG`), by node id.
+    node_broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
 impl MetadataImage {
@@ -48,6 +55,15 @@ impl MetadataImage {
     /// Every topic, by name.
     pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
         self.topics.values()
+    }
+
+    /// The dynamic broker configs of one level: the cluster-wide defaults (`None`) or one
+    /// broker's own.
+    pub fn broker_configs(&self, node_id: Option<i32>) -> &BTreeMap<String, String> {
+        match node_id {
+            None => &self.cluster_broker_configs,
+            Some(id) => self.node_broker_configs.get(&id).unwrap_or(&NO_CONFIGS),
+        }
     }
 
     /// Applies a command that the controller already validated.
@@ -90,15 +106,22 @@ impl MetadataImage {
                 replace,
             } => {
                 if let Some(topic) = self.topic_mut(*topic_id) {
-                    if *replace {
-                        topic.configs.clear();
-                    }
-                    for key in delete {
-                        topic.configs.remove(key);
-                    }
-                    topic
-                        .configs
-                        .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    change_configs(&mut topic.configs, set, delete, *replace);
+                }
+            }
+            MetadataCommand::AlterBrokerConfig {
+                node_id,
+                set,
+                delete,
+                replace,
+            } => {
+                let configs = match node_id {
+                    None => &mut self.cluster_broker_configs,
+                    Some(id) => self.node_broker_configs.entry(*id).or_default(),
+                };
+                change_configs(configs, set, delete, *replace);
+                if let Some(id) = node_id.filter(|_| configs.is_empty()) {
+                    self.node_broker_configs.remove(&id);
                 }
             }
             MetadataCommand::AllocateProducerIds { first, count } => {
@@ -111,4 +134,21 @@ impl MetadataImage {
         let name = self.names_by_id.get(&topic_id)?;
         self.topics.get_mut(name)
     }
+}
+
+/// Applies one config change: `replace` drops every config first, then `delete` removes and
+/// `set` sets.
+fn change_configs(
+    configs: &mut BTreeMap<String, String>,
+    set: &BTreeMap<String, String>,
+    delete: &[String],
+    replace: bool,
+) {
+    if replace {
+        configs.clear();
+    }
+    for key in delete {
+        configs.remove(key);
+    }
+    configs.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
 }

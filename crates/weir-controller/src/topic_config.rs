@@ -25,6 +25,8 @@ pub enum ConfigKind {
     List(&'static [&'static str]),
     /// A decimal number in `[0, 1]` (`min.cleanable.dirty.ratio`, Kafka's DOUBLE).
     Fraction,
+    /// A decimal number of at least 0 (a rate, Kafka's DOUBLE).
+    Decimal,
     /// Empty, `*`, or a comma-separated list of `partition:broker` (Kafka's LIST of throttled
     /// replicas).
     ReplicaList,
@@ -38,7 +40,7 @@ impl ConfigKind {
             ConfigKind::Choice(_) => 2,
             ConfigKind::Int { .. } => 3,
             ConfigKind::Long { .. } => 5,
-            ConfigKind::Fraction => 6,
+            ConfigKind::Fraction | ConfigKind::Decimal => 6,
             ConfigKind::List(_) | ConfigKind::ReplicaList => 7,
         }
     }
@@ -70,13 +72,9 @@ const fn int(min: i64, max: i64) -> ConfigKind {
 /// Kafka's BOOLEAN.
 const BOOLEAN: ConfigKind = ConfigKind::Choice(&["true", "false"]);
 
-/// Topic configs for which Kafka reports no broker-level synonym (their broker key has no
-/// default of its own, or there is none): DescribeConfigs lists only a topic override.
-const WITHOUT_BROKER_SYNONYM: &[&str] = &[
-    "retention.ms",
-    "segment.ms",
-    "segment.jitter.ms",
-    "flush.ms",
+/// Topic configs with no broker-level key: the broker lists none and a topic override is the
+/// only level (Kafka's own broker keys for these are named differently or do not exist).
+const TOPIC_ONLY: &[&str] = &[
     "errors.deadletterqueue.group.enable",
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
@@ -85,10 +83,34 @@ const WITHOUT_BROKER_SYNONYM: &[&str] = &[
     "remote.storage.enable",
 ];
 
+/// Topic configs whose broker key has no default of its own but falls back to a coarser key
+/// (`log.retention.ms` to `log.retention.hours`): (topic name, fallback key, its default). The
+/// broker key is reported null until set, and the fallback is listed as a synonym only then,
+/// as Kafka does.
+const BROKER_FALLBACKS: &[(&str, &str, &str)] = &[
+    ("retention.ms", "log.retention.hours", "168"),
+    ("segment.ms", "log.roll.hours", "168"),
+    ("segment.jitter.ms", "log.roll.jitter.hours", "0"),
+    (
+        "flush.ms",
+        "log.flush.scheduler.interval.ms",
+        "9223372036854775807",
+    ),
+];
+
 impl TopicConfigDef {
-    /// Whether DescribeConfigs lists the broker key as a synonym, as Kafka does.
-    pub fn has_broker_synonym(&self) -> bool {
-        !WITHOUT_BROKER_SYNONYM.contains(&self.name)
+    /// The broker-level key that sets this config's default, unless the config is topic-only.
+    pub fn broker_key(&self) -> Option<&'static str> {
+        (!TOPIC_ONLY.contains(&self.name)).then_some(self.broker_name)
+    }
+
+    /// The coarser broker key this config's broker key falls back to, with its default
+    /// (`log.retention.hours`, `168`), for the few keys that have one.
+    pub fn broker_fallback(&self) -> Option<(&'static str, &'static str)> {
+        BROKER_FALLBACKS
+            .iter()
+            .find(|(name, _, _)| *name == self.name)
+            .map(|(_, key, default)| (*key, *default))
     }
 }
 
@@ -214,6 +236,11 @@ pub fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), Strin
             Ok(_) => Ok(()),
             Err(_) => invalid("Not a number of type DOUBLE".into()),
         },
+        ConfigKind::Decimal => match value.trim().parse::<f64>() {
+            Ok(v) if v.is_nan() || v < 0.0 => invalid("Value must be at least 0.0".into()),
+            Ok(_) => Ok(()),
+            Err(_) => invalid("Not a number of type DOUBLE".into()),
+        },
         ConfigKind::Choice(options) if options.contains(&value) => Ok(()),
         ConfigKind::Choice(["true", "false"]) => {
             invalid("Expected value to be either true or false".into())
@@ -254,6 +281,12 @@ pub fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), Strin
             Ok(())
         }
     }
+}
+
+/// The topic config whose broker-level key is `name`: these are the broker configs that
+/// change at runtime (cluster-wide or per broker), as in Kafka.
+pub fn dynamic_broker_config(name: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.broker_key() == Some(name))
 }
 
 /// Checks a topic-level config key and value.

@@ -71,7 +71,7 @@ pub struct CoordinatorSettings {
     pub limits: GroupLimits,
     /// `offset.metadata.max.bytes`.
     pub offset_metadata_max_bytes: usize,
-    /// `offsets.retention.ms`: how long the committed offsets of a group without members are
+    /// `offsets.retention.minutes` (in ms): how long the committed offsets of a group without members are
     /// kept (from when it became empty, or from the commit for a group that never had any).
     pub offsets_retention_ms: i64,
     /// `offsets.retention.check.interval.ms`.
@@ -1005,7 +1005,7 @@ impl GroupCoordinator {
     }
 
     /// Deletes (with tombstones) the committed offsets of groups without members that are
-    /// older than `offsets.retention.ms` — counted from when a group became empty, or from
+    /// older than `offsets.retention.minutes` — counted from when a group became empty, or from
     /// each commit for a group that never had members — and forgets groups left with
     /// nothing, as Kafka does. A failed append keeps them for the next check.
     pub fn expire_offsets(&self, now_ms: i64) {
@@ -1060,7 +1060,7 @@ impl GroupCoordinator {
                     for (i, key) in expired.iter().enumerate() {
                         group.apply_delete(key.clone(), base + i as i64);
                     }
-                    tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expired (offsets.retention.ms)");
+                    tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expired (offsets.retention.minutes)");
                     if emptying {
                         forget.push(group.id.clone());
                     }

@@ -26,7 +26,7 @@ use crate::session::Ctx;
 
 /// The one topic config whose source differs by design of the reference: Kafka 4 formats a
 /// cluster with `min.insync.replicas` as a dynamic broker default (for eligible leader
-/// replicas), which Weir, with no dynamic broker configs, cannot report. Scenarios that
+/// replicas, which Weir does not have). Scenarios that
 /// compare whole config lists leave it out; `configs::min_insync_replicas_source` shows it.
 pub const KAFKA_DYNAMIC_DEFAULT: &str = "min.insync.replicas";
 

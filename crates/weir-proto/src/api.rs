@@ -26,7 +26,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::Fetch, 4, 16),
     range(ApiKey::ListOffsets, 1, 8),
     range(ApiKey::Metadata, 1, 12),
-    range(ApiKey::ApiVersions, 0, 4),
+    range(ApiKey::ApiVersions, 0, 5),
     range(ApiKey::CreateTopics, 2, 7),
     range(ApiKey::DeleteTopics, 1, 6),
     range(ApiKey::InitProducerId, 0, 4),

@@ -159,6 +159,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         FileCache::new(Arc::new(FsStorage), budget.cached_files),
         Arc::new(SystemClock),
         config.clone(),
+        args.node_id,
     );
     let identity = BrokerIdentity {
         node_id: args.node_id,

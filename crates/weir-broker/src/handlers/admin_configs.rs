@@ -1,5 +1,7 @@
 //! DescribeConfigs (key 32) v1–4, AlterConfigs (key 33) v0–2, IncrementalAlterConfigs (key 44)
-//! v0–1. Topic configs are dynamic; broker configs are static (file, environment, flags).
+//! v0–1. Topic configs change at runtime; so do the broker keys of topic configs
+//! (`log.retention.ms`), for the whole cluster (the broker resource named "") or one broker
+//! (named by its id). Other broker settings are static (file, environment, flags).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,10 +15,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use weir_controller::topic_config::topic_config;
+use weir_controller::topic_config::{dynamic_broker_config, topic_config};
 
 use crate::broker::Broker;
-use crate::config::DescribedConfig;
+use crate::config::{BrokerConfig, DescribedConfig, DynamicConfigs};
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 
@@ -24,9 +26,6 @@ use crate::handlers::str_bytes;
 const RESOURCE_TOPIC: i8 = 2;
 /// Resource type of a broker.
 const RESOURCE_BROKER: i8 = 4;
-/// Kafka's ConfigType codes for DescribeConfigs v3+ (topic configs carry theirs).
-const CONFIG_TYPE_BOOLEAN: i8 = 1;
-const CONFIG_TYPE_LONG: i8 = 5;
 /// IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
@@ -36,12 +35,38 @@ const OP_SUBTRACT: i8 = 3;
 /// change item by item.
 const LIST_CONFIGS: &[&str] = &["cleanup.policy"];
 
-fn config_type(name: &str) -> i8 {
-    match topic_config(name) {
-        Some(def) => def.kind.type_code(),
-        None if name.ends_with(".enable") => CONFIG_TYPE_BOOLEAN,
-        None => CONFIG_TYPE_LONG,
+/// Which level of broker configs a broker resource names.
+#[derive(Debug, Clone, Copy)]
+enum BrokerLevel {
+    /// The empty name: the cluster-wide defaults.
+    Cluster,
+    /// This broker's id.
+    ThisBroker,
+}
+
+/// The level a broker resource's name picks, refused as Kafka refuses it: a name that is not
+/// a number, or another broker's id (`describing` words that refusal as DescribeConfigs does).
+fn broker_level(broker: &Broker, name: &str, describing: bool) -> Result<BrokerLevel, ErrorReply> {
+    if name.is_empty() {
+        return Ok(BrokerLevel::Cluster);
     }
+    let refused = |message: String| ErrorReply::new(ResponseError::InvalidRequest, message);
+    let what = if describing { "Broker" } else { "Node" };
+    let id: i32 = name
+        .parse()
+        .map_err(|_| refused(format!("{what} id must be an integer, but it is: {name}")))?;
+    let this = broker.identity.node_id;
+    if id != this {
+        let expected = if describing {
+            format!("{this} or empty string")
+        } else {
+            this.to_string()
+        };
+        return Err(refused(format!(
+            "Unexpected broker id, expected {expected}, but received {id}"
+        )));
+    }
+    Ok(BrokerLevel::ThisBroker)
 }
 
 /// The topic a resource names, refused as Kafka refuses it: an invalid name with
@@ -71,17 +96,19 @@ pub fn describe_configs(
         let mut result = DescribeConfigsResult::default();
         result.resource_type = resource.resource_type;
         result.resource_name = resource.resource_name.clone();
+        let image = broker.image();
+        let dynamic = DynamicConfigs::of(&image, broker.identity.node_id);
         let described: Result<Vec<DescribedConfig>, ErrorReply> = match resource.resource_type {
             // Kafka answers an unknown topic here with an empty message.
             RESOURCE_TOPIC => known_topic(broker, &resource.resource_name, String::new)
-                .map(|topic| broker.config.describe_topic(&topic.configs)),
-            RESOURCE_BROKER if is_this_broker(broker, &resource.resource_name) => {
-                Ok(broker.config.describe())
+                .map(|topic| broker.config.describe_topic(dynamic, &topic.configs)),
+            RESOURCE_BROKER => {
+                broker_level(broker, resource.resource_name.as_str(), true).map(|level| match level
+                {
+                    BrokerLevel::Cluster => BrokerConfig::describe_cluster_default(dynamic),
+                    BrokerLevel::ThisBroker => broker.config.describe(dynamic),
+                })
             }
-            RESOURCE_BROKER => Err(ErrorReply::new(
-                ResponseError::InvalidRequest,
-                format!("unknown broker {}", resource.resource_name.as_str()),
-            )),
             other => Err(ErrorReply::new(
                 ResponseError::InvalidRequest,
                 format!("resource type {other} is not supported"),
@@ -110,7 +137,7 @@ pub fn describe_configs(
                     .into_iter()
                     .map(|c| {
                         let mut entry = DescribeConfigsResourceResult::default();
-                        entry.config_type = config_type(&c.name);
+                        entry.config_type = c.config_type;
                         entry.documentation = (version >= 3 && request.include_documentation)
                             .then(|| str_bytes(c.doc));
                         if request.include_synonyms {
@@ -127,9 +154,9 @@ pub fn describe_configs(
                                 .collect();
                         }
                         entry.name = str_bytes(c.name);
-                        entry.value = Some(str_bytes(c.value));
+                        entry.value = c.value.map(str_bytes);
                         entry.config_source = c.source as i8;
-                        entry.read_only = resource.resource_type == RESOURCE_BROKER;
+                        entry.read_only = c.read_only;
                         entry
                     })
                     .collect();
@@ -144,41 +171,57 @@ pub fn describe_configs(
     response
 }
 
-fn is_this_broker(broker: &Broker, name: &StrBytes) -> bool {
-    name.as_str().is_empty() || name.as_str() == broker.identity.node_id.to_string()
-}
-
 /// A list config's new value after APPEND (items not there yet, in order) or SUBTRACT (items
-/// removed) of `value`'s comma-separated items to its current value (the override, else the
-/// default); any other config is refused, as Kafka does.
+/// removed) of `value`'s comma-separated items to its current value (at the level the resource
+/// names: a topic's, the cluster's or this broker's); any other config is refused, as Kafka
+/// does.
 fn list_change(
     broker: &Broker,
-    topic: &StrBytes,
+    resource_type: i8,
+    resource: &StrBytes,
     name: &str,
     op: i8,
     value: Option<&StrBytes>,
 ) -> Result<String, String> {
-    let verb = if op == OP_APPEND {
-        "APPEND"
+    let (verb, lower) = if op == OP_APPEND {
+        ("APPEND", "append")
     } else {
-        "SUBTRACT"
+        ("SUBTRACT", "subtract")
     };
-    if topic_config(name).is_none() {
-        // Not a config at all: the change is refused as any unknown key is.
+    let def = if resource_type == RESOURCE_BROKER {
+        dynamic_broker_config(name)
+    } else {
+        topic_config(name)
+    };
+    let Some(def) = def else {
+        // Not a config that changes: refused as any unknown or static key is.
         return Ok(value.map(|v| v.to_string()).unwrap_or_default());
-    }
-    if !LIST_CONFIGS.contains(&name) {
-        return Err(format!(
-            "Can't {verb} to key {name} because its type is not LIST."
-        ));
+    };
+    if !LIST_CONFIGS.contains(&def.name) {
+        return Err(if resource_type == RESOURCE_BROKER {
+            format!("Config value {lower} is not allowed for config key: {name}")
+        } else {
+            format!("Can't {verb} to key {name} because its type is not LIST.")
+        });
     }
     let value = value.ok_or_else(|| format!("Null value not supported for : {name}"))?; // refused earlier
-    let current = broker
-        .image()
-        .topic(topic.as_str())
-        .map(|t| broker.config.describe_topic(&t.configs))
-        .and_then(|configs| configs.into_iter().find(|c| c.name == name))
-        .map(|c| c.value)
+    let image = broker.image();
+    let dynamic = DynamicConfigs::of(&image, broker.identity.node_id);
+    let configs = match resource_type {
+        RESOURCE_BROKER => match broker_level(broker, resource.as_str(), false) {
+            // The cluster level's current value is what a broker without its own has.
+            Ok(BrokerLevel::Cluster) => broker.config.describe(DynamicConfigs::cluster(&image)),
+            _ => broker.config.describe(dynamic),
+        },
+        _ => image
+            .topic(resource.as_str())
+            .map(|t| broker.config.describe_topic(dynamic, &t.configs))
+            .unwrap_or_default(),
+    };
+    let current = configs
+        .into_iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.value)
         .unwrap_or_default();
     let items = |list: &str| -> Vec<String> {
         list.split(',')
@@ -255,8 +298,19 @@ async fn alter_resource(
     if let Some(key) = missing_value {
         return Err(null_value_refused(key));
     }
+    let invalid_config = |message| ErrorReply::new(ResponseError::InvalidConfig, message);
     if resource_type == RESOURCE_BROKER {
-        return Err(ErrorReply::new(ResponseError::InvalidRequest, "broker configs are static: set them in the config file, environment or flags and restart"));
+        let node_id = match broker_level(broker, name.as_str(), false)? {
+            BrokerLevel::Cluster => None,
+            BrokerLevel::ThisBroker => Some(broker.identity.node_id),
+        };
+        let (set, delete, replace) = change.map_err(invalid_config)?;
+        return broker
+            .change_metadata(move |c| {
+                c.alter_broker_config(node_id, set, delete, replace, validate_only)
+            })
+            .await
+            .map_err(|error| ErrorReply::from(&error));
     }
     if resource_type != RESOURCE_TOPIC {
         return Err(ErrorReply::new(
@@ -264,8 +318,7 @@ async fn alter_resource(
             format!("Unknown resource type {resource_type}"),
         ));
     }
-    let (set, delete, replace) =
-        change.map_err(|message| ErrorReply::new(ResponseError::InvalidConfig, message))?;
+    let (set, delete, replace) = change.map_err(invalid_config)?;
     known_topic(broker, name, || {
         format!("The topic '{}' does not exist.", name.as_str())
     })?;
@@ -276,7 +329,8 @@ async fn alter_resource(
         .map_err(|error| ErrorReply::from(&error))
 }
 
-/// Replaces a topic's overrides with the given set (AlterConfigs semantics).
+/// Replaces a topic's overrides, or one level of dynamic broker configs, with the given set
+/// (AlterConfigs semantics).
 pub async fn alter_configs(
     broker: &Arc<Broker>,
     request: AlterConfigsRequest,
@@ -313,7 +367,8 @@ pub async fn alter_configs(
     response
 }
 
-/// Sets or deletes individual topic overrides (IncrementalAlterConfigs semantics), or appends
+/// Sets or deletes individual topic overrides or dynamic broker configs (IncrementalAlterConfigs
+/// semantics), or appends
 /// to and subtracts from a list config's current value; a key named twice in one resource is
 /// INVALID_REQUEST.
 pub async fn incremental_alter_configs(
@@ -335,7 +390,15 @@ pub async fn incremental_alter_configs(
                 (OP_DELETE, _) => delete.push(name),
                 (OP_SET, None) => {} // refused below, before anything else
                 (op @ (OP_APPEND | OP_SUBTRACT), value) => {
-                    match list_change(broker, &resource.resource_name, &name, op, value.as_ref()) {
+                    let listed = list_change(
+                        broker,
+                        resource.resource_type,
+                        &resource.resource_name,
+                        &name,
+                        op,
+                        value.as_ref(),
+                    );
+                    match listed {
                         Ok(value) => {
                             set.insert(name, value);
                         }

@@ -18,6 +18,7 @@ use weir_controller::NewTopic;
 use weir_coordinator::OFFSETS_TOPIC;
 
 use crate::broker::Broker;
+use crate::config::DynamicConfigs;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 
@@ -50,7 +51,9 @@ pub async fn create_topics(
                 result.num_partitions = created.partitions;
                 result.replication_factor = created.replication_factor;
                 if version >= 5 {
-                    let mut configs = broker.config.describe_topic(&created.configs);
+                    let image = broker.image();
+                    let dynamic = DynamicConfigs::of(&image, broker.identity.node_id);
+                    let mut configs = broker.config.describe_topic(dynamic, &created.configs);
                     configs.sort_by(|a, b| a.name.cmp(&b.name));
                     result.configs = Some(
                         configs
@@ -58,7 +61,7 @@ pub async fn create_topics(
                             .map(|c| {
                                 let mut config = CreatableTopicConfigs::default();
                                 config.name = str_bytes(c.name);
-                                config.value = Some(str_bytes(c.value));
+                                config.value = c.value.map(str_bytes);
                                 config.config_source = c.source as i8;
                                 config
                             })

@@ -72,6 +72,7 @@ impl From<&ControllerError> for ErrorReply {
             ControllerError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             ControllerError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
             ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest,
             ControllerError::Storage(_) | ControllerError::Fatal(_) => {
                 ResponseError::KafkaStorageError
             }

@@ -83,9 +83,11 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
                 metadata::handle(&broker, req, version).await,
             ))
         }),
-        RequestKind::ApiVersions(_) => {
-            Box::pin(async move { respond(ResponseKind::ApiVersions(api_versions::handle())) })
-        }
+        RequestKind::ApiVersions(req) => Box::pin(async move {
+            respond(ResponseKind::ApiVersions(api_versions::handle(
+                &broker, &req, version,
+            )))
+        }),
         RequestKind::CreateTopics(req) => Box::pin(async move {
             respond(ResponseKind::CreateTopics(
                 admin_topics::create_topics(&broker, req, version).await,

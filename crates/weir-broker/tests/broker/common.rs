@@ -96,6 +96,7 @@ async fn start_inner(
         files.clone(),
         Arc::new(SystemClock),
         config.clone(),
+        1,
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

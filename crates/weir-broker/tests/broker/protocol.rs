@@ -999,3 +999,84 @@ async fn list_configs_take_append_and_subtract() {
     }
     test.stop.send_replace(true);
 }
+
+/// One IncrementalAlterConfigs change of broker configs: (key, operation, value).
+async fn alter_broker_configs(
+    stream: &mut TcpStream,
+    broker: &str,
+    changes: &[(&str, i8, Option<&str>)],
+) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    let mut resource = AlterConfigsResource::default();
+    resource.resource_type = 4;
+    resource.resource_name = StrBytes::from_string(broker.to_string());
+    resource.configs = changes
+        .iter()
+        .map(|(name, op, value)| {
+            let mut config = AlterableConfig::default();
+            config.name = StrBytes::from_string(name.to_string());
+            config.config_operation = *op;
+            config.value = value.map(|v| StrBytes::from_string(v.to_string()));
+            config
+        })
+        .collect();
+    let mut request = IncrementalAlterConfigsRequest::default();
+    request.resources = vec![resource];
+    let response: IncrementalAlterConfigsResponse =
+        call(stream, ApiKey::IncrementalAlterConfigs, 1, &request).await;
+    response.responses[0].error_code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_broker_configs_apply_at_once_and_survive_a_restart() {
+    const SET: i8 = 0;
+    const DELETE: i8 = 1;
+    const MESSAGE_TOO_LARGE: i16 = 10;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn weir_storage::Storage> = Arc::new(weir_storage::FsStorage);
+    let test = start_on(storage.clone(), dir.path(), &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "bounded", 1, &[]).await, 0);
+    let value = vec![b'v'; 4000];
+    let big = || build_batch(&[&value], 0, ProducerFields::NONE);
+    assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
+
+    // The cluster-wide default applies to every topic without an override, at once.
+    let small = [("message.max.bytes", SET, Some("2000"))];
+    assert_eq!(alter_broker_configs(&mut c, "", &small).await, 0);
+    assert_eq!(
+        produce(&mut c, "bounded", 0, 1, big()).await.0,
+        MESSAGE_TOO_LARGE
+    );
+    // This broker's own value comes first.
+    let large = [("message.max.bytes", SET, Some("100000"))];
+    assert_eq!(alter_broker_configs(&mut c, "1", &large).await, 0);
+    assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
+    // Static settings and bad values are refused and change nothing.
+    let refused = [("num.partitions", SET, Some("3"))];
+    assert_eq!(alter_broker_configs(&mut c, "1", &refused).await, 42);
+    let refused = [("message.max.bytes", SET, Some("large"))];
+    assert_eq!(alter_broker_configs(&mut c, "1", &refused).await, 42);
+    assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
+    drop(c);
+    test.shutdown().await;
+
+    // Both levels are metadata: after a restart they still hold.
+    let restarted = start_on(storage, dir.path(), &[]).await;
+    let mut c = TcpStream::connect(restarted.addr).await.expect("connect");
+    assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
+    let delete = [("message.max.bytes", DELETE, None)];
+    assert_eq!(alter_broker_configs(&mut c, "1", &delete).await, 0);
+    assert_eq!(
+        produce(&mut c, "bounded", 0, 1, big()).await.0,
+        MESSAGE_TOO_LARGE
+    );
+    assert_eq!(alter_broker_configs(&mut c, "", &delete).await, 0);
+    assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
+    restarted.shutdown().await;
+}

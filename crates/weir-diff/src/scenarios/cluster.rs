@@ -5,16 +5,20 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
-    DescribeClusterResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    DescribeClusterResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest,
+    MetadataResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 
 use super::{scenarios, Expect};
 use crate::session::Ctx;
 use crate::setup::s;
 
 scenarios! { "cluster";
-    api_versions_own_entry: Expect::Pending("Kafka 4.4 serves ApiVersions v5, which the protocol library does not encode yet"),
+    api_versions_own_entry: Expect::Same,
         "ApiVersions v3: error code and the ApiVersions range itself";
+    api_versions_v5_intended_broker: Expect::Same,
+        "ApiVersions v5 naming the cluster and node meant (KIP-1242): this one, another, half of it";
     api_versions_full_list: Expect::Deliberate("advertises only the APIs and features it serves"),
         "ApiVersions v3: every advertised API and feature";
     describe_cluster: Expect::Same,
@@ -38,6 +42,53 @@ async fn api_versions_own_entry(cx: &mut Ctx) -> Result<()> {
         .find(|k| k.api_key == ApiKey::ApiVersions as i16);
     cx.record("ApiVersions v3 error", &response.error_code);
     cx.record("ApiVersions v3 ApiVersions entry", &own);
+    Ok(())
+}
+
+async fn api_versions_v5_intended_broker(cx: &mut Ctx) -> Result<()> {
+    let metadata: MetadataResponse = cx
+        .quietly(ApiKey::Metadata, 12, &MetadataRequest::default())
+        .await?;
+    let Some(cluster) = metadata.cluster_id else {
+        bail!("Metadata v12 named no cluster id");
+    };
+    let node = metadata.brokers.first().map_or(-1, |b| b.node_id.0);
+    let other = StrBytes::from_static_str("another-cluster");
+    let cases = [
+        ("nothing named", None, -1),
+        ("this cluster and node", Some(cluster.clone()), node),
+        ("this cluster, no node", Some(cluster.clone()), -1),
+        ("this cluster, another node", Some(cluster), node + 6),
+        ("another cluster", Some(other), node),
+        ("only another node", None, node + 6),
+        ("a client name Kafka refuses", None, -1),
+    ];
+    for (what, cluster_id, node_id) in cases {
+        let mut request = ApiVersionsRequest::default();
+        let refused_name = what.starts_with("a client name");
+        request.client_software_name = s(if refused_name {
+            "weir diff!"
+        } else {
+            "weir-diff"
+        });
+        request.client_software_version = s("1.0");
+        request.cluster_id = cluster_id;
+        request.node_id = node_id.into();
+        let response: ApiVersionsResponse = cx.quietly(ApiKey::ApiVersions, 5, &request).await?;
+        let own = response
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::ApiVersions as i16);
+        cx.record(
+            &format!("ApiVersions v5, {what}: error"),
+            &response.error_code,
+        );
+        cx.record(
+            &format!("ApiVersions v5, {what}: APIs listed"),
+            &response.api_keys.len().min(1),
+        );
+        cx.record(&format!("ApiVersions v5, {what}: ApiVersions entry"), &own);
+    }
     Ok(())
 }
 

@@ -26,20 +26,20 @@ scenarios! { "configs";
         "DescribeConfigs v4 with documentation for named keys";
     weir_flush_policy: Expect::Deliberate("flush.policy is Weir's own topic config (when to fsync)"),
         "DescribeConfigs v4 for flush.policy";
-    min_insync_replicas_source: Expect::Pending("Kafka 4 keeps the cluster's min.insync.replicas as a dynamic broker default; Weir has no dynamic broker configs"),
-        "DescribeConfigs v4 with synonyms of min.insync.replicas on a topic";
+    min_insync_replicas_source: Expect::Pending("Kafka 4 keeps the cluster's min.insync.replicas as a dynamic broker default, for eligible leader replicas (KIP-966), which Weir does not have"),
+        "min.insync.replicas on a topic and the cluster default's set";
     describe_topic_synonyms: Expect::Same,
         "DescribeConfigs v4 with synonyms: the topic and broker levels behind each value";
     describe_topic_keys: Expect::Same,
         "DescribeConfigs v1 and v4 for named keys, one unknown, and for an unknown topic";
-    describe_broker_all: Expect::Pending("the broker resource lists Weir's own settings, not Kafka's 350"),
+    describe_broker_all: Expect::Deliberate("the broker resource lists the configs Weir has, not Kafka's 350"),
         "DescribeConfigs v4: every config of the broker";
-    describe_broker_keys: Expect::Pending("the broker resource lists Weir's own settings, not Kafka's 350"),
+    describe_broker_keys: Expect::Same,
         "DescribeConfigs v4 for named broker keys, an unknown broker id and an empty one";
     alter_configs_topic: Expect::Same,
         "AlterConfigs v2: replace a topic's configs, bad values, unknown keys, unknown topic";
-    alter_configs_broker: Expect::Pending("broker configs are static: no dynamic broker configs yet"),
-        "AlterConfigs v2 on the broker resource";
+    alter_configs_broker: Expect::Same,
+        "AlterConfigs v2 on the broker resource: dynamic, static, unknown and bad keys, other brokers";
     incremental_set_delete: Expect::Same,
         "IncrementalAlterConfigs v1: SET and DELETE, then DescribeConfigs";
     incremental_refusals: Expect::Same,
@@ -48,8 +48,12 @@ scenarios! { "configs";
         "IncrementalAlterConfigs v1 with operation 4";
     incremental_lists: Expect::Same,
         "IncrementalAlterConfigs v1: APPEND and SUBTRACT on cleanup.policy and a non-list key";
-    incremental_broker: Expect::Pending("broker configs are static: no dynamic broker configs yet"),
-        "IncrementalAlterConfigs v1 on the broker resource";
+    incremental_broker: Expect::Same,
+        "IncrementalAlterConfigs v1: cluster-wide and per-broker defaults, and what topics show of them";
+    broker_unknown_key: Expect::Deliberate("an unknown broker config is refused, not stored and ignored"),
+        "AlterConfigs and IncrementalAlterConfigs v2/v1 of an unknown broker key";
+    broker_keys_static_in_weir: Expect::Pending("log.cleaner.*, max.connections and producer.id.expiration.ms change at runtime in Kafka, at restart in Weir"),
+        "IncrementalAlterConfigs v1 of broker keys Kafka changes at runtime";
 }
 
 fn resource(kind: i8, name: &str, keys: Option<&[&str]>) -> DescribeConfigsResource {
@@ -147,7 +151,11 @@ async fn min_insync_replicas_source(cx: &mut Ctx) -> Result<()> {
     let topic = create_topic(cx, "min-insync", 1, &[]).await?;
     let keys = [KAFKA_DYNAMIC_DEFAULT];
     let resources = vec![resource(TOPIC, &topic.0, Some(&keys))];
-    describe_keeping(cx, 4, resources, true, false, |_| true).await
+    describe_keeping(cx, 4, resources, true, false, |_| true).await?;
+    // The cluster default's whole set, and replacing it (which would remove that key).
+    describe(cx, 4, vec![resource(BROKER, "", None)], true, false).await?;
+    let replace = [("log.retention.ms", Some("7200000"))];
+    alter(cx, BROKER, "", &replace, true).await
 }
 
 async fn describe_topic_synonyms(cx: &mut Ctx) -> Result<()> {
@@ -191,20 +199,14 @@ async fn describe_broker_all(cx: &mut Ctx) -> Result<()> {
 async fn describe_broker_keys(cx: &mut Ctx) -> Result<()> {
     let keys = [
         "num.partitions",
-        "log.retention.hours",
+        "log.retention.ms",
+        "log.segment.bytes",
         "auto.create.topics.enable",
         "message.max.bytes",
         "no.such.key",
     ];
-    describe(
-        cx,
-        4,
-        vec![resource(BROKER, "1", Some(&keys))],
-        false,
-        false,
-    )
-    .await?;
-    // Another broker's id, none, and not a number.
+    describe(cx, 4, vec![resource(BROKER, "1", Some(&keys))], true, false).await?;
+    // Another broker's id, the cluster default (nothing set), and not a number.
     for broker in ["7", "", "x"] {
         let resources = vec![resource(BROKER, broker, Some(&keys[..1]))];
         describe(cx, 4, resources, false, false).await?;
@@ -289,15 +291,29 @@ async fn alter_configs_topic(cx: &mut Ctx) -> Result<()> {
 }
 
 async fn alter_configs_broker(cx: &mut Ctx) -> Result<()> {
-    for (broker, key) in [
-        ("1", "log.cleaner.threads"),
-        ("1", "num.partitions"),
-        ("", "log.cleaner.threads"),
-        ("7", "log.cleaner.threads"),
-    ] {
-        alter(cx, BROKER, broker, &[(key, Some("2"))], true).await?;
+    let checks: [(&str, &str, &str); 5] = [
+        ("1", "log.retention.ms", "7200000"),
+        ("1", "num.partitions", "2"),
+        ("1", "log.retention.ms", "soon"),
+        ("7", "log.retention.ms", "7200000"),
+        ("x", "log.retention.ms", "7200000"),
+    ];
+    for (broker, key, value) in checks {
+        alter(cx, BROKER, broker, &[(key, Some(value))], true).await?;
     }
-    Ok(())
+    // A real change of this broker's configs, then AlterConfigs with none, which removes it.
+    let keys = ["message.max.bytes", "log.segment.bytes"];
+    alter(
+        cx,
+        BROKER,
+        "1",
+        &[("message.max.bytes", Some("2000000"))],
+        false,
+    )
+    .await?;
+    describe(cx, 4, vec![resource(BROKER, "1", Some(&keys))], true, false).await?;
+    alter(cx, BROKER, "1", &[], false).await?;
+    describe(cx, 4, vec![resource(BROKER, "1", Some(&keys))], true, false).await
 }
 
 /// One IncrementalAlterConfigs change: (key, operation, value) each.
@@ -439,13 +455,71 @@ async fn incremental_lists(cx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Records what a topic, the cluster default and this broker show of the retention and cleanup
+/// settings, with synonyms.
+async fn show_broker_defaults(cx: &mut Ctx, topic: &str) -> Result<()> {
+    let resources = vec![
+        resource(TOPIC, topic, Some(&["retention.ms", "cleanup.policy"])),
+        resource(
+            BROKER,
+            "",
+            Some(&["log.retention.ms", "log.cleanup.policy"]),
+        ),
+        resource(
+            BROKER,
+            "1",
+            Some(&["log.retention.ms", "log.cleanup.policy"]),
+        ),
+    ];
+    describe(cx, 4, resources, true, false).await
+}
+
 async fn incremental_broker(cx: &mut Ctx) -> Result<()> {
-    for (broker, key) in [
-        ("1", "log.cleaner.threads"),
-        ("1", "num.partitions"),
-        ("", "log.cleaner.threads"),
+    let topic = create_topic(cx, "broker-defaults", 1, &[]).await?;
+    let steps: [(&str, Operations); 6] = [
+        ("", &[("log.retention.ms", SET, Some("7200000"))]),
+        ("1", &[("log.retention.ms", SET, Some("3600000"))]),
+        ("", &[("log.cleanup.policy", APPEND, Some("compact"))]),
+        ("", &[("log.cleanup.policy", SUBTRACT, Some("delete"))]),
+        ("1", &[("log.retention.ms", DELETE, None)]),
+        (
+            "",
+            &[
+                ("log.retention.ms", DELETE, None),
+                ("log.cleanup.policy", DELETE, None),
+            ],
+        ),
+    ];
+    for (broker, ops) in steps {
+        incremental(cx, BROKER, broker, ops, false).await?;
+        show_broker_defaults(cx, &topic.0).await?;
+    }
+    let refused: [(&str, Operations); 5] = [
+        ("1", &[("num.partitions", SET, Some("2"))]),
+        ("1", &[("num.partitions", DELETE, None)]),
+        ("", &[("log.retention.ms", SET, Some("soon"))]),
+        ("1", &[("log.retention.ms", APPEND, Some("5"))]),
+        ("7", &[("log.retention.ms", SET, Some("1"))]),
+    ];
+    for (broker, ops) in refused {
+        incremental(cx, BROKER, broker, ops, false).await?;
+    }
+    Ok(())
+}
+
+async fn broker_unknown_key(cx: &mut Ctx) -> Result<()> {
+    alter(cx, BROKER, "1", &[("no.such.key", Some("1"))], true).await?;
+    incremental(cx, BROKER, "", &[("no.such.key", SET, Some("1"))], true).await
+}
+
+async fn broker_keys_static_in_weir(cx: &mut Ctx) -> Result<()> {
+    for key in [
+        "log.cleaner.threads",
+        "log.cleaner.io.max.bytes.per.second",
+        "max.connections",
+        "producer.id.expiration.ms",
     ] {
-        incremental(cx, BROKER, broker, &[(key, SET, Some("2"))], true).await?;
+        incremental(cx, BROKER, "1", &[(key, SET, Some("2"))], true).await?;
     }
     Ok(())
 }
