@@ -52,7 +52,7 @@ fn open_partition(dir: &Path) -> Arc<Partition> {
     let (log, settings) = open_log(dir);
     Arc::new(Partition::new(
         "bench".into(),
-        weir_controller::Uuid::nil(),
+        weir_metadata::Uuid::nil(),
         0,
         dir.to_path_buf(),
         log,

@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
-use weir_controller::{Controller, ControllerError, MetadataImage};
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use weir_metadata::{ControllerError, MetadataControl, MetadataImage, Pending};
 
 use crate::config::BrokerConfig;
 use crate::fetch_session::FetchSessions;
@@ -17,6 +17,9 @@ use crate::registry::PartitionRegistry;
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
 /// so more at once than cores would only queue on the CPU while holding memory.
 const COMPRESSED_VALIDATIONS_MAX: usize = 2;
+/// How long a metadata change the controller committed may take to be applied here before
+/// the request that asked for it is answered REQUEST_TIMED_OUT (it is applied later).
+const METADATA_APPLY_WAIT_MS: u64 = 30_000;
 /// How often partitions that could not open (no space, no file descriptors) are tried again.
 const PENDING_OPEN_RETRY_MS: u64 = 5_000;
 
@@ -52,8 +55,12 @@ pub struct Broker {
     pub config: BrokerConfig,
     /// Who this broker is.
     pub identity: BrokerIdentity,
-    /// The metadata controller (local on a single node).
-    pub controller: Arc<Controller>,
+    /// The metadata controller, reached only through this interface (in this process on a
+    /// single node).
+    pub controller: Arc<dyn MetadataControl>,
+    /// The latest image the hosted partitions and the coordinator were brought in line with:
+    /// what request handlers read.
+    applied: watch::Sender<Arc<MetadataImage>>,
     /// Hosted partitions.
     pub partitions: Arc<PartitionRegistry>,
     /// The consumer-group coordinator, keeping its state in `__consumer_offsets`.
@@ -73,15 +80,18 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Assembles the broker and opens every partition in the current metadata.
+    /// Assembles the broker, opens every partition of the current metadata, and starts
+    /// following the controller's committed images (which needs a Tokio runtime).
     pub fn new(
         config: BrokerConfig,
         identity: BrokerIdentity,
-        controller: Arc<Controller>,
+        controller: Arc<dyn MetadataControl>,
         partitions: PartitionRegistry,
         shutdown: watch::Receiver<bool>,
-    ) -> Broker {
-        partitions.sync(&controller.image());
+    ) -> Arc<Broker> {
+        let images = controller.images();
+        let image = images.borrow().clone();
+        partitions.sync(&image);
         let partitions = Arc::new(partitions);
         let coordinator = Arc::new(GroupCoordinator::new(
             config.coordinator,
@@ -92,9 +102,10 @@ impl Broker {
                 .unwrap_or(usize::MAX)
                 .min(Semaphore::MAX_PERMITS),
         ));
-        Broker {
+        let broker = Arc::new(Broker {
             identity,
             controller,
+            applied: watch::Sender::new(image),
             partitions,
             coordinator,
             offsets_topic_creation: tokio::sync::Mutex::new(()),
@@ -104,42 +115,87 @@ impl Broker {
             compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
             config,
+        });
+        tokio::spawn(broker.clone().follow_metadata(images));
+        broker
+    }
+
+    /// The latest metadata image applied here.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.applied.borrow().clone()
+    }
+
+    /// Follows the committed images until shutdown: brings the hosted partitions in line with
+    /// each (off the async workers: opening recovers logs), then publishes it as applied.
+    async fn follow_metadata(self: Arc<Self>, mut images: watch::Receiver<Arc<MetadataImage>>) {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                changed = images.changed() => {
+                    if changed.is_err() {
+                        return; // the controller is gone
+                    }
+                }
+                _ = stopping(&mut shutdown) => return,
+            }
+            let image = images.borrow_and_update().clone();
+            let broker = self.clone();
+            let _ = tokio::task::spawn_blocking(move || broker.apply_image(image)).await;
         }
     }
 
-    /// The latest metadata image.
-    pub fn image(&self) -> Arc<MetadataImage> {
-        self.controller.image()
+    /// Brings partitions and the coordinator in line with `image`, then publishes it.
+    fn apply_image(&self, image: Arc<MetadataImage>) {
+        self.partitions.sync(&image);
+        if image.topic(OFFSETS_TOPIC).is_none() && self.coordinator.partitions() > 0 {
+            tracing::warn!(target: "weir::groups", "{OFFSETS_TOPIC} was deleted: every group and committed offset is gone; it is created again on the next group request");
+            self.coordinator.reset();
+        }
+        self.applied.send_if_modified(|applied| {
+            let newer = image.applied_count > applied.applied_count;
+            if newer {
+                *applied = image;
+            }
+            newer
+        });
     }
 
-    /// Runs a controller operation off the async workers (it fsyncs), then brings the hosted
-    /// partitions in line with the new image. A metadata log that failed beyond repair stops
-    /// the process.
-    pub async fn change_metadata<T, F>(self: &Arc<Self>, change: F) -> Result<T, ControllerError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Controller) -> Result<T, ControllerError> + Send + 'static,
-    {
-        let broker = self.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let result = change(&broker.controller);
-            if let Err(ControllerError::Fatal(error)) = &result {
-                storage_failure(std::path::Path::new("metadata"), &error.to_string());
+    /// Waits for the controller's answer to a change, then until the change is applied here,
+    /// so that the request asking for it is answered in a state that shows it. A refusal is
+    /// answered once the image it was decided against is applied here (a topic that "already
+    /// exists" can then be described). A metadata log that failed beyond repair stops the
+    /// process.
+    pub async fn change_metadata<T>(&self, pending: Pending<T>) -> Result<T, ControllerError> {
+        let outcome = match pending.await {
+            Err(ControllerError::Fatal(error)) => {
+                storage_failure(std::path::Path::new("metadata"), &error.to_string())
             }
-            let image = broker.controller.image();
-            broker.partitions.sync(&image);
-            if image.topic(OFFSETS_TOPIC).is_none() && broker.coordinator.partitions() > 0 {
-                tracing::warn!(target: "weir::groups", "{OFFSETS_TOPIC} was deleted: every group and committed offset is gone; it is created again on the next group request");
-                broker.coordinator.reset();
-            }
-            result
-        })
-        .await;
-        joined.unwrap_or_else(|e| {
-            Err(ControllerError::Storage(std::io::Error::other(
-                e.to_string(),
-            )))
-        })
+            outcome => outcome,
+        };
+        let target = match &outcome {
+            Ok(committed) => committed.applied_count,
+            Err(_) => self.controller.images().borrow().applied_count,
+        };
+        let applied = self.applied_up_to(target).await;
+        match outcome {
+            Ok(committed) if applied => Ok(committed.value),
+            Ok(_) => Err(ControllerError::NotAppliedInTime(METADATA_APPLY_WAIT_MS)),
+            Err(refused) => Err(refused),
+        }
+    }
+
+    /// Waits (at most [`METADATA_APPLY_WAIT_MS`]) until the image applied here holds the first
+    /// `applied_count` commands; false if it does not by then.
+    async fn applied_up_to(&self, applied_count: u64) -> bool {
+        let mut applied = self.applied.subscribe();
+        let wait = Duration::from_millis(METADATA_APPLY_WAIT_MS);
+        let reached = tokio::time::timeout(wait, async {
+            applied
+                .wait_for(|image| image.applied_count >= applied_count)
+                .await
+                .is_ok()
+        });
+        reached.await.unwrap_or(false)
     }
 
     /// Hands out a producer id never used before, reserving a new block when needed.
@@ -151,7 +207,9 @@ impl Broker {
                 return Ok(block.next - 1);
             }
         }
-        let (first, count) = self.change_metadata(|c| c.allocate_producer_ids()).await?;
+        let (first, count) = self
+            .change_metadata(self.controller.allocate_producer_ids())
+            .await?;
         let mut block = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
         *block = ProducerIdBlock {
             next: first + 1,

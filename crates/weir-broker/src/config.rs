@@ -3,16 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use weir_controller::topic_config::{
-    compression_codec, dynamic_broker_config, topic_config, ConfigKind, TopicConfigDef,
-    CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
-    TIMESTAMP_LOG_APPEND_TIME, TOPIC_CONFIGS,
-};
-use weir_controller::MetadataImage;
 use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
+use weir_metadata::topic_config::{
+    compression_codec, dynamic_broker_config, topic_config, ConfigKind, TopicConfigDef,
+    CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
+    TIMESTAMP_LOG_APPEND_TIME, TOPIC_CONFIGS,
+};
+use weir_metadata::MetadataImage;
 
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -431,7 +431,7 @@ impl<'a> DynamicConfigs<'a> {
 }
 
 fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), ConfigError> {
-    weir_controller::topic_config::check_kind(name, kind, value).map_err(ConfigError)
+    weir_metadata::topic_config::check_kind(name, kind, value).map_err(ConfigError)
 }
 
 /// Parses `host:count,host:count`; hosts may be IPv6 (the count follows the last colon).

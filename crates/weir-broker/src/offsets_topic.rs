@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use weir_controller::{ControllerError, NewTopic};
 use weir_coordinator::{
     Appended, GroupError, OffsetsLog, RecordVisitor, StoredRecord, OFFSETS_TOPIC,
 };
 use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
 use weir_log::records::for_each_stored_record;
 use weir_log::{validate, Clock, LogError, SystemClock, ValidationLimits};
+use weir_metadata::{ControllerError, NewTopic};
 
 use crate::broker::Broker;
 use crate::handlers::decompressed_bytes_max;
@@ -161,7 +161,7 @@ impl Broker {
                 configs,
             };
             match self
-                .change_metadata(move |c| c.create_topic(topic, false))
+                .change_metadata(self.controller.create_topic(topic, false))
                 .await
             {
                 Ok(topic) => {

@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use weir_controller::{MetadataImage, TopicImage, Uuid};
 use weir_log::{Clock, Log, LogError};
+use weir_metadata::{MetadataImage, TopicImage, Uuid};
 use weir_storage::FileCache;
 
 use crate::config::{BrokerConfig, DynamicConfigs, TopicSettings};

@@ -11,7 +11,7 @@ use weir_client::{
     GroupConsumerConfig, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
     RebalanceEvent,
 };
-use weir_controller::{Controller, FileMetadataLog};
+use weir_controller::{Controller, FileMetadataLog, LocalControl};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage};
 
@@ -57,7 +57,8 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
     let limits = ConnectionLimits::from_config(&config)
         .await
         .expect("limits");
-    let broker = Arc::new(Broker::new(config, identity, controller, registry, stopped));
+    let control = Arc::new(LocalControl::new(controller));
+    let broker = Broker::new(config, identity, control, registry, stopped);
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     tokio::spawn(broker.run_group_coordinator());
     TestServer {

@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::command::MetadataCommand;
-use crate::image::{MetadataImage, TopicImage};
+use weir_metadata::topic_config::{check_kind, dynamic_broker_config, validate_topic_config};
+use weir_metadata::{
+    validate_topic_name, Committed, ControllerError, MetadataCommand, MetadataControl,
+    MetadataImage, NewTopic, Pending, TopicImage,
+};
+
 use crate::metadata_log::{MetadataLog, MetadataLogError};
-use crate::topic_config::{check_kind, dynamic_broker_config, validate_topic_config};
-use crate::validate_topic_name;
 
 /// Producer ids reserved per metadata command; the broker hands them out from memory.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -21,48 +23,12 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Replication factor a single-node cluster can honour.
 const REPLICATION_FACTOR_MAX: i16 = 1;
 
-/// Why a metadata change was refused; each maps to one Kafka error code.
-#[derive(Debug, thiserror::Error)]
-pub enum ControllerError {
-    /// CreateTopics for a name in use.
-    #[error("Topic '{0}' already exists.")]
-    TopicAlreadyExists(String),
-    /// The topic does not exist.
-    #[error("unknown topic {0}")]
-    UnknownTopic(String),
-    /// Illegal topic name (the message says why, in Kafka's words).
-    #[error("{0}")]
-    InvalidTopic(String),
-    /// Bad partition count (the message says why, in Kafka's words).
-    #[error("{0}")]
-    InvalidPartitions(String),
-    /// Bad replication factor (the message says why, in Kafka's words).
-    #[error("{0}")]
-    InvalidReplicationFactor(String),
-    /// Unsupported config key or bad value (the message says why, in Kafka's words).
-    #[error("{0}")]
-    InvalidConfig(String),
-    /// A request Kafka refuses as a whole, such as a static broker config set at runtime (the
-    /// message says why, in Kafka's words).
-    #[error("{0}")]
-    InvalidRequest(String),
-    /// The metadata log could not be written (a full disk): the change did not happen.
-    #[error("metadata change not written: {0}")]
-    Storage(std::io::Error),
-    /// The metadata log failed in a way that leaves its durable state unknown: the process must
-    /// stop (the broker exits with its storage-failure code).
-    #[error("metadata log failed: {0}")]
-    Fatal(std::io::Error),
-}
-
-impl From<MetadataLogError> for ControllerError {
-    fn from(error: MetadataLogError) -> ControllerError {
-        match error {
-            MetadataLogError::NotAppended(e) => ControllerError::Storage(e),
-            MetadataLogError::Fatal(e) => ControllerError::Fatal(e),
-            corrupt @ MetadataLogError::Corrupt { .. } => {
-                ControllerError::Fatal(std::io::Error::other(corrupt.to_string()))
-            }
+fn log_error(error: MetadataLogError) -> ControllerError {
+    match error {
+        MetadataLogError::NotAppended(e) => ControllerError::Storage(e),
+        MetadataLogError::Fatal(e) => ControllerError::Fatal(e),
+        corrupt @ MetadataLogError::Corrupt { .. } => {
+            ControllerError::Fatal(std::io::Error::other(corrupt.to_string()))
         }
     }
 }
@@ -80,24 +46,11 @@ pub struct Controller {
     partitions_max: AtomicUsize,
 }
 
-/// A topic creation request, already defaulted by the caller.
-#[derive(Debug, Clone)]
-pub struct NewTopic {
-    /// Topic name.
-    pub name: String,
-    /// Partition count (≥ 1).
-    pub partitions: i32,
-    /// Replication factor (≥ 1).
-    pub replication_factor: i16,
-    /// Config overrides.
-    pub configs: BTreeMap<String, String>,
-}
-
 impl Controller {
     /// Replays `log` into a fresh image.
     pub fn open(mut log: Box<dyn MetadataLog>) -> Result<Controller, ControllerError> {
         let mut image = MetadataImage::default();
-        for command in log.replay()? {
+        for command in log.replay().map_err(log_error)? {
             image.apply(&command);
         }
         tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "metadata replayed");
@@ -138,7 +91,7 @@ impl Controller {
     }
 
     fn commit(&self, state: &mut State, command: MetadataCommand) -> Result<(), ControllerError> {
-        state.log.append(&command)?;
+        state.log.append(&command).map_err(log_error)?;
         state.image.apply(&command);
         tracing::info!(target: "weir::controller", ?command, "metadata change");
         self.published.send_replace(Arc::new(state.image.clone()));
@@ -357,6 +310,82 @@ impl Controller {
             },
         )?;
         Ok((first, PRODUCER_ID_BLOCK_SIZE))
+    }
+}
+
+/// The controller as the broker of the same process reaches it: each change runs on a
+/// blocking thread (it fsyncs) and is answered once durable and applied to the image.
+#[derive(Clone)]
+pub struct LocalControl(Arc<Controller>);
+
+impl LocalControl {
+    /// Serves `controller` to a broker.
+    pub fn new(controller: Arc<Controller>) -> LocalControl {
+        LocalControl(controller)
+    }
+
+    fn run<T, F>(&self, change: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Controller) -> Result<T, ControllerError> + Send + 'static,
+    {
+        let controller = self.0.clone();
+        Box::pin(async move {
+            let joined = tokio::task::spawn_blocking(move || {
+                let value = change(&controller)?;
+                let applied_count = controller.image().applied_count;
+                Ok(Committed {
+                    value,
+                    applied_count,
+                })
+            })
+            .await;
+            joined.unwrap_or_else(|e| Err(ControllerError::Storage(std::io::Error::other(e))))
+        })
+    }
+}
+
+impl MetadataControl for LocalControl {
+    fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage> {
+        self.run(move |c| c.create_topic(topic, validate_only))
+    }
+
+    fn delete_topic(&self, name: String) -> Pending<TopicImage> {
+        self.run(move |c| c.delete_topic(&name))
+    }
+
+    fn create_partitions(&self, name: String, total: i32, validate_only: bool) -> Pending<()> {
+        self.run(move |c| c.create_partitions(&name, total, validate_only))
+    }
+
+    fn alter_topic_config(
+        &self,
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Pending<()> {
+        self.run(move |c| c.alter_topic_config(&name, set, delete, replace, validate_only))
+    }
+
+    fn alter_broker_config(
+        &self,
+        node_id: Option<i32>,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Pending<()> {
+        self.run(move |c| c.alter_broker_config(node_id, set, delete, replace, validate_only))
+    }
+
+    fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
+        self.run(|c| c.allocate_producer_ids())
+    }
+
+    fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.0.published.subscribe()
     }
 }
 

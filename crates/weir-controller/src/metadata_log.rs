@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use weir_storage::{Storage, StorageFile};
 
-use crate::command::MetadataCommand;
+use weir_metadata::MetadataCommand;
 
 /// Longest encoded command accepted when replaying; a larger length is a torn or corrupt record.
 const RECORD_BYTES_MAX: u32 = 16 * 1024 * 1024;

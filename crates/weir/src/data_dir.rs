@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use weir_controller::Uuid;
+use weir_metadata::Uuid;
 
 /// An opened, locked data directory. The lock is held until this is dropped.
 pub struct DataDir {

@@ -11,7 +11,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
-use weir_controller::{Controller, FileMetadataLog};
+use weir_controller::{Controller, FileMetadataLog, LocalControl};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage};
 
@@ -167,9 +167,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         advertised_host: advertised_host.clone(),
         advertised_port,
     };
-    let broker = Arc::new(tokio::task::block_in_place(|| {
-        Broker::new(config, identity, controller, registry, shutdown_rx)
-    }));
+    let control = Arc::new(LocalControl::new(controller));
+    let broker = tokio::task::block_in_place(|| {
+        Broker::new(config, identity, control, registry, shutdown_rx)
+    });
     tracing::info!(
         target: "weir::server",
         listen = %bound,

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use weir_controller::topic_config::{dynamic_broker_config, topic_config};
+use weir_metadata::topic_config::{dynamic_broker_config, topic_config};
 
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, DescribedConfig, DynamicConfigs};
@@ -75,8 +75,8 @@ fn known_topic(
     broker: &Broker,
     name: &StrBytes,
     unknown: impl FnOnce() -> String,
-) -> Result<weir_controller::TopicImage, ErrorReply> {
-    weir_controller::validate_topic_name(name.as_str())
+) -> Result<weir_metadata::TopicImage, ErrorReply> {
+    weir_metadata::validate_topic_name(name.as_str())
         .map_err(|why| ErrorReply::new(ResponseError::InvalidTopicException, why))?;
     broker
         .image()
@@ -306,9 +306,13 @@ async fn alter_resource(
         };
         let (set, delete, replace) = change.map_err(invalid_config)?;
         return broker
-            .change_metadata(move |c| {
-                c.alter_broker_config(node_id, set, delete, replace, validate_only)
-            })
+            .change_metadata(broker.controller.alter_broker_config(
+                node_id,
+                set,
+                delete,
+                replace,
+                validate_only,
+            ))
             .await
             .map_err(|error| ErrorReply::from(&error));
     }
@@ -324,7 +328,13 @@ async fn alter_resource(
     })?;
     let topic = name.as_str().to_string();
     broker
-        .change_metadata(move |c| c.alter_topic_config(&topic, set, delete, replace, validate_only))
+        .change_metadata(broker.controller.alter_topic_config(
+            topic,
+            set,
+            delete,
+            replace,
+            validate_only,
+        ))
         .await
         .map_err(|error| ErrorReply::from(&error))
 }

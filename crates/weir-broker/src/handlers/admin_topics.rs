@@ -14,8 +14,8 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
-use weir_controller::NewTopic;
 use weir_coordinator::OFFSETS_TOPIC;
+use weir_metadata::NewTopic;
 
 use crate::broker::Broker;
 use crate::config::DynamicConfigs;
@@ -84,7 +84,7 @@ async fn create_one(
     name: String,
     topic: kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
-) -> Result<weir_controller::TopicImage, ErrorReply> {
+) -> Result<weir_metadata::TopicImage, ErrorReply> {
     let node_id = broker.identity.node_id;
     let partitions = if !topic.assignments.is_empty() {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
@@ -139,7 +139,7 @@ async fn create_one(
         configs,
     };
     broker
-        .change_metadata(move |c| c.create_topic(new_topic, validate_only))
+        .change_metadata(broker.controller.create_topic(new_topic, validate_only))
         .await
         .map_err(|e| ErrorReply::from(&e))
 }
@@ -151,7 +151,7 @@ pub async fn delete_topics(
     version: i16,
 ) -> DeleteTopicsResponse {
     let mut response = DeleteTopicsResponse::default();
-    let wanted: Vec<(Option<TopicName>, weir_controller::Uuid)> = if version >= 6 {
+    let wanted: Vec<(Option<TopicName>, weir_metadata::Uuid)> = if version >= 6 {
         request
             .topics
             .into_iter()
@@ -161,13 +161,13 @@ pub async fn delete_topics(
         request
             .topic_names
             .into_iter()
-            .map(|n| (Some(n), weir_controller::Uuid::nil()))
+            .map(|n| (Some(n), weir_metadata::Uuid::nil()))
             .collect()
     };
     // A topic named (or identified) twice is refused and left alone, as Kafka does; it
     // gets one result.
-    let key = |(name, id): &(Option<TopicName>, weir_controller::Uuid)| match name {
-        Some(n) => (Some(n.0.to_string()), weir_controller::Uuid::nil()),
+    let key = |(name, id): &(Option<TopicName>, weir_metadata::Uuid)| match name {
+        Some(n) => (Some(n.0.to_string()), weir_metadata::Uuid::nil()),
         None => (None, *id),
     };
     let mut duplicates = Duplicates::new(wanted.iter().map(key));
@@ -223,7 +223,7 @@ pub async fn delete_topics(
             }
             Some(topic_name) => {
                 let deleted = broker
-                    .change_metadata(move |c| c.delete_topic(&topic_name))
+                    .change_metadata(broker.controller.delete_topic(topic_name))
                     .await;
                 match deleted {
                     Ok(topic) => {
@@ -277,7 +277,11 @@ pub async fn create_partitions(
                     let total = topic.count;
                     let validate_only = request.validate_only;
                     broker
-                        .change_metadata(move |c| c.create_partitions(&name, total, validate_only))
+                        .change_metadata(broker.controller.create_partitions(
+                            name,
+                            total,
+                            validate_only,
+                        ))
                         .await
                         .map(|_| ())
                         .map_err(|error| ErrorReply::from(&error))

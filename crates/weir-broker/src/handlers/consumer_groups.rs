@@ -17,9 +17,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
-use weir_controller::MetadataImage;
 use weir_coordinator::assignors::TopicPartitions;
 use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog, OFFSETS_TOPIC};
+use weir_metadata::MetadataImage;
 
 use crate::broker::Broker;
 use crate::handlers::errors::group_error;

@@ -2,9 +2,9 @@
 //! boundary.
 
 use kafka_protocol::ResponseError;
-use weir_controller::ControllerError;
 use weir_coordinator::GroupError;
 use weir_log::{BatchError, LogError, RecordError};
+use weir_metadata::ControllerError;
 
 /// Kafka's standard message for INVALID_REQUEST, which it answers where a request names
 /// something the protocol does not define (an unknown FindCoordinator key type, say).
@@ -73,6 +73,7 @@ impl From<&ControllerError> for ErrorReply {
             ControllerError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
             ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig,
             ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest,
+            ControllerError::NotAppliedInTime(_) => ResponseError::RequestTimedOut,
             ControllerError::Storage(_) | ControllerError::Fatal(_) => {
                 ResponseError::KafkaStorageError
             }

@@ -8,8 +8,8 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
-use weir_controller::{validate_topic_name, ControllerError, NewTopic, TopicImage};
 use weir_coordinator::OFFSETS_TOPIC;
+use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage};
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
@@ -94,7 +94,7 @@ async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopi
         configs: BTreeMap::new(),
     };
     let created = broker
-        .change_metadata(move |c| c.create_topic(topic, false))
+        .change_metadata(broker.controller.create_topic(topic, false))
         .await;
     match created {
         Ok(topic) => {

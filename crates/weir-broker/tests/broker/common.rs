@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
-use weir_controller::{Controller, FileMetadataLog};
+use weir_controller::{Controller, FileMetadataLog, LocalControl};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, Storage};
 
@@ -28,6 +28,9 @@ pub const CACHED_FILES: usize = 16;
 
 pub struct TestBroker {
     pub broker: Arc<Broker>,
+    /// The controller the broker reaches through `LocalControl`, for changes made behind the
+    /// broker's back (as another broker's admin request would).
+    pub controller: Arc<Controller>,
     pub addr: SocketAddr,
     pub stop: watch::Sender<bool>,
     pub files: Arc<FileCache>,
@@ -112,13 +115,14 @@ async fn start_inner(
     let limits = ConnectionLimits::from_config(&config)
         .await
         .expect("limits");
-    let broker = Arc::new(tokio::task::block_in_place(|| {
-        Broker::new(config, identity, controller, registry, stopped)
-    }));
+    let control = Arc::new(LocalControl::new(controller.clone()));
+    let broker =
+        tokio::task::block_in_place(|| Broker::new(config, identity, control, registry, stopped));
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     tokio::spawn(broker.clone().run_group_coordinator());
     TestBroker {
         broker,
+        controller,
         addr,
         stop,
         files,

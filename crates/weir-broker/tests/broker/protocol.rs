@@ -1080,3 +1080,50 @@ async fn dynamic_broker_configs_apply_at_once_and_survive_a_restart() {
     assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
     restarted.shutdown().await;
 }
+
+/// Metadata the broker did not ask for (a change another broker's request made) reaches it
+/// through the controller's committed images: it opens, serves and deletes the partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_follows_changes_it_did_not_ask_for() {
+    let test = start_fs(&[]).await;
+    let controller = test.controller.clone();
+    let topic = weir_metadata::NewTopic {
+        name: "elsewhere".into(),
+        partitions: 2,
+        replication_factor: 1,
+        configs: Default::default(),
+    };
+    tokio::task::spawn_blocking(move || controller.create_topic(topic, false))
+        .await
+        .expect("join")
+        .expect("created at the controller");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while test.broker.partitions.get("elsewhere", 1).is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "partition never opened"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        test.broker.image().topic("elsewhere").map(|t| t.partitions),
+        Some(2)
+    );
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    let batch = build_batch(&[b"seen"], 0, ProducerFields::NONE);
+    assert_eq!(produce(&mut c, "elsewhere", 1, 1, batch).await, (0, 0));
+    let controller = test.controller.clone();
+    tokio::task::spawn_blocking(move || controller.delete_topic("elsewhere"))
+        .await
+        .expect("join")
+        .expect("deleted at the controller");
+    while test.broker.partitions.get("elsewhere", 0).is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "partition never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(test.broker.image().topic("elsewhere").is_none());
+    test.shutdown().await;
+}

@@ -67,7 +67,7 @@ impl MetadataImage {
     }
 
     /// Applies a command that the controller already validated.
-    pub(crate) fn apply(&mut self, command: &MetadataCommand) {
+    pub fn apply(&mut self, command: &MetadataCommand) {
         self.applied_count += 1;
         match command {
             MetadataCommand::CreateTopic {

@@ -1,0 +1,78 @@
+//! How the broker reaches the controller: it asks for a change and is answered once the change
+//! is committed, and it follows the committed images in order. The controller in the same
+//! process implements this today; a Raft quorum will implement it without the broker changing.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::{ControllerError, MetadataImage, TopicImage};
+
+/// A topic creation request, already defaulted by the caller.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    /// Topic name.
+    pub name: String,
+    /// Partition count (≥ 1).
+    pub partitions: i32,
+    /// Replication factor (≥ 1).
+    pub replication_factor: i16,
+    /// Config overrides.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A change the controller accepted: its outcome, and where it is in the metadata log.
+#[derive(Debug, Clone)]
+pub struct Committed<T> {
+    /// What the change produced (the new topic, a block of producer ids, …).
+    pub value: T,
+    /// The `applied_count` of the first committed image that holds the change (for a
+    /// validate-only request, of the image it was checked against).
+    pub applied_count: u64,
+}
+
+/// The controller's answer to a change request, once it has decided.
+pub type Pending<T> = Pin<Box<dyn Future<Output = Result<Committed<T>, ControllerError>> + Send>>;
+
+/// What the broker asks of the controller: metadata changes, each answered once it is
+/// committed (or refused, changing nothing), and the stream of committed images.
+pub trait MetadataControl: Send + Sync {
+    /// Creates a topic with a fresh id; with `validate_only` nothing changes.
+    fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage>;
+
+    /// Deletes the topic called `name`.
+    fn delete_topic(&self, name: String) -> Pending<TopicImage>;
+
+    /// Raises the partition count of topic `name` to `total`.
+    fn create_partitions(&self, name: String, total: i32, validate_only: bool) -> Pending<()>;
+
+    /// Changes topic `name`'s config overrides: `replace` drops those not in `set` first.
+    fn alter_topic_config(
+        &self,
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Pending<()>;
+
+    /// Changes dynamic broker configs, cluster-wide (`node_id` `None`) or of one broker.
+    fn alter_broker_config(
+        &self,
+        node_id: Option<i32>,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+        replace: bool,
+        validate_only: bool,
+    ) -> Pending<()>;
+
+    /// Reserves a block of producer ids never handed out before: `(first, count)`.
+    fn allocate_producer_ids(&self) -> Pending<(i64, i64)>;
+
+    /// The committed images, newest first available: a receiver sees each change at least as
+    /// its latest image (intermediate images may be skipped).
+    fn images(&self) -> watch::Receiver<Arc<MetadataImage>>;
+}

@@ -1,0 +1,39 @@
+//! Why a metadata change was refused.
+
+/// Why a metadata change was refused; each maps to one Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// CreateTopics for a name in use.
+    #[error("Topic '{0}' already exists.")]
+    TopicAlreadyExists(String),
+    /// The topic does not exist.
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    /// Illegal topic name (the message says why, in Kafka's words).
+    #[error("{0}")]
+    InvalidTopic(String),
+    /// Bad partition count (the message says why, in Kafka's words).
+    #[error("{0}")]
+    InvalidPartitions(String),
+    /// Bad replication factor (the message says why, in Kafka's words).
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    /// Unsupported config key or bad value (the message says why, in Kafka's words).
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// A request Kafka refuses as a whole, such as a static broker config set at runtime (the
+    /// message says why, in Kafka's words).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The change was committed but the broker did not apply it within the wait (it is
+    /// applied later; the client may retry and find it done).
+    #[error("the change was committed but not yet applied here after {0} ms")]
+    NotAppliedInTime(u64),
+    /// The metadata log could not be written (a full disk): the change did not happen.
+    #[error("metadata change not written: {0}")]
+    Storage(std::io::Error),
+    /// The metadata log failed in a way that leaves its durable state unknown: the process must
+    /// stop (the broker exits with its storage-failure code).
+    #[error("metadata log failed: {0}")]
+    Fatal(std::io::Error),
+}
