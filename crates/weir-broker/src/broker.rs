@@ -7,7 +7,7 @@ use tokio::sync::{watch, Semaphore};
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use weir_metadata::{ControllerError, MetadataControl, MetadataImage, Pending};
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, DynamicConfigs};
 use crate::fetch_session::FetchSessions;
 use crate::offsets_topic::PartitionOffsetsLog;
 use crate::partition::storage_failure;
@@ -123,6 +123,16 @@ impl Broker {
     /// The latest metadata image applied here.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.applied.borrow().clone()
+    }
+
+    /// Each metadata image as it is applied here, for tasks that follow dynamic configs.
+    pub fn applied_images(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.applied.subscribe()
+    }
+
+    /// The dynamic broker configs this broker sees in `image`.
+    pub fn dynamic_configs<'a>(&self, image: &'a MetadataImage) -> DynamicConfigs<'a> {
+        DynamicConfigs::of(image, self.identity.node_id)
     }
 
     /// Follows the committed images until shutdown: brings the hosted partitions in line with

@@ -116,41 +116,64 @@ impl Partition {
 impl Broker {
     /// Runs the cleaner until shutdown (not at all when `log.cleaner.enable` is false).
     pub async fn run_log_cleaner(self: Arc<Self>) {
-        let settings = self.config.cleaner;
-        if !settings.enabled {
+        if !self.config.cleaner.enabled {
             return;
         }
-        let throttle = Arc::new(IoThrottle::new(settings.io_bytes_per_second));
-        let threads = Arc::new(Semaphore::new(settings.threads));
+        let mut images = self.applied_images();
         let mut shutdown = self.shutdown.clone();
-        let mut tick = tokio::time::interval(Duration::from_millis(settings.backoff_ms));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut throttle: Option<Arc<IoThrottle>> = None;
+        let mut last_round: Option<tokio::time::Instant> = None;
         loop {
+            // The settings change at runtime: read them for every round, and again whenever
+            // the metadata changes while waiting (a shorter backoff applies at once).
+            let image = images.borrow_and_update().clone();
+            let settings = self.config.cleaner_settings(self.dynamic_configs(&image));
+            let backoff = Duration::from_millis(settings.backoff_ms);
+            let next = last_round.map_or_else(tokio::time::Instant::now, |last| last + backoff);
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep_until(next) => {}
+                changed = images.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 _ = stopping(&mut shutdown) => return,
             }
-            let compacted: Vec<Arc<Partition>> = self
-                .partitions
-                .all()
-                .into_iter()
-                .filter(|p| p.settings().log.compaction.is_some())
-                .collect();
-            let mut running = Vec::with_capacity(compacted.len());
-            for partition in compacted {
-                let Ok(permit) = threads.clone().acquire_owned().await else {
-                    return;
-                };
-                let throttle = throttle.clone();
-                running.push(tokio::task::spawn_blocking(move || {
-                    let _permit = permit;
-                    partition.clean(&settings, &throttle);
-                }));
-            }
-            // A round finishes before shutdown proceeds, so no swap runs past the close.
-            for task in running {
-                let _ = task.await;
-            }
+            last_round = Some(tokio::time::Instant::now());
+            let throttle = match &throttle {
+                Some(kept) if kept.limit == settings.io_bytes_per_second => kept.clone(),
+                _ => throttle
+                    .insert(Arc::new(IoThrottle::new(settings.io_bytes_per_second)))
+                    .clone(),
+            };
+            self.clean_round(settings, throttle).await;
+        }
+    }
+
+    /// Cleans every compacted partition that needs it, at most `settings.threads` at once;
+    /// returns once all are done, so no swap runs past a shutdown.
+    async fn clean_round(&self, settings: CleanerSettings, throttle: Arc<IoThrottle>) {
+        let threads = Arc::new(Semaphore::new(settings.threads));
+        let compacted: Vec<Arc<Partition>> = self
+            .partitions
+            .all()
+            .into_iter()
+            .filter(|p| p.settings().log.compaction.is_some())
+            .collect();
+        let mut running = Vec::with_capacity(compacted.len());
+        for partition in compacted {
+            let Ok(permit) = threads.clone().acquire_owned().await else {
+                return;
+            };
+            let throttle = throttle.clone();
+            running.push(tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                partition.clean(&settings, &throttle);
+            }));
+        }
+        for task in running {
+            let _ = task.await;
         }
     }
 }

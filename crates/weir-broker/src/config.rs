@@ -7,6 +7,7 @@ use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
+use weir_metadata::broker_config::{broker_setting, parse_host_counts, BROKER_SETTINGS};
 use weir_metadata::topic_config::{
     compression_codec, dynamic_broker_config, topic_config, ConfigKind, TopicConfigDef,
     CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
@@ -29,280 +30,6 @@ pub enum ConfigSource {
     Default = 5,
 }
 
-/// The values a broker-only setting accepts.
-#[derive(Debug, Clone, Copy)]
-enum SettingKind {
-    /// A topic-config kind (integer range or fixed words).
-    Plain(ConfigKind),
-    /// `host:count,host:count` (`max.connections.per.ip.overrides`).
-    HostCounts,
-}
-
-impl SettingKind {
-    /// Kafka's config type code.
-    fn type_code(self) -> i8 {
-        match self {
-            SettingKind::Plain(kind) => kind.type_code(),
-            SettingKind::HostCounts => 2, // STRING
-        }
-    }
-}
-
-/// One broker-level setting that is not a topic default.
-struct BrokerSetting {
-    name: &'static str,
-    default: &'static str,
-    kind: SettingKind,
-    doc: &'static str,
-}
-
-const fn long_setting(
-    name: &'static str,
-    default: &'static str,
-    min: i64,
-    max: i64,
-    doc: &'static str,
-) -> BrokerSetting {
-    BrokerSetting {
-        name,
-        default,
-        kind: SettingKind::Plain(ConfigKind::Long { min, max }),
-        doc,
-    }
-}
-
-const fn int_setting(
-    name: &'static str,
-    default: &'static str,
-    min: i64,
-    max: i64,
-    doc: &'static str,
-) -> BrokerSetting {
-    BrokerSetting {
-        name,
-        default,
-        kind: SettingKind::Plain(ConfigKind::Int { min, max }),
-        doc,
-    }
-}
-
-/// Broker-only settings, with Kafka's names and, where Kafka's default is unbounded, a bound.
-const BROKER_SETTINGS: &[BrokerSetting] = &[
-    BrokerSetting {
-        name: "auto.create.topics.enable",
-        default: "true",
-        kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
-        doc: "Create a topic when a Metadata request that allows it names an unknown one.",
-    },
-    int_setting(
-        "num.partitions",
-        "1",
-        1,
-        10_000,
-        "Partitions of an auto-created topic or a CreateTopics with -1.",
-    ),
-    int_setting(
-        "default.replication.factor",
-        "1",
-        1,
-        1,
-        "Replication factor when CreateTopics asks for -1.",
-    ),
-    int_setting(
-        "socket.request.max.bytes",
-        "104857600",
-        1024,
-        i32::MAX as i64,
-        "Largest request frame accepted; larger ones close the connection.",
-    ),
-    long_setting(
-        "queued.max.request.bytes",
-        "268435456",
-        1024,
-        i64::MAX,
-        "Request bytes held in memory at once, over all connections (at least socket.request.max.bytes). When reached, sockets sending large requests are not read until memory frees (backpressure); requests up to 64 KiB always proceed.",
-    ),
-    int_setting(
-        "max.incremental.fetch.session.cache.slots",
-        "1000",
-        0,
-        100_000,
-        "Incremental fetch sessions (KIP-227) the broker keeps; when all are taken and none has been idle two minutes, fetches are served without one. 0 turns sessions off.",
-    ),
-    long_setting(
-        "connections.max.idle.ms",
-        "600000",
-        1,
-        i64::MAX,
-        "Close a connection on which no byte was read or written for this long.",
-    ),
-    int_setting(
-        "max.connections",
-        "10000",
-        1,
-        i32::MAX as i64,
-        "Most open client connections; a connection beyond it is closed at once. Also bounded by the open-file limit.",
-    ),
-    int_setting(
-        "max.connections.per.ip",
-        "1000",
-        1,
-        i32::MAX as i64,
-        "Most open connections from one IP address; a connection beyond it is closed at once.",
-    ),
-    BrokerSetting {
-        name: "max.connections.per.ip.overrides",
-        default: "",
-        kind: SettingKind::HostCounts,
-        doc: "Per-address exceptions to max.connections.per.ip, as host:count,host:count (IP addresses or names resolved at startup).",
-    },
-    long_setting(
-        "log.retention.check.interval.ms",
-        "300000",
-        1,
-        i64::MAX,
-        "How often retention and segment age are checked.",
-    ),
-    int_setting(
-        "producer.id.expiration.ms",
-        "86400000",
-        1,
-        i32::MAX as i64,
-        "Idle time after which a partition forgets an idempotent producer.",
-    ),
-    long_setting(
-        "producer.id.max.per.partition",
-        "5000",
-        1,
-        10_000_000,
-        "Most idempotent producers a partition remembers; beyond it the one idle longest is forgotten (its next batch starts a fresh sequence).",
-    ),
-    int_setting(
-        "log.flush.offset.checkpoint.interval.ms",
-        "60000",
-        1,
-        i64::MAX,
-        "How often recovery points are checkpointed (bounds recovery scans).",
-    ),
-    BrokerSetting {
-        name: "log.cleaner.enable",
-        default: "true",
-        kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
-        doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact.",
-    },
-    int_setting(
-        "log.cleaner.threads",
-        "1",
-        1,
-        64,
-        "Partitions cleaned at once.",
-    ),
-    long_setting(
-        "log.cleaner.dedupe.buffer.size",
-        "134217728",
-        1_048_576,
-        i64::MAX,
-        "Memory for the cleaner's key maps, over all cleaner threads (about 40 bytes per distinct key); a partition with more keys is cleaned in several passes.",
-    ),
-    BrokerSetting {
-        name: "log.cleaner.io.max.bytes.per.second",
-        default: "1.7976931348623157E308",
-        kind: SettingKind::Plain(ConfigKind::Decimal),
-        doc: "Bytes the cleaner reads and writes per second at most, over all its threads (a throttle that keeps cleaning from crowding out produce and fetch).",
-    },
-    long_setting(
-        "log.cleaner.backoff.ms",
-        "15000",
-        1,
-        i64::MAX,
-        "How often compacted partitions are checked for enough dirty data to clean.",
-    ),
-    int_setting(
-        "offsets.topic.num.partitions",
-        "50",
-        1,
-        1_000,
-        "Partitions of __consumer_offsets when it is created (on the first group request); a group lives on partition abs(hash(group)) % this.",
-    ),
-    int_setting(
-        "offsets.topic.segment.bytes",
-        "104857600",
-        1_048_576,
-        1_073_741_824,
-        "segment.bytes of __consumer_offsets (smaller segments make its cleaning cheaper).",
-    ),
-    int_setting(
-        "offset.metadata.max.bytes",
-        "4096",
-        0,
-        1_048_576,
-        "Longest metadata string an offset commit may carry; longer ones get OFFSET_METADATA_TOO_LARGE.",
-    ),
-    int_setting(
-        "offsets.retention.minutes",
-        "10080",
-        1,
-        i32::MAX as i64,
-        "Committed offsets of a group without members are deleted this many minutes after it became empty (or after the commit, for a group that never had members).",
-    ),
-    long_setting(
-        "offsets.retention.check.interval.ms",
-        "600000",
-        1,
-        i64::MAX,
-        "How often expired committed offsets are looked for.",
-    ),
-    int_setting(
-        "group.min.session.timeout.ms",
-        "6000",
-        1,
-        i32::MAX as i64,
-        "Shortest session timeout a group member may ask for.",
-    ),
-    int_setting(
-        "group.max.session.timeout.ms",
-        "1800000",
-        1,
-        i32::MAX as i64,
-        "Longest session timeout a group member may ask for.",
-    ),
-    int_setting(
-        "group.initial.rebalance.delay.ms",
-        "3000",
-        0,
-        i32::MAX as i64,
-        "How long the first rebalance of an empty group waits for more members to join, so a group starting up rebalances once.",
-    ),
-    int_setting(
-        "group.max.size",
-        "2147483647",
-        1,
-        i32::MAX as i64,
-        "Most members one consumer group may have.",
-    ),
-    int_setting(
-        "group.consumer.session.timeout.ms",
-        "45000",
-        1,
-        i32::MAX as i64,
-        "Consumer group protocol (group.protocol=consumer): a member that sends no heartbeat for this long is removed and its partitions reassigned.",
-    ),
-    int_setting(
-        "group.consumer.heartbeat.interval.ms",
-        "5000",
-        1,
-        i32::MAX as i64,
-        "Consumer group protocol: how often members heartbeat, and so how soon they learn of a new assignment.",
-    ),
-    int_setting(
-        "group.consumer.max.size",
-        "2147483647",
-        1,
-        i32::MAX as i64,
-        "Most members one consumer group protocol group may have.",
-    ),
-];
-
 /// The log cleaner's settings.
 #[derive(Debug, Clone, Copy)]
 pub struct CleanerSettings {
@@ -316,6 +43,47 @@ pub struct CleanerSettings {
     pub io_bytes_per_second: u64,
     /// `log.cleaner.backoff.ms`.
     pub backoff_ms: u64,
+}
+
+impl CleanerSettings {
+    /// The settings from a lookup of each `log.cleaner.*` value (already validated).
+    fn from_values<'a>(value: impl Fn(&str) -> &'a str) -> CleanerSettings {
+        let long = |name: &str| parse_validated(name, value(name));
+        let threads = long("log.cleaner.threads").max(1) as usize;
+        CleanerSettings {
+            enabled: value("log.cleaner.enable") == "true",
+            threads,
+            key_map_entries: (long("log.cleaner.dedupe.buffer.size") as usize
+                / threads
+                / KEY_MAP_BYTES_PER_ENTRY)
+                .max(1),
+            // A rate as Kafka gives it, a decimal; above u64::MAX it is no limit.
+            io_bytes_per_second: value("log.cleaner.io.max.bytes.per.second")
+                .trim()
+                .parse::<f64>()
+                .map_or(u64::MAX, |rate| rate as u64),
+            backoff_ms: long("log.cleaner.backoff.ms") as u64,
+        }
+    }
+}
+
+/// The connection limits that change at runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// `max.connections`.
+    pub max_connections: u32,
+    /// `max.connections.per.ip`.
+    pub max_connections_per_ip: u32,
+    /// `max.connections.per.ip.overrides`, as given: (host, count).
+    pub per_ip_overrides: Vec<(String, u32)>,
+}
+
+/// An integer value that was validated against its setting's kind (defaults are well-formed).
+fn parse_validated(name: &str, value: &str) -> i64 {
+    value
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}={value} was validated as an integer"))
 }
 
 /// A broker property that is unknown or has a bad value.
@@ -434,26 +202,6 @@ fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), ConfigErr
     weir_metadata::topic_config::check_kind(name, kind, value).map_err(ConfigError)
 }
 
-/// Parses `host:count,host:count`; hosts may be IPv6 (the count follows the last colon).
-fn parse_host_counts(name: &str, value: &str) -> Result<Vec<(String, u32)>, ConfigError> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|entry| !entry.is_empty())
-        .map(|entry| {
-            let (host, count) = entry
-                .rsplit_once(':')
-                .filter(|(host, _)| !host.is_empty())
-                .ok_or_else(|| ConfigError(format!("{name}: {entry:?} is not host:count")))?;
-            let count = count.trim().parse::<u32>().map_err(|_| {
-                ConfigError(format!("{name}: {count:?} in {entry:?} is not a count"))
-            })?;
-            let host = host.trim().trim_start_matches('[').trim_end_matches(']');
-            Ok((host.to_string(), count))
-        })
-        .collect()
-}
-
 /// The value of broker property `name`: as given, else its default. Names are the constants
 /// of the tables above, so a lookup of an unknown name is a bug.
 fn value_of<'a>(given: &'a BTreeMap<String, String>, name: &str) -> &'a str {
@@ -469,12 +217,7 @@ fn value_of<'a>(given: &'a BTreeMap<String, String>, name: &str) -> &'a str {
 }
 
 fn long_of(given: &BTreeMap<String, String>, name: &str) -> i64 {
-    let value = value_of(given, name);
-    // Checked against the setting's kind in `from_properties`; defaults are well-formed.
-    value
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{name}={value} was validated as an integer"))
+    parse_validated(name, value_of(given, name))
 }
 
 impl BrokerConfig {
@@ -485,13 +228,8 @@ impl BrokerConfig {
         for (name, value) in properties {
             if let Some(def) = dynamic_broker_config(name) {
                 check_kind(name, def.kind, value)?;
-            } else if let Some(setting) = BROKER_SETTINGS.iter().find(|s| s.name == name) {
-                match setting.kind {
-                    SettingKind::Plain(kind) => check_kind(name, kind, value)?,
-                    SettingKind::HostCounts => {
-                        parse_host_counts(name, value)?;
-                    }
-                }
+            } else if let Some(setting) = broker_setting(name) {
+                setting.check(value).map_err(ConfigError)?;
             } else {
                 return Err(ConfigError(format!("unknown broker setting {name:?}; see `weir server --help` for the supported ones")));
             }
@@ -510,7 +248,8 @@ impl BrokerConfig {
             max_connections_per_ip_overrides: parse_host_counts(
                 "max.connections.per.ip.overrides",
                 value_of(properties, "max.connections.per.ip.overrides"),
-            )?,
+            )
+            .map_err(ConfigError)?,
             retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
             producer_id_expiration_ms: long("producer.id.expiration.ms"),
@@ -534,20 +273,7 @@ impl BrokerConfig {
                     max_size: long("group.consumer.max.size") as usize,
                 },
             },
-            cleaner: CleanerSettings {
-                enabled: value_of(properties, "log.cleaner.enable") == "true",
-                threads: long("log.cleaner.threads") as usize,
-                key_map_entries: (long("log.cleaner.dedupe.buffer.size") as usize
-                    / long("log.cleaner.threads") as usize
-                    / KEY_MAP_BYTES_PER_ENTRY)
-                    .max(1),
-                // A rate as Kafka gives it, a decimal; above u64::MAX it is no limit.
-                io_bytes_per_second: value_of(properties, "log.cleaner.io.max.bytes.per.second")
-                    .trim()
-                    .parse::<f64>()
-                    .map_or(u64::MAX, |rate| rate as u64),
-                backoff_ms: long("log.cleaner.backoff.ms") as u64,
-            },
+            cleaner: CleanerSettings::from_values(|name| value_of(properties, name)),
             topic_defaults: TopicSettings::resolve(
                 |name| {
                     topic_config(name).map_or("", |def| match def.broker_key() {
@@ -611,6 +337,38 @@ impl BrokerConfig {
         set.map_or(def.default, String::as_str)
     }
 
+    /// The value of broker setting `name` under `dynamic`: the most specific level that sets
+    /// it, else its default.
+    fn setting<'a>(&'a self, dynamic: DynamicConfigs<'a>, name: &str) -> &'a str {
+        self.levels(dynamic, name)
+            .first()
+            .map_or_else(|| value_of(&self.given, name), |(value, _)| value)
+    }
+
+    /// The log cleaner's settings under `dynamic` (they change at runtime).
+    pub fn cleaner_settings(&self, dynamic: DynamicConfigs<'_>) -> CleanerSettings {
+        CleanerSettings::from_values(|name| self.setting(dynamic, name))
+    }
+
+    /// `producer.id.expiration.ms` under `dynamic`.
+    pub fn producer_id_expiration_ms(&self, dynamic: DynamicConfigs<'_>) -> i64 {
+        let name = "producer.id.expiration.ms";
+        parse_validated(name, self.setting(dynamic, name))
+    }
+
+    /// The connection limits under `dynamic`. A bad override list cannot be stored (the
+    /// controller checks it), so it is read as none.
+    pub fn connection_settings(&self, dynamic: DynamicConfigs<'_>) -> ConnectionSettings {
+        let long = |name: &str| parse_validated(name, self.setting(dynamic, name));
+        let overrides = "max.connections.per.ip.overrides";
+        ConnectionSettings {
+            max_connections: long("max.connections") as u32,
+            max_connections_per_ip: long("max.connections.per.ip") as u32,
+            per_ip_overrides: parse_host_counts(overrides, self.setting(dynamic, overrides))
+                .unwrap_or_default(),
+        }
+    }
+
     /// The synonyms Kafka lists for topic config `def`'s broker key: each level that sets it,
     /// then the default (for a key that falls back to a coarser one, that key's default, and
     /// only when some level sets the key).
@@ -642,31 +400,26 @@ impl BrokerConfig {
     /// settings (read-only) and the broker keys of topic configs (changeable at runtime).
     pub fn describe(&self, dynamic: DynamicConfigs<'_>) -> Vec<DescribedConfig> {
         let fixed = BROKER_SETTINGS.iter().map(|s| {
-            let given = self.given.get(s.name);
-            let mut synonyms = Vec::new();
-            if let Some(value) = given {
-                synonyms.push((
-                    s.name.to_string(),
-                    value.clone(),
-                    ConfigSource::StaticBroker,
-                ));
-            }
-            synonyms.push((
+            let levels = self.levels(dynamic, s.name);
+            let (value, source) = levels
+                .first()
+                .copied()
+                .unwrap_or((s.default, ConfigSource::Default));
+            let set = levels
+                .iter()
+                .map(|(value, source)| (s.name.to_string(), value.to_string(), *source));
+            let default = (
                 s.name.to_string(),
                 s.default.to_string(),
                 ConfigSource::Default,
-            ));
+            );
             DescribedConfig {
                 name: s.name.to_string(),
-                value: Some(given.map_or(s.default, String::as_str).to_string()),
-                source: if given.is_some() {
-                    ConfigSource::StaticBroker
-                } else {
-                    ConfigSource::Default
-                },
+                value: Some(value.to_string()),
+                source,
                 doc: s.doc,
-                synonyms,
-                read_only: true,
+                synonyms: set.chain([default]).collect(),
+                read_only: !s.dynamic,
                 config_type: s.kind.type_code(),
             }
         });
@@ -698,15 +451,18 @@ impl BrokerConfig {
             .cluster
             .iter()
             .filter_map(|(key, value)| {
-                let def = dynamic_broker_config(key)?;
+                let (doc, config_type) = match dynamic_broker_config(key) {
+                    Some(def) => (def.doc, def.kind.type_code()),
+                    None => broker_setting(key).map(|s| (s.doc, s.kind.type_code()))?,
+                };
                 Some(DescribedConfig {
                     name: key.clone(),
                     value: Some(value.clone()),
                     source: ConfigSource::DynamicDefault,
-                    doc: def.doc,
+                    doc,
                     synonyms: vec![(key.clone(), value.clone(), ConfigSource::DynamicDefault)],
                     read_only: false,
-                    config_type: def.kind.type_code(),
+                    config_type,
                 })
             })
             .collect()
@@ -978,9 +734,50 @@ mod tests {
             described.iter().all(|c| c.name != "remote.storage.enable"),
             "topic-only configs have no broker key"
         );
+        let settings = BTreeMap::from([
+            ("log.cleaner.threads".to_string(), "4".to_string()),
+            (
+                "log.cleaner.io.max.bytes.per.second".to_string(),
+                "1000.5".to_string(),
+            ),
+            ("producer.id.expiration.ms".to_string(), "60000".to_string()),
+            (
+                "max.connections.per.ip.overrides".to_string(),
+                "10.0.0.1:3".to_string(),
+            ),
+        ]);
+        let at_runtime = DynamicConfigs {
+            node: &settings,
+            cluster: &cluster,
+        };
+        let cleaner = broker.cleaner_settings(at_runtime);
+        assert_eq!((cleaner.threads, cleaner.io_bytes_per_second), (4, 1000));
+        assert_eq!(broker.producer_id_expiration_ms(at_runtime), 60_000);
+        let limits = broker.connection_settings(at_runtime);
+        assert_eq!(limits.per_ip_overrides, vec![("10.0.0.1".to_string(), 3)]);
+        assert_eq!(limits.max_connections, 10_000);
+        let described = broker.describe(at_runtime);
+        let threads = described
+            .iter()
+            .find(|c| c.name == "log.cleaner.threads")
+            .expect("listed");
+        assert_eq!(
+            (threads.value.as_deref(), threads.source, threads.read_only),
+            (Some("4"), ConfigSource::DynamicBroker, false)
+        );
         let defaults = BrokerConfig::describe_cluster_default(dynamic);
         let names: Vec<&str> = defaults.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["log.retention.ms", "message.max.bytes"]);
+        let cluster_settings = DynamicConfigs {
+            node: &cluster,
+            cluster: &settings,
+        };
+        let defaults = BrokerConfig::describe_cluster_default(cluster_settings);
+        assert_eq!(
+            defaults.len(),
+            4,
+            "broker settings set cluster-wide are listed too"
+        );
     }
 
     #[test]

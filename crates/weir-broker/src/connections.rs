@@ -1,7 +1,8 @@
 //! Connection limits: `max.connections` broker-wide and `max.connections.per.ip` per client
 //! address (with `max.connections.per.ip.overrides`). A connection over a limit is closed as
 //! soon as it is accepted, so a flood from one address neither waits in the accept queue nor
-//! locks anyone else out.
+//! locks anyone else out. The limits change at runtime (dynamic broker configs); connections
+//! already open stay open.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -34,19 +35,45 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-#[derive(Default)]
+/// The limits in force and the connections counted against them.
 struct Counts {
+    max_total: u32,
+    per_ip_default: u32,
+    per_ip_overrides: HashMap<IpAddr, u32>,
     total: u32,
     per_ip: HashMap<IpAddr, u32>,
 }
 
 /// Open connections counted against the limits.
 pub struct ConnectionLimits {
-    max_total: u32,
-    per_ip_default: u32,
-    per_ip_overrides: HashMap<IpAddr, u32>,
+    /// The most `max.connections` may be: what the open-file budget reserved at startup.
+    ceiling: u32,
     counts: Mutex<Counts>,
     closed: Notify,
+}
+
+/// Resolves `host:count` overrides to addresses; a host that does not resolve is an error
+/// (as in Kafka).
+pub async fn resolve_overrides(
+    overrides: &[(String, u32)],
+) -> Result<HashMap<IpAddr, u32>, String> {
+    let mut resolved = HashMap::new();
+    for (host, count) in overrides {
+        let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|e| {
+                    format!("max.connections.per.ip.overrides: cannot resolve {host}: {e}")
+                })?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        for ip in addresses {
+            resolved.insert(ip.to_canonical(), *count);
+        }
+    }
+    Ok(resolved)
 }
 
 /// One admitted connection; dropping it frees its place.
@@ -74,22 +101,7 @@ impl ConnectionLimits {
     /// Limits from the broker config, resolving override host names; an override naming a
     /// host that does not resolve is an error (as in Kafka).
     pub async fn from_config(config: &BrokerConfig) -> Result<Arc<ConnectionLimits>, String> {
-        let mut overrides = HashMap::new();
-        for (host, count) in &config.max_connections_per_ip_overrides {
-            let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
-                Ok(ip) => vec![ip],
-                Err(_) => tokio::net::lookup_host((host.as_str(), 0))
-                    .await
-                    .map_err(|e| {
-                        format!("max.connections.per.ip.overrides: cannot resolve {host}: {e}")
-                    })?
-                    .map(|a| a.ip())
-                    .collect(),
-            };
-            for ip in addresses {
-                overrides.insert(ip.to_canonical(), *count);
-            }
-        }
+        let overrides = resolve_overrides(&config.max_connections_per_ip_overrides).await?;
         Ok(ConnectionLimits::new(
             config.max_connections,
             config.max_connections_per_ip,
@@ -97,19 +109,40 @@ impl ConnectionLimits {
         ))
     }
 
-    /// Limits with resolved overrides.
+    /// Limits with resolved overrides; `max_total` is also the most it may be raised to later.
     pub fn new(
         max_total: u32,
         per_ip_default: u32,
         per_ip_overrides: HashMap<IpAddr, u32>,
     ) -> Arc<ConnectionLimits> {
         Arc::new(ConnectionLimits {
-            max_total,
-            per_ip_default,
-            per_ip_overrides,
-            counts: Mutex::new(Counts::default()),
+            ceiling: max_total,
+            counts: Mutex::new(Counts {
+                max_total,
+                per_ip_default,
+                per_ip_overrides,
+                total: 0,
+                per_ip: HashMap::new(),
+            }),
             closed: Notify::new(),
         })
+    }
+
+    /// Puts new limits in force for connections admitted from now on. `max_total` is held to
+    /// the startup value, which the open-file budget reserved files for.
+    pub fn reconfigure(
+        &self,
+        max_total: u32,
+        per_ip_default: u32,
+        per_ip_overrides: HashMap<IpAddr, u32>,
+    ) {
+        if max_total > self.ceiling {
+            tracing::warn!(target: "weir::server", asked = max_total, kept = self.ceiling, "max.connections cannot rise above its value at startup (the open-file budget reserved that many)");
+        }
+        let mut counts = self.counts();
+        counts.max_total = max_total.min(self.ceiling);
+        counts.per_ip_default = per_ip_default;
+        counts.per_ip_overrides = per_ip_overrides;
     }
 
     fn counts(&self) -> MutexGuard<'_, Counts> {
@@ -120,18 +153,18 @@ impl ConnectionLimits {
     /// Counts a new connection from `ip`, or refuses it.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionSlot, Refusal> {
         let ip = ip.to_canonical();
-        let per_ip_max = self
+        let mut counts = self.counts();
+        let per_ip_max = counts
             .per_ip_overrides
             .get(&ip)
             .copied()
-            .unwrap_or(self.per_ip_default);
-        let mut counts = self.counts();
+            .unwrap_or(counts.per_ip_default);
         let from_ip = counts.per_ip.get(&ip).copied().unwrap_or(0);
         if from_ip >= per_ip_max {
             return Err(Refusal::Address(per_ip_max));
         }
-        if counts.total >= self.max_total {
-            return Err(Refusal::Broker(self.max_total));
+        if counts.total >= counts.max_total {
+            return Err(Refusal::Broker(counts.max_total));
         }
         counts.total += 1;
         *counts.per_ip.entry(ip).or_default() += 1;
@@ -188,5 +221,22 @@ mod tests {
         assert_eq!(limits.open(), 5);
         drop(vips);
         assert_eq!(limits.open(), 2);
+        // New limits apply to the next connection; max.connections stays within its start.
+        limits.reconfigure(9, 1, HashMap::new());
+        assert_eq!(limits.admit(other).err(), Some(Refusal::Address(1)));
+        let _d = limits
+            .admit(vip)
+            .expect("one from an address without its override");
+        let _e = limits
+            .admit("127.0.0.3".parse().expect("ip"))
+            .expect("fourth");
+        let _f = limits
+            .admit("127.0.0.4".parse().expect("ip"))
+            .expect("fifth");
+        assert_eq!(
+            limits.admit("127.0.0.5".parse().expect("ip")).err(),
+            Some(Refusal::Broker(5)),
+            "held to the startup value"
+        );
     }
 }

@@ -308,7 +308,17 @@ impl PartitionRegistry {
     /// Runs retention, segment aging and producer expiry on every partition. Segment files are
     /// deleted and rolled segments fsynced after the partition's lock is released. Blocking.
     pub fn run_retention(&self) {
-        let expiration_ms = self.config.producer_id_expiration_ms;
+        let synced = self
+            .synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let expiration_ms = match &synced {
+            Some(image) => self
+                .config
+                .producer_id_expiration_ms(DynamicConfigs::of(image, self.node_id)),
+            None => self.config.producer_id_expiration_ms,
+        };
         for partition in self.all() {
             let (removals, rolled, expired) = {
                 let mut log = partition.log_mut();

@@ -28,7 +28,8 @@ use weir_proto::api::api_versions_response;
 use weir_proto::{decode_request, encode_response, read_frame_length, DecodeError, FrameError};
 
 use crate::broker::Broker;
-use crate::connections::{ConnectionLimits, ConnectionSlot};
+use crate::config::DynamicConfigs;
+use crate::connections::{resolve_overrides, ConnectionLimits, ConnectionSlot};
 use crate::handlers;
 use crate::rate_limit::{warn_bad_input, LineLimit};
 use crate::reply::{FramePart, PendingReply, Reply, ResponseFrame};
@@ -61,9 +62,49 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 /// Lines about refused connections and accept failures.
 static CONNECTION_WARNINGS: LineLimit = LineLimit::new();
 
+/// Puts the connection limits of each applied metadata image in force (they are dynamic
+/// broker configs), until shutdown. Override host names are resolved here; a list that does not
+/// resolve is logged and the limits in force are kept.
+async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionLimits>) {
+    let mut images = broker.applied_images();
+    let mut shutdown = broker.shutdown.clone();
+    let mut in_force = broker.config.connection_settings(DynamicConfigs::none());
+    loop {
+        let image = images.borrow_and_update().clone();
+        let wanted = broker
+            .config
+            .connection_settings(broker.dynamic_configs(&image));
+        if wanted != in_force {
+            match resolve_overrides(&wanted.per_ip_overrides).await {
+                Ok(overrides) => {
+                    limits.reconfigure(
+                        wanted.max_connections,
+                        wanted.max_connections_per_ip,
+                        overrides,
+                    );
+                    tracing::info!(target: "weir::server", max_connections = wanted.max_connections, max_connections_per_ip = wanted.max_connections_per_ip, overrides = wanted.per_ip_overrides.len(), "connection limits changed");
+                    in_force = wanted;
+                }
+                Err(error) => {
+                    tracing::error!(target: "weir::server", %error, "connection limits not changed");
+                }
+            }
+        }
+        tokio::select! {
+            changed = images.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = crate::broker::stopping(&mut shutdown) => return,
+        }
+    }
+}
+
 /// Accepts connections until shutdown, then waits (bounded) for open ones to drain.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<ConnectionLimits>) {
     let mut shutdown = broker.shutdown.clone();
+    tokio::spawn(follow_connection_settings(broker.clone(), limits.clone()));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,

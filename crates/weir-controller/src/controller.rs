@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use weir_metadata::topic_config::{check_kind, dynamic_broker_config, validate_topic_config};
+use weir_metadata::broker_config::check_runtime_broker_config;
+use weir_metadata::topic_config::validate_topic_config;
 use weir_metadata::{
     validate_topic_name, Committed, ControllerError, MetadataCommand, MetadataControl,
     MetadataImage, NewTopic, Pending, TopicImage,
@@ -259,7 +260,8 @@ impl Controller {
 
     /// Changes dynamic broker configs: the cluster-wide defaults (`node_id` `None`) or one
     /// broker's own; `replace` drops the level's configs not in `set`. Only the broker keys of
-    /// topic configs change at runtime; any other key is refused, as is a bad value.
+    /// topic configs and the settings marked dynamic change at runtime; any other key is
+    /// refused, as is a bad value.
     pub fn alter_broker_config(
         &self,
         node_id: Option<i32>,
@@ -269,9 +271,9 @@ impl Controller {
         validate_only: bool,
     ) -> Result<(), ControllerError> {
         let fixed: Vec<&str> = set
-            .keys()
-            .map(String::as_str)
-            .filter(|name| dynamic_broker_config(name).is_none())
+            .iter()
+            .filter(|(name, value)| check_runtime_broker_config(name, value).is_none())
+            .map(|(name, _)| name.as_str())
             .collect();
         if !fixed.is_empty() {
             return Err(ControllerError::InvalidRequest(format!(
@@ -280,8 +282,9 @@ impl Controller {
             )));
         }
         for (name, value) in &set {
-            let def = dynamic_broker_config(name).expect("checked above");
-            check_kind(name, def.kind, value).map_err(ControllerError::InvalidRequest)?;
+            if let Some(Err(why)) = check_runtime_broker_config(name, value) {
+                return Err(ControllerError::InvalidRequest(why));
+            }
         }
         let mut state = self.state();
         if !validate_only {

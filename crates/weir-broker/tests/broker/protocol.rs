@@ -1127,3 +1127,45 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
     assert!(test.broker.image().topic("elsewhere").is_none());
     test.shutdown().await;
 }
+
+/// The connection limits are dynamic broker configs: lowering `max.connections.per.ip` closes
+/// new connections beyond it at once (open ones stay), and deleting it lets them in again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limits_change_at_runtime() {
+    const SET: i8 = 0;
+    const DELETE: i8 = 1;
+    let test = start_fs(&[]).await;
+    let mut admin = TcpStream::connect(test.addr).await.expect("connect");
+    let _second = TcpStream::connect(test.addr).await.expect("connect");
+    let two = [("max.connections.per.ip", SET, Some("2"))];
+    assert_eq!(alter_broker_configs(&mut admin, "1", &two).await, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut third = TcpStream::connect(test.addr).await.expect("connect");
+        if closed_within(&mut third, Duration::from_millis(300)).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new limit never applied"
+        );
+    }
+    // The connections already open are served as before.
+    let versions = kafka_protocol::messages::ApiVersionsRequest::default();
+    let answer: kafka_protocol::messages::ApiVersionsResponse =
+        call(&mut admin, ApiKey::ApiVersions, 0, &versions).await;
+    assert_eq!(answer.error_code, 0);
+    let back = [("max.connections.per.ip", DELETE, None)];
+    assert_eq!(alter_broker_configs(&mut admin, "1", &back).await, 0);
+    loop {
+        let mut third = TcpStream::connect(test.addr).await.expect("connect");
+        if !closed_within(&mut third, Duration::from_millis(300)).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the default never came back"
+        );
+    }
+    test.shutdown().await;
+}

@@ -52,8 +52,10 @@ scenarios! { "configs";
         "IncrementalAlterConfigs v1: cluster-wide and per-broker defaults, and what topics show of them";
     broker_unknown_key: Expect::Deliberate("an unknown broker config is refused, not stored and ignored"),
         "AlterConfigs and IncrementalAlterConfigs v2/v1 of an unknown broker key";
-    broker_keys_static_in_weir: Expect::Pending("log.cleaner.*, max.connections and producer.id.expiration.ms change at runtime in Kafka, at restart in Weir"),
-        "IncrementalAlterConfigs v1 of broker keys Kafka changes at runtime";
+    cleaner_threads_beyond_double: Expect::Deliberate("log.cleaner.threads may change to any value in range, not only to half or double the current one"),
+        "IncrementalAlterConfigs v1 of log.cleaner.threads to four times its value";
+    broker_settings_at_runtime: Expect::Same,
+        "IncrementalAlterConfigs v1 of broker settings that change at runtime: the cleaner's, the connection limits, producer expiry";
 }
 
 fn resource(kind: i8, name: &str, keys: Option<&[&str]>) -> DescribeConfigsResource {
@@ -512,14 +514,35 @@ async fn broker_unknown_key(cx: &mut Ctx) -> Result<()> {
     incremental(cx, BROKER, "", &[("no.such.key", SET, Some("1"))], true).await
 }
 
-async fn broker_keys_static_in_weir(cx: &mut Ctx) -> Result<()> {
-    for key in [
-        "log.cleaner.threads",
-        "log.cleaner.io.max.bytes.per.second",
-        "max.connections",
-        "producer.id.expiration.ms",
+async fn cleaner_threads_beyond_double(cx: &mut Ctx) -> Result<()> {
+    let quadruple = [("log.cleaner.threads", SET, Some("4"))];
+    incremental(cx, BROKER, "1", &quadruple, true).await
+}
+
+async fn broker_settings_at_runtime(cx: &mut Ctx) -> Result<()> {
+    for (key, value) in [
+        ("log.cleaner.threads", "2"),
+        ("log.cleaner.io.max.bytes.per.second", "2000000.5"),
+        ("log.cleaner.backoff.ms", "20000"),
+        ("max.connections", "2000"),
+        ("max.connections.per.ip", "500"),
+        ("max.connections.per.ip.overrides", "127.0.0.9:7"),
+        ("producer.id.expiration.ms", "3600000"),
     ] {
-        incremental(cx, BROKER, "1", &[(key, SET, Some("2"))], true).await?;
+        incremental(cx, BROKER, "1", &[(key, SET, Some(value))], true).await?;
     }
-    Ok(())
+    // A real change, what the broker then shows, and back.
+    let keys = ["log.cleaner.backoff.ms", "producer.id.expiration.ms"];
+    let set: Operations = &[
+        ("log.cleaner.backoff.ms", SET, Some("20000")),
+        ("producer.id.expiration.ms", SET, Some("3600000")),
+    ];
+    incremental(cx, BROKER, "", set, false).await?;
+    describe(cx, 4, vec![resource(BROKER, "1", Some(&keys))], true, false).await?;
+    let delete: Operations = &[
+        ("log.cleaner.backoff.ms", DELETE, None),
+        ("producer.id.expiration.ms", DELETE, None),
+    ];
+    incremental(cx, BROKER, "", delete, false).await?;
+    describe(cx, 4, vec![resource(BROKER, "1", Some(&keys))], true, false).await
 }
