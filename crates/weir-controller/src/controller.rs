@@ -1,7 +1,6 @@
 //! The controller: validates requests, turns them into commands, makes them durable through
 //! the metadata log and publishes the new image.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -11,8 +10,8 @@ use uuid::Uuid;
 use weir_metadata::broker_config::check_runtime_broker_config;
 use weir_metadata::topic_config::validate_topic_config;
 use weir_metadata::{
-    validate_topic_name, Committed, ControllerError, MetadataCommand, MetadataControl,
-    MetadataImage, NewTopic, Pending, TopicImage,
+    validate_topic_name, Committed, ConfigChange, ControllerError, MetadataCommand,
+    MetadataControl, MetadataImage, NewTopic, Pending, TopicImage,
 };
 
 use crate::metadata_log::{MetadataLog, MetadataLogError};
@@ -231,29 +230,20 @@ impl Controller {
         Ok(())
     }
 
-    /// Changes a topic's config overrides; `replace` drops overrides not in `set`.
+    /// Changes a topic's config overrides.
     pub fn alter_topic_config(
         &self,
         name: &str,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-        replace: bool,
+        change: ConfigChange,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
         // Deleting a key that is not a config deletes nothing, as in Kafka.
-        Self::check_configs(&set)?;
+        Self::check_configs(&change.set)?;
         let mut state = self.state();
         let topic_id = Self::topic_id(&state, name)?;
         if !validate_only {
-            self.commit(
-                &mut state,
-                MetadataCommand::AlterTopicConfig {
-                    topic_id,
-                    set,
-                    delete,
-                    replace,
-                },
-            )?;
+            let command = MetadataCommand::AlterTopicConfig { topic_id, change };
+            self.commit(&mut state, command)?;
         }
         Ok(())
     }
@@ -265,12 +255,11 @@ impl Controller {
     pub fn alter_broker_config(
         &self,
         node_id: Option<i32>,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-        replace: bool,
+        change: ConfigChange,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
-        let fixed: Vec<&str> = set
+        let fixed: Vec<&str> = change
+            .set
             .iter()
             .filter(|(name, value)| check_runtime_broker_config(name, value).is_none())
             .map(|(name, _)| name.as_str())
@@ -281,22 +270,15 @@ impl Controller {
                 fixed.join(", ")
             )));
         }
-        for (name, value) in &set {
+        for (name, value) in &change.set {
             if let Some(Err(why)) = check_runtime_broker_config(name, value) {
                 return Err(ControllerError::InvalidRequest(why));
             }
         }
         let mut state = self.state();
         if !validate_only {
-            self.commit(
-                &mut state,
-                MetadataCommand::AlterBrokerConfig {
-                    node_id,
-                    set,
-                    delete,
-                    replace,
-                },
-            )?;
+            let command = MetadataCommand::AlterBrokerConfig { node_id, change };
+            self.commit(&mut state, command)?;
         }
         Ok(())
     }
@@ -364,23 +346,19 @@ impl MetadataControl for LocalControl {
     fn alter_topic_config(
         &self,
         name: String,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-        replace: bool,
+        change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| c.alter_topic_config(&name, set, delete, replace, validate_only))
+        self.run(move |c| c.alter_topic_config(&name, change, validate_only))
     }
 
     fn alter_broker_config(
         &self,
         node_id: Option<i32>,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-        replace: bool,
+        change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| c.alter_broker_config(node_id, set, delete, replace, validate_only))
+        self.run(move |c| c.alter_broker_config(node_id, change, validate_only))
     }
 
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
@@ -394,6 +372,8 @@ impl MetadataControl for LocalControl {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::metadata_log::FileMetadataLog;
 
@@ -426,7 +406,7 @@ mod tests {
             .expect("grow");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         controller
-            .alter_topic_config("orders", set, vec![], false, false)
+            .alter_topic_config("orders", ConfigChange::setting(set), false)
             .expect("alter");
         let (pid, _) = controller.allocate_producer_ids().expect("pids");
         drop(controller);
@@ -454,17 +434,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let controller = open(dir.path());
         let one = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
+        let set = |key: &str, value: &str| ConfigChange::setting(one(key, value));
         controller
-            .alter_broker_config(None, one("log.retention.ms", "7000"), vec![], false, false)
+            .alter_broker_config(None, set("log.retention.ms", "7000"), false)
             .expect("cluster default");
         controller
-            .alter_broker_config(
-                Some(1),
-                one("message.max.bytes", "2000"),
-                vec![],
-                false,
-                false,
-            )
+            .alter_broker_config(Some(1), set("message.max.bytes", "2000"), false)
             .expect("this broker");
         let before = controller.image().applied_count;
         for (key, value) in [
@@ -474,8 +449,7 @@ mod tests {
             ("remote.storage.enable", "false"),
             ("retention.ms", "1000"),
         ] {
-            let refused =
-                controller.alter_broker_config(Some(1), one(key, value), vec![], false, false);
+            let refused = controller.alter_broker_config(Some(1), set(key, value), false);
             assert!(
                 matches!(refused, Err(ControllerError::InvalidRequest(_))),
                 "{key}={value}: {refused:?}"
@@ -487,13 +461,7 @@ mod tests {
             "refusals change nothing"
         );
         controller
-            .alter_broker_config(
-                Some(1),
-                one("log.segment.bytes", "2097152"),
-                vec![],
-                false,
-                true,
-            )
+            .alter_broker_config(Some(1), set("log.segment.bytes", "2097152"), true)
             .expect("validate only");
         let image = controller.image();
         assert_eq!(
@@ -511,7 +479,14 @@ mod tests {
             &one("message.max.bytes", "2000")
         );
         controller
-            .alter_broker_config(Some(1), BTreeMap::new(), vec![], true, false)
+            .alter_broker_config(
+                Some(1),
+                ConfigChange {
+                    replace: true,
+                    ..ConfigChange::default()
+                },
+                false,
+            )
             .expect("replace with nothing");
         assert!(controller.image().broker_configs(Some(1)).is_empty());
     }
@@ -563,9 +538,7 @@ mod tests {
         assert!(controller
             .alter_topic_config(
                 "t",
-                BTreeMap::from([("foo.bar".into(), "1".into())]),
-                vec![],
-                false,
+                ConfigChange::setting(BTreeMap::from([("foo.bar".into(), "1".into())])),
                 false
             )
             .is_err());

@@ -2,7 +2,7 @@
 //! accepted values, and which of them change at runtime (Kafka's dynamic broker configs). The
 //! broker reads them at startup; the controller checks runtime changes against them.
 
-use crate::topic_config::{check_kind, dynamic_broker_config, ConfigKind};
+use crate::topic_config::{check_kind, dynamic_broker_config, int, long, ConfigKind, BOOLEAN};
 
 /// The values a broker-only setting accepts.
 #[derive(Debug, Clone, Copy)]
@@ -57,33 +57,17 @@ impl BrokerSetting {
     }
 }
 
-const fn long_setting(
+/// A setting of `kind`, read at startup only.
+const fn setting(
     name: &'static str,
     default: &'static str,
-    min: i64,
-    max: i64,
+    kind: ConfigKind,
     doc: &'static str,
 ) -> BrokerSetting {
     BrokerSetting {
         name,
         default,
-        kind: SettingKind::Plain(ConfigKind::Long { min, max }),
-        doc,
-        dynamic: false,
-    }
-}
-
-const fn int_setting(
-    name: &'static str,
-    default: &'static str,
-    min: i64,
-    max: i64,
-    doc: &'static str,
-) -> BrokerSetting {
-    BrokerSetting {
-        name,
-        default,
-        kind: SettingKind::Plain(ConfigKind::Int { min, max }),
+        kind: SettingKind::Plain(kind),
         doc,
         dynamic: false,
     }
@@ -91,68 +75,59 @@ const fn int_setting(
 
 /// Broker-only settings, with Kafka's names and, where Kafka's default is unbounded, a bound.
 pub const BROKER_SETTINGS: &[BrokerSetting] = &[
-    BrokerSetting {
-        name: "auto.create.topics.enable",
-        default: "true",
-        kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
-        doc: "Create a topic when a Metadata request that allows it names an unknown one.",
-        dynamic: false,
-    },
-    int_setting(
+    setting(
+        "auto.create.topics.enable",
+        "true",
+        BOOLEAN,
+        "Create a topic when a Metadata request that allows it names an unknown one.",
+    ),
+    setting(
         "num.partitions",
         "1",
-        1,
-        10_000,
+        int(1, 10_000),
         "Partitions of an auto-created topic or a CreateTopics with -1.",
     ),
-    int_setting(
+    setting(
         "default.replication.factor",
         "1",
-        1,
-        1,
+        int(1, 1),
         "Replication factor when CreateTopics asks for -1.",
     ),
-    int_setting(
+    setting(
         "socket.request.max.bytes",
         "104857600",
-        1024,
-        i32::MAX as i64,
+        int(1024, i32::MAX as i64),
         "Largest request frame accepted; larger ones close the connection.",
     ),
-    long_setting(
+    setting(
         "queued.max.request.bytes",
         "268435456",
-        1024,
-        i64::MAX,
+        long(1024, i64::MAX),
         "Request bytes held in memory at once, over all connections (at least socket.request.max.bytes). When reached, sockets sending large requests are not read until memory frees (backpressure); requests up to 64 KiB always proceed.",
     ),
-    int_setting(
+    setting(
         "max.incremental.fetch.session.cache.slots",
         "1000",
-        0,
-        100_000,
+        int(0, 100_000),
         "Incremental fetch sessions (KIP-227) the broker keeps; when all are taken and none has been idle two minutes, fetches are served without one. 0 turns sessions off.",
     ),
-    long_setting(
+    setting(
         "connections.max.idle.ms",
         "600000",
-        1,
-        i64::MAX,
+        long(1, i64::MAX),
         "Close a connection on which no byte was read or written for this long.",
     ),
-    int_setting(
+    setting(
         "max.connections",
         "10000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Most open client connections; a connection beyond it is closed at once. Also bounded by the open-file limit.",
     )
     .at_runtime(),
-    int_setting(
+    setting(
         "max.connections.per.ip",
         "1000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Most open connections from one IP address; a connection beyond it is closed at once.",
     )
     .at_runtime(),
@@ -163,155 +138,135 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         doc: "Per-address exceptions to max.connections.per.ip, as host:count,host:count (IP addresses, or names resolved when the setting takes effect).",
         dynamic: true,
     },
-    long_setting(
+    setting(
         "log.retention.check.interval.ms",
         "300000",
-        1,
-        i64::MAX,
+        long(1, i64::MAX),
         "How often retention and segment age are checked.",
     ),
-    int_setting(
+    setting(
         "producer.id.expiration.ms",
         "86400000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Idle time after which a partition forgets an idempotent producer.",
     )
     .at_runtime(),
-    long_setting(
+    setting(
         "producer.id.max.per.partition",
         "5000",
-        1,
-        10_000_000,
+        long(1, 10_000_000),
         "Most idempotent producers a partition remembers; beyond it the one idle longest is forgotten (its next batch starts a fresh sequence).",
     ),
-    int_setting(
+    setting(
         "log.flush.offset.checkpoint.interval.ms",
         "60000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "How often recovery points are checkpointed (bounds recovery scans).",
     ),
-    BrokerSetting {
-        name: "log.cleaner.enable",
-        default: "true",
-        kind: SettingKind::Plain(ConfigKind::Choice(&["true", "false"])),
-        doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact.",
-        dynamic: false,
-    },
-    int_setting(
+    setting(
+        "log.cleaner.enable",
+        "true",
+        BOOLEAN,
+        "Run the log cleaner, which compacts topics with cleanup.policy=compact.",
+    ),
+    setting(
         "log.cleaner.threads",
         "1",
-        1,
-        64,
+        int(1, 64),
         "Partitions cleaned at once.",
     )
     .at_runtime(),
-    long_setting(
+    setting(
         "log.cleaner.dedupe.buffer.size",
         "134217728",
-        1_048_576,
-        i64::MAX,
+        long(1_048_576, i64::MAX),
         "Memory for the cleaner's key maps, over all cleaner threads (about 40 bytes per distinct key); a partition with more keys is cleaned in several passes.",
     )
     .at_runtime(),
-    BrokerSetting {
-        name: "log.cleaner.io.max.bytes.per.second",
-        default: "1.7976931348623157E308",
-        kind: SettingKind::Plain(ConfigKind::Decimal),
-        doc: "Bytes the cleaner reads and writes per second at most, over all its threads (a throttle that keeps cleaning from crowding out produce and fetch).",
-        dynamic: true,
-    },
-    long_setting(
+    setting(
+        "log.cleaner.io.max.bytes.per.second",
+        "1.7976931348623157E308",
+        ConfigKind::Decimal,
+        "Bytes the cleaner reads and writes per second at most, over all its threads (a throttle that keeps cleaning from crowding out produce and fetch).",
+    )
+    .at_runtime(),
+    setting(
         "log.cleaner.backoff.ms",
         "15000",
-        1,
-        i64::MAX,
+        long(1, i64::MAX),
         "How often compacted partitions are checked for enough dirty data to clean.",
     )
     .at_runtime(),
-    int_setting(
+    setting(
         "offsets.topic.num.partitions",
         "50",
-        1,
-        1_000,
+        int(1, 1_000),
         "Partitions of __consumer_offsets when it is created (on the first group request); a group lives on partition abs(hash(group)) % this.",
     ),
-    int_setting(
+    setting(
         "offsets.topic.segment.bytes",
         "104857600",
-        1_048_576,
-        1_073_741_824,
+        int(1_048_576, 1_073_741_824),
         "segment.bytes of __consumer_offsets (smaller segments make its cleaning cheaper).",
     ),
-    int_setting(
+    setting(
         "offset.metadata.max.bytes",
         "4096",
-        0,
-        1_048_576,
+        int(0, 1_048_576),
         "Longest metadata string an offset commit may carry; longer ones get OFFSET_METADATA_TOO_LARGE.",
     ),
-    int_setting(
+    setting(
         "offsets.retention.minutes",
         "10080",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Committed offsets of a group without members are deleted this many minutes after it became empty (or after the commit, for a group that never had members).",
     ),
-    long_setting(
+    setting(
         "offsets.retention.check.interval.ms",
         "600000",
-        1,
-        i64::MAX,
+        long(1, i64::MAX),
         "How often expired committed offsets are looked for.",
     ),
-    int_setting(
+    setting(
         "group.min.session.timeout.ms",
         "6000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Shortest session timeout a group member may ask for.",
     ),
-    int_setting(
+    setting(
         "group.max.session.timeout.ms",
         "1800000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Longest session timeout a group member may ask for.",
     ),
-    int_setting(
+    setting(
         "group.initial.rebalance.delay.ms",
         "3000",
-        0,
-        i32::MAX as i64,
+        int(0, i32::MAX as i64),
         "How long the first rebalance of an empty group waits for more members to join, so a group starting up rebalances once.",
     ),
-    int_setting(
+    setting(
         "group.max.size",
         "2147483647",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Most members one consumer group may have.",
     ),
-    int_setting(
+    setting(
         "group.consumer.session.timeout.ms",
         "45000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Consumer group protocol (group.protocol=consumer): a member that sends no heartbeat for this long is removed and its partitions reassigned.",
     ),
-    int_setting(
+    setting(
         "group.consumer.heartbeat.interval.ms",
         "5000",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Consumer group protocol: how often members heartbeat, and so how soon they learn of a new assignment.",
     ),
-    int_setting(
+    setting(
         "group.consumer.max.size",
         "2147483647",
-        1,
-        i32::MAX as i64,
+        int(1, i32::MAX as i64),
         "Most members one consumer group protocol group may have.",
     ),
 ];

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::ConfigChange;
+
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -39,24 +41,18 @@ pub enum MetadataCommand {
     AlterTopicConfig {
         /// The topic's id.
         topic_id: Uuid,
-        /// Overrides to set.
-        set: BTreeMap<String, String>,
-        /// Overrides to remove (back to the broker default).
-        delete: Vec<String>,
-        /// Drop every override not in `set` first (AlterConfigs' replace semantics).
-        replace: bool,
+        /// The overrides' change (a removed one goes back to the broker default).
+        #[serde(flatten)]
+        change: ConfigChange,
     },
     /// Changes dynamic broker configs (Kafka's broker names, `log.retention.ms`): the
     /// cluster-wide defaults, or one broker's own.
     AlterBrokerConfig {
         /// The broker whose configs change; `None` for the cluster-wide defaults.
         node_id: Option<i32>,
-        /// Configs to set.
-        set: BTreeMap<String, String>,
-        /// Configs to remove (back to the next level down).
-        delete: Vec<String>,
-        /// Drop every config of this level not in `set` first (AlterConfigs' replace semantics).
-        replace: bool,
+        /// The level's change.
+        #[serde(flatten)]
+        change: ConfigChange,
     },
     /// Reserves producer ids `[first, first + count)` for the broker to hand out.
     AllocateProducerIds {
@@ -65,4 +61,25 @@ pub enum MetadataCommand {
         /// Block size.
         count: i64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_changes_keep_their_stored_form() {
+        let stored = r#"{"type":"alter_topic_config","topic_id":"00000000-0000-0000-0000-000000000001","set":{"retention.ms":"1000"},"delete":["segment.ms"],"replace":false}"#;
+        let command: MetadataCommand = serde_json::from_str(stored).expect("decodes");
+        let expected = MetadataCommand::AlterTopicConfig {
+            topic_id: Uuid::from_u128(1),
+            change: ConfigChange {
+                set: BTreeMap::from([("retention.ms".into(), "1000".into())]),
+                delete: vec!["segment.ms".into()],
+                replace: false,
+            },
+        };
+        assert_eq!(command, expected);
+        assert_eq!(serde_json::to_string(&expected).expect("encodes"), stored);
+    }
 }

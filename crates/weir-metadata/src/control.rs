@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::{ControllerError, MetadataImage, TopicImage};
@@ -22,6 +23,28 @@ pub struct NewTopic {
     pub replication_factor: i16,
     /// Config overrides.
     pub configs: BTreeMap<String, String>,
+}
+
+/// A change to one set of configs: a topic's overrides, or one level of dynamic broker
+/// configs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigChange {
+    /// Configs to set.
+    pub set: BTreeMap<String, String>,
+    /// Configs to remove (back to the next level down).
+    pub delete: Vec<String>,
+    /// Drop every config not in `set` first (AlterConfigs' replace semantics).
+    pub replace: bool,
+}
+
+impl ConfigChange {
+    /// Sets `set`, leaving the other configs as they are.
+    pub fn setting(set: BTreeMap<String, String>) -> ConfigChange {
+        ConfigChange {
+            set,
+            ..ConfigChange::default()
+        }
+    }
 }
 
 /// A change the controller accepted: its outcome, and where it is in the metadata log.
@@ -49,13 +72,11 @@ pub trait MetadataControl: Send + Sync {
     /// Raises the partition count of topic `name` to `total`.
     fn create_partitions(&self, name: String, total: i32, validate_only: bool) -> Pending<()>;
 
-    /// Changes topic `name`'s config overrides: `replace` drops those not in `set` first.
+    /// Changes topic `name`'s config overrides.
     fn alter_topic_config(
         &self,
         name: String,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-        replace: bool,
+        change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()>;
 
@@ -63,9 +84,7 @@ pub trait MetadataControl: Send + Sync {
     fn alter_broker_config(
         &self,
         node_id: Option<i32>,
-        set: BTreeMap<String, String>,
-        delete: Vec<String>,
-        replace: bool,
+        change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()>;
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
 use crate::command::MetadataCommand;
+use crate::ConfigChange;
 
 /// One topic as the cluster knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,27 +100,17 @@ impl MetadataImage {
                     topic.partitions = (*total).max(topic.partitions);
                 }
             }
-            MetadataCommand::AlterTopicConfig {
-                topic_id,
-                set,
-                delete,
-                replace,
-            } => {
+            MetadataCommand::AlterTopicConfig { topic_id, change } => {
                 if let Some(topic) = self.topic_mut(*topic_id) {
-                    change_configs(&mut topic.configs, set, delete, *replace);
+                    change_configs(&mut topic.configs, change);
                 }
             }
-            MetadataCommand::AlterBrokerConfig {
-                node_id,
-                set,
-                delete,
-                replace,
-            } => {
+            MetadataCommand::AlterBrokerConfig { node_id, change } => {
                 let configs = match node_id {
                     None => &mut self.cluster_broker_configs,
                     Some(id) => self.node_broker_configs.entry(*id).or_default(),
                 };
-                change_configs(configs, set, delete, *replace);
+                change_configs(configs, change);
                 if let Some(id) = node_id.filter(|_| configs.is_empty()) {
                     self.node_broker_configs.remove(&id);
                 }
@@ -138,17 +129,12 @@ impl MetadataImage {
 
 /// Applies one config change: `replace` drops every config first, then `delete` removes and
 /// `set` sets.
-fn change_configs(
-    configs: &mut BTreeMap<String, String>,
-    set: &BTreeMap<String, String>,
-    delete: &[String],
-    replace: bool,
-) {
-    if replace {
+fn change_configs(configs: &mut BTreeMap<String, String>, change: &ConfigChange) {
+    if change.replace {
         configs.clear();
     }
-    for key in delete {
+    for key in &change.delete {
         configs.remove(key);
     }
-    configs.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    configs.extend(change.set.iter().map(|(k, v)| (k.clone(), v.clone())));
 }

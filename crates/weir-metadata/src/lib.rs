@@ -13,7 +13,7 @@ mod image;
 pub mod topic_config;
 
 pub use command::MetadataCommand;
-pub use control::{Committed, MetadataControl, NewTopic, Pending};
+pub use control::{Committed, ConfigChange, MetadataControl, NewTopic, Pending};
 pub use error::ControllerError;
 pub use image::{MetadataImage, TopicImage};
 pub use uuid::Uuid;

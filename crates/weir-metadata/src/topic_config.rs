@@ -61,16 +61,16 @@ pub struct TopicConfigDef {
     pub doc: &'static str,
 }
 
-const fn long(min: i64, max: i64) -> ConfigKind {
+pub(crate) const fn long(min: i64, max: i64) -> ConfigKind {
     ConfigKind::Long { min, max }
 }
 
-const fn int(min: i64, max: i64) -> ConfigKind {
+pub(crate) const fn int(min: i64, max: i64) -> ConfigKind {
     ConfigKind::Int { min, max }
 }
 
 /// Kafka's BOOLEAN.
-const BOOLEAN: ConfigKind = ConfigKind::Choice(&["true", "false"]);
+pub(crate) const BOOLEAN: ConfigKind = ConfigKind::Choice(&["true", "false"]);
 
 /// Topic configs with no broker-level key: the broker lists none and a topic override is the
 /// only level (Kafka's own broker keys for these are named differently or do not exist).

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use weir_metadata::topic_config::{dynamic_broker_config, topic_config};
+use weir_metadata::ConfigChange;
 
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, DescribedConfig, DynamicConfigs};
@@ -281,9 +282,6 @@ macro_rules! alter_result {
     }};
 }
 
-/// The change one resource asks for: `(set, delete, replace)`.
-type ConfigChange = (BTreeMap<String, String>, Vec<String>, bool);
-
 /// Applies one resource's change after the refusals Kafka makes before anything else: a key
 /// named twice among `keys`, then a `missing_value` (the first key given without one).
 async fn alter_resource(
@@ -304,15 +302,13 @@ async fn alter_resource(
             BrokerLevel::Cluster => None,
             BrokerLevel::ThisBroker => Some(broker.identity.node_id),
         };
-        let (set, delete, replace) = change.map_err(invalid_config)?;
+        let change = change.map_err(invalid_config)?;
         return broker
-            .change_metadata(broker.controller.alter_broker_config(
-                node_id,
-                set,
-                delete,
-                replace,
-                validate_only,
-            ))
+            .change_metadata(
+                broker
+                    .controller
+                    .alter_broker_config(node_id, change, validate_only),
+            )
             .await
             .map_err(|error| ErrorReply::from(&error));
     }
@@ -322,19 +318,17 @@ async fn alter_resource(
             format!("Unknown resource type {resource_type}"),
         ));
     }
-    let (set, delete, replace) = change.map_err(invalid_config)?;
+    let change = change.map_err(invalid_config)?;
     known_topic(broker, name, || {
         format!("The topic '{}' does not exist.", name.as_str())
     })?;
     let topic = name.as_str().to_string();
     broker
-        .change_metadata(broker.controller.alter_topic_config(
-            topic,
-            set,
-            delete,
-            replace,
-            validate_only,
-        ))
+        .change_metadata(
+            broker
+                .controller
+                .alter_topic_config(topic, change, validate_only),
+        )
         .await
         .map_err(|error| ErrorReply::from(&error))
 }
@@ -356,7 +350,11 @@ pub async fn alter_configs(
                 Some((c.name.as_str().to_string(), value.as_str().to_string()))
             })
             .collect::<BTreeMap<_, _>>();
-        let change = Ok((set, Vec::new(), true));
+        let change = Ok(ConfigChange {
+            set,
+            delete: Vec::new(),
+            replace: true,
+        });
         let keys = resource.configs.iter().map(|c| c.name.as_str()).collect();
         let missing = resource.configs.iter().find(|c| c.value.is_none());
         let outcome = alter_resource(
@@ -420,7 +418,11 @@ pub async fn incremental_alter_configs(
         }
         let change = match problem {
             Some(message) => Err(message),
-            None => Ok((set, delete, false)),
+            None => Ok(ConfigChange {
+                set,
+                delete,
+                replace: false,
+            }),
         };
         let keys = resource.configs.iter().map(|c| c.name.as_str()).collect();
         let missing = resource
