@@ -161,6 +161,27 @@ def test_topic_create_with_broker_defaults(bootstrap, weir_only):
     assert all(source == "DEFAULT_CONFIG" for _, source in d.configs.values()), d.configs
 
 
+def test_metadata_query_reads_the_running_servers_tables(bootstrap, weir_only):
+    """`weir metadata query` reads the relational metadata a running server keeps: a topic
+    created and configured through the CLI is in its tables at once; a statement that writes is
+    refused and changes nothing."""
+    topic = unique_topic("cli-sql")
+    ok(["topic", "create", topic, "-p", "3", "-c", "retention.ms=3600000"], bootstrap)
+    data_dir = str(weir_only.data_dir)
+    sql = (
+        "SELECT t.name, count(DISTINCT p.partition_index), c.value FROM topics t"
+        " JOIN partitions p USING (topic_id) JOIN topic_configs c USING (topic_id)"
+        f" WHERE t.name = '{topic}' AND c.name = 'retention.ms' GROUP BY t.name"
+    )
+    result = ok(["metadata", "query", "--data-dir", data_dir, sql])
+    assert re.search(rf"^{topic}\s+3\s+3600000$", result.stdout, re.M), result.describe()
+    assert result.stdout.endswith("(1 row)\n"), result.describe()
+    refused = run(["metadata", "query", "--data-dir", data_dir, f"DELETE FROM topics WHERE name = '{topic}'"])
+    assert refused.returncode == 1 and "only statements that read" in refused.stderr, refused.describe()
+    again = ok(["metadata", "query", "--data-dir", data_dir, f"SELECT name FROM topics WHERE name = '{topic}'"])
+    assert topic in again.stdout, again.describe()
+
+
 def test_topic_alter_config_set_and_delete(bootstrap):
     topic = unique_topic("cli-alter")
     ok(["topic", "create", topic, "-p", "1", "-c", "max.message.bytes=200000"], bootstrap)

@@ -134,6 +134,9 @@ impl OffsetsLog for PartitionOffsetsLog {
     }
 }
 
+/// How often `__consumer_offsets` partitions that could not open are checked again.
+const OPEN_CHECK_MS: u64 = 1_000;
+
 impl Broker {
     /// Makes sure the group coordinator can serve: creates `__consumer_offsets` on the first
     /// group request (as Kafka does), then loads its partitions. Concurrent callers wait for
@@ -178,6 +181,51 @@ impl Broker {
         Ok(())
     }
 
+    /// Loads one partition of `__consumer_offsets`: (groups, offsets). A partition that cannot
+    /// be read stops the process: its groups would otherwise silently restart from nothing.
+    async fn load_offsets_partition(self: &Arc<Self>, partition: i32) -> (usize, usize) {
+        let broker = self.clone();
+        let loaded = tokio::task::spawn_blocking(move || broker.coordinator.load(partition)).await;
+        match loaded {
+            Ok(Ok(counts)) => counts,
+            Ok(Err(error)) => crate::partition::storage_failure(
+                std::path::Path::new(&format!("{OFFSETS_TOPIC}-{partition}")),
+                &error,
+            ),
+            Err(error) => {
+                tracing::error!(target: "weir::groups", partition, %error, "loading task failed");
+                (0, 0)
+            }
+        }
+    }
+
+    /// Loads the `waiting` partitions of `__consumer_offsets` as each opens (the registry
+    /// retries partitions that could not open for lack of space), until all are loaded, the
+    /// topic goes, or shutdown.
+    async fn load_when_open(self: Arc<Self>, mut waiting: Vec<i32>) {
+        let mut shutdown = self.shutdown.clone();
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(OPEN_CHECK_MS));
+        while !waiting.is_empty() {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = crate::broker::stopping(&mut shutdown) => return,
+            }
+            if self.image().topic(OFFSETS_TOPIC).is_none() || self.coordinator.partitions() == 0 {
+                return;
+            }
+            let mut still = Vec::new();
+            for partition in waiting {
+                if self.partitions.get(OFFSETS_TOPIC, partition).is_some() {
+                    let (groups, offsets) = self.load_offsets_partition(partition).await;
+                    tracing::info!(target: "weir::groups", partition, groups, offsets, "loaded {OFFSETS_TOPIC} partition once it opened");
+                } else {
+                    still.push(partition);
+                }
+            }
+            waiting = still;
+        }
+    }
+
     /// Loads every partition of an existing `__consumer_offsets` (at startup, and after
     /// creating it). Groups of a partition are served once it is loaded; until then they get
     /// COORDINATOR_LOAD_IN_PROGRESS. A partition that cannot be read stops the process: its
@@ -189,23 +237,20 @@ impl Broker {
         self.coordinator.start(topic.partitions);
         let started = std::time::Instant::now();
         let (mut groups, mut offsets) = (0, 0);
+        let mut waiting = Vec::new();
         for partition in 0..topic.partitions {
-            let broker = self.clone();
-            let loaded =
-                tokio::task::spawn_blocking(move || broker.coordinator.load(partition)).await;
-            match loaded {
-                Ok(Ok((g, o))) => {
-                    groups += g;
-                    offsets += o;
-                }
-                Ok(Err(error)) => crate::partition::storage_failure(
-                    std::path::Path::new(&format!("{OFFSETS_TOPIC}-{partition}")),
-                    &error,
-                ),
-                Err(error) => {
-                    tracing::error!(target: "weir::groups", partition, %error, "loading task failed")
-                }
+            if self.partitions.get(OFFSETS_TOPIC, partition).is_none() {
+                // Not open yet (no space for its files): its groups wait until it opens.
+                waiting.push(partition);
+                continue;
             }
+            let (g, o) = self.load_offsets_partition(partition).await;
+            groups += g;
+            offsets += o;
+        }
+        if !waiting.is_empty() {
+            tracing::warn!(target: "weir::groups", partitions = waiting.len(), "{OFFSETS_TOPIC} partitions not open yet (no space); their groups get COORDINATOR_LOAD_IN_PROGRESS until they open and load");
+            tokio::spawn(self.clone().load_when_open(waiting));
         }
         tracing::info!(target: "weir::groups", partitions = topic.partitions, groups, offsets, elapsed_ms = started.elapsed().as_millis() as u64, "group coordinator loaded {OFFSETS_TOPIC}");
     }

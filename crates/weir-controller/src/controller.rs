@@ -15,6 +15,7 @@ use weir_metadata::{
 };
 
 use crate::metadata_log::{MetadataLog, MetadataLogError};
+use crate::relational::RelationalStore;
 
 /// Producer ids reserved per metadata command; the broker hands them out from memory.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -36,6 +37,8 @@ fn log_error(error: MetadataLogError) -> ControllerError {
 struct State {
     log: Box<dyn MetadataLog>,
     image: MetadataImage,
+    /// The relational copy of the image, when kept (`weir server` keeps one).
+    relational: Option<RelationalStore>,
 }
 
 /// The single-node controller.
@@ -56,7 +59,11 @@ impl Controller {
         tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "metadata replayed");
         let (published, _) = watch::channel(Arc::new(image.clone()));
         Ok(Controller {
-            state: Mutex::new(State { log, image }),
+            state: Mutex::new(State {
+                log,
+                image,
+                relational: None,
+            }),
             published,
             partitions_max: AtomicUsize::new(usize::MAX),
         })
@@ -65,6 +72,15 @@ impl Controller {
     fn state(&self) -> MutexGuard<'_, State> {
         // Poisoning means a panic while applying; the image is only swapped after a full apply.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps a relational copy of the metadata in the SQLite database at `path` (created, or
+    /// brought in line with the image), updated with every command from now on.
+    pub fn keep_relational(&self, path: &std::path::Path) -> rusqlite::Result<()> {
+        let mut state = self.state();
+        let store = RelationalStore::open(path, &state.image)?;
+        state.relational = Some(store);
+        Ok(())
     }
 
     /// Refuses topic creations and partition additions that would take the cluster past
@@ -93,6 +109,9 @@ impl Controller {
     fn commit(&self, state: &mut State, command: MetadataCommand) -> Result<(), ControllerError> {
         state.log.append(&command).map_err(log_error)?;
         state.image.apply(&command);
+        if let Some(store) = state.relational.as_mut() {
+            store.apply(&command, &state.image);
+        }
         tracing::info!(target: "weir::controller", ?command, "metadata change");
         self.published.send_replace(Arc::new(state.image.clone()));
         Ok(())

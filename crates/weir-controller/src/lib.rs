@@ -10,6 +10,8 @@
 
 mod controller;
 mod metadata_log;
+pub mod query;
+mod relational;
 
 pub use controller::{Controller, LocalControl, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
 pub use metadata_log::{FileMetadataLog, MetadataLog, MetadataLogError};

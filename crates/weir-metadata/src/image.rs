@@ -67,6 +67,12 @@ impl MetadataImage {
         }
     }
 
+    /// The levels dynamic broker configs may be set at: the cluster-wide one (`None`), then
+    /// each broker that has configs of its own.
+    pub fn broker_config_levels(&self) -> impl Iterator<Item = Option<i32>> + '_ {
+        std::iter::once(None).chain(self.node_broker_configs.keys().map(|id| Some(*id)))
+    }
+
     /// Applies a command that the controller already validated.
     pub fn apply(&mut self, command: &MetadataCommand) {
         self.applied_count += 1;

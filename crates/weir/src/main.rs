@@ -32,6 +32,8 @@ enum Command {
     Group(cli::group::GroupArgs),
     /// Cluster status.
     Cluster(cli::cluster::ClusterArgs),
+    /// Query the cluster metadata with SQL (read-only, from a server's data directory).
+    Metadata(cli::metadata::MetadataArgs),
     /// Load generator: throughput and latency percentiles.
     Bench(cli::bench::BenchArgs),
 }
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Consume(args) => cli::run(cli::consume::run(args)),
         Command::Group(args) => cli::run(cli::group::run(args)),
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
+        Command::Metadata(args) => cli::metadata::run(args),
         Command::Bench(args) => cli::bench::run(args),
     }
 }

@@ -11,6 +11,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_controller::query::DATABASE_FILE;
 use weir_controller::{Controller, FileMetadataLog, LocalControl};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage};
@@ -147,6 +148,11 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .context("opening the metadata log")?;
     let controller =
         Arc::new(Controller::open(Box::new(metadata_log)).context("replaying the metadata log")?);
+    // The relational copy is for `weir metadata query`; without it the broker runs as well.
+    let database = metadata_dir.join(DATABASE_FILE);
+    if let Err(error) = controller.keep_relational(&database) {
+        tracing::error!(target: "weir::server", path = %database.display(), %error, "relational metadata unavailable; `weir metadata query` will not work until it opens");
+    }
     let budget = FileBudget::from_limit(raise_open_files_limit(), config.max_connections);
     controller.limit_partitions(budget.partitions);
     config.max_connections = budget.connections;

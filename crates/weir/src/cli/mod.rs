@@ -6,6 +6,7 @@ pub mod bench;
 pub mod cluster;
 pub mod consume;
 pub mod group;
+pub mod metadata;
 pub mod produce;
 pub mod topic;
 

@@ -1,0 +1,273 @@
+//! The metadata as relational tables in SQLite, for `weir metadata query`: topics, their
+//! partitions and configs, and the dynamic broker configs, with foreign keys. Every committed
+//! command is applied in one transaction together with the image position it brings the
+//! tables to, so the tables always show one whole image. The metadata log stays the record:
+//! tables that fall behind (a write refused on a full disk, a schema from another version) are
+//! rebuilt from the image, and a failure here never refuses a metadata change.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, Transaction};
+use weir_metadata::{ConfigChange, MetadataCommand, MetadataImage, TopicImage, Uuid};
+
+/// The layout the tables are in; another value makes the store rebuild them.
+const SCHEMA_VERSION: i64 = 1;
+
+/// The tables, their keys and foreign keys.
+const SCHEMA: &str = "
+CREATE TABLE meta (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    schema_version INTEGER NOT NULL,
+    applied_count INTEGER NOT NULL,
+    next_producer_id INTEGER NOT NULL
+);
+CREATE TABLE topics (
+    topic_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    replication_factor INTEGER NOT NULL
+);
+CREATE TABLE partitions (
+    topic_id TEXT NOT NULL REFERENCES topics (topic_id) ON DELETE CASCADE,
+    partition_index INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition_index)
+);
+CREATE TABLE topic_configs (
+    topic_id TEXT NOT NULL REFERENCES topics (topic_id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (topic_id, name)
+);
+CREATE TABLE broker_configs (
+    node_id INTEGER,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL
+);
+CREATE UNIQUE INDEX broker_configs_key ON broker_configs (ifnull(node_id, -1), name);
+";
+
+/// The tables a rebuild empties, children first.
+const TABLES: &[&str] = &[
+    "topic_configs",
+    "partitions",
+    "topics",
+    "broker_configs",
+    "meta",
+];
+
+/// The relational copy of the metadata image, kept by the controller.
+pub struct RelationalStore {
+    conn: Connection,
+}
+
+impl RelationalStore {
+    /// Opens (creating) the database at `path` and brings it in line with `image`.
+    pub fn open(path: &Path, image: &MetadataImage) -> rusqlite::Result<RelationalStore> {
+        let conn = Connection::open(path)?;
+        // WAL lets `weir metadata query` read while commands are applied; the tables can be
+        // rebuilt from the metadata log, so they need not be fsynced with every change.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Keep the write-ahead file small: metadata changes are few and small, and a broker
+        // short of disk space should not lose it to this copy.
+        conn.pragma_update(None, "wal_autocheckpoint", 64)?;
+        conn.pragma_update(None, "journal_size_limit", 1_048_576)?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let mut store = RelationalStore { conn };
+        if store.position()? != Some((SCHEMA_VERSION, image.applied_count)) {
+            store.rebuild(image)?;
+        }
+        Ok(store)
+    }
+
+    /// The schema version and image position the tables show, if they exist.
+    fn position(&self) -> rusqlite::Result<Option<(i64, u64)>> {
+        let exists: bool = self.conn.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |row| row.get(0),
+        )?;
+        if !exists {
+            return Ok(None);
+        }
+        let row = self.conn.query_row(
+            "SELECT schema_version, applied_count FROM meta WHERE id = 0",
+            [],
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+        );
+        match row {
+            Ok((version, applied)) => Ok(Some((version, applied as u64))),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Applies `command`, which brought the image to `image`, to the tables; when they were
+    /// not at the image just before it, rebuilds them from `image` instead. A failure is
+    /// logged and repaired by a rebuild at the next command or start.
+    pub fn apply(&mut self, command: &MetadataCommand, image: &MetadataImage) {
+        let previous = image.applied_count.saturating_sub(1);
+        let outcome = match self.position() {
+            Ok(Some((SCHEMA_VERSION, at))) if at == previous => self.apply_one(command, image),
+            Ok(_) => self.rebuild(image),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = outcome {
+            tracing::warn!(target: "weir::controller", %error, "relational metadata not updated; it is rebuilt from the metadata log later");
+        }
+    }
+
+    fn apply_one(
+        &mut self,
+        command: &MetadataCommand,
+        image: &MetadataImage,
+    ) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        match command {
+            MetadataCommand::CreateTopic { topic_id, .. } => {
+                if let Some(topic) = image.topic_by_id(*topic_id) {
+                    insert_topic(&tx, topic)?;
+                }
+            }
+            MetadataCommand::DeleteTopic { topic_id } => {
+                tx.execute(
+                    "DELETE FROM topics WHERE topic_id = ?1",
+                    [topic_id.to_string()],
+                )?;
+            }
+            MetadataCommand::CreatePartitions { topic_id, total } => {
+                insert_partitions(&tx, *topic_id, 0..*total)?;
+            }
+            MetadataCommand::AlterTopicConfig { topic_id, change } => {
+                change_topic_configs(&tx, *topic_id, change)?;
+            }
+            MetadataCommand::AlterBrokerConfig { node_id, change } => {
+                change_broker_configs(&tx, *node_id, change)?;
+            }
+            MetadataCommand::AllocateProducerIds { .. } => {}
+        }
+        set_position(&tx, image)?;
+        tx.commit()
+    }
+
+    /// Replaces every table's rows with `image`, in one transaction.
+    fn rebuild(&mut self, image: &MetadataImage) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        let version: Option<i64> = tx
+            .query_row("SELECT schema_version FROM meta WHERE id = 0", [], |row| {
+                row.get(0)
+            })
+            .ok();
+        if version != Some(SCHEMA_VERSION) {
+            for table in TABLES {
+                tx.execute_batch(&format!("DROP TABLE IF EXISTS {table}"))?;
+            }
+            tx.execute_batch(SCHEMA)?;
+        } else {
+            for table in TABLES {
+                tx.execute(&format!("DELETE FROM {table}"), [])?;
+            }
+        }
+        for topic in image.topics() {
+            insert_topic(&tx, topic)?;
+        }
+        for node_id in image.broker_config_levels() {
+            let change = ConfigChange::setting(image.broker_configs(node_id).clone());
+            change_broker_configs(&tx, node_id, &change)?;
+        }
+        set_position(&tx, image)?;
+        tx.commit()?;
+        tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "relational metadata rebuilt");
+        Ok(())
+    }
+}
+
+fn set_position(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO meta (id, schema_version, applied_count, next_producer_id) VALUES (0, ?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET schema_version = ?1, applied_count = ?2, next_producer_id = ?3",
+        params![SCHEMA_VERSION, image.applied_count as i64, image.next_producer_id],
+    )?;
+    Ok(())
+}
+
+fn insert_topic(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Result<()> {
+    let id = topic.topic_id.to_string();
+    tx.execute(
+        "INSERT INTO topics (topic_id, name, replication_factor) VALUES (?1, ?2, ?3)",
+        params![id, topic.name, topic.replication_factor],
+    )?;
+    insert_partitions(tx, topic.topic_id, 0..topic.partitions)?;
+    for (name, value) in &topic.configs {
+        tx.execute(
+            "INSERT INTO topic_configs (topic_id, name, value) VALUES (?1, ?2, ?3)",
+            params![id, name, value],
+        )?;
+    }
+    Ok(())
+}
+
+/// Adds the partitions `indexes` of a topic (those it has already are kept).
+fn insert_partitions(
+    tx: &Transaction<'_>,
+    topic_id: Uuid,
+    indexes: std::ops::Range<i32>,
+) -> rusqlite::Result<()> {
+    let id = topic_id.to_string();
+    let mut insert = tx.prepare_cached(
+        "INSERT OR IGNORE INTO partitions (topic_id, partition_index) VALUES (?1, ?2)",
+    )?;
+    for index in indexes {
+        insert.execute(params![id, index])?;
+    }
+    Ok(())
+}
+
+fn change_topic_configs(
+    tx: &Transaction<'_>,
+    topic_id: Uuid,
+    change: &ConfigChange,
+) -> rusqlite::Result<()> {
+    let id = topic_id.to_string();
+    if change.replace {
+        tx.execute("DELETE FROM topic_configs WHERE topic_id = ?1", [&id])?;
+    }
+    for name in &change.delete {
+        tx.execute(
+            "DELETE FROM topic_configs WHERE topic_id = ?1 AND name = ?2",
+            params![id, name],
+        )?;
+    }
+    for (name, value) in &change.set {
+        tx.execute(
+            "INSERT INTO topic_configs (topic_id, name, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (topic_id, name) DO UPDATE SET value = ?3",
+            params![id, name, value],
+        )?;
+    }
+    Ok(())
+}
+
+fn change_broker_configs(
+    tx: &Transaction<'_>,
+    node_id: Option<i32>,
+    change: &ConfigChange,
+) -> rusqlite::Result<()> {
+    // `node_id IS ?1` matches NULL (the cluster-wide level) too.
+    if change.replace {
+        tx.execute("DELETE FROM broker_configs WHERE node_id IS ?1", [node_id])?;
+    }
+    for name in change.delete.iter().chain(change.set.keys()) {
+        tx.execute(
+            "DELETE FROM broker_configs WHERE node_id IS ?1 AND name = ?2",
+            params![node_id, name],
+        )?;
+    }
+    for (name, value) in &change.set {
+        tx.execute(
+            "INSERT INTO broker_configs (node_id, name, value) VALUES (?1, ?2, ?3)",
+            params![node_id, name, value],
+        )?;
+    }
+    Ok(())
+}
