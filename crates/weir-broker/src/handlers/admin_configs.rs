@@ -98,7 +98,7 @@ pub fn describe_configs(
         result.resource_type = resource.resource_type;
         result.resource_name = resource.resource_name.clone();
         let image = broker.image();
-        let dynamic = DynamicConfigs::of(&image, broker.identity.node_id);
+        let dynamic = broker.dynamic_configs(&image);
         let described: Result<Vec<DescribedConfig>, ErrorReply> = match resource.resource_type {
             // Kafka answers an unknown topic here with an empty message.
             RESOURCE_TOPIC => known_topic(broker, &resource.resource_name, String::new)
@@ -207,7 +207,7 @@ fn list_change(
     }
     let value = value.ok_or_else(|| format!("Null value not supported for : {name}"))?; // refused earlier
     let image = broker.image();
-    let dynamic = DynamicConfigs::of(&image, broker.identity.node_id);
+    let dynamic = broker.dynamic_configs(&image);
     let configs = match resource_type {
         RESOURCE_BROKER => match broker_level(broker, resource.as_str(), false) {
             // The cluster level's current value is what a broker without its own has.
@@ -376,9 +376,8 @@ pub async fn alter_configs(
 }
 
 /// Sets or deletes individual topic overrides or dynamic broker configs (IncrementalAlterConfigs
-/// semantics), or appends
-/// to and subtracts from a list config's current value; a key named twice in one resource is
-/// INVALID_REQUEST.
+/// semantics), or appends to and subtracts from a list config's current value; a key named
+/// twice in one resource is INVALID_REQUEST.
 pub async fn incremental_alter_configs(
     broker: &Arc<Broker>,
     request: IncrementalAlterConfigsRequest,

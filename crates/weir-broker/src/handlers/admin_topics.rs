@@ -18,7 +18,6 @@ use weir_coordinator::OFFSETS_TOPIC;
 use weir_metadata::NewTopic;
 
 use crate::broker::Broker;
-use crate::config::DynamicConfigs;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 
@@ -52,7 +51,7 @@ pub async fn create_topics(
                 result.replication_factor = created.replication_factor;
                 if version >= 5 {
                     let image = broker.image();
-                    let dynamic = DynamicConfigs::of(&image, broker.identity.node_id);
+                    let dynamic = broker.dynamic_configs(&image);
                     let mut configs = broker.config.describe_topic(dynamic, &created.configs);
                     configs.sort_by(|a, b| a.name.cmp(&b.name));
                     result.configs = Some(
