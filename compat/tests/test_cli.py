@@ -176,6 +176,17 @@ def test_metadata_query_reads_the_running_servers_tables(bootstrap, weir_only):
     result = ok(["metadata", "query", "--data-dir", data_dir, sql])
     assert re.search(rf"^{topic}\s+3\s+3600000$", result.stdout, re.M), result.describe()
     assert result.stdout.endswith("(1 row)\n"), result.describe()
+    host = bootstrap.rsplit(":", 1)[0]
+    placement = (
+        "SELECT p.partition_index, l.host, r.node_id, r.in_sync FROM partitions p"
+        " JOIN topics t USING (topic_id) JOIN broker_listeners l ON l.node_id = p.leader"
+        f" JOIN replicas r USING (topic_id, partition_index) WHERE t.name = '{topic}'"
+        " ORDER BY p.partition_index"
+    )
+    rows = ok(["metadata", "query", "--data-dir", data_dir, placement])
+    for index in range(3):
+        assert re.search(rf"^{index}\s+{re.escape(host)}\s+1\s+1$", rows.stdout, re.M), rows.describe()
+    assert rows.stdout.endswith("(3 rows)\n"), rows.describe()
     refused = run(["metadata", "query", "--data-dir", data_dir, f"DELETE FROM topics WHERE name = '{topic}'"])
     assert refused.returncode == 1 and "only statements that read" in refused.stderr, refused.describe()
     again = ok(["metadata", "query", "--data-dir", data_dir, f"SELECT name FROM topics WHERE name = '{topic}'"])

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
-use weir_metadata::{ControllerError, MetadataControl, MetadataImage, Pending};
+use weir_metadata::{
+    BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
+};
 
 use crate::config::{BrokerConfig, DynamicConfigs};
 use crate::fetch_session::FetchSessions;
@@ -22,6 +24,14 @@ const COMPRESSED_VALIDATIONS_MAX: usize = 2;
 const METADATA_APPLY_WAIT_MS: u64 = 30_000;
 /// How often partitions that could not open (no space, no file descriptors) are tried again.
 const PENDING_OPEN_RETRY_MS: u64 = 5_000;
+
+/// Name of the listener clients connect to, as registered with the controller.
+pub const CLIENT_LISTENER: &str = "PLAINTEXT";
+
+/// The listener of `broker` that clients connect to.
+pub fn client_listener(broker: &BrokerRegistration) -> Option<&BrokerListener> {
+    broker.listeners.iter().find(|l| l.name == CLIENT_LISTENER)
+}
 
 /// Resolves once shutdown has been signalled on `shutdown`.
 pub async fn stopping(shutdown: &mut watch::Receiver<bool>) {
@@ -206,6 +216,40 @@ impl Broker {
                 .is_ok()
         });
         reached.await.unwrap_or(false)
+    }
+
+    /// Registers this broker with the controller under its node id, with the address clients
+    /// are told: done at every start before serving, so the cluster lists it and places
+    /// replicas on it, and each start has a new broker epoch. When the metadata log cannot be
+    /// written (a full disk), an earlier registration with the same address stands, so a
+    /// broker short of space still starts and serves reads.
+    pub async fn register(&self) -> Result<BrokerRegistration, ControllerError> {
+        let node_id = self.identity.node_id;
+        let listeners = vec![BrokerListener {
+            name: CLIENT_LISTENER.to_string(),
+            host: self.identity.advertised_host.clone(),
+            port: self.identity.advertised_port,
+        }];
+        let registration = self
+            .controller
+            .register_broker(node_id, listeners.clone(), None);
+        match self.change_metadata(registration).await {
+            Ok(registered) => {
+                tracing::info!(target: "weir::broker", node_id, broker_epoch = registered.epoch, "registered with the controller");
+                Ok(registered)
+            }
+            Err(ControllerError::Storage(error)) => {
+                let earlier = self.image().broker(node_id).cloned();
+                match earlier.filter(|b| b.listeners == listeners) {
+                    Some(earlier) => {
+                        tracing::warn!(target: "weir::broker", node_id, %error, broker_epoch = earlier.epoch, "could not register again; the earlier registration stands");
+                        Ok(earlier)
+                    }
+                    None => Err(ControllerError::Storage(error)),
+                }
+            }
+            Err(refused) => Err(refused),
+        }
     }
 
     /// Hands out a producer id never used before, reserving a new block when needed.

@@ -162,13 +162,14 @@ impl Broker {
                 partitions: self.config.offsets_topic_partitions,
                 replication_factor: 1,
                 configs,
+                assignments: Vec::new(),
             };
             match self
                 .change_metadata(self.controller.create_topic(topic, false))
                 .await
             {
                 Ok(topic) => {
-                    tracing::info!(target: "weir::groups", partitions = topic.partitions, "created {OFFSETS_TOPIC}");
+                    tracing::info!(target: "weir::groups", partitions = topic.partition_count(), "created {OFFSETS_TOPIC}");
                 }
                 Err(ControllerError::TopicAlreadyExists(_)) => {}
                 Err(error) => {
@@ -234,11 +235,11 @@ impl Broker {
         let Some(topic) = self.image().topic(OFFSETS_TOPIC).cloned() else {
             return;
         };
-        self.coordinator.start(topic.partitions);
+        self.coordinator.start(topic.partition_count());
         let started = std::time::Instant::now();
         let (mut groups, mut offsets) = (0, 0);
         let mut waiting = Vec::new();
-        for partition in 0..topic.partitions {
+        for partition in 0..topic.partition_count() {
             if self.partitions.get(OFFSETS_TOPIC, partition).is_none() {
                 // Not open yet (no space for its files): its groups wait until it opens.
                 waiting.push(partition);
@@ -252,6 +253,6 @@ impl Broker {
             tracing::warn!(target: "weir::groups", partitions = waiting.len(), "{OFFSETS_TOPIC} partitions not open yet (no space); their groups get COORDINATOR_LOAD_IN_PROGRESS until they open and load");
             tokio::spawn(self.clone().load_when_open(waiting));
         }
-        tracing::info!(target: "weir::groups", partitions = topic.partitions, groups, offsets, elapsed_ms = started.elapsed().as_millis() as u64, "group coordinator loaded {OFFSETS_TOPIC}");
+        tracing::info!(target: "weir::groups", partitions = topic.partition_count(), groups, offsets, elapsed_ms = started.elapsed().as_millis() as u64, "group coordinator loaded {OFFSETS_TOPIC}");
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::watch;
 use uuid::Uuid;
 use weir_log::{AppendInfo, Log, LogError, ValidBatch};
+use weir_metadata::PartitionImage;
 
 use crate::config::TopicSettings;
 use crate::rate_limit::LineLimit;
@@ -26,7 +27,8 @@ const FLUSH_RETRY_MS: u64 = 100;
 /// Log lines about refused writes and failed checkpoints, at most a few a second broker-wide.
 static STORAGE_WARNINGS: LineLimit = LineLimit::new();
 
-/// A partition replica (the leader, on a single node).
+/// A partition replica on this broker: the leader, which takes writes and serves reads, or a
+/// follower.
 pub struct Partition {
     /// Topic name.
     pub topic: String,
@@ -50,6 +52,8 @@ pub struct Partition {
     writes_refused: AtomicBool,
     /// Serializes checkpoint writes (maintenance and shutdown), taken without the log's lock.
     checkpoint_lock: Mutex<()>,
+    /// This broker leads the partition (per the metadata image last applied).
+    leader: AtomicBool,
 }
 
 impl Partition {
@@ -77,6 +81,42 @@ impl Partition {
             roll_flush_scheduled: AtomicBool::new(false),
             writes_refused: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
+            leader: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this broker leads the partition: only the leader takes writes and serves
+    /// clients; a follower answers NOT_LEADER_OR_FOLLOWER.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::Acquire)
+    }
+
+    /// Takes the role the metadata gives this broker (`node_id`) for the partition. Becoming
+    /// leader at a newer leader epoch starts that epoch at the log end, so every batch appended
+    /// from now on carries it and OffsetForLeaderEpoch can tell where the previous one ended.
+    /// Blocking (the epoch checkpoint is written once per leader change); without space for
+    /// it the partition is not led until a later call succeeds.
+    pub fn follow(&self, image: &PartitionImage, node_id: i32) {
+        let mut leads = image.leader == node_id;
+        if leads {
+            let mut log = self.log_mut();
+            if image.leader_epoch > log.leader_epoch() {
+                match log.set_leader_epoch(image.leader_epoch) {
+                    Ok(()) => {}
+                    // Not leading without the epoch on disk; the next image applied tries again.
+                    Err(LogError::OutOfResources(error)) => {
+                        tracing::error!(target: "weir::storage", topic = %self.topic, partition = self.index, %error, "cannot record the new leader epoch for lack of space; not leading yet");
+                        leads = false;
+                    }
+                    Err(error) => {
+                        drop(log);
+                        storage_failure(&self.dir, &error.to_string());
+                    }
+                }
+            }
+        }
+        if self.leader.swap(leads, Ordering::AcqRel) != leads {
+            tracing::info!(target: "weir::broker", topic = %self.topic, partition = self.index, leader = image.leader, leader_epoch = image.leader_epoch, role = if leads { "leader" } else { "follower" }, "partition role");
         }
     }
 

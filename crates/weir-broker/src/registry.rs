@@ -1,6 +1,7 @@
-//! The partitions this broker hosts, kept in step with the metadata image: logs are opened for
-//! new partitions, deleted with their topics, and directories the metadata does not know are
-//! moved aside, never deleted.
+//! The partition replicas this broker hosts, kept in step with the metadata image: logs are
+//! opened for partitions assigned here, each takes the role (leader or follower) the image
+//! gives it, replicas are deleted with their topics, and directories the metadata does not
+//! know are moved aside, never deleted.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,21 @@ pub struct PartitionRegistry {
     /// Held while syncing, with the `applied_count` of the newest image synced: concurrent
     /// metadata changes sync one at a time, and an older image never undoes a newer one.
     synced: Mutex<Option<Arc<MetadataImage>>>,
+}
+
+/// Whether broker `node_id` holds a replica of partition `index` of `topic`.
+fn hosts(topic: &TopicImage, index: i32, node_id: i32) -> bool {
+    topic
+        .partition(index)
+        .is_some_and(|p| p.replicas.contains(&node_id))
+}
+
+/// The partitions of `topic` broker `node_id` holds a replica of.
+fn hosted_indexes(topic: &TopicImage, node_id: i32) -> impl Iterator<Item = i32> + '_ {
+    (0i32..)
+        .zip(&topic.partitions)
+        .filter(move |(_, p)| p.replicas.contains(&node_id))
+        .map(|(index, _)| index)
 }
 
 fn partition_dir_name(topic: &str, index: i32) -> String {
@@ -104,30 +120,39 @@ impl PartitionRegistry {
         *synced = Some(image.clone());
         let wanted: HashMap<String, &TopicImage> =
             image.topics().map(|t| (t.name.clone(), t)).collect();
-        let removed: Vec<Arc<Partition>> = {
+        let node_id = self.node_id;
+        let removed: Vec<(Arc<Partition>, bool)> = {
             let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-            let stale: Vec<(String, i32)> = map
+            let stale: Vec<((String, i32), bool)> = map
                 .iter()
-                .filter(|(_, p)| {
-                    wanted
-                        .get(&p.topic)
-                        .is_none_or(|t| t.topic_id != p.topic_id)
+                .filter_map(|(key, p)| match wanted.get(&p.topic) {
+                    Some(t) if t.topic_id == p.topic_id => {
+                        (!hosts(t, p.index, node_id)).then(|| (key.clone(), false))
+                    }
+                    _ => Some((key.clone(), true)),
                 })
-                .map(|(k, _)| k.clone())
                 .collect();
-            stale.iter().filter_map(|k| map.remove(k)).collect()
+            stale
+                .into_iter()
+                .filter_map(|(key, deleted)| map.remove(&key).map(|p| (p, deleted)))
+                .collect()
         };
-        for partition in removed {
-            tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting partition of a deleted topic");
+        for (partition, topic_deleted) in removed {
             partition.mark_deleted();
-            self.delete_dir(&partition.dir);
+            if topic_deleted {
+                tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting partition of a deleted topic");
+                self.delete_dir(&partition.dir);
+            } else {
+                // Until replicas can be moved, a replica assigned elsewhere keeps its data.
+                self.move_aside(&partition.dir);
+            }
         }
         self.tidy_dirs(&wanted);
-        let dynamic = DynamicConfigs::of(image, self.node_id);
+        let dynamic = DynamicConfigs::of(image, node_id);
         let mut to_open: Vec<(&TopicImage, i32, TopicSettings)> = Vec::new();
         for topic in wanted.values() {
             let settings = self.config.topic_settings(dynamic, &topic.configs);
-            for index in 0..topic.partitions {
+            for index in hosted_indexes(topic, node_id) {
                 match self.get(&topic.name, index) {
                     Some(existing) if existing.settings() != settings => {
                         existing.update_settings(settings)
@@ -155,10 +180,17 @@ impl PartitionRegistry {
                 });
             }
         });
+        for topic in wanted.values() {
+            for (index, assigned) in (0i32..).zip(&topic.partitions) {
+                if let Some(partition) = self.get(&topic.name, index) {
+                    partition.follow(assigned, node_id);
+                }
+            }
+        }
     }
 
-    /// Opens every partition of the last image synced that is not open yet (after a failure to
-    /// open for lack of space). Blocking.
+    /// Opens every partition of the last image synced that is not open yet, and takes up
+    /// leaderships not taken yet (after a failure for lack of space). Blocking.
     pub fn retry_pending(&self) {
         let image = self
             .synced
@@ -166,9 +198,14 @@ impl PartitionRegistry {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let Some(image) = image else { return };
-        let pending = image
-            .topics()
-            .any(|t| (0..t.partitions).any(|i| self.get(&t.name, i).is_none()));
+        let node_id = self.node_id;
+        let pending = image.topics().any(|t| {
+            hosted_indexes(t, node_id).any(|i| {
+                self.get(&t.name, i).is_none_or(|p| {
+                    t.partition(i).is_some_and(|a| a.leader == node_id) && !p.is_leader()
+                })
+            })
+        });
         if pending {
             // Force a resync of the same image.
             *self.synced.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -267,7 +304,8 @@ impl PartitionRegistry {
         let expected: HashMap<String, Uuid> = wanted
             .values()
             .flat_map(|t| {
-                (0..t.partitions).map(move |i| (partition_dir_name(&t.name, i), t.topic_id))
+                hosted_indexes(t, self.node_id)
+                    .map(move |i| (partition_dir_name(&t.name, i), t.topic_id))
             })
             .collect();
         let mut strays = BTreeSet::new();
@@ -294,15 +332,22 @@ impl PartitionRegistry {
             }
         }
         for name in strays {
-            let dir = self.logs_dir.join(&name);
-            let aside = self.logs_dir.join(aside_name(&name, STRAY_SUFFIX));
-            tracing::warn!(target: "weir::broker", dir = %dir.display(), moved_to = %aside.display(), "the metadata knows no partition for this directory; moved aside, not deleted");
-            self.files.forget_dir(&dir);
-            if let Err(error) = storage.rename(&dir, &aside) {
-                storage_failure(&dir, &error.to_string());
-            }
-            self.files.forget_dir(&dir);
+            self.move_aside(&self.logs_dir.join(&name));
         }
+    }
+
+    /// Renames a partition directory the metadata does not assign here to `*-stray`.
+    fn move_aside(&self, dir: &Path) {
+        let name = dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let aside = self.logs_dir.join(aside_name(&name, STRAY_SUFFIX));
+        tracing::warn!(target: "weir::broker", dir = %dir.display(), moved_to = %aside.display(), "the metadata assigns this broker no such partition; moved aside, not deleted");
+        self.files.forget_dir(dir);
+        if let Err(error) = self.files.storage().rename(dir, &aside) {
+            storage_failure(dir, &error.to_string());
+        }
+        self.files.forget_dir(dir);
     }
 
     /// Runs retention, segment aging and producer expiry on every partition. Segment files are

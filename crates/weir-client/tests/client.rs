@@ -35,7 +35,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
     let config = BrokerConfig::from_properties(&properties).expect("config");
     let log = FileMetadataLog::open(Arc::new(FsStorage), &dir.path().join("metadata.log"))
         .expect("metadata log");
-    let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
+    let controller = Arc::new(Controller::open(Box::new(log), 1).expect("controller"));
     let registry = PartitionRegistry::new(
         dir.path().join("logs"),
         FileCache::new(Arc::new(FsStorage), 64),
@@ -59,6 +59,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         .expect("limits");
     let control = Arc::new(LocalControl::new(controller));
     let broker = Broker::new(config, identity, control, registry, stopped);
+    broker.register().await.expect("registered");
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     tokio::spawn(broker.run_group_coordinator());
     TestServer {

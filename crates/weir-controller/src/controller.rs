@@ -10,19 +10,21 @@ use uuid::Uuid;
 use weir_metadata::broker_config::check_runtime_broker_config;
 use weir_metadata::topic_config::validate_topic_config;
 use weir_metadata::{
-    validate_topic_name, Committed, ConfigChange, ControllerError, MetadataCommand,
-    MetadataControl, MetadataImage, NewTopic, Pending, TopicImage,
+    validate_topic_name, BrokerListener, BrokerRegistration, Committed, ConfigChange,
+    ControllerError, MetadataCommand, MetadataControl, MetadataImage, NewTopic, Pending,
+    TopicImage,
 };
 
 use crate::metadata_log::{MetadataLog, MetadataLogError};
+use crate::placement::place;
 use crate::relational::RelationalStore;
 
 /// Producer ids reserved per metadata command; the broker hands them out from memory.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 /// Most partitions one topic may have: each costs open files and memory on every start.
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
-/// Replication factor a single-node cluster can honour.
-const REPLICATION_FACTOR_MAX: i16 = 1;
+/// Most listeners one broker may register.
+const LISTENERS_PER_BROKER_MAX: usize = 16;
 
 fn log_error(error: MetadataLogError) -> ControllerError {
     match error {
@@ -49,11 +51,75 @@ pub struct Controller {
     partitions_max: AtomicUsize,
 }
 
+/// Gives a command written before replicas were recorded its replicas: every partition on
+/// `node_id`, the node that wrote it (such logs come from a single node).
+fn with_replicas(command: MetadataCommand, node_id: i32, image: &MetadataImage) -> MetadataCommand {
+    match command {
+        MetadataCommand::CreateTopic {
+            name,
+            topic_id,
+            partitions,
+            replication_factor,
+            configs,
+            assignments,
+        } if assignments.is_empty() => MetadataCommand::CreateTopic {
+            name,
+            topic_id,
+            partitions,
+            replication_factor,
+            configs,
+            assignments: vec![vec![node_id]; partitions.max(0) as usize],
+        },
+        MetadataCommand::CreatePartitions {
+            topic_id,
+            total,
+            assignments,
+        } if assignments.is_empty() => {
+            let current = image
+                .topic_by_id(topic_id)
+                .map_or(total, |t| t.partition_count());
+            MetadataCommand::CreatePartitions {
+                topic_id,
+                total,
+                assignments: vec![vec![node_id]; (total - current).max(0) as usize],
+            }
+        }
+        other => other,
+    }
+}
+
+/// One partition's manual replica list, checked as Kafka checks it: not empty, no broker
+/// twice, only registered brokers.
+fn check_replica_list(image: &MetadataImage, replicas: &[i32]) -> Result<(), ControllerError> {
+    let refuse = |why: String| Err(ControllerError::InvalidReplicaAssignment(why));
+    if replicas.is_empty() {
+        return refuse("The manual partition assignment includes an empty replica list.".into());
+    }
+    for (i, node_id) in replicas.iter().enumerate() {
+        if replicas[..i].contains(node_id) {
+            return refuse(format!(
+                "The manual partition assignment includes the broker {node_id} more than once."
+            ));
+        }
+    }
+    if let Some(unknown) = replicas.iter().find(|b| image.broker(**b).is_none()) {
+        return refuse(format!(
+            "The manual partition assignment includes broker {unknown}, but no such broker is registered."
+        ));
+    }
+    Ok(())
+}
+
 impl Controller {
-    /// Replays `log` into a fresh image.
-    pub fn open(mut log: Box<dyn MetadataLog>) -> Result<Controller, ControllerError> {
+    /// Replays `log` into a fresh image. `node_id` is this node's: commands written before
+    /// replicas were recorded are read as placing every replica here.
+    pub fn open(
+        mut log: Box<dyn MetadataLog>,
+        node_id: i32,
+    ) -> Result<Controller, ControllerError> {
         let mut image = MetadataImage::default();
         for command in log.replay().map_err(log_error)? {
+            let command = with_replicas(command, node_id, &image);
             image.apply(&command);
         }
         tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "metadata replayed");
@@ -91,7 +157,7 @@ impl Controller {
 
     fn check_capacity(&self, image: &MetadataImage, adding: i32) -> Result<(), ControllerError> {
         let max = self.partitions_max.load(Ordering::Relaxed);
-        let current: usize = image.topics().map(|t| t.partitions as usize).sum();
+        let current = image.partition_total();
         if current + adding.max(0) as usize > max {
             return Err(ControllerError::InvalidPartitions(format!(
                 "the cluster would hold {} partitions, more than the {max} its open-file limit allows; raise `ulimit -n` and restart",
@@ -153,15 +219,11 @@ impl Controller {
             )));
         }
         let replicas = topic.replication_factor;
-        if replicas < 1 {
+        // A manual assignment is checked list by list below (an empty list has its own error).
+        if replicas < 1 && topic.assignments.is_empty() {
             return Err(ControllerError::InvalidReplicationFactor(
                 "Replication factor must be larger than 0, or -1 to use the default value.".into(),
             ));
-        }
-        if replicas > REPLICATION_FACTOR_MAX {
-            return Err(ControllerError::InvalidReplicationFactor(format!(
-                "Unable to replicate the partition {replicas} time(s): The target replication factor of {replicas} cannot be reached because only {REPLICATION_FACTOR_MAX} broker(s) are registered or some brokers have all their log directories cordoned."
-            )));
         }
         Self::check_configs(&topic.configs)?;
         let mut state = self.state();
@@ -181,24 +243,96 @@ impl Controller {
             )));
         }
         self.check_capacity(&state.image, topic.partitions)?;
-        let image = TopicImage {
-            name: topic.name,
-            topic_id: Uuid::new_v4(),
-            partitions: topic.partitions,
-            replication_factor: topic.replication_factor,
-            configs: topic.configs,
+        let assignments = if topic.assignments.is_empty() {
+            Self::place(&state.image, topic.partitions, replicas)?
+        } else {
+            if topic.assignments.len() != topic.partitions as usize {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "The manual partition assignment names {} partition(s), not {}.",
+                    topic.assignments.len(),
+                    topic.partitions
+                )));
+            }
+            for assigned in &topic.assignments {
+                check_replica_list(&state.image, assigned)?;
+                if assigned.len() != replicas as usize {
+                    return Err(ControllerError::InvalidReplicaAssignment(
+                        "All partitions in the manual partition assignment must have the same number of replicas.".into(),
+                    ));
+                }
+            }
+            topic.assignments
         };
-        if !validate_only {
-            let command = MetadataCommand::CreateTopic {
-                name: image.name.clone(),
-                topic_id: image.topic_id,
-                partitions: image.partitions,
-                replication_factor: image.replication_factor,
-                configs: image.configs.clone(),
-            };
-            self.commit(&mut state, command)?;
+        let topic_id = Uuid::new_v4();
+        let command = MetadataCommand::CreateTopic {
+            name: topic.name,
+            topic_id,
+            partitions: topic.partitions,
+            replication_factor: replicas,
+            configs: topic.configs,
+            assignments,
+        };
+        if validate_only {
+            let mut preview = state.image.clone();
+            preview.apply(&command);
+            return Self::created(&preview, topic_id);
         }
-        Ok(image)
+        self.commit(&mut state, command)?;
+        Self::created(&state.image, topic_id)
+    }
+
+    /// Replicas for `count` new partitions over the registered brokers, continuing the
+    /// cluster's stripe so leaders spread across topics.
+    fn place(
+        image: &MetadataImage,
+        count: i32,
+        replication_factor: i16,
+    ) -> Result<Vec<Vec<i32>>, ControllerError> {
+        let brokers: Vec<i32> = image.brokers().map(|b| b.node_id).collect();
+        place(&brokers, count, replication_factor, image.partition_total())
+    }
+
+    /// The topic just created, as `image` holds it.
+    fn created(image: &MetadataImage, topic_id: Uuid) -> Result<TopicImage, ControllerError> {
+        image.topic_by_id(topic_id).cloned().ok_or_else(|| {
+            ControllerError::Fatal(std::io::Error::other(
+                "created topic missing from the image",
+            ))
+        })
+    }
+
+    /// Registers a broker (at each of its starts) with a fresh incarnation id; its epoch is
+    /// the registration's position in the log.
+    pub fn register_broker(
+        &self,
+        node_id: i32,
+        listeners: Vec<BrokerListener>,
+        rack: Option<String>,
+    ) -> Result<BrokerRegistration, ControllerError> {
+        if node_id < 0 {
+            return Err(ControllerError::InvalidRequest(format!(
+                "Invalid node id {node_id}: node ids are non-negative"
+            )));
+        }
+        if listeners.is_empty() || listeners.len() > LISTENERS_PER_BROKER_MAX {
+            return Err(ControllerError::InvalidRequest(format!(
+                "A broker registers between 1 and {LISTENERS_PER_BROKER_MAX} listeners, not {}",
+                listeners.len()
+            )));
+        }
+        let mut state = self.state();
+        let command = MetadataCommand::RegisterBroker {
+            node_id,
+            incarnation_id: Uuid::new_v4(),
+            listeners,
+            rack,
+        };
+        self.commit(&mut state, command)?;
+        state.image.broker(node_id).cloned().ok_or_else(|| {
+            ControllerError::Fatal(std::io::Error::other(
+                "registered broker missing from the image",
+            ))
+        })
     }
 
     /// Deletes a topic by name.
@@ -214,16 +348,21 @@ impl Controller {
         Ok(topic)
     }
 
-    /// Raises a topic's partition count to `total` (Kafka's CreatePartitions meaning).
+    /// Raises a topic's partition count to `total` (Kafka's CreatePartitions meaning), with
+    /// the new partitions on `assignments` (one replica list each) or, without them, placed
+    /// over the registered brokers.
     pub fn create_partitions(
         &self,
         name: &str,
         total: i32,
+        assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
         let mut state = self.state();
         let topic_id = Self::topic_id(&state, name)?;
-        let current = state.image.topic(name).map_or(0, |t| t.partitions);
+        let topic = state.image.topic(name);
+        let current = topic.map_or(0, |t| t.partition_count());
+        let replication_factor = topic.map_or(1, |t| t.replication_factor);
         if total == current {
             return Err(ControllerError::InvalidPartitions(format!(
                 "Topic already has {current} partition(s)."
@@ -240,11 +379,34 @@ impl Controller {
             )));
         }
         self.check_capacity(&state.image, total - current)?;
+        let assignments = if let Some(assignments) = assignments {
+            let added = total - current;
+            if assignments.len() != added as usize {
+                return Err(ControllerError::InvalidReplicaAssignment(format!(
+                    "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+                    assignments.len()
+                )));
+            }
+            for assigned in &assignments {
+                check_replica_list(&state.image, assigned)?;
+                if assigned.len() != replication_factor as usize {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {replication_factor} replica(s).",
+                        assigned.len()
+                    )));
+                }
+            }
+            assignments
+        } else {
+            Self::place(&state.image, total - current, replication_factor)?
+        };
         if !validate_only {
-            self.commit(
-                &mut state,
-                MetadataCommand::CreatePartitions { topic_id, total },
-            )?;
+            let command = MetadataCommand::CreatePartitions {
+                topic_id,
+                total,
+                assignments,
+            };
+            self.commit(&mut state, command)?;
         }
         Ok(())
     }
@@ -358,8 +520,14 @@ impl MetadataControl for LocalControl {
         self.run(move |c| c.delete_topic(&name))
     }
 
-    fn create_partitions(&self, name: String, total: i32, validate_only: bool) -> Pending<()> {
-        self.run(move |c| c.create_partitions(&name, total, validate_only))
+    fn create_partitions(
+        &self,
+        name: String,
+        total: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Pending<()> {
+        self.run(move |c| c.create_partitions(&name, total, assignments, validate_only))
     }
 
     fn alter_topic_config(
@@ -380,6 +548,15 @@ impl MetadataControl for LocalControl {
         self.run(move |c| c.alter_broker_config(node_id, change, validate_only))
     }
 
+    fn register_broker(
+        &self,
+        node_id: i32,
+        listeners: Vec<BrokerListener>,
+        rack: Option<String>,
+    ) -> Pending<BrokerRegistration> {
+        self.run(move |c| c.register_broker(node_id, listeners, rack))
+    }
+
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
         self.run(|c| c.allocate_producer_ids())
     }
@@ -396,12 +573,32 @@ mod tests {
     use super::*;
     use crate::metadata_log::FileMetadataLog;
 
-    fn open(dir: &std::path::Path) -> Controller {
-        Controller::open(Box::new(
-            FileMetadataLog::open(Arc::new(weir_storage::FsStorage), &dir.join("metadata.log"))
-                .expect("log"),
-        ))
+    fn open_log(dir: &std::path::Path) -> Controller {
+        Controller::open(
+            Box::new(
+                FileMetadataLog::open(Arc::new(weir_storage::FsStorage), &dir.join("metadata.log"))
+                    .expect("log"),
+            ),
+            1,
+        )
         .expect("controller")
+    }
+
+    fn listener(port: u16) -> BrokerListener {
+        BrokerListener {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    /// The controller over `dir`'s log, with broker 1 registered (as at every start).
+    fn open(dir: &std::path::Path) -> Controller {
+        let controller = open_log(dir);
+        controller
+            .register_broker(1, vec![listener(9092)], None)
+            .expect("register");
+        controller
     }
 
     fn new_topic(name: &str, partitions: i32) -> NewTopic {
@@ -409,7 +606,7 @@ mod tests {
             name: name.into(),
             partitions,
             replication_factor: 1,
-            configs: BTreeMap::new(),
+            ..NewTopic::default()
         }
     }
 
@@ -421,7 +618,7 @@ mod tests {
             .create_topic(new_topic("orders", 3), false)
             .expect("create");
         controller
-            .create_partitions("orders", 5, false)
+            .create_partitions("orders", 5, None, false)
             .expect("grow");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         controller
@@ -432,7 +629,10 @@ mod tests {
         let controller = open(dir.path());
         let image = controller.image();
         let topic = image.topic("orders").expect("topic survives");
-        assert_eq!((topic.partitions, topic.topic_id), (5, first.topic_id));
+        assert_eq!(
+            (topic.partition_count(), topic.topic_id),
+            (5, first.topic_id)
+        );
         assert_eq!(
             topic.configs.get("retention.ms").map(String::as_str),
             Some("1000")
@@ -446,6 +646,93 @@ mod tests {
             .create_topic(new_topic("orders", 1), false)
             .expect("recreate");
         assert_ne!(again.topic_id, first.topic_id);
+    }
+
+    #[test]
+    fn partitions_spread_over_registered_brokers_with_leaders_and_epochs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = open(dir.path());
+        let three = NewTopic {
+            replication_factor: 3,
+            ..new_topic("orders", 6)
+        };
+        assert!(
+            matches!(
+                controller.create_topic(three.clone(), false),
+                Err(ControllerError::InvalidReplicationFactor(_))
+            ),
+            "one broker cannot hold three replicas"
+        );
+        for node_id in [2, 3] {
+            controller
+                .register_broker(
+                    node_id,
+                    vec![listener(9092 + node_id as u16)],
+                    Some("r1".into()),
+                )
+                .expect("register");
+        }
+        let first_epoch = controller.image().broker(1).expect("broker 1").epoch;
+        let created = controller.create_topic(three, false).expect("create");
+        let mut leaders = std::collections::BTreeMap::<i32, usize>::new();
+        for partition in &created.partitions {
+            assert_eq!(partition.replicas.len(), 3);
+            assert_eq!(partition.isr, partition.replicas);
+            assert_eq!(partition.leader, partition.replicas[0]);
+            assert_eq!((partition.leader_epoch, partition.partition_epoch), (0, 0));
+            *leaders.entry(partition.leader).or_default() += 1;
+        }
+        assert_eq!(leaders.values().collect::<Vec<_>>(), vec![&2, &2, &2]);
+        controller
+            .create_partitions("orders", 9, None, false)
+            .expect("grow");
+        drop(controller);
+        let controller = open(dir.path());
+        let image = controller.image();
+        let topic = image.topic("orders").expect("topic");
+        assert_eq!(topic.partitions[..6], created.partitions[..]);
+        assert!(topic.partitions[6..].iter().all(|p| p.replicas.len() == 3));
+        assert_eq!(image.broker(2).and_then(|b| b.rack.as_deref()), Some("r1"));
+        assert!(
+            image.broker(1).expect("broker 1").epoch > first_epoch,
+            "a new start has a new broker epoch"
+        );
+        assert!(controller
+            .register_broker(-1, vec![listener(1)], None)
+            .is_err());
+        assert!(controller.register_broker(4, Vec::new(), None).is_err());
+    }
+
+    #[test]
+    fn commands_written_before_replicas_were_recorded_place_them_on_this_node() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn weir_storage::Storage> = Arc::new(weir_storage::FsStorage);
+        let mut log =
+            FileMetadataLog::open(storage.clone(), &dir.path().join("metadata.log")).expect("log");
+        for stored in [
+            r#"{"type":"create_topic","name":"old","topic_id":"00000000-0000-0000-0000-000000000007","partitions":2,"replication_factor":1,"configs":{}}"#,
+            r#"{"type":"create_partitions","topic_id":"00000000-0000-0000-0000-000000000007","total":3}"#,
+        ] {
+            let command: MetadataCommand = serde_json::from_str(stored).expect("old command");
+            log.append(&command).expect("append");
+        }
+        drop(log);
+        let controller = Controller::open(
+            Box::new(
+                FileMetadataLog::open(storage, &dir.path().join("metadata.log")).expect("log"),
+            ),
+            5,
+        )
+        .expect("controller");
+        let image = controller.image();
+        let topic = image.topic("old").expect("topic");
+        assert_eq!(topic.partition_count(), 3);
+        for partition in &topic.partitions {
+            assert_eq!(
+                (partition.replicas.as_slice(), partition.leader),
+                (&[5][..], 5)
+            );
+        }
     }
 
     #[test]
@@ -548,12 +835,12 @@ mod tests {
             "over the partition limit"
         );
         assert!(
-            controller.create_partitions("t", 4, false).is_err(),
+            controller.create_partitions("t", 4, None, false).is_err(),
             "over the partition limit"
         );
         controller.limit_partitions(usize::MAX);
         let before = controller.image().applied_count;
-        assert!(controller.create_partitions("t", 1, false).is_err());
+        assert!(controller.create_partitions("t", 1, None, false).is_err());
         assert!(controller
             .alter_topic_config(
                 "t",

@@ -10,6 +10,7 @@
 
 mod controller;
 mod metadata_log;
+mod placement;
 pub mod query;
 mod relational;
 

@@ -99,7 +99,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use weir_metadata::{ConfigChange, NewTopic};
+    use weir_metadata::{BrokerListener, ConfigChange, NewTopic};
 
     use super::*;
     use crate::{Controller, FileMetadataLog};
@@ -108,10 +108,20 @@ mod tests {
         let log =
             FileMetadataLog::open(Arc::new(weir_storage::FsStorage), &dir.join("metadata.log"))
                 .expect("log");
-        let controller = Controller::open(Box::new(log)).expect("controller");
+        let controller = Controller::open(Box::new(log), 1).expect("controller");
         controller
             .keep_relational(&dir.join(DATABASE_FILE))
             .expect("relational");
+        for node_id in 1..=3 {
+            let listener = BrokerListener {
+                name: "PLAINTEXT".into(),
+                host: format!("broker-{node_id}"),
+                port: 9092,
+            };
+            controller
+                .register_broker(node_id, vec![listener], None)
+                .expect("register");
+        }
         controller
     }
 
@@ -123,8 +133,9 @@ mod tests {
         NewTopic {
             name: name.into(),
             partitions,
-            replication_factor: 1,
+            replication_factor: 2,
             configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+            assignments: Vec::new(),
         }
     }
 
@@ -134,7 +145,7 @@ mod tests {
         let c = controller(dir.path());
         c.create_topic(topic("orders", 3), false).expect("create");
         c.create_topic(topic("gone", 1), false).expect("create");
-        c.create_partitions("orders", 5, false).expect("grow");
+        c.create_partitions("orders", 5, None, false).expect("grow");
         c.delete_topic("gone").expect("delete");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         c.alter_topic_config("orders", ConfigChange::setting(set), false)
@@ -151,6 +162,25 @@ mod tests {
             "cleanup.policy,retention.ms".to_string(),
         ]];
         assert_eq!(query(dir.path(), sql).expect("query").rows, expected);
+        let leaders = "SELECT p.partition_index, l.host, count(r.node_id), sum(r.in_sync)
+                       FROM partitions p JOIN topics t USING (topic_id)
+                       JOIN broker_listeners l ON l.node_id = p.leader
+                       JOIN replicas r USING (topic_id, partition_index)
+                       WHERE t.name = 'orders' GROUP BY p.partition_index ORDER BY p.partition_index";
+        let rows = query(dir.path(), leaders).expect("query").rows;
+        assert_eq!(rows.len(), 5, "{rows:?}");
+        for row in &rows {
+            assert!(row[1].starts_with("broker-"), "{row:?}");
+            assert_eq!((row[2].as_str(), row[3].as_str()), ("2", "2"), "{row:?}");
+        }
+        let under_replicated = "SELECT t.name, p.partition_index FROM partitions p
+                                JOIN topics t USING (topic_id)
+                                WHERE EXISTS (SELECT 1 FROM replicas r WHERE r.topic_id = p.topic_id
+                                    AND r.partition_index = p.partition_index AND NOT r.in_sync)";
+        assert!(query(dir.path(), under_replicated)
+            .expect("query")
+            .rows
+            .is_empty());
         let cluster = "SELECT name, value, node_id FROM broker_configs";
         let row: Vec<String> = vec!["log.retention.ms".into(), "7000".into(), "NULL".into()];
         assert_eq!(query(dir.path(), cluster).expect("query").rows, vec![row]);

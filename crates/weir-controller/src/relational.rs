@@ -1,5 +1,6 @@
-//! The metadata as relational tables in SQLite, for `weir metadata query`: topics, their
-//! partitions and configs, and the dynamic broker configs, with foreign keys. Every committed
+//! The metadata as relational tables in SQLite, for `weir metadata query`: brokers and their
+//! listeners, topics, their partitions (leader, epochs), replicas (in sync or not) and
+//! configs, and the dynamic broker configs, with foreign keys. Every committed
 //! command is applied in one transaction together with the image position it brings the
 //! tables to, so the tables always show one whole image. The metadata log stays the record:
 //! tables that fall behind (a write refused on a full disk, a schema from another version) are
@@ -8,10 +9,12 @@
 use std::path::Path;
 
 use rusqlite::{params, Connection, Transaction};
-use weir_metadata::{ConfigChange, MetadataCommand, MetadataImage, TopicImage, Uuid};
+use weir_metadata::{
+    BrokerRegistration, ConfigChange, MetadataCommand, MetadataImage, TopicImage, Uuid, NO_LEADER,
+};
 
 /// The layout the tables are in; another value makes the store rebuild them.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The tables, their keys and foreign keys.
 const SCHEMA: &str = "
@@ -21,6 +24,19 @@ CREATE TABLE meta (
     applied_count INTEGER NOT NULL,
     next_producer_id INTEGER NOT NULL
 );
+CREATE TABLE brokers (
+    node_id INTEGER PRIMARY KEY,
+    incarnation_id TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    rack TEXT
+);
+CREATE TABLE broker_listeners (
+    node_id INTEGER NOT NULL REFERENCES brokers (node_id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    PRIMARY KEY (node_id, name)
+);
 CREATE TABLE topics (
     topic_id TEXT PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -29,7 +45,20 @@ CREATE TABLE topics (
 CREATE TABLE partitions (
     topic_id TEXT NOT NULL REFERENCES topics (topic_id) ON DELETE CASCADE,
     partition_index INTEGER NOT NULL,
+    leader INTEGER,
+    leader_epoch INTEGER NOT NULL,
+    partition_epoch INTEGER NOT NULL,
     PRIMARY KEY (topic_id, partition_index)
+);
+CREATE TABLE replicas (
+    topic_id TEXT NOT NULL,
+    partition_index INTEGER NOT NULL,
+    node_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    in_sync INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition_index, node_id),
+    FOREIGN KEY (topic_id, partition_index)
+        REFERENCES partitions (topic_id, partition_index) ON DELETE CASCADE
 );
 CREATE TABLE topic_configs (
     topic_id TEXT NOT NULL REFERENCES topics (topic_id) ON DELETE CASCADE,
@@ -48,8 +77,11 @@ CREATE UNIQUE INDEX broker_configs_key ON broker_configs (ifnull(node_id, -1), n
 /// The tables a rebuild empties, children first.
 const TABLES: &[&str] = &[
     "topic_configs",
+    "replicas",
     "partitions",
     "topics",
+    "broker_listeners",
+    "brokers",
     "broker_configs",
     "meta",
 ];
@@ -135,14 +167,21 @@ impl RelationalStore {
                     [topic_id.to_string()],
                 )?;
             }
-            MetadataCommand::CreatePartitions { topic_id, total } => {
-                insert_partitions(&tx, *topic_id, 0..*total)?;
+            MetadataCommand::CreatePartitions { topic_id, .. } => {
+                if let Some(topic) = image.topic_by_id(*topic_id) {
+                    insert_partitions(&tx, topic)?;
+                }
             }
             MetadataCommand::AlterTopicConfig { topic_id, change } => {
                 change_topic_configs(&tx, *topic_id, change)?;
             }
             MetadataCommand::AlterBrokerConfig { node_id, change } => {
                 change_broker_configs(&tx, *node_id, change)?;
+            }
+            MetadataCommand::RegisterBroker { node_id, .. } => {
+                if let Some(broker) = image.broker(*node_id) {
+                    insert_broker(&tx, broker)?;
+                }
             }
             MetadataCommand::AllocateProducerIds { .. } => {}
         }
@@ -167,6 +206,9 @@ impl RelationalStore {
             for table in TABLES {
                 tx.execute(&format!("DELETE FROM {table}"), [])?;
             }
+        }
+        for broker in image.brokers() {
+            insert_broker(&tx, broker)?;
         }
         for topic in image.topics() {
             insert_topic(&tx, topic)?;
@@ -197,7 +239,7 @@ fn insert_topic(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Result<()
         "INSERT INTO topics (topic_id, name, replication_factor) VALUES (?1, ?2, ?3)",
         params![id, topic.name, topic.replication_factor],
     )?;
-    insert_partitions(tx, topic.topic_id, 0..topic.partitions)?;
+    insert_partitions(tx, topic)?;
     for (name, value) in &topic.configs {
         tx.execute(
             "INSERT INTO topic_configs (topic_id, name, value) VALUES (?1, ?2, ?3)",
@@ -207,18 +249,53 @@ fn insert_topic(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Result<()
     Ok(())
 }
 
-/// Adds the partitions `indexes` of a topic (those it has already are kept).
-fn insert_partitions(
-    tx: &Transaction<'_>,
-    topic_id: Uuid,
-    indexes: std::ops::Range<i32>,
-) -> rusqlite::Result<()> {
-    let id = topic_id.to_string();
+/// Writes every partition of `topic` with its replicas, replacing what the tables had.
+fn insert_partitions(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Result<()> {
+    let id = topic.topic_id.to_string();
+    // Replicas go with their partitions (ON DELETE CASCADE).
+    tx.execute("DELETE FROM partitions WHERE topic_id = ?1", [&id])?;
     let mut insert = tx.prepare_cached(
-        "INSERT OR IGNORE INTO partitions (topic_id, partition_index) VALUES (?1, ?2)",
+        "INSERT INTO partitions (topic_id, partition_index, leader, leader_epoch, partition_epoch)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    for index in indexes {
-        insert.execute(params![id, index])?;
+    let mut insert_replica = tx.prepare_cached(
+        "INSERT INTO replicas (topic_id, partition_index, node_id, position, in_sync)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (index, partition) in (0i32..).zip(&topic.partitions) {
+        let leader = Some(partition.leader).filter(|l| *l != NO_LEADER);
+        insert.execute(params![
+            id,
+            index,
+            leader,
+            partition.leader_epoch,
+            partition.partition_epoch
+        ])?;
+        for (position, node_id) in (0i32..).zip(&partition.replicas) {
+            let in_sync = partition.isr.contains(node_id);
+            insert_replica.execute(params![id, index, node_id, position, in_sync])?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a broker's registration, replacing an earlier one (and its listeners).
+fn insert_broker(tx: &Transaction<'_>, broker: &BrokerRegistration) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM brokers WHERE node_id = ?1", [broker.node_id])?;
+    tx.execute(
+        "INSERT INTO brokers (node_id, incarnation_id, epoch, rack) VALUES (?1, ?2, ?3, ?4)",
+        params![
+            broker.node_id,
+            broker.incarnation_id.to_string(),
+            broker.epoch as i64,
+            broker.rack
+        ],
+    )?;
+    for listener in &broker.listeners {
+        tx.execute(
+            "INSERT INTO broker_listeners (node_id, name, host, port) VALUES (?1, ?2, ?3, ?4)",
+            params![broker.node_id, listener.name, listener.host, listener.port],
+        )?;
     }
     Ok(())
 }

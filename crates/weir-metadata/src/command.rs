@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ConfigChange;
+use crate::{BrokerListener, ConfigChange};
 
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +24,10 @@ pub enum MetadataCommand {
         replication_factor: i16,
         /// Topic-level config overrides.
         configs: BTreeMap<String, String>,
+        /// The replicas of each partition, preferred leader first. Empty in commands written
+        /// before replicas were recorded (the controller reads those as its own node's).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     /// Removes a topic.
     DeleteTopic {
@@ -36,6 +40,10 @@ pub enum MetadataCommand {
         topic_id: Uuid,
         /// New total partition count.
         total: i32,
+        /// The replicas of each new partition, preferred leader first (empty as in
+        /// `CreateTopic`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     /// Changes a topic's config overrides.
     AlterTopicConfig {
@@ -53,6 +61,19 @@ pub enum MetadataCommand {
         /// The level's change.
         #[serde(flatten)]
         change: ConfigChange,
+    },
+    /// A broker joins, or rejoins after a restart, with where clients reach it. Its broker
+    /// epoch is the position of this command in the log, so every start has a new one.
+    RegisterBroker {
+        /// The broker's node id.
+        node_id: i32,
+        /// Random id of this start of the broker process.
+        incarnation_id: Uuid,
+        /// The listeners clients connect to.
+        listeners: Vec<BrokerListener>,
+        /// The broker's rack (`broker.rack`), if it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rack: Option<String>,
     },
     /// Reserves producer ids `[first, first + count)` for the broker to hand out.
     AllocateProducerIds {

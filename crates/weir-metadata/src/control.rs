@@ -10,10 +10,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::{ControllerError, MetadataImage, TopicImage};
+use crate::{BrokerListener, BrokerRegistration, ControllerError, MetadataImage, TopicImage};
 
 /// A topic creation request, already defaulted by the caller.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NewTopic {
     /// Topic name.
     pub name: String,
@@ -23,6 +23,9 @@ pub struct NewTopic {
     pub replication_factor: i16,
     /// Config overrides.
     pub configs: BTreeMap<String, String>,
+    /// The replicas of each partition as the client chose them (CreateTopics' manual
+    /// assignment), preferred leader first; empty to let the controller place them.
+    pub assignments: Vec<Vec<i32>>,
 }
 
 /// A change to one set of configs: a topic's overrides, or one level of dynamic broker
@@ -69,8 +72,15 @@ pub trait MetadataControl: Send + Sync {
     /// Deletes the topic called `name`.
     fn delete_topic(&self, name: String) -> Pending<TopicImage>;
 
-    /// Raises the partition count of topic `name` to `total`.
-    fn create_partitions(&self, name: String, total: i32, validate_only: bool) -> Pending<()>;
+    /// Raises the partition count of topic `name` to `total`, with the new partitions on
+    /// `assignments` (one replica list each) or, without them, placed by the controller.
+    fn create_partitions(
+        &self,
+        name: String,
+        total: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Pending<()>;
 
     /// Changes topic `name`'s config overrides.
     fn alter_topic_config(
@@ -87,6 +97,15 @@ pub trait MetadataControl: Send + Sync {
         change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()>;
+
+    /// Registers this broker (at every start) with where clients reach it; answered with its
+    /// registration, whose epoch is new.
+    fn register_broker(
+        &self,
+        node_id: i32,
+        listeners: Vec<BrokerListener>,
+        rack: Option<String>,
+    ) -> Pending<BrokerRegistration>;
 
     /// Reserves a block of producer ids never handed out before: `(first, count)`.
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)>;

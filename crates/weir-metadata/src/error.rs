@@ -18,6 +18,10 @@ pub enum ControllerError {
     /// Bad replication factor (the message says why, in Kafka's words).
     #[error("{0}")]
     InvalidReplicationFactor(String),
+    /// A manual replica assignment the cluster cannot honour (the message says why, in
+    /// Kafka's words).
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
     /// Unsupported config key or bad value (the message says why, in Kafka's words).
     #[error("{0}")]
     InvalidConfig(String),

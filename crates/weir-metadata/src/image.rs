@@ -2,10 +2,73 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::command::MetadataCommand;
 use crate::ConfigChange;
+
+/// No leader (Kafka's `-1`): the partition cannot be read or written until one is elected.
+pub const NO_LEADER: i32 = -1;
+
+/// One partition's replicas and leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionImage {
+    /// The brokers holding a replica, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas: those that have every acknowledged write.
+    pub isr: Vec<i32>,
+    /// The broker that takes writes and serves reads, or [`NO_LEADER`].
+    pub leader: i32,
+    /// Bumped at every leader change; stamped on every batch the leader appends.
+    pub leader_epoch: i32,
+    /// Bumped at every change to the partition (replicas, ISR or leader).
+    pub partition_epoch: i32,
+}
+
+impl PartitionImage {
+    /// A new partition on `replicas`: all in sync, led by the first, at epoch 0.
+    pub fn new(replicas: Vec<i32>) -> PartitionImage {
+        PartitionImage {
+            leader: replicas.first().copied().unwrap_or(NO_LEADER),
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }
+    }
+
+    /// Whether some replica is not in sync.
+    pub fn under_replicated(&self) -> bool {
+        self.isr.len() < self.replicas.len()
+    }
+}
+
+/// A listener clients connect to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerListener {
+    /// The listener's name (`PLAINTEXT`).
+    pub name: String,
+    /// Host clients are told to connect to.
+    pub host: String,
+    /// Port clients are told to connect to.
+    pub port: u16,
+}
+
+/// A broker as registered with the controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    /// Node id, which clients see as the broker id.
+    pub node_id: i32,
+    /// Random id of the broker process's current start.
+    pub incarnation_id: Uuid,
+    /// Position of the registration in the metadata log: new at every start.
+    pub epoch: u64,
+    /// Where clients reach it.
+    pub listeners: Vec<BrokerListener>,
+    /// Its rack, for rack-aware placement.
+    pub rack: Option<String>,
+}
 
 /// One topic as the cluster knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,12 +77,26 @@ pub struct TopicImage {
     pub name: String,
     /// Topic id.
     pub topic_id: Uuid,
-    /// Number of partitions.
-    pub partitions: i32,
+    /// The partitions, by index.
+    pub partitions: Vec<PartitionImage>,
     /// Replication factor.
     pub replication_factor: i16,
     /// Topic-level config overrides.
     pub configs: BTreeMap<String, String>,
+}
+
+impl TopicImage {
+    /// Number of partitions.
+    pub fn partition_count(&self) -> i32 {
+        self.partitions.len() as i32
+    }
+
+    /// Partition `index`, if the topic has it.
+    pub fn partition(&self, index: i32) -> Option<&PartitionImage> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
 }
 
 /// No configs: what a broker without dynamic configs has.
@@ -38,6 +115,8 @@ pub struct MetadataImage {
     cluster_broker_configs: BTreeMap<String, String>,
     /// Dynamic broker configs set for one broker (`DYNAMIC_BROKER_CONFIG`), by node id.
     node_broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    /// Registered brokers, by node id.
+    brokers: BTreeMap<i32, BrokerRegistration>,
 }
 
 impl MetadataImage {
@@ -56,6 +135,21 @@ impl MetadataImage {
     /// Every topic, by name.
     pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
         self.topics.values()
+    }
+
+    /// Every registered broker, by node id.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    /// The broker with node id `node_id`, if registered.
+    pub fn broker(&self, node_id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&node_id)
+    }
+
+    /// Number of partitions in the cluster.
+    pub fn partition_total(&self) -> usize {
+        self.topics.values().map(|t| t.partitions.len()).sum()
     }
 
     /// The dynamic broker configs of one level: the cluster-wide defaults (`None`) or one
@@ -83,6 +177,7 @@ impl MetadataImage {
                 partitions,
                 replication_factor,
                 configs,
+                assignments,
             } => {
                 self.names_by_id.insert(*topic_id, name.clone());
                 self.topics.insert(
@@ -90,7 +185,7 @@ impl MetadataImage {
                     TopicImage {
                         name: name.clone(),
                         topic_id: *topic_id,
-                        partitions: *partitions,
+                        partitions: new_partitions(0, *partitions, assignments),
                         replication_factor: *replication_factor,
                         configs: configs.clone(),
                     },
@@ -101,9 +196,14 @@ impl MetadataImage {
                     self.topics.remove(&name);
                 }
             }
-            MetadataCommand::CreatePartitions { topic_id, total } => {
+            MetadataCommand::CreatePartitions {
+                topic_id,
+                total,
+                assignments,
+            } => {
                 if let Some(topic) = self.topic_mut(*topic_id) {
-                    topic.partitions = (*total).max(topic.partitions);
+                    let added = new_partitions(topic.partition_count(), *total, assignments);
+                    topic.partitions.extend(added);
                 }
             }
             MetadataCommand::AlterTopicConfig { topic_id, change } => {
@@ -121,6 +221,21 @@ impl MetadataImage {
                     self.node_broker_configs.remove(&id);
                 }
             }
+            MetadataCommand::RegisterBroker {
+                node_id,
+                incarnation_id,
+                listeners,
+                rack,
+            } => {
+                let registration = BrokerRegistration {
+                    node_id: *node_id,
+                    incarnation_id: *incarnation_id,
+                    epoch: self.applied_count,
+                    listeners: listeners.clone(),
+                    rack: rack.clone(),
+                };
+                self.brokers.insert(*node_id, registration);
+            }
             MetadataCommand::AllocateProducerIds { first, count } => {
                 self.next_producer_id = self.next_producer_id.max(first + count);
             }
@@ -131,6 +246,14 @@ impl MetadataImage {
         let name = self.names_by_id.get(&topic_id)?;
         self.topics.get_mut(name)
     }
+}
+
+/// Partitions `from..to` on `assignments` (the replicas of each, in order). A partition the
+/// command names no replicas for has none, and so no leader: it is offline, never guessed.
+fn new_partitions(from: i32, to: i32, assignments: &[Vec<i32>]) -> Vec<PartitionImage> {
+    (0..to.saturating_sub(from).max(0) as usize)
+        .map(|i| PartitionImage::new(assignments.get(i).cloned().unwrap_or_default()))
+        .collect()
 }
 
 /// Applies one config change: `replace` drops every config first, then `delete` removes and

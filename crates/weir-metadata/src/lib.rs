@@ -15,7 +15,9 @@ pub mod topic_config;
 pub use command::MetadataCommand;
 pub use control::{Committed, ConfigChange, MetadataControl, NewTopic, Pending};
 pub use error::ControllerError;
-pub use image::{MetadataImage, TopicImage};
+pub use image::{
+    BrokerListener, BrokerRegistration, MetadataImage, PartitionImage, TopicImage, NO_LEADER,
+};
 pub use uuid::Uuid;
 
 /// Longest topic name Kafka accepts.

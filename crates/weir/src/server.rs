@@ -146,8 +146,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let metadata_log =
         FileMetadataLog::open(Arc::new(FsStorage), &metadata_dir.join("metadata.log"))
             .context("opening the metadata log")?;
-    let controller =
-        Arc::new(Controller::open(Box::new(metadata_log)).context("replaying the metadata log")?);
+    let controller = Arc::new(
+        Controller::open(Box::new(metadata_log), args.node_id)
+            .context("replaying the metadata log")?,
+    );
     // The relational copy is for `weir metadata query`; without it the broker runs as well.
     let database = metadata_dir.join(DATABASE_FILE);
     if let Err(error) = controller.keep_relational(&database) {
@@ -177,6 +179,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let broker = tokio::task::block_in_place(|| {
         Broker::new(config, identity, control, registry, shutdown_rx)
     });
+    broker
+        .register()
+        .await
+        .context("registering the broker with the controller")?;
     tracing::info!(
         target: "weir::server",
         listen = %bound,

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use kafka_protocol::messages::create_partitions_request::CreatePartitionsAssignment;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -47,7 +46,7 @@ pub async fn create_topics(
         match outcome {
             Ok(created) => {
                 result.topic_id = created.topic_id;
-                result.num_partitions = created.partitions;
+                result.num_partitions = created.partition_count();
                 result.replication_factor = created.replication_factor;
                 if version >= 5 {
                     let image = broker.image();
@@ -84,7 +83,6 @@ async fn create_one(
     topic: kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
 ) -> Result<weir_metadata::TopicImage, ErrorReply> {
-    let node_id = broker.identity.node_id;
     let partitions = if !topic.assignments.is_empty() {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
             return Err(ErrorReply::new(
@@ -103,12 +101,6 @@ async fn create_one(
                 ResponseError::InvalidReplicaAssignment,
                 "partitions should be a consecutive 0-based integer sequence",
             ));
-        }
-        for assignment in &topic.assignments {
-            let replicas: Vec<i32> = assignment.broker_ids.iter().map(|b| b.0).collect();
-            check_replica_list(&replicas, node_id).map_err(|message| {
-                ErrorReply::new(ResponseError::InvalidReplicaAssignment, message)
-            })?;
         }
         topic.assignments.len() as i32
     } else if topic.num_partitions == -1 {
@@ -131,11 +123,17 @@ async fn create_one(
         };
         configs.insert(config.name.as_str().to_string(), value.as_str().to_string());
     }
+    let mut assignments = topic.assignments;
+    assignments.sort_by_key(|a| a.partition_index);
     let new_topic = NewTopic {
         name,
         partitions,
         replication_factor,
         configs,
+        assignments: assignments
+            .into_iter()
+            .map(|a| a.broker_ids.into_iter().map(|b| b.0).collect())
+            .collect(),
     };
     broker
         .change_metadata(broker.controller.create_topic(new_topic, validate_only))
@@ -241,10 +239,9 @@ pub async fn delete_topics(
     response
 }
 
-/// Raises partition counts to the requested totals. Manual assignments are checked as Kafka
-/// checks them (one per new partition, each a non-empty list of distinct, registered brokers
-/// as long as the topic's replication factor: INVALID_REPLICA_ASSIGNMENT); a topic named
-/// twice is refused (INVALID_REQUEST) and left alone.
+/// Raises partition counts to the requested totals, on the replicas the request assigns (the
+/// controller checks them as Kafka does: INVALID_REPLICA_ASSIGNMENT) or where the controller
+/// places them; a topic named twice is refused (INVALID_REQUEST) and left alone.
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     request: CreatePartitionsRequest,
@@ -266,26 +263,22 @@ pub async fn create_partitions(
             }
             Repeat::Once => {}
         }
-        let outcome =
-            match check_assignments(broker, &name, topic.count, topic.assignments.as_deref()) {
-                Err(message) => Err(ErrorReply::new(
-                    ResponseError::InvalidReplicaAssignment,
-                    message,
-                )),
-                Ok(()) => {
-                    let total = topic.count;
-                    let validate_only = request.validate_only;
-                    broker
-                        .change_metadata(broker.controller.create_partitions(
-                            name,
-                            total,
-                            validate_only,
-                        ))
-                        .await
-                        .map(|_| ())
-                        .map_err(|error| ErrorReply::from(&error))
-                }
-            };
+        let assignments = topic.assignments.map(|assignments| {
+            assignments
+                .into_iter()
+                .map(|a| a.broker_ids.into_iter().map(|b| b.0).collect())
+                .collect()
+        });
+        let outcome = broker
+            .change_metadata(broker.controller.create_partitions(
+                name,
+                topic.count,
+                assignments,
+                request.validate_only,
+            ))
+            .await
+            .map(|_| ())
+            .map_err(|error| ErrorReply::from(&error));
         if let Err(error) = outcome {
             result.error_code = error.code();
             // Kafka names no reason for an unknown topic here.
@@ -295,63 +288,6 @@ pub async fn create_partitions(
         response.results.push(result);
     }
     response
-}
-
-/// Kafka's checks of CreatePartitions' manual assignments, made only when the topic exists
-/// and grows (the controller refuses the rest with its own errors).
-fn check_assignments(
-    broker: &Broker,
-    topic: &str,
-    count: i32,
-    assignments: Option<&[CreatePartitionsAssignment]>,
-) -> Result<(), String> {
-    let (Some(assignments), Some(image)) = (assignments, broker.image().topic(topic).cloned())
-    else {
-        return Ok(());
-    };
-    if count <= image.partitions {
-        return Ok(());
-    }
-    let added = count - image.partitions;
-    if assignments.len() != added as usize {
-        return Err(format!(
-            "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
-            assignments.len()
-        ));
-    }
-    let node_id = broker.identity.node_id;
-    for assignment in assignments {
-        let replicas: Vec<i32> = assignment.broker_ids.iter().map(|b| b.0).collect();
-        check_replica_list(&replicas, node_id)?;
-        if replicas.len() != usize::try_from(image.replication_factor).unwrap_or(0) {
-            return Err(format!(
-                "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {} replica(s).",
-                replicas.len(),
-                image.replication_factor
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// One partition's manual replica list, checked as Kafka checks it for CreateTopics and
-/// CreatePartitions: not empty, no broker twice, only registered brokers.
-fn check_replica_list(replicas: &[i32], node_id: i32) -> Result<(), String> {
-    if replicas.is_empty() {
-        return Err("The manual partition assignment includes an empty replica list.".into());
-    }
-    let mut distinct = HashSet::new();
-    if let Some(twice) = replicas.iter().find(|b| !distinct.insert(**b)) {
-        return Err(format!(
-            "The manual partition assignment includes the broker {twice} more than once."
-        ));
-    }
-    if let Some(unknown) = replicas.iter().find(|b| **b != node_id) {
-        return Err(format!(
-            "The manual partition assignment includes broker {unknown}, but no such broker is registered."
-        ));
-    }
-    Ok(())
 }
 
 /// Where a name stands among a request's names: Kafka refuses a name given twice once, and

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::broker::Broker;
+use crate::broker::{client_listener, Broker};
 use crate::handlers::{operations, str_bytes};
 
 /// Endpoint type of the broker listener in DescribeCluster v1.
@@ -20,7 +20,8 @@ const ENDPOINT_TYPE_BROKERS: i8 = 1;
 /// Endpoint type asking for the controllers, served on controller listeners only.
 const ENDPOINT_TYPE_CONTROLLERS: i8 = 2;
 
-/// Describes the (single-broker) cluster.
+/// Describes the cluster: its registered brokers, and this node as the controller (the
+/// quorum is this process).
 pub fn describe_cluster(
     broker: &Arc<Broker>,
     request: DescribeClusterRequest,
@@ -49,11 +50,19 @@ pub fn describe_cluster(
         request.include_cluster_authorized_operations,
         operations::CLUSTER,
     );
-    let mut node = DescribeClusterBroker::default();
-    node.broker_id = BrokerId(identity.node_id);
-    node.host = str_bytes(identity.advertised_host.clone());
-    node.port = i32::from(identity.advertised_port);
-    response.brokers = vec![node];
+    response.brokers = broker
+        .image()
+        .brokers()
+        .filter_map(|registered| {
+            let listener = client_listener(registered)?;
+            let mut node = DescribeClusterBroker::default();
+            node.broker_id = BrokerId(registered.node_id);
+            node.host = str_bytes(listener.host.clone());
+            node.port = i32::from(listener.port);
+            node.rack = registered.rack.clone().map(str_bytes);
+            Some(node)
+        })
+        .collect();
     response
 }
 
@@ -71,12 +80,9 @@ pub fn offset_for_leader_epoch(
             end.partition = partition.partition;
             end.leader_epoch = -1;
             end.end_offset = -1;
-            match broker
-                .partitions
-                .get(topic.topic.0.as_str(), partition.partition)
-            {
-                None => end.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(p) => {
+            match super::led_partition(broker, topic.topic.0.as_str(), partition.partition) {
+                Err(error) => end.error_code = error.code(),
+                Ok(p) => {
                     let log = p.log();
                     let current = log.leader_epoch();
                     if partition.current_leader_epoch > current {

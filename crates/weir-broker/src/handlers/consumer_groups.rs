@@ -34,7 +34,9 @@ struct ImageCatalog(Arc<MetadataImage>);
 
 impl TopicCatalog for ImageCatalog {
     fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
-        self.0.topic(name).map(|t| (t.topic_id, t.partitions))
+        self.0
+            .topic(name)
+            .map(|t| (t.topic_id, t.partition_count()))
     }
 
     fn topic_name(&self, id: Uuid) -> Option<String> {

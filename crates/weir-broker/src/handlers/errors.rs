@@ -71,6 +71,7 @@ impl From<&ControllerError> for ErrorReply {
             ControllerError::InvalidTopic(_) => ResponseError::InvalidTopicException,
             ControllerError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             ControllerError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            ControllerError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
             ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig,
             ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest,
             ControllerError::NotAppliedInTime(_) => ResponseError::RequestTimedOut,

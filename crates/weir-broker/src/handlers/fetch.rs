@@ -54,7 +54,7 @@ struct Target {
     key: PartitionKey,
     name: TopicName,
     topic_id: Uuid,
-    partition: Option<Arc<Partition>>,
+    partition: Result<Arc<Partition>, ResponseError>,
     request: FetchPartition,
 }
 
@@ -138,12 +138,15 @@ pub async fn handle(
                 Some(t) => (TopicName(super::str_bytes(t.name.clone())), t.topic_id),
                 None => (key.name.clone(), key.topic_id),
             };
-            let hosted = resolved.and_then(|t| broker.partitions.get(&t.name, partition.partition));
+            let led = match resolved {
+                Some(t) => super::led_partition(broker, &t.name, partition.partition),
+                None => Err(ResponseError::UnknownTopicOrPartition),
+            };
             Target {
                 key,
                 name,
                 topic_id,
-                partition: hosted,
+                partition: led,
                 request: partition,
             }
         })
@@ -165,7 +168,7 @@ pub async fn handle(
     loop {
         let mut watches: Vec<watch::Receiver<i64>> = targets
             .iter()
-            .filter_map(|t| t.partition.as_ref().map(|p| p.watch_high_watermark()))
+            .filter_map(|t| t.partition.as_ref().ok().map(|p| p.watch_high_watermark()))
             .collect();
         let stopping = *shutdown.borrow_and_update();
         let last_chance = stopping || watches.is_empty() || Instant::now() >= deadline;
@@ -269,15 +272,22 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
             partition_max_bytes,
         }
     };
-    let Some(partition) = &target.partition else {
-        // Kafka lists an (empty) set of aborted transactions for a partition it does not have.
-        data.aborted_transactions = Some(Vec::new());
-        data.error_code = if version >= 13 {
-            ResponseError::UnknownTopicId.code()
-        } else {
-            ResponseError::UnknownTopicOrPartition.code()
-        };
-        return plan(data, None);
+    let partition = match &target.partition {
+        Ok(partition) => partition,
+        Err(ResponseError::UnknownTopicOrPartition) => {
+            // Kafka lists an (empty) set of aborted transactions for a partition it lacks.
+            data.aborted_transactions = Some(Vec::new());
+            data.error_code = if version >= 13 {
+                ResponseError::UnknownTopicId.code()
+            } else {
+                ResponseError::UnknownTopicOrPartition.code()
+            };
+            return plan(data, None);
+        }
+        Err(error) => {
+            data.error_code = error.code();
+            return plan(data, None);
+        }
     };
     let log = partition.log();
     let high_watermark = log.high_watermark();

@@ -89,41 +89,39 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
             result.timestamp = -1;
             result.offset = -1;
             result.leader_epoch = -1;
-            let outcome =
-                if duplicates.contains(&(topic.name.0.to_string(), wanted.partition_index)) {
-                    Err(ResponseError::InvalidRequest.code())
-                } else if wanted.timestamp == MAX_TIMESTAMP && version < 7 {
-                    // The max-timestamp lookup (KIP-734) exists from v7.
-                    Err(ResponseError::UnsupportedVersion.code())
-                } else {
-                    match broker
-                        .partitions
-                        .get(topic.name.0.as_str(), wanted.partition_index)
-                    {
-                        None => Err(ResponseError::UnknownTopicOrPartition.code()),
-                        Some(partition) => {
-                            // The lock is held for the plan only; the search reads without it.
-                            let planned = {
-                                let log = partition.log();
-                                let current_epoch = log.leader_epoch();
-                                if wanted.current_leader_epoch > current_epoch {
-                                    Err(ResponseError::UnknownLeaderEpoch.code())
-                                } else if wanted.current_leader_epoch >= 0
-                                    && wanted.current_leader_epoch < current_epoch
-                                {
-                                    Err(ResponseError::FencedLeaderEpoch.code())
-                                } else {
-                                    plan(
-                                        &log,
-                                        wanted.timestamp,
-                                        decompressed_bytes_max(&partition.settings()),
-                                    )
-                                }
-                            };
-                            planned.and_then(execute)
-                        }
+            let outcome = if duplicates
+                .contains(&(topic.name.0.to_string(), wanted.partition_index))
+            {
+                Err(ResponseError::InvalidRequest.code())
+            } else if wanted.timestamp == MAX_TIMESTAMP && version < 7 {
+                // The max-timestamp lookup (KIP-734) exists from v7.
+                Err(ResponseError::UnsupportedVersion.code())
+            } else {
+                match super::led_partition(broker, topic.name.0.as_str(), wanted.partition_index) {
+                    Err(error) => Err(error.code()),
+                    Ok(partition) => {
+                        // The lock is held for the plan only; the search reads without it.
+                        let planned = {
+                            let log = partition.log();
+                            let current_epoch = log.leader_epoch();
+                            if wanted.current_leader_epoch > current_epoch {
+                                Err(ResponseError::UnknownLeaderEpoch.code())
+                            } else if wanted.current_leader_epoch >= 0
+                                && wanted.current_leader_epoch < current_epoch
+                            {
+                                Err(ResponseError::FencedLeaderEpoch.code())
+                            } else {
+                                plan(
+                                    &log,
+                                    wanted.timestamp,
+                                    decompressed_bytes_max(&partition.settings()),
+                                )
+                            }
+                        };
+                        planned.and_then(execute)
                     }
-                };
+                }
+            };
             match outcome {
                 Ok(Some((offset, timestamp, epoch))) => {
                     result.offset = offset;

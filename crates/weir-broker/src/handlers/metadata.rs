@@ -9,9 +9,9 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
 use weir_coordinator::OFFSETS_TOPIC;
-use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage};
+use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
-use crate::broker::Broker;
+use crate::broker::{client_listener, Broker};
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{operations, str_bytes};
 
@@ -38,12 +38,21 @@ pub async fn handle(
 async fn answer(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let identity = &broker.identity;
     let mut response = MetadataResponse::default();
-    let mut node = MetadataResponseBroker::default();
-    node.node_id = BrokerId(identity.node_id);
-    node.host = str_bytes(identity.advertised_host.clone());
-    node.port = i32::from(identity.advertised_port);
-    response.brokers = vec![node];
+    response.brokers = broker
+        .image()
+        .brokers()
+        .filter_map(|registered| {
+            let listener = client_listener(registered)?;
+            let mut node = MetadataResponseBroker::default();
+            node.node_id = BrokerId(registered.node_id);
+            node.host = str_bytes(listener.host.clone());
+            node.port = i32::from(listener.port);
+            node.rack = registered.rack.clone().map(str_bytes);
+            Some(node)
+        })
+        .collect();
     response.cluster_id = Some(str_bytes(identity.cluster_id.clone()));
+    // The controller is in this process (a quorum of one).
     response.controller_id = BrokerId(identity.node_id);
 
     let allow_create = broker.config.auto_create_topics_enable
@@ -92,13 +101,14 @@ async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopi
         partitions: broker.config.num_partitions,
         replication_factor: broker.config.default_replication_factor,
         configs: BTreeMap::new(),
+        assignments: Vec::new(),
     };
     let created = broker
         .change_metadata(broker.controller.create_topic(topic, false))
         .await;
     match created {
         Ok(topic) => {
-            tracing::info!(target: "weir::broker", topic = %topic.name, partitions = topic.partitions, "auto-created topic");
+            tracing::info!(target: "weir::broker", topic = %topic.name, partitions = topic.partition_count(), "auto-created topic");
             describe_topic(broker, &topic)
         }
         Err(ControllerError::TopicAlreadyExists(_)) => match broker.image().topic(&name) {
@@ -117,26 +127,30 @@ fn error_topic(name: Option<String>, error_code: i16) -> MetadataResponseTopic {
 }
 
 fn describe_topic(broker: &Arc<Broker>, topic: &TopicImage) -> MetadataResponseTopic {
-    let node_id = BrokerId(broker.identity.node_id);
+    let node_id = broker.identity.node_id;
     let mut result = error_topic(Some(topic.name.clone()), 0);
     result.topic_id = topic.topic_id;
     result.is_internal = topic.name == OFFSETS_TOPIC;
-    result.is_internal = topic.name == OFFSETS_TOPIC;
-    result.partitions = (0..topic.partitions)
-        .map(|index| {
+    result.partitions = (0i32..)
+        .zip(&topic.partitions)
+        .map(|(index, assigned)| {
             let mut partition = MetadataResponsePartition::default();
             partition.partition_index = index;
-            match broker.partitions.get(&topic.name, index) {
-                Some(hosted) => {
-                    partition.leader_id = node_id;
-                    partition.leader_epoch = hosted.log().leader_epoch();
-                    partition.replica_nodes = vec![node_id];
-                    partition.isr_nodes = vec![node_id];
-                }
-                None => {
-                    partition.error_code = ResponseError::LeaderNotAvailable.code();
-                    partition.leader_id = BrokerId(-1);
-                }
+            partition.leader_id = BrokerId(assigned.leader);
+            partition.leader_epoch = assigned.leader_epoch;
+            partition.replica_nodes = assigned.replicas.iter().copied().map(BrokerId).collect();
+            partition.isr_nodes = assigned.isr.iter().copied().map(BrokerId).collect();
+            // A partition led here is available once its log is open and leading.
+            let led_here = assigned.leader == node_id;
+            let available = assigned.leader != NO_LEADER
+                && (!led_here
+                    || broker
+                        .partitions
+                        .get(&topic.name, index)
+                        .is_some_and(|p| p.is_leader()));
+            if !available {
+                partition.error_code = ResponseError::LeaderNotAvailable.code();
+                partition.leader_id = BrokerId(NO_LEADER);
             }
             partition
         })

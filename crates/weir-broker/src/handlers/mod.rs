@@ -25,9 +25,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use weir_proto::{encode_response, Request};
 
 use crate::broker::Broker;
+use crate::partition::Partition;
 use crate::reply::{PendingReply, Reply, ResponseFrame};
 
 /// Encodes a response, or — when it cannot be encoded at the request's version, a handler bug —
@@ -42,6 +44,29 @@ pub(crate) fn encode(
         tracing::error!(target: "weir::server", ?api_key, version, %error, "could not encode response; closing the connection");
         Reply::Close
     })
+}
+
+/// The partition `index` of `topic` if this broker leads it: only the leader takes writes and
+/// serves clients. A partition the cluster has but this broker does not lead (a follower
+/// here, or hosted elsewhere) is NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata
+/// and goes to the leader; one the cluster lacks is UNKNOWN_TOPIC_OR_PARTITION.
+pub(crate) fn led_partition(
+    broker: &Broker,
+    topic: &str,
+    index: i32,
+) -> Result<Arc<Partition>, ResponseError> {
+    match broker.partitions.get(topic, index) {
+        Some(partition) if partition.is_leader() => Ok(partition),
+        Some(_) => Err(ResponseError::NotLeaderOrFollower),
+        None if broker
+            .image()
+            .topic(topic)
+            .is_some_and(|t| t.partition(index).is_some()) =>
+        {
+            Err(ResponseError::NotLeaderOrFollower)
+        }
+        None => Err(ResponseError::UnknownTopicOrPartition),
+    }
 }
 
 fn frame(api_key: ApiKey, version: i16, correlation_id: i32, body: ResponseKind) -> Reply {

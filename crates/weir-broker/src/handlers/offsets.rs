@@ -30,7 +30,7 @@ fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
     broker
         .image()
         .topic(topic)
-        .is_some_and(|t| (0..t.partitions).contains(&partition))
+        .is_some_and(|t| (0..t.partition_count()).contains(&partition))
 }
 
 /// OffsetCommit: every known partition's offset is stored in one batch; the answer waits

@@ -223,12 +223,15 @@ fn check_partition(
             format!("cannot append to internal topic {topic}"),
         ));
     }
-    let Some(partition) = broker.partitions.get(topic, index) else {
-        return Err(ErrorReply::new(
-            ResponseError::UnknownTopicOrPartition,
-            format!("unknown topic-partition {topic}-{index}"),
-        ));
-    };
+    let partition = super::led_partition(broker, topic, index).map_err(|error| {
+        let message = match error {
+            ResponseError::NotLeaderOrFollower => {
+                format!("this broker is not the leader of {topic}-{index}")
+            }
+            _ => format!("unknown topic-partition {topic}-{index}"),
+        };
+        ErrorReply::new(error, message)
+    })?;
     let records = records.unwrap_or_default();
     if records.is_empty() {
         return Err(ErrorReply::new(

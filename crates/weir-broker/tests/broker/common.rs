@@ -92,7 +92,7 @@ async fn start_inner(
         .create_dir_all(metadata_path.parent().expect("parent"))
         .expect("metadata dir");
     let log = FileMetadataLog::open(storage.clone(), &metadata_path).expect("metadata log");
-    let controller = Arc::new(Controller::open(Box::new(log)).expect("controller"));
+    let controller = Arc::new(Controller::open(Box::new(log), 1).expect("controller"));
     let files = FileCache::new(storage, CACHED_FILES);
     let registry = PartitionRegistry::new(
         logs_dir,
@@ -118,6 +118,7 @@ async fn start_inner(
     let control = Arc::new(LocalControl::new(controller.clone()));
     let broker =
         tokio::task::block_in_place(|| Broker::new(config, identity, control, registry, stopped));
+    broker.register().await.expect("registered");
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     tokio::spawn(broker.clone().run_group_coordinator());
     TestBroker {

@@ -910,7 +910,7 @@ async fn create_partitions_refuses_what_kafka_refuses() {
         .collect();
     assert_eq!(answers, vec![(42, Some("Duplicate topic name."))]);
     assert_eq!(
-        test.broker.image().topic("t").expect("t").partitions,
+        test.broker.image().topic("t").expect("t").partition_count(),
         2,
         "nothing grew"
     );
@@ -918,7 +918,10 @@ async fn create_partitions_refuses_what_kafka_refuses() {
     good.topics = vec![grow(3, Some(vec![vec![node]]))];
     let r: CreatePartitionsResponse = call(&mut c, ApiKey::CreatePartitions, 3, &good).await;
     assert_eq!(r.results[0].error_code, 0);
-    assert_eq!(test.broker.image().topic("t").expect("t").partitions, 3);
+    assert_eq!(
+        test.broker.image().topic("t").expect("t").partition_count(),
+        3
+    );
     test.stop.send_replace(true);
 }
 
@@ -1091,7 +1094,7 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
         name: "elsewhere".into(),
         partitions: 2,
         replication_factor: 1,
-        configs: Default::default(),
+        ..Default::default()
     };
     tokio::task::spawn_blocking(move || controller.create_topic(topic, false))
         .await

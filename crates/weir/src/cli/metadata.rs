@@ -11,14 +11,18 @@ use weir_controller::query::{run_query, QueryResult, DATABASE_FILE};
 /// The cluster metadata as SQL tables.
 #[derive(Debug, Args)]
 #[command(after_help = "TABLES:
+  brokers (node_id, incarnation_id, epoch, rack)
+  broker_listeners (node_id, name, host, port)
   topics (topic_id, name, replication_factor)
-  partitions (topic_id, partition_index)
+  partitions (topic_id, partition_index, leader, leader_epoch, partition_epoch)   leader NULL: none
+  replicas (topic_id, partition_index, node_id, position, in_sync)   position 0: preferred leader
   topic_configs (topic_id, name, value)
   broker_configs (node_id, name, value)   node_id NULL: the cluster-wide level
   meta (schema_version, applied_count, next_producer_id)
 
 EXAMPLES:
   weir metadata query \"SELECT name, count(*) AS partitions FROM topics JOIN partitions USING (topic_id) GROUP BY name\"
+  weir metadata query \"SELECT t.name, p.partition_index, l.host FROM partitions p JOIN topics t USING (topic_id) LEFT JOIN broker_listeners l ON l.node_id = p.leader WHERE EXISTS (SELECT 1 FROM replicas r WHERE r.topic_id = p.topic_id AND r.partition_index = p.partition_index AND NOT r.in_sync)\"   under-replicated partitions with their leader's host
   weir metadata query --data-dir /var/lib/weir \"SELECT t.name, c.name, c.value FROM topic_configs c JOIN topics t USING (topic_id)\"")]
 pub struct MetadataArgs {
     #[command(subcommand)]
