@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -36,6 +38,8 @@ from clients import (
 from harness import wait_until
 from weir_cli import (
     Background,
+    command,
+    environment,
     ok,
     parse_describe,
     parse_verbose,
@@ -1050,3 +1054,24 @@ def test_arguments_refused_without_a_broker_are_usage_errors():
     assert "--record-size" in err
     err = usage_error(["topic", "alter-config", "t"], UNREACHABLE, deadline=30).stderr
     assert "--set" in err and "--delete" in err
+
+
+def test_output_into_a_closed_pipe_ends_quietly(bootstrap):
+    """A reader that stops early (`weir topic describe T | head -1`) ends the command with
+    exit code 0 and nothing on stderr, as Unix tools do, not with a panic."""
+    topic = unique_topic("cli-pipe")
+    ok(["topic", "create", topic, "-p", "200"], bootstrap)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line is written
+    try:
+        done = subprocess.run(
+            command(["topic", "describe", topic], bootstrap),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=environment(),
+            timeout=30,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b"", done.stderr

@@ -375,36 +375,41 @@ fn report(args: &BenchArgs, shared: &Shared, duration: Duration) -> anyhow::Resu
         "publish_latency": percentiles(&publish),
         "end_to_end_latency": percentiles(&end_to_end),
     });
-    println!("weir bench: topic {} | {} B records | {} producer(s), {} consumer(s) | acks {} | {} s measured", args.topic, args.record_size as usize, args.producers, args.consumers, args.acks, seconds);
-    println!("{:<22} {:>14} {:>10}", "", "records/s", "MB/s");
-    println!(
+    outln!("weir bench: topic {} | {} B records | {} producer(s), {} consumer(s) | acks {} | {} s measured", args.topic, args.record_size as usize, args.producers, args.consumers, args.acks, seconds);
+    outln!("{:<22} {:>14} {:>10}", "", "records/s", "MB/s");
+    outln!(
         "{:<22} {:>14.0} {:>10.1}",
         "produce",
         produce_rate,
         mb(produced)
     );
-    println!(
+    outln!(
         "{:<22} {:>14.0} {:>10.1}",
         "consume",
         consumed / seconds,
         mb(consumed)
     );
     if let (Some(target), Some(held)) = (args.rate.0, rate_held) {
-        println!(
+        outln!(
             "target rate {target}/s: {}",
             if held { "held" } else { "NOT held" }
         );
     }
-    println!(
+    outln!(
         "{:<22} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "latency (ms)", "p50", "p90", "p99", "p99.9", "max"
+        "latency (ms)",
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "max"
     );
     for (name, h) in [
         ("publish (send→ack)", &publish),
         ("end-to-end", &end_to_end),
     ] {
         let q = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        println!(
+        outln!(
             "{:<22} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
             name,
             q(0.5),
@@ -426,22 +431,26 @@ async fn limits(dir: PathBuf) -> anyhow::Result<()> {
     let loopback = tokio::task::spawn_blocking(loopback_bandwidth).await??;
     let (buffered, fsynced, dsync) =
         tokio::task::spawn_blocking(move || disk_bandwidth(&dir)).await??;
-    println!("{:<52} {:>10}", "machine limit", "MB/s");
-    println!(
+    outln!("{:<52} {:>10}", "machine limit", "MB/s");
+    outln!(
         "{:<52} {:>10.1}",
-        "loopback TCP, one connection, 1 MiB writes", loopback
+        "loopback TCP, one connection, 1 MiB writes",
+        loopback
     );
-    println!(
+    outln!(
         "{:<52} {:>10.1}",
-        "disk: 1 GiB sequential, no fsync (page cache)", buffered
+        "disk: 1 GiB sequential, no fsync (page cache)",
+        buffered
     );
-    println!(
+    outln!(
         "{:<52} {:>10.1}",
-        "disk: 1 GiB sequential, one fsync at the end", fsynced
+        "disk: 1 GiB sequential, one fsync at the end",
+        fsynced
     );
-    println!(
+    outln!(
         "{:<52} {:>10.1}",
-        "disk: 16 KiB writes, fsync after each", dsync
+        "disk: 16 KiB writes, fsync after each",
+        dsync
     );
     Ok(())
 }

@@ -28,14 +28,14 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let ClusterCommand::Status = args.command;
     let admin = Admin::new(args.connect.client_config());
     let status = within(&args.connect, admin.cluster_status()).await?;
-    println!("cluster id:               {}", status.cluster_id);
-    println!("controller:               {}", status.controller);
-    println!("brokers:                  {}", status.brokers.len());
+    outln!("cluster id:               {}", status.cluster_id);
+    outln!("controller:               {}", status.controller);
+    outln!("brokers:                  {}", status.brokers.len());
     for broker in &status.brokers {
-        println!("  {}  {}", broker.node_id, broker.address);
+        outln!("  {}  {}", broker.node_id, broker.address);
     }
-    println!("topics:                   {}", status.topics);
-    println!("partitions:               {}", status.partitions);
-    println!("under-replicated:         {}", status.under_replicated);
+    outln!("topics:                   {}", status.topics);
+    outln!("partitions:               {}", status.partitions);
+    outln!("under-replicated:         {}", status.under_replicated);
     Ok(())
 }

@@ -71,9 +71,9 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
     match args.command {
         GroupCommand::List => {
             let groups = within(connect, admin.list_groups()).await?;
-            println!("{:<40}  {:<20}  PROTOCOL-TYPE", "GROUP", "STATE");
+            outln!("{:<40}  {:<20}  PROTOCOL-TYPE", "GROUP", "STATE");
             for g in groups {
-                println!("{:<40}  {:<20}  {}", g.group_id, g.state, g.protocol_type);
+                outln!("{:<40}  {:<20}  {}", g.group_id, g.state, g.protocol_type);
             }
         }
         GroupCommand::Describe { group } => {
@@ -81,7 +81,7 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
             if d.state == "Dead" {
                 anyhow::bail!("group {group} does not exist");
             }
-            println!(
+            outln!(
                 "group {}  state {}  protocol {} {}  members {}",
                 d.group_id,
                 d.state,
@@ -91,17 +91,24 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
             );
             for m in &d.members {
                 let instance = m.group_instance_id.as_deref().unwrap_or("-");
-                println!(
+                outln!(
                     "  member {}  client {}  host {}  instance {}",
-                    m.member_id, m.client_id, m.client_host, instance
+                    m.member_id,
+                    m.client_id,
+                    m.client_host,
+                    instance
                 );
             }
-            println!(
+            outln!(
                 "{:<30}  {:>9}  {:>12}  {:>14}  {:>10}  MEMBER",
-                "TOPIC", "PARTITION", "COMMITTED", "LOG-END-OFFSET", "LAG"
+                "TOPIC",
+                "PARTITION",
+                "COMMITTED",
+                "LOG-END-OFFSET",
+                "LAG"
             );
             for p in &d.partitions {
-                println!(
+                outln!(
                     "{:<30}  {:>9}  {:>12}  {:>14}  {:>10}  {}",
                     p.topic,
                     p.partition,
@@ -112,11 +119,11 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
                 );
             }
             let total: i64 = d.partitions.iter().filter_map(|p| p.lag).sum();
-            println!("total lag {total}");
+            outln!("total lag {total}");
         }
         GroupCommand::Delete { group } => {
             within(connect, admin.delete_group(&group)).await?;
-            println!("deleted group {group}");
+            outln!("deleted group {group}");
         }
         GroupCommand::ResetOffsets {
             group,
@@ -140,12 +147,15 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
             };
             let changes =
                 within(connect, admin.reset_offsets(&group, &topic, reset, dry_run)).await?;
-            println!(
+            outln!(
                 "{:<30}  {:>9}  {:>12}  {:>12}",
-                "TOPIC", "PARTITION", "CURRENT", "NEW"
+                "TOPIC",
+                "PARTITION",
+                "CURRENT",
+                "NEW"
             );
             for c in &changes {
-                println!(
+                outln!(
                     "{:<30}  {:>9}  {:>12}  {:>12}",
                     c.topic,
                     c.partition,
@@ -154,8 +164,8 @@ pub async fn run(args: GroupArgs) -> anyhow::Result<()> {
                 );
             }
             match dry_run {
-                true => println!("dry run: nothing committed"),
-                false => println!("committed {} offsets for group {group}", changes.len()),
+                true => outln!("dry run: nothing committed"),
+                false => outln!("committed {} offsets for group {group}", changes.len()),
             }
         }
     }

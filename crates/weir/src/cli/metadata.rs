@@ -58,7 +58,7 @@ pub fn run(args: MetadataArgs) -> ExitCode {
     let timeout = Duration::from_secs_f64(query.timeout.clamp(0.001, 86_400.0));
     match run_query(&path, &query.sql, timeout, query.max_rows) {
         Ok(result) => {
-            print!("{}", table(&result));
+            out!("{}", table(&result));
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -2,6 +2,21 @@
 //! `bench`.
 //! Each exits 0 on success, 1 on a runtime error and 2 on a usage error, with one line on stderr.
 
+/// `println!` for command output: a reader that went away (`weir topic list | head -1`) ends
+/// the command quietly with exit code 0, as Unix tools do, instead of a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for command output, as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!($($arg)*))
+    };
+}
+
 pub mod bench;
 pub mod cluster;
 pub mod consume;
@@ -16,6 +31,21 @@ use std::time::Duration;
 
 use clap::Args;
 use weir_client::{ClientConfig, ClientError};
+
+/// Writes command output to stdout; exits at once if it cannot: 0 when its reader closed it,
+/// 1 with the reason on stderr otherwise (a full disk under a redirect).
+pub fn write_out(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(text) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(error) => {
+            eprintln!("error: cannot write the output: {error}");
+            std::process::exit(i32::from(EXIT_CODE_RUNTIME));
+        }
+    }
+}
 
 /// Exit code of a runtime failure (unreachable broker, unknown topic, refused request).
 const EXIT_CODE_RUNTIME: u8 = 1;

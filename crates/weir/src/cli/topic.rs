@@ -102,31 +102,36 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
                 admin.create_topic(&name, partitions, replication, &configs),
             )
             .await?;
-            println!("created topic {name}");
+            outln!("created topic {name}");
         }
         TopicCommand::List => {
             for name in within(connect, admin.list_topics()).await? {
-                println!("{name}");
+                outln!("{name}");
             }
         }
         TopicCommand::Describe { name } => {
             let description = within(connect, admin.describe_topic(&name)).await?;
             let configs = within(connect, admin.describe_configs(&name)).await?;
             let info = &description.info;
-            println!(
+            outln!(
                 "topic {}  id {}  partitions {}",
                 info.name,
                 info.topic_id,
                 info.partitions.len()
             );
-            println!(
+            outln!(
                 "{:>9}  {:>6}  {:>10}  {:>10}  {:>12}  {:>14}",
-                "PARTITION", "LEADER", "REPLICAS", "ISR", "START", "HIGH-WATERMARK"
+                "PARTITION",
+                "LEADER",
+                "REPLICAS",
+                "ISR",
+                "START",
+                "HIGH-WATERMARK"
             );
             for (p, (start, end)) in info.partitions.iter().zip(&description.offsets) {
                 let list =
                     |ids: &[i32]| ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
-                println!(
+                outln!(
                     "{:>9}  {:>6}  {:>10}  {:>10}  {:>12}  {:>14}",
                     p.partition,
                     p.leader,
@@ -136,9 +141,9 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
                     end
                 );
             }
-            println!("configs:");
+            outln!("configs:");
             for entry in configs {
-                println!(
+                outln!(
                     "  {} = {}  ({})",
                     entry.name,
                     entry.value.unwrap_or_default(),
@@ -148,18 +153,18 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
         }
         TopicCommand::Delete { name } => {
             within(connect, admin.delete_topic(&name)).await?;
-            println!("deleted topic {name}");
+            outln!("deleted topic {name}");
         }
         TopicCommand::AlterConfig { name, set, delete } => {
             let set: BTreeMap<String, String> = set.into_iter().collect();
             within(connect, admin.alter_configs(&name, &set, &delete)).await?;
-            println!("altered configs of topic {name}");
+            outln!("altered configs of topic {name}");
         }
         TopicCommand::AddPartitions { name, total } => {
             within(connect, admin.add_partitions(&name, total))
                 .await
                 .map_err(|error| naming_topic(error, &name))?;
-            println!("topic {name} now has {total} partitions");
+            outln!("topic {name} now has {total} partitions");
         }
     }
     Ok(())
