@@ -11,7 +11,7 @@ use weir_client::{
     GroupConsumerConfig, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
     RebalanceEvent,
 };
-use weir_controller::{Controller, FileMetadataLog, LocalControl};
+use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage};
 
@@ -33,9 +33,15 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let config = BrokerConfig::from_properties(&properties).expect("config");
-    let log = FileMetadataLog::open(Arc::new(FsStorage), &dir.path().join("metadata.log"))
-        .expect("metadata log");
-    let controller = Arc::new(Controller::open(Box::new(log), 1).expect("controller"));
+    let quorum_config = QuorumConfig {
+        node_id: 1,
+        voters: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
+        dir: dir.path().join("quorum"),
+    };
+    let quorum = RaftQuorum::open(Arc::new(FsStorage), quorum_config, None)
+        .await
+        .expect("metadata quorum");
+    let controller = Arc::new(Controller::new(Arc::new(quorum)));
     let registry = PartitionRegistry::new(
         dir.path().join("logs"),
         FileCache::new(Arc::new(FsStorage), 64),

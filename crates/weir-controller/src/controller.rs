@@ -1,8 +1,10 @@
-//! The controller: validates requests, turns them into commands, makes them durable through
-//! the metadata log and publishes the new image.
+//! The controller: validates requests, turns them into commands and commits them through the
+//! metadata quorum, whose applied images it publishes.
 
+use std::future::Future;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -14,10 +16,11 @@ use weir_metadata::{
     ControllerError, MetadataCommand, MetadataControl, MetadataImage, NewTopic, Pending,
     TopicImage,
 };
+use weir_storage::Storage;
 
-use crate::metadata_log::{MetadataLog, MetadataLogError};
 use crate::placement::place;
-use crate::relational::RelationalStore;
+use crate::quorum::MetadataQuorum;
+use crate::record_file::{RecordFile, RecordFileError};
 
 /// Producer ids reserved per metadata command; the broker hands them out from memory.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -26,27 +29,13 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Most listeners one broker may register.
 const LISTENERS_PER_BROKER_MAX: usize = 16;
 
-fn log_error(error: MetadataLogError) -> ControllerError {
-    match error {
-        MetadataLogError::NotAppended(e) => ControllerError::Storage(e),
-        MetadataLogError::Fatal(e) => ControllerError::Fatal(e),
-        corrupt @ MetadataLogError::Corrupt { .. } => {
-            ControllerError::Fatal(std::io::Error::other(corrupt.to_string()))
-        }
-    }
-}
-
-struct State {
-    log: Box<dyn MetadataLog>,
-    image: MetadataImage,
-    /// The relational copy of the image, when kept (`weir server` keeps one).
-    relational: Option<RelationalStore>,
-}
-
-/// The single-node controller.
+/// The controller: every change is validated against an image that holds every change before
+/// it, then committed through the quorum.
 pub struct Controller {
-    state: Mutex<State>,
-    published: watch::Sender<Arc<MetadataImage>>,
+    quorum: Arc<dyn MetadataQuorum>,
+    /// Held from a change's validation until it is applied, so changes are decided one at a
+    /// time, each against the image its predecessors made.
+    deciding: tokio::sync::Mutex<()>,
     /// Most partitions the cluster may hold in total (set from the open-file limit).
     partitions_max: AtomicUsize,
 }
@@ -111,41 +100,53 @@ fn check_replica_list(image: &MetadataImage, replicas: &[i32]) -> Result<(), Con
 }
 
 impl Controller {
-    /// Replays `log` into a fresh image. `node_id` is this node's: commands written before
-    /// replicas were recorded are read as placing every replica here.
-    pub fn open(
-        mut log: Box<dyn MetadataLog>,
+    /// The controller over `quorum`.
+    pub fn new(quorum: Arc<dyn MetadataQuorum>) -> Controller {
+        Controller {
+            quorum,
+            deciding: tokio::sync::Mutex::new(()),
+            partitions_max: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Moves the commands of a metadata log written by an earlier single-node version (at
+    /// `path`, if it exists) into the quorum, in order, then renames the file `*.migrated`.
+    /// Its commands are read as placing every replica on `node_id`, the node that wrote it.
+    /// Replaying the whole sequence again after a crash mid-way ends in the same image, so an
+    /// interrupted migration simply runs again at the next start.
+    pub async fn migrate_single_node_log(
+        &self,
+        storage: Arc<dyn Storage>,
+        path: &Path,
         node_id: i32,
-    ) -> Result<Controller, ControllerError> {
+    ) -> Result<(), ControllerError> {
+        if !storage.exists(path) {
+            return Ok(());
+        }
+        let commands = {
+            let storage = storage.clone();
+            let path = path.to_path_buf();
+            tokio::task::spawn_blocking(move || {
+                RecordFile::<MetadataCommand>::open(storage, &path)
+                    .map_err(RecordFileError::Fatal)
+                    .and_then(|mut file| file.replay())
+            })
+            .await
+            .map_err(|e| ControllerError::Fatal(std::io::Error::other(e)))?
+            .map_err(|e| ControllerError::Fatal(std::io::Error::other(e.to_string())))?
+        };
+        let _turn = self.deciding.lock().await;
         let mut image = MetadataImage::default();
-        for command in log.replay().map_err(log_error)? {
+        for command in commands.iter().cloned() {
             let command = with_replicas(command, node_id, &image);
             image.apply(&command);
+            self.quorum.propose(command).await?;
         }
-        tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "metadata replayed");
-        let (published, _) = watch::channel(Arc::new(image.clone()));
-        Ok(Controller {
-            state: Mutex::new(State {
-                log,
-                image,
-                relational: None,
-            }),
-            published,
-            partitions_max: AtomicUsize::new(usize::MAX),
-        })
-    }
-
-    fn state(&self) -> MutexGuard<'_, State> {
-        // Poisoning means a panic while applying; the image is only swapped after a full apply.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Keeps a relational copy of the metadata in the SQLite database at `path` (created, or
-    /// brought in line with the image), updated with every command from now on.
-    pub fn keep_relational(&self, path: &std::path::Path) -> rusqlite::Result<()> {
-        let mut state = self.state();
-        let store = RelationalStore::open(path, &state.image)?;
-        state.relational = Some(store);
+        let migrated = path.with_extension("log.migrated");
+        storage
+            .rename(path, &migrated)
+            .map_err(ControllerError::Fatal)?;
+        tracing::info!(target: "weir::controller", commands = commands.len(), from = %path.display(), "metadata log of a single-node version moved into the quorum");
         Ok(())
     }
 
@@ -169,23 +170,16 @@ impl Controller {
 
     /// The current image.
     pub fn image(&self) -> Arc<MetadataImage> {
-        self.published.borrow().clone()
+        self.quorum.images().borrow().clone()
     }
 
-    fn commit(&self, state: &mut State, command: MetadataCommand) -> Result<(), ControllerError> {
-        state.log.append(&command).map_err(log_error)?;
-        state.image.apply(&command);
-        if let Some(store) = state.relational.as_mut() {
-            store.apply(&command, &state.image);
-        }
-        tracing::info!(target: "weir::controller", ?command, "metadata change");
-        self.published.send_replace(Arc::new(state.image.clone()));
-        Ok(())
+    /// Commits `command` and waits until it is applied.
+    async fn commit(&self, command: MetadataCommand) -> Result<(), ControllerError> {
+        self.quorum.propose(command).await.map(|_| ())
     }
 
-    fn topic_id(state: &State, name: &str) -> Result<Uuid, ControllerError> {
-        state
-            .image
+    fn topic_id(image: &MetadataImage, name: &str) -> Result<Uuid, ControllerError> {
+        image
             .topic(name)
             .map(|t| t.topic_id)
             .ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))
@@ -201,7 +195,7 @@ impl Controller {
     }
 
     /// Creates a topic with a fresh random id. With `validate_only` nothing changes.
-    pub fn create_topic(
+    pub async fn create_topic(
         &self,
         topic: NewTopic,
         validate_only: bool,
@@ -226,14 +220,14 @@ impl Controller {
             ));
         }
         Self::check_configs(&topic.configs)?;
-        let mut state = self.state();
-        if state.image.topic(&topic.name).is_some() {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        if image.topic(&topic.name).is_some() {
             return Err(ControllerError::TopicAlreadyExists(topic.name));
         }
         // Kafka's rule: '.' and '_' collide in metric names, so names differing only there clash.
         let normalized = topic.name.replace('.', "_");
-        if let Some(other) = state
-            .image
+        if let Some(other) = image
             .topics()
             .find(|t| t.name.replace('.', "_") == normalized)
         {
@@ -242,9 +236,9 @@ impl Controller {
                 topic.name, other.name
             )));
         }
-        self.check_capacity(&state.image, topic.partitions)?;
+        self.check_capacity(&image, topic.partitions)?;
         let assignments = if topic.assignments.is_empty() {
-            Self::place(&state.image, topic.partitions, replicas)?
+            Self::place(&image, topic.partitions, replicas)?
         } else {
             if topic.assignments.len() != topic.partitions as usize {
                 return Err(ControllerError::InvalidReplicaAssignment(format!(
@@ -254,7 +248,7 @@ impl Controller {
                 )));
             }
             for assigned in &topic.assignments {
-                check_replica_list(&state.image, assigned)?;
+                check_replica_list(&image, assigned)?;
                 if assigned.len() != replicas as usize {
                     return Err(ControllerError::InvalidReplicaAssignment(
                         "All partitions in the manual partition assignment must have the same number of replicas.".into(),
@@ -273,12 +267,12 @@ impl Controller {
             assignments,
         };
         if validate_only {
-            let mut preview = state.image.clone();
+            let mut preview = MetadataImage::clone(&image);
             preview.apply(&command);
             return Self::created(&preview, topic_id);
         }
-        self.commit(&mut state, command)?;
-        Self::created(&state.image, topic_id)
+        self.commit(command).await?;
+        Self::created(&self.image(), topic_id)
     }
 
     /// Replicas for `count` new partitions over the registered brokers, continuing the
@@ -303,7 +297,7 @@ impl Controller {
 
     /// Registers a broker (at each of its starts) with a fresh incarnation id; its epoch is
     /// the registration's position in the log.
-    pub fn register_broker(
+    pub async fn register_broker(
         &self,
         node_id: i32,
         listeners: Vec<BrokerListener>,
@@ -320,15 +314,15 @@ impl Controller {
                 listeners.len()
             )));
         }
-        let mut state = self.state();
+        let _turn = self.deciding.lock().await;
         let command = MetadataCommand::RegisterBroker {
             node_id,
             incarnation_id: Uuid::new_v4(),
             listeners,
             rack,
         };
-        self.commit(&mut state, command)?;
-        state.image.broker(node_id).cloned().ok_or_else(|| {
+        self.commit(command).await?;
+        self.image().broker(node_id).cloned().ok_or_else(|| {
             ControllerError::Fatal(std::io::Error::other(
                 "registered broker missing from the image",
             ))
@@ -336,31 +330,33 @@ impl Controller {
     }
 
     /// Deletes a topic by name.
-    pub fn delete_topic(&self, name: &str) -> Result<TopicImage, ControllerError> {
-        let mut state = self.state();
-        let topic_id = Self::topic_id(&state, name)?;
-        let topic = state
-            .image
+    pub async fn delete_topic(&self, name: &str) -> Result<TopicImage, ControllerError> {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let topic_id = Self::topic_id(&image, name)?;
+        let topic = image
             .topic(name)
             .cloned()
             .ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
-        self.commit(&mut state, MetadataCommand::DeleteTopic { topic_id })?;
+        self.commit(MetadataCommand::DeleteTopic { topic_id })
+            .await?;
         Ok(topic)
     }
 
     /// Raises a topic's partition count to `total` (Kafka's CreatePartitions meaning), with
     /// the new partitions on `assignments` (one replica list each) or, without them, placed
     /// over the registered brokers.
-    pub fn create_partitions(
+    pub async fn create_partitions(
         &self,
         name: &str,
         total: i32,
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
-        let mut state = self.state();
-        let topic_id = Self::topic_id(&state, name)?;
-        let topic = state.image.topic(name);
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let topic_id = Self::topic_id(&image, name)?;
+        let topic = image.topic(name);
         let current = topic.map_or(0, |t| t.partition_count());
         let replication_factor = topic.map_or(1, |t| t.replication_factor);
         if total == current {
@@ -378,7 +374,7 @@ impl Controller {
                 "Number of partitions {total} is more than the {PARTITIONS_PER_TOPIC_MAX} a topic may have."
             )));
         }
-        self.check_capacity(&state.image, total - current)?;
+        self.check_capacity(&image, total - current)?;
         let assignments = if let Some(assignments) = assignments {
             let added = total - current;
             if assignments.len() != added as usize {
@@ -388,7 +384,7 @@ impl Controller {
                 )));
             }
             for assigned in &assignments {
-                check_replica_list(&state.image, assigned)?;
+                check_replica_list(&image, assigned)?;
                 if assigned.len() != replication_factor as usize {
                     return Err(ControllerError::InvalidReplicaAssignment(format!(
                         "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {replication_factor} replica(s).",
@@ -398,7 +394,7 @@ impl Controller {
             }
             assignments
         } else {
-            Self::place(&state.image, total - current, replication_factor)?
+            Self::place(&image, total - current, replication_factor)?
         };
         if !validate_only {
             let command = MetadataCommand::CreatePartitions {
@@ -406,13 +402,13 @@ impl Controller {
                 total,
                 assignments,
             };
-            self.commit(&mut state, command)?;
+            self.commit(command).await?;
         }
         Ok(())
     }
 
     /// Changes a topic's config overrides.
-    pub fn alter_topic_config(
+    pub async fn alter_topic_config(
         &self,
         name: &str,
         change: ConfigChange,
@@ -420,11 +416,12 @@ impl Controller {
     ) -> Result<(), ControllerError> {
         // Deleting a key that is not a config deletes nothing, as in Kafka.
         Self::check_configs(&change.set)?;
-        let mut state = self.state();
-        let topic_id = Self::topic_id(&state, name)?;
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let topic_id = Self::topic_id(&image, name)?;
         if !validate_only {
             let command = MetadataCommand::AlterTopicConfig { topic_id, change };
-            self.commit(&mut state, command)?;
+            self.commit(command).await?;
         }
         Ok(())
     }
@@ -433,7 +430,7 @@ impl Controller {
     /// broker's own; `replace` drops the level's configs not in `set`. Only the broker keys of
     /// topic configs and the settings marked dynamic change at runtime; any other key is
     /// refused, as is a bad value.
-    pub fn alter_broker_config(
+    pub async fn alter_broker_config(
         &self,
         node_id: Option<i32>,
         change: ConfigChange,
@@ -456,31 +453,30 @@ impl Controller {
                 return Err(ControllerError::InvalidRequest(why));
             }
         }
-        let mut state = self.state();
+        let _turn = self.deciding.lock().await;
         if !validate_only {
             let command = MetadataCommand::AlterBrokerConfig { node_id, change };
-            self.commit(&mut state, command)?;
+            self.commit(command).await?;
         }
         Ok(())
     }
 
     /// Reserves the next block of producer ids, durably, so no id is ever handed out twice.
-    pub fn allocate_producer_ids(&self) -> Result<(i64, i64), ControllerError> {
-        let mut state = self.state();
-        let first = state.image.next_producer_id;
-        self.commit(
-            &mut state,
-            MetadataCommand::AllocateProducerIds {
-                first,
-                count: PRODUCER_ID_BLOCK_SIZE,
-            },
-        )?;
+    pub async fn allocate_producer_ids(&self) -> Result<(i64, i64), ControllerError> {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let first = image.next_producer_id;
+        self.commit(MetadataCommand::AllocateProducerIds {
+            first,
+            count: PRODUCER_ID_BLOCK_SIZE,
+        })
+        .await?;
         Ok((first, PRODUCER_ID_BLOCK_SIZE))
     }
 }
 
-/// The controller as the broker of the same process reaches it: each change runs on a
-/// blocking thread (it fsyncs) and is answered once durable and applied to the image.
+/// The controller as the broker of the same process reaches it: each change is answered
+/// once it is committed and applied to the image.
 #[derive(Clone)]
 pub struct LocalControl(Arc<Controller>);
 
@@ -490,34 +486,30 @@ impl LocalControl {
         LocalControl(controller)
     }
 
-    fn run<T, F>(&self, change: F) -> Pending<T>
+    fn run<T, F, Fut>(&self, change: F) -> Pending<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Controller) -> Result<T, ControllerError> + Send + 'static,
+        F: FnOnce(Arc<Controller>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ControllerError>> + Send + 'static,
     {
         let controller = self.0.clone();
         Box::pin(async move {
-            let joined = tokio::task::spawn_blocking(move || {
-                let value = change(&controller)?;
-                let applied_count = controller.image().applied_count;
-                Ok(Committed {
-                    value,
-                    applied_count,
-                })
+            let value = change(controller.clone()).await?;
+            Ok(Committed {
+                value,
+                applied_count: controller.image().applied_count,
             })
-            .await;
-            joined.unwrap_or_else(|e| Err(ControllerError::Storage(std::io::Error::other(e))))
         })
     }
 }
 
 impl MetadataControl for LocalControl {
     fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage> {
-        self.run(move |c| c.create_topic(topic, validate_only))
+        self.run(move |c| async move { c.create_topic(topic, validate_only).await })
     }
 
     fn delete_topic(&self, name: String) -> Pending<TopicImage> {
-        self.run(move |c| c.delete_topic(&name))
+        self.run(move |c| async move { c.delete_topic(&name).await })
     }
 
     fn create_partitions(
@@ -527,7 +519,10 @@ impl MetadataControl for LocalControl {
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| c.create_partitions(&name, total, assignments, validate_only))
+        self.run(move |c| async move {
+            c.create_partitions(&name, total, assignments, validate_only)
+                .await
+        })
     }
 
     fn alter_topic_config(
@@ -536,7 +531,7 @@ impl MetadataControl for LocalControl {
         change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| c.alter_topic_config(&name, change, validate_only))
+        self.run(move |c| async move { c.alter_topic_config(&name, change, validate_only).await })
     }
 
     fn alter_broker_config(
@@ -545,7 +540,9 @@ impl MetadataControl for LocalControl {
         change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| c.alter_broker_config(node_id, change, validate_only))
+        self.run(
+            move |c| async move { c.alter_broker_config(node_id, change, validate_only).await },
+        )
     }
 
     fn register_broker(
@@ -554,37 +551,50 @@ impl MetadataControl for LocalControl {
         listeners: Vec<BrokerListener>,
         rack: Option<String>,
     ) -> Pending<BrokerRegistration> {
-        self.run(move |c| c.register_broker(node_id, listeners, rack))
+        self.run(move |c| async move { c.register_broker(node_id, listeners, rack).await })
     }
 
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
-        self.run(|c| c.allocate_producer_ids())
+        self.run(|c| async move { c.allocate_producer_ids().await })
     }
 
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
-        self.0.published.subscribe()
+        self.0.quorum.images()
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::metadata_log::FileMetadataLog;
+    use crate::quorum::{QuorumConfig, RaftQuorum};
 
-    fn open_log(dir: &std::path::Path) -> Controller {
-        Controller::open(
-            Box::new(
-                FileMetadataLog::open(Arc::new(weir_storage::FsStorage), &dir.join("metadata.log"))
-                    .expect("log"),
-            ),
-            1,
-        )
-        .expect("controller")
+    /// A controller over a quorum of one in `dir`, and the quorum (to stop it, as a restart
+    /// would).
+    pub struct Node {
+        controller: Controller,
+        quorum: Arc<RaftQuorum>,
     }
 
-    fn listener(port: u16) -> BrokerListener {
+    impl std::ops::Deref for Node {
+        type Target = Controller;
+        fn deref(&self) -> &Controller {
+            &self.controller
+        }
+    }
+
+    impl Node {
+        pub async fn stop(self) {
+            self.quorum.shutdown().await;
+        }
+
+        pub fn quorum(&self) -> &RaftQuorum {
+            &self.quorum
+        }
+    }
+
+    pub fn listener(port: u16) -> BrokerListener {
         BrokerListener {
             name: "PLAINTEXT".into(),
             host: "127.0.0.1".into(),
@@ -592,13 +602,31 @@ mod tests {
         }
     }
 
-    /// The controller over `dir`'s log, with broker 1 registered (as at every start).
-    fn open(dir: &std::path::Path) -> Controller {
-        let controller = open_log(dir);
-        controller
-            .register_broker(1, vec![listener(9092)], None)
+    /// The controller of node `node_id` over `dir`, its quorum opened (replayed).
+    pub async fn open_node(dir: &std::path::Path, node_id: i32) -> Node {
+        let config = QuorumConfig {
+            node_id,
+            voters: BTreeMap::from([(node_id, "127.0.0.1:1".to_string())]),
+            dir: dir.join("quorum"),
+        };
+        let quorum = Arc::new(
+            RaftQuorum::open(Arc::new(weir_storage::FsStorage), config, None)
+                .await
+                .expect("quorum"),
+        );
+        Node {
+            controller: Controller::new(quorum.clone()),
+            quorum,
+        }
+    }
+
+    /// Node 1's controller over `dir`, with broker 1 registered (as at every start).
+    pub async fn open(dir: &std::path::Path) -> Node {
+        let node = open_node(dir, 1).await;
+        node.register_broker(1, vec![listener(9092)], None)
+            .await
             .expect("register");
-        controller
+        node
     }
 
     fn new_topic(name: &str, partitions: i32) -> NewTopic {
@@ -610,23 +638,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn changes_survive_replay_and_ids_are_fresh() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changes_survive_replay_and_ids_are_fresh() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let controller = open(dir.path());
+        let controller = open(dir.path()).await;
         let first = controller
             .create_topic(new_topic("orders", 3), false)
+            .await
             .expect("create");
         controller
             .create_partitions("orders", 5, None, false)
+            .await
             .expect("grow");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         controller
             .alter_topic_config("orders", ConfigChange::setting(set), false)
+            .await
             .expect("alter");
-        let (pid, _) = controller.allocate_producer_ids().expect("pids");
-        drop(controller);
-        let controller = open(dir.path());
+        let (pid, _) = controller.allocate_producer_ids().await.expect("pids");
+        controller.stop().await;
+        let controller = open(dir.path()).await;
         let image = controller.image();
         let topic = image.topic("orders").expect("topic survives");
         assert_eq!(
@@ -638,27 +669,28 @@ mod tests {
             Some("1000")
         );
         assert!(
-            controller.allocate_producer_ids().expect("pids").0 > pid,
+            controller.allocate_producer_ids().await.expect("pids").0 > pid,
             "producer ids never reused"
         );
-        controller.delete_topic("orders").expect("delete");
+        controller.delete_topic("orders").await.expect("delete");
         let again = controller
             .create_topic(new_topic("orders", 1), false)
+            .await
             .expect("recreate");
         assert_ne!(again.topic_id, first.topic_id);
     }
 
-    #[test]
-    fn partitions_spread_over_registered_brokers_with_leaders_and_epochs() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partitions_spread_over_registered_brokers_with_leaders_and_epochs() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let controller = open(dir.path());
+        let controller = open(dir.path()).await;
         let three = NewTopic {
             replication_factor: 3,
             ..new_topic("orders", 6)
         };
         assert!(
             matches!(
-                controller.create_topic(three.clone(), false),
+                controller.create_topic(three.clone(), false).await,
                 Err(ControllerError::InvalidReplicationFactor(_))
             ),
             "one broker cannot hold three replicas"
@@ -670,10 +702,11 @@ mod tests {
                     vec![listener(9092 + node_id as u16)],
                     Some("r1".into()),
                 )
+                .await
                 .expect("register");
         }
         let first_epoch = controller.image().broker(1).expect("broker 1").epoch;
-        let created = controller.create_topic(three, false).expect("create");
+        let created = controller.create_topic(three, false).await.expect("create");
         let mut leaders = std::collections::BTreeMap::<i32, usize>::new();
         for partition in &created.partitions {
             assert_eq!(partition.replicas.len(), 3);
@@ -685,9 +718,10 @@ mod tests {
         assert_eq!(leaders.values().collect::<Vec<_>>(), vec![&2, &2, &2]);
         controller
             .create_partitions("orders", 9, None, false)
+            .await
             .expect("grow");
-        drop(controller);
-        let controller = open(dir.path());
+        controller.stop().await;
+        let controller = open(dir.path()).await;
         let image = controller.image();
         let topic = image.topic("orders").expect("topic");
         assert_eq!(topic.partitions[..6], created.partitions[..]);
@@ -699,31 +733,44 @@ mod tests {
         );
         assert!(controller
             .register_broker(-1, vec![listener(1)], None)
+            .await
             .is_err());
-        assert!(controller.register_broker(4, Vec::new(), None).is_err());
+        assert!(controller
+            .register_broker(4, Vec::new(), None)
+            .await
+            .is_err());
     }
 
-    #[test]
-    fn commands_written_before_replicas_were_recorded_place_them_on_this_node() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commands_of_a_single_node_log_move_into_the_quorum_with_their_replicas() {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage: Arc<dyn weir_storage::Storage> = Arc::new(weir_storage::FsStorage);
-        let mut log =
-            FileMetadataLog::open(storage.clone(), &dir.path().join("metadata.log")).expect("log");
+        let legacy = dir.path().join("metadata.log");
+        let mut log = RecordFile::<MetadataCommand>::open(storage.clone(), &legacy).expect("log");
         for stored in [
             r#"{"type":"create_topic","name":"old","topic_id":"00000000-0000-0000-0000-000000000007","partitions":2,"replication_factor":1,"configs":{}}"#,
             r#"{"type":"create_partitions","topic_id":"00000000-0000-0000-0000-000000000007","total":3}"#,
+            r#"{"type":"allocate_producer_ids","first":0,"count":1000}"#,
         ] {
             let command: MetadataCommand = serde_json::from_str(stored).expect("old command");
             log.append(&command).expect("append");
         }
         drop(log);
-        let controller = Controller::open(
-            Box::new(
-                FileMetadataLog::open(storage, &dir.path().join("metadata.log")).expect("log"),
-            ),
-            5,
-        )
-        .expect("controller");
+        let controller = open_node(dir.path(), 5).await;
+        controller
+            .migrate_single_node_log(storage.clone(), &legacy, 5)
+            .await
+            .expect("migrated");
+        // Run again, as after a crash before the rename: the same image.
+        let migrated = legacy.with_extension("log.migrated");
+        std::fs::copy(&migrated, &legacy).expect("copy back");
+        controller
+            .migrate_single_node_log(storage.clone(), &legacy, 5)
+            .await
+            .expect("migrated again");
+        assert!(!legacy.exists() && migrated.exists());
+        controller.stop().await;
+        let controller = open_node(dir.path(), 5).await;
         let image = controller.image();
         let topic = image.topic("old").expect("topic");
         assert_eq!(topic.partition_count(), 3);
@@ -733,19 +780,23 @@ mod tests {
                 (&[5][..], 5)
             );
         }
+        assert_eq!(image.next_producer_id, 1000);
+        controller.stop().await;
     }
 
-    #[test]
-    fn broker_configs_survive_replay_and_only_dynamic_keys_change() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn broker_configs_survive_replay_and_only_dynamic_keys_change() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let controller = open(dir.path());
+        let controller = open(dir.path()).await;
         let one = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
         let set = |key: &str, value: &str| ConfigChange::setting(one(key, value));
         controller
             .alter_broker_config(None, set("log.retention.ms", "7000"), false)
+            .await
             .expect("cluster default");
         controller
             .alter_broker_config(Some(1), set("message.max.bytes", "2000"), false)
+            .await
             .expect("this broker");
         let before = controller.image().applied_count;
         for (key, value) in [
@@ -755,7 +806,9 @@ mod tests {
             ("remote.storage.enable", "false"),
             ("retention.ms", "1000"),
         ] {
-            let refused = controller.alter_broker_config(Some(1), set(key, value), false);
+            let refused = controller
+                .alter_broker_config(Some(1), set(key, value), false)
+                .await;
             assert!(
                 matches!(refused, Err(ControllerError::InvalidRequest(_))),
                 "{key}={value}: {refused:?}"
@@ -768,14 +821,15 @@ mod tests {
         );
         controller
             .alter_broker_config(Some(1), set("log.segment.bytes", "2097152"), true)
+            .await
             .expect("validate only");
         let image = controller.image();
         assert_eq!(
             image.broker_configs(Some(1)),
             &one("message.max.bytes", "2000")
         );
-        drop(controller);
-        let controller = open(dir.path());
+        controller.stop().await;
+        let controller = open(dir.path()).await;
         assert_eq!(
             controller.image().broker_configs(None),
             &one("log.retention.ms", "7000")
@@ -793,16 +847,18 @@ mod tests {
                 },
                 false,
             )
+            .await
             .expect("replace with nothing");
         assert!(controller.image().broker_configs(Some(1)).is_empty());
     }
 
-    #[test]
-    fn refusals_change_nothing() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn refusals_change_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let controller = open(dir.path());
+        let controller = open(dir.path()).await;
         controller
             .create_topic(new_topic("t", 1), false)
+            .await
             .expect("create");
         let bad_config = NewTopic {
             configs: BTreeMap::from([("cleanup.policy".into(), "shred".into())]),
@@ -822,34 +878,56 @@ mod tests {
             (bad_config, "config"),
         ];
         for (topic, what) in cases {
-            assert!(controller.create_topic(topic, false).is_err(), "{what}");
+            assert!(
+                controller.create_topic(topic, false).await.is_err(),
+                "{what}"
+            );
         }
-        assert!(controller.create_topic(new_topic("t.x", 1), false).is_ok());
+        assert!(controller
+            .create_topic(new_topic("t.x", 1), false)
+            .await
+            .is_ok());
         assert!(
-            controller.create_topic(new_topic("t_x", 1), false).is_err(),
+            controller
+                .create_topic(new_topic("t_x", 1), false)
+                .await
+                .is_err(),
             "'.' and '_' collide"
         );
         controller.limit_partitions(4);
         assert!(
-            controller.create_topic(new_topic("big", 3), false).is_err(),
+            controller
+                .create_topic(new_topic("big", 3), false)
+                .await
+                .is_err(),
             "over the partition limit"
         );
         assert!(
-            controller.create_partitions("t", 4, None, false).is_err(),
+            controller
+                .create_partitions("t", 4, None, false)
+                .await
+                .is_err(),
             "over the partition limit"
         );
         controller.limit_partitions(usize::MAX);
         let before = controller.image().applied_count;
-        assert!(controller.create_partitions("t", 1, None, false).is_err());
+        assert!(controller
+            .create_partitions("t", 1, None, false)
+            .await
+            .is_err());
         assert!(controller
             .alter_topic_config(
                 "t",
                 ConfigChange::setting(BTreeMap::from([("foo.bar".into(), "1".into())])),
                 false
             )
+            .await
             .is_err());
         assert!(
-            controller.create_topic(new_topic("v", 2), true).is_ok(),
+            controller
+                .create_topic(new_topic("v", 2), true)
+                .await
+                .is_ok(),
             "validate only"
         );
         assert_eq!(controller.image().applied_count, before);

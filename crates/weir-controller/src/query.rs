@@ -97,19 +97,15 @@ fn text(value: ValueRef<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
     use weir_metadata::{BrokerListener, ConfigChange, NewTopic};
 
     use super::*;
-    use crate::{Controller, FileMetadataLog};
+    use crate::controller::tests::{open_node, Node};
 
-    fn controller(dir: &Path) -> Controller {
-        let log =
-            FileMetadataLog::open(Arc::new(weir_storage::FsStorage), &dir.join("metadata.log"))
-                .expect("log");
-        let controller = Controller::open(Box::new(log), 1).expect("controller");
-        controller
+    async fn controller(dir: &Path) -> Node {
+        let node = open_node(dir, 1).await;
+        node.quorum()
             .keep_relational(&dir.join(DATABASE_FILE))
             .expect("relational");
         for node_id in 1..=3 {
@@ -118,11 +114,11 @@ mod tests {
                 host: format!("broker-{node_id}"),
                 port: 9092,
             };
-            controller
-                .register_broker(node_id, vec![listener], None)
+            node.register_broker(node_id, vec![listener], None)
+                .await
                 .expect("register");
         }
-        controller
+        node
     }
 
     fn query(dir: &Path, sql: &str) -> Result<QueryResult, String> {
@@ -139,19 +135,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_tables_follow_every_command_and_survive_a_restart() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_tables_follow_every_command_and_survive_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let c = controller(dir.path());
-        c.create_topic(topic("orders", 3), false).expect("create");
-        c.create_topic(topic("gone", 1), false).expect("create");
-        c.create_partitions("orders", 5, None, false).expect("grow");
-        c.delete_topic("gone").expect("delete");
+        let c = controller(dir.path()).await;
+        c.create_topic(topic("orders", 3), false)
+            .await
+            .expect("create");
+        c.create_topic(topic("gone", 1), false)
+            .await
+            .expect("create");
+        c.create_partitions("orders", 5, None, false)
+            .await
+            .expect("grow");
+        c.delete_topic("gone").await.expect("delete");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         c.alter_topic_config("orders", ConfigChange::setting(set), false)
+            .await
             .expect("alter");
         let retention = BTreeMap::from([("log.retention.ms".to_string(), "7000".to_string())]);
         c.alter_broker_config(None, ConfigChange::setting(retention), false)
+            .await
             .expect("broker");
         let sql = "SELECT t.name, count(DISTINCT p.partition_index), group_concat(DISTINCT c.name)
                    FROM topics t JOIN partitions p USING (topic_id)
@@ -184,19 +188,21 @@ mod tests {
         let cluster = "SELECT name, value, node_id FROM broker_configs";
         let row: Vec<String> = vec!["log.retention.ms".into(), "7000".into(), "NULL".into()];
         assert_eq!(query(dir.path(), cluster).expect("query").rows, vec![row]);
-        drop(c);
+        c.stop().await;
         // Tables deleted behind the controller's back are rebuilt from the log.
         std::fs::remove_file(dir.path().join(DATABASE_FILE)).expect("remove");
-        let _c = controller(dir.path());
+        let c = controller(dir.path()).await;
         assert_eq!(query(dir.path(), sql).expect("query").rows, expected);
+        c.stop().await;
     }
 
-    #[test]
-    fn only_one_reading_statement_within_its_limits() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_one_reading_statement_within_its_limits() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let c = controller(dir.path());
+        let c = controller(dir.path()).await;
         for i in 0..3 {
             c.create_topic(topic(&format!("t{i}"), 1), false)
+                .await
                 .expect("create");
         }
         for refused in [

@@ -149,6 +149,19 @@ impl RelationalStore {
         }
     }
 
+    /// Brings the tables in line with `image` (a snapshot installed): rebuilt unless they
+    /// already show it. A failure is logged and repaired as in [`RelationalStore::apply`].
+    pub fn follow(&mut self, image: &MetadataImage) {
+        let outcome = match self.position() {
+            Ok(Some((SCHEMA_VERSION, at))) if at == image.applied_count => Ok(()),
+            Ok(_) => self.rebuild(image),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = outcome {
+            tracing::warn!(target: "weir::controller", %error, "relational metadata not updated; it is rebuilt from the metadata log later");
+        }
+    }
+
     fn apply_one(
         &mut self,
         command: &MetadataCommand,

@@ -84,6 +84,38 @@ pub enum MetadataCommand {
     },
 }
 
+/// One line naming the change, for logs.
+impl std::fmt::Display for MetadataCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MetadataCommand::CreateTopic {
+                name, partitions, ..
+            } => write!(f, "create topic {name} ({partitions} partitions)"),
+            MetadataCommand::DeleteTopic { topic_id } => write!(f, "delete topic {topic_id}"),
+            MetadataCommand::CreatePartitions {
+                topic_id, total, ..
+            } => {
+                write!(f, "grow topic {topic_id} to {total} partitions")
+            }
+            MetadataCommand::AlterTopicConfig { topic_id, .. } => {
+                write!(f, "alter configs of topic {topic_id}")
+            }
+            MetadataCommand::AlterBrokerConfig {
+                node_id: Some(id), ..
+            } => write!(f, "alter configs of broker {id}"),
+            MetadataCommand::AlterBrokerConfig { node_id: None, .. } => {
+                write!(f, "alter cluster-wide broker configs")
+            }
+            MetadataCommand::RegisterBroker { node_id, .. } => {
+                write!(f, "register broker {node_id}")
+            }
+            MetadataCommand::AllocateProducerIds { first, count } => {
+                write!(f, "reserve producer ids {first}..{}", first + count)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

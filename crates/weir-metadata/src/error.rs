@@ -29,6 +29,10 @@ pub enum ControllerError {
     /// message says why, in Kafka's words).
     #[error("{0}")]
     InvalidRequest(String),
+    /// This controller cannot commit changes now: another controller leads the quorum, or
+    /// none does yet (the client retries, as after Kafka's NOT_CONTROLLER).
+    #[error("{0}")]
+    NotController(String),
     /// The change was committed but the broker did not apply it within the wait (it is
     /// applied later; the client may retry and find it done).
     #[error("the change was committed but not yet applied here after {0} ms")]

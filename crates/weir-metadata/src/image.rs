@@ -12,7 +12,7 @@ use crate::ConfigChange;
 pub const NO_LEADER: i32 = -1;
 
 /// One partition's replicas and leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionImage {
     /// The brokers holding a replica, preferred leader first.
     pub replicas: Vec<i32>,
@@ -56,7 +56,7 @@ pub struct BrokerListener {
 }
 
 /// A broker as registered with the controller.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
     /// Node id, which clients see as the broker id.
     pub node_id: i32,
@@ -71,7 +71,7 @@ pub struct BrokerRegistration {
 }
 
 /// One topic as the cluster knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicImage {
     /// Topic name.
     pub name: String,
@@ -102,8 +102,8 @@ impl TopicImage {
 /// No configs: what a broker without dynamic configs has.
 static NO_CONFIGS: BTreeMap<String, String> = BTreeMap::new();
 
-/// Cluster metadata at one point of the metadata log.
-#[derive(Debug, Clone, Default)]
+/// Cluster metadata at one point of the metadata log (serialized whole in quorum snapshots).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MetadataImage {
     /// Number of commands applied.
     pub applied_count: u64,

@@ -143,6 +143,11 @@ impl Storage for FsStorage {
         std::fs::read(path)
     }
 
+    fn available_bytes(&self, path: &Path) -> io::Result<u64> {
+        let stats = rustix::fs::statvfs(path)?;
+        Ok(stats.f_bavail.saturating_mul(stats.f_frsize))
+    }
+
     fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
         let tmp = path.with_extension("tmp");
         let written = (|| {

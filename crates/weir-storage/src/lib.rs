@@ -78,6 +78,9 @@ pub trait Storage: Send + Sync + 'static {
     /// Replaces a small file's content atomically and durably (write, fsync, rename, sync the
     /// directory). On failure the old content is still in place.
     fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    /// Bytes that may still be written on the file system holding `path` (`u64::MAX` when
+    /// unlimited): lets a writer that must not fail half-way refuse while there is no room.
+    fn available_bytes(&self, path: &Path) -> io::Result<u64>;
 }
 
 /// Linux `ENFILE` and `EMFILE`: the system or the process is out of file descriptors.

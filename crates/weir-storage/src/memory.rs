@@ -296,6 +296,10 @@ impl Storage for MemoryStorage {
         }
     }
 
+    fn available_bytes(&self, _path: &Path) -> io::Result<u64> {
+        Ok(self.disk().free_bytes().unwrap_or(u64::MAX))
+    }
+
     fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
         let mut disk = self.disk();
         let old = disk

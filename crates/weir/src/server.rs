@@ -1,5 +1,6 @@
 //! `weir server`: starts a single-node broker and runs it until SIGTERM or SIGINT.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,9 +13,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
 use weir_controller::query::DATABASE_FILE;
-use weir_controller::{Controller, FileMetadataLog, LocalControl};
+use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
-use weir_storage::{FileCache, FsStorage};
+use weir_storage::{FileCache, FsStorage, Storage};
 
 use crate::data_dir::DataDir;
 use crate::settings;
@@ -25,6 +26,8 @@ const SHUTDOWN_DEADLINE_MS: u64 = 10_000;
 const EXIT_CODE_STARTUP: u8 = 2;
 /// Exit code when a second signal interrupts the clean shutdown.
 const EXIT_CODE_INTERRUPTED: i32 = 130;
+/// The controller address a quorum of one records for itself: it has no peers to reach it.
+const LOCAL_CONTROLLER: &str = "local";
 
 /// Options of `weir server`.
 #[derive(Debug, Args)]
@@ -84,10 +87,17 @@ pub fn run(args: ServerArgs) -> ExitCode {
 
 fn init_tracing(level: Option<&str>) {
     use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(level) => EnvFilter::new(level),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-    };
+    let mut directives = level
+        .map(str::to_string)
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".to_string());
+    // Raft's own step-by-step lines are for debugging it; the quorum logs what an operator
+    // needs (leader changes, membership, snapshots) itself.
+    if !directives.contains("openraft") {
+        directives.push_str(",openraft=warn");
+    }
+    let filter =
+        EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -143,16 +153,26 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
 
     let metadata_dir = data_dir.path.join("metadata");
     std::fs::create_dir_all(&metadata_dir)?;
-    let metadata_log =
-        FileMetadataLog::open(Arc::new(FsStorage), &metadata_dir.join("metadata.log"))
-            .context("opening the metadata log")?;
-    let controller = Arc::new(
-        Controller::open(Box::new(metadata_log), args.node_id)
-            .context("replaying the metadata log")?,
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage);
+    // A quorum of one: this node is the only voter and needs no controller listener.
+    let quorum_config = QuorumConfig {
+        node_id: args.node_id,
+        voters: BTreeMap::from([(args.node_id, LOCAL_CONTROLLER.to_string())]),
+        dir: metadata_dir.join("quorum"),
+    };
+    let quorum = Arc::new(
+        RaftQuorum::open(storage.clone(), quorum_config, None)
+            .await
+            .context("opening the metadata quorum")?,
     );
+    let controller = Arc::new(Controller::new(quorum.clone()));
+    controller
+        .migrate_single_node_log(storage, &metadata_dir.join("metadata.log"), args.node_id)
+        .await
+        .context("moving the metadata log of an earlier version into the quorum")?;
     // The relational copy is for `weir metadata query`; without it the broker runs as well.
     let database = metadata_dir.join(DATABASE_FILE);
-    if let Err(error) = controller.keep_relational(&database) {
+    if let Err(error) = tokio::task::block_in_place(|| quorum.keep_relational(&database)) {
         tracing::error!(target: "weir::server", path = %database.display(), %error, "relational metadata unavailable; `weir metadata query` will not work until it opens");
     }
     let budget = FileBudget::from_limit(raise_open_files_limit(), config.max_connections);
@@ -215,6 +235,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let _ = groups.await;
     let _ = cleaner.await;
     tokio::task::block_in_place(|| broker.partitions.close_all());
+    quorum.shutdown().await;
     tracing::info!(target: "weir::server", "stopped cleanly");
     drop(data_dir);
     Ok(())

@@ -75,6 +75,7 @@ impl From<&ControllerError> for ErrorReply {
             ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig,
             ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest,
             ControllerError::NotAppliedInTime(_) => ResponseError::RequestTimedOut,
+            ControllerError::NotController(_) => ResponseError::NotController,
             ControllerError::Storage(_) | ControllerError::Fatal(_) => {
                 ResponseError::KafkaStorageError
             }

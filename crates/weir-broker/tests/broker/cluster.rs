@@ -32,12 +32,10 @@ async fn register_other_broker(test: &TestBroker, node_id: i32) {
         host: format!("broker-{node_id}.example"),
         port: 9092,
     };
-    tokio::task::spawn_blocking(move || {
-        controller.register_broker(node_id, vec![listener], Some("rack-b".into()))
-    })
-    .await
-    .expect("join")
-    .expect("registered");
+    controller
+        .register_broker(node_id, vec![listener], Some("rack-b".into()))
+        .await
+        .expect("registered");
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while test.broker.image().broker(node_id).is_none() {
         assert!(

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
-use weir_controller::{Controller, FileMetadataLog, LocalControl};
+use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, Storage};
 
@@ -31,6 +31,8 @@ pub struct TestBroker {
     /// The controller the broker reaches through `LocalControl`, for changes made behind the
     /// broker's back (as another broker's admin request would).
     pub controller: Arc<Controller>,
+    /// The metadata quorum (of one) under the controller.
+    pub quorum: Arc<RaftQuorum>,
     pub addr: SocketAddr,
     pub stop: watch::Sender<bool>,
     pub files: Arc<FileCache>,
@@ -38,19 +40,17 @@ pub struct TestBroker {
 }
 
 impl TestBroker {
-    /// Signals shutdown and waits (bounded) until the listener has stopped.
+    /// Signals shutdown, waits (bounded) until the listener has stopped, and stops the quorum.
     pub async fn shutdown(self) {
         self.stop.send_replace(true);
         tokio::time::sleep(Duration::from_millis(50)).await;
+        self.quorum.shutdown().await;
     }
 }
 
 /// Where a test broker keeps its data.
 pub fn paths(root: &Path) -> (PathBuf, PathBuf) {
-    (
-        root.join("logs"),
-        root.join("metadata").join("metadata.log"),
-    )
+    (root.join("logs"), root.join("metadata").join("quorum"))
 }
 
 /// Starts a broker whose logs and metadata live under `root` on `storage`, with broker
@@ -87,12 +87,18 @@ async fn start_inner(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let config = BrokerConfig::from_properties(&properties).expect("broker config");
-    let (logs_dir, metadata_path) = paths(root);
-    storage
-        .create_dir_all(metadata_path.parent().expect("parent"))
-        .expect("metadata dir");
-    let log = FileMetadataLog::open(storage.clone(), &metadata_path).expect("metadata log");
-    let controller = Arc::new(Controller::open(Box::new(log), 1).expect("controller"));
+    let (logs_dir, quorum_dir) = paths(root);
+    let quorum_config = QuorumConfig {
+        node_id: 1,
+        voters: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
+        dir: quorum_dir,
+    };
+    let quorum = Arc::new(
+        RaftQuorum::open(storage.clone(), quorum_config, None)
+            .await
+            .expect("metadata quorum"),
+    );
+    let controller = Arc::new(Controller::new(quorum.clone()));
     let files = FileCache::new(storage, CACHED_FILES);
     let registry = PartitionRegistry::new(
         logs_dir,
@@ -124,6 +130,7 @@ async fn start_inner(
     TestBroker {
         broker,
         controller,
+        quorum,
         addr,
         stop,
         files,

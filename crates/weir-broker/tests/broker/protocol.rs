@@ -1096,9 +1096,9 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
         replication_factor: 1,
         ..Default::default()
     };
-    tokio::task::spawn_blocking(move || controller.create_topic(topic, false))
+    controller
+        .create_topic(topic, false)
         .await
-        .expect("join")
         .expect("created at the controller");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     // The image is published as applied once its partitions are open.
@@ -1111,9 +1111,9 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
     let batch = build_batch(&[b"seen"], 0, ProducerFields::NONE);
     assert_eq!(produce(&mut c, "elsewhere", 1, 1, batch).await, (0, 0));
     let controller = test.controller.clone();
-    tokio::task::spawn_blocking(move || controller.delete_topic("elsewhere"))
+    controller
+        .delete_topic("elsewhere")
         .await
-        .expect("join")
         .expect("deleted at the controller");
     while test.broker.image().topic("elsewhere").is_some() {
         assert!(

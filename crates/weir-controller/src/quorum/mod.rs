@@ -1,0 +1,486 @@
+//! The metadata quorum: controllers replicate the metadata commands with Raft (`openraft`) and
+//! each applies the committed ones, in log order, to its image. A single-node server is a
+//! quorum of one on the same path. The rest of the controller sees only [`MetadataQuorum`]:
+//! propose a command, follow the applied images.
+
+mod log_store;
+mod network;
+mod state_machine;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{InitializeError, RaftError};
+use openraft::{BasicNode, Config, LogIdOptionExt, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use weir_metadata::{ControllerError, MetadataCommand, MetadataImage};
+use weir_storage::Storage;
+
+use log_store::LogStore;
+use state_machine::StateMachine;
+
+#[allow(deprecated)] // the macro names openraft's default (deprecated) runtime re-export
+mod raft_types {
+    openraft::declare_raft_types!(
+        /// Raft's types for the metadata quorum: commands in, the applied count out.
+        pub TypeConfig:
+            D = weir_metadata::MetadataCommand,
+            R = u64,
+            NodeId = u64,
+            Node = openraft::BasicNode,
+    );
+}
+pub use raft_types::TypeConfig;
+
+type NodeId = u64;
+type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+type MetadataRaft = openraft::Raft<TypeConfig, StateMachine>;
+
+/// Heartbeats from the leader; also the deadline of each AppendEntries exchange.
+const HEARTBEAT_MS: u64 = 150;
+/// A follower that hears no leader for this long (randomized per campaign) stands.
+const ELECTION_TIMEOUT_MS: (u64, u64) = (1_000, 2_000);
+/// Commands between snapshots; a snapshot lets the log before it be purged.
+const SNAPSHOT_EVERY_COMMANDS: u64 = 1_000;
+/// How long a proposal waits for a leader to be known (at start, or during an election).
+const LEADER_WAIT_MS: u64 = 10_000;
+/// How long opening waits for the committed log to be applied again.
+const RECOVERY_WAIT_MS: u64 = 60_000;
+/// A proposal is refused (as on a full disk) while less than this is free where the log is:
+/// a failed log write stops the quorum, so it must not be started without room.
+const SPACE_RESERVE_BYTES: u64 = 1024 * 1024;
+
+/// Where metadata commands are committed and applied: what the controller builds on.
+pub trait MetadataQuorum: Send + Sync + 'static {
+    /// Proposes `command`; resolves once it is committed and applied to the published image,
+    /// with that image's `applied_count`.
+    fn propose(
+        &self,
+        command: MetadataCommand,
+    ) -> Pin<Box<dyn Future<Output = Result<u64, ControllerError>> + Send + '_>>;
+
+    /// The applied images, newest available.
+    fn images(&self) -> watch::Receiver<Arc<MetadataImage>>;
+}
+
+/// One controller of the quorum: its voters (node id → controller address) and where it
+/// keeps its log, votes and snapshots.
+pub struct QuorumConfig {
+    /// This controller's node id.
+    pub node_id: i32,
+    /// Every voter, this one included, with the address its controller listener has.
+    pub voters: BTreeMap<i32, String>,
+    /// Directory of the Raft log, vote and snapshot.
+    pub dir: PathBuf,
+}
+
+/// The Raft quorum, as one controller runs it.
+pub struct RaftQuorum {
+    raft: MetadataRaft,
+    state_machine: StateMachine,
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    /// The task answering peers, stopped with the quorum.
+    peers: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn fatal(error: impl std::fmt::Display) -> ControllerError {
+    ControllerError::Fatal(std::io::Error::other(error.to_string()))
+}
+
+impl RaftQuorum {
+    /// Opens this controller's part of the quorum: replays its log and snapshot, serves its
+    /// peers on `listener` (none for a quorum of one), initializes the quorum on first start,
+    /// and returns once every command committed before is applied to the image again.
+    pub async fn open(
+        storage: Arc<dyn Storage>,
+        config: QuorumConfig,
+        listener: Option<TcpListener>,
+    ) -> Result<RaftQuorum, ControllerError> {
+        let dir = config.dir.clone();
+        let (log, state_machine) = {
+            let storage = storage.clone();
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                Ok::<_, std::io::Error>((
+                    LogStore::open(storage.clone(), &dir)?,
+                    StateMachine::open(storage, &dir)?,
+                ))
+            })
+            .await
+            .map_err(fatal)?
+            .map_err(ControllerError::Fatal)?
+        };
+        let committed = log.committed().await;
+        let raft_config = Config {
+            cluster_name: "weir-metadata".into(),
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_TIMEOUT_MS.0,
+            election_timeout_max: ELECTION_TIMEOUT_MS.1,
+            install_snapshot_timeout: 30_000,
+            enable_pre_vote: Some(true),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_COMMANDS),
+            max_in_snapshot_log_to_keep: 100,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(fatal)?;
+        let node_id = config.node_id as NodeId;
+        let raft = MetadataRaft::new(
+            node_id,
+            Arc::new(raft_config),
+            network::Network,
+            log,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(fatal)?;
+        let peers = listener.map(|listener| tokio::spawn(network::serve(listener, raft.clone())));
+        tokio::spawn(log_leader_changes(raft.clone()));
+        let members: BTreeMap<NodeId, BasicNode> = config
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id as NodeId, BasicNode::new(addr)))
+            .collect();
+        if !raft.is_initialized().await.map_err(fatal)? {
+            match raft.initialize(members.clone()).await {
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => return Err(fatal(error)),
+            }
+        } else if members.len() == 1 && members.contains_key(&node_id) {
+            // A quorum of one need not wait out an election timeout to lead again.
+            raft.trigger().elect(false).await.map_err(fatal)?;
+        }
+        let target = committed.index();
+        raft.wait(Some(Duration::from_millis(RECOVERY_WAIT_MS)))
+            .metrics(
+                |m| m.last_applied.index() >= target,
+                "the committed metadata to be applied",
+            )
+            .await
+            .map_err(fatal)?;
+        state_machine.recovered();
+        let image = state_machine.images().borrow().clone();
+        tracing::info!(target: "weir::controller", node_id, voters = members.len(), commands = image.applied_count, topics = image.topics().count(), "metadata quorum open");
+        Ok(RaftQuorum {
+            raft,
+            state_machine,
+            storage,
+            dir,
+            peers,
+        })
+    }
+
+    /// Keeps the relational copy of the metadata in the SQLite database at `path`.
+    pub fn keep_relational(&self, path: &Path) -> rusqlite::Result<()> {
+        self.state_machine.keep_relational(path)
+    }
+
+    /// The node id of the controller leading the quorum, if one is known.
+    pub fn leader(&self) -> Option<i32> {
+        let leader = self.raft.metrics().borrow_watched().current_leader;
+        leader.and_then(|id| i32::try_from(id).ok())
+    }
+
+    /// Stops this controller's Raft and stops answering its peers (a clean shutdown).
+    pub async fn shutdown(&self) {
+        if let Some(peers) = &self.peers {
+            peers.abort();
+        }
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(target: "weir::controller", %error, "metadata quorum did not stop cleanly");
+        }
+    }
+
+    /// Waits until some controller is known to lead, or the wait is over.
+    async fn leader_known(&self, until: Instant) -> bool {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if metrics.borrow_watched().current_leader.is_some() {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, metrics.changed()).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    async fn propose_command(&self, command: MetadataCommand) -> Result<u64, ControllerError> {
+        let free = self
+            .storage
+            .available_bytes(&self.dir)
+            .map_err(ControllerError::Storage)?;
+        if free < SPACE_RESERVE_BYTES {
+            return Err(ControllerError::Storage(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!("only {free} bytes free for the metadata log"),
+            )));
+        }
+        let until = Instant::now() + Duration::from_millis(LEADER_WAIT_MS);
+        loop {
+            let error = match self.raft.client_write(command.clone()).await {
+                Ok(written) => return Ok(written.data),
+                Err(error) => error,
+            };
+            let Some(forward) = error.forward_to_leader() else {
+                return Err(fatal(error));
+            };
+            match forward.leader_id {
+                None if self.leader_known(until).await => continue,
+                None => {
+                    return Err(ControllerError::NotController(
+                        "no metadata quorum leader was elected in time".into(),
+                    ))
+                }
+                Some(leader) => {
+                    return Err(ControllerError::NotController(format!(
+                        "the active controller is node {leader}"
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// Logs each change of the quorum's leader (or of its term) as this controller sees it, until
+/// Raft stops.
+async fn log_leader_changes(raft: MetadataRaft) {
+    let mut metrics = raft.metrics();
+    let mut last = (None, 0);
+    loop {
+        let (leader, term) = {
+            let m = metrics.borrow_watched();
+            (m.current_leader, m.current_term)
+        };
+        if (leader, term) != last {
+            match leader {
+                Some(leader) => {
+                    tracing::info!(target: "weir::controller", leader, term, "metadata quorum leader")
+                }
+                None => {
+                    tracing::info!(target: "weir::controller", term, "metadata quorum has no leader")
+                }
+            }
+            last = (leader, term);
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+impl MetadataQuorum for RaftQuorum {
+    fn propose(
+        &self,
+        command: MetadataCommand,
+    ) -> Pin<Box<dyn Future<Output = Result<u64, ControllerError>> + Send + '_>> {
+        Box::pin(self.propose_command(command))
+    }
+
+    fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.state_machine.images()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::testing::log::{StoreBuilder, Suite};
+    use openraft::StorageError;
+
+    use super::*;
+
+    /// Log stores and state machines on a fresh directory, as openraft's suite wants them.
+    struct OnDisk;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnDisk {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let storage: Arc<dyn Storage> = Arc::new(weir_storage::MemoryStorage::new());
+            let log = LogStore::open(storage.clone(), dir.path()).expect("log store");
+            let state_machine = StateMachine::open(storage, dir.path()).expect("state machine");
+            Ok((dir, log, state_machine))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_store_and_state_machine_pass_openraft_storage_suite() {
+        Suite::test_all(OnDisk)
+            .await
+            .expect("openraft's storage suite");
+    }
+
+    async fn open(
+        dir: &Path,
+        node_id: i32,
+        voters: &BTreeMap<i32, String>,
+        listener: TcpListener,
+    ) -> RaftQuorum {
+        let config = QuorumConfig {
+            node_id,
+            voters: voters.clone(),
+            dir: dir.to_path_buf(),
+        };
+        RaftQuorum::open(Arc::new(weir_storage::FsStorage), config, Some(listener))
+            .await
+            .expect("quorum")
+    }
+
+    /// Waits (at most 20 s) until `check` holds.
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !check() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn producer_ids(first: i64) -> MetadataCommand {
+        MetadataCommand::AllocateProducerIds { first, count: 10 }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_controllers_elect_replicate_and_fail_over() {
+        let dirs: Vec<tempfile::TempDir> = (0..3)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let mut listeners = Vec::new();
+        for _ in 0..3 {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+        }
+        let voters: BTreeMap<i32, String> = (1..=3)
+            .zip(&listeners)
+            .map(|(id, l)| (id, l.local_addr().expect("addr").to_string()))
+            .collect();
+        let opening = (1..=3)
+            .zip(listeners)
+            .zip(&dirs)
+            .map(|((id, listener), dir)| {
+                let voters = voters.clone();
+                async move { open(dir.path(), id, &voters, listener).await }
+            });
+        let mut nodes: Vec<Option<RaftQuorum>> = futures_util::future::join_all(opening)
+            .await
+            .into_iter()
+            .map(Some)
+            .collect();
+        let leader_of = |nodes: &[Option<RaftQuorum>]| -> Option<i32> {
+            let seen: Vec<Option<i32>> = nodes.iter().flatten().map(|n| n.leader()).collect();
+            seen.first()
+                .copied()
+                .flatten()
+                .filter(|l| seen.iter().all(|s| *s == Some(*l)))
+        };
+        eventually("the three agree on a leader", || {
+            leader_of(&nodes).is_some()
+        })
+        .await;
+        let first = leader_of(&nodes).expect("leader");
+        let leader = nodes[(first - 1) as usize].as_ref().expect("running");
+        assert_eq!(leader.propose(producer_ids(0)).await.expect("committed"), 1);
+        let follower = nodes
+            .iter()
+            .flatten()
+            .find(|n| n.leader() != Some(n.raft.node_id().to_owned() as i32));
+        if let Some(follower) = follower {
+            assert!(
+                matches!(
+                    follower.propose(producer_ids(10)).await,
+                    Err(ControllerError::NotController(_))
+                ),
+                "a follower does not commit on its own"
+            );
+        }
+        eventually("every image holds the command", || {
+            nodes
+                .iter()
+                .flatten()
+                .all(|n| n.images().borrow().next_producer_id == 10)
+        })
+        .await;
+
+        // The leader goes; the other two elect one of themselves and go on.
+        let stopped = nodes[(first - 1) as usize].take().expect("running");
+        stopped.shutdown().await;
+        drop(stopped);
+        eventually("a new leader among the two left", || {
+            leader_of(&nodes).is_some_and(|l| l != first)
+        })
+        .await;
+        let second = leader_of(&nodes).expect("leader");
+        let leader = nodes[(second - 1) as usize].as_ref().expect("running");
+        assert_eq!(
+            leader.propose(producer_ids(10)).await.expect("committed"),
+            2
+        );
+
+        // The old leader comes back on its address and catches up.
+        let address = voters[&first].clone();
+        let listener = TcpListener::bind(&address).await.expect("rebind");
+        let back = open(dirs[(first - 1) as usize].path(), first, &voters, listener).await;
+        nodes[(first - 1) as usize] = Some(back);
+        eventually("the returning node applies what it missed", || {
+            nodes
+                .iter()
+                .flatten()
+                .all(|n| n.images().borrow().next_producer_id == 20)
+        })
+        .await;
+        for node in nodes.iter().flatten() {
+            node.shutdown().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn snapshots_bound_the_log_and_restore_the_image() {
+        const COMMANDS: i64 = 2_500;
+        let disk = weir_storage::MemoryStorage::new();
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        let dir = Path::new("/data/metadata/quorum");
+        let config = || QuorumConfig {
+            node_id: 1,
+            voters: BTreeMap::from([(1, "local".to_string())]),
+            dir: dir.to_path_buf(),
+        };
+        let quorum = RaftQuorum::open(storage.clone(), config(), None)
+            .await
+            .expect("quorum");
+        for i in 0..COMMANDS {
+            quorum
+                .propose(producer_ids(i * 10))
+                .await
+                .expect("committed");
+        }
+        let log_bytes = disk.read(&dir.join("raft-log")).expect("log").len();
+        let snapshot_bytes = disk
+            .read(&dir.join("raft-snapshot.json"))
+            .expect("snapshot")
+            .len();
+        // Without purging, 2500 entries of ~150 bytes would be ~375 KB.
+        assert!(
+            log_bytes < 250_000,
+            "the log was not bounded: {log_bytes} bytes"
+        );
+        assert!(snapshot_bytes > 0);
+        quorum.shutdown().await;
+        drop(quorum);
+        disk.power_loss();
+        let quorum = RaftQuorum::open(storage, config(), None)
+            .await
+            .expect("reopened");
+        let image = quorum.images().borrow().clone();
+        assert_eq!(image.applied_count, COMMANDS as u64);
+        assert_eq!(image.next_producer_id, COMMANDS * 10);
+        quorum.shutdown().await;
+    }
+}

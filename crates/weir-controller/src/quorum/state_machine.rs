@@ -1,0 +1,267 @@
+//! The quorum's state machine: committed commands applied to the metadata image in log
+//! order, each new image published to whoever follows it (the broker of this process) and
+//! copied into the relational tables. Snapshots are the whole image, kept in one file; with
+//! them the log can be purged.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine, Snapshot};
+use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::{EntryPayload, OptionalSend, StoredMembership};
+use tokio::sync::watch;
+use weir_metadata::{MetadataCommand, MetadataImage};
+use weir_storage::Storage;
+
+use super::{LogId, TypeConfig};
+use crate::relational::RelationalStore;
+
+/// File holding the latest snapshot, in the quorum directory.
+const SNAPSHOT_FILE: &str = "raft-snapshot.json";
+
+/// A snapshot file: one line of JSON saying where in the log it was taken (`SnapshotMeta`),
+/// then the image as JSON.
+fn parse_snapshot(bytes: &[u8]) -> io::Result<(SnapshotMetaOf<TypeConfig>, Vec<u8>)> {
+    let newline = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| io::Error::other("snapshot file without its header line"))?;
+    let meta = serde_json::from_slice(&bytes[..newline]).map_err(io::Error::other)?;
+    Ok((meta, bytes[newline + 1..].to_vec()))
+}
+
+/// What applying the log has built.
+struct Applied {
+    image: MetadataImage,
+    last_applied: Option<LogId>,
+    membership: StoredMembershipOf<TypeConfig>,
+    snapshot: Option<(SnapshotMetaOf<TypeConfig>, Vec<u8>)>,
+}
+
+/// What every clone shares besides the applied state.
+struct Shared {
+    storage: Arc<dyn Storage>,
+    snapshot_path: PathBuf,
+    published: watch::Sender<Arc<MetadataImage>>,
+    /// The relational copy of the image, once kept.
+    relational: Mutex<Option<RelationalStore>>,
+    /// Set once the log committed before this start is applied again: later commands are new
+    /// and logged as they apply; those before are only counted.
+    recovered: AtomicBool,
+}
+
+/// The state machine; clones share it (the snapshot builder is a clone).
+#[derive(Clone)]
+pub struct StateMachine {
+    applied: Arc<tokio::sync::Mutex<Applied>>,
+    shared: Arc<Shared>,
+}
+
+impl StateMachine {
+    /// A state machine over the quorum directory `dir`, holding its last snapshot (Raft installs
+    /// it at start, then applies the committed log after it). Blocking.
+    pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> io::Result<StateMachine> {
+        let snapshot_path = dir.join(SNAPSHOT_FILE);
+        let snapshot = if storage.exists(&snapshot_path) {
+            Some(parse_snapshot(&storage.read(&snapshot_path)?)?)
+        } else {
+            None
+        };
+        let (published, _) = watch::channel(Arc::new(MetadataImage::default()));
+        Ok(StateMachine {
+            applied: Arc::new(tokio::sync::Mutex::new(Applied {
+                image: MetadataImage::default(),
+                last_applied: None,
+                membership: StoredMembership::default(),
+                snapshot,
+            })),
+            shared: Arc::new(Shared {
+                storage,
+                snapshot_path,
+                published,
+                relational: Mutex::new(None),
+                recovered: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Marks the log committed before this start as applied again.
+    pub fn recovered(&self) {
+        self.shared.recovered.store(true, Ordering::Release);
+    }
+
+    /// The images as they are applied, newest available.
+    pub fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.shared.published.subscribe()
+    }
+
+    /// Keeps the relational copy in the SQLite database at `path`, brought in line with the
+    /// current image now and updated with every command from now on. Blocking.
+    pub fn keep_relational(&self, path: &Path) -> rusqlite::Result<()> {
+        let image = self.shared.published.borrow().clone();
+        let store = RelationalStore::open(path, &image)?;
+        *self.relational() = Some(store);
+        Ok(())
+    }
+
+    fn relational(&self) -> std::sync::MutexGuard<'_, Option<RelationalStore>> {
+        self.shared
+            .relational
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Copies `changes` (each command with the image it made) into the relational tables, on
+    /// a blocking thread.
+    async fn copy_to_relational(&self, changes: Vec<(MetadataCommand, MetadataImage)>) {
+        let machine = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(store) = machine.relational().as_mut() {
+                for (command, image) in &changes {
+                    store.apply(command, image);
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Writes a snapshot to its file, replacing the last one. Blocking.
+    fn persist(&self, meta: &SnapshotMetaOf<TypeConfig>, image: &[u8]) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec(meta).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        bytes.extend_from_slice(image);
+        self.shared
+            .storage
+            .write_atomic(&self.shared.snapshot_path, &bytes)
+    }
+
+    async fn persist_blocking(
+        &self,
+        meta: SnapshotMetaOf<TypeConfig>,
+        image: Vec<u8>,
+    ) -> io::Result<()> {
+        let machine = self.clone();
+        tokio::task::spawn_blocking(move || machine.persist(&meta, &image))
+            .await
+            .map_err(io::Error::other)?
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
+        let mut applied = self.applied.lock().await;
+        let image = serde_json::to_vec(&applied.image).map_err(io::Error::other)?;
+        let meta = SnapshotMetaOf::<TypeConfig> {
+            last_log_id: applied.last_applied,
+            last_membership: applied.membership.clone(),
+        };
+        self.persist_blocking(meta.clone(), image.clone()).await?;
+        tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = applied.image.applied_count, bytes = image.len(), "metadata snapshot taken");
+        applied.snapshot = Some((meta.clone(), image.clone()));
+        Ok(Snapshot {
+            meta,
+            snapshot: image,
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembershipOf<TypeConfig>), io::Error> {
+        let applied = self.applied.lock().await;
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        let mut applied = self.applied.lock().await;
+        let keep_copy = self.relational().is_some();
+        let mut changes = Vec::new();
+        let mut responders = Vec::new();
+        while let Some((entry, responder)) = entries.try_next().await? {
+            applied.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(command) => {
+                    applied.image.apply(&command);
+                    if self.shared.recovered.load(Ordering::Acquire) {
+                        tracing::info!(target: "weir::controller", ?command, "metadata change");
+                    } else {
+                        tracing::debug!(target: "weir::controller", ?command, "metadata change replayed");
+                    }
+                    if keep_copy {
+                        changes.push((command, applied.image.clone()));
+                    }
+                }
+                EntryPayload::Membership(membership) => {
+                    tracing::info!(target: "weir::controller", %membership, "controller quorum membership");
+                    applied.membership = StoredMembership::new(Some(entry.log_id), membership);
+                }
+            }
+            responders.push((responder, applied.image.applied_count));
+        }
+        if !changes.is_empty() {
+            self.copy_to_relational(changes).await;
+        }
+        self.shared
+            .published
+            .send_replace(Arc::new(applied.image.clone()));
+        for (responder, applied_count) in responders {
+            if let Some(responder) = responder {
+                responder.send(applied_count);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        snapshot: Vec<u8>,
+    ) -> Result<(), io::Error> {
+        let image: MetadataImage = serde_json::from_slice(&snapshot).map_err(io::Error::other)?;
+        let mut applied = self.applied.lock().await;
+        self.persist_blocking(meta.clone(), snapshot.clone())
+            .await?;
+        tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = image.applied_count, "metadata snapshot installed");
+        applied.image = image.clone();
+        applied.last_applied = meta.last_log_id;
+        applied.membership = meta.last_membership.clone();
+        applied.snapshot = Some((meta.clone(), snapshot));
+        let machine = self.clone();
+        let copy = image.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(store) = machine.relational().as_mut() {
+                store.follow(&copy);
+            }
+        })
+        .await;
+        self.shared.published.send_replace(Arc::new(image));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<TypeConfig, Vec<u8>>>, io::Error> {
+        let applied = self.applied.lock().await;
+        Ok(applied.snapshot.as_ref().map(|(meta, image)| Snapshot {
+            meta: meta.clone(),
+            snapshot: image.clone(),
+        }))
+    }
+}
