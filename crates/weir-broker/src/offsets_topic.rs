@@ -240,6 +240,13 @@ impl Broker {
         let (mut groups, mut offsets) = (0, 0);
         let mut waiting = Vec::new();
         for partition in 0..topic.partition_count() {
+            // Another broker leads it: that broker coordinates its groups.
+            if topic
+                .partition(partition)
+                .is_some_and(|p| p.leader != self.identity.node_id)
+            {
+                continue;
+            }
             if self.partitions.get(OFFSETS_TOPIC, partition).is_none() {
                 // Not open yet (no space for its files): its groups wait until it opens.
                 waiting.push(partition);

@@ -1,10 +1,10 @@
 //! The controller: validates requests, turns them into commands and commits them through the
 //! metadata quorum, whose applied images it publishes.
 
-use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -18,8 +18,9 @@ use weir_metadata::{
 };
 use weir_storage::Storage;
 
+use crate::forward::{ControlRequest, ControlValue};
 use crate::placement::place;
-use crate::quorum::MetadataQuorum;
+use crate::quorum::{ControlFuture, ControlHandler, MetadataQuorum};
 use crate::record_file::{RecordFile, RecordFileError};
 
 /// Producer ids reserved per metadata command; the broker hands them out from memory.
@@ -28,6 +29,11 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Most listeners one broker may register.
 const LISTENERS_PER_BROKER_MAX: usize = 16;
+/// How long a change waits for a controller to lead the quorum (an election) before it is
+/// answered NOT_CONTROLLER.
+const LEADERSHIP_WAIT_MS: u64 = 15_000;
+/// Pause between tries while leadership moves.
+const LEADERSHIP_RETRY_MS: u64 = 200;
 
 /// The controller: every change is validated against an image that holds every change before
 /// it, then committed through the quorum.
@@ -475,8 +481,98 @@ impl Controller {
     }
 }
 
-/// The controller as the broker of the same process reaches it: each change is answered
-/// once it is committed and applied to the image.
+impl Controller {
+    /// Decides `request` here (committing it if this controller leads the quorum).
+    pub async fn execute(&self, request: ControlRequest) -> Result<ControlValue, ControllerError> {
+        match request {
+            ControlRequest::CreateTopic {
+                topic,
+                validate_only,
+            } => self
+                .create_topic(topic, validate_only)
+                .await
+                .map(ControlValue::Topic),
+            ControlRequest::DeleteTopic { name } => {
+                self.delete_topic(&name).await.map(ControlValue::Topic)
+            }
+            ControlRequest::CreatePartitions {
+                name,
+                total,
+                assignments,
+                validate_only,
+            } => self
+                .create_partitions(&name, total, assignments, validate_only)
+                .await
+                .map(|()| ControlValue::Done),
+            ControlRequest::AlterTopicConfig {
+                name,
+                change,
+                validate_only,
+            } => self
+                .alter_topic_config(&name, change, validate_only)
+                .await
+                .map(|()| ControlValue::Done),
+            ControlRequest::AlterBrokerConfig {
+                node_id,
+                change,
+                validate_only,
+            } => self
+                .alter_broker_config(node_id, change, validate_only)
+                .await
+                .map(|()| ControlValue::Done),
+            ControlRequest::RegisterBroker {
+                node_id,
+                listeners,
+                rack,
+            } => self
+                .register_broker(node_id, listeners, rack)
+                .await
+                .map(ControlValue::Broker),
+            ControlRequest::AllocateProducerIds => self
+                .allocate_producer_ids()
+                .await
+                .map(|(first, count)| ControlValue::ProducerIds(first, count)),
+        }
+    }
+
+    /// Decides `request` here or, when another controller leads the quorum, there; answered
+    /// with what it produced and the `applied_count` of the image that holds it. While
+    /// leadership moves (NOT_CONTROLLER), it is tried again for a while.
+    pub async fn decide(
+        &self,
+        request: ControlRequest,
+    ) -> Result<(ControlValue, u64), ControllerError> {
+        let until = std::time::Instant::now() + Duration::from_millis(LEADERSHIP_WAIT_MS);
+        loop {
+            let outcome = match self.execute(request.clone()).await {
+                Ok(value) => Ok((value, self.image().applied_count)),
+                Err(ControllerError::NotController(_)) => {
+                    self.quorum.forward(request.clone()).await
+                }
+                Err(refused) => Err(refused),
+            };
+            match outcome {
+                Err(ControllerError::NotController(why)) if std::time::Instant::now() < until => {
+                    tracing::debug!(target: "weir::controller", why, "no active controller to decide a change yet; retrying");
+                    tokio::time::sleep(Duration::from_millis(LEADERSHIP_RETRY_MS)).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+}
+
+impl ControlHandler for Controller {
+    fn handle(&self, request: ControlRequest) -> ControlFuture<'_> {
+        Box::pin(async move {
+            let value = self.execute(request).await?;
+            Ok((value, self.image().applied_count))
+        })
+    }
+}
+
+/// The controller as the broker of the same process reaches it: each change is decided here
+/// or by the active controller, and answered once it is committed.
 #[derive(Clone)]
 pub struct LocalControl(Arc<Controller>);
 
@@ -486,30 +582,49 @@ impl LocalControl {
         LocalControl(controller)
     }
 
-    fn run<T, F, Fut>(&self, change: F) -> Pending<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(Arc<Controller>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, ControllerError>> + Send + 'static,
-    {
+    fn run<T: Send + 'static>(
+        &self,
+        request: ControlRequest,
+        value: fn(ControlValue) -> Option<T>,
+    ) -> Pending<T> {
         let controller = self.0.clone();
         Box::pin(async move {
-            let value = change(controller.clone()).await?;
+            let (produced, applied_count) = controller.decide(request).await?;
+            let value = value(produced).ok_or_else(|| {
+                ControllerError::Storage(std::io::Error::other(
+                    "the active controller answered with something else than was asked",
+                ))
+            })?;
             Ok(Committed {
                 value,
-                applied_count: controller.image().applied_count,
+                applied_count,
             })
         })
     }
 }
 
+fn topic(value: ControlValue) -> Option<TopicImage> {
+    match value {
+        ControlValue::Topic(topic) => Some(topic),
+        _ => None,
+    }
+}
+
+fn done(value: ControlValue) -> Option<()> {
+    matches!(value, ControlValue::Done).then_some(())
+}
+
 impl MetadataControl for LocalControl {
-    fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage> {
-        self.run(move |c| async move { c.create_topic(topic, validate_only).await })
+    fn create_topic(&self, topic_request: NewTopic, validate_only: bool) -> Pending<TopicImage> {
+        let request = ControlRequest::CreateTopic {
+            topic: topic_request,
+            validate_only,
+        };
+        self.run(request, topic)
     }
 
     fn delete_topic(&self, name: String) -> Pending<TopicImage> {
-        self.run(move |c| async move { c.delete_topic(&name).await })
+        self.run(ControlRequest::DeleteTopic { name }, topic)
     }
 
     fn create_partitions(
@@ -519,10 +634,13 @@ impl MetadataControl for LocalControl {
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| async move {
-            c.create_partitions(&name, total, assignments, validate_only)
-                .await
-        })
+        let request = ControlRequest::CreatePartitions {
+            name,
+            total,
+            assignments,
+            validate_only,
+        };
+        self.run(request, done)
     }
 
     fn alter_topic_config(
@@ -531,7 +649,12 @@ impl MetadataControl for LocalControl {
         change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(move |c| async move { c.alter_topic_config(&name, change, validate_only).await })
+        let request = ControlRequest::AlterTopicConfig {
+            name,
+            change,
+            validate_only,
+        };
+        self.run(request, done)
     }
 
     fn alter_broker_config(
@@ -540,9 +663,12 @@ impl MetadataControl for LocalControl {
         change: ConfigChange,
         validate_only: bool,
     ) -> Pending<()> {
-        self.run(
-            move |c| async move { c.alter_broker_config(node_id, change, validate_only).await },
-        )
+        let request = ControlRequest::AlterBrokerConfig {
+            node_id,
+            change,
+            validate_only,
+        };
+        self.run(request, done)
     }
 
     fn register_broker(
@@ -551,11 +677,22 @@ impl MetadataControl for LocalControl {
         listeners: Vec<BrokerListener>,
         rack: Option<String>,
     ) -> Pending<BrokerRegistration> {
-        self.run(move |c| async move { c.register_broker(node_id, listeners, rack).await })
+        let request = ControlRequest::RegisterBroker {
+            node_id,
+            listeners,
+            rack,
+        };
+        self.run(request, |value| match value {
+            ControlValue::Broker(broker) => Some(broker),
+            _ => None,
+        })
     }
 
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
-        self.run(|c| async move { c.allocate_producer_ids().await })
+        self.run(ControlRequest::AllocateProducerIds, |value| match value {
+            ControlValue::ProducerIds(first, count) => Some((first, count)),
+            _ => None,
+        })
     }
 
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
@@ -710,7 +847,11 @@ pub(crate) mod tests {
         let mut leaders = std::collections::BTreeMap::<i32, usize>::new();
         for partition in &created.partitions {
             assert_eq!(partition.replicas.len(), 3);
-            assert_eq!(partition.isr, partition.replicas);
+            assert_eq!(
+                partition.isr,
+                vec![partition.leader],
+                "only the leader has the data"
+            );
             assert_eq!(partition.leader, partition.replicas[0]);
             assert_eq!((partition.leader_epoch, partition.partition_epoch), (0, 0));
             *leaders.entry(partition.leader).or_default() += 1;

@@ -8,6 +8,7 @@
 //! into the broker: brokers follow the images it publishes.
 
 mod controller;
+mod forward;
 mod placement;
 pub mod query;
 mod quorum;
@@ -15,4 +16,4 @@ mod record_file;
 mod relational;
 
 pub use controller::{Controller, LocalControl, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
-pub use quorum::{MetadataQuorum, QuorumConfig, RaftQuorum};
+pub use quorum::{ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum};

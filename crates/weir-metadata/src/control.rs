@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::{BrokerListener, BrokerRegistration, ControllerError, MetadataImage, TopicImage};
 
 /// A topic creation request, already defaulted by the caller.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct NewTopic {
     /// Topic name.
     pub name: String,

@@ -27,11 +27,15 @@ pub struct PartitionImage {
 }
 
 impl PartitionImage {
-    /// A new partition on `replicas`: all in sync, led by the first, at epoch 0.
+    /// A new partition on `replicas`, led by the first at epoch 0. Followers do not copy the
+    /// leader's log yet, so only the leader is in sync: the ISR says so, a partition with
+    /// more replicas shows as under-replicated, and `min.insync.replicas` above 1 refuses
+    /// `acks=all` writes rather than claim copies that do not exist.
     pub fn new(replicas: Vec<i32>) -> PartitionImage {
+        let leader = replicas.first().copied().unwrap_or(NO_LEADER);
         PartitionImage {
-            leader: replicas.first().copied().unwrap_or(NO_LEADER),
-            isr: replicas.clone(),
+            leader,
+            isr: replicas.first().copied().into_iter().collect(),
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,

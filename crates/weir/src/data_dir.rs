@@ -20,8 +20,10 @@ const META_FILE: &str = "meta.properties";
 const LOCK_FILE: &str = ".lock";
 
 impl DataDir {
-    /// Creates (if needed) and locks `path`, checking or writing `meta.properties`.
-    pub fn open(path: &Path, node_id: i32) -> anyhow::Result<DataDir> {
+    /// Creates (if needed) and locks `path`, checking or writing `meta.properties`. A new
+    /// directory takes `cluster_id` when given (every node of a cluster shares one), else a
+    /// random one; an existing directory of another cluster is refused.
+    pub fn open(path: &Path, node_id: i32, cluster_id: Option<&str>) -> anyhow::Result<DataDir> {
         std::fs::create_dir_all(path)
             .with_context(|| format!("creating data directory {}", path.display()))?;
         let lock_path = path.join(LOCK_FILE);
@@ -51,11 +53,16 @@ impl DataDir {
                 if stored_node != Some(node_id) {
                     bail!("data directory {} belongs to node {:?}, not node {node_id}; pass --node-id to match or use another --data-dir", path.display(), stored_node);
                 }
-                value("cluster.id")
-                    .with_context(|| format!("{} has no cluster.id", meta_path.display()))?
+                let stored = value("cluster.id")
+                    .with_context(|| format!("{} has no cluster.id", meta_path.display()))?;
+                if let Some(expected) = cluster_id.filter(|expected| *expected != stored) {
+                    bail!("data directory {} belongs to cluster {stored}, not to cluster {expected} (the one this --controller-quorum names); use another --data-dir", path.display());
+                }
+                stored
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let cluster_id = new_cluster_id();
+                let cluster_id =
+                    cluster_id.map_or_else(|| cluster_id_of(Uuid::new_v4()), str::to_string);
                 let text = format!("version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n");
                 write_durably(&meta_path, text.as_bytes())?;
                 cluster_id
@@ -83,10 +90,23 @@ fn write_durably(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A random cluster id in Kafka's format: a v4 UUID as unpadded URL-safe base64.
-fn new_cluster_id() -> String {
+/// The cluster id of the cluster whose controllers are `quorum` (node id → address): derived
+/// from the list, so every node given the same `--controller-quorum` agrees on it.
+pub fn quorum_cluster_id(quorum: &std::collections::BTreeMap<i32, String>) -> String {
+    let spec: Vec<String> = quorum
+        .iter()
+        .map(|(id, addr)| format!("{id}@{addr}"))
+        .collect();
+    cluster_id_of(Uuid::new_v5(
+        &Uuid::NAMESPACE_URL,
+        spec.join(",").as_bytes(),
+    ))
+}
+
+/// A cluster id in Kafka's format: a UUID as unpadded URL-safe base64.
+fn cluster_id_of(uuid: Uuid) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = Uuid::new_v4().into_bytes();
+    let bytes = uuid.into_bytes();
     let mut out = String::with_capacity(22);
     for chunk in bytes.chunks(3) {
         let n = chunk
@@ -108,16 +128,51 @@ mod tests {
     #[test]
     fn lock_and_identity() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let first = DataDir::open(dir.path(), 1).expect("open");
+        let first = DataDir::open(dir.path(), 1, None).expect("open");
         assert_eq!(first.cluster_id.len(), 22);
-        let err = DataDir::open(dir.path(), 1)
+        let err = DataDir::open(dir.path(), 1, None)
             .err()
             .expect("second open refused")
             .to_string();
         assert!(err.contains("in use"), "{err}");
         let id = first.cluster_id.clone();
         drop(first);
-        assert_eq!(DataDir::open(dir.path(), 1).expect("reopen").cluster_id, id);
-        assert!(DataDir::open(dir.path(), 2).is_err(), "node id mismatch");
+        assert_eq!(
+            DataDir::open(dir.path(), 1, None)
+                .expect("reopen")
+                .cluster_id,
+            id
+        );
+        assert!(
+            DataDir::open(dir.path(), 2, None).is_err(),
+            "node id mismatch"
+        );
+        let other = "AAAAAAAAAAAAAAAAAAAAAA";
+        assert!(
+            DataDir::open(dir.path(), 1, Some(other)).is_err(),
+            "another cluster's directory"
+        );
+        assert_eq!(
+            DataDir::open(dir.path(), 1, Some(&id))
+                .expect("same cluster")
+                .cluster_id,
+            id
+        );
+        let fresh = tempfile::tempdir().expect("tempdir");
+        assert_eq!(
+            DataDir::open(fresh.path(), 3, Some(other))
+                .expect("new")
+                .cluster_id,
+            other
+        );
+        let quorum =
+            std::collections::BTreeMap::from([(1, "h:1".to_string()), (2, "h:2".to_string())]);
+        let derived = quorum_cluster_id(&quorum);
+        assert_eq!(derived.len(), 22);
+        assert_eq!(
+            derived,
+            quorum_cluster_id(&quorum.clone()),
+            "the same list, the same id"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 mod cli;
 mod data_dir;
+mod dev_cluster;
 mod server;
 mod settings;
 
@@ -20,8 +21,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a broker (a single-node cluster) with embedded defaults.
+    /// Run a broker (a single-node cluster) with embedded defaults, or a node of a cluster.
     Server(server::ServerArgs),
+    /// Start a local cluster of server processes (brokers and controllers).
+    DevCluster(dev_cluster::DevClusterArgs),
     /// Create, list, describe, delete and configure topics.
     Topic(cli::topic::TopicArgs),
     /// Write records read from stdin or a file, one per line.
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => server::run(args),
+        Command::DevCluster(args) => dev_cluster::run(args),
         Command::Topic(args) => cli::run(cli::topic::run(args)),
         Command::Produce(args) => cli::run(cli::produce::run(args)),
         Command::Consume(args) => cli::run(cli::consume::run(args)),

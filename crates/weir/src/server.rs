@@ -17,7 +17,7 @@ use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage, Storage};
 
-use crate::data_dir::DataDir;
+use crate::data_dir::{quorum_cluster_id, DataDir};
 use crate::settings;
 
 /// Time allowed from the first signal to exit before the process gives up on a clean stop.
@@ -32,8 +32,9 @@ const LOCAL_CONTROLLER: &str = "local";
 /// Options of `weir server`.
 #[derive(Debug, Args)]
 #[command(
-    about = "Run a broker (a single-node cluster) with embedded defaults",
-    long_about = "Run a Weir broker: a single-node cluster that any Kafka client can use.\n\n\
+    about = "Run a broker (a single-node cluster) with embedded defaults, or a node of a cluster",
+    long_about = "Run a Weir broker: a single-node cluster that any Kafka client can use, or, with \
+        --controller-quorum, a node of a cluster (a broker and a controller of its Raft metadata quorum).\n\n\
         With no options it keeps its data in ./weir-data and listens for Kafka clients on 127.0.0.1:9092.\n\
         Settings come from flags, then WEIR_* environment variables, then the --config TOML file, then defaults.\n\
         On SIGTERM or SIGINT it stops accepting, answers waiting requests, fsyncs and exits 0; a second signal exits at once.",
@@ -53,6 +54,15 @@ pub struct ServerArgs {
     /// This broker's node id.
     #[arg(long, env = "WEIR_NODE_ID", default_value_t = 1)]
     node_id: i32,
+    /// The controllers of the metadata quorum, ID@HOST:PORT,… (each a node's controller
+    /// listener); every node of the cluster is given the same list, and this node's id must be
+    /// in it. Without it the server is a cluster of one (a quorum of one).
+    #[arg(long, env = "WEIR_CONTROLLER_QUORUM")]
+    controller_quorum: Option<String>,
+    /// Address this node's controller listens on for the other controllers; defaults to its
+    /// own entry in --controller-quorum.
+    #[arg(long, env = "WEIR_CONTROLLER_LISTEN", requires = "controller_quorum")]
+    controller_listen: Option<String>,
     /// TOML file of broker settings with Kafka's names (see the list below).
     #[arg(long, env = "WEIR_CONFIG")]
     config: Option<PathBuf>,
@@ -134,7 +144,25 @@ fn split_host_port(address: &str) -> anyhow::Result<(String, u16)> {
 
 async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = settings::load(args.config.as_deref())?;
-    let data_dir = DataDir::open(&args.data_dir, args.node_id)?;
+    let voters = match &args.controller_quorum {
+        Some(spec) => parse_quorum(spec, args.node_id)?,
+        None => BTreeMap::from([(args.node_id, LOCAL_CONTROLLER.to_string())]),
+    };
+    let cluster_id = (voters.len() > 1).then(|| quorum_cluster_id(&voters));
+    let data_dir = DataDir::open(&args.data_dir, args.node_id, cluster_id.as_deref())?;
+    let controller_listener = match &args.controller_quorum {
+        Some(_) => {
+            let address = args
+                .controller_listen
+                .clone()
+                .unwrap_or_else(|| voters[&args.node_id].clone());
+            let listener = TcpListener::bind(&address)
+                .await
+                .with_context(|| format!("cannot listen for controllers on {address}"))?;
+            Some(listener)
+        }
+        None => None,
+    };
     let listen_host = split_host_port(&args.listen)?.0;
     let wildcard = listen_host
         .parse::<std::net::IpAddr>()
@@ -154,22 +182,28 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let metadata_dir = data_dir.path.join("metadata");
     std::fs::create_dir_all(&metadata_dir)?;
     let storage: Arc<dyn Storage> = Arc::new(FsStorage);
-    // A quorum of one: this node is the only voter and needs no controller listener.
+    let single_node = voters.len() == 1;
     let quorum_config = QuorumConfig {
         node_id: args.node_id,
-        voters: BTreeMap::from([(args.node_id, LOCAL_CONTROLLER.to_string())]),
+        voters,
         dir: metadata_dir.join("quorum"),
     };
     let quorum = Arc::new(
-        RaftQuorum::open(storage.clone(), quorum_config, None)
+        RaftQuorum::open(storage.clone(), quorum_config, controller_listener)
             .await
             .context("opening the metadata quorum")?,
     );
     let controller = Arc::new(Controller::new(quorum.clone()));
-    controller
-        .migrate_single_node_log(storage, &metadata_dir.join("metadata.log"), args.node_id)
-        .await
-        .context("moving the metadata log of an earlier version into the quorum")?;
+    quorum.serve_control(controller.clone());
+    let legacy_log = metadata_dir.join("metadata.log");
+    if single_node {
+        controller
+            .migrate_single_node_log(storage, &legacy_log, args.node_id)
+            .await
+            .context("moving the metadata log of an earlier version into the quorum")?;
+    } else if legacy_log.exists() {
+        bail!("{} holds the metadata of a single-node server; start it once without --controller-quorum to move it into its quorum first", legacy_log.display());
+    }
     // The relational copy is for `weir metadata query`; without it the broker runs as well.
     let database = metadata_dir.join(DATABASE_FILE);
     if let Err(error) = tokio::task::block_in_place(|| quorum.keep_relational(&database)) {
@@ -239,6 +273,28 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!(target: "weir::server", "stopped cleanly");
     drop(data_dir);
     Ok(())
+}
+
+/// Parses `--controller-quorum`: `ID@HOST:PORT` entries, comma-separated, distinct ids, and
+/// `node_id` among them.
+fn parse_quorum(spec: &str, node_id: i32) -> anyhow::Result<BTreeMap<i32, String>> {
+    let mut voters = BTreeMap::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((id, address)) = entry.split_once('@') else {
+            bail!("--controller-quorum entry {entry:?} is not ID@HOST:PORT");
+        };
+        let id: i32 = id.parse().ok().filter(|id| *id >= 0).with_context(|| {
+            format!("--controller-quorum entry {entry:?}: {id:?} is not a node id")
+        })?;
+        split_host_port(address).with_context(|| format!("--controller-quorum entry {entry:?}"))?;
+        if voters.insert(id, address.to_string()).is_some() {
+            bail!("--controller-quorum names node {id} twice");
+        }
+    }
+    if !voters.contains_key(&node_id) {
+        bail!("--controller-quorum does not name this node ({node_id}); every node of the quorum must be in it");
+    }
+    Ok(voters)
 }
 
 /// Files kept for the metadata log, the data directory lock, listeners and the rest.

@@ -19,9 +19,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use weir_coordinator::{GroupError, JoinRequest, SyncRequest};
+use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
+use weir_metadata::{MetadataImage, NO_LEADER};
 
-use crate::broker::Broker;
+use crate::broker::{client_listener, Broker};
 use crate::handlers::errors::{group_code, group_error, INVALID_REQUEST_MESSAGE};
 use crate::handlers::{operations, str_bytes};
 
@@ -39,6 +40,16 @@ fn optional(s: &Option<StrBytes>) -> Option<&str> {
 /// FindCoordinator: this broker coordinates every group (a single node leads every
 /// partition of `__consumer_offsets`), once the topic exists and the group's partition is
 /// loaded. Transactional ids have no coordinator yet.
+/// The broker leading the offsets partition that holds `group`, if it has a leader.
+fn group_leader(image: &MetadataImage, group: &str) -> Option<i32> {
+    let topic = image.topic(OFFSETS_TOPIC)?;
+    let partition = partition_for(group, topic.partition_count());
+    topic
+        .partition(partition)
+        .map(|p| p.leader)
+        .filter(|leader| *leader != NO_LEADER)
+}
+
 pub async fn find_coordinator(
     broker: &Arc<Broker>,
     request: FindCoordinatorRequest,
@@ -54,18 +65,33 @@ pub async fn find_coordinator(
         KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE => Err(GroupError::CoordinatorNotAvailable),
         _ => Err(GroupError::InvalidRequest),
     };
-    let identity = &broker.identity;
+    let image = broker.image();
     let coordinators: Vec<Coordinator> = keys
         .into_iter()
         .map(|key| {
-            let result = ready.and_then(|()| broker.coordinator.check_served(key.as_str()));
+            // The coordinator is the leader of the group's partition of the offsets topic.
+            let result = ready.and_then(|()| match group_leader(&image, key.as_str()) {
+                Some(leader) if leader == broker.identity.node_id => broker
+                    .coordinator
+                    .check_served(key.as_str())
+                    .map(|()| leader),
+                Some(leader) => Ok(leader),
+                None => Err(GroupError::CoordinatorNotAvailable),
+            });
+            let endpoint = result.and_then(|leader| {
+                image
+                    .broker(leader)
+                    .and_then(client_listener)
+                    .map(|l| (leader, l.clone()))
+                    .ok_or(GroupError::CoordinatorNotAvailable)
+            });
             let mut c = Coordinator::default();
             c.key = key;
-            match result {
-                Ok(()) => {
-                    c.node_id = BrokerId(identity.node_id);
-                    c.host = str_bytes(identity.advertised_host.clone());
-                    c.port = i32::from(identity.advertised_port);
+            match endpoint {
+                Ok((leader, listener)) => {
+                    c.node_id = BrokerId(leader);
+                    c.host = str_bytes(listener.host);
+                    c.port = i32::from(listener.port);
                 }
                 Err(error) => {
                     let error = match (request.key_type, error) {

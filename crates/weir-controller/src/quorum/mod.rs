@@ -22,6 +22,8 @@ use tokio::sync::watch;
 use weir_metadata::{ControllerError, MetadataCommand, MetadataImage};
 use weir_storage::Storage;
 
+use crate::forward::{ControlRequest, ControlValue, WireError};
+
 use log_store::LogStore;
 use state_machine::StateMachine;
 
@@ -58,6 +60,29 @@ const RECOVERY_WAIT_MS: u64 = 60_000;
 /// a failed log write stops the quorum, so it must not be started without room.
 const SPACE_RESERVE_BYTES: u64 = 1024 * 1024;
 
+/// How long a forwarded change request may take at the active controller.
+const FORWARD_DEADLINE_MS: u64 = 35_000;
+
+/// A future of a quorum's answer.
+pub type QuorumFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ControllerError>> + Send + 'a>>;
+
+/// A forwarded request's answer: what it produced and the `applied_count` of the image that
+/// holds it, or the refusal.
+pub type ControlAnswer = Result<(ControlValue, u64), WireError>;
+
+/// A future of a [`ControlAnswer`].
+pub type ControlFuture<'a> = Pin<Box<dyn Future<Output = ControlAnswer> + Send + 'a>>;
+
+/// Decides change requests forwarded by other controllers (the controller of this node).
+pub trait ControlHandler: Send + Sync + 'static {
+    /// Decides `request` here.
+    fn handle(&self, request: ControlRequest) -> ControlFuture<'_>;
+}
+
+/// Where forwarded requests go once the controller exists.
+type Handler = Arc<std::sync::OnceLock<Arc<dyn ControlHandler>>>;
+
 /// Where metadata commands are committed and applied: what the controller builds on.
 pub trait MetadataQuorum: Send + Sync + 'static {
     /// Proposes `command`; resolves once it is committed and applied to the published image,
@@ -69,6 +94,11 @@ pub trait MetadataQuorum: Send + Sync + 'static {
 
     /// The applied images, newest available.
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>>;
+
+    /// Sends `request` to the controller leading the quorum, answered with what it produced
+    /// and the `applied_count` of the image that holds it; NOT_CONTROLLER when no other
+    /// controller leads or it cannot be reached (the caller retries).
+    fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (ControlValue, u64)>;
 }
 
 /// One controller of the quorum: its voters (node id → controller address) and where it
@@ -90,6 +120,8 @@ pub struct RaftQuorum {
     dir: PathBuf,
     /// The task answering peers, stopped with the quorum.
     peers: Option<tokio::task::JoinHandle<()>>,
+    /// The controller that decides forwarded requests, once set.
+    handler: Handler,
 }
 
 fn fatal(error: impl std::fmt::Display) -> ControllerError {
@@ -143,7 +175,9 @@ impl RaftQuorum {
         )
         .await
         .map_err(fatal)?;
-        let peers = listener.map(|listener| tokio::spawn(network::serve(listener, raft.clone())));
+        let handler: Handler = Arc::default();
+        let peers = listener
+            .map(|listener| tokio::spawn(network::serve(listener, raft.clone(), handler.clone())));
         tokio::spawn(log_leader_changes(raft.clone()));
         let members: BTreeMap<NodeId, BasicNode> = config
             .voters
@@ -176,12 +210,18 @@ impl RaftQuorum {
             storage,
             dir,
             peers,
+            handler,
         })
     }
 
     /// Keeps the relational copy of the metadata in the SQLite database at `path`.
     pub fn keep_relational(&self, path: &Path) -> rusqlite::Result<()> {
         self.state_machine.keep_relational(path)
+    }
+
+    /// Lets `controller` decide the change requests other controllers forward here.
+    pub fn serve_control(&self, controller: Arc<dyn ControlHandler>) {
+        let _ = self.handler.set(controller);
     }
 
     /// The node id of the controller leading the quorum, if one is known.
@@ -278,7 +318,47 @@ async fn log_leader_changes(raft: MetadataRaft) {
     }
 }
 
+impl RaftQuorum {
+    async fn forward_request(
+        &self,
+        request: ControlRequest,
+    ) -> Result<(ControlValue, u64), ControllerError> {
+        let (leader, address) = {
+            let metrics = self.raft.metrics().borrow_watched().clone();
+            let leader = metrics.current_leader;
+            let address = leader.and_then(|l| {
+                metrics
+                    .membership_config
+                    .get_node(&l)
+                    .map(|n| n.addr.clone())
+            });
+            (leader, address)
+        };
+        let (Some(leader), Some(address)) = (leader, address) else {
+            return Err(ControllerError::NotController(
+                "no controller leads the metadata quorum yet".into(),
+            ));
+        };
+        if leader == *self.raft.node_id() {
+            return Err(ControllerError::NotController(
+                "this controller became the leader; retry here".into(),
+            ));
+        }
+        let deadline = Duration::from_millis(FORWARD_DEADLINE_MS);
+        match network::forward(&address, request, deadline).await {
+            Ok(answer) => answer.map_err(ControllerError::from),
+            Err(error) => Err(ControllerError::NotController(format!(
+                "cannot reach the active controller {leader} at {address}: {error}"
+            ))),
+        }
+    }
+}
+
 impl MetadataQuorum for RaftQuorum {
+    fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (ControlValue, u64)> {
+        Box::pin(self.forward_request(request))
+    }
+
     fn propose(
         &self,
         command: MetadataCommand,

@@ -22,7 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use super::{MetadataRaft, NodeId, TypeConfig, Vote};
+use super::{ControlAnswer, Handler, MetadataRaft, NodeId, TypeConfig, Vote};
+use crate::forward::{ControlRequest, WireError};
 
 /// Largest frame accepted: a snapshot of the whole image travels as one.
 const FRAME_BYTES_MAX: usize = 256 * 1024 * 1024;
@@ -38,6 +39,31 @@ enum Request {
     Vote(VoteRequest<TypeConfig>),
     PreVote(VoteRequest<TypeConfig>),
     Snapshot(Vote, SnapshotMetaOf<TypeConfig>, Vec<u8>),
+    /// A change request forwarded to the leader's controller.
+    Control(ControlRequest),
+}
+
+/// Sends a change request to the controller at `addr` and waits (at most `deadline`) for its
+/// answer.
+pub async fn forward(
+    addr: &str,
+    request: ControlRequest,
+    deadline: Duration,
+) -> io::Result<ControlAnswer> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        write_frame(&mut stream, &Request::Control(request)).await?;
+        read_frame(&mut stream).await
+    };
+    tokio::time::timeout(deadline, exchange)
+        .await
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the active controller did not answer in time",
+            ))
+        })
 }
 
 async fn write_frame(stream: &mut TcpStream, value: &impl Serialize) -> io::Result<()> {
@@ -178,8 +204,9 @@ impl RaftNetworkV2<TypeConfig> for Peer {
     }
 }
 
-/// Answers peers' Raft messages on `listener` until the process stops.
-pub async fn serve(listener: TcpListener, raft: MetadataRaft) {
+/// Answers peers' Raft messages and forwarded change requests (once `handler` is set) on
+/// `listener` until the quorum stops.
+pub async fn serve(listener: TcpListener, raft: MetadataRaft, handler: Handler) {
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -195,16 +222,21 @@ pub async fn serve(listener: TcpListener, raft: MetadataRaft) {
             continue;
         };
         let raft = raft.clone();
+        let handler = handler.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(error) = serve_connection(stream, raft).await {
+            if let Err(error) = serve_connection(stream, raft, handler).await {
                 tracing::debug!(target: "weir::controller", %peer, %error, "controller connection closed");
             }
         });
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, raft: MetadataRaft) -> io::Result<()> {
+async fn serve_connection(
+    mut stream: TcpStream,
+    raft: MetadataRaft,
+    handler: Handler,
+) -> io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
         let idle = Duration::from_millis(IDLE_MS);
@@ -229,6 +261,15 @@ async fn serve_connection(mut stream: TcpStream, raft: MetadataRaft) -> io::Resu
                     .install_full_snapshot(vote, snapshot)
                     .await
                     .map_err(RaftError::<TypeConfig>::Fatal);
+                write_frame(&mut stream, &answer).await?
+            }
+            Request::Control(request) => {
+                let answer: ControlAnswer = match handler.get() {
+                    Some(controller) => controller.handle(request).await,
+                    None => Err(WireError::NotController(
+                        "this controller is starting".into(),
+                    )),
+                };
                 write_frame(&mut stream, &answer).await?
             }
         }

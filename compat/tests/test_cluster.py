@@ -1,0 +1,201 @@
+"""`weir dev-cluster`: three `weir server` processes forming one metadata quorum.
+
+Topics created through any node are placed over all three brokers, each partition served by
+its leader; real clients (librdkafka, kafka-python) produce to and consume from every leader,
+and a consumer group is coordinated by the leader of its offsets partition. Ctrl-C stops the
+nodes cleanly and a restart resumes the same cluster with its data.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicCollection
+from confluent_kafka.admin import NewTopic
+
+from clients import (
+    admin,
+    assert_same_log,
+    committed,
+    expected_log,
+    group_consumer,
+    make_records,
+    produce_confluent,
+    read_confluent,
+    read_kafka_python,
+    unique_group,
+    unique_topic,
+)
+from harness import Deadline, weir_binary
+
+NODES = 3
+
+
+def free_base_port() -> int:
+    """A base port whose Kafka (base..base+2) and controller (base+100..) ports are free."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + 100 + NODES >= 65535:
+            continue
+        ports = [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]
+        try:
+            for port in ports:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free port range for the cluster")
+
+
+class DevCluster:
+    def __init__(self, data_dir: Path, base_port: int):
+        self.data_dir = data_dir
+        self.base_port = base_port
+        self.bootstrap = ",".join(f"127.0.0.1:{base_port + i}" for i in range(NODES))
+        self.output = data_dir.parent / f"dev-cluster-{time.monotonic_ns()}.out"
+        self.process = None
+
+    def start(self) -> str:
+        self.output_file = open(self.output, "w")
+        self.process = subprocess.Popen(
+            [str(weir_binary()), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(self.data_dir), "--base-port", str(self.base_port)],
+            stdout=self.output_file,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = Deadline(90)
+        while "ready:" not in self.text():
+            assert self.process.poll() is None, f"dev-cluster exited:\n{self.text()}\n{self.logs()}"
+            assert not deadline.expired(), f"dev-cluster not ready:\n{self.text()}\n{self.logs()}"
+            time.sleep(0.1)
+        return self.text()
+
+    def text(self) -> str:
+        return self.output.read_text() if self.output.exists() else ""
+
+    def logs(self) -> str:
+        tails = []
+        for node in range(1, NODES + 1):
+            log = self.data_dir / f"node-{node}" / "server.log"
+            if log.exists():
+                tails.append(f"--- node {node}\n" + "\n".join(log.read_text().splitlines()[-30:]))
+        return "\n".join(tails)
+
+    def stop(self) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGINT)
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            self.output_file.close()
+
+    def kill(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for node in range(1, NODES + 1):
+            pid_file = self.data_dir / f"node-{node}" / "pid"
+            if pid_file.exists():
+                try:
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    started = DevCluster(tmp_path / "cluster", free_base_port())
+    yield started
+    started.kill()
+
+
+def test_a_three_node_cluster_places_serves_and_restarts(cluster):
+    table = cluster.start()
+    pids = {}
+    for node in range(1, NODES + 1):
+        pid_file = cluster.data_dir / f"node-{node}" / "pid"
+        assert pid_file.exists(), table
+        pids[node] = int(pid_file.read_text())
+        assert f"{node}     {pids[node]}" in table, table
+    client = admin(cluster.bootstrap)
+    cluster_metadata = client.list_topics(timeout=20)
+    assert sorted(cluster_metadata.brokers) == [1, 2, 3], cluster_metadata.brokers
+
+    # Topics created through different nodes: the non-leaders forward to the active controller.
+    spread, replicated = unique_topic("cluster-spread"), unique_topic("cluster-rf3")
+    for name, replication, node in ((spread, 1, 0), (replicated, 3, 2)):
+        through = admin(f"127.0.0.1:{cluster.base_port + node}")
+        futures = through.create_topics([NewTopic(name, num_partitions=6, replication_factor=replication)])
+        futures[name].result(timeout=30)
+    described = client.describe_topics(TopicCollection([spread, replicated]))
+    leaders = {}
+    for name, future in described.items():
+        topic = future.result(timeout=20)
+        leaders[name] = [p.leader.id for p in topic.partitions]
+        for p in topic.partitions:
+            replicas = [r.id for r in p.replicas]
+            assert replicas[0] == p.leader.id, (name, p)
+            assert len(replicas) == (1 if name == spread else 3), (name, p)
+            # Followers do not replicate yet: only the leader is in sync.
+            assert [r.id for r in p.isr] == [p.leader.id], (name, p)
+    assert sorted(leaders[spread]) == [1, 1, 2, 2, 3, 3], leaders
+
+    # librdkafka produces to every leader; librdkafka and kafka-python read it all back.
+    records = make_records(600, seed=8, tag="cluster")
+    delivered = produce_confluent(cluster.bootstrap, spread, records, acks="all", **{"enable.idempotence": True})
+    expected = expected_log(records, delivered)
+    assert {p for p, _, _ in delivered} == set(range(6))
+    assert_same_log(read_confluent(cluster.bootstrap, spread, range(6)), expected, "librdkafka")
+    assert_same_log(read_kafka_python(cluster.bootstrap, spread, range(6)), expected, "kafka-python")
+
+    # A consumer group, coordinated by the leader of its offsets partition, commits offsets.
+    group = unique_group("cluster-group")
+    consumer = group_consumer(cluster.bootstrap, group)
+    consumer.subscribe([spread])
+    seen = 0
+    deadline = Deadline(90)
+    while seen < len(records):
+        assert not deadline.expired(), f"the group read {seen} of {len(records)}\n{cluster.logs()}"
+        for msg in consumer.consume(num_messages=500, timeout=0.5):
+            if msg.error() is None:
+                seen += 1
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    ends = {p: len(expected[p]) for p in range(6)}
+    assert committed(cluster.bootstrap, group, spread, range(6)) == ends
+
+    # A node killed outright: the two left keep the metadata quorum (electing a new leader
+    # if it led) and metadata changes go on through either of them.
+    os.kill(pids[1], signal.SIGKILL)
+    deadline = Deadline(30)
+    while "node 1 exited" not in cluster.text():
+        assert not deadline.expired(), cluster.text()
+        time.sleep(0.1)
+    after = unique_topic("cluster-after-kill")
+    survivor = admin(f"127.0.0.1:{cluster.base_port + 1}")
+    survivor.create_topics([NewTopic(after, num_partitions=3, replication_factor=1)])[after].result(timeout=30)
+    seen_by = admin(f"127.0.0.1:{cluster.base_port + 2}")
+    deadline = Deadline(30)
+    while after not in seen_by.list_topics(timeout=10).topics:
+        assert not deadline.expired(), cluster.logs()
+        time.sleep(0.1)
+    del pids[1]
+
+    # Ctrl-C stops every node cleanly; the same data directory resumes the cluster.
+    assert cluster.stop() == 0, cluster.text() + cluster.logs()
+    for node, pid in pids.items():
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), node
+        assert "stopped cleanly" in (cluster.data_dir / f"node-{node}" / "server.log").read_text(), cluster.logs()
+    cluster.start()
+    assert_same_log(read_confluent(cluster.bootstrap, spread, range(6)), expected, "after a restart")
+    assert committed(cluster.bootstrap, group, spread, range(6)) == ends
+    assert cluster.stop() == 0, cluster.text() + cluster.logs()

@@ -1,0 +1,142 @@
+//! Changes asked of a controller that does not lead the quorum go to the one that does, as
+//! Kafka's brokers forward to the active controller: the request travels whole (the leader
+//! validates it against the newest image, so two brokers cannot both create one topic), and
+//! the answer comes back with the `applied_count` of the image that holds the change.
+
+use serde::{Deserialize, Serialize};
+use weir_metadata::{
+    BrokerListener, BrokerRegistration, ConfigChange, ControllerError, NewTopic, TopicImage,
+};
+
+/// A change request, as any controller can decide it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ControlRequest {
+    /// [`crate::Controller::create_topic`].
+    CreateTopic {
+        /// The topic.
+        topic: NewTopic,
+        /// Check only.
+        validate_only: bool,
+    },
+    /// [`crate::Controller::delete_topic`].
+    DeleteTopic {
+        /// Its name.
+        name: String,
+    },
+    /// [`crate::Controller::create_partitions`].
+    CreatePartitions {
+        /// The topic's name.
+        name: String,
+        /// The new partition count.
+        total: i32,
+        /// Replicas of the new partitions, if the client chose them.
+        assignments: Option<Vec<Vec<i32>>>,
+        /// Check only.
+        validate_only: bool,
+    },
+    /// [`crate::Controller::alter_topic_config`].
+    AlterTopicConfig {
+        /// The topic's name.
+        name: String,
+        /// The change.
+        change: ConfigChange,
+        /// Check only.
+        validate_only: bool,
+    },
+    /// [`crate::Controller::alter_broker_config`].
+    AlterBrokerConfig {
+        /// The broker, or `None` for the cluster-wide level.
+        node_id: Option<i32>,
+        /// The change.
+        change: ConfigChange,
+        /// Check only.
+        validate_only: bool,
+    },
+    /// [`crate::Controller::register_broker`].
+    RegisterBroker {
+        /// The broker's node id.
+        node_id: i32,
+        /// Where clients reach it.
+        listeners: Vec<BrokerListener>,
+        /// Its rack.
+        rack: Option<String>,
+    },
+    /// [`crate::Controller::allocate_producer_ids`].
+    AllocateProducerIds,
+}
+
+/// What a change produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ControlValue {
+    /// A created or deleted topic.
+    Topic(TopicImage),
+    /// A broker's registration.
+    Broker(BrokerRegistration),
+    /// A block of producer ids: first and count.
+    ProducerIds(i64, i64),
+    /// Nothing beyond success.
+    Done,
+}
+
+/// A refusal as it travels between controllers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WireError {
+    /// [`ControllerError::TopicAlreadyExists`].
+    TopicAlreadyExists(String),
+    /// [`ControllerError::UnknownTopic`].
+    UnknownTopic(String),
+    /// [`ControllerError::InvalidTopic`].
+    InvalidTopic(String),
+    /// [`ControllerError::InvalidPartitions`].
+    InvalidPartitions(String),
+    /// [`ControllerError::InvalidReplicationFactor`].
+    InvalidReplicationFactor(String),
+    /// [`ControllerError::InvalidReplicaAssignment`].
+    InvalidReplicaAssignment(String),
+    /// [`ControllerError::InvalidConfig`].
+    InvalidConfig(String),
+    /// [`ControllerError::InvalidRequest`].
+    InvalidRequest(String),
+    /// [`ControllerError::NotController`].
+    NotController(String),
+    /// The leader could not write or apply the change (its storage, or it stopped): here,
+    /// the change did not happen.
+    NotWritten(String),
+}
+
+impl From<ControllerError> for WireError {
+    fn from(error: ControllerError) -> WireError {
+        match error {
+            ControllerError::TopicAlreadyExists(m) => WireError::TopicAlreadyExists(m),
+            ControllerError::UnknownTopic(m) => WireError::UnknownTopic(m),
+            ControllerError::InvalidTopic(m) => WireError::InvalidTopic(m),
+            ControllerError::InvalidPartitions(m) => WireError::InvalidPartitions(m),
+            ControllerError::InvalidReplicationFactor(m) => WireError::InvalidReplicationFactor(m),
+            ControllerError::InvalidReplicaAssignment(m) => WireError::InvalidReplicaAssignment(m),
+            ControllerError::InvalidConfig(m) => WireError::InvalidConfig(m),
+            ControllerError::InvalidRequest(m) => WireError::InvalidRequest(m),
+            ControllerError::NotController(m) => WireError::NotController(m),
+            other @ (ControllerError::NotAppliedInTime(_)
+            | ControllerError::Storage(_)
+            | ControllerError::Fatal(_)) => WireError::NotWritten(other.to_string()),
+        }
+    }
+}
+
+impl From<WireError> for ControllerError {
+    fn from(error: WireError) -> ControllerError {
+        match error {
+            WireError::TopicAlreadyExists(m) => ControllerError::TopicAlreadyExists(m),
+            WireError::UnknownTopic(m) => ControllerError::UnknownTopic(m),
+            WireError::InvalidTopic(m) => ControllerError::InvalidTopic(m),
+            WireError::InvalidPartitions(m) => ControllerError::InvalidPartitions(m),
+            WireError::InvalidReplicationFactor(m) => ControllerError::InvalidReplicationFactor(m),
+            WireError::InvalidReplicaAssignment(m) => ControllerError::InvalidReplicaAssignment(m),
+            WireError::InvalidConfig(m) => ControllerError::InvalidConfig(m),
+            WireError::InvalidRequest(m) => ControllerError::InvalidRequest(m),
+            WireError::NotController(m) => ControllerError::NotController(m),
+            // The remote failure is not this node's: the change is refused here, not fatal.
+            WireError::NotWritten(m) => ControllerError::Storage(std::io::Error::other(m)),
+        }
+    }
+}
