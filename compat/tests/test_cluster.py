@@ -2,13 +2,15 @@
 
 Topics created through any node are placed over all three brokers, each partition served by
 its leader; real clients (librdkafka, kafka-python) produce to and consume from every leader,
-and a consumer group is coordinated by the leader of its offsets partition. Ctrl-C stops the
-nodes cleanly and a restart resumes the same cluster with its data.
+and a consumer group is coordinated by the leader of its offsets partition. Killing the
+quorum's leader elects another and metadata changes go on. Ctrl-C stops the nodes cleanly and
+a restart resumes the same cluster with its data.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -173,22 +175,34 @@ def test_a_three_node_cluster_places_serves_and_restarts(cluster):
     ends = {p: len(expected[p]) for p in range(6)}
     assert committed(cluster.bootstrap, group, spread, range(6)) == ends
 
-    # A node killed outright: the two left keep the metadata quorum (electing a new leader
-    # if it led) and metadata changes go on through either of them.
-    os.kill(pids[1], signal.SIGKILL)
+    # `weir cluster status` shows the quorum: a leader, its term, and three voters in step.
+    status = subprocess.run([str(weir_binary()), "cluster", "status", "--brokers", cluster.bootstrap], capture_output=True, text=True, timeout=30)
+    assert status.returncode == 0, status.stderr
+    quorum = re.search(r"^metadata quorum:\s+leader (\d), term (\d+), commit index (\d+)$", status.stdout, re.M)
+    assert quorum, status.stdout
+    assert len(re.findall(r"^  voter \d  log end \d+  heard from \d+ ms ago$", status.stdout, re.M)) == 3, status.stdout
+    first_leader, first_term = int(quorum.group(1)), int(quorum.group(2))
+
+    # The quorum's leader killed outright: the two left elect another and metadata changes go
+    # on through either of them.
+    os.kill(pids[first_leader], signal.SIGKILL)
     deadline = Deadline(30)
-    while "node 1 exited" not in cluster.text():
+    while f"node {first_leader} exited" not in cluster.text():
         assert not deadline.expired(), cluster.text()
         time.sleep(0.1)
+    survivors = [n for n in range(1, NODES + 1) if n != first_leader]
     after = unique_topic("cluster-after-kill")
-    survivor = admin(f"127.0.0.1:{cluster.base_port + 1}")
+    survivor = admin(f"127.0.0.1:{cluster.base_port + survivors[0] - 1}")
     survivor.create_topics([NewTopic(after, num_partitions=3, replication_factor=1)])[after].result(timeout=30)
-    seen_by = admin(f"127.0.0.1:{cluster.base_port + 2}")
+    seen_by = admin(f"127.0.0.1:{cluster.base_port + survivors[1] - 1}")
     deadline = Deadline(30)
     while after not in seen_by.list_topics(timeout=10).topics:
         assert not deadline.expired(), cluster.logs()
         time.sleep(0.1)
-    del pids[1]
+    status = subprocess.run([str(weir_binary()), "cluster", "status", "--brokers", f"127.0.0.1:{cluster.base_port + survivors[0] - 1}"], capture_output=True, text=True, timeout=30)
+    quorum = re.search(r"^metadata quorum:\s+leader (\d), term (\d+)", status.stdout, re.M)
+    assert quorum and int(quorum.group(1)) in survivors and int(quorum.group(2)) > first_term, status.stdout
+    del pids[first_leader]
 
     # Ctrl-C stops every node cleanly; the same data directory resumes the cluster.
     assert cluster.stop() == 0, cluster.text() + cluster.logs()

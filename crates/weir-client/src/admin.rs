@@ -6,6 +6,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_quorum_request;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -13,7 +14,8 @@ use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
     CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
     DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, TopicName,
+    DescribeQuorumRequest, DescribeQuorumResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -59,6 +61,30 @@ pub struct ClusterStatus {
     pub partitions: usize,
     /// Partitions whose ISR is smaller than their replica set.
     pub under_replicated: usize,
+}
+
+/// The metadata quorum as its leader reports it (Kafka's DescribeQuorum).
+#[derive(Debug, Clone)]
+pub struct QuorumInfo {
+    /// The controller leading the quorum.
+    pub leader: i32,
+    /// The leader's epoch (its Raft term).
+    pub epoch: i32,
+    /// The metadata log's high watermark: entries below it are committed.
+    pub high_watermark: i64,
+    /// Each voter, with how far its log reaches.
+    pub voters: Vec<QuorumVoter>,
+}
+
+/// One voter of the metadata quorum.
+#[derive(Debug, Clone)]
+pub struct QuorumVoter {
+    /// Its node id.
+    pub node_id: i32,
+    /// Its log end offset, or -1 when unknown.
+    pub log_end_offset: i64,
+    /// When the leader last heard from it (ms since the epoch), or -1 when unknown.
+    pub last_fetch_timestamp: i64,
 }
 
 /// Admin client.
@@ -366,6 +392,41 @@ impl Admin {
                 .iter()
                 .filter(|p| p.isr_nodes.len() < p.replica_nodes.len())
                 .count(),
+        })
+    }
+
+    /// The metadata quorum: leader, epoch, high watermark and voters (DescribeQuorum v1).
+    pub async fn describe_quorum(&self) -> Result<QuorumInfo> {
+        let mut partition = describe_quorum_request::PartitionData::default();
+        partition.partition_index = 0;
+        let mut topic = describe_quorum_request::TopicData::default();
+        topic.topic_name = TopicName(StrBytes::from_static_str("__cluster_metadata"));
+        topic.partitions = vec![partition];
+        let mut request = DescribeQuorumRequest::default();
+        request.topics = vec![topic];
+        let connection = self.cluster.any_broker().await?;
+        let response: DescribeQuorumResponse =
+            connection.call(ApiKey::DescribeQuorum, 1, &request).await?;
+        check(response.error_code, response.error_message.as_ref())?;
+        let partition = response
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| ClientError::Protocol("empty DescribeQuorum response".into()))?;
+        check(partition.error_code, partition.error_message.as_ref())?;
+        Ok(QuorumInfo {
+            leader: partition.leader_id.0,
+            epoch: partition.leader_epoch,
+            high_watermark: partition.high_watermark,
+            voters: partition
+                .current_voters
+                .iter()
+                .map(|v| QuorumVoter {
+                    node_id: v.replica_id.0,
+                    log_end_offset: v.log_end_offset,
+                    last_fetch_timestamp: v.last_fetch_timestamp,
+                })
+                .collect(),
         })
     }
 

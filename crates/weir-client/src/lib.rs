@@ -19,7 +19,7 @@ pub mod partitioner;
 mod producer;
 mod records;
 
-pub use admin::{Admin, ClusterStatus, ConfigEntry, TopicDescription};
+pub use admin::{Admin, ClusterStatus, ConfigEntry, QuorumInfo, QuorumVoter, TopicDescription};
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, PartitionInfo, TopicInfo};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec};
 pub use error::{ClientError, Result};

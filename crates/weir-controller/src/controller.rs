@@ -14,7 +14,7 @@ use weir_metadata::topic_config::validate_topic_config;
 use weir_metadata::{
     validate_topic_name, BrokerListener, BrokerRegistration, Committed, ConfigChange,
     ControllerError, MetadataCommand, MetadataControl, MetadataImage, NewTopic, Pending,
-    TopicImage,
+    QuorumStatus, TopicImage,
 };
 use weir_storage::Storage;
 
@@ -532,6 +532,7 @@ impl Controller {
                 .allocate_producer_ids()
                 .await
                 .map(|(first, count)| ControlValue::ProducerIds(first, count)),
+            ControlRequest::QuorumStatus => self.quorum.status().map(ControlValue::Quorum),
         }
     }
 
@@ -691,6 +692,13 @@ impl MetadataControl for LocalControl {
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
         self.run(ControlRequest::AllocateProducerIds, |value| match value {
             ControlValue::ProducerIds(first, count) => Some((first, count)),
+            _ => None,
+        })
+    }
+
+    fn quorum_status(&self) -> Pending<QuorumStatus> {
+        self.run(ControlRequest::QuorumStatus, |value| match value {
+            ControlValue::Quorum(status) => Some(status),
             _ => None,
         })
     }

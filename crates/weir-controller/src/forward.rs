@@ -5,7 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 use weir_metadata::{
-    BrokerListener, BrokerRegistration, ConfigChange, ControllerError, NewTopic, TopicImage,
+    BrokerListener, BrokerRegistration, ConfigChange, ControllerError, NewTopic, QuorumStatus,
+    TopicImage,
 };
 
 /// A change request, as any controller can decide it.
@@ -63,6 +64,8 @@ pub enum ControlRequest {
     },
     /// [`crate::Controller::allocate_producer_ids`].
     AllocateProducerIds,
+    /// The quorum as its leader sees it.
+    QuorumStatus,
 }
 
 /// What a change produced.
@@ -74,6 +77,8 @@ pub enum ControlValue {
     Broker(BrokerRegistration),
     /// A block of producer ids: first and count.
     ProducerIds(i64, i64),
+    /// The quorum's state.
+    Quorum(QuorumStatus),
     /// Nothing beyond success.
     Done,
 }

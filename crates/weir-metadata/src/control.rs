@@ -50,6 +50,32 @@ impl ConfigChange {
     }
 }
 
+/// The metadata quorum as its leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumStatus {
+    /// The controller leading the quorum.
+    pub leader: i32,
+    /// The leader's Raft term.
+    pub term: u64,
+    /// Index of the last log entry a quorum holds (committed), if any.
+    pub commit_index: Option<u64>,
+    /// Every voter of the quorum.
+    pub voters: Vec<VoterStatus>,
+}
+
+/// One voter of the metadata quorum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VoterStatus {
+    /// Its node id.
+    pub node_id: i32,
+    /// Its controller listener (`HOST:PORT`; `local` for a quorum of one).
+    pub address: String,
+    /// Index of the last log entry it is known to hold, if known.
+    pub matched_index: Option<u64>,
+    /// Milliseconds since the leader last heard from it (0 for the leader itself).
+    pub last_contact_ms: Option<u64>,
+}
+
 /// A change the controller accepted: its outcome, and where it is in the metadata log.
 #[derive(Debug, Clone)]
 pub struct Committed<T> {
@@ -109,6 +135,9 @@ pub trait MetadataControl: Send + Sync {
 
     /// Reserves a block of producer ids never handed out before: `(first, count)`.
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)>;
+
+    /// The metadata quorum as its leader reports it (asked of the leader wherever it is).
+    fn quorum_status(&self) -> Pending<QuorumStatus>;
 
     /// The committed images, newest first available: a receiver sees each change at least as
     /// its latest image (intermediate images may be skipped).

@@ -13,7 +13,9 @@ mod image;
 pub mod topic_config;
 
 pub use command::MetadataCommand;
-pub use control::{Committed, ConfigChange, MetadataControl, NewTopic, Pending};
+pub use control::{
+    Committed, ConfigChange, MetadataControl, NewTopic, Pending, QuorumStatus, VoterStatus,
+};
 pub use error::ControllerError;
 pub use image::{
     BrokerListener, BrokerRegistration, MetadataImage, PartitionImage, TopicImage, NO_LEADER,

@@ -36,6 +36,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::CreatePartitions, 0, 3),
     range(ApiKey::IncrementalAlterConfigs, 0, 1),
     range(ApiKey::DescribeCluster, 0, 1),
+    range(ApiKey::DescribeQuorum, 0, 2),
     range(ApiKey::FindCoordinator, 0, 6),
     range(ApiKey::JoinGroup, 0, 9),
     range(ApiKey::SyncGroup, 0, 5),

@@ -1,4 +1,5 @@
-//! DescribeCluster (key 60), v0–1, and OffsetForLeaderEpoch (key 23), v2–4.
+//! DescribeCluster (key 60), v0–1, DescribeQuorum (key 55), v0–2, and OffsetForLeaderEpoch
+//! (key 23), v2–4.
 
 use std::sync::Arc;
 
@@ -7,12 +8,15 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, OffsetForLeaderEpochRequest,
+    describe_quorum_response, BrokerId, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeQuorumRequest, DescribeQuorumResponse, OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::ControllerError;
 
 use crate::broker::{client_listener, Broker};
+use crate::handlers::errors::ErrorReply;
 use crate::handlers::{operations, str_bytes};
 
 /// Endpoint type of the broker listener in DescribeCluster v1.
@@ -63,6 +67,91 @@ pub fn describe_cluster(
             Some(node)
         })
         .collect();
+    response
+}
+
+/// The metadata log's name in DescribeQuorum, as in Kafka.
+const METADATA_TOPIC: &str = "__cluster_metadata";
+/// Name of the controller listener in DescribeQuorum v2's nodes.
+const CONTROLLER_LISTENER: &str = "CONTROLLER";
+
+/// Describes the metadata quorum as its leader sees it (asked of the leader wherever it is):
+/// leader, term as the leader epoch, the commit index as the high watermark, and each voter's
+/// log end and last contact. Anything but `__cluster_metadata` partition 0 is
+/// UNKNOWN_TOPIC_OR_PARTITION, as in Kafka.
+pub async fn describe_quorum(
+    broker: &Arc<Broker>,
+    request: DescribeQuorumRequest,
+    version: i16,
+) -> DescribeQuorumResponse {
+    let mut response = DescribeQuorumResponse::default();
+    let valid = matches!(request.topics.as_slice(), [topic]
+        if topic.topic_name.0.as_str() == METADATA_TOPIC
+            && matches!(topic.partitions.as_slice(), [p] if p.partition_index == 0));
+    let status = if valid {
+        broker.controller.quorum_status().await.map(|c| c.value)
+    } else {
+        Err(ControllerError::UnknownTopic(METADATA_TOPIC.into()))
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    for topic in request.topics {
+        let mut data = describe_quorum_response::TopicData::default();
+        data.topic_name = topic.topic_name;
+        for asked in topic.partitions {
+            let mut partition = describe_quorum_response::PartitionData::default();
+            partition.partition_index = asked.partition_index;
+            match &status {
+                Ok(status) => {
+                    partition.leader_id = BrokerId(status.leader);
+                    partition.leader_epoch = i32::try_from(status.term).unwrap_or(i32::MAX);
+                    partition.high_watermark = status.commit_index.map_or(0, |i| i as i64 + 1);
+                    partition.current_voters = status
+                        .voters
+                        .iter()
+                        .map(|voter| {
+                            let mut state = describe_quorum_response::ReplicaState::default();
+                            state.replica_id = BrokerId(voter.node_id);
+                            state.log_end_offset = voter.matched_index.map_or(-1, |i| i as i64 + 1);
+                            let seen = voter.last_contact_ms.map_or(-1, |ago| now_ms - ago as i64);
+                            state.last_fetch_timestamp = seen;
+                            state.last_caught_up_timestamp = seen;
+                            state
+                        })
+                        .collect();
+                }
+                Err(ControllerError::UnknownTopic(_)) => {
+                    partition.error_code = ResponseError::UnknownTopicOrPartition.code();
+                }
+                Err(error) => {
+                    let error = ErrorReply::from(error);
+                    partition.error_code = error.code();
+                    // Messages and the nodes list exist from v2.
+                    partition.error_message = (version >= 2).then(|| str_bytes(error.message));
+                }
+            }
+            data.partitions.push(partition);
+        }
+        response.topics.push(data);
+    }
+    if let (Ok(status), true) = (&status, version >= 2) {
+        response.nodes = status
+            .voters
+            .iter()
+            .filter_map(|voter| {
+                let (host, port) = voter.address.rsplit_once(':')?;
+                let mut listener = describe_quorum_response::Listener::default();
+                listener.name = str_bytes(CONTROLLER_LISTENER);
+                listener.host = str_bytes(host.to_string());
+                listener.port = port.parse().ok()?;
+                let mut node = describe_quorum_response::Node::default();
+                node.node_id = BrokerId(voter.node_id);
+                node.listeners = vec![listener];
+                Some(node)
+            })
+            .collect();
+    }
     response
 }
 

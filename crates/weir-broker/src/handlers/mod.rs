@@ -158,6 +158,11 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
                 &broker, req,
             )))
         }),
+        RequestKind::DescribeQuorum(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeQuorum(
+                cluster::describe_quorum(&broker, req, version).await,
+            ))
+        }),
         RequestKind::FindCoordinator(req) => Box::pin(async move {
             respond(ResponseKind::FindCoordinator(
                 groups::find_coordinator(&broker, req, version).await,

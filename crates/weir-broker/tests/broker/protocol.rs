@@ -374,6 +374,41 @@ async fn every_advertised_version_answers() {
                         call(&mut c, api.key, v, &DescribeClusterRequest::default()).await;
                     assert_eq!((r.error_code, r.brokers.len()), (0, 1), "{what}");
                 }
+                ApiKey::DescribeQuorum => {
+                    use kafka_protocol::messages::describe_quorum_request::{
+                        PartitionData, TopicData,
+                    };
+                    use kafka_protocol::messages::{DescribeQuorumRequest, DescribeQuorumResponse};
+                    let ask = |topic: &str| {
+                        let mut p = PartitionData::default();
+                        p.partition_index = 0;
+                        let mut t = TopicData::default();
+                        t.topic_name = topic_name(topic);
+                        t.partitions = vec![p];
+                        let mut req = DescribeQuorumRequest::default();
+                        req.topics = vec![t];
+                        req
+                    };
+                    let r: DescribeQuorumResponse =
+                        call(&mut c, api.key, v, &ask("__cluster_metadata")).await;
+                    let p = &r.topics[0].partitions[0];
+                    assert_eq!(
+                        (r.error_code, p.error_code, p.leader_id.0),
+                        (0, 0, 1),
+                        "{what}"
+                    );
+                    assert!(p.high_watermark > 0, "{what}: commands were committed");
+                    assert_eq!(p.current_voters.len(), 1, "{what}: a quorum of one");
+                    assert_eq!(
+                        p.current_voters[0].log_end_offset, p.high_watermark,
+                        "{what}"
+                    );
+                    let r: DescribeQuorumResponse = call(&mut c, api.key, v, &ask("other")).await;
+                    assert_eq!(
+                        r.topics[0].partitions[0].error_code, 3,
+                        "{what}: not the metadata log"
+                    );
+                }
                 ApiKey::FindCoordinator => {
                     let mut req = FindCoordinatorRequest::default();
                     let key = StrBytes::from_string(format!("find-{v}"));

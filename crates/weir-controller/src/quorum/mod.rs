@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{InitializeError, RaftError};
-use openraft::{BasicNode, Config, LogIdOptionExt, SnapshotPolicy};
+use openraft::{BasicNode, Config, Instant as _, LogIdOptionExt, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_metadata::{ControllerError, MetadataCommand, MetadataImage};
+use weir_metadata::{ControllerError, MetadataCommand, MetadataImage, QuorumStatus, VoterStatus};
 use weir_storage::Storage;
 
 use crate::forward::{ControlRequest, ControlValue, WireError};
@@ -99,6 +99,9 @@ pub trait MetadataQuorum: Send + Sync + 'static {
     /// and the `applied_count` of the image that holds it; NOT_CONTROLLER when no other
     /// controller leads or it cannot be reached (the caller retries).
     fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (ControlValue, u64)>;
+
+    /// The quorum as this controller sees it as the leader; NOT_CONTROLLER on a follower.
+    fn status(&self) -> Result<QuorumStatus, ControllerError>;
 }
 
 /// One controller of the quorum: its voters (node id → controller address) and where it
@@ -357,6 +360,51 @@ impl RaftQuorum {
 impl MetadataQuorum for RaftQuorum {
     fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (ControlValue, u64)> {
         Box::pin(self.forward_request(request))
+    }
+
+    fn status(&self) -> Result<QuorumStatus, ControllerError> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let me = *self.raft.node_id();
+        if !metrics.state.is_leader() {
+            return Err(ControllerError::NotController(
+                "this controller does not lead the metadata quorum".into(),
+            ));
+        }
+        let replication = metrics.replication.clone().unwrap_or_default();
+        let heartbeat = metrics.heartbeat.clone().unwrap_or_default();
+        let voters = metrics
+            .membership_config
+            .voter_ids()
+            .map(|id| {
+                let address = metrics
+                    .membership_config
+                    .get_node(&id)
+                    .map_or_else(String::new, |n| n.addr.clone());
+                let (matched_index, last_contact_ms) = if id == me {
+                    (metrics.last_log_index, Some(0))
+                } else {
+                    let matched = replication.get(&id).copied().flatten().map(|l| l.index);
+                    let contact = heartbeat
+                        .get(&id)
+                        .copied()
+                        .flatten()
+                        .map(|at| at.elapsed().as_millis() as u64);
+                    (matched, contact)
+                };
+                VoterStatus {
+                    node_id: id as i32,
+                    address,
+                    matched_index,
+                    last_contact_ms,
+                }
+            })
+            .collect();
+        Ok(QuorumStatus {
+            leader: me as i32,
+            term: metrics.current_term,
+            commit_index: metrics.local_committed.map(|l| l.index),
+            voters,
+        })
     }
 
     fn propose(

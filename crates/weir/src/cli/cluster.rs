@@ -19,7 +19,8 @@ pub struct ClusterArgs {
 
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
-    /// Brokers, controller, topic and partition counts, under-replicated partitions.
+    /// Controllers (leader, term, commit index), brokers, topic and partition counts,
+    /// under-replicated partitions.
     Status,
 }
 
@@ -30,6 +31,32 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let status = within(&args.connect, admin.cluster_status()).await?;
     outln!("cluster id:               {}", status.cluster_id);
     outln!("controller:               {}", status.controller);
+    // The quorum's view needs DescribeQuorum, which brokers without one do not answer.
+    match within(&args.connect, admin.describe_quorum()).await {
+        Ok(quorum) => {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            outln!(
+                "metadata quorum:          leader {}, term {}, commit index {}",
+                quorum.leader,
+                quorum.epoch,
+                quorum.high_watermark - 1
+            );
+            for voter in &quorum.voters {
+                let contact = match voter.last_fetch_timestamp {
+                    -1 => "never heard from".to_string(),
+                    at => format!("heard from {} ms ago", (now_ms - at).max(0)),
+                };
+                let log_end = match voter.log_end_offset {
+                    -1 => "unknown".to_string(),
+                    end => end.to_string(),
+                };
+                outln!("  voter {}  log end {log_end}  {contact}", voter.node_id);
+            }
+        }
+        Err(error) => outln!("metadata quorum:          unknown ({error:#})"),
+    }
     outln!("brokers:                  {}", status.brokers.len());
     for broker in &status.brokers {
         outln!("  {}  {}", broker.node_id, broker.address);
