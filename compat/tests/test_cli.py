@@ -616,7 +616,17 @@ def test_cluster_status(bootstrap, weir):
 
     fields = {}
     brokers = []
+    voters = []
+    quorum = None
     for line in lines:
+        m = re.match(r"^metadata quorum:\s+leader (\d+), term (\d+), commit index (\d+)$", line)
+        if m:
+            quorum = tuple(int(g) for g in m.groups())
+            continue
+        m = re.match(r"^  voter (\d+)  log end (\d+)  heard from (\d+) ms ago$", line)
+        if m:
+            voters.append((int(m.group(1)), int(m.group(2))))
+            continue
         m = re.match(r"^([a-z -]+):\s+(\S+)$", line)
         if m:
             fields[m.group(1)] = m.group(2)
@@ -625,6 +635,11 @@ def test_cluster_status(bootstrap, weir):
         assert m, f"unexpected cluster status line {line!r} in\n{out}"
         brokers.append((int(m.group(1)), m.group(2)))
     assert list(fields) == ["cluster id", "controller", "brokers", "topics", "partitions", "under-replicated"], out
+    # The metadata quorum: one voter, leading, holding every committed entry.
+    assert quorum is not None and len(voters) >= 1, out
+    leader, _term, commit_index = quorum
+    if not weir.is_external:
+        assert (leader, voters) == (weir.node_id, [(weir.node_id, commit_index + 1)]), out
 
     md = admin(bootstrap).list_topics(timeout=20)
     assert fields["cluster id"] == md.cluster_id
