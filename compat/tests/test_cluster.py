@@ -10,6 +10,7 @@ a restart resumes the same cluster with its data.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -40,13 +41,11 @@ NODES = 3
 
 
 def free_base_port() -> int:
-    """A base port whose Kafka (base..base+2) and controller (base+100..) ports are free."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 100 + NODES >= 65535:
-            continue
+    """A base port whose Kafka (base..base+2) and controller (base+100..) ports are free, below
+    the ephemeral range (32768 and up), so no client connection takes one while a node is down."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - 100 - NODES)
         ports = [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]
         try:
             for port in ports:
@@ -260,8 +259,15 @@ def test_killing_the_active_controller_twenty_times(cluster, tmp_path):
                 restarted.pop(leader).wait()
             survivor = next(n for n in range(1, NODES + 1) if n != leader)
             name = unique_topic(f"failover-{round_}")
-            client = admin(f"127.0.0.1:{cluster.base_port + survivor - 1}")
-            client.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)], request_timeout=30)[name].result(timeout=40)
+            # A fresh client each round: a cached one may still take the killed node for its
+            # controller. The survivor forwards to whichever controller leads.
+            created = subprocess.run(
+                [str(weir_binary()), "topic", "create", name, "-p", "1", "--brokers", f"127.0.0.1:{cluster.base_port + survivor - 1}", "--timeout", "30"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert created.returncode == 0, f"round {round_}: {created.stderr}\n{cluster.logs()}"
             failovers.append(time.monotonic() - killed_at)
             view = quorum_view(f"127.0.0.1:{cluster.base_port + survivor - 1}")
             assert view and view[0] != leader and view[1] > term, (round_, view)

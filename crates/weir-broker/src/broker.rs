@@ -159,8 +159,18 @@ impl Broker {
                 _ = stopping(&mut shutdown) => return,
             }
             let image = images.borrow_and_update().clone();
+            let offsets_topic = image.topic(OFFSETS_TOPIC).is_some();
             let broker = self.clone();
             let _ = tokio::task::spawn_blocking(move || broker.apply_image(image)).await;
+            // `__consumer_offsets` created elsewhere (another broker's first group request):
+            // load the partitions led here, so their groups are served without waiting for a
+            // FindCoordinator to reach this broker.
+            if offsets_topic && self.coordinator.partitions() == 0 {
+                let broker = self.clone();
+                tokio::spawn(async move {
+                    let _ = broker.ensure_offsets_topic().await;
+                });
+            }
         }
     }
 

@@ -24,8 +24,8 @@ const ENDPOINT_TYPE_BROKERS: i8 = 1;
 /// Endpoint type asking for the controllers, served on controller listeners only.
 const ENDPOINT_TYPE_CONTROLLERS: i8 = 2;
 
-/// Describes the cluster: its registered brokers, and this node as the controller (the
-/// quorum is this process).
+/// Describes the cluster: its registered brokers, and this node as the controller (it forwards
+/// admin requests to the active controller).
 pub fn describe_cluster(
     broker: &Arc<Broker>,
     request: DescribeClusterRequest,

@@ -52,7 +52,8 @@ async fn answer(broker: &Arc<Broker>, request: MetadataRequest, version: i16) ->
         })
         .collect();
     response.cluster_id = Some(str_bytes(identity.cluster_id.clone()));
-    // The controller is in this process (a quorum of one).
+    // Every broker takes admin requests and forwards them to the active controller, so each
+    // names itself (as Kafka's KRaft brokers name a broker, never a controller).
     response.controller_id = BrokerId(identity.node_id);
 
     let allow_create = broker.config.auto_create_topics_enable

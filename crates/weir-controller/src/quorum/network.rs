@@ -25,10 +25,12 @@ use tokio::sync::Semaphore;
 use super::{ControlAnswer, Handler, MetadataRaft, NodeId, TypeConfig, Vote};
 use crate::forward::{ControlRequest, WireError};
 
-/// Largest frame accepted: a snapshot of the whole image travels as one.
-const FRAME_BYTES_MAX: usize = 256 * 1024 * 1024;
-/// Controller connections served at once; peers need one each.
-const CONNECTIONS_MAX: usize = 64;
+/// Largest frame accepted: a snapshot of the whole image travels as one (an image of 10,000
+/// partitions is a few MiB).
+const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Controller connections served at once: each peer keeps one, and forwarded requests open
+/// one each while they wait.
+const CONNECTIONS_MAX: usize = 32;
 /// A served connection with no request for this long is closed.
 const IDLE_MS: u64 = 60_000;
 
