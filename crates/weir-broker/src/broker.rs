@@ -29,8 +29,39 @@ const PENDING_OPEN_RETRY_MS: u64 = 5_000;
 pub const CLIENT_LISTENER: &str = "PLAINTEXT";
 
 /// The listener of `broker` that clients connect to.
-pub fn client_listener(broker: &BrokerRegistration) -> Option<&BrokerListener> {
+fn client_listener(broker: &BrokerRegistration) -> Option<&BrokerListener> {
     broker.listeners.iter().find(|l| l.name == CLIENT_LISTENER)
+}
+
+/// Where clients reach one broker: what Metadata, DescribeCluster and FindCoordinator name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientEndpoint {
+    /// The broker id.
+    pub node_id: i32,
+    /// Advertised host.
+    pub host: String,
+    /// Advertised port.
+    pub port: u16,
+    /// The broker's rack, if it gave one.
+    pub rack: Option<String>,
+}
+
+impl ClientEndpoint {
+    /// The client endpoint of a registered broker; `None` without a client listener.
+    pub fn of(broker: &BrokerRegistration) -> Option<ClientEndpoint> {
+        let listener = client_listener(broker)?;
+        Some(ClientEndpoint {
+            node_id: broker.node_id,
+            host: listener.host.clone(),
+            port: listener.port,
+            rack: broker.rack.clone(),
+        })
+    }
+}
+
+/// The client endpoints of every registered broker in `image`, by broker id.
+pub fn client_endpoints(image: &MetadataImage) -> impl Iterator<Item = ClientEndpoint> + '_ {
+    image.brokers().filter_map(ClientEndpoint::of)
 }
 
 /// Resolves once shutdown has been signalled on `shutdown`.

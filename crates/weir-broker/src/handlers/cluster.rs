@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use weir_metadata::ControllerError;
 
-use crate::broker::{client_listener, Broker};
+use crate::broker::{client_endpoints, Broker};
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{operations, str_bytes};
 
@@ -54,17 +54,14 @@ pub fn describe_cluster(
         request.include_cluster_authorized_operations,
         operations::CLUSTER,
     );
-    response.brokers = broker
-        .image()
-        .brokers()
-        .filter_map(|registered| {
-            let listener = client_listener(registered)?;
+    response.brokers = client_endpoints(&broker.image())
+        .map(|endpoint| {
             let mut node = DescribeClusterBroker::default();
-            node.broker_id = BrokerId(registered.node_id);
-            node.host = str_bytes(listener.host.clone());
-            node.port = i32::from(listener.port);
-            node.rack = registered.rack.clone().map(str_bytes);
-            Some(node)
+            node.broker_id = BrokerId(endpoint.node_id);
+            node.host = str_bytes(endpoint.host);
+            node.port = i32::from(endpoint.port);
+            node.rack = endpoint.rack.map(str_bytes);
+            node
         })
         .collect();
     response

@@ -22,7 +22,7 @@ use kafka_protocol::ResponseError;
 use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
 use weir_metadata::{MetadataImage, NO_LEADER};
 
-use crate::broker::{client_listener, Broker};
+use crate::broker::{Broker, ClientEndpoint};
 use crate::handlers::errors::{group_code, group_error, INVALID_REQUEST_MESSAGE};
 use crate::handlers::{operations, str_bytes};
 
@@ -81,17 +81,16 @@ pub async fn find_coordinator(
             let endpoint = result.and_then(|leader| {
                 image
                     .broker(leader)
-                    .and_then(client_listener)
-                    .map(|l| (leader, l.clone()))
+                    .and_then(ClientEndpoint::of)
                     .ok_or(GroupError::CoordinatorNotAvailable)
             });
             let mut c = Coordinator::default();
             c.key = key;
             match endpoint {
-                Ok((leader, listener)) => {
-                    c.node_id = BrokerId(leader);
-                    c.host = str_bytes(listener.host);
-                    c.port = i32::from(listener.port);
+                Ok(endpoint) => {
+                    c.node_id = BrokerId(endpoint.node_id);
+                    c.host = str_bytes(endpoint.host);
+                    c.port = i32::from(endpoint.port);
                 }
                 Err(error) => {
                     let error = match (request.key_type, error) {

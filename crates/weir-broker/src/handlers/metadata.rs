@@ -11,7 +11,7 @@ use kafka_protocol::ResponseError;
 use weir_coordinator::OFFSETS_TOPIC;
 use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
-use crate::broker::{client_listener, Broker};
+use crate::broker::{client_endpoints, Broker};
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{operations, str_bytes};
 
@@ -38,17 +38,14 @@ pub async fn handle(
 async fn answer(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let identity = &broker.identity;
     let mut response = MetadataResponse::default();
-    response.brokers = broker
-        .image()
-        .brokers()
-        .filter_map(|registered| {
-            let listener = client_listener(registered)?;
+    response.brokers = client_endpoints(&broker.image())
+        .map(|endpoint| {
             let mut node = MetadataResponseBroker::default();
-            node.node_id = BrokerId(registered.node_id);
-            node.host = str_bytes(listener.host.clone());
-            node.port = i32::from(listener.port);
-            node.rack = registered.rack.clone().map(str_bytes);
-            Some(node)
+            node.node_id = BrokerId(endpoint.node_id);
+            node.host = str_bytes(endpoint.host);
+            node.port = i32::from(endpoint.port);
+            node.rack = endpoint.rack.map(str_bytes);
+            node
         })
         .collect();
     response.cluster_id = Some(str_bytes(identity.cluster_id.clone()));
