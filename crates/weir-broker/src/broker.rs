@@ -1,5 +1,6 @@
 //! The broker's shared state: what every request handler reads.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use crate::fetch_session::FetchSessions;
 use crate::offsets_topic::PartitionOffsetsLog;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
+use crate::replica_fetcher::ReplicaFetchers;
 
 /// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
@@ -59,9 +61,13 @@ impl ClientEndpoint {
     }
 }
 
-/// The client endpoints of every registered broker in `image`, by broker id.
+/// The client endpoints of every live (registered, unfenced) broker in `image`, by broker id:
+/// a fenced broker leads nothing, so clients are not told of it, as in Kafka.
 pub fn client_endpoints(image: &MetadataImage) -> impl Iterator<Item = ClientEndpoint> + '_ {
-    image.brokers().filter_map(ClientEndpoint::of)
+    image
+        .brokers()
+        .filter(|b| !b.fenced)
+        .filter_map(ClientEndpoint::of)
 }
 
 /// Resolves once shutdown has been signalled on `shutdown`.
@@ -118,6 +124,10 @@ pub struct Broker {
     pub compressed_validations: Semaphore,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: FetchSessions,
+    /// The fetchers copying the logs of partitions this broker follows.
+    pub(crate) replica_fetchers: ReplicaFetchers,
+    /// The epoch of this broker's current registration (0 until registered).
+    pub(crate) broker_epoch: AtomicU64,
 }
 
 impl Broker {
@@ -130,6 +140,7 @@ impl Broker {
         partitions: PartitionRegistry,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Broker> {
+        let identity_node_id = identity.node_id;
         let images = controller.images();
         let image = images.borrow().clone();
         partitions.sync(&image);
@@ -155,6 +166,8 @@ impl Broker {
             request_memory,
             compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
+            replica_fetchers: ReplicaFetchers::new(identity_node_id),
+            broker_epoch: AtomicU64::new(0),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));
@@ -190,24 +203,18 @@ impl Broker {
                 _ = stopping(&mut shutdown) => return,
             }
             let image = images.borrow_and_update().clone();
-            let offsets_topic = image.topic(OFFSETS_TOPIC).is_some();
             let broker = self.clone();
             let _ = tokio::task::spawn_blocking(move || broker.apply_image(image)).await;
-            // `__consumer_offsets` created elsewhere (another broker's first group request):
-            // load the partitions led here, so their groups are served without waiting for a
-            // FindCoordinator to reach this broker.
-            if offsets_topic && self.coordinator.partitions() == 0 {
-                let broker = self.clone();
-                tokio::spawn(async move {
-                    let _ = broker.ensure_offsets_topic().await;
-                });
-            }
+            // The coordinator follows `__consumer_offsets` leadership (created elsewhere, or
+            // moved by a failover), so groups are served where their partition is led.
+            self.follow_offsets_leadership().await;
         }
     }
 
     /// Brings partitions and the coordinator in line with `image`, then publishes it.
     fn apply_image(&self, image: Arc<MetadataImage>) {
         self.partitions.sync(&image);
+        self.follow_leaders(&image);
         if image.topic(OFFSETS_TOPIC).is_none() && self.coordinator.partitions() > 0 {
             tracing::warn!(target: "weir::groups", "{OFFSETS_TOPIC} was deleted: every group and committed offset is gone; it is created again on the next group request");
             self.coordinator.reset();
@@ -264,7 +271,7 @@ impl Broker {
     /// replicas on it, and each start has a new broker epoch. When the metadata log cannot be
     /// written (a full disk), an earlier registration with the same address stands, so a
     /// broker short of space still starts and serves reads.
-    pub async fn register(&self) -> Result<BrokerRegistration, ControllerError> {
+    pub(crate) async fn register(&self) -> Result<BrokerRegistration, ControllerError> {
         let node_id = self.identity.node_id;
         let listeners = vec![BrokerListener {
             name: CLIENT_LISTENER.to_string(),
@@ -276,6 +283,7 @@ impl Broker {
             .register_broker(node_id, listeners.clone(), None);
         match self.change_metadata(registration).await {
             Ok(registered) => {
+                self.broker_epoch.store(registered.epoch, Ordering::Release);
                 tracing::info!(target: "weir::broker", node_id, broker_epoch = registered.epoch, "registered with the controller");
                 Ok(registered)
             }
@@ -283,6 +291,7 @@ impl Broker {
                 let earlier = self.image().broker(node_id).cloned();
                 match earlier.filter(|b| b.listeners == listeners) {
                     Some(earlier) => {
+                        self.broker_epoch.store(earlier.epoch, Ordering::Release);
                         tracing::warn!(target: "weir::broker", node_id, %error, broker_epoch = earlier.epoch, "could not register again; the earlier registration stands");
                         Ok(earlier)
                     }
@@ -316,7 +325,7 @@ impl Broker {
     /// The group coordinator's background work: loads an existing `__consumer_offsets`, then
     /// expires sessions and completes rebalances until shutdown.
     pub async fn run_group_coordinator(self: Arc<Self>) {
-        self.load_offsets_topic().await;
+        self.follow_offsets_leadership().await;
         let mut shutdown = self.shutdown.clone();
         let stop = async move { stopping(&mut shutdown).await };
         self.coordinator.clone().run_timers(stop).await;

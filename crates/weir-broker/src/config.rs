@@ -116,6 +116,12 @@ pub struct BrokerConfig {
     pub max_connections_per_ip_overrides: Vec<(String, u32)>,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `broker.session.timeout.ms`: the lease a controller grants a broker.
+    pub broker_session_timeout_ms: u64,
+    /// `broker.heartbeat.interval.ms`.
+    pub broker_heartbeat_interval_ms: u64,
+    /// `replica.lag.time.max.ms`: how long a follower may stay behind and in sync.
+    pub replica_lag_time_max_ms: u64,
     /// `max.incremental.fetch.session.cache.slots`.
     pub fetch_session_cache_slots: usize,
     /// `producer.id.expiration.ms`.
@@ -126,6 +132,8 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: i32,
     /// `offsets.topic.segment.bytes`.
     pub offsets_topic_segment_bytes: i64,
+    /// `offsets.topic.replication.factor` (at most the live brokers when it is created).
+    pub offsets_topic_replication_factor: i16,
     /// The group coordinator's limits (`group.*`, `offset.metadata.max.bytes`).
     pub coordinator: CoordinatorSettings,
     /// The log cleaner's settings (`log.cleaner.*`).
@@ -251,11 +259,15 @@ impl BrokerConfig {
             )
             .map_err(ConfigError)?,
             retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,
+            broker_session_timeout_ms: long("broker.session.timeout.ms") as u64,
+            broker_heartbeat_interval_ms: long("broker.heartbeat.interval.ms") as u64,
+            replica_lag_time_max_ms: long("replica.lag.time.max.ms") as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
             producer_id_expiration_ms: long("producer.id.expiration.ms"),
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
             offsets_topic_partitions: long("offsets.topic.num.partitions") as i32,
             offsets_topic_segment_bytes: long("offsets.topic.segment.bytes"),
+            offsets_topic_replication_factor: long("offsets.topic.replication.factor") as i16,
             coordinator: CoordinatorSettings {
                 limits: GroupLimits {
                     session_timeout_min_ms: long("group.min.session.timeout.ms") as i32,
@@ -288,6 +300,12 @@ impl BrokerConfig {
             return Err(ConfigError(format!(
                 "queued.max.request.bytes ({}) must be at least socket.request.max.bytes ({}), or the largest request could never be read",
                 config.queued_max_request_bytes, config.socket_request_max_bytes
+            )));
+        }
+        if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms {
+            return Err(ConfigError(format!(
+                "broker.heartbeat.interval.ms ({}) must be less than broker.session.timeout.ms ({}), or every broker would be fenced between heartbeats",
+                config.broker_heartbeat_interval_ms, config.broker_session_timeout_ms
             )));
         }
         let consumer = config.coordinator.consumer;

@@ -14,10 +14,13 @@ pub mod config;
 pub mod connections;
 pub mod fetch_session;
 mod handlers;
+mod membership;
 mod offsets_topic;
 pub mod partition;
 mod rate_limit;
 pub mod registry;
+mod replica_fetcher;
+mod replication;
 pub mod reply;
 pub mod server;
 

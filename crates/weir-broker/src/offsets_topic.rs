@@ -16,8 +16,12 @@ use weir_metadata::{ControllerError, NewTopic};
 
 use crate::broker::Broker;
 use crate::handlers::decompressed_bytes_max;
+use crate::partition::ReplicationWait;
 use crate::registry::PartitionRegistry;
 
+/// Longest an offset commit waits for the in-sync replicas (Kafka's
+/// `offsets.commit.timeout.ms` default).
+const OFFSET_COMMIT_TIMEOUT_MS: u64 = 5_000;
 /// Bytes read at a time when loading a partition of the offsets topic.
 const LOAD_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -68,17 +72,23 @@ impl OffsetsLog for PartitionOffsetsLog {
             }
             _ => GroupError::CoordinatorNotAvailable,
         })?;
-        let durable: weir_coordinator::Pending = if settings.flush_policy.sync_before_ack(-1) {
-            Box::pin(async move {
-                match hosted.wait_durable(info.last_offset + 1).await {
-                    true => Ok(()),
-                    // The partition went away before the sync: nothing may be acknowledged.
-                    false => Err(GroupError::CoordinatorNotAvailable),
-                }
-            })
-        } else {
-            Box::pin(std::future::ready(Ok(())))
-        };
+        let sync = settings.flush_policy.sync_before_ack(-1);
+        let end = info.last_offset + 1;
+        let durable: weir_coordinator::Pending = Box::pin(async move {
+            // The partition went away before the sync: nothing may be acknowledged.
+            if sync && !hosted.wait_durable(end).await {
+                return Err(GroupError::CoordinatorNotAvailable);
+            }
+            // Acknowledged only once every in-sync replica has it, so a commit survives the
+            // coordinator's failover.
+            let deadline = tokio::time::Instant::now()
+                + std::time::Duration::from_millis(OFFSET_COMMIT_TIMEOUT_MS);
+            match hosted.wait_replicated(end, deadline).await {
+                ReplicationWait::Replicated => Ok(()),
+                ReplicationWait::NotLeader => Err(GroupError::NotCoordinator),
+                ReplicationWait::TimedOut => Err(GroupError::CoordinatorNotAvailable),
+            }
+        });
         Ok(Appended {
             base_offset: info.base_offset,
             durable,
@@ -138,6 +148,14 @@ impl OffsetsLog for PartitionOffsetsLog {
 const OPEN_CHECK_MS: u64 = 1_000;
 
 impl Broker {
+    /// `offsets.topic.replication.factor`, at most the live brokers (a single node gets 1).
+    fn offsets_replication_factor(&self) -> i16 {
+        let live = self.image().brokers().filter(|b| !b.fenced).count().max(1);
+        self.config
+            .offsets_topic_replication_factor
+            .min(i16::try_from(live).unwrap_or(i16::MAX))
+    }
+
     /// Makes sure the group coordinator can serve: creates `__consumer_offsets` on the first
     /// group request (as Kafka does), then loads its partitions. Concurrent callers wait for
     /// the one doing it.
@@ -160,7 +178,7 @@ impl Broker {
             let topic = NewTopic {
                 name: OFFSETS_TOPIC.to_string(),
                 partitions: self.config.offsets_topic_partitions,
-                replication_factor: 1,
+                replication_factor: self.offsets_replication_factor(),
                 configs,
                 assignments: Vec::new(),
             };
@@ -261,5 +279,38 @@ impl Broker {
             tokio::spawn(self.clone().load_when_open(waiting));
         }
         tracing::info!(target: "weir::groups", partitions = topic.partition_count(), groups, offsets, elapsed_ms = started.elapsed().as_millis() as u64, "group coordinator loaded {OFFSETS_TOPIC}");
+    }
+
+    /// Keeps the coordinator in step with the leadership of `__consumer_offsets`: a partition
+    /// this broker now leads is loaded from its (replicated) log and its groups served here;
+    /// one another broker leads is unloaded, its groups told NOT_COORDINATOR.
+    pub(crate) async fn follow_offsets_leadership(self: &Arc<Self>) {
+        if self.image().topic(OFFSETS_TOPIC).is_none() {
+            return;
+        }
+        if self.coordinator.partitions() == 0 && self.ensure_offsets_topic().await.is_err() {
+            return;
+        }
+        // One load or unload at a time, never beside the topic's creation and first load.
+        let _serial = self.offsets_topic_creation.lock().await;
+        let image = self.image();
+        let Some(topic) = image.topic(OFFSETS_TOPIC) else {
+            return;
+        };
+        for (index, state) in (0i32..).zip(&topic.partitions) {
+            let led = state.leader == self.identity.node_id
+                && self
+                    .partitions
+                    .get(OFFSETS_TOPIC, index)
+                    .is_some_and(|p| p.is_leader());
+            match (led, self.coordinator.is_loaded(index)) {
+                (true, false) => {
+                    let (groups, offsets) = self.load_offsets_partition(index).await;
+                    tracing::info!(target: "weir::groups", partition = index, groups, offsets, leader_epoch = state.leader_epoch, "now coordinating the groups of this {OFFSETS_TOPIC} partition");
+                }
+                (false, _) => self.coordinator.unload(index),
+                (true, true) => {}
+            }
+        }
     }
 }

@@ -7,21 +7,25 @@
 //! is never served.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use uuid::Uuid;
 use weir_log::{AppendInfo, Log, LogError, ValidBatch};
-use weir_metadata::PartitionImage;
+use weir_metadata::{PartitionImage, NO_LEADER};
 
 use crate::config::TopicSettings;
 use crate::rate_limit::LineLimit;
+use crate::replication::{IsrRequest, NotAReplica, Replication};
 
 /// Exit code when the disk fails under the log: the process stops rather than run on with a log
 /// that may have lost acknowledged data.
 pub const EXIT_CODE_STORAGE_FAILURE: i32 = 3;
 
+/// How often an `acks=all` wait checks that this broker still leads.
+const LEADERSHIP_RECHECK_MS: u64 = 100;
 /// Wait before trying a postponed fsync again (out of file descriptors).
 const FLUSH_RETRY_MS: u64 = 100;
 /// Log lines about refused writes and failed checkpoints, at most a few a second broker-wide.
@@ -54,6 +58,24 @@ pub struct Partition {
     checkpoint_lock: Mutex<()>,
     /// This broker leads the partition (per the metadata image last applied).
     leader: AtomicBool,
+    /// This broker's node id, once the partition follows an image.
+    node_id: AtomicI32,
+    /// The partition's replicas and ISR, and what its leader knows of the followers. Taken
+    /// before the log's lock when both are needed.
+    replication: Mutex<Replication>,
+    /// The log end offset; replica fetches waiting for data watch it.
+    log_end: watch::Sender<i64>,
+}
+
+/// Why an `acks=all` write was not answered as replicated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationWait {
+    /// Every in-sync replica has it (the high watermark passed it).
+    Replicated,
+    /// This broker stopped leading the partition first.
+    NotLeader,
+    /// The wait ran out first.
+    TimedOut,
 }
 
 impl Partition {
@@ -68,6 +90,7 @@ impl Partition {
     ) -> Partition {
         let synced = log.recovery_point();
         let high_watermark = log.high_watermark();
+        let log_end = log.log_end_offset();
         Partition {
             topic,
             topic_id,
@@ -82,7 +105,182 @@ impl Partition {
             writes_refused: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
             leader: AtomicBool::new(false),
+            node_id: AtomicI32::new(NO_LEADER),
+            replication: Mutex::new(Replication::new(PartitionImage::new(Vec::new(), |_| false))),
+            log_end: watch::Sender::new(log_end),
         }
+    }
+
+    fn replication(&self) -> MutexGuard<'_, Replication> {
+        self.replication.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The partition as the last applied image has it (replicas, ISR, leader, epochs).
+    pub fn state(&self) -> PartitionImage {
+        self.replication().image.clone()
+    }
+
+    /// Number of in-sync replicas, for `min.insync.replicas`.
+    pub fn isr_count(&self) -> usize {
+        self.replication().image.isr.len()
+    }
+
+    /// A receiver that changes whenever the log end moves (replica fetches wait on it).
+    pub fn watch_log_end(&self) -> watch::Receiver<i64> {
+        self.log_end.subscribe()
+    }
+
+    fn publish_log_end(&self, log_end: i64) {
+        self.log_end.send_if_modified(|end| {
+            let moved = *end != log_end;
+            *end = log_end;
+            moved
+        });
+    }
+
+    fn publish_high_watermark(&self, high_watermark: i64) {
+        self.high_watermark.send_if_modified(|hw| {
+            let moved = *hw != high_watermark;
+            *hw = high_watermark;
+            moved
+        });
+    }
+
+    /// Moves the high watermark to what the ISR allows, if that is further (leader only).
+    fn advance_high_watermark(&self, replication: &Replication) {
+        let node_id = self.node_id.load(Ordering::Acquire);
+        if replication.image.leader != node_id {
+            return;
+        }
+        let mut log = self.log_mut();
+        let Some(allowed) = replication.high_watermark(node_id, log.log_end_offset()) else {
+            return;
+        };
+        if allowed > log.high_watermark() {
+            log.set_high_watermark(allowed);
+            let high_watermark = log.high_watermark();
+            drop(log);
+            self.publish_high_watermark(high_watermark);
+        }
+    }
+
+    /// A follower fetched from `fetch_offset`: its progress is recorded, the high watermark
+    /// moves if the ISR allows, and, when it has caught up while out of the ISR, the ISR
+    /// change to ask the controller for is returned.
+    pub fn replica_fetched(
+        &self,
+        replica: i32,
+        fetch_offset: i64,
+    ) -> Result<Option<IsrRequest>, NotAReplica> {
+        let mut replication = self.replication();
+        let (log_end, epoch_start) = {
+            let log = self.log();
+            let epoch = log.leader_epoch();
+            let start = log
+                .end_offset_for_epoch(epoch - 1)
+                .map_or(0, |(_, end)| end);
+            (log.log_end_offset(), start)
+        };
+        if !replication.record_fetch(replica, fetch_offset, log_end, Instant::now()) {
+            return Err(NotAReplica);
+        }
+        self.advance_high_watermark(&replication);
+        let high_watermark = self.log().high_watermark();
+        let expansion = replication.expansion(replica, high_watermark, epoch_start);
+        if expansion.is_some() {
+            // The replica being added counts from now on; it is caught up, so this holds.
+            self.advance_high_watermark(&replication);
+        }
+        Ok(expansion)
+    }
+
+    /// The ISR change to ask for when some follower has been behind for `lag_max`.
+    pub fn lagging_followers(&self, lag_max: Duration) -> Option<IsrRequest> {
+        let node_id = self.node_id.load(Ordering::Acquire);
+        self.replication().shrink(node_id, lag_max, Instant::now())
+    }
+
+    /// The controller refused or did not answer `request`: another may be asked.
+    pub fn isr_request_settled(&self, request: &IsrRequest) {
+        let mut replication = self.replication();
+        replication.settle(request);
+        self.advance_high_watermark(&replication);
+    }
+
+    /// Waits until the high watermark passes `end_offset` (every in-sync replica has the
+    /// write), this broker stops leading, or `deadline`.
+    pub async fn wait_replicated(
+        &self,
+        end_offset: i64,
+        deadline: tokio::time::Instant,
+    ) -> ReplicationWait {
+        let mut high_watermark = self.high_watermark.subscribe();
+        loop {
+            if *high_watermark.borrow_and_update() >= end_offset {
+                return ReplicationWait::Replicated;
+            }
+            if !self.is_leader() {
+                return ReplicationWait::NotLeader;
+            }
+            tokio::select! {
+                changed = high_watermark.changed() => {
+                    if changed.is_err() {
+                        return ReplicationWait::NotLeader;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return ReplicationWait::TimedOut,
+                // Leadership can go without the watermark moving.
+                _ = tokio::time::sleep(Duration::from_millis(LEADERSHIP_RECHECK_MS)) => {}
+            }
+        }
+    }
+
+    /// Appends batches fetched from the leader, as the leader stored them, and takes the
+    /// leader's high watermark (as far as this log reaches). Blocking. A write failure other
+    /// than a lack of space stops the process, as for a leader's append.
+    pub fn append_replicated(
+        &self,
+        records: &[u8],
+        leader_high_watermark: i64,
+    ) -> Result<usize, LogError> {
+        let mut log = self.log_mut();
+        let appended = match log.append_replicated_batches(records) {
+            Err(LogError::Io(error)) => {
+                drop(log);
+                self.failed(&error);
+                return Err(LogError::Deleted);
+            }
+            other => other,
+        };
+        let reach = leader_high_watermark.min(log.log_end_offset());
+        log.set_high_watermark(reach);
+        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
+        drop(log);
+        self.publish_log_end(log_end);
+        self.publish_high_watermark(high_watermark);
+        appended
+    }
+
+    /// Removes every record from `offset` on (a follower diverging from its new leader).
+    /// Blocking; a failure other than a lack of space stops the process.
+    pub fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
+        let mut log = self.log_mut();
+        let before = log.log_end_offset();
+        match log.truncate_to(offset) {
+            Ok(()) => {}
+            Err(error @ LogError::OutOfResources(_)) => return Err(error),
+            Err(error) => {
+                drop(log);
+                self.failed(&error);
+                return Err(LogError::Deleted);
+            }
+        }
+        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
+        drop(log);
+        tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "truncated a divergent log to follow the new leader");
+        self.publish_log_end(log_end);
+        self.publish_high_watermark(high_watermark);
+        Ok(())
     }
 
     /// Whether this broker leads the partition: only the leader takes writes and serves
@@ -97,6 +295,10 @@ impl Partition {
     /// Blocking (the epoch checkpoint is written once per leader change); without space for
     /// it the partition is not led until a later call succeeds.
     pub fn follow(&self, image: &PartitionImage, node_id: i32) {
+        self.node_id.store(node_id, Ordering::Release);
+        let mut replication = self.replication();
+        replication.update(image, node_id, Instant::now());
+        self.log_mut().set_replicated(image.replicas.len() > 1);
         let mut leads = image.leader == node_id;
         if leads {
             let mut log = self.log_mut();
@@ -118,6 +320,8 @@ impl Partition {
         if self.leader.swap(leads, Ordering::AcqRel) != leads {
             tracing::info!(target: "weir::broker", topic = %self.topic, partition = self.index, leader = image.leader, leader_epoch = image.leader_epoch, role = if leads { "leader" } else { "follower" }, "partition role");
         }
+        // A smaller ISR (or leading alone) may let the high watermark move at once.
+        self.advance_high_watermark(&replication);
     }
 
     /// Shared access to the log. Hold it briefly, never across an await or a disk read.
@@ -154,10 +358,15 @@ impl Partition {
     pub fn append(self: &Arc<Self>, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
         let appended = {
             let mut log = self.log_mut();
-            log.append(batch)
-                .map(|info| (info, log.high_watermark(), log.has_unsynced_rolled()))
+            log.append(batch).map(|info| {
+                (
+                    info,
+                    (log.log_end_offset(), log.high_watermark()),
+                    log.has_unsynced_rolled(),
+                )
+            })
         };
-        let (info, high_watermark, rolled) = match appended {
+        let (info, (log_end, high_watermark), rolled) = match appended {
             Ok(appended) => appended,
             Err(LogError::Io(error)) => {
                 self.failed(&error);
@@ -183,11 +392,12 @@ impl Partition {
                     .store(false, Ordering::Release);
             });
         }
-        self.high_watermark.send_if_modified(|hw| {
-            let moved = high_watermark > *hw;
-            *hw = (*hw).max(high_watermark);
-            moved
-        });
+        self.publish_log_end(log_end);
+        self.publish_high_watermark(high_watermark);
+        if !info.duplicate {
+            // An ISR of the leader alone lets the high watermark move at once.
+            self.advance_high_watermark(&self.replication());
+        }
         Ok(info)
     }
 

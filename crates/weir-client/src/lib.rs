@@ -21,6 +21,7 @@ mod records;
 
 pub use admin::{Admin, ClusterStatus, ConfigEntry, QuorumInfo, QuorumVoter, TopicDescription};
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, PartitionInfo, TopicInfo};
+pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec};
 pub use error::{ClientError, Result};
 pub use group_consumer::{GroupConsumer, GroupConsumerConfig, RebalanceEvent, RebalanceListener};

@@ -65,7 +65,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         .expect("limits");
     let control = Arc::new(LocalControl::new(controller));
     let broker = Broker::new(config, identity, control, registry, stopped);
-    broker.register().await.expect("registered");
+    broker.join_cluster().await.expect("registered");
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     tokio::spawn(broker.run_group_coordinator());
     TestServer {

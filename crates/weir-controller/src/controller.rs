@@ -2,7 +2,7 @@
 //! metadata quorum, whose applied images it publishes.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +12,14 @@ use uuid::Uuid;
 use weir_metadata::broker_config::check_runtime_broker_config;
 use weir_metadata::topic_config::validate_topic_config;
 use weir_metadata::{
-    validate_topic_name, BrokerListener, BrokerRegistration, Committed, ConfigChange,
-    ControllerError, MetadataCommand, MetadataControl, MetadataImage, NewTopic, Pending,
-    QuorumStatus, TopicImage,
+    validate_topic_name, AlterPartition, BrokerListener, BrokerRegistration, Committed,
+    ConfigChange, ControllerError, MetadataCommand, MetadataControl, MetadataImage, NewTopic,
+    PartitionImage, Pending, QuorumStatus, TopicImage,
 };
 use weir_storage::Storage;
 
 use crate::forward::{ControlRequest, ControlValue};
+use crate::liveness::{Leases, DEFAULT_SESSION_TIMEOUT_MS};
 use crate::placement::place;
 use crate::quorum::{ControlFuture, ControlHandler, MetadataQuorum};
 use crate::record_file::{RecordFile, RecordFileError};
@@ -38,12 +39,16 @@ const LEADERSHIP_RETRY_MS: u64 = 200;
 /// The controller: every change is validated against an image that holds every change before
 /// it, then committed through the quorum.
 pub struct Controller {
-    quorum: Arc<dyn MetadataQuorum>,
+    pub(crate) quorum: Arc<dyn MetadataQuorum>,
     /// Held from a change's validation until it is applied, so changes are decided one at a
     /// time, each against the image its predecessors made.
-    deciding: tokio::sync::Mutex<()>,
+    pub(crate) deciding: tokio::sync::Mutex<()>,
     /// Most partitions the cluster may hold in total (set from the open-file limit).
     partitions_max: AtomicUsize,
+    /// The brokers' leases, while this controller leads.
+    pub(crate) leases: std::sync::Mutex<Leases>,
+    /// `broker.session.timeout.ms`.
+    pub(crate) session_timeout_ms: AtomicU64,
 }
 
 /// Gives a command written before replicas were recorded its replicas: every partition on
@@ -112,6 +117,8 @@ impl Controller {
             quorum,
             deciding: tokio::sync::Mutex::new(()),
             partitions_max: AtomicUsize::new(usize::MAX),
+            leases: std::sync::Mutex::new(Leases::default()),
+            session_timeout_ms: AtomicU64::new(DEFAULT_SESSION_TIMEOUT_MS),
         }
     }
 
@@ -180,7 +187,7 @@ impl Controller {
     }
 
     /// Commits `command` and waits until it is applied.
-    async fn commit(&self, command: MetadataCommand) -> Result<(), ControllerError> {
+    pub(crate) async fn commit(&self, command: MetadataCommand) -> Result<(), ControllerError> {
         self.quorum.propose(command).await.map(|_| ())
     }
 
@@ -288,7 +295,12 @@ impl Controller {
         count: i32,
         replication_factor: i16,
     ) -> Result<Vec<Vec<i32>>, ControllerError> {
-        let brokers: Vec<i32> = image.brokers().map(|b| b.node_id).collect();
+        // A fenced broker gets no new replicas: it may never come back.
+        let brokers: Vec<i32> = image
+            .brokers()
+            .filter(|b| !b.fenced)
+            .map(|b| b.node_id)
+            .collect();
         place(&brokers, count, replication_factor, image.partition_total())
     }
 
@@ -321,6 +333,14 @@ impl Controller {
             )));
         }
         let _turn = self.deciding.lock().await;
+        // A new start of a live broker: its old incarnation is fenced first, so leadership
+        // moves and the new one rejoins each ISR only once it has caught up.
+        let image = self.image();
+        if image.broker(node_id).is_some_and(|b| !b.fenced) {
+            let changes = crate::liveness::fence(&image, node_id);
+            self.commit(MetadataCommand::FenceBroker { node_id, changes })
+                .await?;
+        }
         let command = MetadataCommand::RegisterBroker {
             node_id,
             incarnation_id: Uuid::new_v4(),
@@ -533,6 +553,24 @@ impl Controller {
                 .await
                 .map(|(first, count)| ControlValue::ProducerIds(first, count)),
             ControlRequest::QuorumStatus => self.quorum.status().map(ControlValue::Quorum),
+            ControlRequest::Heartbeat {
+                node_id,
+                broker_epoch,
+            } => self
+                .heartbeat(node_id, broker_epoch)
+                .await
+                .map(|fenced| ControlValue::Heartbeat { fenced }),
+            ControlRequest::AlterPartition(change) => self
+                .alter_partition(change)
+                .await
+                .map(ControlValue::Partition),
+            ControlRequest::ControlledShutdown {
+                node_id,
+                broker_epoch,
+            } => self
+                .controlled_shutdown(node_id, broker_epoch)
+                .await
+                .map(|()| ControlValue::Done),
         }
     }
 
@@ -703,6 +741,35 @@ impl MetadataControl for LocalControl {
         })
     }
 
+    fn heartbeat(&self, node_id: i32, broker_epoch: u64) -> Pending<bool> {
+        let request = ControlRequest::Heartbeat {
+            node_id,
+            broker_epoch,
+        };
+        self.run(request, |value| match value {
+            ControlValue::Heartbeat { fenced } => Some(fenced),
+            _ => None,
+        })
+    }
+
+    fn alter_partition(&self, change: AlterPartition) -> Pending<PartitionImage> {
+        self.run(
+            ControlRequest::AlterPartition(change),
+            |value| match value {
+                ControlValue::Partition(partition) => Some(partition),
+                _ => None,
+            },
+        )
+    }
+
+    fn controlled_shutdown(&self, node_id: i32, broker_epoch: u64) -> Pending<()> {
+        let request = ControlRequest::ControlledShutdown {
+            node_id,
+            broker_epoch,
+        };
+        self.run(request, done)
+    }
+
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
         self.0.quorum.images()
     }
@@ -765,12 +832,26 @@ pub(crate) mod tests {
         }
     }
 
-    /// Node 1's controller over `dir`, with broker 1 registered (as at every start).
+    impl Node {
+        /// Registers broker `node_id` and heartbeats once, as a broker joins at its start
+        /// (a restarted broker is fenced until it heartbeats).
+        pub async fn join(&self, node_id: i32, listener: BrokerListener, rack: Option<String>) {
+            let registered = self
+                .register_broker(node_id, vec![listener], rack)
+                .await
+                .expect("register");
+            let fenced = self
+                .heartbeat(node_id, registered.epoch)
+                .await
+                .expect("heartbeat");
+            assert!(!fenced || self.image().broker(node_id).is_some_and(|b| !b.fenced));
+        }
+    }
+
+    /// Node 1's controller over `dir`, with broker 1 joined (as at every start).
     pub async fn open(dir: &std::path::Path) -> Node {
         let node = open_node(dir, 1).await;
-        node.register_broker(1, vec![listener(9092)], None)
-            .await
-            .expect("register");
+        node.join(1, listener(9092), None).await;
         node
     }
 
@@ -842,13 +923,8 @@ pub(crate) mod tests {
         );
         for node_id in [2, 3] {
             controller
-                .register_broker(
-                    node_id,
-                    vec![listener(9092 + node_id as u16)],
-                    Some("r1".into()),
-                )
-                .await
-                .expect("register");
+                .join(node_id, listener(9092 + node_id as u16), Some("r1".into()))
+                .await;
         }
         let first_epoch = controller.image().broker(1).expect("broker 1").epoch;
         let created = controller.create_topic(three, false).await.expect("create");
@@ -856,9 +932,8 @@ pub(crate) mod tests {
         for partition in &created.partitions {
             assert_eq!(partition.replicas.len(), 3);
             assert_eq!(
-                partition.isr,
-                vec![partition.leader],
-                "only the leader has the data"
+                partition.isr, partition.replicas,
+                "new replicas are all in sync"
             );
             assert_eq!(partition.leader, partition.replicas[0]);
             assert_eq!((partition.leader_epoch, partition.partition_epoch), (0, 0));
@@ -873,7 +948,16 @@ pub(crate) mod tests {
         let controller = open(dir.path()).await;
         let image = controller.image();
         let topic = image.topic("orders").expect("topic");
-        assert_eq!(topic.partitions[..6], created.partitions[..]);
+        // The restart of broker 1 fenced its old incarnation: it left every ISR, and what it
+        // led moved to the next in-sync replica at a new leader epoch.
+        for (before, after) in created.partitions.iter().zip(&topic.partitions[..6]) {
+            assert_eq!(after.replicas, before.replicas);
+            assert!(!after.isr.contains(&1), "{after:?}");
+            match before.leader {
+                1 => assert_eq!((after.leader, after.leader_epoch), (before.replicas[1], 1)),
+                leader => assert_eq!((after.leader, after.leader_epoch), (leader, 0)),
+            }
+        }
         assert!(topic.partitions[6..].iter().all(|p| p.replicas.len() == 3));
         assert_eq!(image.broker(2).and_then(|b| b.rack.as_deref()), Some("r1"));
         assert!(

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 use weir_metadata::{
-    BrokerListener, BrokerRegistration, ConfigChange, ControllerError, NewTopic, QuorumStatus,
-    TopicImage,
+    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError, NewTopic,
+    PartitionImage, QuorumStatus, TopicImage,
 };
 
 /// A change request, as any controller can decide it.
@@ -64,6 +64,22 @@ pub enum ControlRequest {
     },
     /// [`crate::Controller::allocate_producer_ids`].
     AllocateProducerIds,
+    /// [`crate::Controller::heartbeat`].
+    Heartbeat {
+        /// The broker.
+        node_id: i32,
+        /// Its registration's epoch.
+        broker_epoch: u64,
+    },
+    /// [`crate::Controller::alter_partition`].
+    AlterPartition(AlterPartition),
+    /// [`crate::Controller::controlled_shutdown`].
+    ControlledShutdown {
+        /// The broker.
+        node_id: i32,
+        /// Its registration's epoch.
+        broker_epoch: u64,
+    },
     /// The quorum as its leader sees it.
     QuorumStatus,
 }
@@ -79,6 +95,13 @@ pub enum ControlValue {
     ProducerIds(i64, i64),
     /// The quorum's state.
     Quorum(QuorumStatus),
+    /// A heartbeat's answer: whether the broker is fenced.
+    Heartbeat {
+        /// Fenced: it leads nothing and is in no ISR.
+        fenced: bool,
+    },
+    /// A partition after a change.
+    Partition(PartitionImage),
     /// Nothing beyond success.
     Done,
 }
@@ -104,6 +127,14 @@ pub enum WireError {
     InvalidRequest(String),
     /// [`ControllerError::NotController`].
     NotController(String),
+    /// [`ControllerError::StaleBrokerEpoch`].
+    StaleBrokerEpoch(String),
+    /// [`ControllerError::FencedLeaderEpoch`].
+    FencedLeaderEpoch(String),
+    /// [`ControllerError::InvalidUpdateVersion`].
+    InvalidUpdateVersion(String),
+    /// [`ControllerError::IneligibleReplica`].
+    IneligibleReplica(String),
     /// The leader could not write or apply the change (its storage, or it stopped): here,
     /// the change did not happen.
     NotWritten(String),
@@ -121,6 +152,10 @@ impl From<ControllerError> for WireError {
             ControllerError::InvalidConfig(m) => WireError::InvalidConfig(m),
             ControllerError::InvalidRequest(m) => WireError::InvalidRequest(m),
             ControllerError::NotController(m) => WireError::NotController(m),
+            ControllerError::StaleBrokerEpoch(m) => WireError::StaleBrokerEpoch(m),
+            ControllerError::FencedLeaderEpoch(m) => WireError::FencedLeaderEpoch(m),
+            ControllerError::InvalidUpdateVersion(m) => WireError::InvalidUpdateVersion(m),
+            ControllerError::IneligibleReplica(m) => WireError::IneligibleReplica(m),
             other @ (ControllerError::NotAppliedInTime(_)
             | ControllerError::Storage(_)
             | ControllerError::Fatal(_)) => WireError::NotWritten(other.to_string()),
@@ -140,6 +175,10 @@ impl From<WireError> for ControllerError {
             WireError::InvalidConfig(m) => ControllerError::InvalidConfig(m),
             WireError::InvalidRequest(m) => ControllerError::InvalidRequest(m),
             WireError::NotController(m) => ControllerError::NotController(m),
+            WireError::StaleBrokerEpoch(m) => ControllerError::StaleBrokerEpoch(m),
+            WireError::FencedLeaderEpoch(m) => ControllerError::FencedLeaderEpoch(m),
+            WireError::InvalidUpdateVersion(m) => ControllerError::InvalidUpdateVersion(m),
+            WireError::IneligibleReplica(m) => ControllerError::IneligibleReplica(m),
             // The remote failure is not this node's: the change is refused here, not fatal.
             WireError::NotWritten(m) => ControllerError::Storage(std::io::Error::other(m)),
         }

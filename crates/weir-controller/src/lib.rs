@@ -9,6 +9,7 @@
 
 mod controller;
 mod forward;
+mod liveness;
 mod placement;
 pub mod query;
 mod quorum;

@@ -114,9 +114,7 @@ mod tests {
                 host: format!("broker-{node_id}"),
                 port: 9092,
             };
-            node.register_broker(node_id, vec![listener], None)
-                .await
-                .expect("register");
+            node.join(node_id, listener, None).await;
         }
         node
     }
@@ -175,15 +173,27 @@ mod tests {
         assert_eq!(rows.len(), 5, "{rows:?}");
         for row in &rows {
             assert!(row[1].starts_with("broker-"), "{row:?}");
-            // Two replicas, only the leader in sync (followers do not replicate yet).
-            assert_eq!((row[2].as_str(), row[3].as_str()), ("2", "1"), "{row:?}");
+            // Two replicas, both in sync.
+            assert_eq!((row[2].as_str(), row[3].as_str()), ("2", "2"), "{row:?}");
         }
+        // Broker 3 shuts down: it leaves every ISR, and its partitions are under-replicated.
+        let epoch = c.image().broker(3).expect("broker 3").epoch;
+        c.controlled_shutdown(3, epoch).await.expect("shutdown");
+        let on_three = c
+            .image()
+            .topic("orders")
+            .expect("orders")
+            .partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&3))
+            .count();
+        assert!(on_three > 0);
         let under_replicated = "SELECT t.name, p.partition_index FROM partitions p
                                 JOIN topics t USING (topic_id)
                                 WHERE EXISTS (SELECT 1 FROM replicas r WHERE r.topic_id = p.topic_id
                                     AND r.partition_index = p.partition_index AND NOT r.in_sync)";
         let rows = query(dir.path(), under_replicated).expect("query").rows;
-        assert_eq!(rows.len(), 5, "every partition of orders: {rows:?}");
+        assert_eq!(rows.len(), on_three, "the partitions on broker 3: {rows:?}");
         let cluster = "SELECT name, value, node_id FROM broker_configs";
         let row: Vec<String> = vec!["log.retention.ms".into(), "7000".into(), "NULL".into()];
         assert_eq!(query(dir.path(), cluster).expect("query").rows, vec![row]);

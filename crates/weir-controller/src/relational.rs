@@ -10,11 +10,12 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, Transaction};
 use weir_metadata::{
-    BrokerRegistration, ConfigChange, MetadataCommand, MetadataImage, TopicImage, Uuid, NO_LEADER,
+    BrokerRegistration, ConfigChange, MetadataCommand, MetadataImage, PartitionChange, TopicImage,
+    Uuid, NO_LEADER,
 };
 
 /// The layout the tables are in; another value makes the store rebuild them.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// The tables, their keys and foreign keys.
 const SCHEMA: &str = "
@@ -28,7 +29,8 @@ CREATE TABLE brokers (
     node_id INTEGER PRIMARY KEY,
     incarnation_id TEXT NOT NULL,
     epoch INTEGER NOT NULL,
-    rack TEXT
+    rack TEXT,
+    fenced INTEGER NOT NULL
 );
 CREATE TABLE broker_listeners (
     node_id INTEGER NOT NULL REFERENCES brokers (node_id) ON DELETE CASCADE,
@@ -196,6 +198,16 @@ impl RelationalStore {
                     insert_broker(&tx, broker)?;
                 }
             }
+            MetadataCommand::FenceBroker { node_id, changes }
+            | MetadataCommand::UnfenceBroker { node_id, changes } => {
+                if let Some(broker) = image.broker(*node_id) {
+                    insert_broker(&tx, broker)?;
+                }
+                change_partitions(&tx, changes, image)?;
+            }
+            MetadataCommand::ChangePartitions { changes } => {
+                change_partitions(&tx, changes, image)?;
+            }
             MetadataCommand::AllocateProducerIds { .. } => {}
         }
         set_position(&tx, image)?;
@@ -292,16 +304,30 @@ fn insert_partitions(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Resu
     Ok(())
 }
 
+/// Rewrites the partitions of every topic `changes` touch.
+fn change_partitions(
+    tx: &Transaction<'_>,
+    changes: &[PartitionChange],
+    image: &MetadataImage,
+) -> rusqlite::Result<()> {
+    let topics: std::collections::BTreeSet<Uuid> = changes.iter().map(|c| c.topic_id).collect();
+    for topic in topics.iter().filter_map(|id| image.topic_by_id(*id)) {
+        insert_partitions(tx, topic)?;
+    }
+    Ok(())
+}
+
 /// Writes a broker's registration, replacing an earlier one (and its listeners).
 fn insert_broker(tx: &Transaction<'_>, broker: &BrokerRegistration) -> rusqlite::Result<()> {
     tx.execute("DELETE FROM brokers WHERE node_id = ?1", [broker.node_id])?;
     tx.execute(
-        "INSERT INTO brokers (node_id, incarnation_id, epoch, rack) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO brokers (node_id, incarnation_id, epoch, rack, fenced) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![
             broker.node_id,
             broker.incarnation_id.to_string(),
             broker.epoch as i64,
-            broker.rack
+            broker.rack,
+            broker.fenced
         ],
     )?;
     for listener in &broker.listeners {

@@ -144,6 +144,8 @@ struct Groups {
     partitions: i32,
     /// Which partitions are loaded and served.
     loaded: Vec<bool>,
+    /// Partitions another broker leads: their groups are told NOT_COORDINATOR.
+    elsewhere: Vec<bool>,
     groups: HashMap<String, Group>,
 }
 
@@ -166,6 +168,7 @@ impl GroupCoordinator {
             groups: Mutex::new(Groups {
                 partitions: 0,
                 loaded: Vec::new(),
+                elsewhere: Vec::new(),
                 groups: HashMap::new(),
             }),
             timer: Notify::new(),
@@ -184,6 +187,7 @@ impl GroupCoordinator {
         if groups.partitions == 0 {
             groups.partitions = partitions;
             groups.loaded = vec![false; usize::try_from(partitions).unwrap_or(0)];
+            groups.elsewhere = vec![false; groups.loaded.len()];
         }
     }
 
@@ -315,11 +319,12 @@ impl GroupCoordinator {
             );
             loaded_offsets += 1;
         }
-        if let Some(flag) = usize::try_from(partition)
+        if let Some(index) = usize::try_from(partition)
             .ok()
-            .and_then(|p| groups.loaded.get_mut(p))
+            .filter(|p| *p < groups.loaded.len())
         {
-            *flag = true;
+            groups.loaded[index] = true;
+            groups.elsewhere[index] = false;
         }
         drop(groups);
         self.timer.notify_one();
@@ -333,10 +338,51 @@ impl GroupCoordinator {
             return Err(GroupError::CoordinatorNotAvailable);
         }
         let partition = partition_for(group_id, groups.partitions);
+        if groups.elsewhere[partition as usize] {
+            return Err(GroupError::NotCoordinator);
+        }
         if !groups.loaded[partition as usize] {
             return Err(GroupError::CoordinatorLoadInProgress);
         }
         Ok(partition)
+    }
+
+    /// Another broker leads `partition` of the offsets topic now (or this one stopped
+    /// leading it): its groups leave memory here and their requests get NOT_COORDINATOR,
+    /// so clients find the new coordinator, which loads them from the replicated log.
+    pub fn unload(&self, partition: i32) {
+        let mut groups = self.lock();
+        let Some(index) = usize::try_from(partition)
+            .ok()
+            .filter(|p| *p < groups.loaded.len())
+        else {
+            return;
+        };
+        if groups.elsewhere[index] {
+            return;
+        }
+        let was_loaded = std::mem::replace(&mut groups.loaded[index], false);
+        groups.elsewhere[index] = true;
+        let count = groups.partitions;
+        let before = groups.groups.len();
+        groups
+            .groups
+            .retain(|id, _| partition_for(id, count) != partition);
+        let dropped = before - groups.groups.len();
+        drop(groups);
+        if !was_loaded {
+            return;
+        }
+        tracing::info!(target: "weir::groups", partition, groups = dropped, "no longer coordinating the groups of this __consumer_offsets partition");
+    }
+
+    /// Whether `partition` of the offsets topic is loaded and served here.
+    pub fn is_loaded(&self, partition: i32) -> bool {
+        let groups = self.lock();
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| groups.loaded.get(p).copied())
+            .unwrap_or(false)
     }
 
     /// Membership requests need a group id; offset commits and fetches, descriptions and
@@ -368,6 +414,7 @@ impl GroupCoordinator {
         let mut groups = self.lock();
         groups.partitions = 0;
         groups.loaded.clear();
+        groups.elsewhere.clear();
         groups.groups.clear();
     }
 
@@ -1340,6 +1387,16 @@ mod tests {
             Err(GroupError::CoordinatorLoadInProgress)
         );
         coordinator.load(0).expect("load");
+        assert_eq!(coordinator.check_served("g"), Ok(()));
+        // Leadership of the partition moved away: the group is served elsewhere, until this
+        // broker leads (and loads) it again.
+        coordinator.unload(0);
+        assert!(!coordinator.is_loaded(0));
+        assert_eq!(
+            coordinator.check_served("g"),
+            Err(GroupError::NotCoordinator)
+        );
+        coordinator.load(0).expect("load again");
         assert_eq!(coordinator.check_served("g"), Ok(()));
         assert_eq!(
             coordinator.check_served(""),

@@ -41,6 +41,10 @@ pub enum GroupError {
     /// The partition holding the group is still being loaded.
     #[error("the coordinator is loading the group's partition")]
     CoordinatorLoadInProgress,
+    /// Another broker leads the group's partition of the offsets topic: the client finds
+    /// the coordinator again.
+    #[error("this broker is not the group's coordinator")]
+    NotCoordinator,
     /// The offsets topic is not there yet, or a write to it failed: try again.
     #[error("the group coordinator is not available")]
     CoordinatorNotAvailable,

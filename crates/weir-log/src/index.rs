@@ -205,6 +205,20 @@ pub fn file_partition_point<E: IndexEntry>(
     Ok((low, last))
 }
 
+/// Cuts an index file to its first entries for which `keep` holds (entries are ordered, so
+/// they are a prefix), dropping a torn last entry too: what truncating a segment keeps.
+pub fn truncate_file<E: IndexEntry>(
+    file: &dyn StorageFile,
+    keep: impl Fn(&E) -> bool,
+) -> std::io::Result<()> {
+    let (kept, _) = file_partition_point::<E>(file, keep)?;
+    let len = (kept * E::BYTES) as u64;
+    if file.len()? > len {
+        file.truncate(len)?;
+    }
+    Ok(())
+}
+
 /// The last entry of `entries` for which `pred` holds (entries sorted so it holds for a prefix).
 pub fn memory_floor<E: IndexEntry>(entries: &[E], pred: impl Fn(&E) -> bool) -> Option<E> {
     let idx = entries.partition_point(pred);
@@ -281,6 +295,33 @@ mod tests {
             let (_, last) = file_partition_point(file.as_ref(), pred).expect("file");
             assert_eq!(last.map(|e| e.relative_offset), want);
         }
+    }
+
+    #[test]
+    fn truncating_a_file_keeps_the_entries_before_the_cut() {
+        let disk = MemoryStorage::new();
+        let file = disk.open(Path::new("/i"), true).expect("open");
+        let mut index = ActiveIndex::<OffsetEntry>::empty(file.clone()).expect("empty");
+        for (rel, pos) in [(1, 100), (10, 200), (20, 300)] {
+            index.append(OffsetEntry {
+                relative_offset: rel,
+                position: pos,
+            });
+        }
+        file.append(&[&[9, 9, 9]]).expect("a torn entry");
+        truncate_file::<OffsetEntry>(file.as_ref(), |e| e.position < 1000).expect("truncate");
+        assert_eq!(file.len().expect("len"), 24, "only the torn entry goes");
+        truncate_file::<OffsetEntry>(file.as_ref(), |e| e.position < 300).expect("truncate");
+        let kept = ActiveIndex::<OffsetEntry>::load(file.clone(), |_| true).expect("valid");
+        assert_eq!(
+            kept.entries()
+                .iter()
+                .map(|e| e.relative_offset)
+                .collect::<Vec<_>>(),
+            vec![1, 10]
+        );
+        truncate_file::<OffsetEntry>(file.as_ref(), |e| e.position < 100).expect("truncate");
+        assert_eq!(file.len().expect("len"), 0);
     }
 
     #[test]

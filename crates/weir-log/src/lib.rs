@@ -73,6 +73,15 @@ pub enum LogError {
         /// One past the last offset.
         log_end_offset: i64,
     },
+    /// A replicated batch does not start at the log end: the follower's log does not continue
+    /// there (it is behind or ahead of the fetched records, or diverged from the leader's).
+    #[error("replicated batch starts at offset {got}, but the log ends at {expected}")]
+    NonContiguous {
+        /// The log end offset, where the next batch must start.
+        expected: i64,
+        /// The batch's base offset.
+        got: i64,
+    },
     /// The partition was deleted: it takes no more writes.
     #[error("the partition was deleted")]
     Deleted,

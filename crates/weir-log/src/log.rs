@@ -7,13 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
-use crate::batch::{patched_head, ValidBatch, PATCHED_HEAD_BYTES};
+use crate::batch::{
+    patched_head, validate_stored_header, BatchHeader, ValidBatch, PATCHED_HEAD_BYTES,
+};
 use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
@@ -22,7 +24,8 @@ use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, 
 use crate::clock::Clock;
 use crate::producer_state::{BatchMetadata, ProducerStateTable, SequenceCheck};
 use crate::segment::{
-    HeaderWalker, PositionHint, Segment, SegmentPaths, RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT,
+    HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
+    SEGMENT_BYTES_LIMIT,
 };
 use crate::LogError;
 
@@ -111,6 +114,8 @@ pub struct FlushDone {
     pub end_offset: i64,
     /// Directory changes (segment files created) covered.
     dir_changes: u64,
+    /// The log's truncation count when the ticket was taken.
+    truncations: u64,
 }
 
 impl FlushTicket {
@@ -139,13 +144,18 @@ pub struct LogCheckpoint {
     dir: PathBuf,
     snapshot: ProducerSnapshot,
     checkpoint: RecoveryCheckpoint,
+    /// The log's truncation count when this was taken, and the live count: after a
+    /// truncation both files would describe records that are gone.
+    truncations_taken: u64,
+    truncations: Arc<AtomicU64>,
 }
 
 impl LogCheckpoint {
     /// Writes both files atomically. A full disk is `LogError::DiskFull`: the previous files
-    /// stay, and the next start scans a little more.
+    /// stay, and the next start scans a little more. Nothing is written when the log was
+    /// truncated since this was taken (see [`Log::truncate_to`]).
     pub fn write(&self) -> Result<(), LogError> {
-        if self.skip {
+        if self.skip || self.truncations.load(Ordering::Acquire) != self.truncations_taken {
             return Ok(());
         }
         write_json(
@@ -402,6 +412,9 @@ pub struct Log {
     log_start_offset: i64,
     log_end_offset: i64,
     high_watermark: i64,
+    /// The partition has followers: appends leave the high watermark to
+    /// [`Log::set_high_watermark`].
+    replicated: bool,
     recovery_point: i64,
     leader_epoch: i32,
     epoch_cache: Vec<EpochEntry>,
@@ -412,6 +425,9 @@ pub struct Log {
     deleted: Arc<AtomicBool>,
     /// Compacted logs: everything below this offset has been cleaned.
     first_dirty_offset: i64,
+    /// Truncations so far, shared with checkpoints taken: a flush ticket or checkpoint taken
+    /// before one is stale.
+    truncations: Arc<AtomicU64>,
 }
 
 fn segment_base_offsets(names: &[String]) -> Vec<i64> {
@@ -513,6 +529,7 @@ impl Log {
             log_start_offset,
             log_end_offset,
             high_watermark: log_end_offset,
+            replicated: false,
             recovery_point: checkpoint.recovery_point.min(log_end_offset),
             leader_epoch: epoch_cache.last().map_or(0, |e| e.epoch),
             epoch_cache,
@@ -520,11 +537,13 @@ impl Log {
             producers_evicted: 0,
             deleted: Arc::new(AtomicBool::new(false)),
             first_dirty_offset: checkpoint.first_dirty_offset,
+            truncations: Arc::new(AtomicU64::new(0)),
         };
         if log.epoch_cache.is_empty() {
             log.set_leader_epoch(log.leader_epoch)?;
         }
-        log.restore_producer_state(clean)?;
+        let snapshot = log.read_producer_snapshot();
+        log.restore_producer_state(snapshot, clean)?;
         log.active().sync_all()?;
         storage.sync_dir(dir)?;
         log.recovery_point = log.log_end_offset;
@@ -535,17 +554,34 @@ impl Log {
         self.files.storage()
     }
 
-    fn restore_producer_state(&mut self, clean: bool) -> Result<(), LogError> {
-        let snapshot: Option<ProducerSnapshot> = read_json(
+    fn read_producer_snapshot(&self) -> Option<ProducerSnapshot> {
+        read_json(
             self.storage().as_ref(),
             &self.dir.join(PRODUCER_SNAPSHOT_FILE),
-        );
+        )
+    }
+
+    /// Rebuilds the producer table from `snapshot` (when it is not past the log end) and the
+    /// batch headers after it; `clean` skips the scan when the snapshot is at the log end.
+    fn restore_producer_state(
+        &mut self,
+        snapshot: Option<ProducerSnapshot>,
+        clean: bool,
+    ) -> Result<(), LogError> {
+        self.producers = ProducerStateTable::default();
         let from = match snapshot {
             Some(s) if s.offset <= self.log_end_offset => {
                 self.producers = s.producers;
                 s.offset
             }
-            _ => self.log_start_offset,
+            Some(_) => {
+                // It describes records the log no longer has: deleted before the log grows
+                // past its offset again, when it would look valid.
+                self.storage()
+                    .remove(&self.dir.join(PRODUCER_SNAPSHOT_FILE))?;
+                self.log_start_offset
+            }
+            None => self.log_start_offset,
         };
         self.producers_evicted += self.producers.restored(self.config.producer_ids_max) as u64;
         if clean && from == self.log_end_offset {
@@ -600,6 +636,25 @@ impl Log {
         self.high_watermark
     }
 
+    /// Moves the high watermark up to `offset` (on a follower the leader's, on a leader with
+    /// followers how far they all have the log), clamped to `[log_start_offset,
+    /// log_end_offset]`. It never moves back here: only [`Log::truncate_to`] lowers it.
+    pub fn set_high_watermark(&mut self, offset: i64) {
+        let clamped = offset.clamp(self.log_start_offset, self.log_end_offset);
+        self.high_watermark = self.high_watermark.max(clamped);
+    }
+
+    /// Whether the partition has followers. While it has, an append leaves the high watermark
+    /// where it is and only [`Log::set_high_watermark`] moves it; without, every append is
+    /// committed at once, so turning this off moves it to the log end. Replicated appends
+    /// ([`Log::append_replicated`]) never move it either way.
+    pub fn set_replicated(&mut self, replicated: bool) {
+        self.replicated = replicated;
+        if !replicated {
+            self.high_watermark = self.log_end_offset;
+        }
+    }
+
     /// Offsets below this are known to be on disk (fsynced).
     pub fn recovery_point(&self) -> i64 {
         self.recovery_point
@@ -642,14 +697,31 @@ impl Log {
             epoch,
             start_offset: self.log_end_offset,
         });
+        self.replace_epoch_cache(cache)
+    }
+
+    /// Persists `cache` as the leader epoch checkpoint, then adopts it: its last epoch becomes
+    /// the current one. Nothing changes when the write fails.
+    fn replace_epoch_cache(&mut self, cache: Vec<EpochEntry>) -> Result<(), LogError> {
         write_json(
             self.storage().as_ref(),
             &self.dir.join(LEADER_EPOCH_FILE),
             &cache,
         )?;
-        self.leader_epoch = epoch;
+        self.leader_epoch = cache.last().map_or(0, |e| e.epoch);
         self.epoch_cache = cache;
         Ok(())
+    }
+
+    /// The leader epoch of the last batch in the log, as a follower's Fetch names it
+    /// (`last_fetched_epoch`, KIP-320): the last epoch that started below the log end; -1 when
+    /// none did (an empty log, or one whose epochs are unknown).
+    pub fn last_fetched_epoch(&self) -> i32 {
+        self.epoch_cache
+            .iter()
+            .rev()
+            .find(|e| e.start_offset < self.log_end_offset)
+            .map_or(-1, |e| e.epoch)
     }
 
     /// The end offset of `epoch` for OffsetForLeaderEpoch: the largest epoch ≤ `epoch` known,
@@ -678,7 +750,8 @@ impl Log {
 
     /// Checks the idempotent-producer sequence, assigns offsets and appends a validated batch:
     /// the stored bytes are the producer's, with only base offset and leader epoch patched.
-    /// `LogError::DiskFull` leaves the log exactly as it was.
+    /// The high watermark moves to the new log end unless the log is replicated
+    /// ([`Log::set_replicated`]). `LogError::DiskFull` leaves the log exactly as it was.
     pub fn append(&mut self, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
         if self.is_deleted() {
             return Err(LogError::Deleted);
@@ -743,7 +816,9 @@ impl Log {
             self.producers
                 .record(&stored, now_ms, self.config.producer_ids_max) as u64;
         self.log_end_offset = next_offset;
-        self.high_watermark = self.log_end_offset;
+        if !self.replicated {
+            self.high_watermark = self.log_end_offset;
+        }
         Ok(AppendInfo {
             base_offset,
             last_offset: stored.last_offset(),
@@ -755,6 +830,207 @@ impl Log {
                 -1
             },
         })
+    }
+
+    /// Appends one record batch exactly as the leader stored it (a follower's fetch): offsets
+    /// and leader epoch are the leader's, and no byte changes. The batch must pass the checks
+    /// of a stored batch (framing, magic, CRC-32C, counts; its records the leader validated)
+    /// and start at or past the log end (a compacted leader's log has gaps), or it is refused
+    /// with `NonContiguous`. The leader already
+    /// refused duplicates, so producer sequences are recorded, not checked. A batch of a newer
+    /// leader epoch starts that epoch at its base offset in the epoch cache. The high
+    /// watermark stays: the leader's arrives through [`Log::set_high_watermark`].
+    /// `OutOfResources` leaves the records as they were (a new epoch the batch starts may stay
+    /// recorded at the log end, an epoch without records yet, as [`Log::set_leader_epoch`]
+    /// records one).
+    pub fn append_replicated(&mut self, batch: &[u8]) -> Result<AppendInfo, LogError> {
+        let header = validate_stored_header(batch)?;
+        self.append_stored(batch, header)
+    }
+
+    /// Appends the batches of a fetched records blob in order, as [`Log::append_replicated`]
+    /// does, and returns how many were appended. Batches wholly below the log end (fetched
+    /// again) are skipped, and a trailing partial batch (a fetch response may end with one,
+    /// cut at its size limit) is ignored. Stops at the first error and returns it; the batches
+    /// before it stay appended.
+    pub fn append_replicated_batches(&mut self, records: &[u8]) -> Result<usize, LogError> {
+        let mut appended = 0;
+        let mut rest = records;
+        while let Some(declared) = BatchHeader::parse(rest) {
+            let whole = usize::try_from(declared.total_bytes())
+                .ok()
+                .filter(|total| *total <= rest.len());
+            let Some(total) = whole else {
+                break;
+            };
+            let (batch, tail) = rest.split_at(total);
+            rest = tail;
+            let header = validate_stored_header(batch)?;
+            if header.last_offset() < self.log_end_offset {
+                continue;
+            }
+            self.append_stored(batch, header)?;
+            appended += 1;
+        }
+        Ok(appended)
+    }
+
+    /// Appends a batch as the leader stored it, its header validated as stored.
+    fn append_stored(&mut self, batch: &[u8], header: BatchHeader) -> Result<AppendInfo, LogError> {
+        if self.is_deleted() {
+            return Err(LogError::Deleted);
+        }
+        // A compacted leader's log has gaps: a batch may start past the log end, never before.
+        if header.base_offset < self.log_end_offset {
+            return Err(LogError::NonContiguous {
+                expected: self.log_end_offset,
+                got: header.base_offset,
+            });
+        }
+        let bytes = batch.len() as u64;
+        if bytes > self.config.segment_bytes {
+            return Err(LogError::RecordListTooLarge {
+                bytes,
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        if header.is_transactional() {
+            return Err(LogError::Unsupported("transactional batches"));
+        }
+        let next_offset = header
+            .base_offset
+            .checked_add(i64::from(header.last_offset_delta))
+            .and_then(|last| last.checked_add(1))
+            .ok_or(LogError::Unsupported("offsets beyond i64::MAX"))?;
+        let now_ms = self.clock.now_ms();
+        self.maybe_roll(bytes, i64::from(header.last_offset_delta), now_ms)?;
+        if header.partition_leader_epoch > self.leader_epoch {
+            let mut cache = self.epoch_cache.clone();
+            cache.push(EpochEntry {
+                epoch: header.partition_leader_epoch,
+                start_offset: header.base_offset,
+            });
+            self.replace_epoch_cache(cache)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        self.active_mut()
+            .append(&header, &[batch], interval, now_ms)?;
+        self.producers_evicted +=
+            self.producers
+                .record(&header, now_ms, self.config.producer_ids_max) as u64;
+        self.log_end_offset = next_offset;
+        Ok(AppendInfo {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            duplicate: false,
+            log_start_offset: self.log_start_offset,
+            log_append_time_ms: if header.is_log_append_time() {
+                header.max_timestamp
+            } else {
+                -1
+            },
+        })
+    }
+
+    /// Removes every record at `offset` and above: a follower whose log diverged from its new
+    /// leader's cuts it back to where they agree. Truncation is at batch boundaries: the batch
+    /// holding `offset` goes whole, so the log then ends at that batch's base offset (one past
+    /// the last batch kept). A no-op when `offset` is at or past the log end. Below the log
+    /// start offset everything goes and the log ends at its start offset, which stays.
+    ///
+    /// Later segments are deleted and the one holding the cut is cut and becomes the active
+    /// segment, durably and in an order that leaves a prefix of the log after a crash at any
+    /// point. The high watermark, recovery point and cleaner position are lowered to the new
+    /// end, epochs starting at or past it are forgotten, producer state is rebuilt from what
+    /// is left, and the checkpoints are rewritten. Flush tickets and checkpoints taken before
+    /// are stale: [`Log::flush_done`] ignores them and [`LogCheckpoint::write`] writes
+    /// nothing, so callers serialize this with checkpoint writes. Slow (file I/O and a scan of
+    /// producer state under the lock), and rare. `OutOfResources` is returned only before
+    /// anything changed; once removing began any failure is `Io`, fatal as for other writes.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        if self.is_deleted() {
+            return Err(LogError::Deleted);
+        }
+        let cut = offset.max(self.log_start_offset);
+        if cut >= self.log_end_offset {
+            return Ok(());
+        }
+        // The log will end in the last segment starting below the cut, or in the first one.
+        let keep_base = self
+            .segments
+            .range(..cut)
+            .next_back()
+            .or_else(|| self.segments.iter().next())
+            .map(|(base, _)| *base)
+            .expect("log has an active segment");
+        let plan = self
+            .segments
+            .get(&keep_base)
+            .map(|segment| segment.plan_cut(self.storage().as_ref(), &self.files, cut))
+            .expect("the kept segment is in the log")?;
+        let snapshot = self.read_producer_snapshot();
+        self.cut_log(keep_base, plan, snapshot)
+            .map_err(|error| match error {
+                LogError::Io(error) | LogError::OutOfResources(error) => LogError::Io(error),
+                other => LogError::Io(std::io::Error::other(other)),
+            })
+    }
+
+    /// The changes of [`Log::truncate_to`], once it planned the cut of the segment at
+    /// `keep_base` and read the producer snapshot.
+    fn cut_log(
+        &mut self,
+        keep_base: i64,
+        plan: SegmentCut,
+        snapshot: Option<ProducerSnapshot>,
+    ) -> Result<(), LogError> {
+        self.truncations.fetch_add(1, Ordering::AcqRel);
+        let storage = self.storage().clone();
+        // Gone first, so that no crash leaves a snapshot of records that are gone too.
+        storage.remove(&self.dir.join(PRODUCER_SNAPSHOT_FILE))?;
+        // Newest first, and durably before the cut below, so a crash leaves a prefix.
+        while let Some(entry) = self.segments.last_entry().filter(|e| *e.key() > keep_base) {
+            entry.get().paths.remove(&self.files)?;
+            tracing::info!(target: "weir::log", dir = %self.dir.display(), base = *entry.key(), "truncation deleted segment");
+            entry.remove();
+        }
+        storage.sync_dir(&self.dir)?;
+        self.dir_changes_synced = self.dir_changes;
+        let now_ms = self.clock.now_ms();
+        let interval = self.config.index_interval_bytes;
+        let (segment, recovered) = self
+            .segments
+            .get(&keep_base)
+            .expect("the kept segment is in the log")
+            .truncated(plan, now_ms, interval)?;
+        segment.sync_all()?;
+        if recovered > 0 {
+            tracing::warn!(target: "weir::log", dir = %self.dir.display(), base = keep_base, bytes = recovered, "truncated corrupt data after the cut");
+        }
+        self.segments.insert(keep_base, segment);
+        let end = self.active().next_offset.max(self.log_start_offset);
+        self.log_end_offset = end;
+        self.high_watermark = self.high_watermark.min(end);
+        self.recovery_point = self.recovery_point.min(end);
+        self.first_dirty_offset = self.first_dirty_offset.min(end);
+        // The kept segment was just synced; those after it are gone.
+        self.rolled_unsynced
+            .retain(|(rolled_at, _)| *rolled_at <= keep_base);
+        self.restore_producer_state(snapshot, false)?;
+        let mut epochs = self.epoch_cache.clone();
+        epochs.retain(|e| e.start_offset < end);
+        if epochs.is_empty() {
+            // As `open` does for a log without epochs: epoch 0 from the log end.
+            epochs.push(EpochEntry {
+                epoch: 0,
+                start_offset: end,
+            });
+        }
+        if epochs != self.epoch_cache {
+            self.replace_epoch_cache(epochs)?;
+        }
+        tracing::info!(target: "weir::log", dir = %self.dir.display(), end, "truncated log");
+        self.checkpoint().write()
     }
 
     fn maybe_roll(
@@ -1089,6 +1365,7 @@ impl Log {
             done: FlushDone {
                 end_offset: self.log_end_offset,
                 dir_changes: self.dir_changes,
+                truncations: self.truncations.load(Ordering::Acquire),
             },
             files,
             dir,
@@ -1100,11 +1377,15 @@ impl Log {
         !self.rolled_unsynced.is_empty()
     }
 
-    /// Records that a ticket's files were synced.
+    /// Records that a ticket's files were synced. A ticket taken before a truncation counts
+    /// for the directory only: its end offset may name offsets written again since.
     pub fn flush_done(&mut self, done: FlushDone) {
+        self.dir_changes_synced = self.dir_changes_synced.max(done.dir_changes);
+        if done.truncations != self.truncations.load(Ordering::Acquire) {
+            return;
+        }
         self.rolled_unsynced
             .retain(|(rolled_at, _)| *rolled_at > done.end_offset);
-        self.dir_changes_synced = self.dir_changes_synced.max(done.dir_changes);
         self.recovery_point = self
             .recovery_point
             .max(done.end_offset.min(self.log_end_offset));
@@ -1126,6 +1407,8 @@ impl Log {
                 log_start_offset: self.log_start_offset,
                 first_dirty_offset: self.first_dirty_offset,
             },
+            truncations_taken: self.truncations.load(Ordering::Acquire),
+            truncations: self.truncations.clone(),
         }
     }
 
@@ -1146,5 +1429,456 @@ impl Log {
         self.storage()
             .write_atomic(&self.dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{build_batch, validate, BatchError, ProducerFields};
+    use crate::clock::ManualClock;
+    use crate::records::ValidationLimits;
+    use weir_storage::MemoryStorage;
+
+    const DIR: &str = "/partition-0";
+
+    fn config() -> LogConfig {
+        LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 128,
+            ..LogConfig::default()
+        }
+    }
+
+    fn open(storage: &MemoryStorage) -> Log {
+        let files = FileCache::new(Arc::new(storage.clone()), 8);
+        Log::open(
+            Path::new(DIR),
+            files,
+            Arc::new(ManualClock::new(1_000)),
+            config(),
+        )
+        .expect("open log")
+        .0
+    }
+
+    fn produce(
+        log: &mut Log,
+        values: &[&[u8]],
+        producer: ProducerFields,
+    ) -> Result<AppendInfo, LogError> {
+        let batch = build_batch(values, 1_000, producer);
+        let valid = validate(
+            Bytes::from(batch),
+            &ValidationLimits::unbounded_time(1 << 20),
+        )?;
+        log.append(&valid)
+    }
+
+    /// Appends `count` one-record batches of 50 bytes, the i-th holding `first + i`.
+    fn produce_many(log: &mut Log, first: u8, count: u8) {
+        for i in first..first + count {
+            produce(log, &[&[i; 50]], ProducerFields::NONE).expect("append");
+        }
+    }
+
+    /// Every stored batch from the log start to the log end, as a leader's fetches return them.
+    fn stored(log: &Log) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut next = log.log_start_offset();
+        while let Some(view) = log.read_view(next, log.log_end_offset()).expect("view") {
+            let Some(slice) = view.slice(1 << 20, true).expect("slice") else {
+                break;
+            };
+            let bytes = slice.read().expect("read");
+            let batches = split(&bytes);
+            assert!(!batches.is_empty(), "a read from {next} made no progress");
+            for batch in batches {
+                next = validate_stored_header(batch).expect("valid").last_offset() + 1;
+                out.extend_from_slice(batch);
+            }
+        }
+        out
+    }
+
+    /// The whole batches of `bytes`.
+    fn split(bytes: &[u8]) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        while let Some(header) = BatchHeader::parse(rest) {
+            let total = header.total_bytes() as usize;
+            if total > rest.len() {
+                break;
+            }
+            let (batch, tail) = rest.split_at(total);
+            out.push(batch);
+            rest = tail;
+        }
+        out
+    }
+
+    /// The base offsets of the stored batches.
+    fn base_offsets(log: &Log) -> Vec<i64> {
+        split(&stored(log))
+            .iter()
+            .map(|b| validate_stored_header(b).expect("valid").base_offset)
+            .collect()
+    }
+
+    /// A leader log of 20 batches: offsets 0-9 in epoch 1, 10-19 in epoch 3.
+    fn leader(storage: &MemoryStorage) -> Log {
+        let mut log = open(storage);
+        log.set_leader_epoch(1).expect("epoch 1");
+        produce_many(&mut log, 0, 10);
+        log.set_leader_epoch(3).expect("epoch 3");
+        produce_many(&mut log, 10, 10);
+        log
+    }
+
+    #[test]
+    fn a_follower_reproduces_the_leaders_log() {
+        let leader = leader(&MemoryStorage::new());
+        let mut follower = open(&MemoryStorage::new());
+        assert_eq!(follower.last_fetched_epoch(), -1, "an empty log");
+        let records = stored(&leader);
+        assert_eq!(
+            follower
+                .append_replicated_batches(&records)
+                .expect("replicate"),
+            20
+        );
+        assert_eq!(stored(&follower), records, "identical bytes");
+        assert_eq!(follower.log_end_offset(), 20);
+        assert_eq!(follower.segment_count(), leader.segment_count());
+        assert_eq!(follower.last_fetched_epoch(), 3);
+        assert_eq!(follower.leader_epoch(), 3);
+        for epoch in 0..5 {
+            assert_eq!(
+                follower.end_offset_for_epoch(epoch),
+                leader.end_offset_for_epoch(epoch),
+                "epoch {epoch}"
+            );
+        }
+        assert_eq!(follower.end_offset_for_epoch(1), Some((1, 10)));
+        assert_eq!(follower.end_offset_for_epoch(2), Some((1, 10)));
+        assert_eq!(follower.end_offset_for_epoch(3), Some((3, 20)));
+
+        assert_eq!(follower.high_watermark(), 0, "replication leaves it");
+        follower.set_high_watermark(5);
+        assert_eq!(follower.high_watermark(), 5);
+        follower.set_high_watermark(2);
+        assert_eq!(follower.high_watermark(), 5, "never back");
+        follower.set_high_watermark(1_000);
+        assert_eq!(follower.high_watermark(), 20, "clamped to the log end");
+
+        assert_eq!(
+            follower
+                .append_replicated_batches(&records)
+                .expect("fetched again"),
+            0,
+            "batches below the log end are skipped"
+        );
+        follower.close().expect("close");
+        let reopened = open_at(&follower);
+        assert_eq!(reopened.end_offset_for_epoch(2), Some((1, 10)));
+        assert_eq!(reopened.last_fetched_epoch(), 3);
+    }
+
+    /// The log over the same storage as `log`, reopened (the caller closed or dropped it).
+    fn open_at(log: &Log) -> Log {
+        Log::open(
+            Path::new(DIR),
+            FileCache::new(log.storage().clone(), 8),
+            Arc::new(ManualClock::new(1_000)),
+            config(),
+        )
+        .expect("reopen")
+        .0
+    }
+
+    #[test]
+    fn a_batch_that_does_not_continue_the_log_is_refused() {
+        let leader = leader(&MemoryStorage::new());
+        let records = stored(&leader);
+        let batches = split(&records);
+        let mut follower = open(&MemoryStorage::new());
+        follower
+            .append_replicated_batches(&records[..batches[0].len() * 5])
+            .expect("five batches");
+        let before = (stored(&follower), follower.epoch_cache.clone());
+        let again = follower.append_replicated(batches[0]);
+        assert!(
+            matches!(
+                again,
+                Err(LogError::NonContiguous {
+                    expected: 5,
+                    got: 0
+                })
+            ),
+            "{again:?}"
+        );
+        // A gap (a compacted leader's log) is taken: the log goes on past it.
+        let mut gapped = open(&MemoryStorage::new());
+        gapped
+            .append_replicated(batches[12])
+            .expect("a batch past a gap");
+        assert_eq!(gapped.log_end_offset(), 13);
+        let mut corrupt = batches[5].to_vec();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        assert!(matches!(
+            follower.append_replicated(&corrupt),
+            Err(LogError::Batch(BatchError::Corrupt(_)))
+        ));
+        assert_eq!(follower.log_end_offset(), 5);
+        assert_eq!((stored(&follower), follower.epoch_cache.clone()), before);
+        let info = follower
+            .append_replicated(batches[5])
+            .expect("the next one");
+        assert_eq!((info.base_offset, info.last_offset), (5, 5));
+    }
+
+    #[test]
+    fn a_trailing_partial_batch_is_ignored() {
+        let leader = leader(&MemoryStorage::new());
+        let records = stored(&leader);
+        let batches = split(&records);
+        let mut follower = open(&MemoryStorage::new());
+        let three: usize = batches[..3].iter().map(|b| b.len()).sum();
+        let cut_in_body = three + batches[3].len() - 7;
+        assert_eq!(
+            follower
+                .append_replicated_batches(&records[..cut_in_body])
+                .expect("replicate"),
+            3
+        );
+        assert_eq!(follower.log_end_offset(), 3);
+        let four: usize = three + batches[3].len();
+        assert_eq!(
+            follower
+                .append_replicated_batches(&records[..four + 30])
+                .expect("a tail shorter than a header"),
+            1
+        );
+        assert_eq!(follower.log_end_offset(), 4);
+        assert_eq!(
+            follower
+                .append_replicated_batches(&records)
+                .expect("the rest"),
+            16
+        );
+        assert_eq!(stored(&follower), records);
+    }
+
+    #[test]
+    fn truncation_mid_segment_keeps_a_prefix_and_appends_continue() {
+        let storage = MemoryStorage::new();
+        let mut log = open(&storage);
+        produce_many(&mut log, 0, 40);
+        let original = stored(&log);
+        let segments = log.segment_count();
+        assert!(segments > 3, "small segments roll");
+        let cut = 25;
+        assert!(!log.segments.contains_key(&cut), "a cut inside a segment");
+        log.truncate_to(cut).expect("truncate");
+        assert_eq!(log.log_end_offset(), cut);
+        assert_eq!(log.high_watermark(), cut);
+        assert!(log.recovery_point() <= cut);
+        assert!(log.segment_count() < segments);
+        let prefix: usize = split(&original)[..cut as usize]
+            .iter()
+            .map(|b| b.len())
+            .sum();
+        assert_eq!(stored(&log), original[..prefix].to_vec());
+        log.truncate_to(cut + 5).expect("past the end: a no-op");
+        assert_eq!(log.log_end_offset(), cut);
+
+        let info = produce(&mut log, &[b"after"], ProducerFields::NONE).expect("append");
+        assert_eq!(info.base_offset, cut);
+        let expected = stored(&log);
+        drop(log); // a crash
+        let log = open(&storage);
+        assert_eq!(log.log_end_offset(), cut + 1);
+        assert_eq!(stored(&log), expected);
+    }
+
+    #[test]
+    fn truncation_at_a_segment_boundary_removes_the_later_segments() {
+        let storage = MemoryStorage::new();
+        let mut log = open(&storage);
+        produce_many(&mut log, 0, 40);
+        let original = stored(&log);
+        let base = *log.segments.keys().nth(2).expect("a third segment");
+        log.truncate_to(base).expect("truncate");
+        assert_eq!(log.segment_count(), 2);
+        assert_eq!(log.log_end_offset(), base);
+        assert_eq!(base_offsets(&log), (0..base).collect::<Vec<_>>());
+        let names = storage.list(Path::new(DIR)).expect("list");
+        assert!(
+            !names.contains(&format!("{base:020}.log")),
+            "the segment files are deleted: {names:?}"
+        );
+        produce_many(&mut log, 100, 10);
+        assert_eq!(log.log_end_offset(), base + 10);
+        log.close().expect("close");
+        let log = open(&storage);
+        assert_eq!(log.log_end_offset(), base + 10);
+        let kept: usize = split(&original)[..base as usize]
+            .iter()
+            .map(|b| b.len())
+            .sum();
+        assert_eq!(stored(&log)[..kept], original[..kept]);
+        assert_eq!(base_offsets(&log), (0..base + 10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn truncation_inside_a_batch_removes_the_whole_batch() {
+        let storage = MemoryStorage::new();
+        let mut log = open(&storage);
+        for _ in 0..5 {
+            produce(&mut log, &[b"a", b"b", b"c"], ProducerFields::NONE).expect("append");
+        }
+        log.truncate_to(7).expect("truncate");
+        assert_eq!(log.log_end_offset(), 6, "the batch 6-8 went whole");
+        assert_eq!(base_offsets(&log), vec![0, 3]);
+        assert_eq!(
+            produce(&mut log, &[b"d"], ProducerFields::NONE)
+                .expect("append")
+                .base_offset,
+            6
+        );
+        drop(log);
+        let log = open(&storage);
+        assert_eq!(base_offsets(&log), vec![0, 3, 6]);
+        assert_eq!(log.log_end_offset(), 7);
+    }
+
+    #[test]
+    fn truncation_below_the_first_segment_empties_the_log() {
+        let storage = MemoryStorage::new();
+        let mut log = open(&storage);
+        produce_many(&mut log, 0, 40);
+        log.set_config(LogConfig {
+            retention_bytes: 2048,
+            ..config()
+        });
+        for removal in log.enforce_retention().expect("retention") {
+            removal.remove().expect("delete");
+        }
+        let start = log.log_start_offset();
+        assert!(start > 0, "retention moved the start");
+        log.set_config(config());
+        log.truncate_to(start - 3).expect("truncate");
+        assert_eq!(log.log_start_offset(), start, "the start stays");
+        assert_eq!(log.log_end_offset(), start);
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.size_bytes(), 0);
+        assert_eq!(
+            produce(&mut log, &[b"x"], ProducerFields::NONE)
+                .expect("append")
+                .base_offset,
+            start
+        );
+        drop(log);
+        let log = open(&storage);
+        assert_eq!(log.log_start_offset(), start);
+        assert_eq!(log.log_end_offset(), start + 1);
+
+        let mut log = open(&MemoryStorage::new());
+        produce_many(&mut log, 0, 20);
+        log.truncate_to(0).expect("truncate everything");
+        assert_eq!((log.log_end_offset(), log.segment_count()), (0, 1));
+        assert!(stored(&log).is_empty());
+    }
+
+    #[test]
+    fn truncation_forgets_the_epochs_that_started_after_the_cut() {
+        let leader = leader(&MemoryStorage::new());
+        let storage = MemoryStorage::new();
+        let mut follower = open(&storage);
+        follower
+            .append_replicated_batches(&stored(&leader))
+            .expect("replicate");
+        follower.truncate_to(12).expect("truncate");
+        assert_eq!(follower.last_fetched_epoch(), 3, "epoch 3 keeps 10 and 11");
+        follower.truncate_to(10).expect("truncate");
+        assert_eq!(follower.leader_epoch(), 1);
+        assert_eq!(follower.last_fetched_epoch(), 1);
+        assert_eq!(follower.end_offset_for_epoch(3), Some((1, 10)));
+        drop(follower);
+        let mut follower = open(&storage);
+        assert_eq!(follower.end_offset_for_epoch(3), Some((1, 10)));
+        assert_eq!(
+            follower
+                .append_replicated_batches(&stored(&leader))
+                .expect("the new leader's batches"),
+            10
+        );
+        assert_eq!(follower.end_offset_for_epoch(3), Some((3, 20)));
+    }
+
+    #[test]
+    fn truncated_producer_batches_are_forgotten() {
+        let storage = MemoryStorage::new();
+        let producer = |seq| ProducerFields {
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: seq,
+        };
+        let mut log = open(&storage);
+        for seq in 0..10 {
+            produce(&mut log, &[b"v"], producer(seq)).expect("append");
+        }
+        log.checkpoint().write().expect("a snapshot at 10");
+        log.truncate_to(6).expect("truncate");
+        let kept = produce(&mut log, &[b"v"], producer(5)).expect("retry");
+        assert!(kept.duplicate, "sequence 5 is still in the log");
+        assert_eq!(kept.base_offset, 5);
+        let again = produce(&mut log, &[b"v"], producer(6)).expect("append");
+        assert!(!again.duplicate, "sequence 6 was truncated");
+        assert_eq!(again.base_offset, 6);
+        drop(log);
+        let mut log = open(&storage);
+        let dup = produce(&mut log, &[b"v"], producer(6)).expect("retry");
+        assert!(dup.duplicate, "the reopened log knows the new batch");
+        assert_eq!(dup.base_offset, 6);
+        assert!(matches!(
+            produce(&mut log, &[b"v"], producer(9)),
+            Err(LogError::OutOfOrderSequence)
+        ));
+    }
+
+    #[test]
+    fn a_truncation_survives_power_loss_and_stale_tickets_count_for_nothing() {
+        let storage = MemoryStorage::new();
+        let mut log = open(&storage);
+        produce_many(&mut log, 0, 40);
+        let done = log.flush_ticket().sync().expect("sync");
+        log.flush_done(done);
+        let expected_prefix: usize = split(&stored(&log))[..20].iter().map(|b| b.len()).sum();
+        let original = stored(&log);
+
+        let stale_ticket = log.flush_ticket();
+        let stale_checkpoint = log.checkpoint();
+        log.truncate_to(20).expect("truncate");
+        assert_eq!(log.recovery_point(), 20);
+        produce_many(&mut log, 100, 10);
+        log.flush_done(stale_ticket.sync().expect("sync"));
+        assert_eq!(
+            log.recovery_point(),
+            20,
+            "a ticket from before the truncation proves nothing about offsets written since"
+        );
+        stale_checkpoint.write().expect("skipped");
+        let snapshot: ProducerSnapshot =
+            read_json(&storage, &Path::new(DIR).join(PRODUCER_SNAPSHOT_FILE))
+                .expect("the snapshot truncation wrote");
+        assert_eq!(snapshot.offset, 20, "not the stale one at 40");
+
+        // The records appended since were never synced; the cut was.
+        storage.power_loss();
+        let log = open(&storage);
+        assert_eq!(log.log_end_offset(), 20, "nothing truncated came back");
+        assert_eq!(stored(&log), original[..expected_prefix].to_vec());
     }
 }

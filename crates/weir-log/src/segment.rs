@@ -12,7 +12,9 @@ use weir_storage::{FileCache, FileIdentity, FileRef, Storage, StorageFile};
 use crate::batch::{
     check_stored_header_fields, BatchHeader, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES,
 };
-use crate::index::{file_partition_point, memory_floor, ActiveIndex, OffsetEntry, TimeEntry};
+use crate::index::{
+    file_partition_point, memory_floor, truncate_file, ActiveIndex, OffsetEntry, TimeEntry,
+};
 use crate::LogError;
 
 /// Largest segment file Weir writes: positions in the offset index are `u32`, and a batch
@@ -74,6 +76,34 @@ struct ActiveFiles {
     log: Arc<dyn StorageFile>,
     index: ActiveIndex<OffsetEntry>,
     time_index: ActiveIndex<TimeEntry>,
+}
+
+/// A segment's three files, opened.
+struct SegmentFiles {
+    log: Arc<dyn StorageFile>,
+    index: Arc<dyn StorageFile>,
+    time_index: Arc<dyn StorageFile>,
+}
+
+impl SegmentFiles {
+    /// Opens the existing log file at `paths` and its indexes (created when missing).
+    fn open(storage: &dyn Storage, paths: &SegmentPaths) -> Result<SegmentFiles, LogError> {
+        Ok(SegmentFiles {
+            log: storage.open(&paths.log, false)?,
+            index: storage.open(&paths.index, true)?,
+            time_index: storage.open(&paths.time_index, true)?,
+        })
+    }
+}
+
+/// A planned cut of one segment ([`Segment::plan_cut`]): its files, already opened, and where
+/// its first batch to remove starts. Planning reads only, so a truncation that cannot open or
+/// read the files is refused before anything changed.
+pub(crate) struct SegmentCut {
+    files: SegmentFiles,
+    /// Byte position and offset relative to the segment base of the first batch removed;
+    /// `None` when every batch stays.
+    at: Option<(u64, u32)>,
 }
 
 pub(crate) struct Segment {
@@ -322,11 +352,33 @@ impl Segment {
         index_interval_bytes: u64,
     ) -> Result<(Segment, u64), LogError> {
         let paths = SegmentPaths::new(dir, base_offset);
-        let log = storage.open(&paths.log, false)?;
+        let files = SegmentFiles::open(storage, &paths)?;
+        Segment::load(
+            base_offset,
+            paths,
+            files,
+            now_ms,
+            trusted,
+            index_interval_bytes,
+        )
+    }
+
+    /// [`Segment::open`] over files already opened.
+    fn load(
+        base_offset: i64,
+        paths: SegmentPaths,
+        files: SegmentFiles,
+        now_ms: i64,
+        trusted: bool,
+        index_interval_bytes: u64,
+    ) -> Result<(Segment, u64), LogError> {
+        let SegmentFiles {
+            log,
+            index: index_file,
+            time_index: time_file,
+        } = files;
         let size_bytes = log.len()?;
         let last_write_ms = log.modified_ms().unwrap_or(now_ms);
-        let index_file = storage.open(&paths.index, true)?;
-        let time_file = storage.open(&paths.time_index, true)?;
         if trusted {
             let in_segment = |e: &OffsetEntry| u64::from(e.position) < size_bytes.max(1);
             let loaded = ActiveIndex::load(index_file.clone(), in_segment)
@@ -357,6 +409,60 @@ impl Segment {
         segment.last_write_ms = last_write_ms;
         let cut = segment.recover(index_interval_bytes)?;
         Ok((segment, cut))
+    }
+
+    /// Plans cutting the segment before its first batch holding an offset at or above `offset`
+    /// (a batch that straddles `offset` goes whole): opens its files and finds that batch.
+    /// Changes nothing.
+    pub fn plan_cut(
+        &self,
+        storage: &dyn Storage,
+        cache: &Arc<FileCache>,
+        offset: i64,
+    ) -> Result<SegmentCut, LogError> {
+        let files = SegmentFiles::open(storage, &self.paths)?;
+        let start = self.offset_hint(offset, cache).resolve()?;
+        let mut walker = HeaderWalker::new(files.log.as_ref(), start, self.size_bytes);
+        let mut at = None;
+        while let Some((header, position)) = walker.next_batch()? {
+            if header.last_offset() >= offset {
+                at = Some((position, self.relative(header.base_offset)));
+                break;
+            }
+        }
+        Ok(SegmentCut { files, at })
+    }
+
+    /// Applies a cut planned on this segment: the log file is cut at the first removed batch
+    /// and both index files to their entries for the batches before it. Returns the segment
+    /// reopened as the active one, as after a clean restart (kept index entries are trusted;
+    /// anything inconsistent is validated and rebuilt as recovery does), with the bytes such a
+    /// recovery cut beyond. Nothing is fsynced; `self` is stale afterwards and is to be
+    /// replaced.
+    pub fn truncated(
+        &self,
+        cut: SegmentCut,
+        now_ms: i64,
+        index_interval_bytes: u64,
+    ) -> Result<(Segment, u64), LogError> {
+        let SegmentCut { files, at } = cut;
+        if let Some((position, relative)) = at {
+            files.log.truncate(position)?;
+            truncate_file::<OffsetEntry>(files.index.as_ref(), |e| {
+                u64::from(e.position) < position
+            })?;
+            truncate_file::<TimeEntry>(files.time_index.as_ref(), |e| {
+                e.relative_offset < relative
+            })?;
+        }
+        Segment::load(
+            self.base_offset,
+            self.paths.clone(),
+            files,
+            now_ms,
+            true,
+            index_interval_bytes,
+        )
     }
 
     /// Fills `next_offset` and `max_timestamp` of a trusted segment from its time index and the

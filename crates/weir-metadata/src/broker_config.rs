@@ -139,6 +139,24 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         dynamic: true,
     },
     setting(
+        "broker.session.timeout.ms",
+        "9000",
+        int(500, 3_600_000),
+        "A broker the active controller hears no heartbeat from for this long is fenced: it leaves every ISR and its leaderships move to in-sync replicas.",
+    ),
+    setting(
+        "broker.heartbeat.interval.ms",
+        "2000",
+        int(50, 600_000),
+        "How often a broker heartbeats to the active controller; keep it well under broker.session.timeout.ms.",
+    ),
+    setting(
+        "replica.lag.time.max.ms",
+        "30000",
+        long(100, i64::MAX),
+        "A follower that has not caught up with its leader's log end for this long leaves the ISR (the leader asks the controller); it rejoins once it catches up.",
+    ),
+    setting(
         "log.retention.check.interval.ms",
         "300000",
         long(1, i64::MAX),
@@ -202,6 +220,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "50",
         int(1, 1_000),
         "Partitions of __consumer_offsets when it is created (on the first group request); a group lives on partition abs(hash(group)) % this.",
+    ),
+    setting(
+        "offsets.topic.replication.factor",
+        "3",
+        int(1, i16::MAX as i64),
+        "Replicas of each __consumer_offsets partition when it is created (fewer when fewer brokers are live), so committed offsets and groups survive a broker's loss.",
     ),
     setting(
         "offsets.topic.segment.bytes",

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{BrokerListener, ConfigChange};
+use crate::{BrokerListener, ConfigChange, PartitionChange};
 
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +75,27 @@ pub enum MetadataCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rack: Option<String>,
     },
+    /// A broker's lease expired or it shut down: it is fenced, and the partitions it led or
+    /// was in sync for get the leaders and ISRs in `changes`.
+    FenceBroker {
+        /// The broker's node id.
+        node_id: i32,
+        /// What fencing it changes.
+        changes: Vec<PartitionChange>,
+    },
+    /// A fenced broker heartbeats again: it is unfenced, and leaderless partitions it can
+    /// lead get it as leader (`changes`).
+    UnfenceBroker {
+        /// The broker's node id.
+        node_id: i32,
+        /// What its return changes.
+        changes: Vec<PartitionChange>,
+    },
+    /// New leaders and ISRs (a leader's ISR change, or an election).
+    ChangePartitions {
+        /// The changes, each to one partition.
+        changes: Vec<PartitionChange>,
+    },
     /// Reserves producer ids `[first, first + count)` for the broker to hand out.
     AllocateProducerIds {
         /// First id of the block.
@@ -109,6 +130,28 @@ impl std::fmt::Display for MetadataCommand {
             MetadataCommand::RegisterBroker { node_id, .. } => {
                 write!(f, "register broker {node_id}")
             }
+            MetadataCommand::FenceBroker { node_id, changes } => {
+                write!(
+                    f,
+                    "fence broker {node_id} ({} partition changes)",
+                    changes.len()
+                )
+            }
+            MetadataCommand::UnfenceBroker { node_id, changes } => {
+                write!(
+                    f,
+                    "unfence broker {node_id} ({} partition changes)",
+                    changes.len()
+                )
+            }
+            MetadataCommand::ChangePartitions { changes } => match changes.as_slice() {
+                [one] => write!(
+                    f,
+                    "partition {}:{} leader {} isr {:?}",
+                    one.topic_id, one.partition, one.leader, one.isr
+                ),
+                many => write!(f, "change {} partitions", many.len()),
+            },
             MetadataCommand::AllocateProducerIds { first, count } => {
                 write!(f, "reserve producer ids {first}..{}", first + count)
             }

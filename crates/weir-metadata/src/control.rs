@@ -10,7 +10,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::{BrokerListener, BrokerRegistration, ControllerError, MetadataImage, TopicImage};
+use crate::{
+    BrokerListener, BrokerRegistration, ControllerError, MetadataImage, PartitionImage, TopicImage,
+};
 
 /// A topic creation request, already defaulted by the caller.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -48,6 +50,26 @@ impl ConfigChange {
             ..ConfigChange::default()
         }
     }
+}
+
+/// A leader's request to change a partition's ISR (Kafka's AlterPartition), made against the
+/// state of the partition it last saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterPartition {
+    /// The topic's id.
+    pub topic_id: uuid::Uuid,
+    /// The partition's index.
+    pub partition: i32,
+    /// The leader asking.
+    pub leader: i32,
+    /// Its registration's epoch.
+    pub broker_epoch: u64,
+    /// The leader epoch it leads at.
+    pub leader_epoch: i32,
+    /// The partition epoch of the state it changes.
+    pub partition_epoch: i32,
+    /// The ISR it wants.
+    pub isr: Vec<i32>,
 }
 
 /// The metadata quorum as its leader sees it.
@@ -132,6 +154,15 @@ pub trait MetadataControl: Send + Sync {
         listeners: Vec<BrokerListener>,
         rack: Option<String>,
     ) -> Pending<BrokerRegistration>;
+
+    /// Renews this broker's lease; answered with whether it is fenced.
+    fn heartbeat(&self, node_id: i32, broker_epoch: u64) -> Pending<bool>;
+
+    /// Changes a partition's ISR as its leader asks; answered with the partition after it.
+    fn alter_partition(&self, change: AlterPartition) -> Pending<PartitionImage>;
+
+    /// Moves this broker's leaderships away and takes it out of every ISR before it stops.
+    fn controlled_shutdown(&self, node_id: i32, broker_epoch: u64) -> Pending<()>;
 
     /// Reserves a block of producer ids never handed out before: `(first, count)`.
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)>;

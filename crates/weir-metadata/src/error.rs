@@ -33,6 +33,19 @@ pub enum ControllerError {
     /// none does yet (the client retries, as after Kafka's NOT_CONTROLLER).
     #[error("{0}")]
     NotController(String),
+    /// A broker spoke for a registration that is no longer its current one (it restarted):
+    /// it must register again.
+    #[error("{0}")]
+    StaleBrokerEpoch(String),
+    /// An ISR change from a leader whose leadership the controller has since moved on from.
+    #[error("{0}")]
+    FencedLeaderEpoch(String),
+    /// An ISR change made against an older state of the partition (the leader re-reads it).
+    #[error("{0}")]
+    InvalidUpdateVersion(String),
+    /// An ISR change adding a replica that may not be in sync (fenced, or not a replica).
+    #[error("{0}")]
+    IneligibleReplica(String),
     /// The change was committed but the broker did not apply it within the wait (it is
     /// applied later; the client may retry and find it done).
     #[error("the change was committed but not yet applied here after {0} ms")]

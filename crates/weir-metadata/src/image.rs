@@ -27,19 +27,28 @@ pub struct PartitionImage {
 }
 
 impl PartitionImage {
-    /// A new partition on `replicas`, led by the first at epoch 0. Followers do not copy the
-    /// leader's log yet, so only the leader is in sync: the ISR says so, a partition with
-    /// more replicas shows as under-replicated, and `min.insync.replicas` above 1 refuses
-    /// `acks=all` writes rather than claim copies that do not exist.
-    pub fn new(replicas: Vec<i32>) -> PartitionImage {
-        let leader = replicas.first().copied().unwrap_or(NO_LEADER);
+    /// A new partition on `replicas` at epoch 0: every replica whose broker is `alive` is in
+    /// sync (all are empty), and the first of them leads. With none alive it is offline.
+    pub fn new(replicas: Vec<i32>, alive: impl Fn(i32) -> bool) -> PartitionImage {
+        let isr: Vec<i32> = replicas.iter().copied().filter(|id| alive(*id)).collect();
         PartitionImage {
-            leader,
-            isr: replicas.first().copied().into_iter().collect(),
+            leader: isr.first().copied().unwrap_or(NO_LEADER),
+            isr,
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
         }
+    }
+
+    /// Applies a change of leader and ISR: the partition epoch moves on, and the leader epoch
+    /// too when the leader changes.
+    pub fn change(&mut self, leader: i32, isr: &[i32]) {
+        if leader != self.leader {
+            self.leader_epoch += 1;
+        }
+        self.leader = leader;
+        self.isr = isr.to_vec();
+        self.partition_epoch += 1;
     }
 
     /// Whether some replica is not in sync.
@@ -72,6 +81,24 @@ pub struct BrokerRegistration {
     pub listeners: Vec<BrokerListener>,
     /// Its rack, for rack-aware placement.
     pub rack: Option<String>,
+    /// Its lease expired or it shut down: it leads nothing, is in no ISR and gets no new
+    /// replicas until it heartbeats again.
+    #[serde(default)]
+    pub fenced: bool,
+}
+
+/// A new leader and ISR for one partition, decided by the controller (an ISR change asked by
+/// the leader, or an election after a broker was fenced or came back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionChange {
+    /// The topic's id.
+    pub topic_id: Uuid,
+    /// The partition's index.
+    pub partition: i32,
+    /// The new leader, or [`NO_LEADER`].
+    pub leader: i32,
+    /// The new in-sync replicas.
+    pub isr: Vec<i32>,
 }
 
 /// One topic as the cluster knows it.
@@ -151,6 +178,12 @@ impl MetadataImage {
         self.brokers.get(&node_id)
     }
 
+    /// Whether broker `node_id` may lead and be in sync: registered and not fenced. A broker
+    /// never registered counts as alive (logs from before registrations name such brokers).
+    pub fn is_alive(&self, node_id: i32) -> bool {
+        self.brokers.get(&node_id).is_none_or(|b| !b.fenced)
+    }
+
     /// Number of partitions in the cluster.
     pub fn partition_total(&self) -> usize {
         self.topics.values().map(|t| t.partitions.len()).sum()
@@ -189,7 +222,7 @@ impl MetadataImage {
                     TopicImage {
                         name: name.clone(),
                         topic_id: *topic_id,
-                        partitions: new_partitions(0, *partitions, assignments),
+                        partitions: self.new_partitions(0, *partitions, assignments),
                         replication_factor: *replication_factor,
                         configs: configs.clone(),
                     },
@@ -205,9 +238,12 @@ impl MetadataImage {
                 total,
                 assignments,
             } => {
-                if let Some(topic) = self.topic_mut(*topic_id) {
-                    let added = new_partitions(topic.partition_count(), *total, assignments);
-                    topic.partitions.extend(added);
+                let from = self.topic_by_id(*topic_id).map(TopicImage::partition_count);
+                if let Some(from) = from {
+                    let added = self.new_partitions(from, *total, assignments);
+                    if let Some(topic) = self.topic_mut(*topic_id) {
+                        topic.partitions.extend(added);
+                    }
                 }
             }
             MetadataCommand::AlterTopicConfig { topic_id, change } => {
@@ -237,9 +273,24 @@ impl MetadataImage {
                     epoch: self.applied_count,
                     listeners: listeners.clone(),
                     rack: rack.clone(),
+                    // A broker back from a restart stays fenced until it heartbeats.
+                    fenced: self.brokers.get(node_id).is_some_and(|b| b.fenced),
                 };
                 self.brokers.insert(*node_id, registration);
             }
+            MetadataCommand::FenceBroker { node_id, changes } => {
+                if let Some(broker) = self.brokers.get_mut(node_id) {
+                    broker.fenced = true;
+                }
+                self.change_partitions(changes);
+            }
+            MetadataCommand::UnfenceBroker { node_id, changes } => {
+                if let Some(broker) = self.brokers.get_mut(node_id) {
+                    broker.fenced = false;
+                }
+                self.change_partitions(changes);
+            }
+            MetadataCommand::ChangePartitions { changes } => self.change_partitions(changes),
             MetadataCommand::AllocateProducerIds { first, count } => {
                 self.next_producer_id = self.next_producer_id.max(first + count);
             }
@@ -250,14 +301,30 @@ impl MetadataImage {
         let name = self.names_by_id.get(&topic_id)?;
         self.topics.get_mut(name)
     }
-}
 
-/// Partitions `from..to` on `assignments` (the replicas of each, in order). A partition the
-/// command names no replicas for has none, and so no leader: it is offline, never guessed.
-fn new_partitions(from: i32, to: i32, assignments: &[Vec<i32>]) -> Vec<PartitionImage> {
-    (0..to.saturating_sub(from).max(0) as usize)
-        .map(|i| PartitionImage::new(assignments.get(i).cloned().unwrap_or_default()))
-        .collect()
+    fn change_partitions(&mut self, changes: &[PartitionChange]) {
+        for change in changes {
+            let partition = self.topic_mut(change.topic_id).and_then(|t| {
+                t.partitions
+                    .get_mut(usize::try_from(change.partition).ok()?)
+            });
+            if let Some(partition) = partition {
+                partition.change(change.leader, &change.isr);
+            }
+        }
+    }
+
+    /// Partitions `from..to` on `assignments` (the replicas of each, in order). A partition
+    /// the command names no replicas for has none, and so no leader: it is offline, never
+    /// guessed.
+    fn new_partitions(&self, from: i32, to: i32, assignments: &[Vec<i32>]) -> Vec<PartitionImage> {
+        (0..to.saturating_sub(from).max(0) as usize)
+            .map(|i| {
+                let replicas = assignments.get(i).cloned().unwrap_or_default();
+                PartitionImage::new(replicas, |id| self.is_alive(id))
+            })
+            .collect()
+    }
 }
 
 /// Applies one config change: `replace` drops every config first, then `delete` removes and

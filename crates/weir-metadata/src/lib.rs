@@ -14,11 +14,13 @@ pub mod topic_config;
 
 pub use command::MetadataCommand;
 pub use control::{
-    Committed, ConfigChange, MetadataControl, NewTopic, Pending, QuorumStatus, VoterStatus,
+    AlterPartition, Committed, ConfigChange, MetadataControl, NewTopic, Pending, QuorumStatus,
+    VoterStatus,
 };
 pub use error::ControllerError;
 pub use image::{
-    BrokerListener, BrokerRegistration, MetadataImage, PartitionImage, TopicImage, NO_LEADER,
+    BrokerListener, BrokerRegistration, MetadataImage, PartitionChange, PartitionImage, TopicImage,
+    NO_LEADER,
 };
 pub use uuid::Uuid;
 

@@ -194,7 +194,9 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .context("opening the metadata quorum")?,
     );
     let controller = Arc::new(Controller::new(quorum.clone()));
+    controller.set_session_timeout(Duration::from_millis(config.broker_session_timeout_ms));
     quorum.serve_control(controller.clone());
+    let leases = controller.watch_leases();
     let legacy_log = metadata_dir.join("metadata.log");
     if single_node {
         controller
@@ -234,7 +236,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         Broker::new(config, identity, control, registry, shutdown_rx)
     });
     broker
-        .register()
+        .join_cluster()
         .await
         .context("registering the broker with the controller")?;
     tracing::info!(
@@ -249,10 +251,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let maintenance = tokio::spawn(broker.clone().run_log_maintenance());
     let groups = tokio::spawn(broker.clone().run_group_coordinator());
     let cleaner = tokio::spawn(broker.clone().run_log_cleaner());
+    let isr_checks = tokio::spawn(broker.clone().run_isr_checks());
     let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     wait_for_signal().await?;
-    tracing::info!(target: "weir::server", "shutting down: no new connections; finishing in-flight requests");
-    shutdown_tx.send_replace(true);
+    tracing::info!(target: "weir::server", "shutting down: moving leaderships to other replicas");
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_millis(SHUTDOWN_DEADLINE_MS));
         tracing::error!(target: "weir::server", "clean shutdown took longer than {SHUTDOWN_DEADLINE_MS} ms; exiting");
@@ -264,7 +266,12 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             std::process::exit(EXIT_CODE_INTERRUPTED);
         }
     });
+    broker.controlled_shutdown().await;
+    tracing::info!(target: "weir::server", "shutting down: no new connections; finishing in-flight requests");
+    shutdown_tx.send_replace(true);
     let _ = server.await;
+    let _ = isr_checks.await;
+    leases.abort();
     let _ = maintenance.await;
     let _ = groups.await;
     let _ = cleaner.await;

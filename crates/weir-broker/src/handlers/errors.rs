@@ -49,7 +49,9 @@ impl From<&LogError> for ErrorReply {
             LogError::RecordListTooLarge { .. } => ResponseError::RecordListTooLarge,
             LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
-            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::OffsetOutOfRange { .. } | LogError::NonContiguous { .. } => {
+                ResponseError::OffsetOutOfRange
+            }
             LogError::Deleted => ResponseError::UnknownTopicOrPartition,
             LogError::Corrupt { .. } | LogError::OutOfResources(_) | LogError::Io(_) => {
                 ResponseError::KafkaStorageError
@@ -76,6 +78,10 @@ impl From<&ControllerError> for ErrorReply {
             ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest,
             ControllerError::NotAppliedInTime(_) => ResponseError::RequestTimedOut,
             ControllerError::NotController(_) => ResponseError::NotController,
+            ControllerError::StaleBrokerEpoch(_) => ResponseError::StaleBrokerEpoch,
+            ControllerError::FencedLeaderEpoch(_) => ResponseError::FencedLeaderEpoch,
+            ControllerError::InvalidUpdateVersion(_) => ResponseError::InvalidUpdateVersion,
+            ControllerError::IneligibleReplica(_) => ResponseError::IneligibleReplica,
             ControllerError::Storage(_) | ControllerError::Fatal(_) => {
                 ResponseError::KafkaStorageError
             }
@@ -89,6 +95,7 @@ pub fn group_error(error: GroupError) -> ResponseError {
     match error {
         GroupError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
         GroupError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        GroupError::NotCoordinator => ResponseError::NotCoordinator,
         GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
         GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
         GroupError::IllegalGeneration => ResponseError::IllegalGeneration,

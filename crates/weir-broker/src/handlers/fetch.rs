@@ -56,6 +56,8 @@ struct Target {
     topic_id: Uuid,
     partition: Result<Arc<Partition>, ResponseError>,
     request: FetchPartition,
+    /// A follower's fetch: it reads up to the log end, not the high watermark.
+    from_replica: bool,
 }
 
 /// One partition's answer: the response entry and, when records are to be streamed, the slice.
@@ -87,6 +89,11 @@ pub async fn handle(
 ) -> Reply {
     let image = broker.image();
     let by_id = version >= 13;
+    // A follower names itself (Kafka's replica fetch); consumers send -1.
+    let replica = match version {
+        15.. => request.replica_state.replica_id.0,
+        _ => request.replica_id.0,
+    };
     let key = |name: &TopicName, topic_id: Uuid, partition: i32| PartitionKey {
         name: if by_id {
             TopicName::default()
@@ -142,12 +149,17 @@ pub async fn handle(
                 Some(t) => super::led_partition(broker, &t.name, partition.partition),
                 None => Err(ResponseError::UnknownTopicOrPartition),
             };
+            let led = match led {
+                Ok(led) if replica >= 0 => follower_fetched(broker, led, replica, &partition),
+                other => other,
+            };
             Target {
                 key,
                 name,
                 topic_id,
                 partition: led,
                 request: partition,
+                from_replica: replica >= 0,
             }
         })
         .collect();
@@ -168,7 +180,13 @@ pub async fn handle(
     loop {
         let mut watches: Vec<watch::Receiver<i64>> = targets
             .iter()
-            .filter_map(|t| t.partition.as_ref().ok().map(|p| p.watch_high_watermark()))
+            .filter_map(|t| {
+                let partition = t.partition.as_ref().ok()?;
+                Some(match t.from_replica {
+                    true => partition.watch_log_end(),
+                    false => partition.watch_high_watermark(),
+                })
+            })
             .collect();
         let stopping = *shutdown.borrow_and_update();
         let last_chance = stopping || watches.is_empty() || Instant::now() >= deadline;
@@ -205,6 +223,25 @@ pub async fn handle(
             _ = tokio::time::sleep_until(deadline) => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Records a follower's fetch with the partition it leads: the follower's position may move
+/// the high watermark, and a follower back in step is proposed for the ISR. A broker that is
+/// no replica of the partition is refused.
+fn follower_fetched(
+    broker: &Arc<Broker>,
+    partition: Arc<Partition>,
+    replica: i32,
+    request: &FetchPartition,
+) -> Result<Arc<Partition>, ResponseError> {
+    match partition.replica_fetched(replica, request.fetch_offset) {
+        Ok(Some(expansion)) => {
+            broker.ask_isr_change(partition.clone(), expansion);
+            Ok(partition)
+        }
+        Ok(None) => Ok(partition),
+        Err(_) => Err(ResponseError::NotLeaderOrFollower),
     }
 }
 
@@ -305,7 +342,27 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
         data.error_code = ResponseError::FencedLeaderEpoch.code();
         return plan(data, None);
     }
-    match log.read_view(target.request.fetch_offset, high_watermark) {
+    let upper = if target.from_replica {
+        // A follower whose last batch's epoch ends earlier here diverged: it is told where
+        // (KIP-320) and truncates before it fetches on.
+        let last_epoch = target.request.last_fetched_epoch;
+        if last_epoch >= 0 {
+            let diverged = match log.end_offset_for_epoch(last_epoch) {
+                Some((epoch, end)) => (epoch != last_epoch || end < target.request.fetch_offset)
+                    .then_some((epoch, end)),
+                None => Some((-1, log.log_start_offset())),
+            };
+            if let Some((epoch, end)) = diverged {
+                data.diverging_epoch.epoch = epoch.max(0);
+                data.diverging_epoch.end_offset = end;
+                return plan(data, None);
+            }
+        }
+        log.log_end_offset()
+    } else {
+        high_watermark
+    };
+    match log.read_view(target.request.fetch_offset, upper) {
         Ok(view) => plan(data, view),
         Err(error) => {
             data.error_code = ErrorReply::from(&error).code();

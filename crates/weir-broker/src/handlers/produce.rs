@@ -19,7 +19,7 @@ use crate::broker::Broker;
 use crate::config::TopicSettings;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
-use crate::partition::Partition;
+use crate::partition::{Partition, ReplicationWait};
 use crate::rate_limit::warn_bad_input;
 use crate::reply::Reply;
 
@@ -27,6 +27,8 @@ use crate::reply::Reply;
 /// on the connection's task: that is microseconds of CPU and a write into the page cache, less
 /// than the trip to a blocking thread costs. Larger or compressed ones go to a blocking thread.
 const INLINE_APPEND_BYTES_MAX: usize = 64 * 1024;
+/// Longest an `acks=all` write waits for its in-sync replicas, whatever `timeout_ms` asks.
+const PRODUCE_TIMEOUT_MS_MAX: u64 = 300_000;
 /// Codec id of zstd, which Produce only allows from version 7 on.
 const CODEC_ZSTD: i16 = 4;
 /// A compressed batch may decompress to at most this many times `max.message.bytes`…
@@ -53,15 +55,35 @@ pub struct PendingProduce {
     response: ProduceResponse,
     /// Partitions that must be fsynced up to an offset before the answer.
     durable: Vec<(Arc<Partition>, i64)>,
+    /// `acks=all` writes that every in-sync replica must hold before the answer: the
+    /// partition, the end offset, and where its result is in the response.
+    replicated: Vec<(Arc<Partition>, i64, (usize, usize))>,
+    /// The produce request's `timeout_ms`: how long replication may take.
+    timeout: std::time::Duration,
     any_error: bool,
 }
 
 impl PendingProduce {
-    /// Waits for durability, then answers; with `acks=0` there is no answer, and a failed
-    /// write closes the connection (as in Kafka: the only way such a client learns of it).
-    pub async fn finish(self, respond: impl FnOnce(ProduceResponse) -> Reply) -> Reply {
+    /// Waits for durability and, for `acks=all`, for the in-sync replicas, then answers; with
+    /// `acks=0` there is no answer, and a failed write closes the connection (as in Kafka: the
+    /// only way such a client learns of it). A write the ISR does not confirm within the
+    /// request's timeout is answered REQUEST_TIMED_OUT, and one whose leader moved meanwhile
+    /// NOT_LEADER_OR_FOLLOWER (an idempotent producer's retry is deduplicated).
+    pub async fn finish(mut self, respond: impl FnOnce(ProduceResponse) -> Reply) -> Reply {
         for (partition, end_offset) in &self.durable {
             partition.wait_durable(*end_offset).await;
+        }
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        for (partition, end_offset, (topic, slot)) in &self.replicated {
+            let error = match partition.wait_replicated(*end_offset, deadline).await {
+                ReplicationWait::Replicated => continue,
+                ReplicationWait::NotLeader => ResponseError::NotLeaderOrFollower,
+                ReplicationWait::TimedOut => ResponseError::RequestTimedOut,
+            };
+            let result = &mut self.response.responses[*topic].partition_responses[*slot];
+            result.error_code = error.code();
+            result.base_offset = -1;
+            self.any_error = true;
         }
         match (self.acks, self.any_error) {
             (0, true) => Reply::Close,
@@ -86,6 +108,11 @@ type Outcome = Result<AppendInfo, ErrorReply>;
 /// request order. Returns once the appends are done.
 pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> PendingProduce {
     let acks = request.acks;
+    let timeout = std::time::Duration::from_millis(
+        u64::try_from(request.timeout_ms)
+            .unwrap_or(0)
+            .clamp(1, PRODUCE_TIMEOUT_MS_MAX),
+    );
     let mut response = ProduceResponse::default();
     let mut jobs = Vec::new();
     let mut any_error = false;
@@ -154,6 +181,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         }
     };
     let mut durable = Vec::new();
+    let mut replicated = Vec::new();
     for (job, outcome) in outcomes {
         let result = &mut response.responses[job.topic].partition_responses[job.slot];
         match outcome {
@@ -162,7 +190,10 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
                 result.log_start_offset = info.log_start_offset;
                 result.log_append_time_ms = info.log_append_time_ms;
                 if job.settings.flush_policy.sync_before_ack(acks) {
-                    durable.push((job.partition, info.last_offset + 1));
+                    durable.push((job.partition.clone(), info.last_offset + 1));
+                }
+                if acks == -1 {
+                    replicated.push((job.partition, info.last_offset + 1, (job.topic, job.slot)));
                 }
             }
             Err(error) => {
@@ -180,6 +211,8 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         acks,
         response,
         durable,
+        replicated,
+        timeout,
         any_error,
     }
 }
@@ -252,11 +285,12 @@ fn check_partition(
         ));
     }
     let settings = partition.settings();
-    if acks == -1 && settings.min_insync_replicas > 1 {
+    let in_sync = partition.isr_count();
+    if acks == -1 && in_sync < settings.min_insync_replicas.max(1) as usize {
         return Err(ErrorReply::new(
             ResponseError::NotEnoughReplicas,
             format!(
-                "min.insync.replicas is {} but only 1 replica is in sync",
+                "min.insync.replicas is {} but only {in_sync} replica(s) of {topic}-{index} are in sync",
                 settings.min_insync_replicas
             ),
         ));

@@ -77,9 +77,8 @@ fn placement(response: &MetadataResponse, topic: &str) -> Vec<(i32, Vec<i32>)> {
         .map(|p| {
             assert_eq!(p.error_code, 0, "partition {}", p.partition_index);
             assert_eq!(
-                p.isr_nodes,
-                vec![p.leader_id],
-                "followers do not replicate yet"
+                p.isr_nodes, p.replica_nodes,
+                "every replica of a new partition is in sync"
             );
             (p.leader_id.0, p.replica_nodes.iter().map(|b| b.0).collect())
         })

@@ -124,7 +124,7 @@ async fn start_inner(
     let control = Arc::new(LocalControl::new(controller.clone()));
     let broker =
         tokio::task::block_in_place(|| Broker::new(config, identity, control, registry, stopped));
-    broker.register().await.expect("registered");
+    broker.join_cluster().await.expect("registered");
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     tokio::spawn(broker.clone().run_group_coordinator());
     TestBroker {

@@ -1,0 +1,267 @@
+//! Followers copying their leaders' logs: one task per leader broker fetches every partition
+//! this broker follows from it with the Kafka Fetch API (replica id set, as Kafka's replica
+//! fetchers do), appends what comes back as the leader stored it, takes the leader's high
+//! watermark, and truncates a divergent log at the point the leader names (KIP-320's diverging
+//! epoch) before fetching on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::ResponseError;
+use tokio::sync::watch;
+use weir_client::Connection;
+use weir_metadata::MetadataImage;
+
+use crate::broker::{stopping, ClientEndpoint};
+use crate::partition::Partition;
+
+/// Fetch version followers send: topic names, `last_fetched_epoch`, `diverging_epoch`.
+const REPLICA_FETCH_VERSION: i16 = 12;
+/// How long a leader holds a follower's fetch when there is nothing new.
+const REPLICA_FETCH_WAIT_MS: i32 = 500;
+/// Most bytes one replica fetch brings, and per partition.
+const REPLICA_FETCH_BYTES_MAX: i32 = 16 * 1024 * 1024;
+const REPLICA_FETCH_PARTITION_BYTES_MAX: i32 = 1024 * 1024;
+/// Pause after a failed connection or a fetch every partition of which was refused.
+const RETRY_BACKOFF_MS: u64 = 250;
+/// Deadline of one fetch round trip (its long poll included).
+const REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// One leader's fetcher: the partitions to copy from it, and its task.
+struct LeaderFetcher {
+    partitions: watch::Sender<Vec<Arc<Partition>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The replica fetchers of this broker, one per leader it follows.
+pub struct ReplicaFetchers {
+    node_id: i32,
+    by_leader: Mutex<HashMap<i32, LeaderFetcher>>,
+}
+
+impl ReplicaFetchers {
+    /// No fetchers yet; `node_id` is this broker's id, sent as the replica id.
+    pub fn new(node_id: i32) -> ReplicaFetchers {
+        ReplicaFetchers {
+            node_id,
+            by_leader: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Fetches each partition of `followed` (by leader) from its leader from now on; a
+    /// leader no longer followed for anything has its fetcher stopped.
+    pub fn update(
+        &self,
+        followed: HashMap<i32, Vec<Arc<Partition>>>,
+        images: &watch::Receiver<Arc<MetadataImage>>,
+        shutdown: &watch::Receiver<bool>,
+    ) {
+        let mut by_leader = self.by_leader.lock().unwrap_or_else(|e| e.into_inner());
+        by_leader.retain(|leader, fetcher| {
+            let keep = followed.contains_key(leader) && !fetcher.task.is_finished();
+            if !keep {
+                fetcher.task.abort();
+            }
+            keep
+        });
+        for (leader, partitions) in followed {
+            match by_leader.get(&leader) {
+                Some(fetcher) => {
+                    fetcher.partitions.send_if_modified(|current| {
+                        let same = current.len() == partitions.len()
+                            && current
+                                .iter()
+                                .zip(&partitions)
+                                .all(|(a, b)| Arc::ptr_eq(a, b));
+                        if !same {
+                            *current = partitions;
+                        }
+                        !same
+                    });
+                }
+                None => {
+                    let (sender, receiver) = watch::channel(partitions);
+                    let task = tokio::spawn(fetch_from(
+                        self.node_id,
+                        leader,
+                        receiver,
+                        images.clone(),
+                        shutdown.clone(),
+                    ));
+                    by_leader.insert(
+                        leader,
+                        LeaderFetcher {
+                            partitions: sender,
+                            task,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Stops every fetcher (shutdown).
+    pub fn stop(&self) {
+        let mut by_leader = self.by_leader.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, fetcher) in by_leader.drain() {
+            fetcher.task.abort();
+        }
+    }
+}
+
+/// The fetch loop for one leader: connect, fetch, apply, until shutdown or aborted.
+async fn fetch_from(
+    node_id: i32,
+    leader: i32,
+    mut partitions: watch::Receiver<Vec<Arc<Partition>>>,
+    images: watch::Receiver<Arc<MetadataImage>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let backoff = Duration::from_millis(RETRY_BACKOFF_MS);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let endpoint = images.borrow().broker(leader).and_then(ClientEndpoint::of);
+        let Some(endpoint) = endpoint else {
+            tokio::time::sleep(backoff).await;
+            continue;
+        };
+        let address = format!("{}:{}", endpoint.host, endpoint.port);
+        let client_id = format!("weir-replica-fetcher-{node_id}");
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        let connection = tokio::select! {
+            connected = Connection::connect(&address, &client_id, timeout) => connected,
+            _ = stopping(&mut shutdown) => return,
+        };
+        let connection = match connection {
+            Ok(connection) => connection,
+            Err(error) => {
+                tracing::debug!(target: "weir::replication", leader, %address, %error, "cannot reach the leader to fetch from; retrying");
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        };
+        tracing::debug!(target: "weir::replication", leader, %address, "fetching from leader");
+        loop {
+            let followed = partitions.borrow_and_update().clone();
+            if followed.is_empty() {
+                if partitions.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            let request = fetch_request(node_id, &followed);
+            let response: FetchResponse = tokio::select! {
+                response = connection.call_at(ApiKey::Fetch, REPLICA_FETCH_VERSION, &request) => match response {
+                    Ok(response) => response,
+                    Err(error) => {
+                        tracing::debug!(target: "weir::replication", leader, %error, "replica fetch failed; reconnecting");
+                        break;
+                    }
+                },
+                _ = partitions.changed() => continue,
+                _ = stopping(&mut shutdown) => return,
+            };
+            let progressed =
+                match tokio::task::spawn_blocking(move || apply(&followed, response)).await {
+                    Ok(progressed) => progressed,
+                    Err(_) => return,
+                };
+            if !progressed {
+                tokio::time::sleep(backoff).await;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+/// A fetch of every followed partition from its log end.
+fn fetch_request(node_id: i32, followed: &[Arc<Partition>]) -> FetchRequest {
+    let mut request = FetchRequest::default();
+    request.replica_id = BrokerId(node_id);
+    request.max_wait_ms = REPLICA_FETCH_WAIT_MS;
+    request.min_bytes = 1;
+    request.max_bytes = REPLICA_FETCH_BYTES_MAX;
+    request.session_id = 0;
+    request.session_epoch = -1;
+    for partition in followed {
+        let (fetch_offset, last_fetched_epoch, log_start_offset) = {
+            let log = partition.log();
+            (
+                log.log_end_offset(),
+                log.last_fetched_epoch(),
+                log.log_start_offset(),
+            )
+        };
+        let mut wanted = FetchPartition::default();
+        wanted.partition = partition.index;
+        wanted.current_leader_epoch = partition.state().leader_epoch;
+        wanted.fetch_offset = fetch_offset;
+        wanted.last_fetched_epoch = last_fetched_epoch;
+        wanted.log_start_offset = log_start_offset;
+        wanted.partition_max_bytes = REPLICA_FETCH_PARTITION_BYTES_MAX;
+        let name = TopicName(partition.topic.clone().into());
+        match request.topics.last_mut() {
+            Some(topic) if topic.topic == name => topic.partitions.push(wanted),
+            _ => {
+                let mut topic = FetchTopic::default();
+                topic.topic = name;
+                topic.partitions.push(wanted);
+                request.topics.push(topic);
+            }
+        }
+    }
+    request
+}
+
+/// Applies a fetch response to the followed partitions. Blocking (appends and truncations
+/// write the log). `false` when no partition was served (the caller backs off).
+fn apply(followed: &[Arc<Partition>], response: FetchResponse) -> bool {
+    if response.error_code != 0 {
+        tracing::debug!(target: "weir::replication", error_code = response.error_code, "replica fetch refused");
+        return false;
+    }
+    let mut progressed = false;
+    for topic in response.responses {
+        for data in topic.partitions {
+            let found = followed.iter().find(|p| {
+                p.topic.as_str() == topic.topic.0.as_str() && p.index == data.partition_index
+            });
+            if let Some(partition) = found {
+                progressed |= apply_partition(partition, data);
+            }
+        }
+    }
+    progressed
+}
+
+fn apply_partition(partition: &Partition, data: PartitionData) -> bool {
+    if data.error_code != 0 {
+        let error = ResponseError::try_from_code(data.error_code);
+        tracing::debug!(target: "weir::replication", topic = %partition.topic, partition = partition.index, ?error, "leader refused a replica fetch");
+        return false;
+    }
+    if data.diverging_epoch.epoch >= 0 {
+        let diverging = &data.diverging_epoch;
+        let own_end = partition
+            .log()
+            .end_offset_for_epoch(diverging.epoch)
+            .map_or(diverging.end_offset, |(_, end)| end);
+        return partition
+            .truncate_to(own_end.min(diverging.end_offset))
+            .is_ok();
+    }
+    let records = data.records.unwrap_or_default();
+    match partition.append_replicated(&records, data.high_watermark) {
+        Ok(_) => true,
+        Err(error) => {
+            tracing::warn!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "could not append what the leader sent");
+            false
+        }
+    }
+}

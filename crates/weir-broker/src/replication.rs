@@ -1,0 +1,275 @@
+//! What a partition's leader knows of its followers: how far each has fetched, when each was
+//! last caught up, and the ISR change it has asked the controller for. From that it computes
+//! the high watermark (the smallest log end over the ISR, counting a replica being added) and
+//! decides when a follower joins or leaves the ISR. Memory only; the partition holds it under
+//! its own lock.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use weir_metadata::PartitionImage;
+
+/// How far one follower has got, as its fetches tell the leader.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    /// The offset it asked for last: everything below is in its log. `None` until it fetches.
+    log_end: Option<i64>,
+    /// When its log end last reached the leader's.
+    caught_up_at: Instant,
+    /// The leader's log end and the time of its previous fetch.
+    previous_fetch: Option<(i64, Instant)>,
+}
+
+/// A fetch that names a broker holding no replica of the partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAReplica;
+
+/// An ISR the leader wants, against the partition state it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrRequest {
+    /// The ISR wanted.
+    pub isr: Vec<i32>,
+    /// The leader epoch it leads at.
+    pub leader_epoch: i32,
+    /// The partition epoch of the state it changes.
+    pub partition_epoch: i32,
+}
+
+/// The replication state of one partition on this broker.
+#[derive(Debug, Clone)]
+pub struct Replication {
+    /// The partition as the last applied image has it.
+    pub image: PartitionImage,
+    followers: HashMap<i32, Progress>,
+    /// An ISR change asked of the controller and not yet in the image.
+    pending: Option<IsrRequest>,
+}
+
+impl Replication {
+    /// The state of a partition not led here yet.
+    pub fn new(image: PartitionImage) -> Replication {
+        Replication {
+            image,
+            followers: HashMap::new(),
+            pending: None,
+        }
+    }
+
+    /// Applies a newer image of the partition. A new leadership here starts every follower's
+    /// progress afresh (each ISR member counts as caught up now); a pending change is settled
+    /// once the partition epoch moves.
+    pub fn update(&mut self, image: &PartitionImage, node_id: i32, now: Instant) {
+        let newly_leading = image.leader == node_id
+            && (self.image.leader != node_id || self.image.leader_epoch != image.leader_epoch);
+        if newly_leading {
+            self.followers = image
+                .replicas
+                .iter()
+                .filter(|id| **id != node_id)
+                .map(|id| {
+                    let progress = Progress {
+                        log_end: None,
+                        caught_up_at: now,
+                        previous_fetch: None,
+                    };
+                    (*id, progress)
+                })
+                .collect();
+        }
+        if image.leader != node_id {
+            self.followers.clear();
+        }
+        if image.partition_epoch != self.image.partition_epoch {
+            self.pending = None;
+        }
+        self.image = image.clone();
+    }
+
+    /// The ISR the high watermark must wait for: the image's, plus a replica being added
+    /// (should the addition commit, it must already hold everything below the watermark).
+    fn maximal_isr(&self) -> impl Iterator<Item = i32> + '_ {
+        let pending = self.pending.iter().flat_map(|p| p.isr.iter().copied());
+        self.image
+            .isr
+            .iter()
+            .copied()
+            .chain(pending.filter(|id| !self.image.isr.contains(id)))
+    }
+
+    /// The high watermark the ISR allows: the smallest log end over the maximal ISR, the
+    /// leader's being `leader_log_end`. `None` while some member's position is unknown.
+    pub fn high_watermark(&self, node_id: i32, leader_log_end: i64) -> Option<i64> {
+        self.maximal_isr().try_fold(leader_log_end, |low, id| {
+            if id == node_id {
+                return Some(low);
+            }
+            let end = self.followers.get(&id)?.log_end?;
+            Some(low.min(end))
+        })
+    }
+
+    /// Records a fetch by follower `replica` at `fetch_offset` while the leader's log ends at
+    /// `leader_log_end`. Caught up means at the leader's end now, or at least at the end the
+    /// leader had at its previous fetch (it fetches continuously and keeps pace), as in Kafka.
+    /// `false` when `replica` is not a replica of the partition.
+    pub fn record_fetch(
+        &mut self,
+        replica: i32,
+        fetch_offset: i64,
+        leader_log_end: i64,
+        now: Instant,
+    ) -> bool {
+        let Some(progress) = self.followers.get_mut(&replica) else {
+            return false;
+        };
+        if fetch_offset >= leader_log_end {
+            progress.caught_up_at = now;
+        } else if let Some((end, at)) = progress.previous_fetch {
+            if fetch_offset >= end {
+                progress.caught_up_at = progress.caught_up_at.max(at);
+            }
+        }
+        progress.log_end = Some(fetch_offset);
+        progress.previous_fetch = Some((leader_log_end, now));
+        true
+    }
+
+    /// The ISR with `replica` added, when it has caught up to `high_watermark` and to the
+    /// start of the leader's epoch (`epoch_start`) and no other change is pending.
+    pub fn expansion(
+        &mut self,
+        replica: i32,
+        high_watermark: i64,
+        epoch_start: i64,
+    ) -> Option<IsrRequest> {
+        if self.pending.is_some() || self.image.isr.contains(&replica) {
+            return None;
+        }
+        let end = self.followers.get(&replica)?.log_end?;
+        if end < high_watermark || end < epoch_start {
+            return None;
+        }
+        let mut isr = self.image.isr.clone();
+        isr.push(replica);
+        self.ask(isr)
+    }
+
+    /// The ISR without the followers that have not been caught up for `lag_max`, if any.
+    pub fn shrink(&mut self, node_id: i32, lag_max: Duration, now: Instant) -> Option<IsrRequest> {
+        if self.pending.is_some() || self.image.leader != node_id {
+            return None;
+        }
+        let lagging = |id: &i32| {
+            self.followers
+                .get(id)
+                .is_some_and(|p| now.saturating_duration_since(p.caught_up_at) > lag_max)
+        };
+        let isr: Vec<i32> = self
+            .image
+            .isr
+            .iter()
+            .copied()
+            .filter(|id| !lagging(id))
+            .collect();
+        if isr.len() == self.image.isr.len() {
+            return None;
+        }
+        self.ask(isr)
+    }
+
+    fn ask(&mut self, isr: Vec<i32>) -> Option<IsrRequest> {
+        let request = IsrRequest {
+            isr,
+            leader_epoch: self.image.leader_epoch,
+            partition_epoch: self.image.partition_epoch,
+        };
+        self.pending = Some(request.clone());
+        Some(request)
+    }
+
+    /// The controller refused or never answered `request`: it is no longer pending, so the
+    /// next fetch or check may ask again.
+    pub fn settle(&mut self, request: &IsrRequest) {
+        if self.pending.as_ref() == Some(request) {
+            self.pending = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn led(replicas: Vec<i32>, isr: Vec<i32>) -> (Replication, Instant) {
+        let now = Instant::now();
+        let image = PartitionImage {
+            replicas,
+            isr,
+            leader: 1,
+            leader_epoch: 3,
+            partition_epoch: 5,
+        };
+        let mut state = Replication::new(PartitionImage::new(Vec::new(), |_| true));
+        state.update(&image, 1, now);
+        (state, now)
+    }
+
+    #[test]
+    fn the_high_watermark_waits_for_every_in_sync_follower() {
+        let (mut state, now) = led(vec![1, 2, 3], vec![1, 2, 3]);
+        assert_eq!(state.high_watermark(1, 10), None, "positions unknown");
+        state.record_fetch(2, 7, 10, now);
+        assert_eq!(state.high_watermark(1, 10), None);
+        state.record_fetch(3, 9, 10, now);
+        assert_eq!(state.high_watermark(1, 10), Some(7));
+        assert!(!state.record_fetch(4, 10, 10, now), "not a replica");
+    }
+
+    #[test]
+    fn a_follower_is_added_once_caught_up_and_counts_while_pending() {
+        let (mut state, now) = led(vec![1, 2, 3], vec![1, 2]);
+        state.record_fetch(2, 10, 10, now);
+        state.record_fetch(3, 4, 10, now);
+        assert_eq!(state.high_watermark(1, 10), Some(10));
+        assert_eq!(state.expansion(3, 10, 0), None, "behind the high watermark");
+        state.record_fetch(3, 10, 12, now);
+        let request = state.expansion(3, 10, 0).expect("expands");
+        assert_eq!(
+            (request.isr.clone(), request.partition_epoch),
+            (vec![1, 2, 3], 5)
+        );
+        assert_eq!(state.expansion(3, 10, 0), None, "one change at a time");
+        // While pending, the high watermark waits for the follower being added.
+        state.record_fetch(2, 12, 12, now);
+        assert_eq!(state.high_watermark(1, 12), Some(10));
+        state.settle(&request);
+        assert_eq!(state.high_watermark(1, 12), Some(12));
+    }
+
+    #[test]
+    fn a_follower_behind_for_longer_than_the_lag_leaves_the_isr() {
+        let (mut state, now) = led(vec![1, 2, 3], vec![1, 2, 3]);
+        let lag = Duration::from_secs(10);
+        state.record_fetch(2, 10, 10, now);
+        state.record_fetch(3, 5, 10, now);
+        assert_eq!(state.shrink(1, lag, now + Duration::from_secs(5)), None);
+        // Follower 2 keeps pace: at the end the leader had at its previous fetch.
+        state.record_fetch(2, 10, 20, now + Duration::from_secs(8));
+        state.record_fetch(2, 20, 30, now + Duration::from_secs(12));
+        let request = state
+            .shrink(1, lag, now + Duration::from_secs(12))
+            .expect("shrinks");
+        assert_eq!(request.isr, vec![1, 2]);
+    }
+
+    #[test]
+    fn a_new_leadership_or_epoch_starts_progress_afresh() {
+        let (mut state, now) = led(vec![1, 2], vec![1, 2]);
+        state.record_fetch(2, 10, 10, now);
+        let mut image = state.image.clone();
+        image.leader_epoch += 1;
+        image.partition_epoch += 1;
+        state.update(&image, 1, now);
+        assert_eq!(state.high_watermark(1, 10), None);
+    }
+}

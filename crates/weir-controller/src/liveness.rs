@@ -1,0 +1,488 @@
+//! Broker liveness and the partition changes it causes: leases renewed by heartbeats, and the
+//! leaders and ISRs that fencing a broker or its return decide. Pure decisions over an image;
+//! the controller commits them.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weir_metadata::{
+    AlterPartition, ControllerError, MetadataCommand, MetadataImage, PartitionChange,
+    PartitionImage, TopicImage, NO_LEADER,
+};
+
+use crate::Controller;
+
+/// Name of the setting that lets an out-of-sync replica become leader.
+const UNCLEAN_ELECTION: &str = "unclean.leader.election.enable";
+/// `broker.session.timeout.ms` until the server sets it.
+pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
+/// How often the active controller looks for expired leases.
+const LEASE_CHECK_MS: u64 = 250;
+
+impl Controller {
+    /// Sets `broker.session.timeout.ms`: how long a broker may go without a heartbeat.
+    pub fn set_session_timeout(&self, timeout: Duration) {
+        self.session_timeout_ms
+            .store(timeout.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn lease_timeout(&self) -> Duration {
+        Duration::from_millis(self.session_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    fn leases(&self) -> std::sync::MutexGuard<'_, Leases> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// NOT_CONTROLLER unless this controller leads the quorum: leases live on the leader only.
+    fn check_leading(&self) -> Result<(), ControllerError> {
+        let leading = self.quorum.status().is_ok();
+        self.leases().set_leading(leading, Instant::now());
+        match leading {
+            true => Ok(()),
+            false => Err(ControllerError::NotController(
+                "this controller does not lead the metadata quorum".into(),
+            )),
+        }
+    }
+
+    /// The registration `node_id` speaks for must be its current one.
+    fn check_broker_epoch(
+        image: &MetadataImage,
+        node_id: i32,
+        broker_epoch: u64,
+    ) -> Result<(), ControllerError> {
+        match image.broker(node_id) {
+            Some(b) if b.epoch == broker_epoch => Ok(()),
+            Some(b) => Err(ControllerError::StaleBrokerEpoch(format!(
+                "broker {node_id} is registered at epoch {}, not {broker_epoch}",
+                b.epoch
+            ))),
+            None => Err(ControllerError::StaleBrokerEpoch(format!(
+                "broker {node_id} is not registered"
+            ))),
+        }
+    }
+
+    /// Renews a broker's lease; a fenced broker heartbeating is unfenced (and leads again what
+    /// waited for it). Answered with whether it is fenced now.
+    pub async fn heartbeat(
+        &self,
+        node_id: i32,
+        broker_epoch: u64,
+    ) -> Result<bool, ControllerError> {
+        self.check_leading()?;
+        let image = self.image();
+        Self::check_broker_epoch(&image, node_id, broker_epoch)?;
+        self.leases().renew(node_id, Instant::now());
+        if !image.broker(node_id).is_some_and(|b| b.fenced) {
+            return Ok(false);
+        }
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        Self::check_broker_epoch(&image, node_id, broker_epoch)?;
+        if image.broker(node_id).is_some_and(|b| b.fenced) {
+            let changes = unfence(&image, node_id);
+            tracing::info!(target: "weir::controller", node_id, elected = changes.len(), "broker unfenced");
+            self.commit(MetadataCommand::UnfenceBroker { node_id, changes })
+                .await?;
+        }
+        Ok(false)
+    }
+
+    /// Fences `node_id` (lease expired, or shutting down): it leaves every ISR and its
+    /// leaderships move. Call with the decision lock held.
+    async fn fence_broker(&self, node_id: i32, why: &str) -> Result<(), ControllerError> {
+        let image = self.image();
+        if image.broker(node_id).is_none_or(|b| b.fenced) {
+            return Ok(());
+        }
+        let changes = fence(&image, node_id);
+        tracing::warn!(target: "weir::controller", node_id, partitions = changes.len(), why, "broker fenced");
+        self.commit(MetadataCommand::FenceBroker { node_id, changes })
+            .await
+    }
+
+    /// A broker stopping cleanly: its leaderships move to in-sync replicas and it leaves every
+    /// ISR before it goes, so no client waits out a lease.
+    pub async fn controlled_shutdown(
+        &self,
+        node_id: i32,
+        broker_epoch: u64,
+    ) -> Result<(), ControllerError> {
+        self.check_leading()?;
+        let _turn = self.deciding.lock().await;
+        Self::check_broker_epoch(&self.image(), node_id, broker_epoch)?;
+        self.fence_broker(node_id, "controlled shutdown").await?;
+        self.leases().forget(node_id);
+        Ok(())
+    }
+
+    /// Changes a partition's ISR as its leader asks (Kafka's AlterPartition): refused when
+    /// the leader or the partition moved on since the state the leader saw, or when a replica
+    /// it adds may not be in sync (not a replica, or fenced).
+    pub async fn alter_partition(
+        &self,
+        request: AlterPartition,
+    ) -> Result<PartitionImage, ControllerError> {
+        self.check_leading()?;
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        Self::check_broker_epoch(&image, request.leader, request.broker_epoch)?;
+        let topic = image
+            .topic_by_id(request.topic_id)
+            .ok_or_else(|| ControllerError::UnknownTopic(request.topic_id.to_string()))?;
+        let partition = topic.partition(request.partition).ok_or_else(|| {
+            ControllerError::UnknownTopic(format!("{}-{}", topic.name, request.partition))
+        })?;
+        if partition.leader != request.leader || partition.leader_epoch != request.leader_epoch {
+            return Err(ControllerError::FencedLeaderEpoch(format!(
+                "{}-{} is led by {} at epoch {}",
+                topic.name, request.partition, partition.leader, partition.leader_epoch
+            )));
+        }
+        if partition.partition_epoch != request.partition_epoch {
+            return Err(ControllerError::InvalidUpdateVersion(format!(
+                "{}-{} is at partition epoch {}, not {}",
+                topic.name, request.partition, partition.partition_epoch, request.partition_epoch
+            )));
+        }
+        let eligible = |id: &i32| {
+            partition.replicas.contains(id) && (partition.isr.contains(id) || image.is_alive(*id))
+        };
+        if !request.isr.contains(&request.leader) || !request.isr.iter().all(eligible) {
+            return Err(ControllerError::IneligibleReplica(format!(
+                "ISR {:?} of {}-{} must hold its leader and only live replicas of {:?}",
+                request.isr, topic.name, request.partition, partition.replicas
+            )));
+        }
+        let mut isr = request.isr.clone();
+        isr.sort_by_key(|id| partition.replicas.iter().position(|r| r == id));
+        isr.dedup();
+        if isr != partition.isr {
+            let change = PartitionChange {
+                topic_id: request.topic_id,
+                partition: request.partition,
+                leader: request.leader,
+                isr,
+            };
+            self.commit(MetadataCommand::ChangePartitions {
+                changes: vec![change],
+            })
+            .await?;
+        }
+        let image = self.image();
+        image
+            .topic_by_id(request.topic_id)
+            .and_then(|t| t.partition(request.partition))
+            .cloned()
+            .ok_or_else(|| ControllerError::UnknownTopic(request.topic_id.to_string()))
+    }
+
+    /// Fences every broker whose lease runs out, for as long as the controller lives: runs on
+    /// every controller and acts only while it leads the quorum.
+    pub fn watch_leases(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let controller = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(LEASE_CHECK_MS));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(controller) = controller.upgrade() else {
+                    return;
+                };
+                if controller.check_leading().is_err() {
+                    continue;
+                }
+                let image = controller.image();
+                let expired =
+                    controller
+                        .leases()
+                        .expired(&image, controller.lease_timeout(), Instant::now());
+                for node_id in expired {
+                    let _turn = controller.deciding.lock().await;
+                    if let Err(error) = controller.fence_broker(node_id, "lease expired").await {
+                        tracing::warn!(target: "weir::controller", node_id, %error, "could not fence a broker whose lease expired; trying again");
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// The leases of the brokers, as the active controller tracks them (in memory only: a new
+/// active controller grants every broker a full lease before fencing anyone).
+#[derive(Debug, Default)]
+pub struct Leases {
+    /// When this controller started leading, if it leads.
+    leading_since: Option<Instant>,
+    /// Each broker's last heartbeat seen while leading.
+    last_seen: HashMap<i32, Instant>,
+}
+
+impl Leases {
+    /// Records whether this controller leads now; a change of leadership forgets every lease.
+    pub fn set_leading(&mut self, leading: bool, now: Instant) {
+        match (leading, self.leading_since) {
+            (true, None) => {
+                self.leading_since = Some(now);
+                self.last_seen.clear();
+            }
+            (false, Some(_)) => {
+                self.leading_since = None;
+                self.last_seen.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// Renews `node_id`'s lease.
+    pub fn renew(&mut self, node_id: i32, now: Instant) {
+        self.last_seen.insert(node_id, now);
+    }
+
+    /// Forgets `node_id`'s lease (it shut down).
+    pub fn forget(&mut self, node_id: i32) {
+        self.last_seen.remove(&node_id);
+    }
+
+    /// The unfenced brokers of `image` whose lease ran out: no heartbeat for `timeout`, counted
+    /// from this controller's start of leadership for a broker it has not heard from yet.
+    pub fn expired(&self, image: &MetadataImage, timeout: Duration, now: Instant) -> Vec<i32> {
+        let Some(since) = self.leading_since else {
+            return Vec::new();
+        };
+        image
+            .brokers()
+            .filter(|b| !b.fenced)
+            .filter(|b| {
+                let seen = self.last_seen.get(&b.node_id).copied().unwrap_or(since);
+                now.saturating_duration_since(seen) > timeout
+            })
+            .map(|b| b.node_id)
+            .collect()
+    }
+}
+
+/// Whether `topic` lets an out-of-sync replica lead: its own setting, else the cluster-wide
+/// broker default.
+fn unclean_allowed(image: &MetadataImage, topic: &TopicImage) -> bool {
+    topic
+        .configs
+        .get(UNCLEAN_ELECTION)
+        .or_else(|| image.broker_configs(None).get(UNCLEAN_ELECTION))
+        .is_some_and(|v| v == "true")
+}
+
+fn change(topic: &TopicImage, index: usize, leader: i32, isr: Vec<i32>) -> PartitionChange {
+    PartitionChange {
+        topic_id: topic.topic_id,
+        partition: index as i32,
+        leader,
+        isr,
+    }
+}
+
+/// Every partition of `image` with its topic and index.
+fn partitions(
+    image: &MetadataImage,
+) -> impl Iterator<Item = (&TopicImage, usize, &PartitionImage)> {
+    image.topics().flat_map(|topic| {
+        topic
+            .partitions
+            .iter()
+            .enumerate()
+            .map(move |(index, partition)| (topic, index, partition))
+    })
+}
+
+/// What fencing `node_id` changes: it leaves every ISR, and each partition it led gets the
+/// first other in-sync replica (in replica order) that is alive. Without one, an unclean
+/// election (when the topic allows it) picks the first live replica; otherwise the partition
+/// has no leader and keeps `node_id` as its last in-sync replica, so that replica leads again
+/// when it returns and nothing acknowledged is lost.
+pub fn fence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
+    let alive = |id: i32| id != node_id && image.is_alive(id);
+    partitions(image)
+        .filter(|(_, _, p)| p.leader == node_id || p.isr.contains(&node_id))
+        .map(|(topic, index, p)| {
+            let mut isr: Vec<i32> = p.isr.iter().copied().filter(|id| *id != node_id).collect();
+            if p.leader != node_id {
+                return change(topic, index, p.leader, isr);
+            }
+            let in_sync = p
+                .replicas
+                .iter()
+                .copied()
+                .find(|id| isr.contains(id) && alive(*id));
+            let leader = match in_sync {
+                Some(leader) => leader,
+                None => match p.replicas.iter().copied().find(|id| alive(*id)) {
+                    Some(unclean) if unclean_allowed(image, topic) => {
+                        isr = vec![unclean];
+                        unclean
+                    }
+                    _ => {
+                        if isr.is_empty() {
+                            isr = vec![node_id];
+                        }
+                        NO_LEADER
+                    }
+                },
+            };
+            change(topic, index, leader, isr)
+        })
+        .filter(|c| {
+            let p =
+                &image.topic_by_id(c.topic_id).expect("listed").partitions[c.partition as usize];
+            c.leader != p.leader || c.isr != p.isr
+        })
+        .collect()
+}
+
+/// What the return of fenced broker `node_id` changes: each leaderless partition whose ISR
+/// holds it gets it as leader, as does one that allows an unclean election and has it as a
+/// replica (with it alone in sync).
+pub fn unfence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
+    partitions(image)
+        .filter(|(_, _, p)| p.leader == NO_LEADER && p.replicas.contains(&node_id))
+        .filter_map(|(topic, index, p)| {
+            if p.isr.contains(&node_id) {
+                Some(change(topic, index, node_id, p.isr.clone()))
+            } else if unclean_allowed(image, topic) {
+                Some(change(topic, index, node_id, vec![node_id]))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use weir_metadata::{BrokerListener, MetadataCommand, Uuid};
+
+    use super::*;
+
+    fn image(brokers: &[i32], replicas: Vec<Vec<i32>>) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in brokers {
+            image.apply(&MetadataCommand::RegisterBroker {
+                node_id: *id,
+                incarnation_id: Uuid::new_v4(),
+                listeners: vec![BrokerListener {
+                    name: "PLAINTEXT".into(),
+                    host: "localhost".into(),
+                    port: 9092,
+                }],
+                rack: None,
+            });
+        }
+        image.apply(&MetadataCommand::CreateTopic {
+            name: "t".into(),
+            topic_id: Uuid::from_u128(7),
+            partitions: replicas.len() as i32,
+            replication_factor: replicas[0].len() as i16,
+            configs: BTreeMap::new(),
+            assignments: replicas,
+        });
+        image
+    }
+
+    fn fenced(mut image: MetadataImage, node_id: i32) -> MetadataImage {
+        let changes = fence(&image, node_id);
+        image.apply(&MetadataCommand::FenceBroker { node_id, changes });
+        image
+    }
+
+    fn partition(image: &MetadataImage, index: usize) -> PartitionImage {
+        image.topic("t").expect("topic").partitions[index].clone()
+    }
+
+    #[test]
+    fn fencing_a_leader_elects_the_next_in_sync_replica_and_a_new_epoch() {
+        let image = fenced(image(&[1, 2, 3], vec![vec![1, 2, 3], vec![2, 3, 1]]), 1);
+        let p0 = partition(&image, 0);
+        assert_eq!(
+            (p0.leader, p0.isr.clone(), p0.leader_epoch),
+            (2, vec![2, 3], 1)
+        );
+        let p1 = partition(&image, 1);
+        assert_eq!(
+            (p1.leader, p1.isr.clone(), p1.leader_epoch),
+            (2, vec![2, 3], 0)
+        );
+        assert_eq!(p1.partition_epoch, 1);
+    }
+
+    #[test]
+    fn the_last_in_sync_replica_stays_in_the_isr_and_leads_again_on_return() {
+        let mut image = image(&[1, 2], vec![vec![1, 2]]);
+        image = fenced(image, 2);
+        image = fenced(image, 1);
+        let p = partition(&image, 0);
+        assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]));
+        // Replica 2 returns first: out of sync, it may not lead.
+        assert!(unfence(&image, 2).is_empty());
+        let changes = unfence(&image, 1);
+        image.apply(&MetadataCommand::UnfenceBroker {
+            node_id: 1,
+            changes,
+        });
+        let p = partition(&image, 0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (1, vec![1], 2));
+    }
+
+    #[test]
+    fn an_unclean_election_needs_the_topic_to_allow_it() {
+        let mut image = image(&[1, 2], vec![vec![1, 2]]);
+        image = fenced(image, 2);
+        image.apply(&MetadataCommand::AlterTopicConfig {
+            topic_id: Uuid::from_u128(7),
+            change: weir_metadata::ConfigChange::setting(BTreeMap::from([(
+                UNCLEAN_ELECTION.to_string(),
+                "true".to_string(),
+            )])),
+        });
+        // 2 came back but is out of sync; 1 dies: with unclean election 2 leads.
+        let changes = unfence(&image, 2);
+        assert!(changes.is_empty(), "1 still leads");
+        image.apply(&MetadataCommand::UnfenceBroker {
+            node_id: 2,
+            changes,
+        });
+        image = fenced(image, 1);
+        let p = partition(&image, 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+    }
+
+    #[test]
+    fn leases_expire_only_for_a_leading_controller_and_restart_with_leadership() {
+        let image = image(&[1, 2], vec![vec![1, 2]]);
+        let start = Instant::now();
+        let timeout = Duration::from_secs(9);
+        let mut leases = Leases::default();
+        assert!(leases
+            .expired(&image, timeout, start + timeout * 2)
+            .is_empty());
+        leases.set_leading(true, start);
+        leases.renew(1, start + Duration::from_secs(5));
+        assert_eq!(
+            leases.expired(&image, timeout, start + Duration::from_secs(10)),
+            vec![2]
+        );
+        assert_eq!(
+            leases.expired(&image, timeout, start + Duration::from_secs(15)),
+            vec![1, 2]
+        );
+        leases.set_leading(false, start + Duration::from_secs(15));
+        leases.set_leading(true, start + Duration::from_secs(16));
+        assert!(leases
+            .expired(&image, timeout, start + Duration::from_secs(20))
+            .is_empty());
+    }
+}
