@@ -11,7 +11,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
     CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
     DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     DescribeQuorumRequest, DescribeQuorumResponse, IncrementalAlterConfigsRequest,
@@ -59,8 +59,23 @@ pub struct ClusterStatus {
     pub topics: usize,
     /// Number of partitions over all topics.
     pub partitions: usize,
-    /// Partitions whose ISR is smaller than their replica set.
-    pub under_replicated: usize,
+    /// Partitions whose ISR is smaller than their replica set (offline ones included).
+    pub under_replicated: Vec<PartitionHealth>,
+}
+
+/// One partition that is not fully replicated: where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionHealth {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Its leader, or -1 when it has none (offline).
+    pub leader: i32,
+    /// Its replicas.
+    pub replicas: Vec<i32>,
+    /// Its in-sync replicas.
+    pub isr: Vec<i32>,
 }
 
 /// The metadata quorum as its leader reports it (Kafka's DescribeQuorum).
@@ -380,7 +395,22 @@ impl Admin {
         let partitions: Vec<_> = metadata
             .topics
             .iter()
-            .flat_map(|t| t.partitions.iter())
+            .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+            .collect();
+        let ids = |nodes: &[BrokerId]| nodes.iter().map(|b| b.0).collect::<Vec<i32>>();
+        let under_replicated = partitions
+            .iter()
+            .filter(|(_, p)| p.isr_nodes.len() < p.replica_nodes.len() || p.leader_id.0 < 0)
+            .map(|(t, p)| PartitionHealth {
+                topic: t
+                    .name
+                    .as_ref()
+                    .map_or_else(String::new, |n| n.0.to_string()),
+                partition: p.partition_index,
+                leader: p.leader_id.0,
+                replicas: ids(&p.replica_nodes),
+                isr: ids(&p.isr_nodes),
+            })
             .collect();
         Ok(ClusterStatus {
             cluster_id,
@@ -388,10 +418,7 @@ impl Admin {
             brokers,
             topics: metadata.topics.len(),
             partitions: partitions.len(),
-            under_replicated: partitions
-                .iter()
-                .filter(|p| p.isr_nodes.len() < p.replica_nodes.len())
-                .count(),
+            under_replicated,
         })
     }
 

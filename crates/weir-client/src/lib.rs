@@ -19,7 +19,9 @@ pub mod partitioner;
 mod producer;
 mod records;
 
-pub use admin::{Admin, ClusterStatus, ConfigEntry, QuorumInfo, QuorumVoter, TopicDescription};
+pub use admin::{
+    Admin, ClusterStatus, ConfigEntry, PartitionHealth, QuorumInfo, QuorumVoter, TopicDescription,
+};
 pub use cluster::{BrokerInfo, ClientConfig, Cluster, PartitionInfo, TopicInfo};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec};

@@ -1192,6 +1192,12 @@ impl Log {
             if !(expired(oldest) || over_size) {
                 break;
             }
+            // Only what every in-sync replica has may go: a follower still fetching a segment
+            // would otherwise find its offsets gone (as in Kafka, retention stops at the high
+            // watermark).
+            if oldest.next_offset > self.high_watermark {
+                break;
+            }
             let Some((_, segment)) = self.segments.pop_first() else {
                 break;
             };

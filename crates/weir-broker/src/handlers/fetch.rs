@@ -235,6 +235,16 @@ fn follower_fetched(
     replica: i32,
     request: &FetchPartition,
 ) -> Result<Arc<Partition>, ResponseError> {
+    // A divergent follower's log end says nothing of what it shares with the leader: it is
+    // not counted until it has truncated.
+    let diverged = divergence(
+        &partition.log(),
+        request.last_fetched_epoch,
+        request.fetch_offset,
+    );
+    if diverged.is_some() {
+        return Ok(partition);
+    }
     match partition.replica_fetched(replica, request.fetch_offset) {
         Ok(Some(expansion)) => {
             broker.ask_isr_change(partition.clone(), expansion);
@@ -242,6 +252,20 @@ fn follower_fetched(
         }
         Ok(None) => Ok(partition),
         Err(_) => Err(ResponseError::NotLeaderOrFollower),
+    }
+}
+
+/// Where a follower whose last batch has epoch `last_epoch` and whose log ends at
+/// `fetch_offset` diverges from this leader's log (KIP-320): the largest epoch up to
+/// `last_epoch` the leader knows and where it ends here, when that is not `last_epoch` or ends
+/// before `fetch_offset`. `None` when the logs agree (or the follower sent no epoch).
+fn divergence(log: &weir_log::Log, last_epoch: i32, fetch_offset: i64) -> Option<(i32, i64)> {
+    if last_epoch < 0 {
+        return None;
+    }
+    match log.end_offset_for_epoch(last_epoch) {
+        Some((epoch, end)) => (epoch != last_epoch || end < fetch_offset).then_some((epoch, end)),
+        None => Some((0, log.log_start_offset())),
     }
 }
 
@@ -345,18 +369,13 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
     let upper = if target.from_replica {
         // A follower whose last batch's epoch ends earlier here diverged: it is told where
         // (KIP-320) and truncates before it fetches on.
-        let last_epoch = target.request.last_fetched_epoch;
-        if last_epoch >= 0 {
-            let diverged = match log.end_offset_for_epoch(last_epoch) {
-                Some((epoch, end)) => (epoch != last_epoch || end < target.request.fetch_offset)
-                    .then_some((epoch, end)),
-                None => Some((-1, log.log_start_offset())),
-            };
-            if let Some((epoch, end)) = diverged {
-                data.diverging_epoch.epoch = epoch.max(0);
-                data.diverging_epoch.end_offset = end;
-                return plan(data, None);
-            }
+        let request = &target.request;
+        if let Some((epoch, end)) =
+            divergence(&log, request.last_fetched_epoch, request.fetch_offset)
+        {
+            data.diverging_epoch.epoch = epoch;
+            data.diverging_epoch.end_offset = end;
+            return plan(data, None);
         }
         log.log_end_offset()
     } else {

@@ -7,3 +7,4 @@ mod consumer_groups;
 mod durability;
 mod hostile;
 mod protocol;
+mod replication;

@@ -63,6 +63,26 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     }
     outln!("topics:                   {}", status.topics);
     outln!("partitions:               {}", status.partitions);
-    outln!("under-replicated:         {}", status.under_replicated);
+    outln!(
+        "under-replicated:         {}",
+        status.under_replicated.len()
+    );
+    let list = |nodes: &[i32]| {
+        let ids: Vec<String> = nodes.iter().map(i32::to_string).collect();
+        ids.join(",")
+    };
+    for p in &status.under_replicated {
+        let leader = match p.leader {
+            -1 => "none (offline)".to_string(),
+            id => id.to_string(),
+        };
+        outln!(
+            "  {}-{}  leader {leader}  replicas {}  isr {}",
+            p.topic,
+            p.partition,
+            list(&p.replicas),
+            list(&p.isr)
+        );
+    }
     Ok(())
 }

@@ -1,0 +1,453 @@
+//! Replication between brokers in one process, over loopback, sharing one controller: each
+//! broker reaches the controller through a link the test can cut, as a network partition
+//! would. Followers copy the leader, a crashed leader is replaced by an in-sync replica without
+//! losing an acknowledged write, a divergent old leader truncates to the new leader's log, and
+//! a leader cut off from the controller stops acknowledging `acks=all` writes once it is
+//! replaced.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::BrokerId;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_controller::{Controller, LocalControl};
+use weir_log::batch::{build_batch, ProducerFields};
+use weir_log::SystemClock;
+use weir_metadata::{
+    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
+    MetadataControl, MetadataImage, NewTopic, PartitionImage, Pending, QuorumStatus, TopicImage,
+};
+use weir_storage::FileCache;
+
+use crate::common::*;
+
+/// The lease the test controller grants: short, so failovers take a second or two.
+const SESSION_TIMEOUT_MS: u64 = 1_500;
+const BROKER_PROPERTIES: &[(&str, &str)] = &[
+    ("broker.heartbeat.interval.ms", "100"),
+    ("broker.session.timeout.ms", "1500"),
+    ("replica.lag.time.max.ms", "2000"),
+];
+
+/// The controller as one broker reaches it, through a link that can be cut: while cut, every
+/// request fails as if the controller were unreachable and no new image arrives.
+struct Link {
+    inner: LocalControl,
+    cut: Arc<AtomicBool>,
+    images: watch::Receiver<Arc<MetadataImage>>,
+}
+
+impl Link {
+    fn new(controller: Arc<Controller>) -> (Link, Arc<AtomicBool>) {
+        let inner = LocalControl::new(controller);
+        let cut = Arc::new(AtomicBool::new(false));
+        let mut upstream = inner.images();
+        let (sender, images) = watch::channel(upstream.borrow().clone());
+        let cut_flag = cut.clone();
+        tokio::spawn(async move {
+            while upstream.changed().await.is_ok() {
+                while cut_flag.load(Ordering::Acquire) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let image = upstream.borrow_and_update().clone();
+                if sender.send(image).is_err() {
+                    return;
+                }
+            }
+        });
+        let link = Link {
+            inner,
+            cut: cut.clone(),
+            images,
+        };
+        (link, cut)
+    }
+
+    fn pass<T: Send + 'static>(&self, pending: Pending<T>) -> Pending<T> {
+        match self.cut.load(Ordering::Acquire) {
+            true => Box::pin(async { Err(ControllerError::NotController("link cut".into())) }),
+            false => pending,
+        }
+    }
+}
+
+impl MetadataControl for Link {
+    fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage> {
+        self.pass(self.inner.create_topic(topic, validate_only))
+    }
+    fn delete_topic(&self, name: String) -> Pending<TopicImage> {
+        self.pass(self.inner.delete_topic(name))
+    }
+    fn create_partitions(
+        &self,
+        name: String,
+        total: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Pending<()> {
+        self.pass(
+            self.inner
+                .create_partitions(name, total, assignments, validate_only),
+        )
+    }
+    fn alter_topic_config(
+        &self,
+        name: String,
+        change: ConfigChange,
+        validate_only: bool,
+    ) -> Pending<()> {
+        self.pass(self.inner.alter_topic_config(name, change, validate_only))
+    }
+    fn alter_broker_config(
+        &self,
+        node_id: Option<i32>,
+        change: ConfigChange,
+        validate_only: bool,
+    ) -> Pending<()> {
+        self.pass(
+            self.inner
+                .alter_broker_config(node_id, change, validate_only),
+        )
+    }
+    fn register_broker(
+        &self,
+        node_id: i32,
+        listeners: Vec<BrokerListener>,
+        rack: Option<String>,
+    ) -> Pending<BrokerRegistration> {
+        self.pass(self.inner.register_broker(node_id, listeners, rack))
+    }
+    fn heartbeat(&self, node_id: i32, broker_epoch: u64) -> Pending<bool> {
+        self.pass(self.inner.heartbeat(node_id, broker_epoch))
+    }
+    fn alter_partition(&self, change: AlterPartition) -> Pending<PartitionImage> {
+        self.pass(self.inner.alter_partition(change))
+    }
+    fn controlled_shutdown(&self, node_id: i32, broker_epoch: u64) -> Pending<()> {
+        self.pass(self.inner.controlled_shutdown(node_id, broker_epoch))
+    }
+    fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
+        self.pass(self.inner.allocate_producer_ids())
+    }
+    fn quorum_status(&self) -> Pending<QuorumStatus> {
+        self.pass(self.inner.quorum_status())
+    }
+    fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.images.clone()
+    }
+}
+
+/// One broker of the test cluster.
+struct Member {
+    broker: Arc<Broker>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    cut: Arc<AtomicBool>,
+}
+
+impl Member {
+    /// Starts broker `node_id` over `root`, reaching `controller` through its own link.
+    async fn start(controller: Arc<Controller>, node_id: i32, root: &Path) -> Member {
+        let properties: BTreeMap<String, String> = BROKER_PROPERTIES
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let config = BrokerConfig::from_properties(&properties).expect("config");
+        let registry = PartitionRegistry::new(
+            root.join("logs"),
+            FileCache::new(Arc::new(weir_storage::FsStorage), CACHED_FILES),
+            Arc::new(SystemClock),
+            config.clone(),
+            node_id,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let identity = BrokerIdentity {
+            node_id,
+            cluster_id: "test-cluster".into(),
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: addr.port(),
+        };
+        let (stop, stopped) = watch::channel(false);
+        let limits = ConnectionLimits::from_config(&config)
+            .await
+            .expect("limits");
+        let (link, cut) = Link::new(controller);
+        let broker = tokio::task::block_in_place(|| {
+            Broker::new(config, identity, Arc::new(link), registry, stopped)
+        });
+        broker.join_cluster().await.expect("joined");
+        tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+        tokio::spawn(broker.clone().run_isr_checks());
+        Member {
+            broker,
+            addr,
+            stop,
+            cut,
+        }
+    }
+
+    /// Stops serving, heartbeating and fetching at once, as a crash would (the logs stay as
+    /// they are; nothing is closed cleanly).
+    fn crash(&self) {
+        self.stop.send_replace(true);
+    }
+
+    fn leads(&self, topic: &str) -> bool {
+        self.broker
+            .partitions
+            .get(topic, 0)
+            .is_some_and(|p| p.is_leader())
+    }
+
+    fn log_end(&self, topic: &str) -> i64 {
+        self.broker
+            .partitions
+            .get(topic, 0)
+            .map_or(-1, |p| p.log().log_end_offset())
+    }
+}
+
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn partition(controller: &Controller, topic: &str) -> PartitionImage {
+    controller.image().topic(topic).expect("topic").partitions[0].clone()
+}
+
+/// A three-broker cluster: broker 1 owns the controller, 2 and 3 join it.
+async fn cluster() -> (TestBroker, Vec<Member>, Vec<tempfile::TempDir>) {
+    let first = start_fs(BROKER_PROPERTIES).await;
+    first
+        .controller
+        .set_session_timeout(Duration::from_millis(SESSION_TIMEOUT_MS));
+    let _leases = first.controller.watch_leases();
+    let mut members = Vec::new();
+    let mut dirs = Vec::new();
+    for node_id in [2, 3] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        members.push(Member::start(first.controller.clone(), node_id, dir.path()).await);
+        dirs.push(dir);
+    }
+    (first, members, dirs)
+}
+
+/// A one-partition topic on `replicas` (the first leads), min.insync.replicas 2.
+async fn create_replicated(first: &TestBroker, topic: &str, replicas: &[i32]) {
+    let mut assignment = CreatableReplicaAssignment::default();
+    assignment.partition_index = 0;
+    assignment.broker_ids = replicas.iter().copied().map(BrokerId).collect();
+    let mut creatable = CreatableTopic::default();
+    creatable.name = topic_name(topic);
+    creatable.num_partitions = -1;
+    creatable.replication_factor = -1;
+    creatable.assignments = vec![assignment];
+    let mut config =
+        kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default();
+    config.name = "min.insync.replicas".into();
+    config.value = Some("2".into());
+    creatable.configs = vec![config];
+    let mut request = kafka_protocol::messages::CreateTopicsRequest::default();
+    request.topics = vec![creatable];
+    request.timeout_ms = 5000;
+    let mut c = TcpStream::connect(first.addr).await.expect("connect");
+    let response: kafka_protocol::messages::CreateTopicsResponse = call(
+        &mut c,
+        kafka_protocol::messages::ApiKey::CreateTopics,
+        7,
+        &request,
+    )
+    .await;
+    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+}
+
+fn batch(value: &[u8]) -> Vec<u8> {
+    build_batch(&[value], 0, ProducerFields::NONE)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leader_is_replaced_and_its_divergent_tail_truncated() {
+    let (first, mut members, dirs) = cluster().await;
+    let controller = first.controller.clone();
+    create_replicated(&first, "r", &[2, 3, 1]).await;
+    eventually("a full ISR", || partition(&controller, "r").isr.len() == 3).await;
+    eventually("broker 2 leads", || members[0].leads("r")).await;
+
+    // acks=all: answered once all three have it.
+    let mut to_leader = TcpStream::connect(members[0].addr).await.expect("connect");
+    for i in 0..5u8 {
+        let (error, offset) = produce(&mut to_leader, "r", 0, -1, batch(&[i])).await;
+        assert_eq!((error, offset), (0, i64::from(i)));
+    }
+    let follower_end = |first: &TestBroker| {
+        first
+            .broker
+            .partitions
+            .get("r", 0)
+            .map_or(-1, |p| p.log().log_end_offset())
+    };
+    eventually("followers caught up", || {
+        follower_end(&first) == 5 && members[1].log_end("r") == 5
+    })
+    .await;
+
+    // The leader crashes. Still believing it leads at epoch 0 (it applies no image any more),
+    // it takes a write after the others have moved on: a tail no other replica has.
+    members[0].crash();
+    eventually("a new leader from the ISR", || {
+        let p = partition(&controller, "r");
+        p.leader == 3 && p.leader_epoch == 1 && !p.isr.contains(&2)
+    })
+    .await;
+    eventually("the others follow the new leader", || {
+        [&first.broker, &members[1].broker]
+            .iter()
+            .all(|b| b.image().topic("r").expect("topic").partitions[0].leader == 3)
+    })
+    .await;
+    let stale = members[0].broker.partitions.get("r", 0).expect("hosted");
+    let valid = weir_log::validate(batch(b"lost").into(), &limits()).expect("valid");
+    stale.append(&valid).expect("appended");
+    assert_eq!(stale.log().log_end_offset(), 6);
+    let mut to_new = TcpStream::connect(members[1].addr).await.expect("connect");
+    let mut produced = (0, -1);
+    for _ in 0..100 {
+        produced = produce(&mut to_new, "r", 0, -1, batch(b"after")).await;
+        if produced.0 == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        produced,
+        (0, 5),
+        "the first write after the failover follows the acknowledged ones"
+    );
+
+    // The old leader comes back: it truncates its unreplicated tail, copies the new leader
+    // and rejoins the ISR.
+    stale.close();
+    drop(stale);
+    let old = members.remove(0);
+    drop(old);
+    members.insert(
+        0,
+        Member::start(controller.clone(), 2, dirs[0].path()).await,
+    );
+    eventually("the old leader back in sync", || {
+        partition(&controller, "r").isr.len() == 3 && members[0].log_end("r") == 6
+    })
+    .await;
+    let back = members[0].broker.partitions.get("r", 0).expect("hosted");
+    let leader = members[1].broker.partitions.get("r", 0).expect("hosted");
+    assert_eq!(
+        back.log().end_offset_for_epoch(0),
+        Some((0, 5)),
+        "epoch 0 ends where the new leader's began"
+    );
+    assert_eq!(back.log().last_fetched_epoch(), 1);
+    assert_eq!(leader.log().end_offset_for_epoch(0), Some((0, 5)));
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_controller_stops_acknowledging_acks_all() {
+    let (first, members, _dirs) = cluster().await;
+    let controller = first.controller.clone();
+    create_replicated(&first, "cut", &[2, 3, 1]).await;
+    eventually("a full ISR", || {
+        partition(&controller, "cut").isr.len() == 3
+    })
+    .await;
+    eventually("broker 2 leads", || members[0].leads("cut")).await;
+    let mut to_leader = TcpStream::connect(members[0].addr).await.expect("connect");
+    assert_eq!(
+        produce(&mut to_leader, "cut", 0, -1, batch(b"a")).await,
+        (0, 0)
+    );
+
+    // Cut off from the controller, the leader keeps its clients but loses its lease: the
+    // controller elects another leader, the followers go there, and the old one, still
+    // believing it leads, can no longer get a write acknowledged by the ISR.
+    members[0].cut.store(true, Ordering::Release);
+    eventually("another leader", || {
+        partition(&controller, "cut").leader != 2
+    })
+    .await;
+    let new_leader = partition(&controller, "cut").leader;
+    let hosted = |node_id: i32| {
+        let broker = members
+            .iter()
+            .find(|m| m.broker.identity.node_id == node_id)
+            .map_or(&first.broker, |m| &m.broker);
+        broker.partitions.get("cut", 0).expect("hosted")
+    };
+    eventually("the new leader leads", || hosted(new_leader).is_leader()).await;
+    let (error, _) = produce(&mut to_leader, "cut", 0, -1, batch(b"b")).await;
+    assert_ne!(
+        error, 0,
+        "an isolated leader acknowledged an acks=all write"
+    );
+    let member = members
+        .iter()
+        .find(|m| m.broker.identity.node_id == new_leader);
+    let addr = member.map_or(first.addr, |m| m.addr);
+    let mut to_new = TcpStream::connect(addr).await.expect("connect");
+    let mut produced = (0, -1);
+    for _ in 0..100 {
+        produced = produce(&mut to_new, "cut", 0, -1, batch(b"c")).await;
+        if produced.0 == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        produced,
+        (0, 1),
+        "the new leader continues after the acknowledged write"
+    );
+
+    // Healed, the old leader learns it was replaced and follows.
+    members[0].cut.store(false, Ordering::Release);
+    eventually("the old leader follows", || {
+        !members[0]
+            .broker
+            .partitions
+            .get("cut", 0)
+            .expect("hosted")
+            .is_leader()
+    })
+    .await;
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}
+
+fn limits() -> weir_log::ValidationLimits {
+    weir_log::ValidationLimits {
+        decompressed_bytes_max: 1 << 20,
+        now_ms: 0,
+        timestamp_before_max_ms: i64::MAX,
+        timestamp_after_max_ms: i64::MAX,
+        keys_required: false,
+        log_append_time: false,
+    }
+}
