@@ -535,7 +535,25 @@ def unique_group(prefix: str) -> str:
 def committed(bootstrap: str, group: str, topic: str, partitions) -> dict[int, int]:
     """The group's committed offsets, read with librdkafka's admin client (OFFSET_INVALID: none)."""
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    result = admin(bootstrap).list_consumer_group_offsets([request], request_timeout=20)[group].result(timeout=30)
+    deadline = Deadline(30)
+    while True:
+        # A client of its own, which looks the coordinator up afresh: librdkafka's admin client
+        # caches the coordinator, and crashes (a NULL consumer group in its OffsetFetch
+        # handler) when that broker answers NOT_COORDINATOR after the group moved.
+        client = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 20000, "log.connection.close": False})
+        try:
+            result = client.list_consumer_group_offsets([request], request_timeout=20)[group].result(timeout=30)
+            break
+        except KafkaException as error:
+            # The coordinator may be loading the group (after a restart or a failover): retry.
+            loading = error.args[0].code() in (
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+                KafkaError.NOT_COORDINATOR,
+            )
+            if not loading or deadline.expired():
+                raise
+            time.sleep(0.2)
     out = {}
     for tp in result.topic_partitions:
         assert tp.error is None, f"{group} {tp.topic}[{tp.partition}]: {tp.error}"

@@ -61,12 +61,17 @@ impl ClientEndpoint {
     }
 }
 
-/// The client endpoints of every live (registered, unfenced) broker in `image`, by broker id:
-/// a fenced broker leads nothing, so clients are not told of it, as in Kafka.
-pub fn client_endpoints(image: &MetadataImage) -> impl Iterator<Item = ClientEndpoint> + '_ {
+/// The client endpoints of every live (registered, unfenced) broker in `image`, by broker id,
+/// as `answering` (this broker) tells clients: a fenced broker leads nothing, so clients are
+/// not told of it, as in Kafka; the broker answering is listed whatever its state (it is
+/// evidently up, and clients must never get an empty list, as while it shuts down).
+pub fn client_endpoints(
+    image: &MetadataImage,
+    answering: i32,
+) -> impl Iterator<Item = ClientEndpoint> + '_ {
     image
         .brokers()
-        .filter(|b| !b.fenced)
+        .filter(move |b| !b.fenced || b.node_id == answering)
         .filter_map(ClientEndpoint::of)
 }
 

@@ -54,7 +54,7 @@ pub fn describe_cluster(
         request.include_cluster_authorized_operations,
         operations::CLUSTER,
     );
-    response.brokers = client_endpoints(&broker.image())
+    response.brokers = client_endpoints(&broker.image(), broker.identity.node_id)
         .map(|endpoint| {
             let mut node = DescribeClusterBroker::default();
             node.broker_id = BrokerId(endpoint.node_id);

@@ -38,7 +38,7 @@ pub async fn handle(
 async fn answer(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let identity = &broker.identity;
     let mut response = MetadataResponse::default();
-    response.brokers = client_endpoints(&broker.image())
+    response.brokers = client_endpoints(&broker.image(), broker.identity.node_id)
         .map(|endpoint| {
             let mut node = MetadataResponseBroker::default();
             node.node_id = BrokerId(endpoint.node_id);

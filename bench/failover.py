@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Leader failover time on a three-node `weir dev-cluster`.
+
+An idempotent acks=all librdkafka producer writes to a one-partition topic with replication
+factor 3 (min.insync.replicas 2). Each run stops the partition's leader (kill -9, or SIGTERM
+for a controlled shutdown) and measures the time from the signal to the first write
+acknowledged after it; the stopped node is restarted and the ISR refilled before the next run.
+Prints each run, then the median and maximum for each signal.
+
+    .venv/bin/python bench/failover.py --runs 10 [--weir target/release/weir] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer, TopicCollection
+from confluent_kafka.admin import AdminClient, NewTopic
+
+NODES = 3
+TOPIC = "failover"
+
+
+def free_base_port() -> int:
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - 100 - NODES)
+        try:
+            for port in [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise SystemExit("no free port range")
+
+
+def wait(what: str, check, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def partition_state(admin: AdminClient):
+    described = admin.describe_topics(TopicCollection([TOPIC]))[TOPIC].result(timeout=10)
+    p = described.partitions[0]
+    return p.leader.id, [r.id for r in p.isr]
+
+
+class Writer:
+    def __init__(self, bootstrap: str):
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 1,
+                "message.timeout.ms": 120000,
+                "log_level": 0,
+            }
+        )
+        self.acks: list[float] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        def report(err, _msg):
+            if err is None:
+                self.acks.append(time.monotonic())
+            else:
+                self.errors.append(str(err))
+
+        while not self.stop.is_set():
+            try:
+                self.producer.produce(TOPIC, value=b"x" * 100, on_delivery=report)
+            except BufferError:
+                pass
+            self.producer.poll(0.001)
+        self.producer.flush(60)
+
+    def first_ack_after(self, since: float) -> float | None:
+        """When the first write after `since` was acknowledged (acks arrive in time order)."""
+        later = [at for at in self.acks[-20000:] if at > since]
+        return later[0] if later else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--weir", default=os.environ.get("WEIR_BIN", "target/release/weir"))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    weir = str(Path(args.weir).resolve())
+    work = Path(tempfile.mkdtemp(prefix="weir-failover-"))
+    base = free_base_port()
+    bootstrap = ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
+    out = open(work / "dev-cluster.out", "w")
+    cluster = subprocess.Popen([weir, "dev-cluster", "--nodes", str(NODES), "--data-dir", str(work / "cluster"), "--base-port", str(base)], stdout=out, stderr=subprocess.STDOUT)
+    restarted: dict[int, subprocess.Popen] = {}
+    results: dict[str, list[float]] = {"SIGKILL": [], "SIGTERM": []}
+    try:
+        wait("the cluster", lambda: "ready:" in (work / "dev-cluster.out").read_text())
+        pids = {n: int((work / "cluster" / f"node-{n}" / "pid").read_text()) for n in range(1, NODES + 1)}
+        commands = {n: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] for n, pid in pids.items()}
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})])[TOPIC].result(timeout=30)
+        wait("a full ISR", lambda: len(partition_state(admin)[1]) == NODES)
+        writer = Writer(bootstrap)
+        wait("first writes", lambda: len(writer.acks) > 100)
+        for how in (signal.SIGKILL, signal.SIGTERM):
+            for run in range(args.runs):
+                leader, _ = partition_state(admin)
+                process = restarted.pop(leader, None)
+                stopped_at = time.monotonic()
+                if process is not None:
+                    process.send_signal(how)
+                else:
+                    os.kill(pids[leader], how)
+                acked = wait("a write acknowledged after the stop", lambda: writer.first_ack_after(stopped_at))
+                seconds = acked - stopped_at
+                results[how.name].append(seconds)
+                print(f"{how.name} run {run + 1}: leader {leader}, writes acknowledged again after {seconds:.2f} s", flush=True)
+                if process is not None:
+                    process.wait(60)
+                else:
+                    wait("the node to exit", lambda: not Path(f"/proc/{pids[leader]}").exists() or "zombie" in Path(f"/proc/{pids[leader]}/status").read_text().lower(), 60)
+                log = open(work / "cluster" / f"node-{leader}" / "server.log", "ab")
+                restarted[leader] = subprocess.Popen(commands[leader], stdout=log, stderr=log, start_new_session=True)
+                wait("the ISR to refill", lambda: len(partition_state(admin)[1]) == NODES)
+        writer.stop.set()
+        writer.thread.join(120)
+        summary = {
+            how: {"runs": len(times), "median_s": statistics.median(times), "max_s": max(times), "all_s": times}
+            for how, times in results.items()
+        }
+        for how, s in summary.items():
+            print(f"{how}: median {s['median_s']:.2f} s, max {s['max_s']:.2f} s over {s['runs']} runs")
+        print(f"producer errors: {len(writer.errors)}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2))
+        return 0
+    finally:
+        for process in restarted.values():
+            process.kill()
+        cluster.send_signal(signal.SIGINT)
+        try:
+            cluster.wait(60)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+        for n in range(1, NODES + 1):
+            pid_file = work / "cluster" / f"node-{n}" / "pid"
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

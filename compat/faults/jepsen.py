@@ -1,0 +1,1253 @@
+"""Fault injection for a replicated three-node Weir cluster, checked the way Jepsen checks.
+
+Each run starts a fresh ``weir dev-cluster --nodes 3``, creates a topic of 3 partitions
+(replication factor 3, ``min.insync.replicas=2``) and, while two idempotent ``acks=all``
+producers write numbered values (``p{producer}-{seq}``, round-robin over the partitions) and one
+consumer-group member reads and commits every ~2 s, a nemesis hurts one node at a time every
+3-6 s: kill -9 a partition leader, kill -9 a node, SIGTERM a node, or SIGSTOP a node for 12 s
+(longer than the 9 s broker lease) before SIGCONT. Killed nodes are restarted after 2-5 s, so a
+quorum of two is always up. Then everything is healed, the producers flush, the consumer catches
+up, and a fresh consumer reads every partition from offset 0 to its high watermark.
+
+The checker compares that final log with the history of the run:
+
+* lost acknowledged writes: every acknowledged (partition, offset, value) is in the final log,
+  at that offset, with that value;
+* duplicates: no value appears twice in the final log;
+* reordering: within a partition, each producer's sequence numbers increase;
+* read disagreement: every (partition, offset) the group consumer read holds the same value in
+  the final log;
+* consumer position moving backwards: within one assignment the group consumer's offsets only
+  go up, and after a rebalance it never restarts before the last acknowledged commit;
+* lost commits: the group's final committed offsets are at least the last acknowledged commit;
+* besides: records of the final log the group consumer never received, offset gaps, nodes that
+  died without being killed, and a cluster that does not heal (full ISRs within 90 s, producers
+  flushed, the consumer caught up).
+
+Run it from the repository root (or through ``scripts/faults.sh``)::
+
+    .venv/bin/python compat/faults/harness.py --runs 10 --seed 7 [--duration 60] [--keep DIR]
+
+Run ``i`` uses ``random.Random(seed + i)`` for every nemesis decision, so ``--runs 1 --seed S``
+repeats the schedule of a run printed with seed ``S``. Each run leaves ``history.jsonl`` (every
+nemesis action, acknowledgement, read, commit and rebalance, with UTC timestamps comparable
+with the server logs), ``result.json``, the client log and the nodes' ``server.log`` files in
+``DIR/run-I``. The exit code is 1 if any run found an anomaly. ``WEIR_BIN`` names the binary
+(default ``target/release/weir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODES = 3
+PARTITIONS = 3
+PAUSE_SECONDS = 12.0
+# A node killed outright stays in the metadata (leader, ISR member) until its broker lease
+# (broker.session.timeout.ms, 9 s) runs out: the heal waits this long after the last fault
+# before it asks for full ISRs, so a full ISR is not just the picture from before the fence.
+SETTLE_SECONDS = 11.0
+COMMIT_EVERY = 2.0
+EXAMPLES = 5
+
+# ---------------------------------------------------------------------------------------------
+# Small utilities
+# ---------------------------------------------------------------------------------------------
+
+
+def default_binary() -> Path:
+    """``$WEIR_BIN``, else ``<repo>/target/release/weir``."""
+    explicit = os.environ.get("WEIR_BIN")
+    if explicit:
+        return Path(explicit).resolve()
+    return REPO_ROOT / "target" / "release" / "weir"
+
+
+def utc_now() -> str:
+    """A UTC timestamp in the format of the server logs (2026-01-02T03:04:05.678901Z)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Deadline:
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.end
+
+
+class History:
+    """The run's history: one JSON object per line, each with a UTC timestamp and the seconds
+    since the run started. Written by every thread of the run."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.start = time.monotonic()
+        self._file = open(path, "w", buffering=1 << 16)
+        self._lock = threading.Lock()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def record(self, kind: str, **fields) -> dict:
+        event = {"at": utc_now(), "t": round(self.elapsed(), 3), "type": kind, **fields}
+        line = json.dumps(event, default=str)
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(line + "\n")
+        return event
+
+    def close(self):
+        with self._lock:
+            self._file.close()
+
+
+def free_base_port() -> int:
+    """A base port whose Kafka (base..base+2) and controller (base+100..) ports are free, below
+    the ephemeral range, so no client connection takes one while a node is down."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - 100 - NODES)
+        ports = [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]
+        try:
+            for port in ports:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range for the cluster")
+
+
+def client_logger(path: Path, name: str) -> logging.Logger:
+    """A logger for librdkafka's messages (connection refused and the like while nodes are
+    down) that writes to the run's client log instead of the terminal."""
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def close_logger(logger: logging.Logger):
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def parse_value(value: bytes | None):
+    """(producer, seq) of a value written by the harness, or None."""
+    try:
+        head, seq = value.decode().split("-", 1)
+        if not head.startswith("p"):
+            return None
+        return int(head[1:]), int(seq)
+    except Exception:  # noqa: BLE001 - anything else is not ours
+        return None
+
+
+def short(value) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value.hex()
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster and its processes
+# ---------------------------------------------------------------------------------------------
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state not in ("Z", "X")
+
+
+def command_of(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+
+
+class Cluster:
+    """A ``weir dev-cluster`` of three nodes whose processes can be killed, stopped, paused
+    and restarted one by one. A restarted node runs as its own process (same command line,
+    same data directory and ports), appending to its ``server.log``."""
+
+    def __init__(self, binary: Path, data_dir: Path, base_port: int, history: History):
+        self.binary = binary
+        self.data_dir = data_dir
+        self.base_port = base_port
+        self.history = history
+        self.bootstrap = ",".join(self.address(n) for n in range(1, NODES + 1))
+        self.output_path = data_dir.parent / "dev-cluster.out"
+        self.process: subprocess.Popen | None = None
+        self.pids: dict[int, int] = {}
+        self.commands: dict[int, list[bytes]] = {}
+        self.restarted: dict[int, subprocess.Popen] = {}
+        self.every_pid: set[int] = set()
+        self.down: set[int] = set()  # killed or stopped on purpose, not yet restarted
+        self.paused: set[int] = set()
+        self.starts = Counter()
+        self._logs: list = []
+
+    def address(self, node: int) -> str:
+        return f"127.0.0.1:{self.base_port + node - 1}"
+
+    def node_dir(self, node: int) -> Path:
+        return self.data_dir / f"node-{node}"
+
+    def start(self, timeout: float = 90):
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        output = open(self.output_path, "w")
+        self._logs.append(output)
+        self.process = subprocess.Popen(
+            [str(self.binary), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(self.data_dir), "--base-port", str(self.base_port)],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = Deadline(timeout)
+        while "ready:" not in self.output():
+            self._note_pid_files()
+            if self.process.poll() is not None:
+                raise RuntimeError(f"dev-cluster exited with {self.process.returncode}:\n{self.output()}\n{self.log_tails()}")
+            if deadline.expired():
+                raise RuntimeError(f"dev-cluster not ready after {timeout:.0f} s:\n{self.output()}\n{self.log_tails()}")
+            time.sleep(0.1)
+        self._note_pid_files()
+        for node in range(1, NODES + 1):
+            pid = int((self.node_dir(node) / "pid").read_text())
+            self.pids[node] = pid
+            self.commands[node] = command_of(pid)
+            self.starts[node] += 1
+        self.history.record("cluster-ready", pids=self.pids, base_port=self.base_port)
+
+    def _note_pid_files(self):
+        for node in range(1, NODES + 1):
+            try:
+                self.every_pid.add(int((self.node_dir(node) / "pid").read_text()))
+            except (FileNotFoundError, ValueError):
+                pass
+
+    def output(self) -> str:
+        return self.output_path.read_text() if self.output_path.exists() else ""
+
+    def log_tails(self, lines: int = 30) -> str:
+        tails = []
+        for node in range(1, NODES + 1):
+            log = self.node_dir(node) / "server.log"
+            if log.exists():
+                tails.append(f"--- node {node}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(tails)
+
+    def running(self, node: int) -> bool:
+        process = self.restarted.get(node)
+        if process is not None:
+            return process.poll() is None
+        return process_alive(self.pids[node])
+
+    def exit_status(self, node: int) -> str:
+        process = self.restarted.get(node)
+        if process is not None and process.poll() is not None:
+            return f"exit code {process.returncode}"
+        # The dev-cluster reports the nodes it started: "node N exited (STATUS)" (it looks
+        # twice a second).
+        deadline = Deadline(1.5)
+        while True:
+            for line in reversed(self.output().splitlines()):
+                if line.startswith(f"node {node} exited"):
+                    return line
+            if deadline.expired():
+                return "unknown status"
+            time.sleep(0.1)
+
+    def send(self, node: int, sig: signal.Signals):
+        pid = self.pids[node]
+        os.kill(pid, sig)
+
+    def wait_exit(self, node: int, timeout: float) -> bool:
+        process = self.restarted.get(node)
+        if process is not None:
+            try:
+                process.wait(timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = Deadline(timeout)
+        while process_alive(self.pids[node]):
+            if deadline.expired():
+                return False
+            time.sleep(0.05)
+        return True
+
+    def restart(self, node: int, timeout: float = 30):
+        """Start a stopped node again with its original command line; wait (bounded) until its
+        Kafka port accepts connections."""
+        assert not self.running(node), f"node {node} is still running"
+        last = ""
+        for attempt in range(3):
+            log = open(self.node_dir(node) / "server.log", "ab")
+            self._logs.append(log)
+            process = subprocess.Popen(self.commands[node], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            self.restarted[node] = process
+            self.pids[node] = process.pid
+            self.every_pid.add(process.pid)
+            self.starts[node] += 1
+            deadline = Deadline(timeout)
+            host, port = self.address(node).rsplit(":", 1)
+            while process.poll() is None and not deadline.expired():
+                try:
+                    with socket.create_connection((host, int(port)), timeout=1):
+                        self.down.discard(node)
+                        return process.pid
+                except OSError:
+                    time.sleep(0.1)
+            last = f"exit code {process.returncode}" if process.poll() is not None else "port not open"
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+            self.history.record("restart-failed", node=node, attempt=attempt, reason=last)
+            time.sleep(1)
+        raise RuntimeError(f"node {node} did not come back ({last})\n{self.log_tails()}")
+
+    def kill_everything(self):
+        """SIGKILL every process of the run: the dev-cluster, every node it started (its pid
+        files) and every node restarted here. Only processes whose command line names this
+        run's data directory are signalled."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        self._note_pid_files()
+        pids = set(self.every_pid) | set(self.pids.values())
+        marker = str(self.data_dir).encode()
+        for pid in pids:
+            try:
+                if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                pass
+        if self.process is not None:
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        for process in self.restarted.values():
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = Deadline(10)
+        while any(process_alive(pid) and marker in _cmdline(pid) for pid in pids) and not deadline.expired():
+            time.sleep(0.05)
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return b""
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients
+# ---------------------------------------------------------------------------------------------
+
+
+class Admin:
+    """The run's admin client: topic descriptions with bounded retries."""
+
+    def __init__(self, bootstrap: str, logger: logging.Logger, history: History):
+        self.history = history
+        self.client = AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "socket.timeout.ms": 10000,
+                "log.connection.close": False,
+                "logger": logger,
+                "error_cb": lambda err: None,
+            }
+        )
+
+    def describe(self, topic: str, timeout: float = 30):
+        deadline = Deadline(timeout)
+        last = None
+        while True:
+            self.client.poll(0)
+            try:
+                return self.client.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result(timeout=15)
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                last = exc
+            if deadline.expired():
+                raise TimeoutError(f"{topic} not described within {timeout:.0f} s: {last!r}")
+            time.sleep(0.3)
+
+    def create_topic(self, topic: str, timeout: float = 60):
+        deadline = Deadline(timeout)
+        while True:
+            futures = self.client.create_topics(
+                [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=NODES, config={"min.insync.replicas": "2"})],
+                request_timeout=20,
+            )
+            try:
+                futures[topic].result(timeout=30)
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    return
+                if deadline.expired():
+                    raise
+            time.sleep(0.5)
+
+    def isr_state(self, topic: str):
+        described = self.describe(topic, timeout=15)
+        return {p.id: (p.leader.id if p.leader is not None else None, sorted(r.id for r in p.isr)) for p in described.partitions}
+
+    def wait_full_isr(self, topic: str, timeout: float) -> tuple[bool, dict]:
+        deadline = Deadline(timeout)
+        state: dict = {}
+        while True:
+            try:
+                state = self.isr_state(topic)
+                if len(state) == PARTITIONS and all(leader is not None and len(isr) == NODES for leader, isr in state.values()):
+                    return True, state
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                state = {"error": repr(exc)}
+            if deadline.expired():
+                return False, state
+            time.sleep(0.5)
+
+    def close(self):
+        self.client = None
+        gc.collect()
+
+
+class Writer(threading.Thread):
+    """An idempotent acks=all producer writing ``p{index}-{seq}`` to partition ``seq % 3`` at
+    about ``rate`` records a second; keeps every acknowledgement and every error. A producer
+    that hits a fatal error is replaced by a new one (a new producer id) and the seq goes on."""
+
+    MAX_IN_FLIGHT = 5000
+
+    def __init__(self, index: int, bootstrap: str, topic: str, rate: float, history: History, logger: logging.Logger):
+        super().__init__(name=f"producer-{index}", daemon=True)
+        self.index = index
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rate = rate
+        self.history = history
+        self.logger = logger
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.errors: list[dict] = []
+        self.fatal: list[str] = []
+        self.client_errors = Counter()
+        self.sent = 0
+        self.unflushed = 0
+        self.stop_event = threading.Event()
+        self.abort = threading.Event()  # stop at once: no flush
+        self.flush_timeout = 120.0
+        self._fatal_seen = False
+
+    def _producer(self) -> Producer:
+        return Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": 120000,
+                "linger.ms": 5,
+                "log.connection.close": False,
+                "logger": self.logger,
+                "error_cb": self._on_error,
+            }
+        )
+
+    def _on_error(self, err):
+        self.client_errors[err.name()] += 1
+        if err.fatal():
+            self._fatal_seen = True
+            self.fatal.append(str(err))
+            self.history.record("producer-fatal", producer=self.index, error=str(err))
+
+    def _report(self, err, msg):
+        value = msg.value()
+        if err is not None:
+            self.errors.append({"value": short(value), "partition": msg.partition(), "error": str(err)})
+            self.history.record("produce-error", producer=self.index, partition=msg.partition(), value=short(value), error=str(err))
+        else:
+            self.acked.append((msg.partition(), msg.offset(), value))
+            self.history.record("ack", producer=self.index, partition=msg.partition(), offset=msg.offset(), value=short(value))
+
+    def run(self):
+        producer = self._producer()
+        seq = 0
+        interval = 1.0 / self.rate
+        next_at = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                if self._fatal_seen:
+                    self._fatal_seen = False
+                    producer.flush(10)
+                    producer = self._producer()
+                    self.history.record("producer-replaced", producer=self.index, next_seq=seq)
+                now = time.monotonic()
+                if len(producer) >= self.MAX_IN_FLIGHT:
+                    producer.poll(0.05)
+                    continue
+                if now >= next_at:
+                    value = f"p{self.index}-{seq}".encode()
+                    try:
+                        producer.produce(self.topic, value=value, partition=seq % PARTITIONS, on_delivery=self._report)
+                    except BufferError:
+                        producer.poll(0.05)
+                        continue
+                    except KafkaException as exc:
+                        self.history.record("produce-refused", producer=self.index, value=short(value), error=str(exc))
+                        self._fatal_seen = self._fatal_seen or exc.args[0].fatal()
+                        producer.poll(0.1)
+                        continue
+                    seq += 1
+                    self.sent = seq
+                    next_at = max(next_at + interval, now - 1.0)
+                producer.poll(min(0.01, max(0.0, next_at - time.monotonic())))
+        finally:
+            self.unflushed = producer.flush(0 if self.abort.is_set() else self.flush_timeout)
+            self.history.record("producer-stopped", producer=self.index, sent=seq, acked=len(self.acked), unflushed=self.unflushed)
+
+
+class GroupReader(threading.Thread):
+    """One consumer-group member that reads everything and commits the offsets it has read
+    every ~2 s. It checks its own positions as it goes: within one assignment a partition's
+    offsets only go up; the first offset after a rebalance is never below the last commit the
+    broker acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, history: History, logger: logging.Logger):
+        super().__init__(name="group-consumer", daemon=True)
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group = group
+        self.history = history
+        self.logger = logger
+        self.reads: list[tuple[int, int, bytes]] = []
+        self.last_read: dict[int, int] = {}
+        self.max_next: dict[int, int] = {}
+        self.acked_commit: dict[int, int] = {}
+        self.commits_acked = 0
+        self.commits_failed = 0
+        self.rebalances = 0
+        self.fresh: set[int] = set()  # partitions (re)assigned and not read since
+        self.read_since_assign: set[int] = set()
+        self.backwards: list[dict] = []
+        self.consume_errors = Counter()
+        self.client_errors = Counter()
+        self.final_committed: dict[int, int] | None = None
+        self.final_committed_error: str | None = None
+        self.stop_event = threading.Event()
+        self.abort = threading.Event()  # stop at once: no last commit
+        self.failure: str | None = None
+
+    def position(self, partition: int) -> int:
+        """The offset after the last record read from ``partition`` (0 before any)."""
+        last = self.last_read.get(partition)
+        return 0 if last is None else last + 1
+
+    def _on_assign(self, consumer, partitions):
+        self.rebalances += 1
+        parts = sorted(tp.partition for tp in partitions)
+        self.fresh |= set(parts)
+        self.read_since_assign.clear()
+        self.history.record("assigned", partitions=parts)
+
+    def _on_revoke(self, consumer, partitions):
+        parts = sorted(tp.partition for tp in partitions)
+        self.fresh |= set(parts)
+        self.read_since_assign.clear()
+        self.history.record("revoked", partitions=parts)
+
+    def _on_lost(self, consumer, partitions):
+        parts = sorted(tp.partition for tp in partitions)
+        self.fresh |= set(parts)
+        self.read_since_assign.clear()
+        self.history.record("lost", partitions=parts)
+
+    def _handle(self, msg):
+        p, o, v = msg.partition(), msg.offset(), msg.value()
+        if p in self.fresh:
+            self.fresh.discard(p)
+            floor = self.acked_commit.get(p)
+            if floor is not None and o < floor:
+                self.backwards.append({"partition": p, "offset": o, "last_commit": floor, "after_rebalance": True, "at": utc_now()})
+            self.history.record("restart-position", partition=p, offset=o, last_commit=floor, last_read=self.last_read.get(p))
+        else:
+            last = self.last_read.get(p)
+            if last is not None and o <= last:
+                self.backwards.append({"partition": p, "offset": o, "previous": last, "after_rebalance": False, "at": utc_now()})
+        self.last_read[p] = o
+        self.max_next[p] = max(self.max_next.get(p, 0), o + 1)
+        self.read_since_assign.add(p)
+        self.reads.append((p, o, v))
+        self.history.record("read", partition=p, offset=o, value=short(v))
+
+    def _commit(self, consumer) -> bool:
+        offsets = {
+            p: self.last_read[p] + 1
+            for p in sorted(self.read_since_assign)
+            if self.last_read[p] + 1 > self.acked_commit.get(p, -1)
+        }
+        if not offsets:
+            return True
+        try:
+            result = consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        except KafkaException as exc:
+            self.commits_failed += 1
+            self.history.record("commit-failed", offsets=offsets, error=str(exc))
+            return False
+        acked = {}
+        failed = {}
+        for tp in result or []:
+            if tp.error is None:
+                acked[tp.partition] = tp.offset
+            else:
+                failed[tp.partition] = str(tp.error)
+        for p, o in acked.items():
+            self.acked_commit[p] = max(self.acked_commit.get(p, -1), o)
+        if acked:
+            self.commits_acked += 1
+        if failed:
+            self.commits_failed += 1
+        self.history.record("commit", acked=acked, failed=failed)
+        return not failed
+
+    def _read_committed(self, consumer):
+        deadline = Deadline(60)
+        while True:
+            try:
+                tps = consumer.committed([TopicPartition(self.topic, p) for p in range(PARTITIONS)], timeout=15)
+                self.final_committed = {tp.partition: tp.offset for tp in tps}
+                self.history.record("final-committed", offsets=self.final_committed)
+                return
+            except KafkaException as exc:
+                self.final_committed_error = str(exc)
+                if deadline.expired():
+                    self.history.record("final-committed-failed", error=str(exc))
+                    return
+            time.sleep(0.5)
+
+    def run(self):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 100,
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+                "log.connection.close": False,
+                "logger": self.logger,
+                "error_cb": lambda err: self.client_errors.update([err.name()]),
+            }
+        )
+        try:
+            consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+            last_commit = time.monotonic()
+            while not self.stop_event.is_set():
+                for msg in consumer.consume(num_messages=500, timeout=0.2):
+                    err = msg.error()
+                    if err is not None:
+                        self.consume_errors[err.name()] += 1
+                        self.history.record("consume-error", error=str(err))
+                        continue
+                    self._handle(msg)
+                if time.monotonic() - last_commit >= COMMIT_EVERY:
+                    self._commit(consumer)
+                    last_commit = time.monotonic()
+            if self.abort.is_set():
+                return
+            # The last commit, retried until acknowledged (bounded), then the group's offsets.
+            deadline = Deadline(60)
+            while not self._commit(consumer) and not deadline.expired():
+                # A failed commit (a rebalance, a moving coordinator) needs the consumer
+                # polled; anything it still returns is recorded like every other read.
+                for msg in consumer.consume(num_messages=500, timeout=0.5):
+                    if msg.error() is None:
+                        self._handle(msg)
+            self._read_committed(consumer)
+        except Exception:  # noqa: BLE001 - reported as a harness failure
+            self.failure = traceback.format_exc()
+        finally:
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def read_all(bootstrap: str, topic: str, logger: logging.Logger, history: History, timeout: float = 120):
+    """Every partition from offset 0 to its high watermark, read by a fresh consumer outside
+    any group. Returns ({partition: {offset: value}}, {partition: (low, high)}, complete)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"weir-faults-final-{os.getpid()}-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": 100,
+            "log.connection.close": False,
+            "logger": logger,
+            "error_cb": lambda err: None,
+        }
+    )
+    try:
+        deadline = Deadline(timeout)
+        marks = {}
+        for p in range(PARTITIONS):
+            while True:
+                try:
+                    marks[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    break
+                except KafkaException:
+                    if deadline.expired():
+                        raise
+                    time.sleep(0.5)
+        history.record("final-read-start", watermarks=marks)
+        log: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
+        next_offset = {p: 0 for p in range(PARTITIONS)}
+        todo = [p for p in range(PARTITIONS) if marks[p][1] > 0]
+        if todo:
+            consumer.assign([TopicPartition(topic, p, 0) for p in todo])
+        while any(next_offset[p] < marks[p][1] for p in todo):
+            if deadline.expired():
+                history.record("final-read-incomplete", next=next_offset, watermarks=marks)
+                return log, marks, False
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    history.record("final-read-error", error=str(err))
+                    continue
+                p, o = msg.partition(), msg.offset()
+                if o < marks[p][1]:
+                    log[p].setdefault(o, msg.value())
+                next_offset[p] = max(next_offset[p], o + 1)
+        return log, marks, True
+    finally:
+        consumer.close()
+
+
+def watermarks(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "weir-faults-watermarks", "log_level": 0, "log.connection.close": False, "error_cb": lambda err: None})
+    try:
+        deadline = Deadline(timeout)
+        out = {}
+        for p in range(PARTITIONS):
+            while True:
+                try:
+                    out[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    break
+                except KafkaException:
+                    if deadline.expired():
+                        raise
+                    time.sleep(0.5)
+        return out
+    finally:
+        consumer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The nemesis
+# ---------------------------------------------------------------------------------------------
+
+ACTIONS = ("kill-leader", "kill-node", "term-node", "pause-node")
+
+
+class Nemesis:
+    """One fault at a time, every 3-6 s (the rng decides the wait, the fault, its target and
+    how long a killed node stays down); a killed node is restarted, a paused one continued,
+    before the next fault, so two nodes are always up."""
+
+    def __init__(self, cluster: Cluster, admin: Admin, topic: str, rng: random.Random, history: History):
+        self.cluster = cluster
+        self.admin = admin
+        self.topic = topic
+        self.rng = rng
+        self.history = history
+        self.actions: list[dict] = []
+        self.crashes: list[dict] = []
+        self.notes: list[str] = []
+        self.last_fault_end = time.monotonic()
+
+    def check_nodes(self, phase: str):
+        """Restart any node that died without being killed, and remember it (a crash)."""
+        for node in range(1, NODES + 1):
+            if node in self.cluster.down or self.cluster.running(node):
+                continue
+            status = self.cluster.exit_status(node)
+            crash = {"node": node, "phase": phase, "status": status, "at": utc_now()}
+            self.crashes.append(crash)
+            self.history.record("node-crashed", **crash)
+            self.restart(node)
+
+    def restart(self, node: int):
+        pid = self.cluster.restart(node)
+        self.history.record("nemesis", action="restart", node=node, pid=pid)
+
+    def act(self, what: str, node: int, partition: int, down_for: float):
+        record = {"action": what, "node": node}
+        if what == "kill-leader":
+            record["partition"] = partition
+            try:
+                leader = self.admin.describe(self.topic, timeout=10).partitions[partition].leader
+                if leader is None or leader.id not in self.cluster.pids:
+                    raise LookupError("no leader")
+                record["node"] = node = leader.id
+            except Exception as exc:  # noqa: BLE001 - falls back to the random node
+                record["leader_unknown"] = repr(exc)
+        pid = self.cluster.pids[node]
+        record["pid"] = pid
+        if what == "pause-node":
+            self.cluster.paused.add(node)
+            self.cluster.send(node, signal.SIGSTOP)
+            self.actions.append(self.history.record("nemesis", **record, seconds=PAUSE_SECONDS))
+            time.sleep(PAUSE_SECONDS)
+            self.cluster.send(node, signal.SIGCONT)
+            self.cluster.paused.discard(node)
+            self.history.record("nemesis", action="resume", node=node, pid=pid)
+            self.last_fault_end = time.monotonic()
+            return
+        how = signal.SIGTERM if what == "term-node" else signal.SIGKILL
+        self.cluster.down.add(node)
+        self.cluster.send(node, how)
+        self.actions.append(self.history.record("nemesis", **record, signal=how.name, down_for=round(down_for, 2)))
+        started = time.monotonic()
+        if not self.cluster.wait_exit(node, 30 if how == signal.SIGTERM else 10):
+            note = f"node {node} (pid {pid}) still running {time.monotonic() - started:.0f} s after {how.name}; killed"
+            self.notes.append(note)
+            self.history.record("nemesis", action="force-kill", node=node, pid=pid, note=note)
+            self.cluster.send(node, signal.SIGKILL)
+            self.cluster.wait_exit(node, 10)
+        self.history.record("node-exited", node=node, pid=pid, after=round(time.monotonic() - started, 3), status=self.cluster.exit_status(node))
+        time.sleep(down_for)
+        self.restart(node)
+        self.last_fault_end = time.monotonic()
+
+    def run(self, duration: float):
+        end = time.monotonic() + duration
+        while True:
+            # Every decision is drawn up front, so the schedule depends on the seed alone
+            # (kill-leader's target is whichever node leads the drawn partition at the time).
+            wait = self.rng.uniform(3, 6)
+            what = self.rng.choice(ACTIONS)
+            node = self.rng.randint(1, NODES)
+            partition = self.rng.randrange(PARTITIONS)
+            down_for = self.rng.uniform(2, 5)
+            if time.monotonic() + wait >= end:
+                time.sleep(max(0.0, end - time.monotonic()))
+                return
+            time.sleep(wait)
+            self.check_nodes("nemesis")
+            self.act(what, node, partition, down_for)
+
+    def heal(self):
+        for node in list(self.cluster.paused):
+            self.cluster.send(node, signal.SIGCONT)
+            self.cluster.paused.discard(node)
+            self.history.record("nemesis", action="resume", node=node)
+        for node in list(self.cluster.down):
+            if not self.cluster.running(node):
+                self.restart(node)
+        self.check_nodes("heal")
+        settle = self.last_fault_end + SETTLE_SECONDS - time.monotonic()
+        if settle > 0:
+            time.sleep(settle)
+        self.check_nodes("heal")
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker
+# ---------------------------------------------------------------------------------------------
+
+
+def check(acked, group_reads, final, marks, backwards, acked_commit, final_committed, max_next) -> dict[str, list]:
+    """Anomalies of the run, by kind, each a list of examples (all of them)."""
+    anomalies: dict[str, list] = defaultdict(list)
+
+    # (a) Lost acknowledged writes.
+    everywhere = {}
+    for p, log in final.items():
+        for o, v in log.items():
+            everywhere.setdefault(v, (p, o))
+    for p, o, v in acked:
+        if o is None or o < 0:
+            if v not in everywhere:
+                anomalies["lost-acknowledged-write"].append({"partition": p, "offset": o, "value": short(v), "found": None})
+            continue
+        found = final.get(p, {}).get(o)
+        if found != v:
+            where = everywhere.get(v)
+            anomalies["lost-acknowledged-write"].append(
+                {"partition": p, "offset": o, "value": short(v), "found": short(found), "value_at": where}
+            )
+
+    # (b) Duplicates.
+    seen: dict[bytes, list] = defaultdict(list)
+    for p, log in final.items():
+        for o, v in log.items():
+            seen[v].append((p, o))
+    for v, places in seen.items():
+        if len(places) > 1:
+            anomalies["duplicate"].append({"value": short(v), "at": places})
+
+    # (c) Reordering, and values the harness never wrote.
+    for p, log in final.items():
+        last: dict[int, tuple[int, int]] = {}
+        for o in sorted(log):
+            parsed = parse_value(log[o])
+            if parsed is None:
+                anomalies["unknown-value"].append({"partition": p, "offset": o, "value": short(log[o])})
+                continue
+            producer, seq = parsed
+            if producer in last and seq < last[producer][0]:
+                anomalies["reordered"].append(
+                    {"partition": p, "offset": o, "value": short(log[o]), "after": f"p{producer}-{last[producer][0]}@{last[producer][1]}"}
+                )
+            last[producer] = (seq, o)
+
+    # Offset gaps in the final log (no transactions or compaction here: offsets are dense).
+    for p, (low, high) in marks.items():
+        missing = [o for o in range(low, high) if o not in final.get(p, {})]
+        if missing:
+            anomalies["offset-gap"].append({"partition": p, "missing": len(missing), "first": missing[:10], "low": low, "high": high})
+
+    # (d) Offsets that two reads disagree on.
+    for p, o, v in group_reads:
+        found = final.get(p, {}).get(o)
+        if found != v:
+            anomalies["read-disagreement"].append({"partition": p, "offset": o, "group_read": short(v), "final_read": short(found)})
+
+    # (e) Consumer position moving backwards.
+    anomalies["consumer-went-backwards"].extend(backwards)
+
+    # (f) Committed offsets lost.
+    for p, offset in sorted(acked_commit.items()):
+        now = None if final_committed is None else final_committed.get(p)
+        if now is None or now < offset:
+            anomalies["lost-commit"].append({"partition": p, "acknowledged": offset, "final_committed": now})
+
+    # Records below the group's position it never received.
+    read_at = defaultdict(set)
+    for p, o, _ in group_reads:
+        read_at[p].add(o)
+    for p, log in final.items():
+        skipped = [o for o in sorted(log) if o < max_next.get(p, 0) and o not in read_at[p]]
+        if skipped:
+            anomalies["never-delivered-to-group"].append({"partition": p, "count": len(skipped), "first": skipped[:10]})
+
+    return {kind: examples for kind, examples in anomalies.items() if examples}
+
+
+# ---------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------
+
+
+def run_once(index: int, seed: int, duration: float, run_dir: Path, binary: Path, rate: float = 150.0, keep_data: bool = False) -> dict:
+    """One run with ``random.Random(seed)``; returns its result (also written to
+    ``run_dir/result.json``)."""
+    rng = random.Random(seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    history = History(run_dir / "history.jsonl")
+    logger = client_logger(run_dir / "clients.log", f"weir-faults-{index}-{seed}-{time.monotonic_ns()}")
+    started = time.monotonic()
+    phases: dict[str, float] = {}
+    result: dict = {"run": index, "seed": seed, "duration": duration, "run_dir": str(run_dir)}
+    anomalies: dict[str, list] = {}
+    notes: list[str] = []
+    cluster = Cluster(binary, run_dir / "cluster", free_base_port(), history)
+    admin = None
+    writers: list[Writer] = []
+    reader = None
+    nemesis = None
+    history.record("run-start", run=index, seed=seed, duration=duration, binary=str(binary))
+
+    def phase(name: str):
+        phases[name] = round(time.monotonic() - started, 2)
+        history.record("phase", name=name)
+
+    try:
+        cluster.start()
+        phase("cluster-ready")
+        result["base_port"] = cluster.base_port
+        admin = Admin(cluster.bootstrap, logger, history)
+        topic = f"faults-{seed}-{rng.randrange(1 << 30):08x}"
+        group = f"faults-group-{seed}-{rng.randrange(1 << 30):08x}"
+        result["topic"], result["group"] = topic, group
+        admin.create_topic(topic)
+        full, state = admin.wait_full_isr(topic, 60)
+        if not full:
+            raise RuntimeError(f"the new topic's ISRs never filled: {state}\n{cluster.log_tails()}")
+        phase("topic-in-sync")
+
+        writers = [Writer(i, cluster.bootstrap, topic, rate, history, logger) for i in range(2)]
+        reader = GroupReader(cluster.bootstrap, topic, group, history, logger)
+        for thread in (*writers, reader):
+            thread.start()
+        time.sleep(2)
+
+        nemesis = Nemesis(cluster, admin, topic, rng, history)
+        nemesis.run(duration)
+        phase("nemesis-done")
+
+        nemesis.heal()
+        full, state = admin.wait_full_isr(topic, 90)
+        history.record("healed" if full else "not-healed", isr=state)
+        if not full:
+            anomalies["isr-not-full-after-heal"] = [{"state": state}]
+        phase("healed")
+
+        for writer in writers:
+            writer.stop_event.set()
+        for writer in writers:
+            writer.join(writer.flush_timeout + 30)
+            if writer.is_alive() or writer.unflushed:
+                anomalies.setdefault("producer-not-flushed", []).append({"producer": writer.index, "unflushed": writer.unflushed, "alive": writer.is_alive()})
+        phase("producers-flushed")
+
+        ends = watermarks(cluster.bootstrap, topic)
+        deadline = Deadline(120)
+        while any(reader.position(p) < ends[p] for p in range(PARTITIONS)) and reader.is_alive() and not deadline.expired():
+            time.sleep(0.2)
+        behind = {p: (reader.position(p), ends[p]) for p in range(PARTITIONS) if reader.position(p) < ends[p]}
+        if behind:
+            anomalies["consumer-did-not-catch-up"] = [{"partition": p, "position": pos, "high_watermark": hw} for p, (pos, hw) in behind.items()]
+        reader.stop_event.set()
+        reader.join(150)
+        if reader.failure:
+            raise RuntimeError(f"the group consumer failed:\n{reader.failure}")
+        phase("consumer-caught-up")
+
+        nemesis.check_nodes("final-read")
+        final, marks, complete = read_all(cluster.bootstrap, topic, logger, history)
+        if not complete:
+            anomalies["final-read-incomplete"] = [{"watermarks": marks, "read": {p: len(v) for p, v in final.items()}}]
+        if marks and any(marks[p][1] != ends[p] for p in range(PARTITIONS)):
+            notes.append(f"high watermarks moved after the producers stopped: {ends} then {marks}")
+        phase("final-read")
+
+        acked = [a for w in writers for a in w.acked]
+        anomalies.update(
+            check(acked, reader.reads, final, marks, reader.backwards, reader.acked_commit, reader.final_committed, reader.max_next)
+        )
+        if reader.final_committed is None:
+            notes.append(f"the group's committed offsets could not be read: {reader.final_committed_error}")
+        if nemesis.crashes:
+            anomalies["node-crashed"] = nemesis.crashes
+        notes.extend(nemesis.notes)
+        for writer in writers:
+            if writer.errors:
+                kinds = Counter(e["error"] for e in writer.errors)
+                notes.append(f"producer {writer.index}: {len(writer.errors)} delivery errors {dict(kinds.most_common(3))}")
+            if writer.fatal:
+                notes.append(f"producer {writer.index}: fatal errors {writer.fatal[:3]}")
+        result.update(
+            acked=len(acked),
+            sent=sum(w.sent for w in writers),
+            delivery_errors=sum(len(w.errors) for w in writers),
+            read=len(reader.reads),
+            final_records=sum(len(v) for v in final.values()),
+            watermarks={p: marks[p] for p in marks},
+            commits_acked=reader.commits_acked,
+            commits_failed=reader.commits_failed,
+            last_acked_commit=reader.acked_commit,
+            final_committed=reader.final_committed,
+            rebalances=reader.rebalances,
+            consume_errors=dict(reader.consume_errors),
+            nemesis=nemesis.actions,
+        )
+    except Exception as exc:  # noqa: BLE001 - a run that could not finish is a failed run
+        anomalies["harness-error"] = [{"error": repr(exc), "traceback": traceback.format_exc()}]
+        history.record("harness-error", error=repr(exc))
+    finally:
+        for thread in (*writers, *([reader] if reader else [])):
+            thread.abort.set()
+            thread.stop_event.set()
+        if nemesis is not None and cluster.paused:
+            for node in list(cluster.paused):
+                try:
+                    cluster.send(node, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        for thread in (*writers, *([reader] if reader else [])):
+            if thread.is_alive():
+                thread.join(10)
+        cluster.kill_everything()
+        if admin is not None:
+            admin.close()
+        gc.collect()
+        close_logger(logger)
+        result.setdefault("acked", sum(len(w.acked) for w in writers))
+        result.setdefault("read", len(reader.reads) if reader else 0)
+        result.setdefault("nemesis", nemesis.actions if nemesis else [])
+        result["phases"] = phases
+        result["elapsed"] = round(time.monotonic() - started, 2)
+        result["anomalies"] = {kind: {"count": len(ex), "examples": ex[:50]} for kind, ex in anomalies.items()}
+        result["notes"] = notes
+        history.record("run-end", anomalies={k: len(v) for k, v in anomalies.items()}, elapsed=result["elapsed"])
+        history.close()
+        (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+        if not anomalies and not keep_data:
+            prune(cluster.data_dir)
+    return result
+
+
+def prune(data_dir: Path):
+    """Drop a clean run's partition data and metadata, keeping the nodes' server logs."""
+    for node in range(1, NODES + 1):
+        directory = data_dir / f"node-{node}"
+        if not directory.exists():
+            continue
+        for entry in directory.iterdir():
+            if entry.name == "server.log":
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def summary(result: dict) -> str:
+    head = (
+        f"run {result['run']} seed {result['seed']}: acked {result.get('acked', 0)}, read {result.get('read', 0)}, "
+        f"nemesis {len(result.get('nemesis') or [])} actions, anomalies: "
+    )
+    anomalies = result.get("anomalies") or {}
+    if not anomalies:
+        return head + "none"
+    parts = []
+    for kind, entry in anomalies.items():
+        examples = [_example(e) for e in entry["examples"][:3]]
+        parts.append(f"{kind} x{entry['count']} (e.g. {'; '.join(examples)})")
+    return head + ", ".join(parts)
+
+
+def _example(example: dict) -> str:
+    if "traceback" in example:
+        return example["error"]
+    return ", ".join(f"{k}={v}" for k, v in example.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+def pin_binary(binary: Path, keep: Path) -> Path:
+    """The binary as it is now, linked (or copied) into the results directory: a node restarted
+    late in a run must not pick up a binary rebuilt in the meantime."""
+    pinned = keep / "weir"
+    pinned.unlink(missing_ok=True)
+    try:
+        os.link(binary, pinned)
+    except OSError:
+        shutil.copy2(binary, pinned)
+    return pinned
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1, help="number of runs (default 1)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of run 0; run i uses seed + i (default: random)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of faults per run (default 60)")
+    parser.add_argument("--keep", type=Path, default=None, help="directory for the runs' histories, results and server logs (default: a new temporary directory)")
+    parser.add_argument("--rate", type=float, default=150.0, help="records a second per producer (default 150)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories of clean runs too")
+    args = parser.parse_args(argv)
+
+    binary = default_binary()
+    if not binary.exists():
+        print(f"weir binary not found at {binary}; build it or set WEIR_BIN", file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    keep = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="weir-faults-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    print(f"weir faults: {args.runs} run(s), seed {seed}, {args.duration:.0f} s of faults each, binary {binary}", flush=True)
+    print(f"results in {keep}", flush=True)
+    binary = pin_binary(binary, keep)
+
+    # SIGTERM unwinds like Ctrl-C, so the run's finally block kills its nodes.
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        return run_all(args, seed, keep, binary)
+    finally:
+        binary.unlink(missing_ok=True)
+
+
+def run_all(args, seed: int, keep: Path, binary: Path) -> int:
+    failed = 0
+    done = 0
+    try:
+        for index in range(args.runs):
+            run_seed = seed + index
+            print(f"run {index} seed {run_seed}: starting", flush=True)
+            result = run_once(index, run_seed, args.duration, keep / f"run-{index}", binary, rate=args.rate, keep_data=args.keep_data)
+            done += 1
+            print(summary(result), flush=True)
+            print(f"  {result['elapsed']:.0f} s, {result.get('rebalances', 0)} rebalances, {result.get('commits_acked', 0)} commits acknowledged", flush=True)
+            for note in result.get("notes", []):
+                print(f"  note: {note}", flush=True)
+            if result["anomalies"]:
+                failed += 1
+                print(f"  FAILED: seed {run_seed} (repeat with --runs 1 --seed {run_seed}); history and logs in {keep / f'run-{index}'}", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        print(f"{done} runs, {failed} with anomalies", flush=True)
+        return 130
+    print(f"{done} runs, {failed} with anomalies", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
