@@ -81,6 +81,12 @@ impl Connection {
             .await
             .map_err(|_| ClientError::Timeout(request_timeout.as_millis() as u64))?
             .map_err(|e| fail(e.to_string()))?;
+        // Connecting to a closed local port in the ephemeral range can connect the socket to
+        // itself (TCP simultaneous open); that is no broker, and would hold the port the broker
+        // restarts on.
+        if stream.local_addr().ok() == stream.peer_addr().ok() {
+            return Err(fail("connected to itself: nothing listens there".into()));
+        }
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
         let (outgoing, queue) = mpsc::channel(WRITE_QUEUE_MAX);
