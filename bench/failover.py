@@ -79,31 +79,36 @@ class Writer:
                 "log_level": 0,
             }
         )
-        self.acks: list[float] = []
+        # (sent, acknowledged) per write, in acknowledgement order.
+        self.acks: list[tuple[float, float]] = []
         self.errors: list[str] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
-        def report(err, _msg):
-            if err is None:
-                self.acks.append(time.monotonic())
-            else:
-                self.errors.append(str(err))
+        def report(sent):
+            def on_delivery(err, _msg):
+                if err is None:
+                    self.acks.append((sent, time.monotonic()))
+                else:
+                    self.errors.append(str(err))
+
+            return on_delivery
 
         while not self.stop.is_set():
             try:
-                self.producer.produce(TOPIC, value=b"x" * 100, on_delivery=report)
+                self.producer.produce(TOPIC, value=b"x" * 100, on_delivery=report(time.monotonic()))
             except BufferError:
                 pass
             self.producer.poll(0.001)
         self.producer.flush(60)
 
     def first_ack_after(self, since: float) -> float | None:
-        """When the first write after `since` was acknowledged (acks arrive in time order)."""
-        later = [at for at in self.acks[-20000:] if at > since]
-        return later[0] if later else None
+        """When the first write sent after `since` was acknowledged (answers to writes already
+        in flight at the stop do not count)."""
+        later = [acked for sent, acked in self.acks[-50000:] if sent > since]
+        return min(later) if later else None
 
 
 def main() -> int:
