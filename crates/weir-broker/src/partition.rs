@@ -362,11 +362,11 @@ impl Partition {
                 (
                     info,
                     (log.log_end_offset(), log.high_watermark()),
-                    log.has_unsynced_rolled(),
+                    (log.has_unsynced_rolled(), log.is_replicated()),
                 )
             })
         };
-        let (info, (log_end, high_watermark), rolled) = match appended {
+        let (info, (log_end, high_watermark), (rolled, replicated)) = match appended {
             Ok(appended) => appended,
             Err(LogError::Io(error)) => {
                 self.failed(&error);
@@ -394,8 +394,9 @@ impl Partition {
         }
         self.publish_log_end(log_end);
         self.publish_high_watermark(high_watermark);
-        if !info.duplicate {
-            // An ISR of the leader alone lets the high watermark move at once.
+        // A log without followers moved its high watermark itself; with followers, an ISR of
+        // the leader alone lets it move at once. Unreplicated appends skip the ISR's lock.
+        if replicated && !info.duplicate {
             self.advance_high_watermark(&self.replication());
         }
         Ok(info)

@@ -655,6 +655,11 @@ impl Log {
         }
     }
 
+    /// Whether the partition has followers ([`Log::set_replicated`]).
+    pub fn is_replicated(&self) -> bool {
+        self.replicated
+    }
+
     /// Offsets below this are known to be on disk (fsynced).
     pub fn recovery_point(&self) -> i64 {
         self.recovery_point
