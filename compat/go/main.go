@@ -4,6 +4,7 @@
 // header value).
 //
 //	weir-franz-go produce       BOOTSTRAP TOPIC CODEC    < {"records":[{"key","value","headers":[[k,v]]}]}
+//	                            (each record is sent as soon as it is read)
 //	weir-franz-go consume       BOOTSTRAP TOPIC          (every partition, start to high watermark)
 //	weir-franz-go group-consume BOOTSTRAP TOPIC GROUP CLIENT_ID
 //	weir-franz-go admin         BOOTSTRAP GROUP TOPIC
@@ -121,7 +122,26 @@ type inRecord struct {
 	Key     []byte            `json:"key"`
 	Value   []byte            `json:"value"`
 	Headers []json.RawMessage `json:"headers"`
-	parsed  []kgo.RecordHeader
+}
+
+// record converts what stdin said into a kgo record for topic.
+func (in inRecord) record() (*kgo.Record, error) {
+	r := &kgo.Record{Key: in.Key, Value: in.Value}
+	for _, raw := range in.Headers {
+		var kv [2]json.RawMessage
+		if err := json.Unmarshal(raw, &kv); err != nil {
+			return nil, fmt.Errorf("header %s: %w", raw, err)
+		}
+		var h kgo.RecordHeader
+		if err := json.Unmarshal(kv[0], &h.Key); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(kv[1], &h.Value); err != nil {
+			return nil, err
+		}
+		r.Headers = append(r.Headers, h)
+	}
+	return r, nil
 }
 
 func codec(name string) (kgo.CompressionCodec, error) {
@@ -140,38 +160,29 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("unknown codec %q", name)
 }
 
-// produce sends the records of stdin in order with franz-go's defaults (idempotent,
-// acks=all, its default partitioner) and the given codec, and prints each record's
-// partition, offset and timestamp, and the producer id and epoch it was written with.
+// expectDelim reads the next JSON token of dec and fails unless it is want.
+func expectDelim(dec *json.Decoder, want json.Token) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("expected %v, got %v", want, tok)
+	}
+	return nil
+}
+
+// produce sends the records of stdin in order, each as soon as it has been read (so a
+// caller can pace them), with franz-go's defaults (idempotent, acks=all, its default
+// partitioner) and the given codec, and prints each record's partition, offset and
+// timestamp, and the producer id and epoch it was written with.
 func produce(bootstrap, topic, codecName string) error {
-	var in struct {
-		Records []inRecord `json:"records"`
-	}
-	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
-		return fmt.Errorf("reading records from stdin: %w", err)
-	}
-	for i := range in.Records {
-		for _, raw := range in.Records[i].Headers {
-			var kv [2]json.RawMessage
-			if err := json.Unmarshal(raw, &kv); err != nil {
-				return fmt.Errorf("record %d: header %s: %w", i, raw, err)
-			}
-			var h kgo.RecordHeader
-			if err := json.Unmarshal(kv[0], &h.Key); err != nil {
-				return err
-			}
-			if err := json.Unmarshal(kv[1], &h.Value); err != nil {
-				return err
-			}
-			in.Records[i].parsed = append(in.Records[i].parsed, h)
-		}
-	}
 	c, err := codec(codecName)
 	if err != nil {
 		return err
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(bootstrap),
+		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
 		kgo.DefaultProduceTopic(topic),
 		kgo.ProducerBatchCompression(c),
 		kgo.ClientID("weir-franz-go-producer"),
@@ -193,15 +204,39 @@ func produce(bootstrap, topic, codecName string) error {
 		err       error
 		done      bool
 	}
-	results := make([]result, len(in.Records))
+	var results []*result
 	var mu sync.Mutex
-	for i, rec := range in.Records {
-		r := &kgo.Record{Key: rec.Key, Value: rec.Value, Headers: rec.parsed}
+	dec := json.NewDecoder(os.Stdin)
+	if err := expectDelim(dec, json.Delim('{')); err != nil {
+		return fmt.Errorf("reading records from stdin: %w", err)
+	}
+	if key, err := dec.Token(); err != nil || key != "records" {
+		return fmt.Errorf("reading records from stdin: expected \"records\", got %v (%v)", key, err)
+	}
+	if err := expectDelim(dec, json.Delim('[')); err != nil {
+		return fmt.Errorf("reading records from stdin: %w", err)
+	}
+	for dec.More() {
+		var in inRecord
+		if err := dec.Decode(&in); err != nil {
+			return fmt.Errorf("record %d: %w", len(results), err)
+		}
+		r, err := in.record()
+		if err != nil {
+			return fmt.Errorf("record %d: %w", len(results), err)
+		}
+		res := &result{}
+		mu.Lock()
+		results = append(results, res)
+		mu.Unlock()
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
-			results[i] = result{r.Partition, r.Offset, r.Timestamp.UnixMilli(), r.ProducerID, r.ProducerEpoch, err, true}
+			*res = result{r.Partition, r.Offset, r.Timestamp.UnixMilli(), r.ProducerID, r.ProducerEpoch, err, true}
 		})
+	}
+	if err := expectDelim(dec, json.Delim(']')); err != nil {
+		return fmt.Errorf("reading records from stdin: %w", err)
 	}
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush: %w", err)
@@ -237,7 +272,7 @@ func produce(bootstrap, topic, codecName string) error {
 func consume(bootstrap, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), logOpt())
+	adm, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), logOpt())
 	if err != nil {
 		return err
 	}
@@ -277,7 +312,7 @@ func consume(bootstrap, topic string) error {
 		return fmt.Errorf("topic %s has no partitions", topic)
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(bootstrap),
+		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: startAt}),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.ClientID("weir-franz-go-reader"),
@@ -397,7 +432,7 @@ func groupConsume(bootstrap, topic, group, clientID string) error {
 		m.emit(map[string]any{"event": "committed", "why": why, "offsets": committedOffsets(cl, topic)})
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(bootstrap),
+		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
 		kgo.ClientID(clientID),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -540,7 +575,7 @@ func errText(err error) any {
 func admin(bootstrap, group, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.ClientID("weir-franz-go-admin"), logOpt())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("weir-franz-go-admin"), logOpt())
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@
 'use strict'
 
 const { Kafka, logLevel } = require('kafkajs')
+const { stderrLogger } = require('./stderr_logger')
 
 const [brokersArg, topic, groupId, countArg] = process.argv.slice(2)
 if (!brokersArg || !topic || !groupId || !countArg) {
@@ -23,11 +24,6 @@ if (!brokersArg || !topic || !groupId || !countArg) {
 }
 const count = parseInt(countArg, 10)
 const DEADLINE_MS = 60000
-
-const stderrLogger = () => ({ namespace, level, label, log }) => {
-  const { message, ...extra } = log
-  process.stderr.write(`[kafkajs ${label}] ${namespace}: ${message} ${JSON.stringify(extra)}\n`)
-}
 
 const b64 = buf => (buf === null || buf === undefined ? null : buf.toString('base64'))
 

@@ -13,6 +13,7 @@
 'use strict'
 
 const { Kafka, CompressionTypes, Partitioners, logLevel } = require('kafkajs')
+const { stderrLogger } = require('./stderr_logger')
 
 const [brokersArg, topic, countArg] = process.argv.slice(2)
 if (!brokersArg || !topic || !countArg) {
@@ -23,11 +24,6 @@ const count = parseInt(countArg, 10)
 const PARTITIONS = 3
 const BATCH = 100
 const BASE_TIMESTAMP = 1700000000000
-
-const stderrLogger = () => ({ namespace, level, label, log }) => {
-  const { message, ...extra } = log
-  process.stderr.write(`[kafkajs ${label}] ${namespace}: ${message} ${JSON.stringify(extra)}\n`)
-}
 
 // Deterministic pseudo-random bytes (xorshift32) so every run sends the same data.
 function bytesFor (i, length) {

@@ -64,6 +64,10 @@ class DevCluster:
         self.bootstrap = ",".join(f"127.0.0.1:{base_port + i}" for i in range(NODES))
         self.output = data_dir.parent / f"dev-cluster-{time.monotonic_ns()}.out"
         self.process = None
+        # Each node's command line, and the nodes this test restarted itself after killing
+        # them (dev-cluster only supervises the processes it started).
+        self.commands: dict[int, list[bytes]] = {}
+        self.restarted: dict[int, subprocess.Popen] = {}
 
     def start(self) -> str:
         self.output_file = open(self.output, "w")
@@ -77,7 +81,63 @@ class DevCluster:
             assert self.process.poll() is None, f"dev-cluster exited:\n{self.text()}\n{self.logs()}"
             assert not deadline.expired(), f"dev-cluster not ready:\n{self.text()}\n{self.logs()}"
             time.sleep(0.1)
+        for node in range(1, NODES + 1):
+            pid = int((self.data_dir / f"node-{node}" / "pid").read_text())
+            self.commands[node] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
         return self.text()
+
+    def address(self, node: int) -> str:
+        return f"127.0.0.1:{self.base_port + node - 1}"
+
+    def pid(self, node: int) -> int:
+        """The process now running ``node``: the one this test restarted, or dev-cluster's."""
+        if node in self.restarted:
+            return self.restarted[node].pid
+        return int((self.data_dir / f"node-{node}" / "pid").read_text())
+
+    def kill_node(self, node: int, how: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``how`` to ``node`` and wait (60 s at most) until it has exited."""
+        process = self.restarted.pop(node, None)
+        if process is not None:
+            process.send_signal(how)
+            process.wait(60)
+            return
+        pid = self.pid(node)
+        os.kill(pid, how)
+        deadline = Deadline(60)
+        while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text(errors="replace").lower():
+            assert not deadline.expired(), f"node {node} (pid {pid}) did not exit after {how.name}"
+            time.sleep(0.02)
+
+    def restart_node(self, node: int) -> None:
+        """Start ``node`` again with the command line dev-cluster gave it, logging where it did."""
+        assert node not in self.restarted, f"node {node} is already running"
+        with open(self.data_dir / f"node-{node}" / "server.log", "ab") as log:
+            self.restarted[node] = subprocess.Popen(self.commands[node], stdout=log, stderr=log, start_new_session=True)
+
+    def describe(self, topic: str):
+        """librdkafka's description of ``topic`` (retried for 30 s while a node catches up)."""
+        client = admin(self.bootstrap)
+        deadline = Deadline(30)
+        while True:
+            try:
+                return client.describe_topics(TopicCollection([topic]))[topic].result(timeout=10)
+            except Exception:
+                assert not deadline.expired(), f"{topic} never described\n{self.logs()}"
+                time.sleep(0.2)
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self.describe(topic).partitions[partition].leader.id
+
+    def wait_in_sync(self, topic: str, timeout: float = 60) -> None:
+        """Wait until every partition of ``topic`` has all the nodes in its ISR."""
+        deadline = Deadline(timeout)
+        while True:
+            lagging = [(p.id, [r.id for r in p.isr]) for p in self.describe(topic).partitions if len(p.isr) != NODES]
+            if not lagging:
+                return
+            assert not deadline.expired(), f"ISRs never filled: {lagging}\n{self.logs()}"
+            time.sleep(0.3)
 
     def text(self) -> str:
         return self.output.read_text() if self.output.exists() else ""
@@ -91,6 +151,12 @@ class DevCluster:
         return "\n".join(tails)
 
     def stop(self) -> int:
+        """SIGTERM the nodes this test restarted, Ctrl-C dev-cluster; dev-cluster's exit code."""
+        for process in self.restarted.values():
+            process.send_signal(signal.SIGTERM)
+        for process in self.restarted.values():
+            process.wait(timeout=30)
+        self.restarted.clear()
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else 0
         self.process.send_signal(signal.SIGINT)
@@ -100,6 +166,9 @@ class DevCluster:
             self.output_file.close()
 
     def kill(self):
+        for process in self.restarted.values():
+            process.kill()
+            process.wait()
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
@@ -134,7 +203,7 @@ def test_a_three_node_cluster_places_serves_and_restarts(cluster):
     # Topics created through different nodes: the non-leaders forward to the active controller.
     spread, replicated = unique_topic("cluster-spread"), unique_topic("cluster-rf3")
     for name, replication, node in ((spread, 1, 0), (replicated, 3, 2)):
-        through = admin(f"127.0.0.1:{cluster.base_port + node}")
+        through = admin(cluster.address(node + 1))
         futures = through.create_topics([NewTopic(name, num_partitions=6, replication_factor=replication)])
         futures[name].result(timeout=30)
     leaders = {}
@@ -198,14 +267,14 @@ def test_a_three_node_cluster_places_serves_and_restarts(cluster):
         time.sleep(0.1)
     survivors = [n for n in range(1, NODES + 1) if n != first_leader]
     after = unique_topic("cluster-after-kill")
-    survivor = admin(f"127.0.0.1:{cluster.base_port + survivors[0] - 1}")
+    survivor = admin(cluster.address(survivors[0]))
     survivor.create_topics([NewTopic(after, num_partitions=3, replication_factor=1)])[after].result(timeout=30)
-    seen_by = admin(f"127.0.0.1:{cluster.base_port + survivors[1] - 1}")
+    seen_by = admin(cluster.address(survivors[1]))
     deadline = Deadline(30)
     while after not in seen_by.list_topics(timeout=10).topics:
         assert not deadline.expired(), cluster.logs()
         time.sleep(0.1)
-    status = subprocess.run([str(weir_binary()), "cluster", "status", "--brokers", f"127.0.0.1:{cluster.base_port + survivors[0] - 1}"], capture_output=True, text=True, timeout=30)
+    status = subprocess.run([str(weir_binary()), "cluster", "status", "--brokers", cluster.address(survivors[0])], capture_output=True, text=True, timeout=30)
     quorum = re.search(r"^metadata quorum:\s+leader (\d), term (\d+)", status.stdout, re.M)
     assert quorum and int(quorum.group(1)) in survivors and int(quorum.group(2)) > first_term, status.stdout
     del pids[first_leader]
@@ -235,11 +304,6 @@ def test_killing_the_active_controller_twenty_times(cluster, tmp_path):
     """Kill -9 the quorum's leader twenty times, restarting it each time: every time another
     is elected and a metadata change through a survivor succeeds within a few seconds."""
     cluster.start()
-    restarted: dict[int, subprocess.Popen] = {}
-    commands = {}
-    for node in range(1, NODES + 1):
-        pid = int((cluster.data_dir / f"node-{node}" / "pid").read_text())
-        commands[node] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     failovers = []
     try:
         for round_ in range(20):
@@ -251,33 +315,24 @@ def test_killing_the_active_controller_twenty_times(cluster, tmp_path):
                 assert not deadline.expired(), f"round {round_}: the quorum never had all three voters in step\n{cluster.logs()}"
                 time.sleep(0.2)
             leader, term, _ = view
-            pid_file = cluster.data_dir / f"node-{leader}" / "pid"
-            pid = restarted[leader].pid if leader in restarted else int(pid_file.read_text())
             killed_at = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            if leader in restarted:
-                restarted.pop(leader).wait()
+            cluster.kill_node(leader)
             survivor = next(n for n in range(1, NODES + 1) if n != leader)
             name = unique_topic(f"failover-{round_}")
             # A fresh client each round: a cached one may still take the killed node for its
             # controller. The survivor forwards to whichever controller leads.
             created = subprocess.run(
-                [str(weir_binary()), "topic", "create", name, "-p", "1", "--brokers", f"127.0.0.1:{cluster.base_port + survivor - 1}", "--timeout", "30"],
+                [str(weir_binary()), "topic", "create", name, "-p", "1", "--brokers", cluster.address(survivor), "--timeout", "30"],
                 capture_output=True,
                 text=True,
                 timeout=60,
             )
             assert created.returncode == 0, f"round {round_}: {created.stderr}\n{cluster.logs()}"
             failovers.append(time.monotonic() - killed_at)
-            view = quorum_view(f"127.0.0.1:{cluster.base_port + survivor - 1}")
+            view = quorum_view(cluster.address(survivor))
             assert view and view[0] != leader and view[1] > term, (round_, view)
-            log = open(cluster.data_dir / f"node-{leader}" / "server.log", "ab")
-            restarted[leader] = subprocess.Popen(commands[leader], stdout=log, stderr=log, start_new_session=True)
+            cluster.restart_node(leader)
     finally:
-        for process in restarted.values():
-            process.send_signal(signal.SIGTERM)
-        for process in restarted.values():
-            process.wait(timeout=30)
         cluster.stop()
     ordered = sorted(failovers)
     report = f"controller failovers over {len(ordered)} kills: median {ordered[len(ordered) // 2]:.2f} s, max {ordered[-1]:.2f} s"

@@ -66,6 +66,10 @@ def server(make_weir):
 
 @pytest.fixture(scope="module")
 def franz():
+    return build_franz_go()
+
+
+def build_franz_go() -> Path:
     """The program of compat/go, built (or found up to date) by compat/go/install.sh."""
     # A missing tool is a failure, not a skip: scripts/test.sh runs install.sh, and so does this.
     proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=600)

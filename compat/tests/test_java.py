@@ -110,9 +110,9 @@ class Java:
         return [line.rstrip() for line in proc.stdout.splitlines() if line.strip()], proc.stderr
 
 
-@pytest.fixture(scope="module")
-def java(server, tmp_path_factory) -> Java:
-    """javac-compiled compat/java/src against the jars of compat/java/pom.xml."""
+def compile_java(classes: Path) -> str:
+    """javac compat/java/src into ``classes`` against the jars of compat/java/pom.xml; returns
+    the ``java`` to run them with."""
     # A missing tool is a failure, not a skip: scripts/test.sh installs the JDK and the jars.
     java_bin, javac_bin = shutil.which("java"), shutil.which("javac")
     assert java_bin and javac_bin, "java/javac are not on PATH (scripts/test.sh installs a JDK)"
@@ -122,14 +122,19 @@ def java(server, tmp_path_factory) -> Java:
             f"{jar} is missing: run scripts/test.sh, or `mvn -q -f compat/java/pom.xml "
             "dependency:copy-dependencies`"
         )
-    classes = tmp_path_factory.mktemp("java_classes")
     sources = sorted(str(p) for p in (JAVA_DIR / "src").rglob("*.java"))
     proc = subprocess.run(
         [javac_bin, "-Xlint:all,-processing", "-Werror", "-d", str(classes), "-cp", f"{JARS_DIR}/*", *sources],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
-    return Java(java_bin, classes, server)
+    return java_bin
+
+
+@pytest.fixture(scope="module")
+def java(server, tmp_path_factory) -> Java:
+    classes = tmp_path_factory.mktemp("java_classes")
+    return Java(compile_java(classes), classes, server)
 
 
 # ---------------------------------------------------------------------------------

@@ -6,14 +6,11 @@ offsets survive the loss of the group's coordinator.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import threading
 import time
-from pathlib import Path
 
-from confluent_kafka import Producer, TopicCollection
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from clients import admin, committed, group_consumer, read_confluent, unique_group, unique_topic
@@ -21,28 +18,6 @@ from harness import Deadline
 from test_cluster import NODES, cluster  # noqa: F401  (the fixture)
 
 PARTITIONS = 3
-
-
-def describe(bootstrap: str, topic: str):
-    client = admin(bootstrap)
-    deadline = Deadline(30)
-    while True:
-        try:
-            return client.describe_topics(TopicCollection([topic]))[topic].result(timeout=10)
-        except Exception:
-            assert not deadline.expired(), f"{topic} never described"
-            time.sleep(0.2)
-
-
-def wait_fully_in_sync(bootstrap: str, topic: str, logs) -> None:
-    deadline = Deadline(60)
-    while True:
-        described = describe(bootstrap, topic)
-        lagging = [(p.id, [r.id for r in p.isr]) for p in described.partitions if len(p.isr) != NODES]
-        if not lagging:
-            return
-        assert not deadline.expired(), f"ISRs never filled: {lagging}\n{logs()}"
-        time.sleep(0.3)
 
 
 class Writer:
@@ -63,6 +38,7 @@ class Writer:
         )
         self.acked: list[tuple[int, int, bytes, float]] = []
         self.failed: list[str] = []
+        self.sent_at: list[float] = []  # when each numbered value was handed to the producer
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -74,12 +50,13 @@ class Writer:
             if err is not None:
                 self.failed.append(str(err))
             else:
-                self.acked.append((msg.partition(), msg.offset(), msg.value(), time.monotonic()))
+                self.acked.append((msg.partition(), msg.offset(), msg.value(), self.sent_at[int(msg.value().split(b"-")[1])]))
 
         while not self.stop.is_set():
             value = f"value-{sent}".encode()
             try:
                 self.producer.produce(self.topic, value=value, partition=sent % PARTITIONS, on_delivery=report)
+                self.sent_at.append(time.monotonic())
                 sent += 1
             except BufferError:
                 pass
@@ -87,6 +64,8 @@ class Writer:
         self.producer.flush(120)
 
     def acked_after(self, partition: int, since: float) -> bool:
+        """Whether a write sent to ``partition`` after ``since`` was acknowledged (an answer
+        already on its way at ``since`` does not count)."""
         return any(p == partition and at > since for p, _, _, at in list(self.acked))
 
     def finish(self):
@@ -94,20 +73,13 @@ class Writer:
         self.thread.join(180)
 
 
-def command_of(pid: int) -> list[bytes]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
-
-
 def test_leader_failover_loses_no_acknowledged_write(cluster, tmp_path):  # noqa: F811
     cluster.start()
     topic = unique_topic("replicated")
     client = admin(cluster.bootstrap)
     client.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})])[topic].result(timeout=30)
-    wait_fully_in_sync(cluster.bootstrap, topic, cluster.logs)
+    cluster.wait_in_sync(topic)
 
-    pids = {n: int((cluster.data_dir / f"node-{n}" / "pid").read_text()) for n in range(1, NODES + 1)}
-    commands = {n: command_of(pid) for n, pid in pids.items()}
-    restarted: dict[int, subprocess.Popen] = {}
     writer = Writer(cluster.bootstrap, topic)
     failovers = {}
     try:
@@ -116,25 +88,20 @@ def test_leader_failover_loses_no_acknowledged_write(cluster, tmp_path):  # noqa
             assert not deadline.expired() and not writer.failed, (writer.failed, cluster.logs())
             time.sleep(0.05)
         for how in (signal.SIGKILL, signal.SIGTERM):
-            leader = describe(cluster.bootstrap, topic).partitions[0].leader.id
-            process = restarted.pop(leader, None)
+            leader = cluster.leader(topic, 0)
             killed_at = time.monotonic()
-            if process is not None:
-                process.send_signal(how)
-                process.wait(60)
-            else:
-                os.kill(pids[leader], how)
+            cluster.kill_node(leader, how)
             deadline = Deadline(60)
-            while not writer.acked_after(0, killed_at):
+            gone_at = time.monotonic()
+            while not writer.acked_after(0, gone_at):
                 assert not deadline.expired(), f"no write acknowledged after {how.name} of leader {leader}\n{cluster.logs()}"
                 time.sleep(0.02)
             failovers[how.name] = time.monotonic() - killed_at
-            new_leader = describe(cluster.bootstrap, topic).partitions[0].leader.id
+            new_leader = cluster.leader(topic, 0)
             assert new_leader != leader, (how.name, new_leader)
             time.sleep(1)  # writes go on against the new leader
-            log = open(cluster.data_dir / f"node-{leader}" / "server.log", "ab")
-            restarted[leader] = subprocess.Popen(commands[leader], stdout=log, stderr=log, start_new_session=True)
-            wait_fully_in_sync(cluster.bootstrap, topic, cluster.logs)
+            cluster.restart_node(leader)
+            cluster.wait_in_sync(topic)
         writer.finish()
         assert not writer.failed, writer.failed[:5]
 
@@ -166,17 +133,12 @@ def test_leader_failover_loses_no_acknowledged_write(cluster, tmp_path):  # noqa
         ends = {p: logged[p][-1].offset + 1 for p in range(PARTITIONS)}
         assert committed(cluster.bootstrap, group, topic, range(PARTITIONS)) == ends
         coordinator = client.describe_consumer_groups([group])[group].result(timeout=20).coordinator.id
-        process = restarted.pop(coordinator, None)
-        if process is not None:
-            process.kill()
-            process.wait(30)
-        else:
-            os.kill(pids[coordinator], signal.SIGKILL)
+        cluster.kill_node(coordinator)
         survivor = next(n for n in range(1, NODES + 1) if n != coordinator)
         deadline = Deadline(60)
         while True:
             try:
-                if committed(f"127.0.0.1:{cluster.base_port + survivor - 1}", group, topic, range(PARTITIONS)) == ends:
+                if committed(cluster.address(survivor), group, topic, range(PARTITIONS)) == ends:
                     break
             except Exception:
                 pass
@@ -184,10 +146,6 @@ def test_leader_failover_loses_no_acknowledged_write(cluster, tmp_path):  # noqa
             time.sleep(0.5)
     finally:
         writer.stop.set()
-        for process in restarted.values():
-            process.send_signal(signal.SIGTERM)
-        for process in restarted.values():
-            process.wait(timeout=30)
         cluster.stop()
     report = ", ".join(f"{how} {seconds:.2f} s" for how, seconds in failovers.items())
     (tmp_path / "failover.txt").write_text(report + "\n")

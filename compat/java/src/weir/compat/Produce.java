@@ -21,26 +21,14 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 /**
  * Produce BOOTSTRAP TOPIC: sends the records read from stdin, one a line
  * ({@code key<TAB>value[<TAB>headerName<TAB>headerValue]...}, each field base64, "~" for null),
- * with an idempotent acks=all lz4 producer, in order, and prints what each RecordMetadata
+ * with an idempotent acks=all lz4 producer, in order, each as soon as its line is read (so a
+ * caller can pace them), and prints what each RecordMetadata
  * reported: {"version", "delivered": [[partition, offset, timestamp], ...]}.
  */
 public final class Produce {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0];
         String topic = args[1];
-
-        List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.US_ASCII));
-        for (String line; (line = in.readLine()) != null; ) {
-            if (line.isEmpty()) continue;
-            String[] f = line.split("\t", -1);
-            ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(topic, Json.unb64(f[0]), Json.unb64(f[1]));
-            for (int i = 2; i + 1 < f.length; i += 2) {
-                rec.headers().add(new RecordHeader(
-                    new String(Json.unb64(f[i]), StandardCharsets.UTF_8), Json.unb64(f[i + 1])));
-            }
-            records.add(rec);
-        }
 
         Properties props = new Properties();
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -55,7 +43,15 @@ public final class Produce {
         List<Future<RecordMetadata>> sent = new ArrayList<>();
         try (KafkaProducer<byte[], byte[]> producer =
                  new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())) {
-            for (ProducerRecord<byte[], byte[]> rec : records) {
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.US_ASCII));
+            for (String line; (line = in.readLine()) != null; ) {
+                if (line.isEmpty()) continue;
+                String[] f = line.split("\t", -1);
+                ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(topic, Json.unb64(f[0]), Json.unb64(f[1]));
+                for (int i = 2; i + 1 < f.length; i += 2) {
+                    rec.headers().add(new RecordHeader(
+                        new String(Json.unb64(f[i]), StandardCharsets.UTF_8), Json.unb64(f[i + 1])));
+                }
                 sent.add(producer.send(rec));
             }
             producer.flush();
