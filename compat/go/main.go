@@ -91,6 +91,11 @@ func logOpt() kgo.Opt {
 	return kgo.WithLogger(kgo.BasicLogger(os.Stderr, level, nil))
 }
 
+// seedBrokers is the client option for a comma-separated bootstrap list.
+func seedBrokers(bootstrap string) kgo.Opt {
+	return kgo.SeedBrokers(strings.Split(bootstrap, ",")...)
+}
+
 func printJSON(v any) error {
 	return json.NewEncoder(os.Stdout).Encode(v)
 }
@@ -182,7 +187,7 @@ func produce(bootstrap, topic, codecName string) error {
 		return err
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		seedBrokers(bootstrap),
 		kgo.DefaultProduceTopic(topic),
 		kgo.ProducerBatchCompression(c),
 		kgo.ClientID("weir-franz-go-producer"),
@@ -272,7 +277,7 @@ func produce(bootstrap, topic, codecName string) error {
 func consume(bootstrap, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), logOpt())
+	adm, err := kgo.NewClient(seedBrokers(bootstrap), logOpt())
 	if err != nil {
 		return err
 	}
@@ -312,7 +317,7 @@ func consume(bootstrap, topic string) error {
 		return fmt.Errorf("topic %s has no partitions", topic)
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		seedBrokers(bootstrap),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: startAt}),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.ClientID("weir-franz-go-reader"),
@@ -432,7 +437,7 @@ func groupConsume(bootstrap, topic, group, clientID string) error {
 		m.emit(map[string]any{"event": "committed", "why": why, "offsets": committedOffsets(cl, topic)})
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		seedBrokers(bootstrap),
 		kgo.ClientID(clientID),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -575,7 +580,7 @@ func errText(err error) any {
 func admin(bootstrap, group, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("weir-franz-go-admin"), logOpt())
+	cl, err := kgo.NewClient(seedBrokers(bootstrap), kgo.ClientID("weir-franz-go-admin"), logOpt())
 	if err != nil {
 		return err
 	}

@@ -109,7 +109,7 @@ def b64(text: str) -> str:
 # ---------------------------------------------------------------------------------
 
 class LibrdkafkaProducer:
-    def __init__(self, cluster, topic, workdir):
+    def __init__(self, cluster, topic, workdir, tools):
         self.topic = topic
         self.acked, self.failed = [], []
         self.producer = Producer({
@@ -137,7 +137,7 @@ class LibrdkafkaProducer:
 
 
 class KafkaPythonProducer:
-    def __init__(self, cluster, topic, workdir):
+    def __init__(self, cluster, topic, workdir, tools):
         self.topic = topic
         self.producer = kafka_python_producer(cluster.bootstrap, acks="all", enable_idempotence=True, retries=1000, retry_backoff_ms=200, delivery_timeout_ms=120000)
         self.futures = []
@@ -158,6 +158,11 @@ class KafkaPythonProducer:
         self.producer.close(timeout=0)
 
 
+def acknowledged(delivered, values) -> list[tuple[int, int, str]]:
+    """A driver's [[partition, offset, timestamp]] in send order, paired with the values sent."""
+    return [(p, o, v) for (p, o, _ts), v in zip(delivered, values, strict=True)]
+
+
 class JavaProducer:
     def __init__(self, cluster, topic, workdir, tools):
         self.values = []
@@ -169,7 +174,7 @@ class JavaProducer:
 
     def finish(self):
         delivered = json.loads(self.process.finish())["delivered"]
-        return [(p, o, v) for (p, o, _ts), v in zip(delivered, self.values, strict=True)]
+        return acknowledged(delivered, self.values)
 
     def kill(self):
         self.process.kill()
@@ -189,7 +194,7 @@ class FranzGoProducer:
     def finish(self):
         self.process.write("]}\n")
         delivered = json.loads(self.process.finish())["delivered"]
-        return [(p, o, v) for (p, o, _ts), v in zip(delivered, self.values, strict=True)]
+        return acknowledged(delivered, self.values)
 
     def kill(self):
         self.process.kill()
@@ -234,7 +239,7 @@ class ThreadConsumer:
     """A Python client's group member polling in a thread until it read COUNT distinct values,
     then committing synchronously and leaving."""
 
-    def __init__(self, cluster, topic, group, workdir, tools=None):
+    def __init__(self, cluster, topic, group, workdir, tools):
         self.values, self.error = set(), None
         self.consumer = self.make(cluster.bootstrap, group, topic)
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -343,7 +348,7 @@ class KcatConsumer:
 
     def finish(self):
         deadline = Deadline(120)
-        while len({line for line in list(self.process.lines)}) < COUNT:
+        while len(set(self.process.lines)) < COUNT:
             assert self.process.proc.poll() is None, f"kcat exited:\n{self.process.stderr()}"
             assert not deadline.expired(), f"kcat read {len(self.process.lines)} of {COUNT}:\n{self.process.stderr()}"
             time.sleep(0.05)
@@ -364,11 +369,6 @@ CLIENTS = {
 }
 
 
-def start(kind, cluster, topic, workdir, tools, *args):
-    in_process = kind in (LibrdkafkaProducer, KafkaPythonProducer, LibrdkafkaConsumer, KafkaPythonConsumer)
-    return kind(cluster, topic, *args, workdir) if in_process else kind(cluster, topic, *args, workdir, tools)
-
-
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_client_produces_and_consumes_in_a_group_across_a_leader_kill(cluster, tools, client, tmp_path):
     producer_kind, consumer_kind = CLIENTS[client]
@@ -379,8 +379,8 @@ def test_client_produces_and_consumes_in_a_group_across_a_leader_kill(cluster, t
     cluster.wait_in_sync(topic)
 
     values = [f"{client}-{i:05d}" for i in range(COUNT)]
-    consumer = start(consumer_kind, cluster, topic, tmp_path, tools, group)
-    producer = start(producer_kind, cluster, topic, tmp_path, tools)
+    consumer = consumer_kind(cluster, topic, group, tmp_path, tools)
+    producer = producer_kind(cluster, topic, tmp_path, tools)
     killed = None
     try:
         began = time.monotonic()
