@@ -270,10 +270,11 @@ def wait_for_partitions(bootstrap: str, name: str, partitions: int, timeout: flo
 # Producing
 # ---------------------------------------------------------------------------------
 
-def produce_confluent(bootstrap: str, topic: str, records: list[Rec], timeout: float = 120, **conf):
+def produce_confluent(bootstrap: str, topic: str, records: list[Rec], timeout: float = 120, per_second: float | None = None, **conf):
     """Produce ``records`` in order with librdkafka; returns [(partition, offset, timestamp)].
 
-    Fails unless every record is acknowledged without error.
+    With ``per_second`` the records are sent at that pace, so the load spans a change made
+    meanwhile. Fails unless every record is acknowledged without error.
     """
     config = {
         "bootstrap.servers": bootstrap,
@@ -293,7 +294,12 @@ def produce_confluent(bootstrap: str, topic: str, records: list[Rec], timeout: f
         return callback
 
     deadline = Deadline(timeout)
+    began = time.monotonic()
     for i, rec in enumerate(records):
+        if per_second:
+            pause = began + i / per_second - time.monotonic()
+            if pause > 0:
+                producer.poll(pause)
         kwargs = {"key": rec.key, "value": rec.value, "on_delivery": on_delivery(i)}
         if rec.headers:
             kwargs["headers"] = list(rec.headers)

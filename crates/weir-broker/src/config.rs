@@ -122,6 +122,10 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     /// `replica.lag.time.max.ms`: how long a follower may stay behind and in sync.
     pub replica_lag_time_max_ms: u64,
+    /// `auto.leader.rebalance.enable`: the controller moves leaders back to preferred replicas.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_seconds: u64,
     /// `max.incremental.fetch.session.cache.slots`.
     pub fetch_session_cache_slots: usize,
     /// `producer.id.expiration.ms`.
@@ -262,6 +266,10 @@ impl BrokerConfig {
             broker_session_timeout_ms: long("broker.session.timeout.ms") as u64,
             broker_heartbeat_interval_ms: long("broker.heartbeat.interval.ms") as u64,
             replica_lag_time_max_ms: long("replica.lag.time.max.ms") as u64,
+            auto_leader_rebalance_enable: value_of(properties, "auto.leader.rebalance.enable")
+                == "true",
+            leader_imbalance_check_interval_seconds: long("leader.imbalance.check.interval.seconds")
+                as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
             producer_id_expiration_ms: long("producer.id.expiration.ms"),
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,

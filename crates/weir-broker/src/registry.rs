@@ -1,7 +1,7 @@
 //! The partition replicas this broker hosts, kept in step with the metadata image: logs are
 //! opened for partitions assigned here, each takes the role (leader or follower) the image
-//! gives it, replicas are deleted with their topics, and directories the metadata does not
-//! know are moved aside, never deleted.
+//! gives it, replicas are deleted with their topics or when a reassignment moves them away, and
+//! directories the metadata does not know at startup are moved aside, never deleted.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -93,6 +93,16 @@ impl PartitionRegistry {
         }
     }
 
+    /// The directory holding every partition's log (Kafka's one log dir).
+    pub fn logs_dir(&self) -> &Path {
+        &self.logs_dir
+    }
+
+    /// Bytes free for the logs, if the file system says.
+    pub fn available_bytes(&self) -> Option<u64> {
+        self.files.storage().available_bytes(&self.logs_dir).ok()
+    }
+
     /// The partition `index` of `topic`, if hosted here.
     pub fn get(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
         let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
@@ -143,8 +153,10 @@ impl PartitionRegistry {
                 tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting partition of a deleted topic");
                 self.delete_dir(&partition.dir);
             } else {
-                // Until replicas can be moved, a replica assigned elsewhere keeps its data.
-                self.move_aside(&partition.dir);
+                // A reassignment moved the replica away: the new replicas were in sync before
+                // this one was removed, so its copy is no longer needed.
+                tracing::info!(target: "weir::broker", topic = %partition.topic, partition = partition.index, "deleting a replica reassigned to other brokers");
+                self.delete_dir(&partition.dir);
             }
         }
         self.tidy_dirs(&wanted);

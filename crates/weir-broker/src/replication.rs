@@ -61,22 +61,21 @@ impl Replication {
     pub fn update(&mut self, image: &PartitionImage, node_id: i32, now: Instant) {
         let newly_leading = image.leader == node_id
             && (self.image.leader != node_id || self.image.leader_epoch != image.leader_epoch);
+        let fresh = Progress {
+            log_end: None,
+            caught_up_at: now,
+            previous_fetch: None,
+        };
         if newly_leading {
-            self.followers = image
-                .replicas
-                .iter()
-                .filter(|id| **id != node_id)
-                .map(|id| {
-                    let progress = Progress {
-                        log_end: None,
-                        caught_up_at: now,
-                        previous_fetch: None,
-                    };
-                    (*id, progress)
-                })
-                .collect();
+            self.followers.clear();
         }
-        if image.leader != node_id {
+        if image.leader == node_id {
+            // A reassignment adds and removes followers under the same leadership.
+            self.followers.retain(|id, _| image.replicas.contains(id));
+            for id in image.replicas.iter().filter(|id| **id != node_id) {
+                self.followers.entry(*id).or_insert(fresh);
+            }
+        } else {
             self.followers.clear();
         }
         if image.partition_epoch != self.image.partition_epoch {
@@ -208,6 +207,8 @@ mod tests {
             leader: 1,
             leader_epoch: 3,
             partition_epoch: 5,
+            adding: Vec::new(),
+            removing: Vec::new(),
         };
         let mut state = Replication::new(PartitionImage::new(Vec::new(), |_| true));
         state.update(&image, 1, now);
@@ -260,6 +261,40 @@ mod tests {
             .shrink(1, lag, now + Duration::from_secs(12))
             .expect("shrinks");
         assert_eq!(request.isr, vec![1, 2]);
+    }
+
+    #[test]
+    fn replicas_added_under_the_same_leadership_are_followed_and_removed_ones_forgotten() {
+        let (mut state, now) = led(vec![1, 2], vec![1, 2]);
+        state.record_fetch(2, 10, 10, now);
+        let mut image = state.image.clone();
+        image.replicas = vec![1, 2, 3];
+        image.adding = vec![3];
+        image.partition_epoch += 1;
+        state.update(&image, 1, now);
+        assert!(
+            state.record_fetch(3, 4, 10, now),
+            "the added replica is followed"
+        );
+        assert_eq!(
+            state.high_watermark(1, 10),
+            Some(10),
+            "not in the ISR: not waited for"
+        );
+        state.record_fetch(3, 10, 10, now);
+        assert!(
+            state.expansion(3, 10, 0).is_some(),
+            "caught up: proposed for the ISR"
+        );
+        image.replicas = vec![1, 3];
+        image.adding.clear();
+        image.isr = vec![1, 3];
+        image.partition_epoch += 1;
+        state.update(&image, 1, now);
+        assert!(
+            !state.record_fetch(2, 10, 10, now),
+            "the removed replica is not"
+        );
     }
 
     #[test]

@@ -457,7 +457,7 @@ impl Admin {
         })
     }
 
-    fn timeout_ms(&self) -> i32 {
+    pub(crate) fn timeout_ms(&self) -> i32 {
         self.cluster
             .config()
             .request_timeout

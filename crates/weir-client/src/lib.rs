@@ -17,6 +17,7 @@ mod group_consumer;
 mod groups;
 pub mod partitioner;
 mod producer;
+mod reassign;
 mod records;
 
 pub use admin::{
@@ -34,3 +35,4 @@ pub use kafka_protocol::records::Compression;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
+pub use reassign::{Election, OngoingReassignment, PartitionResult};

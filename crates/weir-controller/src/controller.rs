@@ -13,8 +13,8 @@ use weir_metadata::broker_config::check_runtime_broker_config;
 use weir_metadata::topic_config::validate_topic_config;
 use weir_metadata::{
     validate_topic_name, AlterPartition, BrokerListener, BrokerRegistration, Committed,
-    ConfigChange, ControllerError, MetadataCommand, MetadataControl, MetadataImage, NewTopic,
-    PartitionImage, Pending, QuorumStatus, TopicImage,
+    ConfigChange, ControllerError, ElectionType, MetadataCommand, MetadataControl, MetadataImage,
+    NewTopic, PartitionImage, PartitionOutcome, Pending, QuorumStatus, Reassignment, TopicImage,
 };
 use weir_storage::Storage;
 
@@ -49,6 +49,9 @@ pub struct Controller {
     pub(crate) leases: std::sync::Mutex<Leases>,
     /// `broker.session.timeout.ms`.
     pub(crate) session_timeout_ms: AtomicU64,
+    /// `leader.imbalance.check.interval.seconds` in ms, or 0 without
+    /// `auto.leader.rebalance.enable`.
+    pub(crate) rebalance_interval_ms: AtomicU64,
 }
 
 /// Gives a command written before replicas were recorded its replicas: every partition on
@@ -90,7 +93,10 @@ fn with_replicas(command: MetadataCommand, node_id: i32, image: &MetadataImage) 
 
 /// One partition's manual replica list, checked as Kafka checks it: not empty, no broker
 /// twice, only registered brokers.
-fn check_replica_list(image: &MetadataImage, replicas: &[i32]) -> Result<(), ControllerError> {
+pub(crate) fn check_replica_list(
+    image: &MetadataImage,
+    replicas: &[i32],
+) -> Result<(), ControllerError> {
     let refuse = |why: String| Err(ControllerError::InvalidReplicaAssignment(why));
     if replicas.is_empty() {
         return refuse("The manual partition assignment includes an empty replica list.".into());
@@ -119,6 +125,7 @@ impl Controller {
             partitions_max: AtomicUsize::new(usize::MAX),
             leases: std::sync::Mutex::new(Leases::default()),
             session_timeout_ms: AtomicU64::new(DEFAULT_SESSION_TIMEOUT_MS),
+            rebalance_interval_ms: AtomicU64::new(0),
         }
     }
 
@@ -553,6 +560,20 @@ impl Controller {
                 .await
                 .map(|(first, count)| ControlValue::ProducerIds(first, count)),
             ControlRequest::QuorumStatus => self.quorum.status().map(ControlValue::Quorum),
+            ControlRequest::AlterPartitionReassignments {
+                reassignments,
+                allow_replication_factor_change,
+            } => self
+                .alter_partition_reassignments(reassignments, allow_replication_factor_change)
+                .await
+                .map(ControlValue::Outcomes),
+            ControlRequest::ElectLeaders {
+                election,
+                partitions,
+            } => self
+                .elect_leaders(election, partitions)
+                .await
+                .map(ControlValue::Outcomes),
             ControlRequest::Heartbeat {
                 node_id,
                 broker_epoch,
@@ -651,6 +672,13 @@ fn topic(value: ControlValue) -> Option<TopicImage> {
 
 fn done(value: ControlValue) -> Option<()> {
     matches!(value, ControlValue::Done).then_some(())
+}
+
+fn outcomes(value: ControlValue) -> Option<Vec<PartitionOutcome>> {
+    match value {
+        ControlValue::Outcomes(outcomes) => Some(outcomes),
+        _ => None,
+    }
 }
 
 impl MetadataControl for LocalControl {
@@ -768,6 +796,30 @@ impl MetadataControl for LocalControl {
             broker_epoch,
         };
         self.run(request, done)
+    }
+
+    fn alter_partition_reassignments(
+        &self,
+        reassignments: Vec<Reassignment>,
+        allow_replication_factor_change: bool,
+    ) -> Pending<Vec<PartitionOutcome>> {
+        let request = ControlRequest::AlterPartitionReassignments {
+            reassignments,
+            allow_replication_factor_change,
+        };
+        self.run(request, outcomes)
+    }
+
+    fn elect_leaders(
+        &self,
+        election: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Pending<Vec<PartitionOutcome>> {
+        let request = ControlRequest::ElectLeaders {
+            election,
+            partitions,
+        };
+        self.run(request, outcomes)
     }
 
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {

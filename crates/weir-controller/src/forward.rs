@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 use weir_metadata::{
-    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError, NewTopic,
-    PartitionImage, QuorumStatus, TopicImage,
+    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
+    ElectionType, NewTopic, PartitionImage, PartitionOutcome, QuorumStatus, Reassignment,
+    TopicImage,
 };
 
 /// A change request, as any controller can decide it.
@@ -82,6 +83,20 @@ pub enum ControlRequest {
     },
     /// The quorum as its leader sees it.
     QuorumStatus,
+    /// [`crate::Controller::alter_partition_reassignments`].
+    AlterPartitionReassignments {
+        /// The partitions to move (or whose move to cancel).
+        reassignments: Vec<Reassignment>,
+        /// Whether a target may have another replica count.
+        allow_replication_factor_change: bool,
+    },
+    /// [`crate::Controller::elect_leaders`].
+    ElectLeaders {
+        /// Preferred or unclean.
+        election: ElectionType,
+        /// The partitions, or `None` for all.
+        partitions: Option<Vec<(String, i32)>>,
+    },
 }
 
 /// What a change produced.
@@ -102,6 +117,8 @@ pub enum ControlValue {
     },
     /// A partition after a change.
     Partition(PartitionImage),
+    /// Each partition's outcome of a batch request.
+    Outcomes(Vec<PartitionOutcome>),
     /// Nothing beyond success.
     Done,
 }

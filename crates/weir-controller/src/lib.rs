@@ -13,6 +13,7 @@ mod liveness;
 mod placement;
 pub mod query;
 mod quorum;
+mod reassignment;
 mod record_file;
 mod relational;
 

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_metadata::{
-    AlterPartition, ControllerError, MetadataCommand, MetadataImage, PartitionChange,
+    AlterPartition, ControllerError, ElectionType, MetadataCommand, MetadataImage, PartitionChange,
     PartitionImage, TopicImage, NO_LEADER,
 };
 
+use crate::reassignment::{completed, preferred_elections};
 use crate::Controller;
 
 /// Name of the setting that lets an out-of-sync replica become leader.
@@ -26,6 +27,37 @@ impl Controller {
     pub fn set_session_timeout(&self, timeout: Duration) {
         self.session_timeout_ms
             .store(timeout.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Sets how often the active controller moves leaders back to their preferred replicas
+    /// (`leader.imbalance.check.interval.seconds`); `None` never does
+    /// (`auto.leader.rebalance.enable=false`).
+    pub fn set_leader_rebalance(&self, every: Option<Duration>) {
+        let ms = every.map_or(0, |d| d.as_millis().max(1) as u64);
+        self.rebalance_interval_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Moves every partition whose preferred replica is live and in sync but does not lead
+    /// back to it, when the rebalance interval has passed since `last`.
+    async fn rebalance_leaders(&self, image: &MetadataImage, last: &mut Instant) {
+        let every = self.rebalance_interval_ms.load(Ordering::Relaxed);
+        if every == 0 || last.elapsed() < Duration::from_millis(every) {
+            return;
+        }
+        *last = Instant::now();
+        let due = preferred_elections(image);
+        if due.is_empty() {
+            return;
+        }
+        match self.elect_leaders(ElectionType::Preferred, Some(due)).await {
+            Ok(outcomes) => {
+                let moved = outcomes.iter().filter(|o| o.refusal.is_none()).count();
+                tracing::info!(target: "weir::controller", moved, "leaders moved back to their preferred replicas");
+            }
+            Err(error) => {
+                tracing::warn!(target: "weir::controller", %error, "could not move leaders back to their preferred replicas")
+            }
+        }
     }
 
     fn lease_timeout(&self) -> Duration {
@@ -162,12 +194,22 @@ impl Controller {
         isr.sort_by_key(|id| partition.replicas.iter().position(|r| r == id));
         isr.dedup();
         if isr != partition.isr {
-            let change = PartitionChange {
+            // The last target replica of a reassignment in sync completes it.
+            let change = completed(
+                &image,
+                request.topic_id,
+                request.partition,
+                partition,
+                request.leader,
+                isr.clone(),
+            )
+            .unwrap_or(PartitionChange {
                 topic_id: request.topic_id,
                 partition: request.partition,
                 leader: request.leader,
                 isr,
-            };
+                assignment: None,
+            });
             self.commit(MetadataCommand::ChangePartitions {
                 changes: vec![change],
             })
@@ -188,12 +230,14 @@ impl Controller {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(LEASE_CHECK_MS));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_rebalance = Instant::now();
             loop {
                 tick.tick().await;
                 let Some(controller) = controller.upgrade() else {
                     return;
                 };
                 if controller.check_leading().is_err() {
+                    last_rebalance = Instant::now();
                     continue;
                 }
                 let image = controller.image();
@@ -207,6 +251,9 @@ impl Controller {
                         tracing::warn!(target: "weir::controller", node_id, %error, "could not fence a broker whose lease expired; trying again");
                     }
                 }
+                controller
+                    .rebalance_leaders(&controller.image(), &mut last_rebalance)
+                    .await;
             }
         })
     }
@@ -268,7 +315,7 @@ impl Leases {
 
 /// Whether `topic` lets an out-of-sync replica lead: its own setting, else the cluster-wide
 /// broker default.
-fn unclean_allowed(image: &MetadataImage, topic: &TopicImage) -> bool {
+pub(crate) fn unclean_allowed(image: &MetadataImage, topic: &TopicImage) -> bool {
     topic
         .configs
         .get(UNCLEAN_ELECTION)
@@ -282,6 +329,7 @@ fn change(topic: &TopicImage, index: usize, leader: i32, isr: Vec<i32>) -> Parti
         partition: index as i32,
         leader,
         isr,
+        assignment: None,
     }
 }
 

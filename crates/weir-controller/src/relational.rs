@@ -15,7 +15,7 @@ use weir_metadata::{
 };
 
 /// The layout the tables are in; another value makes the store rebuild them.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// The tables, their keys and foreign keys.
 const SCHEMA: &str = "
@@ -58,6 +58,7 @@ CREATE TABLE replicas (
     node_id INTEGER NOT NULL,
     position INTEGER NOT NULL,
     in_sync INTEGER NOT NULL,
+    reassignment TEXT CHECK (reassignment IN ('adding', 'removing')),
     PRIMARY KEY (topic_id, partition_index, node_id),
     FOREIGN KEY (topic_id, partition_index)
         REFERENCES partitions (topic_id, partition_index) ON DELETE CASCADE
@@ -284,8 +285,8 @@ fn insert_partitions(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Resu
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     let mut insert_replica = tx.prepare_cached(
-        "INSERT INTO replicas (topic_id, partition_index, node_id, position, in_sync)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO replicas (topic_id, partition_index, node_id, position, in_sync, reassignment)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (index, partition) in (0i32..).zip(&topic.partitions) {
         let leader = Some(partition.leader).filter(|l| *l != NO_LEADER);
@@ -298,7 +299,14 @@ fn insert_partitions(tx: &Transaction<'_>, topic: &TopicImage) -> rusqlite::Resu
         ])?;
         for (position, node_id) in (0i32..).zip(&partition.replicas) {
             let in_sync = partition.isr.contains(node_id);
-            insert_replica.execute(params![id, index, node_id, position, in_sync])?;
+            let reassignment = if partition.adding.contains(node_id) {
+                Some("adding")
+            } else if partition.removing.contains(node_id) {
+                Some("removing")
+            } else {
+                None
+            };
+            insert_replica.execute(params![id, index, node_id, position, in_sync, reassignment])?;
         }
     }
     Ok(())

@@ -151,6 +151,18 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "How often a broker heartbeats to the active controller; keep it well under broker.session.timeout.ms.",
     ),
     setting(
+        "auto.leader.rebalance.enable",
+        "true",
+        BOOLEAN,
+        "The active controller moves each partition's leadership back to its preferred replica (the first) once that replica is live and in sync again, every leader.imbalance.check.interval.seconds.",
+    ),
+    setting(
+        "leader.imbalance.check.interval.seconds",
+        "300",
+        long(1, 86_400),
+        "How often the active controller looks for partitions led by another replica than their preferred one (with auto.leader.rebalance.enable).",
+    ),
+    setting(
         "replica.lag.time.max.ms",
         "30000",
         long(100, i64::MAX),

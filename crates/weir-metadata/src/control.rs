@@ -72,6 +72,74 @@ pub struct AlterPartition {
     pub isr: Vec<i32>,
 }
 
+/// One partition's reassignment as a client asks it (AlterPartitionReassignments).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reassignment {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: i32,
+    /// The replicas the partition should end on, preferred leader first; `None` cancels the
+    /// reassignment in progress.
+    pub target: Option<Vec<i32>>,
+}
+
+/// Which leaders an ElectLeaders request elects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ElectionType {
+    /// The preferred replica (the first), when it is live and in sync.
+    Preferred,
+    /// Any live replica for a partition without a leader, in sync or not (may lose
+    /// acknowledged writes).
+    Unclean,
+}
+
+/// Why the controller left one partition of a batch request unchanged; each maps to one
+/// Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionRefusal {
+    /// The topic or partition does not exist.
+    UnknownTopicOrPartition(String),
+    /// A target replica list the cluster cannot honour.
+    InvalidReplicaAssignment(String),
+    /// A target that changes the replica count when the client did not allow it.
+    InvalidReplicationFactor(String),
+    /// A cancellation of a partition no reassignment is moving.
+    NoReassignmentInProgress(String),
+    /// The partition already has the leader the election would give it.
+    ElectionNotNeeded(String),
+    /// The preferred replica is not live or not in sync.
+    PreferredLeaderNotAvailable(String),
+    /// No live replica may lead.
+    EligibleLeadersNotAvailable(String),
+}
+
+impl PartitionRefusal {
+    /// The message, in Kafka's words where Kafka has them.
+    pub fn message(&self) -> &str {
+        match self {
+            PartitionRefusal::UnknownTopicOrPartition(m)
+            | PartitionRefusal::InvalidReplicaAssignment(m)
+            | PartitionRefusal::InvalidReplicationFactor(m)
+            | PartitionRefusal::NoReassignmentInProgress(m)
+            | PartitionRefusal::ElectionNotNeeded(m)
+            | PartitionRefusal::PreferredLeaderNotAvailable(m)
+            | PartitionRefusal::EligibleLeadersNotAvailable(m) => m,
+        }
+    }
+}
+
+/// What a batch request did to one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionOutcome {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: i32,
+    /// Why it was left unchanged; `None` when the change was made.
+    pub refusal: Option<PartitionRefusal>,
+}
+
 /// The metadata quorum as its leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuorumStatus {
@@ -163,6 +231,22 @@ pub trait MetadataControl: Send + Sync {
 
     /// Moves this broker's leaderships away and takes it out of every ISR before it stops.
     fn controlled_shutdown(&self, node_id: i32, broker_epoch: u64) -> Pending<()>;
+
+    /// Starts, replaces or cancels reassignments (AlterPartitionReassignments); answered
+    /// with each partition's outcome once the changes are committed.
+    fn alter_partition_reassignments(
+        &self,
+        reassignments: Vec<Reassignment>,
+        allow_replication_factor_change: bool,
+    ) -> Pending<Vec<PartitionOutcome>>;
+
+    /// Elects leaders (ElectLeaders) for `partitions`, or for every partition with `None`
+    /// (whose outcomes then leave out those that needed no election).
+    fn elect_leaders(
+        &self,
+        election: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Pending<Vec<PartitionOutcome>>;
 
     /// Reserves a block of producer ids never handed out before: `(first, count)`.
     fn allocate_producer_ids(&self) -> Pending<(i64, i64)>;

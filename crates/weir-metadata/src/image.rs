@@ -24,6 +24,12 @@ pub struct PartitionImage {
     pub leader_epoch: i32,
     /// Bumped at every change to the partition (replicas, ISR or leader).
     pub partition_epoch: i32,
+    /// Replicas a reassignment in progress adds (already in `replicas`, copying).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    /// Replicas a reassignment in progress removes once the added ones are in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 impl PartitionImage {
@@ -37,23 +43,53 @@ impl PartitionImage {
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
     }
 
-    /// Applies a change of leader and ISR: the partition epoch moves on, and the leader epoch
-    /// too when the leader changes.
-    pub fn change(&mut self, leader: i32, isr: &[i32]) {
-        if leader != self.leader {
+    /// Applies a change of leader and ISR (and of replicas, when it carries them): the
+    /// partition epoch moves on, and the leader epoch too when the leader changes.
+    pub fn change(&mut self, change: &PartitionChange) {
+        if change.leader != self.leader {
             self.leader_epoch += 1;
         }
-        self.leader = leader;
-        self.isr = isr.to_vec();
+        self.leader = change.leader;
+        self.isr = change.isr.clone();
+        if let Some(assignment) = &change.assignment {
+            self.replicas = assignment.replicas.clone();
+            self.adding = assignment.adding.clone();
+            self.removing = assignment.removing.clone();
+        }
         self.partition_epoch += 1;
     }
 
     /// Whether some replica is not in sync.
     pub fn under_replicated(&self) -> bool {
         self.isr.len() < self.replicas.len()
+    }
+
+    /// Whether a reassignment is moving the partition.
+    pub fn reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas the partition ends on: all of them once no reassignment is in progress.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|id| !self.removing.contains(id))
+            .collect()
+    }
+
+    /// The replicas the partition had before its reassignment began.
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|id| !self.adding.contains(id))
+            .collect()
     }
 }
 
@@ -99,6 +135,22 @@ pub struct PartitionChange {
     pub leader: i32,
     /// The new in-sync replicas.
     pub isr: Vec<i32>,
+    /// New replicas, when the change starts, completes or cancels a reassignment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<ReplicaAssignment>,
+}
+
+/// A partition's replicas while a reassignment moves it, or after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaAssignment {
+    /// Every replica: the target ones first, then those being removed.
+    pub replicas: Vec<i32>,
+    /// Replicas being added (copying from the leader).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    /// Replicas removed once every target replica is in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 /// One topic as the cluster knows it.
@@ -309,7 +361,7 @@ impl MetadataImage {
                     .get_mut(usize::try_from(change.partition).ok()?)
             });
             if let Some(partition) = partition {
-                partition.change(change.leader, &change.isr);
+                partition.change(change);
             }
         }
     }

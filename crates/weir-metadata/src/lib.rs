@@ -14,13 +14,13 @@ pub mod topic_config;
 
 pub use command::MetadataCommand;
 pub use control::{
-    AlterPartition, Committed, ConfigChange, MetadataControl, NewTopic, Pending, QuorumStatus,
-    VoterStatus,
+    AlterPartition, Committed, ConfigChange, ElectionType, MetadataControl, NewTopic,
+    PartitionOutcome, PartitionRefusal, Pending, QuorumStatus, Reassignment, VoterStatus,
 };
 pub use error::ControllerError;
 pub use image::{
-    BrokerListener, BrokerRegistration, MetadataImage, PartitionChange, PartitionImage, TopicImage,
-    NO_LEADER,
+    BrokerListener, BrokerRegistration, MetadataImage, PartitionChange, PartitionImage,
+    ReplicaAssignment, TopicImage, NO_LEADER,
 };
 pub use uuid::Uuid;
 

@@ -1,5 +1,5 @@
-//! The `weir` binary: `weir server` runs a broker; `topic`, `produce`, `consume`, `cluster` and
-//! `bench` are the command line for any Kafka-compatible cluster.
+//! The `weir` binary: `weir server` runs a broker; `topic`, `produce`, `consume`, `cluster`,
+//! `partitions` and `bench` are the command line for any Kafka-compatible cluster.
 
 mod cli;
 mod data_dir;
@@ -35,6 +35,8 @@ enum Command {
     Group(cli::group::GroupArgs),
     /// Cluster status.
     Cluster(cli::cluster::ClusterArgs),
+    /// Move replicas between brokers (reassignments) and elect leaders.
+    Partitions(cli::partitions::PartitionsArgs),
     /// Query the cluster metadata with SQL (read-only, from a server's data directory).
     Metadata(cli::metadata::MetadataArgs),
     /// Load generator: throughput and latency percentiles.
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Consume(args) => cli::run(cli::consume::run(args)),
         Command::Group(args) => cli::run(cli::group::run(args)),
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
+        Command::Partitions(args) => cli::run(cli::partitions::run(args)),
         Command::Metadata(args) => cli::metadata::run(args),
         Command::Bench(args) => cli::bench::run(args),
     }

@@ -195,6 +195,11 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     );
     let controller = Arc::new(Controller::new(quorum.clone()));
     controller.set_session_timeout(Duration::from_millis(config.broker_session_timeout_ms));
+    controller.set_leader_rebalance(
+        config
+            .auto_leader_rebalance_enable
+            .then(|| Duration::from_secs(config.leader_imbalance_check_interval_seconds)),
+    );
     quorum.serve_control(controller.clone());
     let leases = controller.watch_leases();
     let legacy_log = metadata_dir.join("metadata.log");

@@ -11,11 +11,13 @@ mod errors;
 mod fetch;
 mod groups;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod offsets;
 mod operations;
 mod produce;
 mod producer_id;
+mod reassignments;
 
 pub(crate) use produce::decompressed_bytes_max;
 
@@ -229,6 +231,26 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         RequestKind::OffsetDelete(req) => Box::pin(async move {
             respond(ResponseKind::OffsetDelete(
                 offsets::delete(&broker, req).await,
+            ))
+        }),
+        RequestKind::DescribeLogDirs(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeLogDirs(log_dirs::describe(
+                &broker, req,
+            )))
+        }),
+        RequestKind::AlterPartitionReassignments(req) => Box::pin(async move {
+            respond(ResponseKind::AlterPartitionReassignments(
+                reassignments::alter(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::ListPartitionReassignments(req) => Box::pin(async move {
+            respond(ResponseKind::ListPartitionReassignments(
+                reassignments::list(&broker, req),
+            ))
+        }),
+        RequestKind::ElectLeaders(req) => Box::pin(async move {
+            respond(ResponseKind::ElectLeaders(
+                reassignments::elect(&broker, req, version).await,
             ))
         }),
         other => {

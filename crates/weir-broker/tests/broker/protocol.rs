@@ -591,6 +591,62 @@ async fn every_advertised_version_answers() {
                     );
                     assert_eq!(g.members[0].member_id.as_str(), "member", "{what}");
                 }
+                ApiKey::DescribeLogDirs => {
+                    let mut req = DescribeLogDirsRequest::default();
+                    req.topics = None;
+                    let r: DescribeLogDirsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!((r.error_code, r.results.len()), (0, 1), "{what}");
+                    let good = r.results[0]
+                        .topics
+                        .iter()
+                        .find(|t| t.name.0.as_str() == "good")
+                        .expect("good is hosted");
+                    assert_eq!(good.partitions[0].partition_index, 0, "{what}");
+                    assert!(good.partitions[0].partition_size > 0, "{what}");
+                }
+                ApiKey::ElectLeaders => {
+                    let mut t = elect_leaders_request::TopicPartitions::default();
+                    t.topic = topic_name("good");
+                    t.partitions = vec![0];
+                    let mut req = ElectLeadersRequest::default();
+                    req.topic_partitions = Some(vec![t]);
+                    let r: ElectLeadersResponse = call(&mut c, api.key, v, &req).await;
+                    let p = &r.replica_election_results[0].partition_result[0];
+                    assert_eq!(
+                        (r.error_code, p.error_code),
+                        (0, 84),
+                        "{what}: ELECTION_NOT_NEEDED"
+                    );
+                }
+                ApiKey::AlterPartitionReassignments => {
+                    let mut p =
+                        alter_partition_reassignments_request::ReassignablePartition::default();
+                    p.partition_index = 0;
+                    p.replicas = None;
+                    let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+                    t.name = topic_name("good");
+                    t.partitions = vec![p];
+                    let mut req = AlterPartitionReassignmentsRequest::default();
+                    req.topics = vec![t];
+                    let r: AlterPartitionReassignmentsResponse =
+                        call(&mut c, api.key, v, &req).await;
+                    let code = r.responses[0].partitions[0].error_code;
+                    assert_eq!(
+                        (r.error_code, code),
+                        (0, 85),
+                        "{what}: NO_REASSIGNMENT_IN_PROGRESS"
+                    );
+                }
+                ApiKey::ListPartitionReassignments => {
+                    let r: ListPartitionReassignmentsResponse = call(
+                        &mut c,
+                        api.key,
+                        v,
+                        &ListPartitionReassignmentsRequest::default(),
+                    )
+                    .await;
+                    assert_eq!((r.error_code, r.topics.len()), (0, 0), "{what}");
+                }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
         }

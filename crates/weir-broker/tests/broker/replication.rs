@@ -22,7 +22,8 @@ use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::SystemClock;
 use weir_metadata::{
     AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
-    MetadataControl, MetadataImage, NewTopic, PartitionImage, Pending, QuorumStatus, TopicImage,
+    ElectionType, MetadataControl, MetadataImage, NewTopic, PartitionImage, PartitionOutcome,
+    Pending, QuorumStatus, Reassignment, TopicImage,
 };
 use weir_storage::FileCache;
 
@@ -138,6 +139,23 @@ impl MetadataControl for Link {
     }
     fn quorum_status(&self) -> Pending<QuorumStatus> {
         self.pass(self.inner.quorum_status())
+    }
+    fn alter_partition_reassignments(
+        &self,
+        reassignments: Vec<Reassignment>,
+        allow_replication_factor_change: bool,
+    ) -> Pending<Vec<PartitionOutcome>> {
+        self.pass(
+            self.inner
+                .alter_partition_reassignments(reassignments, allow_replication_factor_change),
+        )
+    }
+    fn elect_leaders(
+        &self,
+        election: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Pending<Vec<PartitionOutcome>> {
+        self.pass(self.inner.elect_leaders(election, partitions))
     }
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
         self.images.clone()
@@ -435,6 +453,88 @@ async fn a_leader_cut_off_from_the_controller_stops_acknowledging_acks_all() {
             .is_leader()
     })
     .await;
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
+    let (first, members, _dirs) = cluster().await;
+    let controller = first.controller.clone();
+    // On brokers 1 and 2, led by 2; then moved to 2 and 3 while acks=all writes go on.
+    create_replicated(&first, "move", &[2, 1]).await;
+    eventually("a full ISR", || {
+        partition(&controller, "move").isr.len() == 2
+    })
+    .await;
+    eventually("broker 2 leads", || members[0].leads("move")).await;
+    let mut to_leader = TcpStream::connect(members[0].addr).await.expect("connect");
+    for i in 0..20u8 {
+        assert_eq!(
+            produce(&mut to_leader, "move", 0, -1, batch(&[i])).await,
+            (0, i64::from(i))
+        );
+    }
+    let old_dir = first
+        .broker
+        .partitions
+        .get("move", 0)
+        .expect("hosted")
+        .dir
+        .clone();
+    let outcomes = first
+        .broker
+        .change_metadata(first.broker.controller.alter_partition_reassignments(
+            vec![Reassignment {
+                topic: "move".into(),
+                partition: 0,
+                target: Some(vec![3, 2]),
+            }],
+            false,
+        ))
+        .await
+        .expect("accepted");
+    assert_eq!(outcomes[0].refusal, None);
+    for i in 20..40u8 {
+        assert_eq!(
+            produce(&mut to_leader, "move", 0, -1, batch(&[i])).await,
+            (0, i64::from(i)),
+            "writes go on while the replica is copied"
+        );
+    }
+    eventually("the move completes", || {
+        let p = partition(&controller, "move");
+        p.replicas == vec![3, 2] && !p.reassigning() && p.isr.len() == 2
+    })
+    .await;
+    eventually("broker 3 holds every record", || {
+        members[1].log_end("move") == 40
+    })
+    .await;
+    eventually("broker 1 deleted its replica", || {
+        first.broker.partitions.get("move", 0).is_none() && !old_dir.exists()
+    })
+    .await;
+    // The preferred replica (3) is in sync: a preferred election moves leadership to it.
+    let elected = first
+        .broker
+        .change_metadata(
+            first
+                .broker
+                .controller
+                .elect_leaders(ElectionType::Preferred, Some(vec![("move".into(), 0)])),
+        )
+        .await
+        .expect("decided");
+    assert_eq!(elected[0].refusal, None);
+    eventually("broker 3 leads", || members[1].leads("move")).await;
+    let mut to_new = TcpStream::connect(members[1].addr).await.expect("connect");
+    assert_eq!(
+        produce(&mut to_new, "move", 0, -1, batch(b"next")).await,
+        (0, 40)
+    );
     for m in &members {
         m.crash();
     }

@@ -15,7 +15,7 @@ use weir_controller::query::{run_query, QueryResult, DATABASE_FILE};
   broker_listeners (node_id, name, host, port)
   topics (topic_id, name, replication_factor)
   partitions (topic_id, partition_index, leader, leader_epoch, partition_epoch)   leader NULL: none
-  replicas (topic_id, partition_index, node_id, position, in_sync)   position 0: preferred leader
+  replicas (topic_id, partition_index, node_id, position, in_sync, reassignment)   position 0: preferred leader; reassignment: adding, removing or NULL
   topic_configs (topic_id, name, value)
   broker_configs (node_id, name, value)   node_id NULL: the cluster-wide level
   meta (schema_version, applied_count, next_producer_id)

@@ -1,5 +1,5 @@
 //! The client commands of the `weir` binary: `topic`, `produce`, `consume`, `group`, `cluster`,
-//! `bench`.
+//! `partitions`, `bench`.
 //! Each exits 0 on success, 1 on a runtime error and 2 on a usage error, with one line on stderr.
 
 /// `println!` for command output: a reader that went away (`weir topic list | head -1`) ends
@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod consume;
 pub mod group;
 pub mod metadata;
+pub mod partitions;
 pub mod produce;
 pub mod topic;
 

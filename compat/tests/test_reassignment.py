@@ -1,0 +1,223 @@
+"""Moving replicas onto a new broker under load: `weir partitions reassign` on a four-node
+`weir dev-cluster` whose topic lives on nodes 1–3 moves every replica of node 1 to node 4 while
+an idempotent acks=all producer writes. The move copies first and switches after: no
+acknowledged write is lost or duplicated, the new placement holds, node 1 deletes its copies,
+and a preferred election gives each partition its first replica as leader. Kafka's own
+kafka-reassign-partitions and kafka-leader-election tools work against the same APIs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicCollection
+from confluent_kafka.admin import NewTopic
+
+from clients import admin, assert_same_log, expected_log, make_records, produce_confluent, read_confluent, unique_topic
+from harness import Deadline, weir_binary
+from test_java import JARS_DIR, JVM_FLAGS
+
+NODES = 4
+PARTITIONS = 3
+RECORDS = 3000
+PER_SECOND = 400
+
+
+def free_base_port() -> int:
+    """A base port whose Kafka (base..) and controller (base+100..) ports are free, below the
+    ephemeral range."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - 100 - NODES)
+        try:
+            for port in [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free port range for the cluster")
+
+
+@pytest.fixture
+def four_nodes(tmp_path):
+    data_dir = tmp_path / "cluster"
+    base = free_base_port()
+    output = tmp_path / "dev-cluster.out"
+    with open(output, "w") as out:
+        process = subprocess.Popen(
+            [str(weir_binary()), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(data_dir), "--base-port", str(base)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = Deadline(90)
+    while "ready:" not in output.read_text():
+        assert process.poll() is None, f"dev-cluster exited:\n{output.read_text()}"
+        assert not deadline.expired(), f"dev-cluster not ready:\n{output.read_text()}"
+        time.sleep(0.1)
+    yield data_dir, ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def weir(bootstrap: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(weir_binary()), *args, "--brokers", bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def partitions_of(bootstrap: str, topic: str):
+    client = admin(bootstrap)
+    return client.describe_topics(TopicCollection([topic]))[topic].result(timeout=10).partitions
+
+
+def node_logs(data_dir: Path, node: int, topic: str) -> list[str]:
+    logs = data_dir / f"node-{node}" / "logs"
+    return sorted(p.name for p in logs.glob(f"{topic}-*")) if logs.exists() else []
+
+
+def test_reassignment_onto_a_fourth_broker_under_load_loses_nothing(four_nodes):
+    data_dir, bootstrap = four_nodes
+    topic = unique_topic("moved")
+    placement = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+    created = admin(bootstrap).create_topics(
+        [NewTopic(topic, num_partitions=PARTITIONS, replica_assignment=[placement[p] for p in range(PARTITIONS)], config={"min.insync.replicas": "2"})]
+    )
+    created[topic].result(timeout=30)
+    deadline = Deadline(30)
+    while any(len(p.isr) != 3 for p in partitions_of(bootstrap, topic)):
+        assert not deadline.expired(), "the new topic's ISRs never filled"
+        time.sleep(0.2)
+    assert node_logs(data_dir, 4, topic) == []
+
+    # An idempotent acks=all producer writes for RECORDS / PER_SECOND seconds; the move starts
+    # a second in.
+    records = make_records(RECORDS, seed=41, tag="move")
+    delivered: list = []
+    failure: list = []
+
+    def produce():
+        try:
+            delivered.extend(
+                produce_confluent(bootstrap, topic, records, per_second=PER_SECOND, acks="all", **{"enable.idempotence": True})
+            )
+        except BaseException as error:  # reported by the main thread
+            failure.append(error)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    time.sleep(1.0)
+    moved = weir(bootstrap, "partitions", "reassign", topic, "--replace", "1=4", "--wait-timeout", "120")
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert f"started: {PARTITIONS} of {PARTITIONS} partitions" in moved.stdout, moved.stdout
+    assert f"reassigned {PARTITIONS} partitions in" in moved.stdout, moved.stdout
+    assert "copying to 4" in moved.stdout, moved.stdout
+    producer.join(timeout=120)
+    assert not producer.is_alive(), "the producer never finished"
+    assert not failure, failure
+    assert producer_was_writing_during(moved, delivered)
+
+    # The new placement: node 4 where node 1 was, every replica in sync, nothing left moving.
+    for p in partitions_of(bootstrap, topic):
+        want = [4 if r == 1 else r for r in placement[p.id]]
+        assert [r.id for r in p.replicas] == want, (p.id, p.replicas)
+        assert sorted(r.id for r in p.isr) == sorted(want), (p.id, p.isr)
+    listed = weir(bootstrap, "partitions", "reassignments")
+    assert listed.returncode == 0 and "no reassignment in progress" in listed.stdout, listed.stdout + listed.stderr
+    deadline = Deadline(30)
+    while node_logs(data_dir, 1, topic):
+        assert not deadline.expired(), f"node 1 kept its copies: {node_logs(data_dir, 1, topic)}"
+        time.sleep(0.2)
+    assert node_logs(data_dir, 4, topic) == [f"{topic}-{p}" for p in range(PARTITIONS)]
+
+    # Every acknowledged write is there once, in order, with its acknowledged offset.
+    expected = expected_log(records, delivered)
+    assert_same_log(read_confluent(bootstrap, topic, range(PARTITIONS)), expected, "after the move")
+
+    # The preferred replicas lead after a preferred election.
+    elected = weir(bootstrap, "partitions", "elect-leaders", topic)
+    assert elected.returncode == 0, elected.stdout + elected.stderr
+    deadline = Deadline(30)
+    while any(p.leader.id != p.replicas[0].id for p in partitions_of(bootstrap, topic)):
+        assert not deadline.expired(), [(p.id, p.leader.id, [r.id for r in p.replicas]) for p in partitions_of(bootstrap, topic)]
+        time.sleep(0.2)
+
+
+def producer_was_writing_during(moved: subprocess.CompletedProcess, delivered: list) -> bool:
+    """The move ran while the load did: it reported copying, and the producer's records span
+    more than the move's first second (a sanity check that the test exercised the overlap)."""
+    return "copying to" in moved.stdout and len(delivered) == RECORDS
+
+
+def kafka_tool(main_class: str, bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    """One of Kafka's own admin tools (kafka-tools, from .cache/kafka-jars) against Weir."""
+    java = shutil.which("java")
+    assert java, "java is not on PATH (scripts/test.sh installs a JDK)"
+    return subprocess.run(
+        [java, *JVM_FLAGS, "-cp", f"{JARS_DIR}/*", main_class, "--bootstrap-server", bootstrap, *args],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_kafkas_reassignment_and_election_tools_move_a_partition(four_nodes, tmp_path):
+    """kafka-reassign-partitions --execute, then --verify until it reports completion, and
+    kafka-leader-election, as an operator coming from Kafka would run them."""
+    _, bootstrap = four_nodes
+    topic = unique_topic("kafka-tool")
+    admin(bootstrap).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])[topic].result(timeout=30)
+    records = make_records(200, seed=5, tag="tool")
+    delivered = produce_confluent(bootstrap, topic, records, acks="all")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [3, 4]}]}))
+    reassign = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+    executed = kafka_tool(reassign, bootstrap, "--reassignment-json-file", str(plan), "--execute")
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+    assert "Successfully started partition reassignment" in executed.stdout, executed.stdout
+    deadline = Deadline(60)
+    while True:
+        verified = kafka_tool(reassign, bootstrap, "--reassignment-json-file", str(plan), "--verify")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        if f"Reassignment of partition {topic}-0 is completed" in verified.stdout:
+            break
+        assert not deadline.expired(), verified.stdout
+        time.sleep(0.5)
+    assert [r.id for r in partitions_of(bootstrap, topic)[0].replicas] == [3, 4]
+    elected = kafka_tool("org.apache.kafka.tools.LeaderElectionCommand", bootstrap, "--election-type", "preferred", "--topic", topic, "--partition", "0")
+    assert elected.returncode == 0, elected.stdout + elected.stderr
+    deadline = Deadline(30)
+    while partitions_of(bootstrap, topic)[0].leader.id != 3:
+        assert not deadline.expired(), "the preferred replica never led"
+        time.sleep(0.2)
+    assert_same_log(read_confluent(bootstrap, topic, [0]), expected_log(records, delivered), "after the tool's move")
+
+
+def test_refusals_and_cancellation(four_nodes):
+    _, bootstrap = four_nodes
+    topic = unique_topic("refused")
+    admin(bootstrap).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])[topic].result(timeout=30)
+    unknown = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "1,9")
+    assert unknown.returncode == 1 and "InvalidReplicaAssignment" in unknown.stderr, unknown.stderr
+    grown = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "1,2,3")
+    assert grown.returncode == 1 and "InvalidReplicationFactor" in grown.stderr, grown.stderr
+    nothing = weir(bootstrap, "partitions", "reassign", topic, "--cancel")
+    assert nothing.returncode == 1 and "NoReassignmentInProgress" in nothing.stderr, nothing.stderr
+    not_needed = weir(bootstrap, "partitions", "elect-leaders", topic)
+    assert not_needed.returncode == 0 and "already led" in not_needed.stdout, not_needed.stdout + not_needed.stderr
+    for p in partitions_of(bootstrap, topic):
+        assert [r.id for r in p.replicas] == [1, 2], "a refusal changed the placement"

@@ -1,0 +1,56 @@
+//! DescribeLogDirs: the replicas this broker holds in its log directory, with their sizes and
+//! how far each is behind its high watermark (a replica being copied shows its lag), as
+//! Kafka's reassignment and log-dirs tools read them.
+
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+
+use crate::broker::Broker;
+use crate::handlers::str_bytes;
+
+/// Every replica hosted here, or those of the named partitions, grouped by topic.
+pub fn describe(broker: &Broker, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    let wanted = |topic: &str, index: i32| match &request.topics {
+        None => true,
+        Some(topics) => topics
+            .iter()
+            .any(|t| t.topic.0.as_str() == topic && t.partitions.contains(&index)),
+    };
+    let mut hosted = broker.partitions.all();
+    hosted.retain(|p| wanted(&p.topic, p.index));
+    hosted.sort_by(|a, b| (&a.topic, a.index).cmp(&(&b.topic, b.index)));
+    let mut result = DescribeLogDirsResult::default();
+    result.log_dir = str_bytes(broker.partitions.logs_dir().display().to_string());
+    result.total_bytes = -1;
+    result.usable_bytes = broker
+        .partitions
+        .available_bytes()
+        .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
+    for partition in hosted {
+        let (size, lag) = {
+            let log = partition.log();
+            let lag = (log.high_watermark() - log.log_end_offset()).max(0);
+            (log.size_bytes(), lag)
+        };
+        let mut described = DescribeLogDirsPartition::default();
+        described.partition_index = partition.index;
+        described.partition_size = i64::try_from(size).unwrap_or(i64::MAX);
+        described.offset_lag = lag;
+        match result.topics.last_mut() {
+            Some(topic) if topic.name.0.as_str() == partition.topic => {
+                topic.partitions.push(described)
+            }
+            _ => {
+                let mut topic = DescribeLogDirsTopic::default();
+                topic.name = TopicName(str_bytes(partition.topic.clone()));
+                topic.partitions.push(described);
+                result.topics.push(topic);
+            }
+        }
+    }
+    let mut response = DescribeLogDirsResponse::default();
+    response.results.push(result);
+    response
+}
