@@ -9,6 +9,7 @@ kafka-reassign-partitions and kafka-leader-election tools work against the same 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import signal
@@ -19,10 +20,20 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicCollection
+from confluent_kafka import TopicCollection, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from clients import admin, assert_same_log, expected_log, make_records, produce_confluent, read_confluent, unique_topic
+from clients import (
+    Rec,
+    admin,
+    assert_same_log,
+    confluent_consumer,
+    expected_log,
+    make_records,
+    produce_confluent,
+    read_confluent,
+    unique_topic,
+)
 from harness import Deadline, weir_binary
 from test_java import JARS_DIR, JVM_FLAGS
 
@@ -53,11 +64,14 @@ def four_nodes(tmp_path):
     data_dir = tmp_path / "cluster"
     base = free_base_port()
     output = tmp_path / "dev-cluster.out"
+    # Retention runs every second, so a test can have it delete a log's head.
+    env = {**os.environ, "WEIR_LOG_RETENTION_CHECK_INTERVAL_MS": "1000"}
     with open(output, "w") as out:
         process = subprocess.Popen(
             [str(weir_binary()), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(data_dir), "--base-port", str(base)],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=env,
         )
     deadline = Deadline(90)
     while "ready:" not in output.read_text():
@@ -163,6 +177,46 @@ def producer_was_writing_during(moved: subprocess.CompletedProcess, delivered: l
     """The move ran while the load did: it reported copying, and the producer's records span
     more than the move's first second (a sanity check that the test exercised the overlap)."""
     return "copying to" in moved.stdout and len(delivered) == RECORDS
+
+
+def test_a_new_replica_starts_at_the_leaders_log_start_when_retention_deleted_the_head(four_nodes):
+    """A replica added to a topic whose first segments retention deleted cannot fetch from
+    offset 0 (OFFSET_OUT_OF_RANGE): it asks the leader for its log start and copies from there."""
+    _, bootstrap = four_nodes
+    topic = unique_topic("old")
+    config = {"segment.bytes": "1048576", "retention.bytes": "2097152"}
+    admin(bootstrap).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]], config=config)])[topic].result(timeout=30)
+    records = [Rec(key=None, value=bytes([i % 251]) * 1000) for i in range(6000)]
+    produce_confluent(bootstrap, topic, records, acks="all")
+    deadline = Deadline(30)
+    while low_watermark(bootstrap, topic) == 0:
+        assert not deadline.expired(), "retention never deleted the head"
+        time.sleep(0.2)
+    start = low_watermark(bootstrap, topic)
+    moved = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "1,3", "--wait-timeout", "60")
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    p = partitions_of(bootstrap, topic)[0]
+    assert ([r.id for r in p.replicas], sorted(r.id for r in p.isr)) == ([1, 3], [1, 3])
+    # Node 3 now leads alone with node 1 out of the way: it serves from the leader's start.
+    elected = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "3", "--allow-replication-factor-change")
+    assert elected.returncode == 0, elected.stdout + elected.stderr
+    deadline = Deadline(30)
+    while partitions_of(bootstrap, topic)[0].leader.id != 3:
+        assert not deadline.expired(), "node 3 never led"
+        time.sleep(0.2)
+    read = read_confluent(bootstrap, topic, [0])[0]
+    assert read[0].offset >= start and read[-1].offset == len(records) - 1, (start, read[0].offset, read[-1].offset)
+    assert [r.offset for r in read] == list(range(read[0].offset, len(records)))
+    assert all(r.value == records[r.offset].value for r in read), "a record differs from what was acknowledged"
+
+
+def low_watermark(bootstrap: str, topic: str) -> int:
+    consumer = confluent_consumer(bootstrap)
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return low
+    finally:
+        consumer.close()
 
 
 def kafka_tool(main_class: str, bootstrap: str, *args: str) -> subprocess.CompletedProcess:

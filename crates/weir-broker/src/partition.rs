@@ -283,6 +283,26 @@ impl Partition {
         Ok(())
     }
 
+    /// Empties the log and starts it at `offset`, the leader's log start (a follower the
+    /// leader's retention left behind). Blocking.
+    pub fn start_over_at(&self, offset: i64) -> Result<(), LogError> {
+        let mut log = self.log_mut();
+        let before = log.log_end_offset();
+        if let Err(error) = log.truncate_fully_and_start_at(offset) {
+            drop(log);
+            if !matches!(error, LogError::Deleted) {
+                self.failed(&error);
+            }
+            return Err(LogError::Deleted);
+        }
+        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
+        drop(log);
+        tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "the leader no longer has this replica's offsets: starting over at its log start");
+        self.publish_log_end(log_end);
+        self.publish_high_watermark(high_watermark);
+        Ok(())
+    }
+
     /// Whether this broker leads the partition: only the leader takes writes and serves
     /// clients; a follower answers NOT_LEADER_OR_FOLLOWER.
     pub fn is_leader(&self) -> bool {

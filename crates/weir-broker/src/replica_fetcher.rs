@@ -10,7 +10,11 @@ use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    TopicName,
+};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use weir_client::Connection;
@@ -167,11 +171,19 @@ async fn fetch_from(
                 _ = partitions.changed() => continue,
                 _ = stopping(&mut shutdown) => return,
             };
-            let progressed =
-                match tokio::task::spawn_blocking(move || apply(&followed, response)).await {
-                    Ok(progressed) => progressed,
-                    Err(_) => return,
-                };
+            let applied = tokio::task::spawn_blocking(move || apply(&followed, response)).await;
+            let Ok(Applied {
+                progressed,
+                out_of_range,
+            }) = applied
+            else {
+                return;
+            };
+            for partition in out_of_range {
+                if let Err(error) = start_over(node_id, &connection, partition).await {
+                    tracing::debug!(target: "weir::replication", leader, %error, "cannot learn the leader's log start; retrying");
+                }
+            }
             if !progressed {
                 tokio::time::sleep(backoff).await;
             }
@@ -219,25 +231,69 @@ fn fetch_request(node_id: i32, followed: &[Arc<Partition>]) -> FetchRequest {
     request
 }
 
+/// What applying a fetch response did.
+#[derive(Default)]
+struct Applied {
+    /// Some partition was served (else the caller backs off).
+    progressed: bool,
+    /// Partitions whose fetch offset the leader no longer has (OFFSET_OUT_OF_RANGE).
+    out_of_range: Vec<Arc<Partition>>,
+}
+
 /// Applies a fetch response to the followed partitions. Blocking (appends and truncations
-/// write the log). `false` when no partition was served (the caller backs off).
-fn apply(followed: &[Arc<Partition>], response: FetchResponse) -> bool {
+/// write the log).
+fn apply(followed: &[Arc<Partition>], response: FetchResponse) -> Applied {
+    let mut applied = Applied::default();
     if response.error_code != 0 {
         tracing::debug!(target: "weir::replication", error_code = response.error_code, "replica fetch refused");
-        return false;
+        return applied;
     }
-    let mut progressed = false;
     for topic in response.responses {
         for data in topic.partitions {
             let found = followed.iter().find(|p| {
                 p.topic.as_str() == topic.topic.0.as_str() && p.index == data.partition_index
             });
-            if let Some(partition) = found {
-                progressed |= apply_partition(partition, data);
+            let Some(partition) = found else { continue };
+            if data.error_code == ResponseError::OffsetOutOfRange.code() {
+                applied.out_of_range.push(partition.clone());
+                continue;
             }
+            applied.progressed |= apply_partition(partition, data);
         }
     }
-    progressed
+    applied
+}
+
+/// A follower whose fetch offset the leader no longer has: it asks the leader for its log
+/// start (ListOffsets, earliest) and, when its own log ends below it (retention deleted what
+/// it needs while it was behind, or it is a new replica of an old topic), empties its log and
+/// starts over there, as Kafka's followers do.
+async fn start_over(
+    node_id: i32,
+    connection: &Connection,
+    partition: Arc<Partition>,
+) -> Result<(), weir_client::ClientError> {
+    let mut wanted = ListOffsetsPartition::default();
+    wanted.partition_index = partition.index;
+    wanted.timestamp = -2;
+    wanted.current_leader_epoch = partition.state().leader_epoch;
+    let mut topic = ListOffsetsTopic::default();
+    topic.name = TopicName(partition.topic.clone().into());
+    topic.partitions = vec![wanted];
+    let mut request = ListOffsetsRequest::default();
+    request.replica_id = BrokerId(node_id);
+    request.topics = vec![topic];
+    let response: ListOffsetsResponse =
+        connection.call_at(ApiKey::ListOffsets, 4, &request).await?;
+    let Some(answer) = response.topics.first().and_then(|t| t.partitions.first()) else {
+        return Ok(());
+    };
+    let start = answer.offset;
+    if answer.error_code != 0 || start < 0 || start <= partition.log().log_end_offset() {
+        return Ok(());
+    }
+    let _ = tokio::task::spawn_blocking(move || partition.start_over_at(start)).await;
+    Ok(())
 }
 
 fn apply_partition(partition: &Partition, data: PartitionData) -> bool {

@@ -981,6 +981,43 @@ impl Log {
             })
     }
 
+    /// Empties the log and starts it again at `offset`: a follower whose leader no longer has
+    /// the offsets it needs (retention deleted them while it was behind) copies from the
+    /// leader's log start instead, as Kafka's `truncateFullyAndStartAt` does. The checkpoint
+    /// naming the new start is written first and the segments deleted newest first, so a crash
+    /// at any point leaves either the old log or an empty one that reopens at `offset`.
+    /// Producer state and the epoch cache start afresh; failures are `Io`, fatal.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        if self.is_deleted() {
+            return Err(LogError::Deleted);
+        }
+        self.truncations.fetch_add(1, Ordering::AcqRel);
+        let storage = self.storage().clone();
+        storage.remove(&self.dir.join(PRODUCER_SNAPSHOT_FILE))?;
+        self.producers = ProducerStateTable::default();
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.high_watermark = offset;
+        self.recovery_point = offset;
+        self.first_dirty_offset = offset;
+        self.checkpoint().write()?;
+        while let Some((base, segment)) = self.segments.pop_last() {
+            segment.paths.remove(&self.files)?;
+            tracing::info!(target: "weir::log", dir = %self.dir.display(), base, "deleted segment to start over at the leader's log start");
+        }
+        self.rolled_unsynced.clear();
+        let now_ms = self.clock.now_ms();
+        let segment = Segment::create(storage.as_ref(), &self.dir, offset, now_ms)?;
+        self.segments.insert(offset, segment);
+        self.active().sync_all()?;
+        storage.sync_dir(&self.dir)?;
+        self.dir_changes_synced = self.dir_changes;
+        // The batches copied from the leader bring their epochs again.
+        self.replace_epoch_cache(Vec::new())?;
+        tracing::warn!(target: "weir::log", dir = %self.dir.display(), offset, "log emptied and restarted at the leader's log start");
+        self.checkpoint().write()
+    }
+
     /// The changes of [`Log::truncate_to`], once it planned the cut of the segment at
     /// `keep_base` and read the producer snapshot.
     fn cut_log(
@@ -1800,6 +1837,43 @@ mod tests {
         log.truncate_to(0).expect("truncate everything");
         assert_eq!((log.log_end_offset(), log.segment_count()), (0, 1));
         assert!(stored(&log).is_empty());
+    }
+
+    #[test]
+    fn a_follower_behind_the_leaders_log_start_starts_over_there() {
+        let mut leader = open(&MemoryStorage::new());
+        produce_many(&mut leader, 0, 40);
+        leader.set_config(LogConfig {
+            retention_bytes: 2048,
+            ..config()
+        });
+        for removal in leader.enforce_retention().expect("retention") {
+            removal.remove().expect("delete");
+        }
+        let start = leader.log_start_offset();
+        assert!(start > 3, "retention moved the leader's start");
+        let storage = MemoryStorage::new();
+        let mut follower = open(&storage);
+        produce_many(&mut follower, 0, 3);
+        follower
+            .truncate_fully_and_start_at(start)
+            .expect("start over");
+        assert_eq!(
+            (follower.log_start_offset(), follower.log_end_offset()),
+            (start, start)
+        );
+        assert_eq!(follower.size_bytes(), 0);
+        let records = stored(&leader);
+        let copied = follower
+            .append_replicated_batches(&records)
+            .expect("copies from the leader's start");
+        assert!(copied > 0);
+        assert_eq!(stored(&follower), records);
+        assert_eq!(follower.log_end_offset(), leader.log_end_offset());
+        drop(follower); // a crash
+        let follower = open(&storage);
+        assert_eq!(follower.log_start_offset(), start);
+        assert_eq!(stored(&follower), records);
     }
 
     #[test]
