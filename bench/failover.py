@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,22 +26,12 @@ from pathlib import Path
 from confluent_kafka import Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-NODES = 3
+# Starting the cluster, killing and restarting its nodes: the code the compat suite and the
+# fault harness use (compat/tests/weir_cluster.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat" / "tests"))
+from weir_cluster import NODES, ClusterError, DevCluster, free_base_port  # noqa: E402
+
 TOPIC = "failover"
-
-
-def free_base_port() -> int:
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - 100 - NODES)
-        try:
-            for port in [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]:
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise SystemExit("no free port range")
 
 
 def wait(what: str, check, timeout: float = 90.0):
@@ -117,18 +104,16 @@ def main() -> int:
     parser.add_argument("--weir", default=os.environ.get("WEIR_BIN", "target/release/weir"))
     parser.add_argument("--json")
     args = parser.parse_args()
-    weir = str(Path(args.weir).resolve())
+    weir = Path(args.weir).resolve()
     work = Path(tempfile.mkdtemp(prefix="weir-failover-"))
-    base = free_base_port()
-    bootstrap = ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
-    out = open(work / "dev-cluster.out", "w")
-    cluster = subprocess.Popen([weir, "dev-cluster", "--nodes", str(NODES), "--data-dir", str(work / "cluster"), "--base-port", str(base)], stdout=out, stderr=subprocess.STDOUT)
-    restarted: dict[int, subprocess.Popen] = {}
+    cluster = DevCluster(work / "cluster", free_base_port(), binary=weir, output=work / "dev-cluster.out")
+    bootstrap = cluster.bootstrap
     results: dict[str, list[float]] = {"SIGKILL": [], "SIGTERM": []}
     try:
-        wait("the cluster", lambda: "ready:" in (work / "dev-cluster.out").read_text())
-        pids = {n: int((work / "cluster" / f"node-{n}" / "pid").read_text()) for n in range(1, NODES + 1)}
-        commands = {n: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] for n, pid in pids.items()}
+        try:
+            cluster.start()
+        except ClusterError as exc:
+            raise SystemExit(f"the cluster did not start: {exc}")
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})])[TOPIC].result(timeout=30)
         wait("a full ISR", lambda: len(partition_state(admin)[1]) == NODES)
@@ -137,22 +122,15 @@ def main() -> int:
         for how in (signal.SIGKILL, signal.SIGTERM):
             for run in range(args.runs):
                 leader, _ = partition_state(admin)
-                process = restarted.pop(leader, None)
                 stopped_at = time.monotonic()
-                if process is not None:
-                    process.send_signal(how)
-                else:
-                    os.kill(pids[leader], how)
+                cluster.signal_node(leader, how)
                 acked = wait("a write acknowledged after the stop", lambda: writer.first_ack_after(stopped_at))
                 seconds = acked - stopped_at
                 results[how.name].append(seconds)
                 print(f"{how.name} run {run + 1}: leader {leader}, writes acknowledged again after {seconds:.2f} s", flush=True)
-                if process is not None:
-                    process.wait(60)
-                else:
-                    wait("the node to exit", lambda: not Path(f"/proc/{pids[leader]}").exists() or "zombie" in Path(f"/proc/{pids[leader]}/status").read_text().lower(), 60)
-                log = open(work / "cluster" / f"node-{leader}" / "server.log", "ab")
-                restarted[leader] = subprocess.Popen(commands[leader], stdout=log, stderr=log, start_new_session=True)
+                if not cluster.wait_exit(leader, 60):
+                    raise SystemExit(f"timed out waiting for node {leader} to exit")
+                cluster.restart_node(leader)
                 wait("the ISR to refill", lambda: len(partition_state(admin)[1]) == NODES)
         writer.stop.set()
         writer.thread.join(120)
@@ -167,19 +145,11 @@ def main() -> int:
             Path(args.json).write_text(json.dumps(summary, indent=2))
         return 0
     finally:
-        for process in restarted.values():
-            process.kill()
-        cluster.send_signal(signal.SIGINT)
         try:
-            cluster.wait(60)
-        except subprocess.TimeoutExpired:
-            cluster.kill()
-        for n in range(1, NODES + 1):
-            pid_file = work / "cluster" / f"node-{n}" / "pid"
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+            cluster.stop()
+        except Exception:  # noqa: BLE001 - killed below
+            pass
+        cluster.kill()
 
 
 if __name__ == "__main__":

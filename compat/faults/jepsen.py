@@ -1,18 +1,38 @@
 """Fault injection for a replicated three-node Weir cluster, checked the way Jepsen checks.
 
-Each run starts a fresh ``weir dev-cluster --nodes 3``, creates a topic of 3 partitions
-(replication factor 3, ``min.insync.replicas=2``) and, while two idempotent ``acks=all``
-producers write numbered values (``p{producer}-{seq}``, round-robin over the partitions) and one
-consumer-group member reads and commits every ~2 s, a nemesis hurts one node at a time every
-3-6 s: kill -9 a partition leader, kill -9 a node, SIGTERM a node, or SIGSTOP a node for 12 s
-(longer than the 9 s broker lease) before SIGCONT. Killed nodes are restarted after 2-5 s, so a
-quorum of two is always up. Then everything is healed, the producers flush, the consumer catches
-up, and a fresh consumer reads every partition from offset 0 to its high watermark.
+Each run starts a fresh three-node cluster, creates a topic of 3 partitions (replication factor
+3, ``min.insync.replicas=2``) and, while two idempotent ``acks=all`` producers write numbered
+values (``p{producer}-{seq}``, round-robin over the partitions) and one consumer-group member
+reads and commits every ~2 s, a nemesis hurts the cluster one fault at a time every 3-6 s:
+
+* process faults: kill -9 a partition leader, kill -9 a node, SIGTERM a node, or SIGSTOP a node
+  for 12 s (longer than the 9 s broker lease) before SIGCONT. Killed nodes are restarted after
+  2-5 s, so a quorum of two is always up;
+* network partitions, when the nodes run in network namespaces (below): cut the leader of a
+  partition, the active controller (the metadata quorum's leader, from DescribeQuorum) or a
+  random node off from the other two nodes, while the clients still reach every node, only the
+  two others, or only the cut node (a stale leader that clients keep writing to); or a bridge:
+  one node sees both others, which do not see each other. A partition lasts 2-7 s (less than
+  the broker lease) or 11-20 s (more: the cut node is fenced and its leaderships move), then
+  every link is restored.
+
+Then everything is healed, the producers flush, the consumer catches up, and a fresh consumer
+reads every partition from offset 0 to its high watermark.
+
+Network namespaces (``--netns``, default ``auto``: used when running as root with iproute2's
+``ip``; ``compat/tests/weir_netns.py``): a hub namespace with a bridge, one namespace per node
+on it (10.213.0.11-13, Kafka on port 9092, controller on 9093; started directly as ``weir
+server`` with the flags ``weir dev-cluster`` gives), and the clients (this process's threads)
+in the hub at 10.213.0.1. Links are cut silently in both directions, as a DROP rule would.
+Nothing is added outside those namespaces; they are deleted at the end, also after Ctrl-C or
+SIGTERM, and those of a killed earlier run at the next start. Without namespaces the cluster is
+a ``weir dev-cluster`` on 127.0.0.1 and the nemesis has the process faults only.
 
 The checker compares that final log with the history of the run:
 
 * lost acknowledged writes: every acknowledged (partition, offset, value) is in the final log,
-  at that offset, with that value;
+  at that offset, with that value (each loss is reported with the fault in effect when it was
+  acknowledged);
 * duplicates: no value appears twice in the final log;
 * reordering: within a partition, each producer's sequence numbers increase;
 * read disagreement: every (partition, offset) the group consumer read holds the same value in
@@ -27,11 +47,14 @@ The checker compares that final log with the history of the run:
 Run it from the repository root (or through ``scripts/faults.sh``)::
 
     .venv/bin/python compat/faults/harness.py --runs 10 --seed 7 [--duration 60] [--keep DIR]
+        [--netns auto|on|off] [--faults all|process|partition] [--first-fault ACTION[:SECONDS]]
 
 Run ``i`` uses ``random.Random(seed + i)`` for every nemesis decision, so ``--runs 1 --seed S``
-repeats the schedule of a run printed with seed ``S``. Each run leaves ``history.jsonl`` (every
-nemesis action, acknowledgement, read, commit and rebalance, with UTC timestamps comparable
-with the server logs), ``result.json``, the client log and the nodes' ``server.log`` files in
+(with the same ``--netns`` and ``--faults``) repeats the schedule of a run printed with seed
+``S``; a failed run prints the command that repeats it. Each run leaves ``history.jsonl`` (every
+nemesis action, with the links it cut, the controller and the partition leaders at the time,
+every acknowledgement, read, commit and rebalance, with UTC timestamps comparable with the
+server logs), ``result.json``, the client log and the nodes' ``server.log`` files in
 ``DIR/run-I``. The exit code is 1 if any run found an anomaly. ``WEIR_BIN`` names the binary
 (default ``target/release/weir``).
 """
@@ -46,8 +69,6 @@ import os
 import random
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -61,14 +82,29 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The cluster and network code shared with the compat suite and bench/failover.py.
+if str(REPO_ROOT / "compat" / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT / "compat" / "tests"))
+
+import weir_netns  # noqa: E402
+from weir_cluster import DevCluster, NamespacedCluster, free_base_port  # noqa: E402
+
 NODES = 3
 PARTITIONS = 3
 PAUSE_SECONDS = 12.0
+# A partition lasts either less than the broker lease (broker.session.timeout.ms, 9 s: the
+# controller never fences the cut node) or more (it is fenced and its leaderships move while it
+# may still be taking writes).
+SHORT_CUT_SECONDS = (2.0, 7.0)
+LONG_CUT_SECONDS = (11.0, 20.0)
 # A node killed outright stays in the metadata (leader, ISR member) until its broker lease
 # (broker.session.timeout.ms, 9 s) runs out: the heal waits this long after the last fault
 # before it asks for full ISRs, so a full ISR is not just the picture from before the fence.
 SETTLE_SECONDS = 11.0
 COMMIT_EVERY = 2.0
+# A run in which no write was acknowledged for this long says so (a note, not an anomaly: a
+# fault may well stop writes for a while, e.g. a node cut off past its lease).
+STALL_NOTE_SECONDS = 20.0
 EXAMPLES = 5
 
 # ---------------------------------------------------------------------------------------------
@@ -126,23 +162,6 @@ class History:
             self._file.close()
 
 
-def free_base_port() -> int:
-    """A base port whose Kafka (base..base+2) and controller (base+100..) ports are free, below
-    the ephemeral range, so no client connection takes one while a node is down."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - 100 - NODES)
-        ports = [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]
-        try:
-            for port in ports:
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range for the cluster")
-
-
 def client_logger(path: Path, name: str) -> logging.Logger:
     """A logger for librdkafka's messages (connection refused and the like while nodes are
     down) that writes to the run's client log instead of the terminal."""
@@ -191,155 +210,45 @@ def short(value) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live (not zombie) process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X")
+class FaultCluster:
+    """What the nemesis needs on top of a cluster of ``weir_cluster`` (a ``DevCluster`` on
+    loopback or a ``NamespacedCluster``): the run's history, the nodes it stopped or paused on
+    purpose, and restarts that wait (bounded) until the node serves again."""
 
-
-def command_of(pid: int) -> list[bytes]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
-
-
-class Cluster:
-    """A ``weir dev-cluster`` of three nodes whose processes can be killed, stopped, paused
-    and restarted one by one. A restarted node runs as its own process (same command line,
-    same data directory and ports), appending to its ``server.log``."""
-
-    def __init__(self, binary: Path, data_dir: Path, base_port: int, history: History):
-        self.binary = binary
-        self.data_dir = data_dir
-        self.base_port = base_port
+    def __init__(self, *args, history: History, **kwargs):
+        super().__init__(*args, **kwargs)
         self.history = history
-        self.bootstrap = ",".join(self.address(n) for n in range(1, NODES + 1))
-        self.output_path = data_dir.parent / "dev-cluster.out"
-        self.process: subprocess.Popen | None = None
-        self.pids: dict[int, int] = {}
-        self.commands: dict[int, list[bytes]] = {}
-        self.restarted: dict[int, subprocess.Popen] = {}
-        self.every_pid: set[int] = set()
         self.down: set[int] = set()  # killed or stopped on purpose, not yet restarted
         self.paused: set[int] = set()
         self.starts = Counter()
-        self._logs: list = []
 
-    def address(self, node: int) -> str:
-        return f"127.0.0.1:{self.base_port + node - 1}"
-
-    def node_dir(self, node: int) -> Path:
-        return self.data_dir / f"node-{node}"
-
-    def start(self, timeout: float = 90):
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        output = open(self.output_path, "w")
-        self._logs.append(output)
-        self.process = subprocess.Popen(
-            [str(self.binary), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(self.data_dir), "--base-port", str(self.base_port)],
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = Deadline(timeout)
-        while "ready:" not in self.output():
-            self._note_pid_files()
-            if self.process.poll() is not None:
-                raise RuntimeError(f"dev-cluster exited with {self.process.returncode}:\n{self.output()}\n{self.log_tails()}")
-            if deadline.expired():
-                raise RuntimeError(f"dev-cluster not ready after {timeout:.0f} s:\n{self.output()}\n{self.log_tails()}")
-            time.sleep(0.1)
-        self._note_pid_files()
-        for node in range(1, NODES + 1):
-            pid = int((self.node_dir(node) / "pid").read_text())
-            self.pids[node] = pid
-            self.commands[node] = command_of(pid)
+    def start(self, timeout: float = 90) -> str:
+        try:
+            text = super().start(timeout)
+        except AssertionError as exc:  # ClusterError: a failed run, not a failed assertion
+            raise RuntimeError(str(exc)) from None
+        for node in self.node_ids():
             self.starts[node] += 1
-        self.history.record("cluster-ready", pids=self.pids, base_port=self.base_port)
-
-    def _note_pid_files(self):
-        for node in range(1, NODES + 1):
-            try:
-                self.every_pid.add(int((self.node_dir(node) / "pid").read_text()))
-            except (FileNotFoundError, ValueError):
-                pass
-
-    def output(self) -> str:
-        return self.output_path.read_text() if self.output_path.exists() else ""
+        self.history.record("cluster-ready", pids={n: self.pid(n) for n in self.node_ids()}, bootstrap=self.bootstrap)
+        return text
 
     def log_tails(self, lines: int = 30) -> str:
-        tails = []
-        for node in range(1, NODES + 1):
-            log = self.node_dir(node) / "server.log"
-            if log.exists():
-                tails.append(f"--- node {node}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
-        return "\n".join(tails)
-
-    def running(self, node: int) -> bool:
-        process = self.restarted.get(node)
-        if process is not None:
-            return process.poll() is None
-        return process_alive(self.pids[node])
-
-    def exit_status(self, node: int) -> str:
-        process = self.restarted.get(node)
-        if process is not None and process.poll() is not None:
-            return f"exit code {process.returncode}"
-        # The dev-cluster reports the nodes it started: "node N exited (STATUS)" (it looks
-        # twice a second).
-        deadline = Deadline(1.5)
-        while True:
-            for line in reversed(self.output().splitlines()):
-                if line.startswith(f"node {node} exited"):
-                    return line
-            if deadline.expired():
-                return "unknown status"
-            time.sleep(0.1)
+        return self.logs(lines)
 
     def send(self, node: int, sig: signal.Signals):
-        pid = self.pids[node]
-        os.kill(pid, sig)
+        self.signal_node(node, sig)
 
-    def wait_exit(self, node: int, timeout: float) -> bool:
-        process = self.restarted.get(node)
-        if process is not None:
-            try:
-                process.wait(timeout)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        deadline = Deadline(timeout)
-        while process_alive(self.pids[node]):
-            if deadline.expired():
-                return False
-            time.sleep(0.05)
-        return True
-
-    def restart(self, node: int, timeout: float = 30):
-        """Start a stopped node again with its original command line; wait (bounded) until its
-        Kafka port accepts connections."""
+    def restart(self, node: int, timeout: float = 30) -> int:
+        """Starts a stopped node again with its original command line; waits (bounded) until its
+        Kafka port accepts connections. Its pid."""
         assert not self.running(node), f"node {node} is still running"
         last = ""
         for attempt in range(3):
-            log = open(self.node_dir(node) / "server.log", "ab")
-            self._logs.append(log)
-            process = subprocess.Popen(self.commands[node], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-            self.restarted[node] = process
-            self.pids[node] = process.pid
-            self.every_pid.add(process.pid)
+            process = self.restart_node(node)
             self.starts[node] += 1
-            deadline = Deadline(timeout)
-            host, port = self.address(node).rsplit(":", 1)
-            while process.poll() is None and not deadline.expired():
-                try:
-                    with socket.create_connection((host, int(port)), timeout=1):
-                        self.down.discard(node)
-                        return process.pid
-                except OSError:
-                    time.sleep(0.1)
+            if self.wait_serving(node, timeout):
+                self.down.discard(node)
+                return process.pid
             last = f"exit code {process.returncode}" if process.poll() is not None else "port not open"
             if process.poll() is None:
                 process.kill()
@@ -349,43 +258,17 @@ class Cluster:
         raise RuntimeError(f"node {node} did not come back ({last})\n{self.log_tails()}")
 
     def kill_everything(self):
-        """SIGKILL every process of the run: the dev-cluster, every node it started (its pid
-        files) and every node restarted here. Only processes whose command line names this
-        run's data directory are signalled."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-        self._note_pid_files()
-        pids = set(self.every_pid) | set(self.pids.values())
-        marker = str(self.data_dir).encode()
-        for pid in pids:
-            try:
-                if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                pass
-        if self.process is not None:
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        for process in self.restarted.values():
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        deadline = Deadline(10)
-        while any(process_alive(pid) and marker in _cmdline(pid) for pid in pids) and not deadline.expired():
-            time.sleep(0.05)
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
+        """SIGKILL every process of the run (only processes whose command line names this run's
+        data directory)."""
+        self.kill()
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return b""
+class LoopbackCluster(FaultCluster, DevCluster):
+    """``weir dev-cluster`` on 127.0.0.1."""
+
+
+class PartitionableCluster(FaultCluster, NamespacedCluster):
+    """The nodes in network namespaces of a ``weir_netns.Network``, so links can be cut."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,6 +360,7 @@ class Writer(threading.Thread):
         self.history = history
         self.logger = logger
         self.acked: list[tuple[int, int, bytes]] = []
+        self.ack_t: dict[bytes, float] = {}  # when each value was acknowledged (run seconds)
         self.errors: list[dict] = []
         self.fatal: list[str] = []
         self.client_errors = Counter()
@@ -515,7 +399,8 @@ class Writer(threading.Thread):
             self.history.record("produce-error", producer=self.index, partition=msg.partition(), value=short(value), error=str(err))
         else:
             self.acked.append((msg.partition(), msg.offset(), value))
-            self.history.record("ack", producer=self.index, partition=msg.partition(), offset=msg.offset(), value=short(value))
+            event = self.history.record("ack", producer=self.index, partition=msg.partition(), offset=msg.offset(), value=short(value))
+            self.ack_t[value] = event["t"]
 
     def run(self):
         producer = self._producer()
@@ -798,28 +683,67 @@ def watermarks(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, int
 # The nemesis
 # ---------------------------------------------------------------------------------------------
 
-ACTIONS = ("kill-leader", "kill-node", "term-node", "pause-node")
+PROCESS_FAULTS = ("kill-leader", "kill-node", "term-node", "pause-node")
+ACTIONS = PROCESS_FAULTS  # the loopback nemesis (no network namespaces)
+PARTITION_FAULTS = ("partition-leader", "partition-controller", "partition-node", "bridge")
+# Who the clients reach while one node is cut off: every node, the majority only, the cut node
+# only. Drawn with these weights.
+CLIENT_SIDES = ("all", "all", "majority", "minority")
+FAULT_SETS = ("all", "process", "partition")
+
+
+def fault_actions(faults: str, network: bool) -> tuple[str, ...]:
+    """The nemesis actions of fault set ``faults`` (all, process, partition)."""
+    if faults not in FAULT_SETS:
+        raise ValueError(f"--faults must be one of {', '.join(FAULT_SETS)}")
+    if faults != "process" and not network:
+        if faults == "partition":
+            raise ValueError("partition faults need network namespaces (--netns)")
+        return PROCESS_FAULTS
+    return {"all": PROCESS_FAULTS + PARTITION_FAULTS, "process": PROCESS_FAULTS, "partition": PARTITION_FAULTS}[faults]
+
+
+def parse_first_fault(spec: str | None) -> tuple[str, float | None] | None:
+    """``ACTION[:SECONDS]`` (the first fault of every run, and how long it lasts), or None."""
+    if not spec:
+        return None
+    what, _, seconds = spec.partition(":")
+    if what not in PROCESS_FAULTS + PARTITION_FAULTS:
+        raise ValueError(f"unknown fault {what!r}: one of {', '.join(PROCESS_FAULTS + PARTITION_FAULTS)}")
+    return what, (float(seconds) if seconds else None)
 
 
 class Nemesis:
-    """One fault at a time, every 3-6 s (the rng decides the wait, the fault, its target and
-    how long a killed node stays down); a killed node is restarted, a paused one continued,
-    before the next fault, so two nodes are always up."""
+    """One fault at a time, every 3-6 s (the rng decides the wait, the fault, its target, how
+    long a killed node stays down and how long a partition lasts); a killed node is restarted, a
+    paused one continued, a partition healed before the next fault, so two nodes are always up
+    and, between faults, every link is.
 
-    def __init__(self, cluster: Cluster, admin: Admin, topic: str, rng: random.Random, history: History):
+    With a network (the nodes in namespaces), the partition faults cut links: isolate the
+    leader of a partition, the active controller (the metadata quorum's leader) or a node from
+    the other nodes, the clients reaching every node, only the majority or only the cut node;
+    or a bridge: one node sees both others, which do not see each other. Each lasts 2-7 s (less
+    than the 9 s broker lease) or 11-20 s (more), half the time each."""
+
+    def __init__(self, cluster, admin: Admin, topic: str, rng: random.Random, history: History, network=None, actions: tuple[str, ...] = ACTIONS, first: tuple[str, float | None] | None = None):
         self.cluster = cluster
         self.admin = admin
         self.topic = topic
         self.rng = rng
         self.history = history
+        self.network = network
+        self.choices = actions
+        self.first = first
         self.actions: list[dict] = []
         self.crashes: list[dict] = []
         self.notes: list[str] = []
+        # (start t, end t or None, action record) of every fault, for the checker's reports.
+        self.faults: list[list] = []
         self.last_fault_end = time.monotonic()
 
     def check_nodes(self, phase: str):
         """Restart any node that died without being killed, and remember it (a crash)."""
-        for node in range(1, NODES + 1):
+        for node in self.cluster.node_ids():
             if node in self.cluster.down or self.cluster.running(node):
                 continue
             status = self.cluster.exit_status(node)
@@ -832,33 +756,50 @@ class Nemesis:
         pid = self.cluster.restart(node)
         self.history.record("nemesis", action="restart", node=node, pid=pid)
 
-    def act(self, what: str, node: int, partition: int, down_for: float):
+    def _began(self, record: dict) -> dict:
+        event = self.history.record("nemesis", **record)
+        self.actions.append(event)
+        self.faults.append([event["t"], None, event])
+        return event
+
+    def _ended(self):
+        self.faults[-1][1] = round(self.history.elapsed(), 3)
+        self.last_fault_end = time.monotonic()
+
+    def leader_of(self, partition: int) -> int:
+        leader = self.admin.describe(self.topic, timeout=10).partitions[partition].leader
+        if leader is None or leader.id not in self.cluster.node_ids():
+            raise LookupError("no leader")
+        return leader.id
+
+    def act(self, what: str, node: int, partition: int, down_for: float, cut_for: float = 0.0, clients: str = "all", pause_for: float = PAUSE_SECONDS):
+        if what in PARTITION_FAULTS:
+            self.partition(what, node, partition, cut_for, clients)
+            return
         record = {"action": what, "node": node}
         if what == "kill-leader":
             record["partition"] = partition
             try:
-                leader = self.admin.describe(self.topic, timeout=10).partitions[partition].leader
-                if leader is None or leader.id not in self.cluster.pids:
-                    raise LookupError("no leader")
-                record["node"] = node = leader.id
+                record["node"] = node = self.leader_of(partition)
             except Exception as exc:  # noqa: BLE001 - falls back to the random node
                 record["leader_unknown"] = repr(exc)
-        pid = self.cluster.pids[node]
+        pid = self.cluster.pid(node)
         record["pid"] = pid
         if what == "pause-node":
+            seconds = pause_for
             self.cluster.paused.add(node)
             self.cluster.send(node, signal.SIGSTOP)
-            self.actions.append(self.history.record("nemesis", **record, seconds=PAUSE_SECONDS))
-            time.sleep(PAUSE_SECONDS)
+            self._began({**record, "seconds": seconds})
+            time.sleep(seconds)
             self.cluster.send(node, signal.SIGCONT)
             self.cluster.paused.discard(node)
             self.history.record("nemesis", action="resume", node=node, pid=pid)
-            self.last_fault_end = time.monotonic()
+            self._ended()
             return
         how = signal.SIGTERM if what == "term-node" else signal.SIGKILL
         self.cluster.down.add(node)
         self.cluster.send(node, how)
-        self.actions.append(self.history.record("nemesis", **record, signal=how.name, down_for=round(down_for, 2)))
+        self._began({**record, "signal": how.name, "down_for": round(down_for, 2)})
         started = time.monotonic()
         if not self.cluster.wait_exit(node, 30 if how == signal.SIGTERM else 10):
             note = f"node {node} (pid {pid}) still running {time.monotonic() - started:.0f} s after {how.name}; killed"
@@ -869,26 +810,81 @@ class Nemesis:
         self.history.record("node-exited", node=node, pid=pid, after=round(time.monotonic() - started, 3), status=self.cluster.exit_status(node))
         time.sleep(down_for)
         self.restart(node)
-        self.last_fault_end = time.monotonic()
+        self._ended()
+
+    def partition(self, what: str, node: int, partition: int, seconds: float, clients: str):
+        """Cuts links for ``seconds``, then heals them all."""
+        nodes = list(self.cluster.node_ids())
+        record: dict = {"action": what, "seconds": round(seconds, 2)}
+        controller = self.cluster.quorum_leader(timeout=3)
+        record["controller"] = controller[0] if controller else None
+        try:
+            record["leaders"] = {p: leader for p, (leader, _) in self.admin.isr_state(self.topic).items()}
+        except Exception as exc:  # noqa: BLE001 - only for the record
+            record["leaders"] = repr(exc)
+        if what == "partition-leader":
+            record["partition"] = partition
+            try:
+                node = self.leader_of(partition)
+            except Exception as exc:  # noqa: BLE001 - falls back to the random node
+                record["leader_unknown"] = repr(exc)
+        elif what == "partition-controller":
+            if controller is not None and controller[0] in nodes:
+                node = controller[0]
+            else:
+                record["controller_unknown"] = True
+        if what == "bridge":
+            cuts = weir_netns.bridge(node, nodes)
+            record.update(bridge=node, clients="all")
+        else:
+            cuts = weir_netns.isolation(node, nodes, clients)
+            record.update(node=node, clients=clients)
+        self.network.cut(cuts)
+        record["cut"] = self.network.describe()
+        self._began(record)
+        time.sleep(seconds)
+        self.network.heal()
+        self.history.record("nemesis", action="heal", after=what, node=node)
+        self._ended()
 
     def run(self, duration: float):
         end = time.monotonic() + duration
+        partitions = any(a in PARTITION_FAULTS for a in self.choices)
+        first = self.first
         while True:
             # Every decision is drawn up front, so the schedule depends on the seed alone
             # (kill-leader's target is whichever node leads the drawn partition at the time).
+            # The loopback nemesis draws exactly what it always did, so its seeds repeat.
             wait = self.rng.uniform(3, 6)
-            what = self.rng.choice(ACTIONS)
+            what = self.rng.choice(self.choices)
             node = self.rng.randint(1, NODES)
             partition = self.rng.randrange(PARTITIONS)
             down_for = self.rng.uniform(2, 5)
+            cut_for, clients, pause_for = 0.0, "all", PAUSE_SECONDS
+            if partitions:
+                long_cut = self.rng.random() < 0.5
+                cut_for = self.rng.uniform(*(LONG_CUT_SECONDS if long_cut else SHORT_CUT_SECONDS))
+                clients = self.rng.choice(CLIENT_SIDES)
+            if first is not None:
+                what, seconds = first
+                first = None
+                if seconds is not None:
+                    down_for = cut_for = pause_for = seconds
+                if what in PARTITION_FAULTS:
+                    clients = "all"
+                    if seconds is None:
+                        cut_for = self.rng.uniform(*LONG_CUT_SECONDS)
             if time.monotonic() + wait >= end:
                 time.sleep(max(0.0, end - time.monotonic()))
                 return
             time.sleep(wait)
             self.check_nodes("nemesis")
-            self.act(what, node, partition, down_for)
+            self.act(what, node, partition, down_for, cut_for, clients, pause_for)
 
     def heal(self):
+        if self.network is not None and self.network.cuts:
+            self.network.heal()
+            self.history.record("nemesis", action="heal")
         for node in list(self.cluster.paused):
             self.cluster.send(node, signal.SIGCONT)
             self.cluster.paused.discard(node)
@@ -901,6 +897,20 @@ class Nemesis:
         if settle > 0:
             time.sleep(settle)
         self.check_nodes("heal")
+
+    def during(self, t: float) -> str | None:
+        """The fault in effect at run time ``t`` (seconds), or the last one before it."""
+        last = None
+        for start, end, event in self.faults:
+            if start > t:
+                break
+            last = (start, end, event)
+        if last is None:
+            return None
+        start, end, event = last
+        what = {k: v for k, v in event.items() if k not in ("at", "t", "type", "leaders")}
+        state = "in effect" if end is None or t <= end else f"ended at t={end}"
+        return f"{what} from t={start} ({state})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -991,24 +1001,62 @@ def check(acked, group_reads, final, marks, backwards, acked_commit, final_commi
 # ---------------------------------------------------------------------------------------------
 
 
-def run_once(index: int, seed: int, duration: float, run_dir: Path, binary: Path, rate: float = 150.0, keep_data: bool = False) -> dict:
+def run_once(
+    index: int,
+    seed: int,
+    duration: float,
+    run_dir: Path,
+    binary: Path,
+    rate: float = 150.0,
+    keep_data: bool = False,
+    network: "weir_netns.Network | None" = None,
+    faults: str = "all",
+    first_fault: str | None = None,
+) -> dict:
     """One run with ``random.Random(seed)``; returns its result (also written to
-    ``run_dir/result.json``)."""
+    ``run_dir/result.json``).
+
+    ``network`` (a created ``weir_netns.Network``) runs the nodes in its namespaces and the
+    clients, in this thread and the threads it starts, in its hub, so the nemesis can cut links;
+    without it the cluster is a ``weir dev-cluster`` on loopback. ``faults``: the nemesis's
+    actions, ``all`` (process faults, and partitions with a network), ``process`` or
+    ``partition``. ``first_fault`` (``ACTION[:SECONDS]``) forces the first fault."""
+    actions = fault_actions(faults, network is not None)
+    first = parse_first_fault(first_fault)
+    if first is not None and first[0] in PARTITION_FAULTS and network is None:
+        raise ValueError(f"{first[0]} needs network namespaces")
+    if network is None:
+        return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, None, actions, first)
+    network.heal()
+    try:
+        with network.inside():
+            return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, network, actions, first)
+    finally:
+        network.heal()
+
+
+def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_data, network, actions, first) -> dict:
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     history = History(run_dir / "history.jsonl")
     logger = client_logger(run_dir / "clients.log", f"weir-faults-{index}-{seed}-{time.monotonic_ns()}")
     started = time.monotonic()
     phases: dict[str, float] = {}
-    result: dict = {"run": index, "seed": seed, "duration": duration, "run_dir": str(run_dir)}
+    result: dict = {"run": index, "seed": seed, "duration": duration, "run_dir": str(run_dir), "netns": network is not None, "faults": list(actions)}
     anomalies: dict[str, list] = {}
     notes: list[str] = []
-    cluster = Cluster(binary, run_dir / "cluster", free_base_port(), history)
+    if network is None:
+        cluster = LoopbackCluster(run_dir / "cluster", free_base_port(), binary=binary, output=run_dir / "dev-cluster.out", new_session=True, history=history)
+    else:
+        cluster = PartitionableCluster(run_dir / "cluster", network, binary=binary, output=run_dir / "nodes.out", history=history)
     admin = None
     writers: list[Writer] = []
     reader = None
     nemesis = None
-    history.record("run-start", run=index, seed=seed, duration=duration, binary=str(binary))
+    history.record(
+        "run-start", run=index, seed=seed, duration=duration, binary=str(binary), faults=list(actions), first_fault=first,
+        network={"namespaces": network.created, "clients": network.address(0)} if network else None,
+    )
 
     def phase(name: str):
         phases[name] = round(time.monotonic() - started, 2)
@@ -1017,7 +1065,7 @@ def run_once(index: int, seed: int, duration: float, run_dir: Path, binary: Path
     try:
         cluster.start()
         phase("cluster-ready")
-        result["base_port"] = cluster.base_port
+        result["bootstrap"] = cluster.bootstrap
         admin = Admin(cluster.bootstrap, logger, history)
         topic = f"faults-{seed}-{rng.randrange(1 << 30):08x}"
         group = f"faults-group-{seed}-{rng.randrange(1 << 30):08x}"
@@ -1034,7 +1082,7 @@ def run_once(index: int, seed: int, duration: float, run_dir: Path, binary: Path
             thread.start()
         time.sleep(2)
 
-        nemesis = Nemesis(cluster, admin, topic, rng, history)
+        nemesis = Nemesis(cluster, admin, topic, rng, history, network=network, actions=actions, first=first)
         nemesis.run(duration)
         phase("nemesis-done")
 
@@ -1078,6 +1126,19 @@ def run_once(index: int, seed: int, duration: float, run_dir: Path, binary: Path
         anomalies.update(
             check(acked, reader.reads, final, marks, reader.backwards, reader.acked_commit, reader.final_committed, reader.max_next)
         )
+        # Each lost write with when it was acknowledged and the fault in effect then.
+        ack_t = {short(v): t for w in writers for v, t in w.ack_t.items()}
+        for example in anomalies.get("lost-acknowledged-write", []):
+            t = ack_t.get(example["value"])
+            example["acked_at_t"] = t
+            example["fault"] = nemesis.during(t) if t is not None else None
+        # Availability, for the record (not an anomaly): the longest time without any
+        # acknowledged write while the producers ran.
+        gap = longest_gap(sorted(ack_t.values()))
+        if gap is not None:
+            result["longest_ack_gap"] = {**gap, "fault": nemesis.during(gap["from_t"])}
+            if gap["seconds"] >= STALL_NOTE_SECONDS:
+                notes.append(f"no write acknowledged for {gap['seconds']:.1f} s (t={gap['from_t']} to t={gap['to_t']}); fault: {result['longest_ack_gap']['fault']}")
         if reader.final_committed is None:
             notes.append(f"the group's committed offsets could not be read: {reader.final_committed_error}")
         if nemesis.crashes:
@@ -1140,6 +1201,14 @@ def run_once(index: int, seed: int, duration: float, run_dir: Path, binary: Path
     return result
 
 
+def longest_gap(times: list[float]) -> dict | None:
+    """The longest interval between two consecutive times (seconds), or None."""
+    if len(times) < 2:
+        return None
+    seconds, start, end = max((b - a, a, b) for a, b in zip(times, times[1:]))
+    return {"seconds": round(seconds, 3), "from_t": start, "to_t": end}
+
+
 def prune(data_dir: Path):
     """Drop a clean run's partition data and metadata, keeping the nodes' server logs."""
     for node in range(1, NODES + 1):
@@ -1156,9 +1225,11 @@ def prune(data_dir: Path):
 
 
 def summary(result: dict) -> str:
+    actions = result.get("nemesis") or []
+    cuts = sum(1 for a in actions if a.get("action") in PARTITION_FAULTS)
     head = (
         f"run {result['run']} seed {result['seed']}: acked {result.get('acked', 0)}, read {result.get('read', 0)}, "
-        f"nemesis {len(result.get('nemesis') or [])} actions, anomalies: "
+        f"nemesis {len(actions)} actions{f' ({cuts} partitions)' if cuts else ''}, anomalies: "
     )
     anomalies = result.get("anomalies") or {}
     if not anomalies:
@@ -1201,38 +1272,87 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="directory for the runs' histories, results and server logs (default: a new temporary directory)")
     parser.add_argument("--rate", type=float, default=150.0, help="records a second per producer (default 150)")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories of clean runs too")
+    parser.add_argument(
+        "--netns",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="run the nodes in network namespaces so the nemesis can cut links (needs root and iproute2's ip): "
+        "auto (default) when available, on (refuse to run without), off (weir dev-cluster on loopback)",
+    )
+    parser.add_argument(
+        "--faults",
+        choices=FAULT_SETS,
+        default="all",
+        help="the nemesis's actions: all (default: the process faults, and the partitions when the nodes are in "
+        f"namespaces), process ({', '.join(PROCESS_FAULTS)}) or partition ({', '.join(PARTITION_FAULTS)}; needs namespaces)",
+    )
+    parser.add_argument("--first-fault", metavar="ACTION[:SECONDS]", default=None, help="make the first fault of every run this one (e.g. partition-leader:14)")
     args = parser.parse_args(argv)
 
     binary = default_binary()
     if not binary.exists():
         print(f"weir binary not found at {binary}; build it or set WEIR_BIN", file=sys.stderr)
         return 2
+    reason = weir_netns.unavailable() if args.netns != "off" else "--netns off"
+    if reason and (args.netns == "on" or args.faults == "partition"):
+        print(f"network namespaces are needed and not available: {reason}", file=sys.stderr)
+        return 2
+    try:
+        first = parse_first_fault(args.first_fault)
+        fault_actions(args.faults, reason is None)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if first is not None and first[0] in PARTITION_FAULTS and reason:
+        print(f"{first[0]} needs network namespaces, not available: {reason}", file=sys.stderr)
+        return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     keep = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="weir-faults-"))
     keep.mkdir(parents=True, exist_ok=True)
     print(f"weir faults: {args.runs} run(s), seed {seed}, {args.duration:.0f} s of faults each, binary {binary}", flush=True)
+    if reason:
+        print(f"nodes on loopback, process faults only (no network partitions: {reason})", flush=True)
+    else:
+        print(f"nodes in network namespaces; faults: {', '.join(fault_actions(args.faults, True))}", flush=True)
     print(f"results in {keep}", flush=True)
     binary = pin_binary(binary, keep)
 
-    # SIGTERM unwinds like Ctrl-C, so the run's finally block kills its nodes.
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so the run's finally blocks kill its nodes and
+    # delete its namespaces.
     def interrupted(signum, frame):
         raise KeyboardInterrupt()
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
+    network = None
     try:
-        return run_all(args, seed, keep, binary)
+        if not reason:
+            network = weir_netns.Network(NODES).create()
+            print(f"network: namespaces {', '.join(network.created)}; clients at {network.address(0)}", flush=True)
+        return run_all(args, seed, keep, binary, network)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        return 130
     finally:
+        if network is not None:
+            network.destroy()
         binary.unlink(missing_ok=True)
 
 
-def run_all(args, seed: int, keep: Path, binary: Path) -> int:
+def run_all(args, seed: int, keep: Path, binary: Path, network=None) -> int:
     failed = 0
     done = 0
+    flags = f" --netns {'on' if network else 'off'} --faults {args.faults}"
+    flags += f" --first-fault {args.first_fault}" if args.first_fault else ""
+    flags += f" --rate {args.rate:g}" if args.rate != 150.0 else ""
     try:
         for index in range(args.runs):
             run_seed = seed + index
             print(f"run {index} seed {run_seed}: starting", flush=True)
-            result = run_once(index, run_seed, args.duration, keep / f"run-{index}", binary, rate=args.rate, keep_data=args.keep_data)
+            result = run_once(
+                index, run_seed, args.duration, keep / f"run-{index}", binary, rate=args.rate, keep_data=args.keep_data,
+                network=network, faults=args.faults, first_fault=args.first_fault,
+            )
             done += 1
             print(summary(result), flush=True)
             print(f"  {result['elapsed']:.0f} s, {result.get('rebalances', 0)} rebalances, {result.get('commits_acked', 0)} commits acknowledged", flush=True)
@@ -1240,7 +1360,11 @@ def run_all(args, seed: int, keep: Path, binary: Path) -> int:
                 print(f"  note: {note}", flush=True)
             if result["anomalies"]:
                 failed += 1
-                print(f"  FAILED: seed {run_seed} (repeat with --runs 1 --seed {run_seed}); history and logs in {keep / f'run-{index}'}", flush=True)
+                print(
+                    f"  FAILED: seed {run_seed} (repeat with --runs 1 --seed {run_seed} --duration {args.duration:g}{flags}); "
+                    f"history and logs in {keep / f'run-{index}'}",
+                    flush=True,
+                )
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         print(f"{done} runs, {failed} with anomalies", flush=True)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from weir_cluster import Deadline, weir_binary  # noqa: F401 (the one copy, re-exported for the tests)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 READY_MARKER = "weir ready"
@@ -34,35 +36,10 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
 
-def weir_binary() -> Path:
-    """The weir binary under test: ``$WEIR_BIN`` or ``<target>/release/weir``."""
-    explicit = os.environ.get("WEIR_BIN")
-    if explicit:
-        return Path(explicit).resolve()
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO_ROOT / "target")
-    if not target.is_absolute():
-        target = REPO_ROOT / target
-    return target / "release" / "weir"
-
-
 def external_bootstrap() -> str | None:
     """Bootstrap address of an externally managed broker, if one was given."""
     value = os.environ.get("COMPAT_BOOTSTRAP", "").strip()
     return value or None
-
-
-class Deadline:
-    """A point in time after which a bounded wait gives up."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self.end - time.monotonic())
-
-    def expired(self) -> bool:
-        return time.monotonic() >= self.end
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):

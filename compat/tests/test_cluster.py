@@ -10,10 +10,8 @@ a restart resumes the same cluster with its data.
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -37,148 +35,9 @@ from clients import (
 )
 from harness import Deadline, weir_binary
 
-NODES = 3
-
-
-def free_base_port() -> int:
-    """A base port whose Kafka (base..base+2) and controller (base+100..) ports are free, below
-    the ephemeral range (32768 and up), so no client connection takes one while a node is down."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - 100 - NODES)
-        ports = [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]
-        try:
-            for port in ports:
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free port range for the cluster")
-
-
-class DevCluster:
-    def __init__(self, data_dir: Path, base_port: int):
-        self.data_dir = data_dir
-        self.base_port = base_port
-        self.bootstrap = ",".join(f"127.0.0.1:{base_port + i}" for i in range(NODES))
-        self.output = data_dir.parent / f"dev-cluster-{time.monotonic_ns()}.out"
-        self.process = None
-        # Each node's command line, and the nodes this test restarted itself after killing
-        # them (dev-cluster only supervises the processes it started).
-        self.commands: dict[int, list[bytes]] = {}
-        self.restarted: dict[int, subprocess.Popen] = {}
-
-    def start(self) -> str:
-        self.output_file = open(self.output, "w")
-        self.process = subprocess.Popen(
-            [str(weir_binary()), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(self.data_dir), "--base-port", str(self.base_port)],
-            stdout=self.output_file,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = Deadline(90)
-        while "ready:" not in self.text():
-            assert self.process.poll() is None, f"dev-cluster exited:\n{self.text()}\n{self.logs()}"
-            assert not deadline.expired(), f"dev-cluster not ready:\n{self.text()}\n{self.logs()}"
-            time.sleep(0.1)
-        for node in range(1, NODES + 1):
-            pid = int((self.data_dir / f"node-{node}" / "pid").read_text())
-            self.commands[node] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
-        return self.text()
-
-    def address(self, node: int) -> str:
-        return f"127.0.0.1:{self.base_port + node - 1}"
-
-    def pid(self, node: int) -> int:
-        """The process now running ``node``: the one this test restarted, or dev-cluster's."""
-        if node in self.restarted:
-            return self.restarted[node].pid
-        return int((self.data_dir / f"node-{node}" / "pid").read_text())
-
-    def kill_node(self, node: int, how: signal.Signals = signal.SIGKILL) -> None:
-        """Send ``how`` to ``node`` and wait (60 s at most) until it has exited."""
-        process = self.restarted.pop(node, None)
-        if process is not None:
-            process.send_signal(how)
-            process.wait(60)
-            return
-        pid = self.pid(node)
-        os.kill(pid, how)
-        deadline = Deadline(60)
-        while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text(errors="replace").lower():
-            assert not deadline.expired(), f"node {node} (pid {pid}) did not exit after {how.name}"
-            time.sleep(0.02)
-
-    def restart_node(self, node: int) -> None:
-        """Start ``node`` again with the command line dev-cluster gave it, logging where it did."""
-        assert node not in self.restarted, f"node {node} is already running"
-        with open(self.data_dir / f"node-{node}" / "server.log", "ab") as log:
-            self.restarted[node] = subprocess.Popen(self.commands[node], stdout=log, stderr=log, start_new_session=True)
-
-    def describe(self, topic: str):
-        """librdkafka's description of ``topic`` (retried for 30 s while a node catches up)."""
-        client = admin(self.bootstrap)
-        deadline = Deadline(30)
-        while True:
-            try:
-                return client.describe_topics(TopicCollection([topic]))[topic].result(timeout=10)
-            except Exception:
-                assert not deadline.expired(), f"{topic} never described\n{self.logs()}"
-                time.sleep(0.2)
-
-    def leader(self, topic: str, partition: int) -> int:
-        return self.describe(topic).partitions[partition].leader.id
-
-    def wait_in_sync(self, topic: str, timeout: float = 60) -> None:
-        """Wait until every partition of ``topic`` has all the nodes in its ISR."""
-        deadline = Deadline(timeout)
-        while True:
-            lagging = [(p.id, [r.id for r in p.isr]) for p in self.describe(topic).partitions if len(p.isr) != NODES]
-            if not lagging:
-                return
-            assert not deadline.expired(), f"ISRs never filled: {lagging}\n{self.logs()}"
-            time.sleep(0.3)
-
-    def text(self) -> str:
-        return self.output.read_text() if self.output.exists() else ""
-
-    def logs(self) -> str:
-        tails = []
-        for node in range(1, NODES + 1):
-            log = self.data_dir / f"node-{node}" / "server.log"
-            if log.exists():
-                tails.append(f"--- node {node}\n" + "\n".join(log.read_text().splitlines()[-30:]))
-        return "\n".join(tails)
-
-    def stop(self) -> int:
-        """SIGTERM the nodes this test restarted, Ctrl-C dev-cluster; dev-cluster's exit code."""
-        for process in self.restarted.values():
-            process.send_signal(signal.SIGTERM)
-        for process in self.restarted.values():
-            process.wait(timeout=30)
-        self.restarted.clear()
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else 0
-        self.process.send_signal(signal.SIGINT)
-        try:
-            return self.process.wait(timeout=60)
-        finally:
-            self.output_file.close()
-
-    def kill(self):
-        for process in self.restarted.values():
-            process.kill()
-            process.wait()
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        for node in range(1, NODES + 1):
-            pid_file = self.data_dir / f"node-{node}" / "pid"
-            if pid_file.exists():
-                try:
-                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+# The cluster code is shared with the fault harness and the failover benchmark (weir_cluster.py);
+# other tests import it from here (`from test_cluster import DevCluster, free_base_port`).
+from weir_cluster import NODES, DevCluster, free_base_port  # noqa: F401
 
 
 @pytest.fixture

@@ -9,11 +9,7 @@ kafka-reassign-partitions and kafka-leader-election tools work against the same 
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -35,6 +31,7 @@ from clients import (
     unique_topic,
 )
 from harness import Deadline, weir_binary
+from weir_cluster import DevCluster, free_base_port
 from test_java import JARS_DIR, JVM_FLAGS
 
 NODES = 4
@@ -43,48 +40,16 @@ RECORDS = 3000
 PER_SECOND = 400
 
 
-def free_base_port() -> int:
-    """A base port whose Kafka (base..) and controller (base+100..) ports are free, below the
-    ephemeral range."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - 100 - NODES)
-        try:
-            for port in [base + i for i in range(NODES)] + [base + 100 + i for i in range(NODES)]:
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free port range for the cluster")
-
-
 @pytest.fixture
 def four_nodes(tmp_path):
-    data_dir = tmp_path / "cluster"
-    base = free_base_port()
-    output = tmp_path / "dev-cluster.out"
     # Retention runs every second, so a test can have it delete a log's head.
-    env = {**os.environ, "WEIR_LOG_RETENTION_CHECK_INTERVAL_MS": "1000"}
-    with open(output, "w") as out:
-        process = subprocess.Popen(
-            [str(weir_binary()), "dev-cluster", "--nodes", str(NODES), "--data-dir", str(data_dir), "--base-port", str(base)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    deadline = Deadline(90)
-    while "ready:" not in output.read_text():
-        assert process.poll() is None, f"dev-cluster exited:\n{output.read_text()}"
-        assert not deadline.expired(), f"dev-cluster not ready:\n{output.read_text()}"
-        time.sleep(0.1)
-    yield data_dir, ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
-    process.send_signal(signal.SIGINT)
+    env = {"WEIR_LOG_RETENTION_CHECK_INTERVAL_MS": "1000"}
+    cluster = DevCluster(tmp_path / "cluster", free_base_port(NODES), nodes=NODES, env=env)
     try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        cluster.start()
+        yield cluster.data_dir, cluster.bootstrap
+    finally:
+        cluster.kill()
 
 
 def weir(bootstrap: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -283,9 +283,11 @@ impl Broker {
             host: self.identity.advertised_host.clone(),
             port: self.identity.advertised_port,
         }];
-        let registration = self
-            .controller
-            .register_broker(node_id, listeners.clone(), None);
+        let registration = self.controller.register_broker(
+            node_id,
+            listeners.clone(),
+            self.config.broker_rack.clone(),
+        );
         match self.change_metadata(registration).await {
             Ok(registered) => {
                 self.broker_epoch.store(registered.epoch, Ordering::Release);

@@ -122,6 +122,8 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     /// `replica.lag.time.max.ms`: how long a follower may stay behind and in sync.
     pub replica_lag_time_max_ms: u64,
+    /// `broker.rack`, when set: where this broker is, for rack-aware placement.
+    pub broker_rack: Option<String>,
     /// `auto.leader.rebalance.enable`: the controller moves leaders back to preferred replicas.
     pub auto_leader_rebalance_enable: bool,
     /// `leader.imbalance.check.interval.seconds`.
@@ -266,6 +268,8 @@ impl BrokerConfig {
             broker_session_timeout_ms: long("broker.session.timeout.ms") as u64,
             broker_heartbeat_interval_ms: long("broker.heartbeat.interval.ms") as u64,
             replica_lag_time_max_ms: long("replica.lag.time.max.ms") as u64,
+            broker_rack: Some(value_of(properties, "broker.rack").trim().to_string())
+                .filter(|rack| !rack.is_empty()),
             auto_leader_rebalance_enable: value_of(properties, "auto.leader.rebalance.enable")
                 == "true",
             leader_imbalance_check_interval_seconds: long("leader.imbalance.check.interval.seconds")

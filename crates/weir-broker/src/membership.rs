@@ -71,6 +71,11 @@ impl Broker {
         tokio::spawn(async move {
             let mut shutdown = broker.shutdown.clone();
             let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+            // A heartbeat stuck on a controller that stopped answering (cut off from the
+            // others, which elected a new one) is given up well within the lease, so the next
+            // one reaches the new active controller before it fences this broker.
+            let deadline =
+                Duration::from_millis(broker.config.broker_session_timeout_ms / 3).max(interval);
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -78,8 +83,14 @@ impl Broker {
                     _ = tick.tick() => {}
                     _ = stopping(&mut shutdown) => return,
                 }
-                if let Err(error) = broker.heartbeat().await {
-                    tracing::warn!(target: "weir::broker", node_id, %error, "heartbeat to the controller failed");
+                match tokio::time::timeout(deadline, broker.heartbeat()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(target: "weir::broker", node_id, %error, "heartbeat to the controller failed")
+                    }
+                    Err(_) => {
+                        tracing::warn!(target: "weir::broker", node_id, deadline_ms = deadline.as_millis() as u64, "heartbeat not answered in time; sending the next")
+                    }
                 }
             }
         });

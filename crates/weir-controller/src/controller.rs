@@ -303,10 +303,10 @@ impl Controller {
         replication_factor: i16,
     ) -> Result<Vec<Vec<i32>>, ControllerError> {
         // A fenced broker gets no new replicas: it may never come back.
-        let brokers: Vec<i32> = image
+        let brokers: Vec<(i32, Option<String>)> = image
             .brokers()
             .filter(|b| !b.fenced)
-            .map(|b| b.node_id)
+            .map(|b| (b.node_id, b.rack.clone()))
             .collect();
         place(&brokers, count, replication_factor, image.partition_total())
     }

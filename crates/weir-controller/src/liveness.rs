@@ -132,9 +132,11 @@ impl Controller {
             return Ok(());
         }
         let changes = fence(&image, node_id);
-        tracing::warn!(target: "weir::controller", node_id, partitions = changes.len(), why, "broker fenced");
+        let partitions = changes.len();
         self.commit(MetadataCommand::FenceBroker { node_id, changes })
-            .await
+            .await?;
+        tracing::warn!(target: "weir::controller", node_id, partitions, why, "broker fenced");
+        Ok(())
     }
 
     /// A broker stopping cleanly: its leaderships move to in-sync replicas and it leaves every
@@ -409,14 +411,15 @@ pub fn unfence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use weir_metadata::{BrokerListener, MetadataCommand, Uuid};
 
     use super::*;
 
-    fn image(brokers: &[i32], replicas: Vec<Vec<i32>>) -> MetadataImage {
+    /// Brokers `brokers` registered and topic `t` (id 7) with one partition per replica list.
+    pub(crate) fn image(brokers: &[i32], replicas: Vec<Vec<i32>>) -> MetadataImage {
         let mut image = MetadataImage::default();
         for id in brokers {
             image.apply(&MetadataCommand::RegisterBroker {

@@ -1,22 +1,56 @@
 //! Where new partitions' replicas go: striped over the registered brokers so that leaders and
-//! followers spread evenly, as Kafka's rack-unaware placement does.
+//! followers spread evenly, and over their racks so that each partition has copies in as many
+//! racks as it can, as Kafka's rack-aware placement does.
+
+use std::collections::BTreeMap;
 
 use weir_metadata::ControllerError;
 
+/// `brokers` (node id and rack) in rack-alternating order: the first broker of each rack in
+/// turn, then the second of each, and so on (racks and brokers by name and id). A broker
+/// without a rack counts as a rack of its own name `None`.
+fn rack_alternated(brokers: &[(i32, Option<String>)]) -> Vec<(i32, Option<String>)> {
+    let mut by_rack: BTreeMap<Option<String>, Vec<i32>> = BTreeMap::new();
+    for (id, rack) in brokers {
+        by_rack.entry(rack.clone()).or_default().push(*id);
+    }
+    for ids in by_rack.values_mut() {
+        ids.sort_unstable();
+    }
+    let deepest = by_rack.values().map(Vec::len).max().unwrap_or(0);
+    (0..deepest)
+        .flat_map(|i| {
+            by_rack
+                .iter()
+                .filter_map(move |(rack, ids)| ids.get(i).map(|id| (*id, rack.clone())))
+        })
+        .collect()
+}
+
 /// The replicas of `count` new partitions with `replication_factor` replicas each, over
-/// `brokers` (node ids, ascending). `start` picks the first partition's leader; passing the
+/// `brokers` (node id and rack). `start` picks the first partition's leader; passing the
 /// number of partitions the cluster already has spreads leaders across topics too.
 ///
-/// Partition `p`'s leader is broker `(start + p) % n`; its followers follow at a distance that
-/// grows by one every `n` partitions, so the same pair of brokers does not always share a
-/// partition and one broker's loss spreads its followers' load over all the others.
+/// The brokers are taken in rack-alternating order. Partition `p`'s leader is broker
+/// `(start + p) % n` of that order; each follower is the next broker at a distance that grows
+/// by one every `n` partitions whose rack holds no replica of the partition yet (any rack once
+/// every rack holds one), so the same pair of brokers does not always share a partition, one
+/// broker's loss spreads its followers' load over all the others, and a rack's loss leaves every
+/// partition with replicas elsewhere. Without racks this is Kafka's rack-unaware placement.
 pub fn place(
-    brokers: &[i32],
+    brokers: &[(i32, Option<String>)],
     count: i32,
     replication_factor: i16,
     start: usize,
 ) -> Result<Vec<Vec<i32>>, ControllerError> {
-    let n = brokers.len();
+    let arranged = rack_alternated(brokers);
+    let n = arranged.len();
+    let racks = {
+        let mut racks: Vec<&Option<String>> = arranged.iter().map(|(_, r)| r).collect();
+        racks.sort();
+        racks.dedup();
+        racks.len()
+    };
     let factor = usize::try_from(replication_factor).unwrap_or(0);
     if factor > n {
         return Err(ControllerError::InvalidReplicationFactor(format!(
@@ -31,10 +65,20 @@ pub fn place(
                 shift += 1;
             }
             let first = (start + p) % n;
-            let mut replicas = vec![brokers[first]];
-            for j in 0..factor.saturating_sub(1) {
-                let distance = 1 + (shift + j) % (n - 1);
-                replicas.push(brokers[(first + distance) % n]);
+            let mut replicas = vec![arranged[first].0];
+            let mut racks_used = vec![&arranged[first].1];
+            let mut k = 0;
+            while replicas.len() < factor {
+                let distance = 1 + (shift * racks + k) % (n - 1);
+                let (id, rack) = &arranged[(first + distance) % n];
+                k += 1;
+                let rack_free = !racks_used.contains(&rack) || racks_used.len() == racks;
+                if rack_free && !replicas.contains(id) {
+                    replicas.push(*id);
+                    if !racks_used.contains(&rack) {
+                        racks_used.push(rack);
+                    }
+                }
             }
             replicas
         })
@@ -48,9 +92,13 @@ mod tests {
 
     use super::*;
 
+    fn no_racks(ids: &[i32]) -> Vec<(i32, Option<String>)> {
+        ids.iter().map(|id| (*id, None)).collect()
+    }
+
     #[test]
     fn replicas_are_distinct_and_leaders_spread_evenly() {
-        let brokers = [1, 2, 3, 4];
+        let brokers = no_racks(&[1, 2, 3, 4]);
         for factor in 1..=4i16 {
             for start in 0..5 {
                 let placed = place(&brokers, 12, factor, start).expect("placed");
@@ -76,21 +124,57 @@ mod tests {
 
     #[test]
     fn followers_of_one_broker_spread_over_the_others() {
-        let placed = place(&[1, 2, 3, 4], 12, 2, 0).expect("placed");
+        let placed = place(&no_racks(&[1, 2, 3, 4]), 12, 2, 0).expect("placed");
         let followers_of_1: BTreeSet<i32> =
             placed.iter().filter(|r| r[0] == 1).map(|r| r[1]).collect();
         assert_eq!(followers_of_1, BTreeSet::from([2, 3, 4]));
     }
 
     #[test]
+    fn every_partition_has_replicas_in_as_many_racks_as_it_can() {
+        // Three racks of two brokers, and an uneven one: a, a, b, c.
+        let racked = |spec: &[(i32, &str)]| -> Vec<(i32, Option<String>)> {
+            spec.iter()
+                .map(|(id, r)| (*id, Some(r.to_string())))
+                .collect()
+        };
+        let even = racked(&[(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")]);
+        let uneven = racked(&[(1, "a"), (2, "a"), (3, "b"), (4, "c")]);
+        for (brokers, factor) in [(&even, 3i16), (&even, 2), (&uneven, 3), (&uneven, 2)] {
+            let rack_of: BTreeMap<i32, &Option<String>> =
+                brokers.iter().map(|(id, r)| (*id, r)).collect();
+            for start in 0..7 {
+                let placed = place(brokers, 24, factor, start).expect("placed");
+                let mut leaders: BTreeMap<i32, usize> = BTreeMap::new();
+                for replicas in &placed {
+                    let racks: BTreeSet<_> = replicas.iter().map(|id| rack_of[id]).collect();
+                    let distinct: BTreeSet<i32> = replicas.iter().copied().collect();
+                    assert_eq!(distinct.len(), factor as usize, "{replicas:?}");
+                    assert_eq!(
+                        racks.len(),
+                        factor as usize,
+                        "one copy per rack: {replicas:?}"
+                    );
+                    *leaders.entry(replicas[0]).or_default() += 1;
+                }
+                let (low, high) = (leaders.values().min(), leaders.values().max());
+                assert!(
+                    high.zip(low).is_some_and(|(h, l)| h - l <= 1),
+                    "{leaders:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn too_few_brokers_is_refused_in_kafkas_words() {
-        let refused = place(&[1], 3, 3, 0).expect_err("refused");
+        let refused = place(&no_racks(&[1]), 3, 3, 0).expect_err("refused");
         assert!(refused
             .to_string()
             .contains("only 1 broker(s) are registered"));
         assert!(place(&[], 1, 1, 0).is_err());
         assert_eq!(
-            place(&[7], 2, 1, 5).expect("placed"),
+            place(&no_racks(&[7]), 2, 1, 5).expect("placed"),
             vec![vec![7], vec![7]]
         );
     }

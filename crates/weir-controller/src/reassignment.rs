@@ -388,35 +388,10 @@ pub fn preferred_elections(image: &MetadataImage) -> Vec<(String, i32)> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use weir_metadata::BrokerListener;
-
     use super::*;
 
     fn image(brokers: &[i32], replicas: Vec<i32>) -> MetadataImage {
-        let mut image = MetadataImage::default();
-        for id in brokers {
-            image.apply(&MetadataCommand::RegisterBroker {
-                node_id: *id,
-                incarnation_id: Uuid::new_v4(),
-                listeners: vec![BrokerListener {
-                    name: "PLAINTEXT".into(),
-                    host: "localhost".into(),
-                    port: 9092,
-                }],
-                rack: None,
-            });
-        }
-        image.apply(&MetadataCommand::CreateTopic {
-            name: "t".into(),
-            topic_id: Uuid::from_u128(7),
-            partitions: 1,
-            replication_factor: replicas.len() as i16,
-            configs: BTreeMap::new(),
-            assignments: vec![replicas],
-        });
-        image
+        crate::liveness::tests::image(brokers, vec![replicas])
     }
 
     fn apply(image: &mut MetadataImage, decision: Decision) {

@@ -11,6 +11,8 @@ pub enum SettingKind {
     Plain(ConfigKind),
     /// `host:count,host:count` (`max.connections.per.ip.overrides`).
     HostCounts,
+    /// Free text (`broker.rack`).
+    Text,
 }
 
 impl SettingKind {
@@ -18,7 +20,7 @@ impl SettingKind {
     pub fn type_code(self) -> i8 {
         match self {
             SettingKind::Plain(kind) => kind.type_code(),
-            SettingKind::HostCounts => 2, // STRING
+            SettingKind::HostCounts | SettingKind::Text => 2, // STRING
         }
     }
 }
@@ -53,6 +55,7 @@ impl BrokerSetting {
         match self.kind {
             SettingKind::Plain(kind) => check_kind(self.name, kind, value),
             SettingKind::HostCounts => parse_host_counts(self.name, value).map(|_| ()),
+            SettingKind::Text => Ok(()),
         }
     }
 }
@@ -150,6 +153,13 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         int(50, 600_000),
         "How often a broker heartbeats to the active controller; keep it well under broker.session.timeout.ms.",
     ),
+    BrokerSetting {
+        name: "broker.rack",
+        default: "",
+        kind: SettingKind::Text,
+        doc: "The rack (or availability zone) of this broker. New partitions' replicas are spread over racks, so losing one rack leaves every partition a copy on another. Empty: no rack.",
+        dynamic: false,
+    },
     setting(
         "auto.leader.rebalance.enable",
         "true",
