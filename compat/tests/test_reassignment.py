@@ -1,6 +1,6 @@
-"""Moving replicas onto a new broker under load: `weir partitions reassign` on a four-node
-`weir dev-cluster` whose topic lives on nodes 1–3 moves every replica of node 1 to node 4 while
-an idempotent acks=all producer writes. The move copies first and switches after: no
+"""Scaling out: a broker-only fourth node joins a running three-node `weir dev-cluster` (it
+follows the metadata quorum as an observer), and `weir partitions reassign` moves every replica
+of node 1 of a topic living on nodes 1–3 to it while an idempotent acks=all producer writes. The move copies first and switches after: no
 acknowledged write is lost or duplicated, the new placement holds, node 1 deletes its copies,
 and a preferred election gives each partition its first replica as leader. Kafka's own
 kafka-reassign-partitions and kafka-leader-election tools work against the same APIs.
@@ -9,6 +9,7 @@ kafka-reassign-partitions and kafka-leader-election tools work against the same 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -40,15 +41,45 @@ RECORDS = 3000
 PER_SECOND = 400
 
 
+def start_broker_only(cluster: DevCluster, node: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Starts broker-only node ``node`` (not in the quorum list) joining ``cluster``, as an
+    operator adds a broker to a running cluster; returns it and its Kafka address."""
+    template = [arg.decode() for arg in cluster.commands[1]]
+    quorum = template[template.index("--controller-quorum") + 1]
+    kafka = f"127.0.0.1:{cluster.base_port + node - 1}"
+    controller = f"127.0.0.1:{cluster.base_port + 100 + node - 1}"
+    node_dir = cluster.data_dir / f"node-{node}"
+    node_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        template[0], "server", "--node-id", str(node), "--data-dir", str(node_dir),
+        "--listen", kafka, "--controller-listen", controller, "--controller-quorum", quorum,
+    ]
+    with open(node_dir / "server.log", "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, **env})
+    deadline = Deadline(60)
+    while node not in admin(cluster.bootstrap).list_topics(timeout=10).brokers:
+        assert process.poll() is None, (node_dir / "server.log").read_text()[-3000:]
+        assert not deadline.expired(), "the new broker never registered"
+        time.sleep(0.2)
+    return process, kafka
+
+
 @pytest.fixture
 def four_nodes(tmp_path):
+    """A three-node cluster (brokers and the metadata quorum) joined, while running, by a
+    fourth, broker-only node."""
     # Retention runs every second, so a test can have it delete a log's head.
     env = {"WEIR_LOG_RETENTION_CHECK_INTERVAL_MS": "1000"}
-    cluster = DevCluster(tmp_path / "cluster", free_base_port(NODES), nodes=NODES, env=env)
+    cluster = DevCluster(tmp_path / "cluster", free_base_port(NODES), nodes=NODES - 1, env=env)
+    added = None
     try:
         cluster.start()
-        yield cluster.data_dir, cluster.bootstrap
+        added, kafka = start_broker_only(cluster, NODES, env)
+        yield cluster.data_dir, f"{cluster.bootstrap},{kafka}"
     finally:
+        if added is not None:
+            added.kill()
+            added.wait(timeout=30)
         cluster.kill()
 
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::describe_quorum_request;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
+use kafka_protocol::messages::{describe_quorum_request, describe_quorum_response};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
     CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
@@ -89,6 +89,8 @@ pub struct QuorumInfo {
     pub high_watermark: i64,
     /// Each voter, with how far its log reaches.
     pub voters: Vec<QuorumVoter>,
+    /// Each observer (a broker-only node following the quorum without a vote).
+    pub observers: Vec<QuorumVoter>,
 }
 
 /// One voter of the metadata quorum.
@@ -100,6 +102,14 @@ pub struct QuorumVoter {
     pub log_end_offset: i64,
     /// When the leader last heard from it (ms since the epoch), or -1 when unknown.
     pub last_fetch_timestamp: i64,
+}
+
+fn quorum_voter(state: &describe_quorum_response::ReplicaState) -> QuorumVoter {
+    QuorumVoter {
+        node_id: state.replica_id.0,
+        log_end_offset: state.log_end_offset,
+        last_fetch_timestamp: state.last_fetch_timestamp,
+    }
 }
 
 /// Admin client.
@@ -445,15 +455,8 @@ impl Admin {
             leader: partition.leader_id.0,
             epoch: partition.leader_epoch,
             high_watermark: partition.high_watermark,
-            voters: partition
-                .current_voters
-                .iter()
-                .map(|v| QuorumVoter {
-                    node_id: v.replica_id.0,
-                    log_end_offset: v.log_end_offset,
-                    last_fetch_timestamp: v.last_fetch_timestamp,
-                })
-                .collect(),
+            voters: partition.current_voters.iter().map(quorum_voter).collect(),
+            observers: partition.observers.iter().map(quorum_voter).collect(),
         })
     }
 

@@ -567,6 +567,11 @@ impl Controller {
                 .alter_partition_reassignments(reassignments, allow_replication_factor_change)
                 .await
                 .map(ControlValue::Outcomes),
+            ControlRequest::AddObserver { node_id, address } => self
+                .quorum
+                .add_observer(node_id, address)
+                .await
+                .map(|()| ControlValue::Done),
             ControlRequest::ElectLeaders {
                 election,
                 partitions,

@@ -90,6 +90,13 @@ pub enum ControlRequest {
         /// Whether a target may have another replica count.
         allow_replication_factor_change: bool,
     },
+    /// A broker-only node asks to follow the quorum as an observer.
+    AddObserver {
+        /// Its node id.
+        node_id: i32,
+        /// Its controller listener, where the leader replicates the log to it.
+        address: String,
+    },
     /// [`crate::Controller::elect_leaders`].
     ElectLeaders {
         /// Preferred or unclean.

@@ -151,9 +151,12 @@ pub struct QuorumStatus {
     pub commit_index: Option<u64>,
     /// Every voter of the quorum.
     pub voters: Vec<VoterStatus>,
+    /// The broker-only nodes following the quorum without a vote (Raft learners).
+    #[serde(default)]
+    pub observers: Vec<VoterStatus>,
 }
 
-/// One voter of the metadata quorum.
+/// One voter (or observer) of the metadata quorum.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VoterStatus {
     /// Its node id.

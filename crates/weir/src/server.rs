@@ -55,12 +55,14 @@ pub struct ServerArgs {
     #[arg(long, env = "WEIR_NODE_ID", default_value_t = 1)]
     node_id: i32,
     /// The controllers of the metadata quorum, ID@HOST:PORT,… (each a node's controller
-    /// listener); every node of the cluster is given the same list, and this node's id must be
-    /// in it. Without it the server is a cluster of one (a quorum of one).
+    /// listener); every node of the cluster is given the same list. A node whose id is not in
+    /// it is a broker-only node: it follows the quorum as an observer (give it
+    /// --controller-listen) and can join a running cluster. Without it the server is a cluster
+    /// of one (a quorum of one).
     #[arg(long, env = "WEIR_CONTROLLER_QUORUM")]
     controller_quorum: Option<String>,
     /// Address this node's controller listens on for the other controllers; defaults to its
-    /// own entry in --controller-quorum.
+    /// own entry in --controller-quorum (required for a broker-only node).
     #[arg(long, env = "WEIR_CONTROLLER_LISTEN", requires = "controller_quorum")]
     controller_listen: Option<String>,
     /// TOML file of broker settings with Kafka's names (see the list below).
@@ -145,23 +147,28 @@ fn split_host_port(address: &str) -> anyhow::Result<(String, u16)> {
 async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = settings::load(args.config.as_deref())?;
     let voters = match &args.controller_quorum {
-        Some(spec) => parse_quorum(spec, args.node_id)?,
+        Some(spec) => parse_quorum(spec)?,
         None => BTreeMap::from([(args.node_id, LOCAL_CONTROLLER.to_string())]),
     };
-    let cluster_id = (voters.len() > 1).then(|| quorum_cluster_id(&voters));
+    let voter = voters.contains_key(&args.node_id);
+    if !voter && args.controller_listen.is_none() {
+        bail!("node {} is not in --controller-quorum, so it runs as a broker-only node and needs --controller-listen HOST:PORT, where the quorum's leader sends it the metadata log", args.node_id);
+    }
+    let cluster_id = (voters.len() > 1 || !voter).then(|| quorum_cluster_id(&voters));
     let data_dir = DataDir::open(&args.data_dir, args.node_id, cluster_id.as_deref())?;
-    let controller_listener = match &args.controller_quorum {
-        Some(_) => {
-            let address = args
-                .controller_listen
-                .clone()
-                .unwrap_or_else(|| voters[&args.node_id].clone());
+    let controller_address = args
+        .controller_listen
+        .clone()
+        .or_else(|| voters.get(&args.node_id).cloned());
+    let controller_listener = match (&args.controller_quorum, &controller_address) {
+        (Some(_), Some(address)) => {
+            let address = address.clone();
             let listener = TcpListener::bind(&address)
                 .await
                 .with_context(|| format!("cannot listen for controllers on {address}"))?;
             Some(listener)
         }
-        None => None,
+        _ => None,
     };
     let listen_host = split_host_port(&args.listen)?.0;
     let wildcard = listen_host
@@ -182,7 +189,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let metadata_dir = data_dir.path.join("metadata");
     std::fs::create_dir_all(&metadata_dir)?;
     let storage: Arc<dyn Storage> = Arc::new(FsStorage);
-    let single_node = voters.len() == 1;
+    let single_node = voters.len() == 1 && voter;
     let quorum_config = QuorumConfig {
         node_id: args.node_id,
         voters,
@@ -193,6 +200,12 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .await
             .context("opening the metadata quorum")?,
     );
+    if let (false, Some(address)) = (voter, &controller_address) {
+        quorum
+            .join_as_observer(address)
+            .await
+            .context("joining the metadata quorum as a broker-only node")?;
+    }
     let controller = Arc::new(Controller::new(quorum.clone()));
     controller.set_session_timeout(Duration::from_millis(config.broker_session_timeout_ms));
     controller.set_leader_rebalance(
@@ -287,9 +300,9 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parses `--controller-quorum`: `ID@HOST:PORT` entries, comma-separated, distinct ids, and
-/// `node_id` among them.
-fn parse_quorum(spec: &str, node_id: i32) -> anyhow::Result<BTreeMap<i32, String>> {
+/// Parses `--controller-quorum`: `ID@HOST:PORT` entries, comma-separated, distinct ids. A
+/// `node_id` not among them is a broker-only node.
+fn parse_quorum(spec: &str) -> anyhow::Result<BTreeMap<i32, String>> {
     let mut voters = BTreeMap::new();
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let Some((id, address)) = entry.split_once('@') else {
@@ -303,8 +316,8 @@ fn parse_quorum(spec: &str, node_id: i32) -> anyhow::Result<BTreeMap<i32, String
             bail!("--controller-quorum names node {id} twice");
         }
     }
-    if !voters.contains_key(&node_id) {
-        bail!("--controller-quorum does not name this node ({node_id}); every node of the quorum must be in it");
+    if voters.is_empty() {
+        bail!("--controller-quorum names no controller");
     }
     Ok(voters)
 }

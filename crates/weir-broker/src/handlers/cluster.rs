@@ -104,19 +104,17 @@ pub async fn describe_quorum(
                     partition.leader_id = BrokerId(status.leader);
                     partition.leader_epoch = i32::try_from(status.term).unwrap_or(i32::MAX);
                     partition.high_watermark = status.commit_index.map_or(0, |i| i as i64 + 1);
-                    partition.current_voters = status
-                        .voters
-                        .iter()
-                        .map(|voter| {
-                            let mut state = describe_quorum_response::ReplicaState::default();
-                            state.replica_id = BrokerId(voter.node_id);
-                            state.log_end_offset = voter.matched_index.map_or(-1, |i| i as i64 + 1);
-                            let seen = voter.last_contact_ms.map_or(-1, |ago| now_ms - ago as i64);
-                            state.last_fetch_timestamp = seen;
-                            state.last_caught_up_timestamp = seen;
-                            state
-                        })
-                        .collect();
+                    let replica_state = |voter: &weir_metadata::VoterStatus| {
+                        let mut state = describe_quorum_response::ReplicaState::default();
+                        state.replica_id = BrokerId(voter.node_id);
+                        state.log_end_offset = voter.matched_index.map_or(-1, |i| i as i64 + 1);
+                        let seen = voter.last_contact_ms.map_or(-1, |ago| now_ms - ago as i64);
+                        state.last_fetch_timestamp = seen;
+                        state.last_caught_up_timestamp = seen;
+                        state
+                    };
+                    partition.current_voters = status.voters.iter().map(replica_state).collect();
+                    partition.observers = status.observers.iter().map(replica_state).collect();
                 }
                 Err(ControllerError::UnknownTopic(_)) => {
                     partition.error_code = ResponseError::UnknownTopicOrPartition.code();

@@ -62,6 +62,12 @@ const SPACE_RESERVE_BYTES: u64 = 1024 * 1024;
 
 /// How long a forwarded change request may take at the active controller.
 const FORWARD_DEADLINE_MS: u64 = 35_000;
+/// How long a broker-only node keeps asking the voters to add it, then to hear from the leader.
+const OBSERVER_JOIN_WAIT_MS: u64 = 60_000;
+/// Deadline of one such request to one voter.
+const OBSERVER_ASK_MS: u64 = 5_000;
+/// Pause between rounds of asking.
+const OBSERVER_RETRY_MS: u64 = 500;
 
 /// A future of a quorum's answer.
 pub type QuorumFuture<'a, T> =
@@ -102,6 +108,10 @@ pub trait MetadataQuorum: Send + Sync + 'static {
 
     /// The quorum as this controller sees it as the leader; NOT_CONTROLLER on a follower.
     fn status(&self) -> Result<QuorumStatus, ControllerError>;
+
+    /// Adds a broker-only node as an observer of the quorum; NOT_CONTROLLER unless this
+    /// controller leads.
+    fn add_observer(&self, node_id: i32, address: String) -> QuorumFuture<'_, ()>;
 }
 
 /// One controller of the quorum: its voters (node id → controller address) and where it
@@ -109,7 +119,9 @@ pub trait MetadataQuorum: Send + Sync + 'static {
 pub struct QuorumConfig {
     /// This controller's node id.
     pub node_id: i32,
-    /// Every voter, this one included, with the address its controller listener has.
+    /// Every voter, with the address its controller listener has. A node not among them is a
+    /// broker-only node: it follows the quorum's log as a Raft learner (an observer), never
+    /// votes or leads, and asks a voter to add it at its first start.
     pub voters: BTreeMap<i32, String>,
     /// Directory of the Raft log, vote and snapshot.
     pub dir: PathBuf,
@@ -125,6 +137,9 @@ pub struct RaftQuorum {
     peers: Option<tokio::task::JoinHandle<()>>,
     /// The controller that decides forwarded requests, once set.
     handler: Handler,
+    /// The voters named at start (node id → controller address): where an observer asks to
+    /// join.
+    voters: BTreeMap<i32, String>,
 }
 
 fn fatal(error: impl std::fmt::Display) -> ControllerError {
@@ -187,7 +202,10 @@ impl RaftQuorum {
             .iter()
             .map(|(id, addr)| (*id as NodeId, BasicNode::new(addr)))
             .collect();
-        if !raft.is_initialized().await.map_err(fatal)? {
+        let voter = config.voters.contains_key(&config.node_id);
+        if !voter {
+            // An observer joins through a voter (`join_as_observer`); it never initializes.
+        } else if !raft.is_initialized().await.map_err(fatal)? {
             match raft.initialize(members.clone()).await {
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
                 Err(error) => return Err(fatal(error)),
@@ -214,7 +232,102 @@ impl RaftQuorum {
             dir,
             peers,
             handler,
+            voters: config.voters,
         })
+    }
+
+    /// Makes this broker-only node an observer of the quorum (a Raft learner) reachable at
+    /// `address`: asks the voters in turn until the leader adds it (at every start; adding a
+    /// node already there changes nothing), then waits until it has heard from the leader.
+    /// A voter returns at once.
+    pub async fn join_as_observer(&self, address: &str) -> Result<(), ControllerError> {
+        let node_id = *self.raft.node_id();
+        let me = i32::try_from(node_id).map_err(fatal)?;
+        if self.voters.contains_key(&me) {
+            return Ok(());
+        }
+        let until = Instant::now() + Duration::from_millis(OBSERVER_JOIN_WAIT_MS);
+        let request = ControlRequest::AddObserver {
+            node_id: me,
+            address: address.to_string(),
+        };
+        let ask = Duration::from_millis(OBSERVER_ASK_MS);
+        'asking: loop {
+            for (voter, voter_address) in &self.voters {
+                match network::forward(voter_address, request.clone(), ask).await {
+                    Ok(Ok(_)) => break 'asking,
+                    Ok(Err(refused)) => {
+                        let refused = ControllerError::from(refused);
+                        if !matches!(refused, ControllerError::NotController(_)) {
+                            return Err(refused);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::debug!(target: "weir::controller", voter, %error, "cannot reach a voter to join the metadata quorum")
+                    }
+                }
+            }
+            if Instant::now() >= until {
+                return Err(ControllerError::NotController(
+                    "no voter of the metadata quorum added this node in time".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(OBSERVER_RETRY_MS)).await;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        self.raft
+            .wait(Some(left.max(Duration::from_millis(OBSERVER_RETRY_MS))))
+            .metrics(
+                |m| m.current_leader.is_some() && m.membership_config.get_node(&node_id).is_some(),
+                "the metadata quorum's leader to reach this observer",
+            )
+            .await
+            .map_err(|e| ControllerError::NotController(e.to_string()))?;
+        tracing::info!(target: "weir::controller", node_id, address, "following the metadata quorum as an observer (broker-only node)");
+        Ok(())
+    }
+
+    /// Adds broker-only node `node_id`, reachable at `address`, as an observer (a Raft
+    /// learner); the leader only. Refused for a voter; re-adding an observer at the same
+    /// address changes nothing.
+    async fn add_observer_here(
+        &self,
+        node_id: i32,
+        address: String,
+    ) -> Result<(), ControllerError> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        if !metrics.state.is_leader() {
+            return Err(ControllerError::NotController(
+                "this controller does not lead the metadata quorum".into(),
+            ));
+        }
+        let id = u64::try_from(node_id)
+            .map_err(|_| ControllerError::InvalidRequest(format!("Invalid node id {node_id}")))?;
+        let membership = &metrics.membership_config;
+        if membership.voter_ids().any(|v| v == id) {
+            return Err(ControllerError::InvalidRequest(format!(
+                "node {node_id} is a voter of the metadata quorum; a broker-only node needs an id of its own"
+            )));
+        }
+        if membership.get_node(&id).is_some_and(|n| n.addr == address) {
+            return Ok(());
+        }
+        match self
+            .raft
+            .add_learner(id, BasicNode::new(&address), false)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(target: "weir::controller", node_id, address, "observer (broker-only node) added to the metadata quorum");
+                Ok(())
+            }
+            // Leadership moved, or a membership change is still being committed (right after
+            // the quorum formed): the observer asks again.
+            Err(RaftError::APIError(error)) => {
+                Err(ControllerError::NotController(error.to_string()))
+            }
+            Err(error) => Err(fatal(error)),
+        }
     }
 
     /// Keeps the relational copy of the metadata in the SQLite database at `path`.
@@ -362,6 +475,10 @@ impl MetadataQuorum for RaftQuorum {
         Box::pin(self.forward_request(request))
     }
 
+    fn add_observer(&self, node_id: i32, address: String) -> QuorumFuture<'_, ()> {
+        Box::pin(self.add_observer_here(node_id, address))
+    }
+
     fn status(&self) -> Result<QuorumStatus, ControllerError> {
         let metrics = self.raft.metrics().borrow_watched().clone();
         let me = *self.raft.node_id();
@@ -372,38 +489,43 @@ impl MetadataQuorum for RaftQuorum {
         }
         let replication = metrics.replication.clone().unwrap_or_default();
         let heartbeat = metrics.heartbeat.clone().unwrap_or_default();
-        let voters = metrics
-            .membership_config
-            .voter_ids()
-            .map(|id| {
-                let address = metrics
-                    .membership_config
-                    .get_node(&id)
-                    .map_or_else(String::new, |n| n.addr.clone());
-                let (matched_index, last_contact_ms) = if id == me {
-                    (metrics.last_log_index, Some(0))
-                } else {
-                    let matched = replication.get(&id).copied().flatten().map(|l| l.index);
-                    let contact = heartbeat
-                        .get(&id)
-                        .copied()
-                        .flatten()
-                        .map(|at| at.elapsed().as_millis() as u64);
-                    (matched, contact)
-                };
-                VoterStatus {
-                    node_id: id as i32,
-                    address,
-                    matched_index,
-                    last_contact_ms,
-                }
-            })
+        let membership = &metrics.membership_config;
+        let status_of = |id: u64| {
+            let address = membership
+                .get_node(&id)
+                .map_or_else(String::new, |n| n.addr.clone());
+            let (matched_index, last_contact_ms) = if id == me {
+                (metrics.last_log_index, Some(0))
+            } else {
+                let matched = replication.get(&id).copied().flatten().map(|l| l.index);
+                let contact = heartbeat
+                    .get(&id)
+                    .copied()
+                    .flatten()
+                    .map(|at| at.elapsed().as_millis() as u64);
+                (matched, contact)
+            };
+            VoterStatus {
+                node_id: id as i32,
+                address,
+                matched_index,
+                last_contact_ms,
+            }
+        };
+        let voter_ids: Vec<u64> = membership.voter_ids().collect();
+        let voters = voter_ids.iter().map(|id| status_of(*id)).collect();
+        let observers = membership
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| !voter_ids.contains(id))
+            .map(status_of)
             .collect();
         Ok(QuorumStatus {
             leader: me as i32,
             term: metrics.current_term,
             commit_index: metrics.local_committed.map(|l| l.index),
             voters,
+            observers,
         })
     }
 
@@ -565,6 +687,73 @@ mod tests {
         })
         .await;
         for node in nodes.iter().flatten() {
+            node.shutdown().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broker_only_node_joins_as_an_observer_and_follows_the_log() {
+        let dirs: Vec<tempfile::TempDir> = (0..4)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let mut listeners = Vec::new();
+        for _ in 0..4 {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+        }
+        let addresses: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("addr").to_string())
+            .collect();
+        let voters: BTreeMap<i32, String> = (1..=3).zip(addresses.iter().cloned()).collect();
+        let mut listeners = listeners.into_iter();
+        let mut nodes = Vec::new();
+        for id in 1..=4 {
+            let listener = listeners.next().expect("listener");
+            let dir = dirs[(id - 1) as usize].path();
+            let quorum = Arc::new(open(dir, id, &voters, listener).await);
+            if id <= 3 {
+                quorum.serve_control(Arc::new(crate::Controller::new(quorum.clone())));
+            }
+            nodes.push(quorum);
+        }
+        let observer = nodes[3].clone();
+        observer
+            .join_as_observer(&addresses[3])
+            .await
+            .expect("joined");
+        observer
+            .join_as_observer(&addresses[3])
+            .await
+            .expect("joining again changes nothing");
+        let leader = observer.leader().expect("a leader");
+        assert!((1..=3).contains(&leader), "only voters lead");
+        let leading = nodes[(leader - 1) as usize].clone();
+        assert_eq!(
+            leading.propose(producer_ids(0)).await.expect("committed"),
+            1
+        );
+        eventually("the observer applies the command", || {
+            observer.images().borrow().next_producer_id == 10
+        })
+        .await;
+        let status = leading.status().expect("the leader's view");
+        assert_eq!(status.voters.len(), 3);
+        assert_eq!(
+            status
+                .observers
+                .iter()
+                .map(|o| o.node_id)
+                .collect::<Vec<_>>(),
+            vec![4]
+        );
+        assert!(
+            matches!(
+                observer.propose(producer_ids(10)).await,
+                Err(ControllerError::NotController(_))
+            ),
+            "an observer does not commit on its own"
+        );
+        for node in &nodes {
             node.shutdown().await;
         }
     }

@@ -43,7 +43,12 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 quorum.epoch,
                 quorum.high_watermark - 1
             );
-            for voter in &quorum.voters {
+            let members = quorum
+                .voters
+                .iter()
+                .map(|v| ("voter", v))
+                .chain(quorum.observers.iter().map(|o| ("observer", o)));
+            for (role, voter) in members {
                 let contact = match voter.last_fetch_timestamp {
                     -1 => "never heard from".to_string(),
                     at => format!("heard from {} ms ago", (now_ms - at).max(0)),
@@ -52,7 +57,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                     -1 => "unknown".to_string(),
                     end => end.to_string(),
                 };
-                outln!("  voter {}  log end {log_end}  {contact}", voter.node_id);
+                outln!("  {role} {}  log end {log_end}  {contact}", voter.node_id);
             }
         }
         Err(error) => outln!("metadata quorum:          unknown ({error:#})"),
