@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run Apache Kafka (KRaft, one combined broker+controller node) on 127.0.0.1 as the reference
-# broker for bench/compare.sh.
+# broker for bench/compare.sh, or one node of a local multi-node KRaft cluster
+# (bench/cluster-compare.sh).
 #
 # Usage: bench/kafka.sh start|stop|status|fetch [options]
 #
@@ -27,6 +28,22 @@
 #                       log.dirs, replication factors of 1 for the internal topics): every other
 #                       setting at Kafka's default, so that DescribeConfigs reports Kafka's
 #                       defaults as such (the differential suite's reference)
+#   --libs DIR          jar directory (default DIR/libs of --work); lets the nodes of a cluster,
+#                       each with its own --work, share one download
+#
+# One node of a multi-node cluster (every node a broker and a controller, static quorum):
+#   --node-id N         node.id (default 1)
+#   --voters LIST       controller.quorum.voters, the same on every node, e.g.
+#                       1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194 (default: this node
+#                       alone, N@127.0.0.1:C); the internal topics (consumer offsets, transaction
+#                       and share-group state) get min(3, voters) replicas and a min ISR of
+#                       min(2, voters), Kafka's own defaults for three or more nodes
+#   --cluster-id ID     cluster id to format the storage with, the same on every node (default:
+#                       a new random one; a cluster needs one given: StorageTool random-uuid,
+#                       or any 16 bytes in URL-safe base64 without padding, not starting with -)
+# Each node has its own --work (config, data, logs, pid file) and ports. `start` returns once
+# its node is ready, which needs a majority of the voters running: start the nodes of a
+# cluster concurrently (one `start` per node, in the background) and wait for all of them.
 #
 # The jars come from Maven Central through `mvn dependency:copy-dependencies` on a generated
 # pom (kafka_2.13, kafka-tools without Connect, and log4j-slf4j-impl), into DIR/libs. The
@@ -57,6 +74,10 @@ BARE=0
 READY_TIMEOUT=180
 STOP_TIMEOUT=60
 EXTRA=()
+LIBS=""
+NODE_ID=1
+VOTERS=""
+CLUSTER_ID=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --port) PORT="$2"; shift 2 ;;
@@ -70,16 +91,33 @@ while [[ $# -gt 0 ]]; do
         --ready-timeout) READY_TIMEOUT="$2"; shift 2 ;;
         --stop-timeout) STOP_TIMEOUT="$2"; shift 2 ;;
         --set) EXTRA+=("$2"); shift 2 ;;
+        --libs) LIBS="$2"; shift 2 ;;
+        --node-id) NODE_ID="$2"; shift 2 ;;
+        --voters) VOTERS="$2"; shift 2 ;;
+        --cluster-id) CLUSTER_ID="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
 [[ "$VERSION" == 4.* ]] || { echo "only Kafka 4.x (KRaft) is supported, not $VERSION" >&2; exit 2; }
+[[ "$NODE_ID" =~ ^[0-9]+$ ]] || { echo "--node-id wants a number, not $NODE_ID" >&2; exit 2; }
+[[ -z "$CLUSTER_ID" || "$CLUSTER_ID" =~ ^[A-Za-z0-9_][A-Za-z0-9_-]{21}$ ]] ||
+    { echo "--cluster-id wants 22 URL-safe base64 characters not starting with -, not $CLUSTER_ID" >&2; exit 2; }
 [[ -n "$CPORT" ]] || CPORT=$((PORT + 1))
+[[ -n "$VOTERS" ]] || VOTERS="$NODE_ID@127.0.0.1:$CPORT"
+[[ ",$VOTERS," == *",$NODE_ID@"* ]] ||
+    { echo "--voters $VOTERS does not name node $NODE_ID" >&2; exit 2; }
+# Replication of the internal topics: 1 for one node (config/server.properties), else Kafka's
+# defaults (3 replicas, min ISR 2) capped by the number of nodes.
+VOTER_COUNT="$(tr ',' '\n' <<<"$VOTERS" | grep -c .)"
+INTERNAL_RF=$((VOTER_COUNT < 3 ? VOTER_COUNT : 3))
+INTERNAL_MIN_ISR=$((INTERNAL_RF < 2 ? INTERNAL_RF : 2))
 [[ -n "$WORK" ]] || WORK="${WEIR_BENCH_WORK:-/tmp/weir-bench}/kafka-$VERSION"
 mkdir -p "$WORK"
 WORK="$(cd "$WORK" && pwd)"
-LIBS="$WORK/libs"
+[[ -n "$LIBS" ]] || LIBS="$WORK/libs"
+mkdir -p "$(dirname "$LIBS")"
+LIBS="$(cd "$(dirname "$LIBS")" && pwd)/$(basename "$LIBS")"
 DATA="$WORK/data"
 LOGS="$WORK/logs"
 PIDFILE="$WORK/kafka.pid"
@@ -161,19 +199,19 @@ write_config() {
     # Kafka's config/server.properties for a combined KRaft node, on loopback, static quorum.
     cat >"$PROPS.part" <<EOF
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$CPORT
+node.id=$NODE_ID
+controller.quorum.voters=$VOTERS
 listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
 advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$DATA
-offsets.topic.replication.factor=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+offsets.topic.replication.factor=$INTERNAL_RF
+share.coordinator.state.topic.replication.factor=$INTERNAL_RF
+share.coordinator.state.topic.min.isr=$INTERNAL_MIN_ISR
+transaction.state.log.replication.factor=$INTERNAL_RF
+transaction.state.log.min.isr=$INTERNAL_MIN_ISR
 EOF
     if [[ $BARE -eq 0 ]]; then
         cat >>"$PROPS.part" <<EOF
@@ -243,9 +281,10 @@ start() {
     write_config
     java_opts
     if [[ ! -f "$DATA/meta.properties" ]]; then
-        local cluster_id
-        cluster_id="$(timeout 120 java -Xmx256m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" \
-            kafka.tools.StorageTool random-uuid 2>>"$WORK/format.log" | tail -n1)"
+        local cluster_id="$CLUSTER_ID"
+        [[ -n "$cluster_id" ]] ||
+            cluster_id="$(timeout 120 java -Xmx256m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" \
+                kafka.tools.StorageTool random-uuid 2>>"$WORK/format.log" | tail -n1)"
         [[ -n "$cluster_id" ]] || die "StorageTool random-uuid failed (log: $WORK/format.log)"
         timeout 120 java -Xmx256m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" \
             kafka.tools.StorageTool format -t "$cluster_id" -c "$PROPS" \
