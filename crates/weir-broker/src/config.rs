@@ -7,7 +7,9 @@ use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
-use weir_metadata::broker_config::{broker_setting, parse_host_counts, BROKER_SETTINGS};
+use weir_metadata::broker_config::{
+    broker_setting, parse_host_counts, SettingKind, BROKER_SETTINGS,
+};
 use weir_metadata::topic_config::{
     compression_codec, dynamic_broker_config, topic_config, ConfigKind, TopicConfigDef,
     CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
@@ -438,17 +440,19 @@ impl BrokerConfig {
             let set = levels
                 .iter()
                 .map(|(value, source)| (s.name.to_string(), value.to_string(), *source));
-            let default = (
-                s.name.to_string(),
-                s.default.to_string(),
-                ConfigSource::Default,
-            );
+            // A free-text setting without a default (`broker.rack`) is null when unset, with
+            // no default among its synonyms, as Kafka describes it.
+            let null_default = matches!(s.kind, SettingKind::Text) && s.default.is_empty();
+            let default = (!null_default).then(|| {
+                let default = s.default.to_string();
+                (s.name.to_string(), default, ConfigSource::Default)
+            });
             DescribedConfig {
                 name: s.name.to_string(),
-                value: Some(value.to_string()),
+                value: (!(null_default && levels.is_empty())).then(|| value.to_string()),
                 source,
                 doc: s.doc,
-                synonyms: set.chain([default]).collect(),
+                synonyms: set.chain(default).collect(),
                 read_only: !s.dynamic,
                 config_type: s.kind.type_code(),
             }
