@@ -31,8 +31,9 @@ from clients import (
     read_confluent,
     unique_topic,
 )
-from harness import Deadline, weir_binary
+from harness import Deadline
 from weir_cluster import DevCluster, free_base_port
+import weir_cli
 from test_java import JARS_DIR, JVM_FLAGS
 
 NODES = 4
@@ -83,13 +84,9 @@ def four_nodes(tmp_path):
         cluster.kill()
 
 
-def weir(bootstrap: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(weir_binary()), *args, "--brokers", bootstrap],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def weir(bootstrap: str, *args: str, timeout: float = 180) -> weir_cli.CliResult:
+    """`weir ARGS --brokers BOOTSTRAP`, bounded by ``timeout``."""
+    return weir_cli.run(list(args), bootstrap, deadline=timeout)
 
 
 def partitions_of(bootstrap: str, topic: str):
@@ -169,7 +166,7 @@ def test_reassignment_onto_a_fourth_broker_under_load_loses_nothing(four_nodes):
         time.sleep(0.2)
 
 
-def producer_was_writing_during(moved: subprocess.CompletedProcess, delivered: list) -> bool:
+def producer_was_writing_during(moved: weir_cli.CliResult, delivered: list) -> bool:
     """The move ran while the load did: it reported copying, and the producer's records span
     more than the move's first second (a sanity check that the test exercised the overlap)."""
     return "copying to" in moved.stdout and len(delivered) == RECORDS

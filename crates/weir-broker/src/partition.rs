@@ -275,11 +275,11 @@ impl Partition {
                 return Err(LogError::Deleted);
             }
         }
-        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
-        drop(log);
-        tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "truncated a divergent log to follow the new leader");
-        self.publish_log_end(log_end);
-        self.publish_high_watermark(high_watermark);
+        self.publish_rewritten(
+            log,
+            before,
+            "truncated a divergent log to follow the new leader",
+        );
         Ok(())
     }
 
@@ -295,12 +295,22 @@ impl Partition {
             }
             return Err(LogError::Deleted);
         }
+        self.publish_rewritten(
+            log,
+            before,
+            "the leader no longer has this replica's offsets: starting over at its log start",
+        );
+        Ok(())
+    }
+
+    /// After a follower cut its log back (from `before`): logs `why` and wakes those waiting on
+    /// the log end and high watermark, with the lock released.
+    fn publish_rewritten(&self, log: RwLockWriteGuard<'_, Log>, before: i64, why: &str) {
         let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
         drop(log);
-        tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "the leader no longer has this replica's offsets: starting over at its log start");
+        tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "{why}");
         self.publish_log_end(log_end);
         self.publish_high_watermark(high_watermark);
-        Ok(())
     }
 
     /// Whether this broker leads the partition: only the leader takes writes and serves

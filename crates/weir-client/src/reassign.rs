@@ -4,7 +4,7 @@
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
@@ -65,11 +65,15 @@ fn ids(nodes: &[BrokerId]) -> Vec<i32> {
 /// `(topic, partition)` pairs grouped by topic, in first-seen order.
 fn grouped<T: Clone>(items: &[(String, i32, T)]) -> Vec<(String, Vec<(i32, T)>)> {
     let mut topics: Vec<(String, Vec<(i32, T)>)> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
     for (topic, partition, value) in items {
         let entry = (*partition, value.clone());
-        match topics.iter_mut().find(|(name, _)| name == topic) {
-            Some((_, list)) => list.push(entry),
-            None => topics.push((topic.clone(), vec![entry])),
+        match index.get(topic.as_str()) {
+            Some(&i) => topics[i].1.push(entry),
+            None => {
+                index.insert(topic, topics.len());
+                topics.push((topic.clone(), vec![entry]));
+            }
         }
     }
     topics

@@ -101,12 +101,12 @@ pub(crate) fn check_replica_list(
     if replicas.is_empty() {
         return refuse("The manual partition assignment includes an empty replica list.".into());
     }
-    for (i, node_id) in replicas.iter().enumerate() {
-        if replicas[..i].contains(node_id) {
-            return refuse(format!(
-                "The manual partition assignment includes the broker {node_id} more than once."
-            ));
-        }
+    // One pass: a hostile list of millions of ids must not cost a quadratic scan.
+    let mut seen = std::collections::HashSet::with_capacity(replicas.len());
+    if let Some(node_id) = replicas.iter().find(|id| !seen.insert(**id)) {
+        return refuse(format!(
+            "The manual partition assignment includes the broker {node_id} more than once."
+        ));
     }
     if let Some(unknown) = replicas.iter().find(|b| image.broker(**b).is_none()) {
         return refuse(format!(

@@ -12,7 +12,7 @@ use weir_metadata::{
     PartitionImage, TopicImage, NO_LEADER,
 };
 
-use crate::reassignment::{completed, preferred_elections};
+use crate::reassignment::{completed, partition_change, preferred_elections};
 use crate::Controller;
 
 /// Name of the setting that lets an out-of-sync replica become leader.
@@ -205,12 +205,14 @@ impl Controller {
                 request.leader,
                 isr.clone(),
             )
-            .unwrap_or(PartitionChange {
-                topic_id: request.topic_id,
-                partition: request.partition,
-                leader: request.leader,
-                isr,
-                assignment: None,
+            .unwrap_or_else(|| {
+                partition_change(
+                    request.topic_id,
+                    request.partition,
+                    request.leader,
+                    isr,
+                    None,
+                )
             });
             self.commit(MetadataCommand::ChangePartitions {
                 changes: vec![change],
@@ -326,13 +328,7 @@ pub(crate) fn unclean_allowed(image: &MetadataImage, topic: &TopicImage) -> bool
 }
 
 fn change(topic: &TopicImage, index: usize, leader: i32, isr: Vec<i32>) -> PartitionChange {
-    PartitionChange {
-        topic_id: topic.topic_id,
-        partition: index as i32,
-        leader,
-        isr,
-        assignment: None,
-    }
+    partition_change(topic.topic_id, index as i32, leader, isr, None)
 }
 
 /// Every partition of `image` with its topic and index.

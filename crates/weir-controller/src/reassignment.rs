@@ -125,7 +125,9 @@ impl Controller {
 /// A partition's change, none when it is already as asked, or why it is refused.
 pub type Decision = Result<Option<PartitionChange>, PartitionRefusal>;
 
-fn partition_change(
+/// A change of partition `partition` of topic `topic_id`: its new leader and ISR, and its new
+/// replicas when `assignment` is given.
+pub(crate) fn partition_change(
     topic_id: Uuid,
     partition: i32,
     leader: i32,

@@ -2,6 +2,8 @@
 //! how far each is behind its high watermark (a replica being copied shows its lag), as
 //! Kafka's reassignment and log-dirs tools read them.
 
+use std::collections::HashSet;
+
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
@@ -12,14 +14,19 @@ use crate::handlers::str_bytes;
 
 /// Every replica hosted here, or those of the named partitions, grouped by topic.
 pub fn describe(broker: &Broker, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
-    let wanted = |topic: &str, index: i32| match &request.topics {
-        None => true,
-        Some(topics) => topics
+    // The partitions asked for as a set: a request may name very many.
+    let asked: Option<HashSet<(&str, i32)>> = request.topics.as_ref().map(|topics| {
+        topics
             .iter()
-            .any(|t| t.topic.0.as_str() == topic && t.partitions.contains(&index)),
-    };
+            .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.0.as_str(), *p)))
+            .collect()
+    });
     let mut hosted = broker.partitions.all();
-    hosted.retain(|p| wanted(&p.topic, p.index));
+    hosted.retain(|p| {
+        asked
+            .as_ref()
+            .is_none_or(|asked| asked.contains(&(p.topic.as_str(), p.index)))
+    });
     hosted.sort_by(|a, b| (&a.topic, a.index).cmp(&(&b.topic, b.index)));
     let mut result = DescribeLogDirsResult::default();
     result.log_dir = str_bytes(broker.partitions.logs_dir().display().to_string());

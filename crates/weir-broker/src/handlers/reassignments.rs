@@ -2,6 +2,7 @@
 //! controller and answered once the applied image shows them, and ListPartitionReassignments
 //! from the applied image.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::alter_partition_reassignments_response::{
@@ -50,13 +51,18 @@ fn outcome_reply(outcome: &PartitionOutcome) -> Option<ErrorReply> {
         .map(|r| ErrorReply::new(refusal_error(r), r.message()))
 }
 
-/// Outcomes grouped by topic, in the order topics first appear.
+/// Outcomes grouped by topic, in the order topics first appear (one pass: a request may name
+/// very many topics).
 fn by_topic(outcomes: Vec<PartitionOutcome>) -> Vec<(String, Vec<PartitionOutcome>)> {
     let mut topics: Vec<(String, Vec<PartitionOutcome>)> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
     for outcome in outcomes {
-        match topics.iter_mut().find(|(name, _)| *name == outcome.topic) {
-            Some((_, list)) => list.push(outcome),
-            None => topics.push((outcome.topic.clone(), vec![outcome])),
+        match index.get(&outcome.topic) {
+            Some(&i) => topics[i].1.push(outcome),
+            None => {
+                index.insert(outcome.topic.clone(), topics.len());
+                topics.push((outcome.topic.clone(), vec![outcome]));
+            }
         }
     }
     topics

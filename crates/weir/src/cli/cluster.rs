@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use weir_client::Admin;
 
-use super::{within, ConnectArgs};
+use super::{id_list, within, ConnectArgs};
 
 /// Cluster information.
 #[derive(Debug, Args)]
@@ -72,10 +72,6 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         "under-replicated:         {}",
         status.under_replicated.len()
     );
-    let list = |nodes: &[i32]| {
-        let ids: Vec<String> = nodes.iter().map(i32::to_string).collect();
-        ids.join(",")
-    };
     for p in &status.under_replicated {
         let leader = match p.leader {
             -1 => "none (offline)".to_string(),
@@ -85,8 +81,8 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             "  {}-{}  leader {leader}  replicas {}  isr {}",
             p.topic,
             p.partition,
-            list(&p.replicas),
-            list(&p.isr)
+            id_list(&p.replicas),
+            id_list(&p.isr)
         );
     }
     Ok(())

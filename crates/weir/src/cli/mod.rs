@@ -130,6 +130,11 @@ pub async fn within<T>(
     }
 }
 
+/// Broker ids as `1,2,3`, as the command output lists replicas and ISRs.
+pub fn id_list(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// Parses `key=value`.
 pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

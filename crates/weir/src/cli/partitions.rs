@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde::Deserialize;
 use weir_client::{Admin, Election, OngoingReassignment, PartitionResult};
 
-use super::{within, ConnectArgs};
+use super::{id_list, within, ConnectArgs};
 
 /// How often a waiting `reassign` looks at the moves in progress.
 const PROGRESS_POLL: Duration = Duration::from_millis(500);
@@ -135,19 +135,14 @@ pub async fn run(args: PartitionsArgs) -> anyhow::Result<()> {
     }
 }
 
-fn list(ids: &[i32]) -> String {
-    let ids: Vec<String> = ids.iter().map(i32::to_string).collect();
-    ids.join(",")
-}
-
 fn describe_move(m: &OngoingReassignment) -> String {
     format!(
         "{}-{}  replicas {}  adding {}  removing {}",
         m.topic,
         m.partition,
-        list(&m.replicas),
-        list(&m.adding),
-        list(&m.removing)
+        id_list(&m.replicas),
+        id_list(&m.adding),
+        id_list(&m.removing)
     )
 }
 
@@ -310,12 +305,12 @@ async fn wait_for_moves(
                     });
                     format!(
                         "copying to {} ({synced} of {} in sync{copied}; isr {})",
-                        list(&m.adding),
+                        id_list(&m.adding),
                         m.adding.len(),
-                        list(&isr)
+                        id_list(&isr)
                     )
                 }
-                None => format!("done: isr {}", list(&isr)),
+                None => format!("done: isr {}", id_list(&isr)),
             };
             if shown.get(&key) != Some(&state) {
                 outln!("[{elapsed:7.1}s] {topic}-{partition}: {state}");

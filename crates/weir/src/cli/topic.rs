@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use clap::{Args, Subcommand};
 use weir_client::{Admin, ClientError};
 
-use super::{parse_key_value, within, ConnectArgs};
+use super::{id_list, parse_key_value, within, ConnectArgs};
 
 /// Topic administration.
 #[derive(Debug, Args)]
@@ -129,14 +129,12 @@ pub async fn run(args: TopicArgs) -> anyhow::Result<()> {
                 "HIGH-WATERMARK"
             );
             for (p, (start, end)) in info.partitions.iter().zip(&description.offsets) {
-                let list =
-                    |ids: &[i32]| ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
                 outln!(
                     "{:>9}  {:>6}  {:>10}  {:>10}  {:>12}  {:>14}",
                     p.partition,
                     p.leader,
-                    list(&p.replicas),
-                    list(&p.isr),
+                    id_list(&p.replicas),
+                    id_list(&p.isr),
                     start,
                     end
                 );
