@@ -20,7 +20,7 @@ pub mod partition;
 mod rate_limit;
 pub mod registry;
 mod replica_fetcher;
-mod replication;
+pub mod replication;
 pub mod reply;
 pub mod server;
 

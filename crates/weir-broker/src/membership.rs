@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use weir_metadata::{
     AlterPartition, BrokerRegistration, ControllerError, MetadataImage, NO_LEADER,
@@ -177,7 +177,7 @@ impl Broker {
                 if !partition.is_leader() {
                     continue;
                 }
-                if let Some(request) = partition.lagging_followers(lag_max) {
+                if let Some(request) = partition.lagging_followers(lag_max, Instant::now()) {
                     self.ask_isr_change(partition, request);
                 }
             }

@@ -164,13 +164,14 @@ impl Partition {
         }
     }
 
-    /// A follower fetched from `fetch_offset`: its progress is recorded, the high watermark
-    /// moves if the ISR allows, and, when it has caught up while out of the ISR, the ISR
-    /// change to ask the controller for is returned.
+    /// A follower fetched from `fetch_offset` at `now`: its progress is recorded, the high
+    /// watermark moves if the ISR allows, and, when it has caught up while out of the ISR, the
+    /// ISR change to ask the controller for is returned.
     pub fn replica_fetched(
         &self,
         replica: i32,
         fetch_offset: i64,
+        now: Instant,
     ) -> Result<Option<IsrRequest>, NotAReplica> {
         let mut replication = self.replication();
         let (log_end, epoch_start) = {
@@ -181,7 +182,7 @@ impl Partition {
                 .map_or(0, |(_, end)| end);
             (log.log_end_offset(), start)
         };
-        if !replication.record_fetch(replica, fetch_offset, log_end, Instant::now()) {
+        if !replication.record_fetch(replica, fetch_offset, log_end, now) {
             return Err(NotAReplica);
         }
         self.advance_high_watermark(&replication);
@@ -194,10 +195,10 @@ impl Partition {
         Ok(expansion)
     }
 
-    /// The ISR change to ask for when some follower has been behind for `lag_max`.
-    pub fn lagging_followers(&self, lag_max: Duration) -> Option<IsrRequest> {
+    /// The ISR change to ask for when some follower has been behind for `lag_max` at `now`.
+    pub fn lagging_followers(&self, lag_max: Duration, now: Instant) -> Option<IsrRequest> {
         let node_id = self.node_id.load(Ordering::Acquire);
-        self.replication().shrink(node_id, lag_max, Instant::now())
+        self.replication().shrink(node_id, lag_max, now)
     }
 
     /// The controller refused or did not answer `request`: another may be asked.
@@ -261,6 +262,17 @@ impl Partition {
         appended
     }
 
+    /// Truncates a follower whose leader says its log diverges after `epoch`, which ends at
+    /// `end_offset` in the leader's log (KIP-320): to where both logs' `epoch` ends, the
+    /// smaller of the two. Blocking, as [`Partition::truncate_to`].
+    pub fn truncate_diverging(&self, epoch: i32, end_offset: i64) -> Result<(), LogError> {
+        let own_end = self
+            .log()
+            .end_offset_for_epoch(epoch)
+            .map_or(end_offset, |(_, end)| end);
+        self.truncate_to(own_end.min(end_offset))
+    }
+
     /// Removes every record from `offset` on (a follower diverging from its new leader).
     /// Blocking; a failure other than a lack of space stops the process.
     pub fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
@@ -319,15 +331,16 @@ impl Partition {
         self.leader.load(Ordering::Acquire)
     }
 
-    /// Takes the role the metadata gives this broker (`node_id`) for the partition. Becoming
+    /// Takes the role the metadata gives this broker (`node_id`) for the partition at `now`
+    /// (when followers' progress starts afresh). Becoming
     /// leader at a newer leader epoch starts that epoch at the log end, so every batch appended
     /// from now on carries it and OffsetForLeaderEpoch can tell where the previous one ended.
     /// Blocking (the epoch checkpoint is written once per leader change); without space for
     /// it the partition is not led until a later call succeeds.
-    pub fn follow(&self, image: &PartitionImage, node_id: i32) {
+    pub fn follow(&self, image: &PartitionImage, node_id: i32, now: Instant) {
         self.node_id.store(node_id, Ordering::Release);
         let mut replication = self.replication();
-        replication.update(image, node_id, Instant::now());
+        replication.update(image, node_id, now);
         self.log_mut().set_replicated(image.replicas.len() > 1);
         let mut leads = image.leader == node_id;
         if leads {

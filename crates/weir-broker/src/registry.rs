@@ -195,7 +195,7 @@ impl PartitionRegistry {
         for topic in wanted.values() {
             for (index, assigned) in (0i32..).zip(&topic.partitions) {
                 if let Some(partition) = self.get(&topic.name, index) {
-                    partition.follow(assigned, node_id);
+                    partition.follow(assigned, node_id, std::time::Instant::now());
                 }
             }
         }

@@ -304,12 +304,8 @@ fn apply_partition(partition: &Partition, data: PartitionData) -> bool {
     }
     if data.diverging_epoch.epoch >= 0 {
         let diverging = &data.diverging_epoch;
-        let own_end = partition
-            .log()
-            .end_offset_for_epoch(diverging.epoch)
-            .map_or(diverging.end_offset, |(_, end)| end);
         return partition
-            .truncate_to(own_end.min(diverging.end_offset))
+            .truncate_diverging(diverging.epoch, diverging.end_offset)
             .is_ok();
     }
     let records = data.records.unwrap_or_default();

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use weir_log::Log;
 use weir_metadata::PartitionImage;
 
 /// How far one follower has got, as its fetches tell the leader.
@@ -192,6 +193,20 @@ impl Replication {
         if self.pending.as_ref() == Some(request) {
             self.pending = None;
         }
+    }
+}
+
+/// Where a follower whose last batch has epoch `last_epoch` and whose log ends at
+/// `fetch_offset` diverges from this leader's log (KIP-320): the largest epoch up to
+/// `last_epoch` the leader knows and where it ends here, when that is not `last_epoch` or ends
+/// before `fetch_offset`. `None` when the logs agree (or the follower sent no epoch).
+pub fn divergence(log: &Log, last_epoch: i32, fetch_offset: i64) -> Option<(i32, i64)> {
+    if last_epoch < 0 {
+        return None;
+    }
+    match log.end_offset_for_epoch(last_epoch) {
+        Some((epoch, end)) => (epoch != last_epoch || end < fetch_offset).then_some((epoch, end)),
+        None => Some((0, log.log_start_offset())),
     }
 }
 

@@ -9,7 +9,7 @@
 
 mod controller;
 mod forward;
-mod liveness;
+pub mod liveness;
 mod placement;
 pub mod query;
 mod quorum;

@@ -154,66 +154,15 @@ impl Controller {
         Ok(())
     }
 
-    /// Changes a partition's ISR as its leader asks (Kafka's AlterPartition): refused when
-    /// the leader or the partition moved on since the state the leader saw, or when a replica
-    /// it adds may not be in sync (not a replica, or fenced).
+    /// Changes a partition's ISR as its leader asks (Kafka's AlterPartition), as
+    /// [`isr_change`] decides, and answers with the partition as it is then.
     pub async fn alter_partition(
         &self,
         request: AlterPartition,
     ) -> Result<PartitionImage, ControllerError> {
         self.check_leading()?;
         let _turn = self.deciding.lock().await;
-        let image = self.image();
-        Self::check_broker_epoch(&image, request.leader, request.broker_epoch)?;
-        let topic = image
-            .topic_by_id(request.topic_id)
-            .ok_or_else(|| ControllerError::UnknownTopic(request.topic_id.to_string()))?;
-        let partition = topic.partition(request.partition).ok_or_else(|| {
-            ControllerError::UnknownTopic(format!("{}-{}", topic.name, request.partition))
-        })?;
-        if partition.leader != request.leader || partition.leader_epoch != request.leader_epoch {
-            return Err(ControllerError::FencedLeaderEpoch(format!(
-                "{}-{} is led by {} at epoch {}",
-                topic.name, request.partition, partition.leader, partition.leader_epoch
-            )));
-        }
-        if partition.partition_epoch != request.partition_epoch {
-            return Err(ControllerError::InvalidUpdateVersion(format!(
-                "{}-{} is at partition epoch {}, not {}",
-                topic.name, request.partition, partition.partition_epoch, request.partition_epoch
-            )));
-        }
-        let eligible = |id: &i32| {
-            partition.replicas.contains(id) && (partition.isr.contains(id) || image.is_alive(*id))
-        };
-        if !request.isr.contains(&request.leader) || !request.isr.iter().all(eligible) {
-            return Err(ControllerError::IneligibleReplica(format!(
-                "ISR {:?} of {}-{} must hold its leader and only live replicas of {:?}",
-                request.isr, topic.name, request.partition, partition.replicas
-            )));
-        }
-        let mut isr = request.isr.clone();
-        isr.sort_by_key(|id| partition.replicas.iter().position(|r| r == id));
-        isr.dedup();
-        if isr != partition.isr {
-            // The last target replica of a reassignment in sync completes it.
-            let change = completed(
-                &image,
-                request.topic_id,
-                request.partition,
-                partition,
-                request.leader,
-                isr.clone(),
-            )
-            .unwrap_or_else(|| {
-                partition_change(
-                    request.topic_id,
-                    request.partition,
-                    request.leader,
-                    isr,
-                    None,
-                )
-            });
+        if let Some(change) = isr_change(&self.image(), &request)? {
             self.commit(MetadataCommand::ChangePartitions {
                 changes: vec![change],
             })
@@ -315,6 +264,69 @@ impl Leases {
             .map(|b| b.node_id)
             .collect()
     }
+}
+
+/// What a leader's AlterPartition asks of `image`: the change to commit, `None` when the ISR
+/// asked for is the one the partition has. Refused when the broker epoch is stale, when the
+/// leader or the partition moved on since the state the leader saw, or when a replica it adds
+/// may not be in sync (not a replica, or fenced). The last replica of a reassignment to come
+/// in sync completes it.
+pub fn isr_change(
+    image: &MetadataImage,
+    request: &AlterPartition,
+) -> Result<Option<PartitionChange>, ControllerError> {
+    Controller::check_broker_epoch(image, request.leader, request.broker_epoch)?;
+    let topic = image
+        .topic_by_id(request.topic_id)
+        .ok_or_else(|| ControllerError::UnknownTopic(request.topic_id.to_string()))?;
+    let partition = topic.partition(request.partition).ok_or_else(|| {
+        ControllerError::UnknownTopic(format!("{}-{}", topic.name, request.partition))
+    })?;
+    if partition.leader != request.leader || partition.leader_epoch != request.leader_epoch {
+        return Err(ControllerError::FencedLeaderEpoch(format!(
+            "{}-{} is led by {} at epoch {}",
+            topic.name, request.partition, partition.leader, partition.leader_epoch
+        )));
+    }
+    if partition.partition_epoch != request.partition_epoch {
+        return Err(ControllerError::InvalidUpdateVersion(format!(
+            "{}-{} is at partition epoch {}, not {}",
+            topic.name, request.partition, partition.partition_epoch, request.partition_epoch
+        )));
+    }
+    let eligible = |id: &i32| {
+        partition.replicas.contains(id) && (partition.isr.contains(id) || image.is_alive(*id))
+    };
+    if !request.isr.contains(&request.leader) || !request.isr.iter().all(eligible) {
+        return Err(ControllerError::IneligibleReplica(format!(
+            "ISR {:?} of {}-{} must hold its leader and only live replicas of {:?}",
+            request.isr, topic.name, request.partition, partition.replicas
+        )));
+    }
+    let mut isr = request.isr.clone();
+    isr.sort_by_key(|id| partition.replicas.iter().position(|r| r == id));
+    isr.dedup();
+    if isr == partition.isr {
+        return Ok(None);
+    }
+    let change = completed(
+        image,
+        request.topic_id,
+        request.partition,
+        partition,
+        request.leader,
+        isr.clone(),
+    )
+    .unwrap_or_else(|| {
+        partition_change(
+            request.topic_id,
+            request.partition,
+            request.leader,
+            isr,
+            None,
+        )
+    });
+    Ok(Some(change))
 }
 
 /// Whether `topic` lets an out-of-sync replica lead: its own setting, else the cluster-wide

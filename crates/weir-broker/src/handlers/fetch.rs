@@ -30,6 +30,7 @@ use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;
 use crate::handlers::errors::ErrorReply;
 use crate::partition::Partition;
+use crate::replication::divergence;
 use crate::reply::{FramePart, Reply, ResponseFrame};
 
 /// Longest long poll served, whatever `max_wait_ms` asks: bounds how long a request holds a
@@ -245,27 +246,13 @@ fn follower_fetched(
     if diverged.is_some() {
         return Ok(partition);
     }
-    match partition.replica_fetched(replica, request.fetch_offset) {
+    match partition.replica_fetched(replica, request.fetch_offset, std::time::Instant::now()) {
         Ok(Some(expansion)) => {
             broker.ask_isr_change(partition.clone(), expansion);
             Ok(partition)
         }
         Ok(None) => Ok(partition),
         Err(_) => Err(ResponseError::NotLeaderOrFollower),
-    }
-}
-
-/// Where a follower whose last batch has epoch `last_epoch` and whose log ends at
-/// `fetch_offset` diverges from this leader's log (KIP-320): the largest epoch up to
-/// `last_epoch` the leader knows and where it ends here, when that is not `last_epoch` or ends
-/// before `fetch_offset`. `None` when the logs agree (or the follower sent no epoch).
-fn divergence(log: &weir_log::Log, last_epoch: i32, fetch_offset: i64) -> Option<(i32, i64)> {
-    if last_epoch < 0 {
-        return None;
-    }
-    match log.end_offset_for_epoch(last_epoch) {
-        Some((epoch, end)) => (epoch != last_epoch || end < fetch_offset).then_some((epoch, end)),
-        None => Some((0, log.log_start_offset())),
     }
 }
 

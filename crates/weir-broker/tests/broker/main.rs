@@ -8,3 +8,4 @@ mod durability;
 mod hostile;
 mod protocol;
 mod replication;
+mod simulation;
