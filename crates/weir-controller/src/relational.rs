@@ -5,6 +5,10 @@
 //! tables to, so the tables always show one whole image. The metadata log stays the record:
 //! tables that fall behind (a write refused on a full disk, a schema from another version) are
 //! rebuilt from the image, and a failure here never refuses a metadata change.
+//!
+//! A Raft snapshot of the metadata is a database of the same tables as well
+//! ([`write_snapshot`]), holding in table `raft_snapshot` where in the log it was taken and the
+//! image as the controller loads it.
 
 use std::path::Path;
 
@@ -75,6 +79,15 @@ CREATE TABLE broker_configs (
     value TEXT NOT NULL
 );
 CREATE UNIQUE INDEX broker_configs_key ON broker_configs (ifnull(node_id, -1), name);
+";
+
+/// The table a snapshot database adds: its Raft position (JSON) and the image it holds (JSON).
+const SNAPSHOT_SCHEMA: &str = "
+CREATE TABLE raft_snapshot (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    meta TEXT NOT NULL,
+    image BLOB NOT NULL
+);
 ";
 
 /// The tables a rebuild empties, children first.
@@ -233,21 +246,61 @@ impl RelationalStore {
                 tx.execute(&format!("DELETE FROM {table}"), [])?;
             }
         }
-        for broker in image.brokers() {
-            insert_broker(&tx, broker)?;
-        }
-        for topic in image.topics() {
-            insert_topic(&tx, topic)?;
-        }
-        for node_id in image.broker_config_levels() {
-            let change = ConfigChange::setting(image.broker_configs(node_id).clone());
-            change_broker_configs(&tx, node_id, &change)?;
-        }
-        set_position(&tx, image)?;
+        fill(&tx, image)?;
         tx.commit()?;
         tracing::info!(target: "weir::controller", commands = image.applied_count, topics = image.topics().count(), "relational metadata rebuilt");
         Ok(())
     }
+}
+
+/// Inserts every row of `image` into empty tables.
+fn fill(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
+    for broker in image.brokers() {
+        insert_broker(tx, broker)?;
+    }
+    for topic in image.topics() {
+        insert_topic(tx, topic)?;
+    }
+    for node_id in image.broker_config_levels() {
+        let change = ConfigChange::setting(image.broker_configs(node_id).clone());
+        change_broker_configs(tx, node_id, &change)?;
+    }
+    set_position(tx, image)
+}
+
+/// A Raft snapshot of `image` as the bytes of a database file: the relational tables filled
+/// from the image and, in `raft_snapshot`, `meta` (the snapshot's place in the log) and
+/// `image_json` (the image as the controller loads it). Built in memory.
+pub fn write_snapshot(
+    meta: &str,
+    image: &MetadataImage,
+    image_json: &[u8],
+) -> rusqlite::Result<Vec<u8>> {
+    let mut conn = Connection::open_in_memory()?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    let tx = conn.transaction()?;
+    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(SNAPSHOT_SCHEMA)?;
+    fill(&tx, image)?;
+    tx.execute(
+        "INSERT INTO raft_snapshot (id, meta, image) VALUES (0, ?1, ?2)",
+        params![meta, image_json],
+    )?;
+    tx.commit()?;
+    let bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    Ok(bytes)
+}
+
+/// The snapshot's place in the log (JSON) and its image (JSON) from the bytes of a snapshot
+/// database, opened read-only in memory; bytes that are not one are an error.
+pub fn read_snapshot(bytes: &[u8]) -> rusqlite::Result<(String, Vec<u8>)> {
+    let mut conn = Connection::open_in_memory()?;
+    conn.deserialize_read_exact(rusqlite::MAIN_DB, bytes, bytes.len(), true)?;
+    conn.query_row(
+        "SELECT meta, image FROM raft_snapshot WHERE id = 0",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
 }
 
 fn set_position(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {

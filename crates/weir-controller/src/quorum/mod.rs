@@ -669,12 +669,18 @@ mod tests {
         .await;
         let second = leader_of(&nodes).expect("leader");
         let leader = nodes[(second - 1) as usize].as_ref().expect("running");
-        assert_eq!(
-            leader.propose(producer_ids(10)).await.expect("committed"),
-            2
-        );
+        // More than a snapshot's worth: the log the old leader missed is purged.
+        const MISSED: i64 = 1_500;
+        for i in 1..=MISSED {
+            let applied = leader
+                .propose(producer_ids(i * 10))
+                .await
+                .expect("committed");
+            assert_eq!(applied, i as u64 + 1);
+        }
 
-        // The old leader comes back on its address and catches up.
+        // The old leader comes back on its address and catches up from the new leader's
+        // snapshot (a database) and the log after it.
         let address = voters[&first].clone();
         let listener = TcpListener::bind(&address).await.expect("rebind");
         let back = open(dirs[(first - 1) as usize].path(), first, &voters, listener).await;
@@ -683,9 +689,12 @@ mod tests {
             nodes
                 .iter()
                 .flatten()
-                .all(|n| n.images().borrow().next_producer_id == 20)
+                .all(|n| n.images().borrow().next_producer_id == (MISSED + 1) * 10)
         })
         .await;
+        let installed = dirs[(first - 1) as usize].path().join("raft-snapshot.db");
+        let bytes = std::fs::read(&installed).expect("the snapshot it was sent");
+        crate::relational::read_snapshot(&bytes).expect("a snapshot database");
         for node in nodes.iter().flatten() {
             node.shutdown().await;
         }
@@ -780,7 +789,7 @@ mod tests {
         }
         let log_bytes = disk.read(&dir.join("raft-log")).expect("log").len();
         let snapshot_bytes = disk
-            .read(&dir.join("raft-snapshot.json"))
+            .read(&dir.join("raft-snapshot.db"))
             .expect("snapshot")
             .len();
         // Without purging, 2500 entries of ~150 bytes would be ~375 KB.
@@ -792,12 +801,44 @@ mod tests {
         quorum.shutdown().await;
         drop(quorum);
         disk.power_loss();
-        let quorum = RaftQuorum::open(storage, config(), None)
+        let quorum = RaftQuorum::open(storage.clone(), config(), None)
             .await
             .expect("reopened");
         let image = quorum.images().borrow().clone();
         assert_eq!(image.applied_count, COMMANDS as u64);
         assert_eq!(image.next_producer_id, COMMANDS * 10);
+        quorum.shutdown().await;
+        drop(quorum);
+
+        // The snapshot is a database of the relational tables as of its place in the log.
+        let snapshot = disk.read(&dir.join("raft-snapshot.db")).expect("snapshot");
+        let mut db = rusqlite::Connection::open_in_memory().expect("sqlite");
+        db.deserialize_read_exact(rusqlite::MAIN_DB, &snapshot[..], snapshot.len(), true)
+            .expect("a database");
+        let (applied, next_producer_id): (i64, i64) = db
+            .query_row(
+                "SELECT applied_count, next_producer_id FROM meta",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .expect("meta row");
+        assert!(applied >= 1000, "snapshot at {applied} commands");
+        assert_eq!(next_producer_id, applied * 10);
+
+        // An earlier version's JSON snapshot is read and turned into a database.
+        let (meta, image_json) = crate::relational::read_snapshot(&snapshot).expect("snapshot");
+        let mut legacy = meta.into_bytes();
+        legacy.push(b'\n');
+        legacy.extend_from_slice(&image_json);
+        disk.write_atomic(&dir.join("raft-snapshot.json"), &legacy)
+            .expect("legacy");
+        disk.remove(&dir.join("raft-snapshot.db")).expect("remove");
+        let quorum = RaftQuorum::open(storage, config(), None)
+            .await
+            .expect("reopened over a legacy snapshot");
+        assert_eq!(quorum.images().borrow().applied_count, COMMANDS as u64);
+        assert!(disk.exists(&dir.join("raft-snapshot.db")));
+        assert!(!disk.exists(&dir.join("raft-snapshot.json")));
         quorum.shutdown().await;
     }
 }

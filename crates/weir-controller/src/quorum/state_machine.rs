@@ -1,7 +1,9 @@
 //! The quorum's state machine: committed commands applied to the metadata image in log
 //! order, each new image published to whoever follows it (the broker of this process) and
-//! copied into the relational tables. Snapshots are the whole image, kept in one file; with
-//! them the log can be purged.
+//! copied into the relational tables. A snapshot is a SQLite database of those tables as of
+//! its place in the log, which also holds the image as the controller loads it
+//! (`relational::write_snapshot`); it is kept in one file, sent whole to a controller that is
+//! too far behind, and with it the log before it is purged.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,18 +21,33 @@ use weir_storage::Storage;
 use super::{LogId, TypeConfig};
 use crate::relational::RelationalStore;
 
-/// File holding the latest snapshot, in the quorum directory.
-const SNAPSHOT_FILE: &str = "raft-snapshot.json";
+/// File holding the latest snapshot (a SQLite database), in the quorum directory.
+const SNAPSHOT_FILE: &str = "raft-snapshot.db";
+/// The snapshot file of earlier versions: a line of JSON with the snapshot's place in the
+/// log, then the image as JSON. Read once and replaced by a database.
+const LEGACY_SNAPSHOT_FILE: &str = "raft-snapshot.json";
 
-/// A snapshot file: one line of JSON saying where in the log it was taken (`SnapshotMeta`),
-/// then the image as JSON.
-fn parse_snapshot(bytes: &[u8]) -> io::Result<(SnapshotMetaOf<TypeConfig>, Vec<u8>)> {
+/// A snapshot as Raft keeps it: its place in the log, the image, and the database's bytes
+/// (what is sent to a controller that needs it).
+type Kept = (SnapshotMetaOf<TypeConfig>, MetadataImage, Vec<u8>);
+
+/// The snapshot in the database `bytes`: its place in the log and its image.
+fn read_snapshot(bytes: &[u8]) -> io::Result<(SnapshotMetaOf<TypeConfig>, MetadataImage)> {
+    let (meta, image) = crate::relational::read_snapshot(bytes).map_err(io::Error::other)?;
+    let meta = serde_json::from_str(&meta).map_err(io::Error::other)?;
+    let image = serde_json::from_slice(&image).map_err(io::Error::other)?;
+    Ok((meta, image))
+}
+
+/// The snapshot of an earlier version's JSON file.
+fn parse_legacy_snapshot(bytes: &[u8]) -> io::Result<(SnapshotMetaOf<TypeConfig>, MetadataImage)> {
     let newline = bytes
         .iter()
         .position(|b| *b == b'\n')
         .ok_or_else(|| io::Error::other("snapshot file without its header line"))?;
     let meta = serde_json::from_slice(&bytes[..newline]).map_err(io::Error::other)?;
-    Ok((meta, bytes[newline + 1..].to_vec()))
+    let image = serde_json::from_slice(&bytes[newline + 1..]).map_err(io::Error::other)?;
+    Ok((meta, image))
 }
 
 /// What applying the log has built.
@@ -44,7 +61,8 @@ struct Applied {
 /// What every clone shares besides the applied state.
 struct Shared {
     storage: Arc<dyn Storage>,
-    snapshot_path: PathBuf,
+    /// The quorum directory.
+    dir: PathBuf,
     published: watch::Sender<Arc<MetadataImage>>,
     /// The relational copy of the image, once kept.
     relational: Mutex<Option<RelationalStore>>,
@@ -64,28 +82,47 @@ impl StateMachine {
     /// A state machine over the quorum directory `dir`, holding its last snapshot (Raft installs
     /// it at start, then applies the committed log after it). Blocking.
     pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> io::Result<StateMachine> {
-        let snapshot_path = dir.join(SNAPSHOT_FILE);
-        let snapshot = if storage.exists(&snapshot_path) {
-            Some(parse_snapshot(&storage.read(&snapshot_path)?)?)
-        } else {
-            None
-        };
         let (published, _) = watch::channel(Arc::new(MetadataImage::default()));
-        Ok(StateMachine {
+        let machine = StateMachine {
             applied: Arc::new(tokio::sync::Mutex::new(Applied {
                 image: MetadataImage::default(),
                 last_applied: None,
                 membership: StoredMembership::default(),
-                snapshot,
+                snapshot: None,
             })),
             shared: Arc::new(Shared {
                 storage,
-                snapshot_path,
+                dir: dir.to_path_buf(),
                 published,
                 relational: Mutex::new(None),
                 recovered: AtomicBool::new(false),
             }),
-        })
+        };
+        let snapshot = machine.load_snapshot()?;
+        machine.applied.try_lock().expect("not shared yet").snapshot =
+            snapshot.map(|(meta, _, bytes)| (meta, bytes));
+        Ok(machine)
+    }
+
+    /// The snapshot kept in the quorum directory, if any; an earlier version's JSON snapshot is
+    /// turned into a database first. Blocking.
+    fn load_snapshot(&self) -> io::Result<Option<Kept>> {
+        let storage = &self.shared.storage;
+        let path = self.shared.dir.join(SNAPSHOT_FILE);
+        if storage.exists(&path) {
+            let bytes = storage.read(&path)?;
+            let (meta, image) = read_snapshot(&bytes)?;
+            return Ok(Some((meta, image, bytes)));
+        }
+        let legacy = self.shared.dir.join(LEGACY_SNAPSHOT_FILE);
+        if !storage.exists(&legacy) {
+            return Ok(None);
+        }
+        let (meta, image) = parse_legacy_snapshot(&storage.read(&legacy)?)?;
+        let bytes = self.persist(&meta, &image)?;
+        storage.remove(&legacy)?;
+        tracing::info!(target: "weir::controller", "metadata snapshot of an earlier version turned into a database");
+        Ok(Some((meta, image, bytes)))
     }
 
     /// Marks the log committed before this start as applied again.
@@ -128,23 +165,42 @@ impl StateMachine {
         .await;
     }
 
-    /// Writes a snapshot to its file, replacing the last one. Blocking.
-    fn persist(&self, meta: &SnapshotMetaOf<TypeConfig>, image: &[u8]) -> io::Result<()> {
-        let mut bytes = serde_json::to_vec(meta).map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        bytes.extend_from_slice(image);
-        self.shared
-            .storage
-            .write_atomic(&self.shared.snapshot_path, &bytes)
+    /// Writes the snapshot of `image` at `meta` as a database replacing the last one, and
+    /// answers with its bytes. Blocking.
+    fn persist(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        image: &MetadataImage,
+    ) -> io::Result<Vec<u8>> {
+        let meta_json = serde_json::to_string(meta).map_err(io::Error::other)?;
+        let image_json = serde_json::to_vec(image).map_err(io::Error::other)?;
+        let bytes = crate::relational::write_snapshot(&meta_json, image, &image_json)
+            .map_err(io::Error::other)?;
+        self.keep(&bytes)?;
+        Ok(bytes)
     }
 
-    async fn persist_blocking(
+    /// Replaces the snapshot file with `bytes`, atomically. Blocking.
+    fn keep(&self, bytes: &[u8]) -> io::Result<()> {
+        let path = self.shared.dir.join(SNAPSHOT_FILE);
+        self.shared.storage.write_atomic(&path, bytes)
+    }
+
+    /// Keeps the snapshot database `bytes` another controller sent, once it reads as one, and
+    /// answers with its image. Blocking.
+    fn receive(&self, bytes: &[u8]) -> io::Result<MetadataImage> {
+        let (_, image) = read_snapshot(bytes)?;
+        self.keep(bytes)?;
+        Ok(image)
+    }
+
+    /// Runs `work` on a blocking thread.
+    async fn blocking<T: Send + 'static>(
         &self,
-        meta: SnapshotMetaOf<TypeConfig>,
-        image: Vec<u8>,
-    ) -> io::Result<()> {
+        work: impl FnOnce(&StateMachine) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
         let machine = self.clone();
-        tokio::task::spawn_blocking(move || machine.persist(&meta, &image))
+        tokio::task::spawn_blocking(move || work(&machine))
             .await
             .map_err(io::Error::other)?
     }
@@ -155,17 +211,19 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
 
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
         let mut applied = self.applied.lock().await;
-        let image = serde_json::to_vec(&applied.image).map_err(io::Error::other)?;
         let meta = SnapshotMetaOf::<TypeConfig> {
             last_log_id: applied.last_applied,
             last_membership: applied.membership.clone(),
         };
-        self.persist_blocking(meta.clone(), image.clone()).await?;
-        tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = applied.image.applied_count, bytes = image.len(), "metadata snapshot taken");
-        applied.snapshot = Some((meta.clone(), image.clone()));
+        let (kept_meta, image) = (meta.clone(), applied.image.clone());
+        let bytes = self
+            .blocking(move |machine| machine.persist(&kept_meta, &image))
+            .await?;
+        tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = applied.image.applied_count, bytes = bytes.len(), "metadata snapshot taken");
+        applied.snapshot = Some((meta.clone(), bytes.clone()));
         Ok(Snapshot {
             meta,
-            snapshot: image,
+            snapshot: bytes,
         })
     }
 }
@@ -234,9 +292,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMetaOf<TypeConfig>,
         snapshot: Vec<u8>,
     ) -> Result<(), io::Error> {
-        let image: MetadataImage = serde_json::from_slice(&snapshot).map_err(io::Error::other)?;
         let mut applied = self.applied.lock().await;
-        self.persist_blocking(meta.clone(), snapshot.clone())
+        let received = snapshot.clone();
+        let image = self
+            .blocking(move |machine| machine.receive(&received))
             .await?;
         tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = image.applied_count, "metadata snapshot installed");
         applied.image = image.clone();
