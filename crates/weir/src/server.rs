@@ -1,4 +1,5 @@
-//! `weir server`: starts a single-node broker and runs it until SIGTERM or SIGINT.
+//! `weir server`: starts a node (a single-node broker, or a broker and/or controller of a
+//! cluster) and runs it until SIGTERM or SIGINT.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -65,6 +66,12 @@ pub struct ServerArgs {
     /// own entry in --controller-quorum (required for a broker-only node).
     #[arg(long, env = "WEIR_CONTROLLER_LISTEN", requires = "controller_quorum")]
     controller_listen: Option<String>,
+    /// What this node runs, as Kafka's process.roles: `broker,controller` (the default for a
+    /// node in --controller-quorum), `controller` (a dedicated controller: a voter of the
+    /// metadata quorum with no Kafka listener and no partitions), or `broker` (what a node not
+    /// in --controller-quorum is).
+    #[arg(long, env = "WEIR_PROCESS_ROLES", value_parser = parse_roles, requires = "controller_quorum")]
+    process_roles: Option<Roles>,
     /// TOML file of broker settings with Kafka's names (see the list below).
     #[arg(long, env = "WEIR_CONFIG")]
     config: Option<PathBuf>,
@@ -72,6 +79,50 @@ pub struct ServerArgs {
     /// `weir=debug`. Defaults to RUST_LOG, else info.
     #[arg(long)]
     log_level: Option<String>,
+}
+
+/// The roles a node runs (`--process-roles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Roles {
+    broker: bool,
+    controller: bool,
+}
+
+fn parse_roles(text: &str) -> Result<Roles, String> {
+    let mut roles = Roles {
+        broker: false,
+        controller: false,
+    };
+    for role in text.split(',').map(str::trim) {
+        match role {
+            "broker" => roles.broker = true,
+            "controller" => roles.controller = true,
+            other => {
+                return Err(format!(
+                    "unknown role `{other}`: use broker, controller or broker,controller"
+                ))
+            }
+        }
+    }
+    Ok(roles)
+}
+
+/// The roles of node `node_id`: what `--process-roles` asks, checked against whether it is a
+/// voter of the quorum, else what being a voter or not implies.
+fn node_roles(asked: Option<Roles>, node_id: i32, voter: bool) -> anyhow::Result<Roles> {
+    let Some(roles) = asked else {
+        return Ok(Roles {
+            broker: true,
+            controller: voter,
+        });
+    };
+    if roles.controller && !voter {
+        bail!("node {node_id} runs a controller only as a voter of the metadata quorum: add it to --controller-quorum, or run it with --process-roles broker");
+    }
+    if voter && !roles.controller {
+        bail!("node {node_id} is in --controller-quorum, so it is a controller: use --process-roles controller or broker,controller");
+    }
+    Ok(roles)
 }
 
 /// Runs the server; returns the process exit code.
@@ -151,6 +202,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         None => BTreeMap::from([(args.node_id, LOCAL_CONTROLLER.to_string())]),
     };
     let voter = voters.contains_key(&args.node_id);
+    let roles = node_roles(args.process_roles, args.node_id, voter)?;
     if !voter && args.controller_listen.is_none() {
         bail!("node {} is not in --controller-quorum, so it runs as a broker-only node and needs --controller-listen HOST:PORT, where the quorum's leader sends it the metadata log", args.node_id);
     }
@@ -170,20 +222,9 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let listen_host = split_host_port(&args.listen)?.0;
-    let wildcard = listen_host
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_unspecified());
-    if wildcard && args.advertise.is_none() {
-        bail!("--listen {} uses a wildcard host; pass --advertise HOST:PORT so clients know where to connect", args.listen);
-    }
-    let listener = TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let bound: SocketAddr = listener.local_addr()?;
-    let (advertised_host, advertised_port) = match &args.advertise {
-        Some(advertise) => split_host_port(advertise)?,
-        None => (bound.ip().to_string(), bound.port()),
+    let kafka_listener = match roles.broker {
+        true => Some(bind_kafka_listener(&args).await?),
+        false => None,
     };
 
     let metadata_dir = data_dir.path.join("metadata");
@@ -229,8 +270,12 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     if let Err(error) = tokio::task::block_in_place(|| quorum.keep_relational(&database)) {
         tracing::error!(target: "weir::server", path = %database.display(), %error, "relational metadata unavailable; `weir metadata query` will not work until it opens");
     }
+    // The partitions a broker can keep open, which the active controller holds topics to.
     let budget = FileBudget::from_limit(raise_open_files_limit(), config.max_connections);
     controller.limit_partitions(budget.partitions);
+    let Some((listener, bound, (advertised_host, advertised_port))) = kafka_listener else {
+        return run_controller_only(&args, controller_address, data_dir, quorum, leases).await;
+    };
     config.max_connections = budget.connections;
     let limits = ConnectionLimits::from_config(&config)
         .await
@@ -294,6 +339,57 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let _ = groups.await;
     let _ = cleaner.await;
     tokio::task::block_in_place(|| broker.partitions.close_all());
+    quorum.shutdown().await;
+    tracing::info!(target: "weir::server", "stopped cleanly");
+    drop(data_dir);
+    Ok(())
+}
+
+/// Binds the Kafka listener: the listener, the address bound, and the host and port clients
+/// are told to connect to.
+async fn bind_kafka_listener(
+    args: &ServerArgs,
+) -> anyhow::Result<(TcpListener, SocketAddr, (String, u16))> {
+    let listen_host = split_host_port(&args.listen)?.0;
+    let wildcard = listen_host
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if wildcard && args.advertise.is_none() {
+        bail!("--listen {} uses a wildcard host; pass --advertise HOST:PORT so clients know where to connect", args.listen);
+    }
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let bound: SocketAddr = listener.local_addr()?;
+    let advertised = match &args.advertise {
+        Some(advertise) => split_host_port(advertise)?,
+        None => (bound.ip().to_string(), bound.port()),
+    };
+    Ok((listener, bound, advertised))
+}
+
+/// A dedicated controller: votes in the metadata quorum, decides when it leads (brokers reach
+/// it through their own controllers, which forward), and keeps the relational copy, until a
+/// signal stops it.
+async fn run_controller_only(
+    args: &ServerArgs,
+    controller_address: Option<String>,
+    data_dir: DataDir,
+    quorum: Arc<RaftQuorum>,
+    leases: tokio::task::JoinHandle<()>,
+) -> anyhow::Result<()> {
+    tracing::info!(
+        target: "weir::server",
+        controller_listen = controller_address.as_deref().unwrap_or(""),
+        data_dir = %data_dir.path.display(),
+        node_id = args.node_id,
+        cluster_id = %data_dir.cluster_id,
+        roles = "controller",
+        "weir ready"
+    );
+    wait_for_signal().await?;
+    tracing::info!(target: "weir::server", "shutting down the controller");
+    leases.abort();
     quorum.shutdown().await;
     tracing::info!(target: "weir::server", "stopped cleanly");
     drop(data_dir);
