@@ -13,7 +13,7 @@ use weir_metadata::{
 
 use crate::broker::{stopping, Broker};
 use crate::partition::Partition;
-use crate::replication::IsrRequest;
+use crate::replication::{refusal_is_final, IsrRequest};
 
 /// Longest wait at start for the controller to unfence this broker.
 const UNFENCE_WAIT_MS: u64 = 15_000;
@@ -23,6 +23,15 @@ const CONTROLLED_SHUTDOWN_WAIT_MS: u64 = 5_000;
 const UNFENCE_RETRY_MS: u64 = 100;
 
 impl Broker {
+    /// How long a request to the controller that keeps this broker live (a heartbeat, an ISR
+    /// change) may go unanswered before it is given up and sent again: one stuck on a
+    /// controller cut off from the others (and replaced by an election) must not hold the next
+    /// one back past the broker's lease.
+    fn controller_request_deadline(&self) -> Duration {
+        let interval = Duration::from_millis(self.config.broker_heartbeat_interval_ms);
+        Duration::from_millis(self.config.broker_session_timeout_ms / 3).max(interval)
+    }
+
     /// This broker's current registration epoch.
     fn broker_epoch(&self) -> u64 {
         self.broker_epoch.load(Ordering::Acquire)
@@ -71,11 +80,7 @@ impl Broker {
         tokio::spawn(async move {
             let mut shutdown = broker.shutdown.clone();
             let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
-            // A heartbeat stuck on a controller that stopped answering (cut off from the
-            // others, which elected a new one) is given up well within the lease, so the next
-            // one reaches the new active controller before it fences this broker.
-            let deadline =
-                Duration::from_millis(broker.config.broker_session_timeout_ms / 3).max(interval);
+            let deadline = broker.controller_request_deadline();
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -138,8 +143,10 @@ impl Broker {
             .update(followed, &self.applied_images(), &self.shutdown);
     }
 
-    /// Sends an ISR change the leader of `partition` decided to the controller; a refusal or
-    /// failure lets the partition ask again later.
+    /// Sends an ISR change the leader of `partition` decided to the controller. A refusal that
+    /// certainly changed nothing lets the partition ask again later; an answer that leaves the
+    /// outcome open (no reply in time, the controller unreachable or replaced) has the same
+    /// request sent again until an answer or a new image settles it, as Kafka's leaders do.
     pub(crate) fn ask_isr_change(self: &Arc<Self>, partition: Arc<Partition>, request: IsrRequest) {
         let broker = self.clone();
         tokio::spawn(async move {
@@ -153,10 +160,35 @@ impl Broker {
                 isr: request.isr.clone(),
             };
             tracing::info!(target: "weir::replication", topic = %partition.topic, partition = partition.index, isr = ?request.isr, "asking the controller to change the ISR");
-            let asked = broker.controller.alter_partition(change);
-            if let Err(error) = broker.change_metadata(asked).await {
-                tracing::info!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "ISR change refused");
-                partition.isr_request_settled(&request);
+            let deadline = broker.controller_request_deadline();
+            let retry = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+            let shutdown = broker.shutdown.clone();
+            let mut attempt = 0u32;
+            while !*shutdown.borrow() && partition.isr_request_pending(&request) {
+                attempt += 1;
+                let asked = broker.controller.alter_partition(change.clone());
+                match tokio::time::timeout(deadline, broker.change_metadata(asked)).await {
+                    Ok(Ok(_)) => return,
+                    Ok(Err(error)) if refusal_is_final(&error) => {
+                        tracing::info!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "ISR change refused");
+                        partition.isr_request_settled(&request);
+                        return;
+                    }
+                    Ok(Err(error @ ControllerError::InvalidUpdateVersion(_))) => {
+                        // The partition moved on; the image that shows it settles the request.
+                        tracing::info!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "ISR change overtaken");
+                        return;
+                    }
+                    // The first failure is worth a line; the retries that follow are not.
+                    Ok(Err(error)) if attempt == 1 => {
+                        tracing::warn!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "ISR change not answered; asking again until it is");
+                    }
+                    Err(_) if attempt == 1 => {
+                        tracing::warn!(target: "weir::replication", topic = %partition.topic, partition = partition.index, deadline_ms = deadline.as_millis() as u64, "ISR change not answered in time; asking again until it is");
+                    }
+                    _ => {}
+                }
+                tokio::time::sleep(retry).await;
             }
         });
     }

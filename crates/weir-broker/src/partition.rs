@@ -201,7 +201,12 @@ impl Partition {
         self.replication().shrink(node_id, lag_max, now)
     }
 
-    /// The controller refused or did not answer `request`: another may be asked.
+    /// Whether `request` is still the ISR change this partition waits for.
+    pub fn isr_request_pending(&self, request: &IsrRequest) -> bool {
+        self.replication().is_pending(request)
+    }
+
+    /// The controller refused `request` outright: another may be asked.
     pub fn isr_request_settled(&self, request: &IsrRequest) {
         let mut replication = self.replication();
         replication.settle(request);

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use weir_log::Log;
-use weir_metadata::PartitionImage;
+use weir_metadata::{ControllerError, PartitionImage};
 
 /// How far one follower has got, as its fetches tell the leader.
 #[derive(Debug, Clone, Copy)]
@@ -187,13 +187,34 @@ impl Replication {
         Some(request)
     }
 
-    /// The controller refused or never answered `request`: it is no longer pending, so the
-    /// next fetch or check may ask again.
+    /// The controller refused `request` outright: it is no longer pending, so the next fetch
+    /// or check may ask again.
     pub fn settle(&mut self, request: &IsrRequest) {
         if self.pending.as_ref() == Some(request) {
             self.pending = None;
         }
     }
+
+    /// Whether `request` is still the change waited for (no image has settled it).
+    pub fn is_pending(&self, request: &IsrRequest) -> bool {
+        self.pending.as_ref() == Some(request)
+    }
+}
+
+/// Whether an ISR change the controller answered with `error` certainly was not made, so the
+/// partition may settle it and ask again. Otherwise (the active controller could not be
+/// reached or moved, the partition moved on, the image here has not caught up) it may have
+/// been committed: it stays pending, and with it the high watermark's wait for a replica being
+/// added, until an image settles it, since a replica that joined the ISR unknown to the leader
+/// might otherwise be elected without what the leader acknowledged meanwhile.
+pub fn refusal_is_final(error: &ControllerError) -> bool {
+    !matches!(
+        error,
+        ControllerError::NotController(_)
+            | ControllerError::InvalidUpdateVersion(_)
+            | ControllerError::NotAppliedInTime(_)
+            | ControllerError::Fatal(_)
+    )
 }
 
 /// Where a follower whose last batch has epoch `last_epoch` and whose log ends at

@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use weir_broker::config::{BrokerConfig, DynamicConfigs, TopicSettings};
 use weir_broker::partition::Partition;
-use weir_broker::replication::{divergence, IsrRequest};
+use weir_broker::replication::{divergence, refusal_is_final, IsrRequest};
 use weir_controller::liveness::{fence, isr_change, unfence, Leases};
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::{validate, BatchHeader, Log, ManualClock, ValidationLimits};
 use weir_metadata::{
-    AlterPartition, BrokerListener, MetadataCommand, MetadataImage, PartitionImage, Uuid, NO_LEADER,
+    AlterPartition, BrokerListener, ControllerError, MetadataCommand, MetadataImage,
+    PartitionImage, Uuid, NO_LEADER,
 };
 use weir_storage::{FileCache, FsStorage};
 
@@ -105,10 +106,14 @@ enum Fault {
     Isolate(Target, bool),
     /// The link between a follower and its leader is cut.
     CutFollower,
+    /// When the follower cut last is next added back to the ISR, its leader is cut off from
+    /// the controller and from that follower at the moment the change commits, so the leader
+    /// never hears that it did.
+    LoseTheNextExpansion,
     HealAll,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Message {
     Register,
     Registered(u64, Arc<MetadataImage>),
@@ -116,7 +121,7 @@ enum Message {
     HeartbeatAnswer(Option<Arc<MetadataImage>>),
     ControlledShutdown(u64),
     AlterIsr(AlterPartition),
-    AlterIsrAnswer(IsrRequest, bool, Arc<MetadataImage>),
+    AlterIsrAnswer(IsrRequest, Result<(), ControllerError>, Arc<MetadataImage>),
     Image(Arc<MetadataImage>),
     Fetch {
         id: u64,
@@ -207,6 +212,14 @@ struct Observed {
     /// (node, since, until): a leader cut off from the controller and its followers.
     isolated: Option<(i32, u64, u64)>,
     acks_after_isolation: Vec<Ack>,
+    /// The follower `CutFollower` cut last.
+    cut_follower: Option<i32>,
+    /// The follower whose return to the ISR `LoseTheNextExpansion` waits for.
+    trap: Option<i32>,
+    /// An expansion was committed unknown to its leader.
+    expansion_lost: bool,
+    /// The first offset acknowledged for two different writes (the first was lost).
+    acknowledged_twice: Option<String>,
     /// Writes the isolated leader appended while cut off (a divergent tail).
     appended_while_isolated: usize,
     truncations: usize,
@@ -484,9 +497,11 @@ impl Sim {
                 {
                     self.cut
                         .insert((Endpoint::Node(follower), Endpoint::Node(leader)));
+                    self.observed.cut_follower = Some(follower);
                     self.note(format!("link {follower}-{leader} (follower-leader) cut"));
                 }
             }
+            Fault::LoseTheNextExpansion => self.observed.trap = self.observed.cut_follower,
             Fault::HealAll => {
                 if let Some((_, _, until)) = &mut self.observed.isolated {
                     *until = (*until).min(self.now);
@@ -675,25 +690,43 @@ impl Sim {
                     leader_epoch: request.leader_epoch,
                     partition_epoch: request.partition_epoch,
                 };
-                let accepted = match isr_change(&self.controller.image, &request) {
-                    Ok(Some(change)) => {
+                let answer = isr_change(&self.controller.image, &request).map(|change| {
+                    if let Some(change) = change {
+                        self.spring_trap(&request, &change.isr);
                         self.commit(MetadataCommand::ChangePartitions {
                             changes: vec![change],
                         });
-                        true
                     }
-                    Ok(None) => true,
-                    Err(_) => false,
-                };
+                });
                 let image = Arc::new(self.controller.image.clone());
                 self.send(
                     Endpoint::Controller,
                     from,
-                    Message::AlterIsrAnswer(asked, accepted, image),
+                    Message::AlterIsrAnswer(asked, answer, image),
                 );
             }
             _ => {}
         }
+    }
+
+    /// Cuts the leader off as `LoseTheNextExpansion` asks, when `isr` adds its follower.
+    fn spring_trap(&mut self, request: &AlterPartition, isr: &[i32]) {
+        let Some(follower) = self.observed.trap else {
+            return;
+        };
+        let before = Self::partition_image(&self.controller.image).map(|p| p.isr);
+        if !isr.contains(&follower) || before.is_some_and(|isr| isr.contains(&follower)) {
+            return;
+        }
+        let leader = Endpoint::Node(request.leader);
+        self.cut.insert((Endpoint::Controller, leader));
+        self.cut.insert((Endpoint::Node(follower), leader));
+        self.observed.trap = None;
+        self.observed.expansion_lost = true;
+        self.note(format!(
+            "follower {follower} back in the ISR; leader {} cut off before it hears so",
+            request.leader
+        ));
     }
 
     // ---- brokers ----
@@ -730,14 +763,17 @@ impl Sim {
         let Some(partition) = node.partition.clone() else {
             return;
         };
-        // Asks the controller never answered are given up, as the broker's deadline does.
+        // An ask not answered in time is sent again while it is still pending, as the broker
+        // does: the controller may have made the change.
         let (expired, kept): (Vec<_>, Vec<_>) = node
             .isr_asks
             .drain(..)
             .partition(|(_, deadline)| *deadline <= now);
         node.isr_asks = kept;
         for (request, _) in expired {
-            partition.isr_request_settled(&request);
+            if partition.isr_request_pending(&request) {
+                self.ask_isr_change(id, request);
+            }
         }
         let node = self.node(id);
         if now >= node.next_isr_check {
@@ -866,10 +902,10 @@ impl Sim {
                 self.apply_image(id, image)
             }
             Message::HeartbeatAnswer(None) => self.node(id).broker_epoch = None,
-            Message::AlterIsrAnswer(request, accepted, image) => {
+            Message::AlterIsrAnswer(request, answer, image) => {
                 self.node(id).isr_asks.retain(|(r, _)| *r != request);
                 self.apply_image(id, image);
-                if !accepted {
+                if answer.is_err_and(|error| refusal_is_final(&error)) {
                     partition.isr_request_settled(&request);
                 }
             }
@@ -1065,10 +1101,12 @@ impl Sim {
                     return;
                 };
                 if let Some(other) = self.acked.insert(ack.offset, value) {
-                    panic!(
-                        "offset {} acknowledged for value {other} and again for {value}",
+                    let lost = format!(
+                        "offset {} acknowledged for write {other}, then again for {value}",
                         ack.offset
                     );
+                    self.note(lost.clone());
+                    self.observed.acknowledged_twice.get_or_insert(lost);
                 }
                 if let Some((node, since, until)) = self.observed.isolated {
                     if ack.by == node && (since..until).contains(&ack.appended_at) {
@@ -1116,6 +1154,9 @@ impl Sim {
     /// Every acknowledged write is where it was acknowledged, every replica holds the same
     /// log, and the partition ends fully in sync.
     fn check(&mut self) -> Result<(), String> {
+        if let Some(lost) = &self.observed.acknowledged_twice {
+            return Err(lost.clone());
+        }
         let state = Self::partition_image(&self.controller.image).ok_or("no topic")?;
         if state.leader == NO_LEADER || state.isr.len() != NODES.len() {
             return Err(format!("did not recover: {state:?}"));
@@ -1333,6 +1374,29 @@ fn simulated_divergent_old_leader_truncates_to_the_new_leaders_log() {
     mostly(&observed, "left the old leader a divergent tail", |o| {
         o.appended_while_isolated > 0
     });
+}
+
+#[test]
+fn simulated_isr_expansion_whose_answer_is_lost_keeps_the_high_watermark_waiting() {
+    // The leader adds a returning follower to the ISR and is cut off from the controller and
+    // from that follower as the change commits. Had it given the change up, it would count
+    // only the other follower, acknowledge writes the returned one lacks, and the controller,
+    // fencing the leader, could elect that one.
+    let observed = simulate(
+        "lost-expansion",
+        50_000,
+        |sim| {
+            let at = sim.rng.between(3_000, 5_000);
+            sim.fault_at_ms(at, Fault::CutFollower);
+            let heal = at + LAG_MAX_MS + sim.rng.between(1_500, 3_000);
+            sim.fault_at_ms(heal, Fault::HealAll);
+            sim.fault_at_ms(heal, Fault::LoseTheNextExpansion);
+            let crash = heal + sim.rng.between(5_000, 12_000);
+            sim.fault_at_ms(crash, Fault::Crash(Target::Node(1)));
+        },
+        nothing,
+    );
+    mostly(&observed, "lost an expansion", |o| o.expansion_lost);
 }
 
 #[test]
