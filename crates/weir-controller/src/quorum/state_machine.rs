@@ -27,10 +27,6 @@ const SNAPSHOT_FILE: &str = "raft-snapshot.db";
 /// log, then the image as JSON. Read once and replaced by a database.
 const LEGACY_SNAPSHOT_FILE: &str = "raft-snapshot.json";
 
-/// A snapshot as Raft keeps it: its place in the log, the image, and the database's bytes
-/// (what is sent to a controller that needs it).
-type Kept = (SnapshotMetaOf<TypeConfig>, MetadataImage, Vec<u8>);
-
 /// The snapshot in the database `bytes`: its place in the log and its image.
 fn read_snapshot(bytes: &[u8]) -> io::Result<(SnapshotMetaOf<TypeConfig>, MetadataImage)> {
     let (meta, image) = crate::relational::read_snapshot(bytes).map_err(io::Error::other)?;
@@ -71,6 +67,58 @@ struct Shared {
     recovered: AtomicBool,
 }
 
+impl Shared {
+    /// The snapshot kept in the quorum directory, if any, as its place in the log and the
+    /// database's bytes; an earlier version's JSON snapshot is turned into a database first.
+    /// Blocking.
+    fn load_snapshot(&self) -> io::Result<Option<(SnapshotMetaOf<TypeConfig>, Vec<u8>)>> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        if self.storage.exists(&path) {
+            let bytes = self.storage.read(&path)?;
+            let (meta, _) = read_snapshot(&bytes)?;
+            return Ok(Some((meta, bytes)));
+        }
+        let legacy = self.dir.join(LEGACY_SNAPSHOT_FILE);
+        if !self.storage.exists(&legacy) {
+            return Ok(None);
+        }
+        let (meta, image) = parse_legacy_snapshot(&self.storage.read(&legacy)?)?;
+        let bytes = self.persist(&meta, &image)?;
+        self.storage.remove(&legacy)?;
+        tracing::info!(target: "weir::controller", "metadata snapshot of an earlier version turned into a database");
+        Ok(Some((meta, bytes)))
+    }
+
+    /// Writes the snapshot of `image` at `meta` as a database replacing the last one, and
+    /// answers with its bytes. Blocking.
+    fn persist(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        image: &MetadataImage,
+    ) -> io::Result<Vec<u8>> {
+        let meta_json = serde_json::to_string(meta).map_err(io::Error::other)?;
+        let image_json = serde_json::to_vec(image).map_err(io::Error::other)?;
+        let bytes = crate::relational::write_snapshot(&meta_json, image, &image_json)
+            .map_err(io::Error::other)?;
+        self.keep(&bytes)?;
+        Ok(bytes)
+    }
+
+    /// Replaces the snapshot file with `bytes`, atomically. Blocking.
+    fn keep(&self, bytes: &[u8]) -> io::Result<()> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        self.storage.write_atomic(&path, bytes)
+    }
+
+    /// Keeps the snapshot database `bytes` another controller sent, once it reads as one, and
+    /// answers with its image. Blocking.
+    fn receive(&self, bytes: &[u8]) -> io::Result<MetadataImage> {
+        let (_, image) = read_snapshot(bytes)?;
+        self.keep(bytes)?;
+        Ok(image)
+    }
+}
+
 /// The state machine; clones share it (the snapshot builder is a clone).
 #[derive(Clone)]
 pub struct StateMachine {
@@ -83,46 +131,23 @@ impl StateMachine {
     /// it at start, then applies the committed log after it). Blocking.
     pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> io::Result<StateMachine> {
         let (published, _) = watch::channel(Arc::new(MetadataImage::default()));
-        let machine = StateMachine {
+        let shared = Shared {
+            storage,
+            dir: dir.to_path_buf(),
+            published,
+            relational: Mutex::new(None),
+            recovered: AtomicBool::new(false),
+        };
+        let snapshot = shared.load_snapshot()?;
+        Ok(StateMachine {
             applied: Arc::new(tokio::sync::Mutex::new(Applied {
                 image: MetadataImage::default(),
                 last_applied: None,
                 membership: StoredMembership::default(),
-                snapshot: None,
+                snapshot,
             })),
-            shared: Arc::new(Shared {
-                storage,
-                dir: dir.to_path_buf(),
-                published,
-                relational: Mutex::new(None),
-                recovered: AtomicBool::new(false),
-            }),
-        };
-        let snapshot = machine.load_snapshot()?;
-        machine.applied.try_lock().expect("not shared yet").snapshot =
-            snapshot.map(|(meta, _, bytes)| (meta, bytes));
-        Ok(machine)
-    }
-
-    /// The snapshot kept in the quorum directory, if any; an earlier version's JSON snapshot is
-    /// turned into a database first. Blocking.
-    fn load_snapshot(&self) -> io::Result<Option<Kept>> {
-        let storage = &self.shared.storage;
-        let path = self.shared.dir.join(SNAPSHOT_FILE);
-        if storage.exists(&path) {
-            let bytes = storage.read(&path)?;
-            let (meta, image) = read_snapshot(&bytes)?;
-            return Ok(Some((meta, image, bytes)));
-        }
-        let legacy = self.shared.dir.join(LEGACY_SNAPSHOT_FILE);
-        if !storage.exists(&legacy) {
-            return Ok(None);
-        }
-        let (meta, image) = parse_legacy_snapshot(&storage.read(&legacy)?)?;
-        let bytes = self.persist(&meta, &image)?;
-        storage.remove(&legacy)?;
-        tracing::info!(target: "weir::controller", "metadata snapshot of an earlier version turned into a database");
-        Ok(Some((meta, image, bytes)))
+            shared: Arc::new(shared),
+        })
     }
 
     /// Marks the log committed before this start as applied again.
@@ -165,42 +190,13 @@ impl StateMachine {
         .await;
     }
 
-    /// Writes the snapshot of `image` at `meta` as a database replacing the last one, and
-    /// answers with its bytes. Blocking.
-    fn persist(
-        &self,
-        meta: &SnapshotMetaOf<TypeConfig>,
-        image: &MetadataImage,
-    ) -> io::Result<Vec<u8>> {
-        let meta_json = serde_json::to_string(meta).map_err(io::Error::other)?;
-        let image_json = serde_json::to_vec(image).map_err(io::Error::other)?;
-        let bytes = crate::relational::write_snapshot(&meta_json, image, &image_json)
-            .map_err(io::Error::other)?;
-        self.keep(&bytes)?;
-        Ok(bytes)
-    }
-
-    /// Replaces the snapshot file with `bytes`, atomically. Blocking.
-    fn keep(&self, bytes: &[u8]) -> io::Result<()> {
-        let path = self.shared.dir.join(SNAPSHOT_FILE);
-        self.shared.storage.write_atomic(&path, bytes)
-    }
-
-    /// Keeps the snapshot database `bytes` another controller sent, once it reads as one, and
-    /// answers with its image. Blocking.
-    fn receive(&self, bytes: &[u8]) -> io::Result<MetadataImage> {
-        let (_, image) = read_snapshot(bytes)?;
-        self.keep(bytes)?;
-        Ok(image)
-    }
-
-    /// Runs `work` on a blocking thread.
+    /// Runs `work` on the shared state, on a blocking thread.
     async fn blocking<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&StateMachine) -> io::Result<T> + Send + 'static,
+        work: impl FnOnce(&Shared) -> io::Result<T> + Send + 'static,
     ) -> io::Result<T> {
-        let machine = self.clone();
-        tokio::task::spawn_blocking(move || work(&machine))
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || work(&shared))
             .await
             .map_err(io::Error::other)?
     }
@@ -217,7 +213,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         let (kept_meta, image) = (meta.clone(), applied.image.clone());
         let bytes = self
-            .blocking(move |machine| machine.persist(&kept_meta, &image))
+            .blocking(move |shared| shared.persist(&kept_meta, &image))
             .await?;
         tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = applied.image.applied_count, bytes = bytes.len(), "metadata snapshot taken");
         applied.snapshot = Some((meta.clone(), bytes.clone()));
@@ -295,7 +291,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut applied = self.applied.lock().await;
         let received = snapshot.clone();
         let image = self
-            .blocking(move |machine| machine.receive(&received))
+            .blocking(move |shared| shared.receive(&received))
             .await?;
         tracing::info!(target: "weir::controller", last_log_index = meta.last_log_id.map(|l| l.index), commands = image.applied_count, "metadata snapshot installed");
         applied.image = image.clone();
