@@ -21,7 +21,7 @@ use crate::cluster::{ClientConfig, Cluster};
 use crate::connection::PendingResponse;
 use crate::error::{ClientError, Result};
 use crate::partitioner::partition_for_key;
-use crate::records::{encode_batch, BatchProducer, OutgoingRecord};
+use crate::records::{encode_batch, restamp_batch, BatchProducer, OutgoingRecord};
 
 /// Acknowledgement level of produced records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,10 +165,14 @@ struct OpenBatch {
     created: Instant,
 }
 
+/// An encoded batch: sent, or coming back to be sent again.
 struct ReadyBatch {
     encoded: Bytes,
     waiters: Vec<Waiter>,
     base_sequence: i32,
+    records: i32,
+    /// The producer identity ([`Accumulator::generation`]) its sequence numbers belong to.
+    generation: u64,
     bytes: usize,
     created: Instant,
 }
@@ -176,8 +180,10 @@ struct ReadyBatch {
 #[derive(Default)]
 struct PartitionQueue {
     open: Option<OpenBatch>,
-    /// Full batches waiting for their sequence numbers and encoding.
+    /// Batches due to be sent, not yet encoded: each is given its sequence numbers when it
+    /// goes out, so a change of producer id never leaves a batch numbered under the old one.
     closed: VecDeque<OpenBatch>,
+    /// Batches to send again (a retriable error), in sequence order; they go before `closed`.
     ready: VecDeque<ReadyBatch>,
     in_flight: usize,
     /// A batch failed: send nothing new until everything in flight has come back, so the
@@ -191,6 +197,14 @@ struct Accumulator {
     /// Next sequence number per partition. Kept while queues come and go: the broker expects
     /// each producer's sequence to continue where it left off.
     sequences: HashMap<TopicPartition, i32>,
+    /// Producer id and epoch of an idempotent producer; `None` until InitProducerId answers,
+    /// and again after a batch failed for good.
+    identity: Option<(i64, i16)>,
+    /// Counts producer identities. A batch that fails for good leaves a gap in its partition's
+    /// sequence the broker would wait on forever (every later batch OUT_OF_ORDER_SEQUENCE):
+    /// the producer then takes a new producer id, and batches numbered under the old one are
+    /// numbered again when they are sent.
+    generation: u64,
     sticky: HashMap<String, i32>,
     /// Partition counts by topic and when they were looked up, so `send` does not consult the
     /// metadata cache (an async lock and a clone) for every record.
@@ -205,7 +219,6 @@ struct Inner {
     wake: Notify,
     idle: Notify,
     memory: Arc<Semaphore>,
-    producer: tokio::sync::OnceCell<(i64, i16)>,
     closed: AtomicBool,
 }
 
@@ -257,7 +270,6 @@ impl Producer {
             wake: Notify::new(),
             idle: Notify::new(),
             memory,
-            producer: tokio::sync::OnceCell::new(),
             closed: AtomicBool::new(false),
         });
         tokio::spawn(run_sender(inner.clone()));
@@ -408,29 +420,40 @@ impl Inner {
         Ok(count)
     }
 
-    async fn producer_identity(&self) -> Result<(i64, i16)> {
-        if !self.config.idempotence {
-            return Ok((-1, -1));
+    /// Makes sure an idempotent producer has a producer id (asks for a new one after a reset).
+    async fn ensure_identity(&self) -> Result<()> {
+        if !self.config.idempotence || self.lock().identity.is_some() {
+            return Ok(());
         }
-        self.producer
-            .get_or_try_init(|| async {
-                let connection = self.cluster.any_broker().await?;
-                let mut request = InitProducerIdRequest::default();
-                request.transactional_id = None;
-                request.transaction_timeout_ms = 60_000;
-                let response: kafka_protocol::messages::InitProducerIdResponse =
-                    connection.call(ApiKey::InitProducerId, 4, &request).await?;
-                if let Some(error) = ClientError::from_code(response.error_code, None) {
-                    return Err(error);
-                }
-                Ok((response.producer_id.0, response.producer_epoch))
-            })
-            .await
-            .copied()
+        let connection = self.cluster.any_broker().await?;
+        let mut request = InitProducerIdRequest::default();
+        request.transactional_id = None;
+        request.transaction_timeout_ms = 60_000;
+        let response: kafka_protocol::messages::InitProducerIdResponse =
+            connection.call(ApiKey::InitProducerId, 4, &request).await?;
+        if let Some(error) = ClientError::from_code(response.error_code, None) {
+            return Err(error);
+        }
+        self.lock().identity = Some((response.producer_id.0, response.producer_epoch));
+        Ok(())
     }
 
-    /// Closes batches that are due and picks what may be sent now, grouped by topic-partition.
-    fn drain(&self, producer: (i64, i16)) -> (Vec<(TopicPartition, ReadyBatch)>, Option<Duration>) {
+    /// After a batch numbered under `generation` failed for good: forget the producer id and
+    /// every sequence, so what is sent next starts afresh under a new producer id.
+    fn reset_identity(&self, generation: u64, tp: &TopicPartition) {
+        let mut acc = self.lock();
+        if !self.config.idempotence || acc.generation != generation {
+            return;
+        }
+        acc.generation += 1;
+        acc.identity = None;
+        acc.sequences.clear();
+        tracing::debug!(target: "weir::client", topic = %tp.0, partition = tp.1, "a batch failed for good; taking a new producer id");
+    }
+
+    /// Closes batches that are due and picks what may be sent now, grouped by topic-partition,
+    /// giving each its sequence numbers as it goes out.
+    fn drain(&self) -> (Vec<(TopicPartition, ReadyBatch)>, Option<Duration>) {
         let mut acc = self.lock();
         let flushing = acc.flushing || self.closed.load(Ordering::Acquire);
         let mut next_deadline: Option<Duration> = None;
@@ -439,43 +462,64 @@ impl Inner {
         let Accumulator {
             partitions,
             sequences,
+            identity,
+            generation,
             ..
         } = &mut *acc;
+        // Without a producer id yet, batches wait (they are numbered when they go out).
+        let producer = match (config.idempotence, *identity) {
+            (false, _) => Some((-1, -1)),
+            (true, identity) => identity,
+        };
         for (tp, queue) in partitions.iter_mut() {
-            let next_sequence = sequences.entry(tp.clone()).or_insert(0);
-            let mut due: Vec<OpenBatch> = queue.closed.drain(..).collect();
             if let Some(open) = &queue.open {
                 let age = open.created.elapsed();
                 if flushing || open.bytes >= config.batch_bytes || age >= config.linger {
-                    due.extend(queue.open.take());
+                    queue.closed.extend(queue.open.take());
                 } else {
                     let left = config.linger - age;
                     next_deadline = Some(next_deadline.map_or(left, |d| d.min(left)));
                 }
             }
-            for open in due {
-                {
-                    {
-                        match close_batch(open, *next_sequence, producer, config.compression) {
-                            Ok(batch) => {
-                                if producer.0 >= 0 {
-                                    // Sequence numbers wrap from i32::MAX to 0, as in Kafka.
-                                    let next = (i64::from(*next_sequence) + i64::from(batch.1))
-                                        % (i64::from(i32::MAX) + 1);
-                                    *next_sequence = next as i32;
-                                }
-                                queue.ready.push_back(batch.0);
-                            }
-                            Err((waiters, error)) => fail_all(waiters, &error, &self.memory, 0),
-                        }
-                    }
-                }
-            }
+            let Some(producer) = producer else {
+                continue;
+            };
             if queue.draining && queue.in_flight == 0 {
                 queue.draining = false;
             }
+            let next_sequence = sequences.entry(tp.clone()).or_insert(0);
             while !queue.draining && queue.in_flight < config.max_in_flight {
-                let Some(batch) = queue.ready.pop_front() else {
+                let batch = if let Some(mut batch) = queue.ready.pop_front() {
+                    if batch.generation != *generation {
+                        let stamp = stamp(producer, *next_sequence);
+                        batch.encoded = restamp_batch(&batch.encoded, stamp);
+                        batch.base_sequence = stamp.base_sequence;
+                        batch.generation = *generation;
+                        advance(next_sequence, producer, batch.records);
+                    }
+                    batch
+                } else if let Some(open) = queue.closed.pop_front() {
+                    let records = open.records.len() as i32;
+                    let stamp = stamp(producer, *next_sequence);
+                    match encode_batch(&open.records, stamp, config.compression) {
+                        Ok(encoded) => {
+                            advance(next_sequence, producer, records);
+                            ReadyBatch {
+                                encoded,
+                                waiters: open.waiters,
+                                base_sequence: stamp.base_sequence,
+                                records,
+                                generation: *generation,
+                                bytes: open.bytes,
+                                created: open.created,
+                            }
+                        }
+                        Err(error) => {
+                            fail_all(open.waiters, &error, &self.memory, open.bytes);
+                            continue;
+                        }
+                    }
+                } else {
                     break;
                 };
                 queue.in_flight += 1;
@@ -496,9 +540,16 @@ impl Inner {
                 let at = queue
                     .ready
                     .iter()
-                    .position(|b| b.base_sequence > batch.base_sequence)
+                    .position(|b| {
+                        (b.generation, b.base_sequence) > (batch.generation, batch.base_sequence)
+                    })
                     .unwrap_or(queue.ready.len());
                 queue.ready.insert(at, batch);
+            }
+            Outcome::Failed => {
+                // Later batches in flight come back OUT_OF_ORDER_SEQUENCE, to be numbered
+                // again under the new producer id before anything newer goes out.
+                queue.draining = true;
             }
         }
         let idle = queue.open.is_none()
@@ -519,36 +570,25 @@ impl Inner {
 enum Outcome {
     Done,
     Retry(ReadyBatch),
+    /// Failed for good: an idempotent producer takes a new producer id.
+    Failed,
 }
 
-type EncodeFailure = (Vec<Waiter>, ClientError);
-
-/// Encodes an open batch with its sequence numbers; returns the batch and its record count.
-fn close_batch(
-    open: OpenBatch,
-    base_sequence: i32,
-    producer: (i64, i16),
-    compression: Compression,
-) -> std::result::Result<(ReadyBatch, i32), EncodeFailure> {
-    let count = open.records.len() as i32;
-    let idempotent = producer.0 >= 0;
-    let fields = BatchProducer {
+/// The producer fields of a batch whose first record takes sequence `next` (-1s without
+/// idempotence).
+fn stamp(producer: (i64, i16), next: i32) -> BatchProducer {
+    BatchProducer {
         producer_id: producer.0,
         producer_epoch: producer.1,
-        base_sequence: if idempotent { base_sequence } else { -1 },
-    };
-    match encode_batch(&open.records, fields, compression) {
-        Ok(encoded) => Ok((
-            ReadyBatch {
-                encoded,
-                waiters: open.waiters,
-                base_sequence: fields.base_sequence,
-                bytes: open.bytes,
-                created: open.created,
-            },
-            count,
-        )),
-        Err(error) => Err((open.waiters, error)),
+        base_sequence: if producer.0 >= 0 { next } else { -1 },
+    }
+}
+
+/// Moves a partition's next sequence past a batch of `records`; sequence numbers wrap from
+/// i32::MAX to 0, as in Kafka.
+fn advance(next: &mut i32, producer: (i64, i16), records: i32) {
+    if producer.0 >= 0 {
+        *next = ((i64::from(*next) + i64::from(records)) % (i64::from(i32::MAX) + 1)) as i32;
     }
 }
 
@@ -561,19 +601,16 @@ fn fail_all(waiters: Vec<Waiter>, error: &ClientError, memory: &Semaphore, bytes
 
 async fn run_sender(inner: Arc<Inner>) {
     loop {
-        let producer = match inner.producer_identity().await {
-            Ok(identity) => identity,
-            Err(error) => {
-                tracing::warn!(target: "weir::client", %error, "cannot get a producer id; retrying");
-                tokio::time::sleep(inner.config.retry_backoff).await;
-                if inner.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                continue;
+        if let Err(error) = inner.ensure_identity().await {
+            tracing::warn!(target: "weir::client", %error, "cannot get a producer id; retrying");
+            tokio::time::sleep(inner.config.retry_backoff).await;
+            if inner.closed.load(Ordering::Acquire) {
+                return;
             }
-        };
+            continue;
+        }
         let wake = inner.wake.notified();
-        let (sendable, next_deadline) = inner.drain(producer);
+        let (sendable, next_deadline) = inner.drain();
         for (tp, batch) in sendable {
             // Requests are put on the wire here, in order, so batches of one partition reach
             // the broker in sequence; only the wait for each response runs concurrently.
@@ -637,7 +674,12 @@ async fn settle_batch(
                     error
                 };
                 fail_all(batch.waiters, &error, &inner.memory, batch.bytes);
-                Outcome::Done
+                if batch.base_sequence >= 0 {
+                    inner.reset_identity(batch.generation, &tp);
+                    Outcome::Failed
+                } else {
+                    Outcome::Done
+                }
             }
         }
     };

@@ -138,9 +138,25 @@ pub fn encode_batch(
     compressed.map_err(|e| ClientError::Protocol(format!("cannot compress a batch: {e}")))?;
     let length = (buf.len() - 12) as i32;
     buf[8..12].copy_from_slice(&length.to_be_bytes());
-    let crc = crc32c::crc32c(&buf[21..]);
-    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+    seal(&mut buf);
     Ok(buf.freeze())
+}
+
+/// Writes the CRC of a batch encoded here (it covers everything after the CRC field).
+fn seal(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// A copy of a batch encoded by [`encode_batch`] under another producer id, epoch and base
+/// sequence: what an idempotent producer sends when it retries a batch under a new producer id.
+pub fn restamp_batch(encoded: &[u8], producer: BatchProducer) -> Bytes {
+    let mut batch = BytesMut::from(encoded);
+    batch[43..51].copy_from_slice(&producer.producer_id.to_be_bytes());
+    batch[51..53].copy_from_slice(&producer.producer_epoch.to_be_bytes());
+    batch[53..57].copy_from_slice(&producer.base_sequence.to_be_bytes());
+    seal(&mut batch);
+    batch.freeze()
 }
 
 fn get_varint(buf: &mut Bytes) -> Result<i64> {
@@ -254,6 +270,26 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restamped_batch_is_the_batch_encoded_under_the_new_producer() {
+        let records = vec![OutgoingRecord {
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"v")),
+            headers: vec![],
+            timestamp: 5,
+        }];
+        let under = |producer_id, base_sequence| BatchProducer {
+            producer_id,
+            producer_epoch: 0,
+            base_sequence,
+        };
+        for compression in [Compression::None, Compression::Lz4] {
+            let first = encode_batch(&records, under(1, 40), compression).expect("encode");
+            let again = encode_batch(&records, under(9, 0), compression).expect("encode");
+            assert_eq!(restamp_batch(&first, under(9, 0)), again);
+        }
+    }
 
     #[test]
     fn round_trip_keeps_repeated_headers_with_every_codec() {

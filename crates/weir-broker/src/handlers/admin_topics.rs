@@ -263,6 +263,16 @@ pub async fn create_partitions(
             }
             Repeat::Once => {}
         }
+        if name == OFFSETS_TOPIC {
+            // Groups are placed on its partitions by their count: more partitions would move
+            // groups away from their committed offsets.
+            result.error_code = ResponseError::InvalidPartitions.code();
+            result.error_message = Some(str_bytes(format!(
+                "the partition count of {OFFSETS_TOPIC} is fixed: groups are placed on its partitions by that count"
+            )));
+            response.results.push(result);
+            continue;
+        }
         let assignments = topic.assignments.map(|assignments| {
             assignments
                 .into_iter()

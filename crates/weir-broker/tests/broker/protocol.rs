@@ -753,7 +753,8 @@ async fn partitions_named_twice() {
 }
 
 /// DeleteTopics of `__consumer_offsets` is refused (TOPIC_DELETION_DISABLED; Kafka would delete
-/// it and every group's committed offsets with it), and the groups and their offsets stay.
+/// it and every group's committed offsets with it), so is CreatePartitions of it (groups are
+/// placed by its partition count), and the groups and their offsets stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_offsets_topic_is_not_deleted() {
     use kafka_protocol::messages::*;
@@ -785,6 +786,20 @@ async fn the_offsets_topic_is_not_deleted() {
         code("t"),
         Some(0),
         "the other topic in the request is deleted"
+    );
+    let mut grow = CreatePartitionsRequest::default();
+    let mut offsets = create_partitions_request::CreatePartitionsTopic::default();
+    offsets.name = topic_name("__consumer_offsets");
+    offsets.count = 4;
+    grow.topics = vec![offsets];
+    let grown: CreatePartitionsResponse = call(&mut c, ApiKey::CreatePartitions, 3, &grow).await;
+    assert_eq!(grown.results[0].error_code, 37, "INVALID_PARTITIONS");
+    assert_eq!(
+        test.broker
+            .image()
+            .topic("__consumer_offsets")
+            .map(|t| t.partition_count()),
+        Some(2)
     );
     let mut list = ListGroupsRequest::default();
     list.states_filter = Vec::new();
