@@ -6,8 +6,8 @@
 #   scripts/test.sh [extra pytest arguments]
 #
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
-# nodejs/npm, a JDK and Maven when missing, the Python venv in .venv, KafkaJS from
-# compat/package-lock.json, the Kafka Java client and tools from compat/java/pom.xml
+# nodejs/npm, Debian's chromium for the console tests, a JDK and Maven when missing,
+# the Python venv in .venv, KafkaJS and playwright-core from compat/package-lock.json, the Kafka Java client and tools from compat/java/pom.xml
 # into .cache/kafka-jars, Apache Kafka's server (the differential suite's reference) into
 # .cache/kafka-reference-4.4.0, the franz-go program of compat/go (go.mod, go.sum) into
 # .cache/franz-go); when everything is already there it only checks.
@@ -100,10 +100,20 @@ fi
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   apt_install nodejs npm
 fi
+# The console's end-to-end tests drive Debian's chromium through playwright-core.
+if [[ -z "${CHROMIUM:-}" ]]; then
+  CHROMIUM="$(command -v chromium || true)"
+  if [[ -z "$CHROMIUM" ]]; then
+    apt_install chromium
+    CHROMIUM="$(command -v chromium)"
+  fi
+fi
+export CHROMIUM
 echo "cargo:  $(cargo --version)"
 echo "kcat:   $(kcat -V 2>&1 | grep -m1 -o 'Version.*' || true)"
 echo "python: $("$PYTHON" --version 2>&1)"
 echo "node:   $(node --version), npm $(npm --version)"
+echo "chromium: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
 end
 
 # ------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 READY_MARKER = "weir ready"
 ADVERTISED_RE = re.compile(r"advertised=(\S+)")
+HTTP_RE = re.compile(r" http=(\S+)")
 CLUSTER_ID_RE = re.compile(r"cluster_id=(\S+)")
 NODE_ID_RE = re.compile(r"node_id=(\d+)")
 ANSI_ESCAPE_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -96,6 +97,10 @@ class WeirServer:
         self.ready_line: str | None = None
         self.starts = 0
         self._listen = "127.0.0.1:0"
+        # The HTTP gateway's address (None when it runs without HTTP); a port of its own,
+        # never the default 8080 another server may hold.
+        self.http: str | None = None
+        self._http_listen = "127.0.0.1:0"
         self._reader: threading.Thread | None = None
         self._log_lock = threading.Lock()
         self._ready = threading.Event()
@@ -118,6 +123,7 @@ class WeirServer:
             str(self.data_dir),
             "--listen",
             self._listen,
+            *(() if "--http-listen" in self.extra_args else ("--http-listen", self._http_listen)),
             *self.extra_args,
         ]
         self._append_log(f"===== start #{self.starts}: {' '.join(cmd)}\n")
@@ -162,6 +168,10 @@ class WeirServer:
         self.bootstrap = advertised
         # Later starts reuse the port so that clients keep their bootstrap address.
         self._listen = "127.0.0.1:" + advertised.rsplit(":", 1)[1]
+        http = HTTP_RE.search(line)
+        self.http = http.group(1).strip(",;\"'") if http and http.group(1) != "off" else None
+        if self.http:
+            self._http_listen = self.http
         cluster = CLUSTER_ID_RE.search(line)
         self.cluster_id = cluster.group(1).strip(",;\"'") if cluster else None
         node = NODE_ID_RE.search(line)

@@ -32,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES = 3
 KAFKA_PORT = 9092  # a namespaced node's Kafka port, on its own address
 CONTROLLER_PORT = 9093  # and its controller port
+HTTP_PORT = 8080  # and its HTTP gateway
 
 
 class ClusterError(AssertionError):
@@ -64,13 +65,13 @@ class Deadline:
 
 
 def free_base_port(nodes: int = NODES, host: str = "127.0.0.1") -> int:
-    """A base port whose Kafka (base..base+nodes-1) and controller (base+100..) ports are free,
-    below the ephemeral range (32768 and up), so no client connection takes one while a node is
-    down."""
+    """A base port whose Kafka (base..base+nodes-1), controller (base+100..) and HTTP
+    (base+200..) ports are free, below the ephemeral range (32768 and up), so no client
+    connection takes one while a node is down."""
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(20000, 32000 - 100 - nodes)
-        ports = [base + i for i in range(nodes)] + [base + 100 + i for i in range(nodes)]
+        base = rng.randrange(20000, 32000 - 200 - nodes)
+        ports = [base + offset + i for offset in (0, 100, 200) for i in range(nodes)]
         try:
             for port in ports:
                 with socket.socket() as probe:
@@ -158,6 +159,14 @@ class DevCluster:
     def address(self, node: int) -> str:
         return f"127.0.0.1:{self.base_port + node - 1}"
 
+    def http_base_port(self) -> int:
+        """HTTP port of node 1 (node i's is this + i - 1): clear of the Kafka and controller
+        ports, and of the default 8080 another test's server may hold."""
+        return self.base_port + 200
+
+    def http_address(self, node: int) -> str:
+        return f"127.0.0.1:{self.http_base_port() + node - 1}"
+
     def node_dir(self, node: int) -> Path:
         return self.data_dir / f"node-{node}"
 
@@ -181,7 +190,7 @@ class DevCluster:
             self.output_file.close()
         self.output_file = open(self.output, "w")
         self.process = subprocess.Popen(
-            [str(self.binary), "dev-cluster", "--nodes", str(self.nodes), "--data-dir", str(self.data_dir), "--base-port", str(self.base_port)],
+            [str(self.binary), "dev-cluster", "--nodes", str(self.nodes), "--data-dir", str(self.data_dir), "--base-port", str(self.base_port), "--http-base-port", str(self.http_base_port())],
             stdin=subprocess.DEVNULL,
             stdout=self.output_file,
             stderr=subprocess.STDOUT,
@@ -439,6 +448,9 @@ class NamespacedCluster(DevCluster):
     def controller_address(self, node: int) -> str:
         return f"{self.network.address(node)}:{CONTROLLER_PORT}"
 
+    def http_address(self, node: int) -> str:
+        return f"{self.network.address(node)}:{HTTP_PORT}"
+
     def clients(self):
         return self.network.inside()
 
@@ -463,6 +475,8 @@ class NamespacedCluster(DevCluster):
                 self.controller_address(node),
                 "--controller-quorum",
                 self.quorum,
+                "--http-listen",
+                self.http_address(node),
             ]
             process = self.restart_node(node)
             lines.append(f"{node:<4}  {process.pid:<7}  {self.address(node):<17}  {self.controller_address(node):<17}  {directory}")

@@ -12,6 +12,7 @@ use weir_metadata::{
 
 use crate::config::{BrokerConfig, DynamicConfigs};
 use crate::fetch_session::FetchSessions;
+use crate::metrics::BrokerMetrics;
 use crate::offsets_topic::PartitionOffsetsLog;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
@@ -133,6 +134,8 @@ pub struct Broker {
     pub(crate) replica_fetchers: ReplicaFetchers,
     /// The epoch of this broker's current registration (0 until registered).
     pub(crate) broker_epoch: AtomicU64,
+    /// Requests, bytes and connections served, for `/metrics`.
+    pub metrics: BrokerMetrics,
 }
 
 impl Broker {
@@ -173,10 +176,17 @@ impl Broker {
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
             replica_fetchers: ReplicaFetchers::new(identity_node_id),
             broker_epoch: AtomicU64::new(0),
+            metrics: BrokerMetrics::default(),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));
         broker
+    }
+
+    /// True once the broker is registered with the controller (and not yet shut down): what
+    /// readiness means.
+    pub fn is_registered(&self) -> bool {
+        self.broker_epoch.load(Ordering::Acquire) > 0 && !*self.shutdown.borrow()
     }
 
     /// The latest metadata image applied here.

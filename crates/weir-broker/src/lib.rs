@@ -15,6 +15,7 @@ pub mod connections;
 pub mod fetch_session;
 mod handlers;
 mod membership;
+pub mod metrics;
 mod offsets_topic;
 pub mod partition;
 mod rate_limit;

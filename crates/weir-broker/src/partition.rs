@@ -17,6 +17,7 @@ use weir_log::{AppendInfo, Log, LogError, ValidBatch};
 use weir_metadata::{PartitionImage, NO_LEADER};
 
 use crate::config::TopicSettings;
+use crate::metrics::PartitionCounters;
 use crate::rate_limit::LineLimit;
 use crate::replication::{IsrRequest, NotAReplica, Replication};
 
@@ -65,6 +66,8 @@ pub struct Partition {
     replication: Mutex<Replication>,
     /// The log end offset; replica fetches waiting for data watch it.
     log_end: watch::Sender<i64>,
+    /// Bytes and records in and out, for `/metrics`.
+    pub counters: PartitionCounters,
 }
 
 /// Why an `acks=all` write was not answered as replicated.
@@ -108,6 +111,7 @@ impl Partition {
             node_id: AtomicI32::new(NO_LEADER),
             replication: Mutex::new(Replication::new(PartitionImage::new(Vec::new(), |_| false))),
             log_end: watch::Sender::new(log_end),
+            counters: PartitionCounters::default(),
         }
     }
 
@@ -118,6 +122,15 @@ impl Partition {
     /// The partition as the last applied image has it (replicas, ISR, leader, epochs).
     pub fn state(&self) -> PartitionImage {
         self.replication().image.clone()
+    }
+
+    /// Each follower's log end as this leader last heard it (`None` before its first fetch);
+    /// empty where this broker does not lead.
+    pub fn follower_log_ends(&self) -> Vec<(i32, Option<i64>)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        self.replication().follower_log_ends()
     }
 
     /// Number of in-sync replicas, for `min.insync.replicas`.
@@ -439,6 +452,16 @@ impl Partition {
                     .roll_flush_scheduled
                     .store(false, Ordering::Release);
             });
+        }
+        if !info.duplicate {
+            let counters = &self.counters;
+            counters
+                .bytes_in
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            counters.records_in.fetch_add(
+                u64::try_from(info.last_offset - info.base_offset + 1).unwrap_or(0),
+                Ordering::Relaxed,
+            );
         }
         self.publish_log_end(log_end);
         self.publish_high_watermark(high_watermark);

@@ -108,6 +108,17 @@ impl Replication {
         })
     }
 
+    /// Each follower's log end as last fetched (`None` before its first fetch), by node id.
+    pub fn follower_log_ends(&self) -> Vec<(i32, Option<i64>)> {
+        let mut ends: Vec<(i32, Option<i64>)> = self
+            .followers
+            .iter()
+            .map(|(id, progress)| (*id, progress.log_end))
+            .collect();
+        ends.sort_unstable();
+        ends
+    }
+
     /// Records a fetch by follower `replica` at `fetch_offset` while the leader's log ends at
     /// `leader_log_end`. Caught up means at the leader's end now, or at least at the end the
     /// leader had at its previous fetch (it fetches continuously and keeps pace), as in Kafka.

@@ -53,6 +53,22 @@ impl ResponseFrame {
         self.parts
     }
 
+    /// The frame's length on the wire, length prefix included.
+    pub fn len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                FramePart::Bytes(b) => b.len(),
+                FramePart::Slice(s) => s.len() as usize,
+            })
+            .sum()
+    }
+
+    /// True for a frame of no bytes (never sent: a frame has at least its length prefix).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Bytes this frame holds in memory (streamed slices excluded).
     pub fn memory_bytes(&self) -> usize {
         self.parts

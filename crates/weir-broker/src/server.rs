@@ -113,10 +113,18 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<Conne
         match accepted {
             Ok((stream, peer)) => match limits.admit(peer.ip()) {
                 Ok(slot) => {
+                    broker
+                        .metrics
+                        .connections_accepted
+                        .fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(handle_connection(broker.clone(), stream, peer, slot));
                 }
                 Err(refusal) => {
                     drop(stream);
+                    broker
+                        .metrics
+                        .connections_refused
+                        .fetch_add(1, Ordering::Relaxed);
                     if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
                         tracing::warn!(target: "weir::connections", %peer, suppressed, "refused connection: {refusal}");
                     }
@@ -249,6 +257,7 @@ async fn handle_connection(
     _slot: ConnectionSlot,
 ) {
     tracing::debug!(target: "weir::server", %peer, "connection opened");
+    let _open = OpenConnection::count(&broker);
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let activity = Arc::new(Activity::new());
@@ -257,7 +266,12 @@ async fn handle_connection(
         responses: ByteGate::new(CONNECTION_RESPONSE_BYTES_MAX),
     };
     let (queue, pending) = mpsc::channel::<ReplyTask>(CONNECTION_PIPELINE_MAX);
-    let mut writer_task = tokio::spawn(write_responses(writer, pending, activity.clone()));
+    let mut writer_task = tokio::spawn(write_responses(
+        broker.clone(),
+        writer,
+        pending,
+        activity.clone(),
+    ));
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     let ending = tokio::select! {
         ending = read_requests(&broker, &mut reader, &peer, &queue, &activity, &gates) => ending,
@@ -277,6 +291,28 @@ async fn handle_connection(
         Ending::Close => writer_task.abort(),
     }
     tracing::debug!(target: "weir::server", %peer, "connection closed");
+}
+
+/// Counts a connection as open for as long as it lives.
+struct OpenConnection(Arc<Broker>);
+
+impl OpenConnection {
+    fn count(broker: &Arc<Broker>) -> OpenConnection {
+        broker
+            .metrics
+            .connections_open
+            .fetch_add(1, Ordering::Relaxed);
+        OpenConnection(broker.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0
+            .metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The connection's byte limits.
@@ -310,12 +346,22 @@ async fn read_requests(
             Ok(Some(frame)) => frame,
             Ok(None) => return Ending::Drain,
             Err(error) => {
+                broker.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
                 warn_bad_input(&peer.to_string(), &format!("closing connection: {error}"));
                 return Ending::Close;
             }
         };
+        broker
+            .metrics
+            .bytes_in
+            .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
+        let started = Instant::now();
+        let mut api = None;
         let pending: PendingReply = match decode_request(frame) {
-            Ok(request) => handlers::dispatch(broker, request, peer.ip()).await,
+            Ok(request) => {
+                api = Some(request.api_key);
+                handlers::dispatch(broker, request, peer.ip()).await
+            }
             Err(DecodeError::UnsupportedApiVersionsVersion {
                 correlation_id,
                 version,
@@ -333,13 +379,20 @@ async fn read_requests(
                 })
             }
             Err(error) => {
+                broker.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
                 warn_bad_input(&peer.to_string(), &format!("closing connection: {error}"));
                 return Ending::Close;
             }
         };
         let responses = gates.responses.clone();
+        let counted = broker.clone();
         let reply = tokio::spawn(async move {
             let reply = pending.await;
+            if let Some(api) = api {
+                let metrics = counted.metrics.api(api);
+                metrics.requests.fetch_add(1, Ordering::Relaxed);
+                metrics.latency.observe(started.elapsed());
+            }
             // The request's bytes (and their share of the memory limits) are free now.
             drop(held);
             let charge = match &reply {
@@ -468,6 +521,7 @@ async fn stream_slice(
 /// out as soon as the next response is not ready yet (a long poll must not hold back the
 /// answers before it) or nothing else is queued.
 async fn write_responses(
+    broker: Arc<Broker>,
     mut writer: OwnedWriteHalf,
     mut pending: mpsc::Receiver<ReplyTask>,
     activity: Arc<Activity>,
@@ -496,6 +550,10 @@ async fn write_responses(
                 return;
             }
         };
+        broker
+            .metrics
+            .bytes_out
+            .fetch_add(frame.len() as u64, Ordering::Relaxed);
         for part in frame.into_parts() {
             let result = match part {
                 FramePart::Bytes(bytes) if out.len() + bytes.len() <= COALESCE_BYTES_MAX => {

@@ -158,6 +158,12 @@ impl Admin {
         }
     }
 
+    /// The cluster view this admin client uses (shared connections and metadata), for callers
+    /// that also read or fetch.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
     /// Creates a topic; `replication_factor` -1 means the broker default.
     pub async fn create_topic(
         &self,

@@ -249,6 +249,25 @@ impl Consumer {
         }
     }
 
+    /// One fetch of one partition from `offset` through `cluster`, with no consumer state:
+    /// waits up to `config.fetch_max_wait` for records, and returns those at or after `offset`
+    /// with the partition's high watermark (when the broker answered with one). For stateless
+    /// readers such as an HTTP gateway, which share one cluster view across requests.
+    pub async fn fetch_once(
+        cluster: Arc<Cluster>,
+        config: ConsumerConfig,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(Vec<ConsumerRecord>, Option<i64>)> {
+        let tp = (topic.to_string(), partition);
+        let result = fetch_round(cluster, config, vec![(tp.clone(), offset)]).await;
+        if let Some(error) = result.error {
+            return Err(error);
+        }
+        Ok((result.records, result.high_watermarks.get(&tp).copied()))
+    }
+
     fn spawn_fetch(&self) -> JoinHandle<FetchResult> {
         let wanted: Vec<(TopicPartition, i64)> = self
             .positions

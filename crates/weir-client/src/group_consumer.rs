@@ -169,7 +169,12 @@ impl GroupConsumer {
             heartbeat: None,
             last_commit: Instant::now(),
         };
-        consumer.ensure_joined().await?;
+        if let Err(error) = consumer.ensure_joined().await {
+            // A member the coordinator knows would hold the group's next rebalance up until
+            // its session expired: leave before giving up.
+            let _ = consumer.close().await;
+            return Err(error);
+        }
         Ok(consumer)
     }
 
@@ -210,6 +215,13 @@ impl GroupConsumer {
             }
         }
         Ok(records)
+    }
+
+    /// Takes part in a rebalance the group started, without fetching: for a caller that holds
+    /// records it has not handed out yet and must not fetch more, but must not hold the
+    /// group's rebalance up either.
+    pub async fn keep_membership(&mut self) -> Result<()> {
+        self.ensure_joined().await
     }
 
     /// Commits the position (next offset to read) of every assigned partition.

@@ -18,4 +18,4 @@ mod record_file;
 mod relational;
 
 pub use controller::{Controller, LocalControl, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
-pub use quorum::{ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum};
+pub use quorum::{ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum, RaftStatus};

@@ -26,7 +26,8 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
     about = "Start a local cluster of `weir server` processes (brokers and controllers)",
     long_about = "Start a local cluster: N `weir server` processes on 127.0.0.1, each a broker \
         and a controller of one metadata quorum. Node i's Kafka listener is on BASE-PORT + i - 1 \
-        and its controller listener on BASE-PORT + 100 + i - 1; its data and log are in \
+        and its controller listener on BASE-PORT + 100 + i - 1; its HTTP gateway (REST API, \
+        metrics, console) on HTTP-BASE-PORT + i - 1; its data and log are in \
         DATA-DIR/node-i (server.log) and its process id in DATA-DIR/node-i/pid. A node that \
         exits (kill one to try a failure) is reported and the others go on. Ctrl-C stops every \
         node cleanly. Restarting with the same DATA-DIR resumes the same cluster."
@@ -41,12 +42,16 @@ pub struct DevClusterArgs {
     /// Kafka port of node 1; node i listens on BASE-PORT + i - 1.
     #[arg(long, default_value_t = 9092)]
     base_port: u16,
+    /// HTTP port of node 1; node i's HTTP gateway listens on HTTP-BASE-PORT + i - 1.
+    #[arg(long, default_value_t = 8080)]
+    http_base_port: u16,
 }
 
 /// One node of the cluster.
 struct Node {
     id: u16,
     kafka: String,
+    http: String,
     controller: String,
     dir: PathBuf,
     child: Child,
@@ -66,6 +71,13 @@ pub fn run(args: DevClusterArgs) -> ExitCode {
 fn run_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
     if args.nodes == 0 || args.nodes > NODES_MAX {
         bail!("--nodes must be between 1 and {NODES_MAX}");
+    }
+    if u32::from(args.http_base_port) + u32::from(args.nodes) > u32::from(u16::MAX) {
+        bail!(
+            "--http-base-port {} leaves no room for {} nodes' ports",
+            args.http_base_port,
+            args.nodes
+        );
     }
     if u32::from(args.base_port) + 100 + u32::from(args.nodes) > u32::from(u16::MAX) {
         bail!(
@@ -95,6 +107,10 @@ fn run_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
             .context("opening the node's log")?;
         let kafka = address(id - 1);
         let controller = quorum[&id].clone();
+        let http = format!(
+            "127.0.0.1:{}",
+            u32::from(args.http_base_port) + u32::from(id) - 1
+        );
         let spawned = Command::new(&exe)
             .arg("server")
             .args(["--node-id", &id.to_string()])
@@ -103,6 +119,7 @@ fn run_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
             .args(["--listen", &kafka])
             .args(["--controller-listen", &controller])
             .args(["--controller-quorum", &quorum_flag])
+            .args(["--http-listen", &http])
             // Its own process group: Ctrl-C reaches only this command, which stops each node
             // with one SIGTERM (a second signal would make a node exit without a clean stop).
             .process_group(0)
@@ -121,19 +138,21 @@ fn run_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
         nodes.push(Node {
             id,
             kafka,
+            http,
             controller,
             dir,
             child,
         });
     }
-    println!("NODE  PID      KAFKA            CONTROLLER       DATA");
+    println!("NODE  PID      KAFKA            CONTROLLER       HTTP             DATA");
     for node in &nodes {
         println!(
-            "{:<4}  {:<7}  {:<15}  {:<15}  {}",
+            "{:<4}  {:<7}  {:<15}  {:<15}  {:<15}  {}",
             node.id,
             node.child.id(),
             node.kafka,
             node.controller,
+            node.http,
             node.dir.display()
         );
     }

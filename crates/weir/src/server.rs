@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
 use weir_controller::query::DATABASE_FILE;
 use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
+use weir_gateway::Gateway;
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage, Storage};
 
@@ -72,6 +73,12 @@ pub struct ServerArgs {
     /// in --controller-quorum is).
     #[arg(long, env = "WEIR_PROCESS_ROLES", value_parser = parse_roles, requires = "controller_quorum")]
     process_roles: Option<Roles>,
+    /// Address of the HTTP gateway: the REST API, /metrics, /health/live and /health/ready,
+    /// and the web console at /. Defaults to 127.0.0.1:8080, and then, if that port is taken,
+    /// the node runs without HTTP (with a warning); an address given here that cannot be bound
+    /// is a startup error. `off` runs no HTTP.
+    #[arg(long, env = "WEIR_HTTP_LISTEN")]
+    http_listen: Option<String>,
     /// TOML file of broker settings with Kafka's names (see the list below).
     #[arg(long, env = "WEIR_CONFIG")]
     config: Option<PathBuf>,
@@ -226,6 +233,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         true => Some(bind_kafka_listener(&args).await?),
         false => None,
     };
+    let http_listener = match roles.broker {
+        true => bind_http_listener(args.http_listen.as_deref()).await?,
+        false => None,
+    };
 
     let metadata_dir = data_dir.path.join("metadata");
     std::fs::create_dir_all(&metadata_dir)?;
@@ -281,6 +292,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let shutdown_rx_for_http = shutdown_rx.clone();
     let registry = PartitionRegistry::new(
         data_dir.path.join("logs"),
         FileCache::new(Arc::new(FsStorage), budget.cached_files),
@@ -298,6 +310,21 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let broker = tokio::task::block_in_place(|| {
         Broker::new(config, identity, control, registry, shutdown_rx)
     });
+    let (serving_tx, serving_rx) = watch::channel(false);
+    let http_address = match http_listener {
+        Some(http) => {
+            let address = http.local_addr()?;
+            let bootstrap = match bound.ip().is_unspecified() {
+                true => format!("127.0.0.1:{}", bound.port()),
+                false => bound.to_string(),
+            };
+            let gateway = Gateway::new(broker.clone(), quorum.clone(), &bootstrap, serving_rx);
+            tokio::spawn(gateway.serve(http, shutdown_rx_for_http.clone()));
+            tracing::info!(target: "weir::server", http = %address, "HTTP gateway listening: REST API, /metrics, /health, console at /");
+            address.to_string()
+        }
+        None => "off".to_string(),
+    };
     broker
         .join_cluster()
         .await
@@ -305,6 +332,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!(
         target: "weir::server",
         listen = %bound,
+        http = %http_address,
         advertised = %format!("{advertised_host}:{advertised_port}"),
         data_dir = %data_dir.path.display(),
         node_id = args.node_id,
@@ -316,6 +344,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let cleaner = tokio::spawn(broker.clone().run_log_cleaner());
     let isr_checks = tokio::spawn(broker.clone().run_isr_checks());
     let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    serving_tx.send_replace(true);
     wait_for_signal().await?;
     tracing::info!(target: "weir::server", "shutting down: moving leaderships to other replicas");
     std::thread::spawn(|| {
@@ -366,6 +395,28 @@ async fn bind_kafka_listener(
         None => (bound.ip().to_string(), bound.port()),
     };
     Ok((listener, bound, advertised))
+}
+
+/// The HTTP gateway's default address.
+const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:8080";
+
+/// Binds the HTTP gateway's listener: `asked` must bind (a startup error otherwise) unless it
+/// is `off`; without it the default is tried and, when taken, the node runs without HTTP.
+async fn bind_http_listener(asked: Option<&str>) -> anyhow::Result<Option<TcpListener>> {
+    match asked {
+        Some("off") => Ok(None),
+        Some(address) => TcpListener::bind(address)
+            .await
+            .map(Some)
+            .with_context(|| format!("cannot listen for HTTP on {address} (--http-listen)")),
+        None => match TcpListener::bind(HTTP_LISTEN_DEFAULT).await {
+            Ok(listener) => Ok(Some(listener)),
+            Err(error) => {
+                tracing::warn!(target: "weir::server", address = HTTP_LISTEN_DEFAULT, %error, "running without HTTP: the default HTTP address is not available (give --http-listen HOST:PORT, or --http-listen off)");
+                Ok(None)
+            }
+        },
+    }
 }
 
 /// A dedicated controller: votes in the metadata quorum, decides when it leads (brokers reach

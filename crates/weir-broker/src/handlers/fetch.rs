@@ -476,6 +476,16 @@ fn respond(
             continue;
         }
         let PartitionRead { mut data, slice } = read;
+        if let (Ok(partition), false) = (&target.partition, target.from_replica) {
+            let sent = slice.as_ref().map_or_else(
+                || data.records.as_ref().map_or(0, |r| r.len() as u64),
+                ReadSlice::len,
+            );
+            partition
+                .counters
+                .bytes_out
+                .fetch_add(sent, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(slice) = slice {
             data.records = Some(Bytes::copy_from_slice(&marker(slices.len() as u32)));
             slices.push(slice);

@@ -127,6 +127,23 @@ pub struct QuorumConfig {
     pub dir: PathBuf,
 }
 
+/// One controller's view of the Raft quorum (openraft's metrics, in Weir's types).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// The controller leading the quorum, if one is known.
+    pub leader: Option<i32>,
+    /// This controller leads.
+    pub is_leader: bool,
+    /// The current Raft term.
+    pub term: u64,
+    /// Index of the last entry known committed.
+    pub committed_index: Option<u64>,
+    /// Index of the last entry applied to the metadata image.
+    pub applied_index: Option<u64>,
+    /// Index of the last entry in this controller's log.
+    pub last_log_index: Option<u64>,
+}
+
 /// The Raft quorum, as one controller runs it.
 pub struct RaftQuorum {
     raft: MetadataRaft,
@@ -344,6 +361,19 @@ impl RaftQuorum {
     pub fn leader(&self) -> Option<i32> {
         let leader = self.raft.metrics().borrow_watched().current_leader;
         leader.and_then(|id| i32::try_from(id).ok())
+    }
+
+    /// This controller's view of the quorum now, for monitoring.
+    pub fn raft_status(&self) -> RaftStatus {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        RaftStatus {
+            leader: metrics.current_leader.and_then(|id| i32::try_from(id).ok()),
+            is_leader: metrics.state.is_leader(),
+            term: metrics.current_term,
+            committed_index: metrics.cluster_committed.map(|id| id.index),
+            applied_index: metrics.last_applied.map(|id| id.index),
+            last_log_index: metrics.last_log_index,
+        }
     }
 
     /// Stops this controller's Raft and stops answering its peers (a clean shutdown).

@@ -1,0 +1,185 @@
+//! Health checks and the cluster's status (brokers, controller, quorum, partitions that are
+//! not fully replicated).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Serialize;
+
+use crate::error::ApiError;
+use crate::Gateway;
+
+/// `GET /health/live`: the process is up and answering.
+pub async fn live() -> Json<Health> {
+    Json(Health {
+        status: "live",
+        reason: None,
+    })
+}
+
+/// The answer of a health check.
+#[derive(Serialize)]
+pub struct Health {
+    /// `live`, `ready` or `not_ready`.
+    status: &'static str,
+    /// Why the node is not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+}
+
+/// `GET /health/ready`: 200 once this node's broker is registered with the metadata quorum
+/// and its Kafka listener accepts connections, 503 (with the reason) before that and while
+/// it shuts down.
+pub async fn ready(State(gateway): State<Arc<Gateway>>) -> (StatusCode, Json<Health>) {
+    let reason = if !gateway.broker.is_registered() {
+        Some("the broker is not registered with the metadata quorum")
+    } else if !*gateway.serving.borrow() {
+        Some("the Kafka listener is not accepting connections yet")
+    } else {
+        None
+    };
+    match reason {
+        None => (
+            StatusCode::OK,
+            Json(Health {
+                status: "ready",
+                reason: None,
+            }),
+        ),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(Health {
+                status: "not_ready",
+                reason: Some(reason),
+            }),
+        ),
+    }
+}
+
+/// A registered broker.
+#[derive(Serialize)]
+struct BrokerView {
+    node_id: i32,
+    address: Option<String>,
+    rack: Option<String>,
+    /// Fenced: registered but not heartbeating (down, cut off, or shutting down).
+    fenced: bool,
+}
+
+/// A partition whose ISR is smaller than its replica set, or that has no leader.
+#[derive(Serialize)]
+struct PartitionHealthView {
+    topic: String,
+    partition: i32,
+    leader: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+/// The metadata quorum as its leader describes it.
+#[derive(Serialize)]
+struct QuorumView {
+    leader: i32,
+    epoch: i32,
+    high_watermark: i64,
+    voters: Vec<VoterView>,
+}
+
+#[derive(Serialize)]
+struct VoterView {
+    node_id: i32,
+    log_end_offset: i64,
+}
+
+/// The answer of `GET /cluster`.
+#[derive(Serialize)]
+pub struct ClusterView {
+    cluster_id: String,
+    controller: i32,
+    /// `healthy`, `degraded` (a broker fenced or a partition under-replicated) or
+    /// `partitions_offline` (a partition has no leader).
+    health: &'static str,
+    brokers: Vec<BrokerView>,
+    topics: usize,
+    partitions: usize,
+    under_replicated: Vec<PartitionHealthView>,
+    offline_partitions: usize,
+    /// Null when the quorum could not be described.
+    quorum: Option<QuorumView>,
+    /// The node whose gateway answered.
+    served_by: i32,
+}
+
+/// `GET /cluster`: brokers with their health, the controller, the metadata quorum, and the
+/// partitions that are under-replicated or offline.
+pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterView>, ApiError> {
+    let status = gateway.admin.cluster_status().await?;
+    let image = gateway.broker.image();
+    let brokers: Vec<BrokerView> = image
+        .brokers()
+        .map(|b| BrokerView {
+            node_id: b.node_id,
+            address: b
+                .listeners
+                .first()
+                .map(|l| format!("{}:{}", l.host, l.port)),
+            rack: b.rack.clone(),
+            fenced: b.fenced,
+        })
+        .collect();
+    let offline = status
+        .under_replicated
+        .iter()
+        .filter(|p| p.leader < 0)
+        .count();
+    let health = if offline > 0 {
+        "partitions_offline"
+    } else if !status.under_replicated.is_empty() || brokers.iter().any(|b| b.fenced) {
+        "degraded"
+    } else {
+        "healthy"
+    };
+    let quorum = gateway
+        .admin
+        .describe_quorum()
+        .await
+        .ok()
+        .map(|q| QuorumView {
+            leader: q.leader,
+            epoch: q.epoch,
+            high_watermark: q.high_watermark,
+            voters: q
+                .voters
+                .iter()
+                .map(|v| VoterView {
+                    node_id: v.node_id,
+                    log_end_offset: v.log_end_offset,
+                })
+                .collect(),
+        });
+    let under_replicated: Vec<PartitionHealthView> = status
+        .under_replicated
+        .into_iter()
+        .map(|p| PartitionHealthView {
+            topic: p.topic,
+            partition: p.partition,
+            leader: p.leader,
+            replicas: p.replicas,
+            isr: p.isr,
+        })
+        .collect();
+    Ok(Json(ClusterView {
+        cluster_id: status.cluster_id,
+        controller: status.controller,
+        health,
+        brokers,
+        topics: status.topics,
+        partitions: status.partitions,
+        under_replicated,
+        offline_partitions: offline,
+        quorum,
+        served_by: gateway.broker.identity.node_id,
+    }))
+}

@@ -1,0 +1,216 @@
+//! `weir-gateway` is Weir over HTTP: a JSON REST API (topics, publish, read, consumer groups,
+//! cluster status) described by an OpenAPI document, Prometheus metrics, health checks, and the
+//! web console, served by `weir server` on `--http-listen`.
+//!
+//! It changes nothing by itself: every read and write goes to the cluster through the Kafka
+//! protocol (`weir-client`, bootstrapped from this node's own listener), so an HTTP request
+//! follows the same leaders, checks and limits as a Kafka client's, wherever the partition
+//! lives. Metrics and health are read from this node's broker and controller in process.
+
+mod cluster;
+mod console;
+mod consumers;
+mod error;
+mod extract;
+mod groups;
+mod metrics;
+mod records;
+mod topics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use weir_broker::broker::stopping;
+use weir_broker::Broker;
+use weir_client::{Admin, ClientConfig};
+use weir_controller::RaftQuorum;
+
+pub use error::ApiError;
+
+/// Largest request body accepted (a publish of many records); larger ones get 413.
+pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// HTTP connections served at once; more are closed as they arrive.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// A client must send a request's headers within this long (and an idle keep-alive
+/// connection is closed after it).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a request may run (a long poll, a publish waiting for acks) before it is answered
+/// with 504.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+
+/// What the gateway serves from: this node's broker and controller, and a Kafka client of
+/// the cluster bootstrapped from this node's listener.
+pub struct Gateway {
+    broker: Arc<Broker>,
+    quorum: Arc<RaftQuorum>,
+    admin: Admin,
+    publisher: records::Publisher,
+    consumers: Arc<consumers::Instances>,
+    /// True once the Kafka listener accepts connections (readiness).
+    serving: watch::Receiver<bool>,
+}
+
+impl Gateway {
+    /// A gateway for `broker`, whose Kafka listener is at `bootstrap`; `serving` turns true
+    /// when that listener accepts connections.
+    pub fn new(
+        broker: Arc<Broker>,
+        quorum: Arc<RaftQuorum>,
+        bootstrap: &str,
+        serving: watch::Receiver<bool>,
+    ) -> Arc<Gateway> {
+        let mut client = ClientConfig::new(bootstrap);
+        client.client_id = "weir-http".to_string();
+        client.request_timeout = Duration::from_secs(30);
+        let consumers = Arc::new(consumers::Instances::default());
+        tokio::spawn(consumers::Instances::reap_idle(Arc::downgrade(&consumers)));
+        Arc::new(Gateway {
+            broker,
+            quorum,
+            admin: Admin::new(client.clone()),
+            publisher: records::Publisher::new(client),
+            consumers,
+            serving,
+        })
+    }
+
+    /// The API's routes, bound to this gateway.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/", get(console::index))
+            .route("/console/app.js", get(console::script))
+            .route("/console/style.css", get(console::style))
+            .route("/health/live", get(cluster::live))
+            .route("/health/ready", get(cluster::ready))
+            .route("/metrics", get(metrics::scrape))
+            .route("/openapi.json", get(openapi))
+            .route("/cluster", get(cluster::status))
+            .route("/topics", get(topics::list).post(topics::create))
+            .route(
+                "/topics/{topic}",
+                get(topics::describe).delete(topics::delete),
+            )
+            .route(
+                "/topics/{topic}/configs",
+                get(topics::configs).patch(topics::alter_configs),
+            )
+            .route("/topics/{topic}/partitions", post(topics::add_partitions))
+            .route("/topics/{topic}/publish", post(records::publish))
+            .route(
+                "/topics/{topic}/partitions/{partition}/records",
+                get(records::read),
+            )
+            .route("/groups", get(groups::list))
+            .route("/groups/{group}", get(groups::describe))
+            .route("/groups/{group}/consumers", post(consumers::create))
+            .route(
+                "/groups/{group}/consumers/{instance}",
+                delete(consumers::delete),
+            )
+            .route(
+                "/groups/{group}/consumers/{instance}/records",
+                get(consumers::poll),
+            )
+            .route(
+                "/groups/{group}/consumers/{instance}/commit",
+                post(consumers::commit),
+            )
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+            .layer(middleware::from_fn(within_deadline))
+            .with_state(self.clone())
+    }
+
+    /// Serves HTTP on `listener` until `shutdown` turns true: at most [`CONNECTIONS_MAX`]
+    /// connections, each request answered within [`REQUEST_DEADLINE`].
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let router = self.router();
+        let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopping(&mut shutdown) => {
+                    self.consumers.close_all();
+                    return;
+                }
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(target: "weir::http", %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                tracing::debug!(target: "weir::http", %peer, "refused HTTP connection: {CONNECTIONS_MAX} open");
+                continue;
+            };
+            let service = TowerToHyperService::new(router.clone());
+            let mut stop = shutdown.clone();
+            tokio::spawn(async move {
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    _ = stopping(&mut stop) => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+                    }
+                }
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// The OpenAPI 3.1 document of this API.
+async fn openapi() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        include_str!("openapi.json"),
+    )
+}
+
+/// Answers 504 for a request not done within [`REQUEST_DEADLINE`].
+async fn within_deadline(request: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_DEADLINE, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            format!("not answered within {} s", REQUEST_DEADLINE.as_secs()),
+        )
+        .into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("not_found", "no such endpoint; see /openapi.json")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method; see /openapi.json",
+    )
+}

@@ -1,0 +1,509 @@
+//! `/metrics` in the Prometheus text format (version 0.0.4): this node's broker (requests by
+//! API with latency histograms, bytes, connections), the partitions it hosts (offsets, size,
+//! replication, bytes in and out), the groups it coordinates (lag), and its controller (Raft
+//! term and indexes; cluster-wide partition health from the active controller only, so a
+//! cluster's series are not counted once per node).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use weir_broker::metrics::{HistogramSnapshot, LATENCY_BUCKETS_SECONDS};
+
+use crate::Gateway;
+
+/// Groups whose lag one scrape reports at most (each costs a describe).
+const GROUPS_MAX: usize = 200;
+/// Longest the group lag part of a scrape may take; the rest is reported without it.
+const GROUPS_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The text being built: families with their HELP and TYPE lines, then samples.
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Into<f64>) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (label, value)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{label}=\"");
+                escape_label_value(&mut self.out, value);
+                self.out.push('"');
+            }
+            self.out.push('}');
+        }
+        let value: f64 = value.into();
+        let _ = writeln!(self.out, " {}", format_value(value));
+    }
+
+    /// One family with a single unlabelled sample.
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl Into<f64>) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], snapshot: &HistogramSnapshot) {
+        let bucket = format!("{name}_bucket");
+        for (bound, count) in LATENCY_BUCKETS_SECONDS.iter().zip(&snapshot.cumulative) {
+            let le = format_value(*bound);
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, *count as f64);
+        }
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", "+Inf"));
+        self.sample(&bucket, &with_le, snapshot.count as f64);
+        self.sample(&format!("{name}_sum"), labels, snapshot.sum_seconds);
+        self.sample(&format!("{name}_count"), labels, snapshot.count as f64);
+    }
+}
+
+fn escape_label_value(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn format_value(value: f64) -> String {
+    if value.is_infinite() {
+        return if value > 0.0 { "+Inf" } else { "-Inf" }.to_string();
+    }
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        return format!("{}", value as i64);
+    }
+    format!("{value}")
+}
+
+/// `GET /metrics`.
+pub async fn scrape(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+    let mut text = Exposition {
+        out: String::with_capacity(16 * 1024),
+    };
+    broker_metrics(&gateway, &mut text);
+    partition_metrics(&gateway, &mut text);
+    controller_metrics(&gateway, &mut text);
+    let _ = tokio::time::timeout(GROUPS_DEADLINE, group_metrics(&gateway, &mut text)).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text.out,
+    )
+}
+
+fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
+    let broker = &gateway.broker;
+    let metrics = &broker.metrics;
+    text.single(
+        "weir_broker_ready",
+        "gauge",
+        "1 when the broker is registered with the metadata quorum and serving",
+        u8::from(broker.is_registered() && *gateway.serving.borrow()),
+    );
+    let served = metrics.served_apis();
+    text.family(
+        "weir_requests_total",
+        "counter",
+        "Kafka requests served, by API",
+    );
+    for (api, counters) in &served {
+        let name = format!("{api:?}");
+        text.sample(
+            "weir_requests_total",
+            &[("api", &name)],
+            counters.requests.load(Ordering::Relaxed) as f64,
+        );
+    }
+    text.family(
+        "weir_request_duration_seconds",
+        "histogram",
+        "Time from a Kafka request read to its response ready, by API",
+    );
+    for (api, counters) in &served {
+        let name = format!("{api:?}");
+        text.histogram(
+            "weir_request_duration_seconds",
+            &[("api", &name)],
+            &counters.latency.snapshot(),
+        );
+    }
+    let counter = |value: &std::sync::atomic::AtomicU64| value.load(Ordering::Relaxed) as f64;
+    text.single(
+        "weir_received_bytes_total",
+        "counter",
+        "Bytes of Kafka requests read",
+        counter(&metrics.bytes_in),
+    );
+    text.single(
+        "weir_sent_bytes_total",
+        "counter",
+        "Bytes of Kafka responses written",
+        counter(&metrics.bytes_out),
+    );
+    text.single(
+        "weir_connections",
+        "gauge",
+        "Kafka client connections open",
+        metrics.connections_open.load(Ordering::Relaxed) as f64,
+    );
+    text.single(
+        "weir_connections_accepted_total",
+        "counter",
+        "Kafka client connections accepted",
+        counter(&metrics.connections_accepted),
+    );
+    text.single(
+        "weir_connections_refused_total",
+        "counter",
+        "Kafka client connections refused by a connection limit",
+        counter(&metrics.connections_refused),
+    );
+    text.single(
+        "weir_bad_requests_total",
+        "counter",
+        "Connections closed for a malformed, oversized or unsupported request",
+        counter(&metrics.bad_requests),
+    );
+}
+
+/// One partition's values, read under its locks and written after.
+struct PartitionSample {
+    topic: String,
+    partition: String,
+    leader: bool,
+    log_start: i64,
+    log_end: i64,
+    high_watermark: i64,
+    size: u64,
+    replicas: usize,
+    isr: usize,
+    follower_lags: Vec<(String, i64)>,
+    bytes_in: u64,
+    records_in: u64,
+    bytes_out: u64,
+}
+
+fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
+    let mut samples: Vec<PartitionSample> = gateway
+        .broker
+        .partitions
+        .all()
+        .into_iter()
+        .map(|p| {
+            let (log_start, log_end, high_watermark, size) = {
+                let log = p.log();
+                (
+                    log.log_start_offset(),
+                    log.log_end_offset(),
+                    log.high_watermark(),
+                    log.size_bytes(),
+                )
+            };
+            let state = p.state();
+            let follower_lags = p
+                .follower_log_ends()
+                .into_iter()
+                .filter_map(|(id, end)| Some((id.to_string(), (log_end - end?).max(0))))
+                .collect();
+            PartitionSample {
+                topic: p.topic.clone(),
+                partition: p.index.to_string(),
+                leader: p.is_leader(),
+                log_start,
+                log_end,
+                high_watermark,
+                size,
+                replicas: state.replicas.len(),
+                isr: state.isr.len(),
+                follower_lags,
+                bytes_in: p.counters.bytes_in.load(Ordering::Relaxed),
+                records_in: p.counters.records_in.load(Ordering::Relaxed),
+                bytes_out: p.counters.bytes_out.load(Ordering::Relaxed),
+            }
+        })
+        .collect();
+    samples.sort_by(|a, b| {
+        (&a.topic, a.partition.len(), &a.partition).cmp(&(
+            &b.topic,
+            b.partition.len(),
+            &b.partition,
+        ))
+    });
+    type Pick = fn(&PartitionSample) -> f64;
+    let every_replica: [(&str, &str, &str, Pick); 5] = [
+        (
+            "weir_partition_log_start_offset",
+            "gauge",
+            "First offset kept in the partition's log on this node",
+            |s| s.log_start as f64,
+        ),
+        (
+            "weir_partition_log_end_offset",
+            "gauge",
+            "Offset the next record appended to the partition's log on this node gets",
+            |s| s.log_end as f64,
+        ),
+        (
+            "weir_partition_high_watermark",
+            "gauge",
+            "Offset below which records are replicated to the ISR and readable",
+            |s| s.high_watermark as f64,
+        ),
+        (
+            "weir_partition_size_bytes",
+            "gauge",
+            "Bytes of the partition's log segments on this node",
+            |s| s.size as f64,
+        ),
+        (
+            "weir_partition_leader",
+            "gauge",
+            "1 when this node leads the partition",
+            |s| f64::from(u8::from(s.leader)),
+        ),
+    ];
+    for (name, kind, help, pick) in every_replica {
+        text.family(name, kind, help);
+        for s in &samples {
+            text.sample(
+                name,
+                &[("topic", &s.topic), ("partition", &s.partition)],
+                pick(s),
+            );
+        }
+    }
+    // Replication state and traffic are the leader's to report, once per partition.
+    let leaders: Vec<&PartitionSample> = samples.iter().filter(|s| s.leader).collect();
+    let led: [(&str, &str, &str, Pick); 6] = [
+        (
+            "weir_partition_replicas",
+            "gauge",
+            "Replicas of the partition (reported by its leader)",
+            |s| s.replicas as f64,
+        ),
+        (
+            "weir_partition_isr_size",
+            "gauge",
+            "In-sync replicas of the partition (reported by its leader)",
+            |s| s.isr as f64,
+        ),
+        (
+            "weir_partition_under_replicated",
+            "gauge",
+            "1 when the partition's ISR is smaller than its replica set (reported by its leader)",
+            |s| f64::from(u8::from(s.isr < s.replicas)),
+        ),
+        (
+            "weir_partition_received_bytes_total",
+            "counter",
+            "Bytes producers appended to the partition (reported by its leader)",
+            |s| s.bytes_in as f64,
+        ),
+        (
+            "weir_partition_received_records_total",
+            "counter",
+            "Records producers appended to the partition (reported by its leader)",
+            |s| s.records_in as f64,
+        ),
+        (
+            "weir_partition_sent_bytes_total",
+            "counter",
+            "Bytes of the partition's records sent to consumers (reported by its leader)",
+            |s| s.bytes_out as f64,
+        ),
+    ];
+    for (name, kind, help, pick) in led {
+        text.family(name, kind, help);
+        for s in &leaders {
+            text.sample(
+                name,
+                &[("topic", &s.topic), ("partition", &s.partition)],
+                pick(s),
+            );
+        }
+    }
+    text.family(
+        "weir_partition_follower_lag_records",
+        "gauge",
+        "Records a follower is behind the leader's log end, as of its last fetch (reported by the leader)",
+    );
+    for s in &leaders {
+        for (follower, lag) in &s.follower_lags {
+            text.sample(
+                "weir_partition_follower_lag_records",
+                &[
+                    ("topic", &s.topic),
+                    ("partition", &s.partition),
+                    ("follower", follower),
+                ],
+                *lag as f64,
+            );
+        }
+    }
+}
+
+fn controller_metrics(gateway: &Gateway, text: &mut Exposition) {
+    let raft = gateway.quorum.raft_status();
+    text.single(
+        "weir_controller_active",
+        "gauge",
+        "1 when this node's controller leads the metadata quorum",
+        u8::from(raft.is_leader),
+    );
+    text.single(
+        "weir_raft_term",
+        "gauge",
+        "The metadata quorum's current Raft term",
+        raft.term as f64,
+    );
+    let index = |i: Option<u64>| i.map_or(-1.0, |i| i as f64);
+    text.single(
+        "weir_raft_commit_index",
+        "gauge",
+        "Index of the last metadata log entry known committed (-1 when none)",
+        index(raft.committed_index),
+    );
+    text.single(
+        "weir_raft_applied_index",
+        "gauge",
+        "Index of the last metadata log entry applied here (-1 when none)",
+        index(raft.applied_index),
+    );
+    text.single(
+        "weir_raft_last_log_index",
+        "gauge",
+        "Index of the last entry in this node's metadata log (-1 when empty)",
+        index(raft.last_log_index),
+    );
+    if !raft.is_leader {
+        return;
+    }
+    let image = gateway.broker.image();
+    let (mut alive, mut fenced) = (0u32, 0u32);
+    for broker in image.brokers() {
+        if broker.fenced {
+            fenced += 1;
+        } else {
+            alive += 1;
+        }
+    }
+    text.family(
+        "weir_cluster_brokers",
+        "gauge",
+        "Registered brokers by state (reported by the active controller)",
+    );
+    text.sample("weir_cluster_brokers", &[("state", "alive")], alive);
+    text.sample("weir_cluster_brokers", &[("state", "fenced")], fenced);
+    let partitions: Vec<_> = image.topics().flat_map(|t| t.partitions.iter()).collect();
+    text.single(
+        "weir_cluster_partitions",
+        "gauge",
+        "Partitions of every topic (reported by the active controller)",
+        partitions.len() as f64,
+    );
+    text.single(
+        "weir_cluster_offline_partitions",
+        "gauge",
+        "Partitions with no leader (reported by the active controller)",
+        partitions.iter().filter(|p| p.leader < 0).count() as f64,
+    );
+    text.single(
+        "weir_cluster_under_replicated_partitions",
+        "gauge",
+        "Partitions whose ISR is smaller than their replica set (reported by the active controller)",
+        partitions.iter().filter(|p| p.under_replicated()).count() as f64,
+    );
+}
+
+async fn group_metrics(gateway: &Gateway, text: &mut Exposition) {
+    let groups = gateway.broker.coordinator.list_groups();
+    let mut described = Vec::new();
+    for group in groups.iter().take(GROUPS_MAX) {
+        if let Ok(description) = gateway.admin.describe_group(&group.group_id).await {
+            described.push(description);
+        }
+    }
+    text.family(
+        "weir_group_members",
+        "gauge",
+        "Members of each group this node coordinates",
+    );
+    for group in &described {
+        text.sample(
+            "weir_group_members",
+            &[("group", &group.group_id)],
+            group.members.len() as f64,
+        );
+    }
+    text.family(
+        "weir_group_lag_records",
+        "gauge",
+        "Records between a group's committed offset and the partition's high watermark, per partition (groups this node coordinates)",
+    );
+    for group in &described {
+        for p in &group.partitions {
+            if let Some(lag) = p.lag {
+                let partition = p.partition.to_string();
+                text.sample(
+                    "weir_group_lag_records",
+                    &[
+                        ("group", &group.group_id),
+                        ("topic", &p.topic),
+                        ("partition", &partition),
+                    ],
+                    lag as f64,
+                );
+            }
+        }
+    }
+    text.family(
+        "weir_group_lag_records_sum",
+        "gauge",
+        "A group's lag summed over its partitions (groups this node coordinates)",
+    );
+    for group in &described {
+        let total: i64 = group.partitions.iter().filter_map(|p| p.lag).sum();
+        text.sample(
+            "weir_group_lag_records_sum",
+            &[("group", &group.group_id)],
+            total as f64,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_escape_label_values_and_format_numbers() {
+        let mut text = Exposition { out: String::new() };
+        text.family("weir_x", "gauge", "help");
+        text.sample("weir_x", &[("topic", "a\"b\\c\nd")], 3u32);
+        text.sample("weir_x", &[], 0.25);
+        assert_eq!(
+            text.out,
+            "# HELP weir_x help\n# TYPE weir_x gauge\nweir_x{topic=\"a\\\"b\\\\c\\nd\"} 3\nweir_x 0.25\n"
+        );
+    }
+}
