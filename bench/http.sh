@@ -67,3 +67,7 @@ for batch in 1 100; do
         -v hp="$(field "http-$batch" p99_ms)" -v kp="$(field "kafka-$batch" p99_ms)" \
         -v b="$batch" 'BEGIN { printf "| %s | HTTP/Kafka | %.2f× | | | %.2f× | |\n", b, h / k, hp / kp }'
 done
+for key in "${!RESULT[@]}"; do
+    first="$(sed -n 's/.*"first_error":"\(.*\)"}$/\1/p' <<<"${RESULT[$key]}")"
+    [[ -z "$first" ]] || echo "first error of $key: $first"
+done

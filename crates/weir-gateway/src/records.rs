@@ -118,7 +118,7 @@ impl Publisher {
             config.client = self.client.clone();
             config.acks = acks;
             config.idempotence = acks == Acks::All;
-            config.linger = Duration::from_millis(1);
+            config.linger = Duration::ZERO;
             config.delivery_timeout = Duration::from_secs(30);
             // A full buffer answers 429 at once rather than holding the request.
             config.block_when_full = false;
