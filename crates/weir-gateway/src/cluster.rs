@@ -97,6 +97,7 @@ struct VoterView {
 #[derive(Serialize)]
 pub struct ClusterView {
     cluster_id: String,
+    /// The active controller: the metadata quorum's leader.
     controller: i32,
     /// `healthy`, `degraded` (a broker fenced or a partition under-replicated) or
     /// `partitions_offline` (a partition has no leader).
@@ -172,7 +173,9 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterV
         .collect();
     Ok(Json(ClusterView {
         cluster_id: status.cluster_id,
-        controller: status.controller,
+        // Metadata names any live broker as the controller, as Kafka's KRaft brokers do;
+        // the quorum's leader is the active one.
+        controller: quorum.as_ref().map_or(status.controller, |q| q.leader),
         health,
         brokers,
         topics: status.topics,

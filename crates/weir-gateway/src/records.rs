@@ -337,17 +337,20 @@ pub struct RecordOut {
 }
 
 impl RecordOut {
-    /// The record as JSON: text when every field is UTF-8 (unless `force_base64`).
+    /// The record as JSON: text when every field is readable text, UTF-8 without control
+    /// characters other than tab and line breaks (unless `force_base64`), base64 otherwise.
     pub fn of(record: ConsumerRecord, force_base64: bool) -> RecordOut {
+        let readable = |bytes: &Bytes| {
+            std::str::from_utf8(bytes).is_ok_and(|s| {
+                !s.chars()
+                    .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            })
+        };
         let text = !force_base64
             && [&record.key, &record.value]
                 .into_iter()
                 .chain(record.headers.iter().map(|(_, v)| v))
-                .all(|field| {
-                    field
-                        .as_ref()
-                        .is_none_or(|b| std::str::from_utf8(b).is_ok())
-                });
+                .all(|field| field.as_ref().is_none_or(readable));
         let encode = |bytes: &Option<Bytes>| {
             bytes.as_ref().map(|b| match text {
                 true => String::from_utf8_lossy(b).into_owned(),
