@@ -241,10 +241,10 @@ def test_acks_levels_and_publish_errors(http, bootstrap):
     assert fire_and_forget.status_code == 200 and "offset" not in fire_and_forget.json()["offsets"][0]
     error_of(call("POST", f"{http}/topics/{topic}/publish", params={"acks": "2"}, json={"value": "x"}), 400, "invalid_request")
     error_of(call("POST", f"{http}/topics/{topic}/publish", params={"ack": "1"}, json={"value": "x"}), 400, "invalid_request")
-    error_of(call("POST", f"{http}/topics/{topic}/publish", json={"value": "x", "colour": "red"}), 400, "invalid_request")
+    error_of(call("POST", f"{http}/topics/{topic}/publish", json={"value": "x", "colour": "red"}), 400, "bad_json")
     error_of(call("POST", f"{http}/topics/{topic}/publish", json={"value": "%%%", "encoding": "base64"}), 400, "invalid_request")
     error_of(call("POST", f"{http}/topics/{topic}/publish", json={"records": []}), 400, "invalid_request")
-    error_of(call("POST", f"{http}/topics/{topic}/publish", json={"records": [{"value": "x"}] * 10_001}), 400, "invalid_request")
+    error_of(call("POST", f"{http}/topics/{topic}/publish", json={"records": [{"value": "x"}] * 10_001}), 400, "bad_json")
     error_of(call("POST", f"{http}/topics/{topic}/publish", json={"value": "x", "partition": 7}), 404)
     error_of(call("POST", f"{http}/topics/__consumer_offsets/publish", json={"value": "x"}), 400, "invalid_request")
     # A record over max.message.bytes (1 MiB by default) is refused by the broker.

@@ -438,6 +438,44 @@ impl Inner {
         Ok(())
     }
 
+    /// Fails the batches not sent (or waiting to be sent again) that are past their delivery
+    /// timeout: while there is no producer id nothing is sent, so nothing else expires them.
+    fn expire_waiting(&self) {
+        let timeout = self.config.delivery_timeout;
+        let error = ClientError::Timeout(timeout.as_millis() as u64);
+        let mut acc = self.lock();
+        for queue in acc.partitions.values_mut() {
+            if queue
+                .open
+                .as_ref()
+                .is_some_and(|b| b.created.elapsed() >= timeout)
+            {
+                queue.closed.extend(queue.open.take());
+            }
+            let (expired, kept): (Vec<OpenBatch>, Vec<OpenBatch>) = queue
+                .closed
+                .drain(..)
+                .partition(|b| b.created.elapsed() >= timeout);
+            queue.closed = kept.into();
+            for batch in expired {
+                fail_all(batch.waiters, &error, &self.memory, batch.bytes);
+            }
+            let (expired, kept): (Vec<ReadyBatch>, Vec<ReadyBatch>) = queue
+                .ready
+                .drain(..)
+                .partition(|b| b.created.elapsed() >= timeout);
+            queue.ready = kept.into();
+            for batch in expired {
+                fail_all(batch.waiters, &error, &self.memory, batch.bytes);
+            }
+        }
+        acc.partitions.retain(|_, q| {
+            q.open.is_some() || !q.closed.is_empty() || !q.ready.is_empty() || q.in_flight > 0
+        });
+        drop(acc);
+        self.idle.notify_waiters();
+    }
+
     /// After a batch numbered under `generation` failed for good: forget the producer id and
     /// every sequence, so what is sent next starts afresh under a new producer id.
     fn reset_identity(&self, generation: u64, tp: &TopicPartition) {
@@ -448,6 +486,13 @@ impl Inner {
         acc.generation += 1;
         acc.identity = None;
         acc.sequences.clear();
+        // Nothing new goes out on a partition until its batches in flight under the old id
+        // are back: those to send again are renumbered first, so they keep their order.
+        for queue in acc.partitions.values_mut() {
+            if queue.in_flight > 0 {
+                queue.draining = true;
+            }
+        }
         tracing::debug!(target: "weir::client", topic = %tp.0, partition = tp.1, "a batch failed for good; taking a new producer id");
     }
 
@@ -603,6 +648,8 @@ async fn run_sender(inner: Arc<Inner>) {
     loop {
         if let Err(error) = inner.ensure_identity().await {
             tracing::warn!(target: "weir::client", %error, "cannot get a producer id; retrying");
+            // Batches waiting for it still give up at their delivery timeout.
+            inner.expire_waiting();
             tokio::time::sleep(inner.config.retry_backoff).await;
             if inner.closed.load(Ordering::Acquire) {
                 return;

@@ -74,6 +74,12 @@ function bytes(n) {
   return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
+// A record's timestamp as ISO 8601, or the raw number when it is beyond what a Date holds.
+function isoTime(ms) {
+  const date = new Date(ms);
+  return Number.isNaN(date.getTime()) ? String(ms) : date.toISOString();
+}
+
 function rate(n, unit) {
   if (n === null || n === undefined || Number.isNaN(n)) return '—';
   if (unit === 'B') return `${bytes(n)}/s`;
@@ -447,7 +453,7 @@ function browsePage(initialTopic) {
     if (!last) return;
     fill(records, table([['Offset', 'num'], ['Time'], ['Key'], ['Value'], ['Headers']],
       last.records.map((r) => h('tr', { 'data-offset': r.offset },
-        h('td', { class: 'num' }, r.offset), h('td', {}, new Date(r.timestamp).toISOString()),
+        h('td', { class: 'num' }, r.offset), h('td', {}, isoTime(r.timestamp)),
         h('td', {}, show(r.key, format.value)), h('td', {}, show(r.value, format.value)),
         h('td', {}, r.headers.map((hd) => h('div', {}, `${hd.key}: `, show(hd.value, format.value)))))),
       { id: 'records', empty: 'no records there' }));

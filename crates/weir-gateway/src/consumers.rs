@@ -18,7 +18,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use weir_client::{
     ClientError, ConsumerConfig, ConsumerRecord, GroupConsumer, GroupConsumerConfig, OffsetSpec,
 };
@@ -132,7 +132,7 @@ impl Member {
                 if !self.buffer.is_empty() || tokio::time::Instant::now() >= *deadline {
                     let max = *max;
                     if let Some((_, _, reply)) = self.waiting.take() {
-                        let _ = reply.send(Ok(self.hand_out(max)));
+                        self.answer(reply, max);
                     }
                 }
             }
@@ -153,10 +153,10 @@ impl Member {
                     }
                 }
                 if let Some((_, _, earlier)) = self.waiting.take() {
-                    let _ = earlier.send(Ok(self.hand_out(0)));
+                    self.answer(earlier, 0);
                 }
                 if !self.buffer.is_empty() || tokio::time::Instant::now() >= deadline {
-                    let _ = reply.send(Ok(self.hand_out(max)));
+                    self.answer(reply, max);
                 } else {
                     self.waiting = Some((max, deadline, reply));
                 }
@@ -179,16 +179,29 @@ impl Member {
         self.delivered.retain(|tp, _| assignment.contains(tp));
     }
 
-    fn hand_out(&mut self, max: usize) -> Polled {
+    /// Answers a poll with up to `max` buffered records. Only records the poll's request
+    /// received count as handed out (and so are committed); when it is gone (its client gave
+    /// up, or its deadline passed) they stay buffered for the next poll.
+    fn answer(&mut self, reply: oneshot::Sender<Result<Polled, ClientError>>, max: usize) {
         let take = max.min(self.buffer.len());
         let records: Vec<ConsumerRecord> = self.buffer.drain(..take).collect();
-        for r in &records {
-            self.delivered
-                .insert((r.topic.clone(), r.partition), r.offset + 1);
-        }
-        Polled {
+        let handed: Vec<(TopicPartition, i64)> = records
+            .iter()
+            .map(|r| ((r.topic.clone(), r.partition), r.offset + 1))
+            .collect();
+        let polled = Polled {
             records,
             assignment: self.consumer.assignment(),
+        };
+        match reply.send(Ok(polled)) {
+            Ok(()) => self.delivered.extend(handed),
+            Err(unsent) => {
+                if let Ok(unsent) = unsent {
+                    for record in unsent.records.into_iter().rev() {
+                        self.buffer.push_front(record);
+                    }
+                }
+            }
         }
     }
 
@@ -213,6 +226,8 @@ struct Slot {
     /// Closes when the instance's task has ended.
     done: watch::Receiver<()>,
     last_used: Mutex<Instant>,
+    /// The instance's place among [`INSTANCES_MAX`], given back when the slot goes.
+    _place: OwnedSemaphorePermit,
 }
 
 impl Slot {
@@ -244,9 +259,20 @@ impl Slot {
 }
 
 /// The gateway's consumer instances, by group and instance id.
-#[derive(Default)]
 pub struct Instances {
     slots: Mutex<HashMap<(String, String), Arc<Slot>>>,
+    /// A permit per instance held or joining, so no more than [`INSTANCES_MAX`] exist even
+    /// while many join at once.
+    capacity: Arc<Semaphore>,
+}
+
+impl Default for Instances {
+    fn default() -> Instances {
+        Instances {
+            slots: Mutex::default(),
+            capacity: Arc::new(Semaphore::new(INSTANCES_MAX)),
+        }
+    }
 }
 
 impl Instances {
@@ -333,7 +359,7 @@ pub struct CreatedConsumer {
 pub async fn create(
     State(gateway): State<Arc<Gateway>>,
     PathParams(group): PathParams<String>,
-    JsonBody(body): JsonBody<NewConsumer>,
+    JsonBody(Object(body)): JsonBody<Object<NewConsumer>>,
 ) -> Result<(StatusCode, Json<CreatedConsumer>), ApiError> {
     if body.topics.is_empty() {
         return Err(ApiError::invalid("topics must name at least one topic"));
@@ -352,13 +378,13 @@ pub async fn create(
             )))
         }
     };
-    if gateway.consumers.slots().len() >= INSTANCES_MAX {
+    let Ok(place) = gateway.consumers.capacity.clone().try_acquire_owned() else {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_consumers",
             format!("this node already holds {INSTANCES_MAX} HTTP consumer instances; delete some"),
         ));
-    }
+    };
     let mut config = GroupConsumerConfig::new("", &group);
     config.consumer = ConsumerConfig::new("");
     config.consumer.client = gateway.admin.cluster().config().clone();
@@ -386,6 +412,7 @@ pub async fn create(
         requests,
         done,
         last_used: Mutex::new(Instant::now()),
+        _place: place,
     });
     gateway
         .consumers

@@ -113,7 +113,10 @@ fn from_kafka_code(code: i16, message: String) -> ApiError {
         E::UnknownTopicOrPartition | E::UnknownTopicId | E::GroupIdNotFound => {
             StatusCode::NOT_FOUND
         }
-        E::TopicAlreadyExists | E::NonEmptyGroup => StatusCode::CONFLICT,
+        E::TopicAlreadyExists
+        | E::NonEmptyGroup
+        | E::RebalanceInProgress
+        | E::IllegalGeneration => StatusCode::CONFLICT,
         E::MessageTooLarge | E::RecordListTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         E::OffsetOutOfRange => StatusCode::RANGE_NOT_SATISFIABLE,
         E::InvalidTopicException

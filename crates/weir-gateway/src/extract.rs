@@ -5,14 +5,24 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
-use serde::de::{DeserializeOwned, Error as _};
+use std::fmt;
+
+use serde::de::{DeserializeOwned, Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::error::ApiError;
 
 /// A JSON request body: unknown fields, wrong types and malformed JSON are 400s, a body over
-/// the size limit 413.
+/// the size limit 413. A struct is read as `JsonBody<Object<T>>`, so it must come as an object.
 pub struct JsonBody<T>(pub T);
+
+/// Bodies parsed at once. Parsing is CPU work of a few milliseconds at most, and a parsed
+/// body takes several times its size in memory until its handler has turned it into what it
+/// needs: this bounds that memory whatever the number of connections.
+static PARSING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Fields one JSON object of a request may have at most (the API's objects have a handful).
+const OBJECT_FIELDS_MAX: usize = 64;
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
@@ -39,8 +49,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 "a JSON request body is required",
             ));
         }
-        serde_json::from_slice::<Object<T>>(&bytes)
-            .map(|Object(value)| JsonBody(value))
+        let _parsing = PARSING
+            .acquire()
+            .await
+            .map_err(|_| ApiError::invalid("the server is stopping"))?;
+        serde_json::from_slice::<T>(&bytes)
+            .map(JsonBody)
             .map_err(|error| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
@@ -85,10 +99,36 @@ pub struct Object<T>(pub T);
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for Object<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let fields = serde_json::Map::deserialize(deserializer)?;
+        let fields = deserializer.deserialize_map(Fields(serde_json::Map::new()))?;
         T::deserialize(serde_json::Value::Object(fields))
             .map(Object)
             .map_err(D::Error::custom)
+    }
+}
+
+/// Reads the rest of a JSON object's fields into `.0` (which may hold the first already),
+/// refusing more than [`OBJECT_FIELDS_MAX`].
+pub struct Fields(pub serde_json::Map<String, serde_json::Value>);
+
+impl<'de> Visitor<'de> for Fields {
+    type Value = serde_json::Map<String, serde_json::Value>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = self.0;
+        while let Some(key) = map.next_key::<String>()? {
+            if fields.len() == OBJECT_FIELDS_MAX {
+                return Err(A::Error::custom(format!(
+                    "an object has at most {OBJECT_FIELDS_MAX} fields"
+                )));
+            }
+            let value = map.next_value()?;
+            fields.insert(key, value);
+        }
+        Ok(fields)
     }
 }
 

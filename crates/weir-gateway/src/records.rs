@@ -6,24 +6,27 @@
 //! every field is valid UTF-8 and as base64 otherwise (or when asked), so a record read can be
 //! published again unchanged.
 
+use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::Json;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use weir_client::{
-    Acks, ClientConfig, ClientError, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec,
+    Acks, ClientConfig, ClientError, Cluster, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec,
     Producer, ProducerConfig, ProducerRecord,
 };
 
 use weir_coordinator::OFFSETS_TOPIC;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{JsonBody, Object, PathParams, QueryParams};
+use crate::extract::{Fields, JsonBody, Object, PathParams, QueryParams};
 use crate::Gateway;
 
 /// Records one publish may carry.
@@ -34,6 +37,15 @@ pub const READ_RECORDS_MAX: usize = 10_000;
 pub const READ_BYTES_MAX: i32 = 8 * 1024 * 1024;
 /// Longest a read waits for records to arrive.
 pub const READ_WAIT_MS_MAX: u64 = 30_000;
+
+/// Long polls waiting at once, each on a connection of its own to the node's Kafka listener
+/// (well inside the listener's `max.connections.per.ip`).
+const LONG_POLLS_MAX: usize = 256;
+
+static LONG_POLLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LONG_POLLS_MAX);
+
+/// Time a long poll's fetch may take beyond its wait before it counts as timed out.
+const LONG_POLL_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 
 /// How a record's key, value and header values are written as strings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -75,11 +87,75 @@ pub struct RecordIn {
     encoding: Encoding,
 }
 
-/// A batch to publish.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BatchIn {
-    records: Vec<Object<RecordIn>>,
+/// The body of a publish: one record, or `{"records": [...]}`. Read as it streams in, so a
+/// batch is refused at its record past [`PUBLISH_RECORDS_MAX`] without holding the rest.
+pub struct PublishIn(Vec<RecordIn>);
+
+impl<'de> Deserialize<'de> for PublishIn {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(PublishVisitor)
+    }
+}
+
+struct PublishVisitor;
+
+impl<'de> Visitor<'de> for PublishVisitor {
+    type Value = PublishIn;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a record, or an object with only `records`")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PublishIn, A::Error> {
+        let Some(first) = map.next_key::<String>()? else {
+            return Err(A::Error::custom("an empty object is not a record"));
+        };
+        if first == "records" {
+            let BoundedRecords(records) = map.next_value()?;
+            if let Some(other) = map.next_key::<String>()? {
+                return Err(A::Error::custom(format!(
+                    "unknown field `{other}` beside `records`"
+                )));
+            }
+            return Ok(PublishIn(records));
+        }
+        let mut fields = serde_json::Map::new();
+        fields.insert(first, map.next_value()?);
+        let fields = Fields(fields).visit_map(map)?;
+        RecordIn::deserialize(serde_json::Value::Object(fields))
+            .map(|record| PublishIn(vec![record]))
+            .map_err(A::Error::custom)
+    }
+}
+
+/// The records of a batch: refused at the first past [`PUBLISH_RECORDS_MAX`].
+struct BoundedRecords(Vec<RecordIn>);
+
+impl<'de> Deserialize<'de> for BoundedRecords {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Records;
+        impl<'de> Visitor<'de> for Records {
+            type Value = BoundedRecords;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("an array of records")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<BoundedRecords, A::Error> {
+                let mut records = Vec::new();
+                while let Some(Object(record)) = seq.next_element::<Object<RecordIn>>()? {
+                    if records.len() == PUBLISH_RECORDS_MAX {
+                        return Err(A::Error::custom(format!(
+                            "a publish carries 1 to {PUBLISH_RECORDS_MAX} records"
+                        )));
+                    }
+                    records.push(record);
+                }
+                Ok(BoundedRecords(records))
+            }
+        }
+        deserializer.deserialize_seq(Records)
+    }
 }
 
 /// Query parameters of a publish.
@@ -90,6 +166,11 @@ pub struct PublishParams {
     #[serde(default)]
     acks: Option<String>,
 }
+
+/// How far ahead of now a published record's timestamp may be: Kafka's default
+/// `message.timestamp.after.max.ms`. Refused here, not by the broker, because the broker
+/// refuses a whole batch and the gateway's producers batch records of different requests.
+const TIMESTAMP_AHEAD_MAX_MS: i64 = 3_600_000;
 
 /// Producers of the gateway, one per acks level, created when first used and shared by every
 /// request (so concurrent publishes are batched together).
@@ -173,6 +254,22 @@ fn producer_record(
             at("timestamp")
         )));
     }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    if record
+        .timestamp
+        .is_some_and(|t| t > now_ms.saturating_add(TIMESTAMP_AHEAD_MAX_MS))
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_timestamp",
+            format!(
+                "{} is more than {TIMESTAMP_AHEAD_MAX_MS} ms in the future",
+                at("timestamp")
+            ),
+        ));
+    }
     let mut headers = Vec::with_capacity(record.headers.len());
     for (i, Object(header)) in record.headers.iter().enumerate() {
         let value = decode_field(
@@ -218,7 +315,7 @@ pub async fn publish(
     State(gateway): State<Arc<Gateway>>,
     PathParams(topic): PathParams<String>,
     QueryParams(params): QueryParams<PublishParams>,
-    JsonBody(body): JsonBody<serde_json::Value>,
+    JsonBody(PublishIn(records)): JsonBody<PublishIn>,
 ) -> Result<Json<PublishAnswer>, ApiError> {
     let acks = parse_acks(params.acks.as_deref())?;
     if topic == OFFSETS_TOPIC {
@@ -227,22 +324,6 @@ pub async fn publish(
             "{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets and takes no records from clients"
         )));
     }
-    let batch = body.as_object().is_some_and(|o| o.contains_key("records"));
-    let records: Vec<RecordIn> = if batch {
-        serde_json::from_value::<Object<BatchIn>>(body)
-            .map_err(|e| ApiError::invalid(format!("request body: {e}")))?
-            .0
-            .records
-            .into_iter()
-            .map(|Object(record)| record)
-            .collect()
-    } else {
-        vec![
-            serde_json::from_value::<Object<RecordIn>>(body)
-                .map_err(|e| ApiError::invalid(format!("request body: {e}")))?
-                .0,
-        ]
-    };
     if records.is_empty() || records.len() > PUBLISH_RECORDS_MAX {
         return Err(ApiError::invalid(format!(
             "a publish carries 1 to {PUBLISH_RECORDS_MAX} records, not {}",
@@ -450,6 +531,22 @@ pub async fn read(
             .list_offset(&topic, partition, OffsetSpec::Latest)
             .await?
             .unwrap_or(0),
+    };
+    // A broker answers one connection's requests in order, so a long poll gets a connection
+    // of its own (with its wait inside its request timeout) rather than holding up every
+    // other request of the gateway's shared one. Past LONG_POLLS_MAX at once, a read answers
+    // with what there is now.
+    let long_poll = match wait_ms {
+        0 => None,
+        _ => LONG_POLLS.try_acquire().ok(),
+    };
+    let (cluster, wait_ms) = match &long_poll {
+        Some(_) => {
+            let mut client = cluster.config().clone();
+            client.request_timeout = Duration::from_millis(wait_ms) + LONG_POLL_TIMEOUT_MARGIN;
+            (Cluster::new(client), wait_ms)
+        }
+        None => (cluster, 0),
     };
     let mut config = ConsumerConfig::new("");
     config.client = cluster.config().clone();

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use weir_client::{ClientError, ConfigEntry, TopicDescription};
 
 use crate::error::ApiError;
-use crate::extract::{JsonBody, PathParams};
+use crate::extract::{JsonBody, Object, PathParams};
 use crate::Gateway;
 
 /// A topic in the list.
@@ -141,7 +141,7 @@ impl TopicView {
 /// `POST /topics`: creates a topic; 201 with the topic as described once it has leaders.
 pub async fn create(
     State(gateway): State<Arc<Gateway>>,
-    JsonBody(topic): JsonBody<NewTopic>,
+    JsonBody(Object(topic)): JsonBody<Object<NewTopic>>,
 ) -> Result<(StatusCode, Json<TopicView>), ApiError> {
     let configs: Vec<(&str, &str)> = topic
         .configs
@@ -214,7 +214,7 @@ pub struct NewPartitions {
 pub async fn add_partitions(
     State(gateway): State<Arc<Gateway>>,
     PathParams(topic): PathParams<String>,
-    JsonBody(body): JsonBody<NewPartitions>,
+    JsonBody(Object(body)): JsonBody<Object<NewPartitions>>,
 ) -> Result<Json<TopicView>, ApiError> {
     gateway.admin.add_partitions(&topic, body.total).await?;
     let described = describe_settled(&gateway, &topic).await?;
@@ -272,7 +272,7 @@ pub struct ConfigChange {
 pub async fn alter_configs(
     State(gateway): State<Arc<Gateway>>,
     PathParams(topic): PathParams<String>,
-    JsonBody(change): JsonBody<ConfigChange>,
+    JsonBody(Object(change)): JsonBody<Object<ConfigChange>>,
 ) -> Result<Json<ConfigList>, ApiError> {
     if change.set.is_empty() && change.delete.is_empty() {
         return Err(ApiError::invalid(
