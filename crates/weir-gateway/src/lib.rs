@@ -15,6 +15,7 @@ mod extract;
 mod groups;
 mod metrics;
 mod records;
+mod stall;
 mod topics;
 
 use std::sync::Arc;
@@ -167,7 +168,7 @@ impl Gateway {
                 let connection = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service);
+                    .serve_connection(TokioIo::new(stall::StallGuard::new(stream)), service);
                 tokio::pin!(connection);
                 tokio::select! {
                     _ = connection.as_mut() => {}
@@ -182,7 +183,7 @@ impl Gateway {
     }
 }
 
-/// The OpenAPI 3.1 document of this API.
+/// The OpenAPI 3.0 document of this API.
 async fn openapi() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
