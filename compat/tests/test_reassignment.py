@@ -30,6 +30,7 @@ from clients import (
     produce_confluent,
     read_confluent,
     unique_topic,
+    wait_for_partitions,
 )
 from harness import Deadline
 from weir_cluster import DevCluster, free_base_port
@@ -63,6 +64,15 @@ def start_broker_only(cluster: DevCluster, node: int, env: dict[str, str]) -> tu
         assert not deadline.expired(), "the new broker never registered"
         time.sleep(0.2)
     return process, kafka
+
+
+def create_on_1_and_2(bootstrap: str, topic: str, config: dict | None = None) -> None:
+    """Creates a one-partition topic on nodes 1 and 2 and waits until every node knows it, so
+    a command sent to any of them next finds it."""
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]], config=config or {})
+    admin(bootstrap).create_topics([new])[topic].result(timeout=30)
+    for node in bootstrap.split(","):
+        wait_for_partitions(node, topic, 1)
 
 
 @pytest.fixture
@@ -178,7 +188,7 @@ def test_a_new_replica_starts_at_the_leaders_log_start_when_retention_deleted_th
     _, bootstrap = four_nodes
     topic = unique_topic("old")
     config = {"segment.bytes": "1048576", "retention.bytes": "2097152"}
-    admin(bootstrap).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]], config=config)])[topic].result(timeout=30)
+    create_on_1_and_2(bootstrap, topic, config)
     records = [Rec(key=None, value=bytes([i % 251]) * 1000) for i in range(6000)]
     produce_confluent(bootstrap, topic, records, acks="all")
     deadline = Deadline(30)
@@ -227,7 +237,7 @@ def test_kafkas_reassignment_and_election_tools_move_a_partition(four_nodes, tmp
     kafka-leader-election, as an operator coming from Kafka would run them."""
     _, bootstrap = four_nodes
     topic = unique_topic("kafka-tool")
-    admin(bootstrap).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])[topic].result(timeout=30)
+    create_on_1_and_2(bootstrap, topic)
     records = make_records(200, seed=5, tag="tool")
     delivered = produce_confluent(bootstrap, topic, records, acks="all")
     plan = tmp_path / "plan.json"
@@ -257,7 +267,7 @@ def test_kafkas_reassignment_and_election_tools_move_a_partition(four_nodes, tmp
 def test_refusals_and_cancellation(four_nodes):
     _, bootstrap = four_nodes
     topic = unique_topic("refused")
-    admin(bootstrap).create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])[topic].result(timeout=30)
+    create_on_1_and_2(bootstrap, topic)
     unknown = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "1,9")
     assert unknown.returncode == 1 and "InvalidReplicaAssignment" in unknown.stderr, unknown.stderr
     grown = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "1,2,3")
