@@ -191,6 +191,29 @@ struct PartitionQueue {
     draining: bool,
 }
 
+impl PartitionQueue {
+    /// Nothing buffered, due or in flight: the queue can go.
+    fn is_idle(&self) -> bool {
+        self.open.is_none()
+            && self.closed.is_empty()
+            && self.ready.is_empty()
+            && self.in_flight == 0
+    }
+}
+
+/// Takes the batches created `timeout` ago or earlier out of `queue`, keeping the others in order.
+fn take_expired<T>(
+    queue: &mut VecDeque<T>,
+    timeout: Duration,
+    created: impl Fn(&T) -> Instant,
+) -> Vec<T> {
+    let (expired, kept): (Vec<T>, Vec<T>) = queue
+        .drain(..)
+        .partition(|b| created(b).elapsed() >= timeout);
+    *queue = kept.into();
+    expired
+}
+
 #[derive(Default)]
 struct Accumulator {
     partitions: HashMap<TopicPartition, PartitionQueue>,
@@ -372,12 +395,7 @@ impl Producer {
             let idle = inner.idle.notified();
             {
                 let mut acc = inner.lock();
-                if acc.partitions.values().all(|q| {
-                    q.open.is_none()
-                        && q.closed.is_empty()
-                        && q.ready.is_empty()
-                        && q.in_flight == 0
-                }) {
+                if acc.partitions.values().all(PartitionQueue::is_idle) {
                     acc.flushing = false;
                     return Ok(());
                 }
@@ -452,26 +470,15 @@ impl Inner {
             {
                 queue.closed.extend(queue.open.take());
             }
-            let (expired, kept): (Vec<OpenBatch>, Vec<OpenBatch>) = queue
-                .closed
-                .drain(..)
-                .partition(|b| b.created.elapsed() >= timeout);
-            queue.closed = kept.into();
-            for batch in expired {
+            let expired_closed = take_expired(&mut queue.closed, timeout, |b| b.created);
+            for batch in expired_closed {
                 fail_all(batch.waiters, &error, &self.memory, batch.bytes);
             }
-            let (expired, kept): (Vec<ReadyBatch>, Vec<ReadyBatch>) = queue
-                .ready
-                .drain(..)
-                .partition(|b| b.created.elapsed() >= timeout);
-            queue.ready = kept.into();
-            for batch in expired {
+            for batch in take_expired(&mut queue.ready, timeout, |b| b.created) {
                 fail_all(batch.waiters, &error, &self.memory, batch.bytes);
             }
         }
-        acc.partitions.retain(|_, q| {
-            q.open.is_some() || !q.closed.is_empty() || !q.ready.is_empty() || q.in_flight > 0
-        });
+        acc.partitions.retain(|_, q| !q.is_idle());
         drop(acc);
         self.idle.notify_waiters();
     }
@@ -597,14 +604,8 @@ impl Inner {
                 queue.draining = true;
             }
         }
-        let idle = queue.open.is_none()
-            && queue.closed.is_empty()
-            && queue.ready.is_empty()
-            && queue.in_flight == 0;
-        if idle {
-            acc.partitions.retain(|_, q| {
-                q.open.is_some() || !q.closed.is_empty() || !q.ready.is_empty() || q.in_flight > 0
-            });
+        if queue.is_idle() {
+            acc.partitions.retain(|_, q| !q.is_idle());
         }
         drop(acc);
         self.idle.notify_waiters();

@@ -25,7 +25,7 @@ use weir_client::{
 
 use crate::error::ApiError;
 use crate::extract::{JsonBody, Object, PathParams, QueryParams};
-use crate::records::{RecordOut, READ_RECORDS_MAX, READ_WAIT_MS_MAX};
+use crate::records::{read_max, read_wait_ms, RecordOut};
 use crate::Gateway;
 
 /// An instance not polled or committed for this long is closed and leaves its group.
@@ -475,18 +475,8 @@ pub async fn poll(
     PathParams((group, id)): PathParams<(String, String)>,
     QueryParams(params): QueryParams<PollParams>,
 ) -> Result<Json<PollAnswer>, ApiError> {
-    let max = params.max.unwrap_or(100);
-    if max == 0 || max > READ_RECORDS_MAX {
-        return Err(ApiError::invalid(format!(
-            "max must be 1 to {READ_RECORDS_MAX}"
-        )));
-    }
-    let wait_ms = params.wait_ms.unwrap_or(1000);
-    if wait_ms > READ_WAIT_MS_MAX {
-        return Err(ApiError::invalid(format!(
-            "wait_ms must be at most {READ_WAIT_MS_MAX}"
-        )));
-    }
+    let max = read_max(params.max)?;
+    let wait_ms = read_wait_ms(params.wait_ms, 1000)?;
     let force_base64 = crate::records::force_base64(params.encoding.as_deref())?;
     let slot = gateway.consumers.get(&group, &id)?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);

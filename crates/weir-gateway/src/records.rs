@@ -472,6 +472,26 @@ pub struct ReadAnswer {
     high_watermark: Option<i64>,
 }
 
+/// The `max` of a read or poll: 100 when absent, 1 to [`READ_RECORDS_MAX`].
+pub fn read_max(max: Option<usize>) -> Result<usize, ApiError> {
+    match max.unwrap_or(100) {
+        max @ 1..=READ_RECORDS_MAX => Ok(max),
+        _ => Err(ApiError::invalid(format!(
+            "max must be 1 to {READ_RECORDS_MAX}"
+        ))),
+    }
+}
+
+/// The `wait_ms` of a read or poll: `default` when absent, at most [`READ_WAIT_MS_MAX`].
+pub fn read_wait_ms(wait_ms: Option<u64>, default: u64) -> Result<u64, ApiError> {
+    match wait_ms.unwrap_or(default) {
+        wait_ms @ 0..=READ_WAIT_MS_MAX => Ok(wait_ms),
+        _ => Err(ApiError::invalid(format!(
+            "wait_ms must be at most {READ_WAIT_MS_MAX}"
+        ))),
+    }
+}
+
 /// `GET /topics/{topic}/partitions/{partition}/records`: records from an offset (or a
 /// time, or the start), at most `max`, waiting up to `wait_ms` when there are none yet.
 pub async fn read(
@@ -479,24 +499,14 @@ pub async fn read(
     PathParams((topic, partition)): PathParams<(String, i32)>,
     QueryParams(params): QueryParams<ReadParams>,
 ) -> Result<Json<ReadAnswer>, ApiError> {
-    let max = params.max.unwrap_or(100);
-    if max == 0 || max > READ_RECORDS_MAX {
-        return Err(ApiError::invalid(format!(
-            "max must be 1 to {READ_RECORDS_MAX}"
-        )));
-    }
+    let max = read_max(params.max)?;
     let max_bytes = params.max_bytes.unwrap_or(1024 * 1024);
     if !(1..=READ_BYTES_MAX).contains(&max_bytes) {
         return Err(ApiError::invalid(format!(
             "max_bytes must be 1 to {READ_BYTES_MAX}"
         )));
     }
-    let wait_ms = params.wait_ms.unwrap_or(0);
-    if wait_ms > READ_WAIT_MS_MAX {
-        return Err(ApiError::invalid(format!(
-            "wait_ms must be at most {READ_WAIT_MS_MAX}"
-        )));
-    }
+    let wait_ms = read_wait_ms(params.wait_ms, 0)?;
     let force_base64 = force_base64(params.encoding.as_deref())?;
     if params.offset.is_some() && params.timestamp.is_some() {
         return Err(ApiError::invalid("give offset or timestamp, not both"));
