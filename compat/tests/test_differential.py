@@ -486,6 +486,8 @@ def test_listed_topic_config_differences(tool_topic_configs):
 # names), and the broker defaults Weir bounds where Kafka leaves them unbounded.
 WEIR_OWN_BROKER_CONFIGS = {"log.flush.policy", "producer.id.max.per.partition"}
 WEIR_BOUNDED_DEFAULTS = {"max.connections", "max.connections.per.ip", "queued.max.request.bytes"}
+# Kafka's listen backlog is 50; Weir's absorbs a reconnect storm.
+WEIR_LISTEN_BACKLOG = "socket.listen.backlog.size"
 # The single-node reference must set this to 1 (at Kafka's default of 3 it could never create
 # __consumer_offsets); Weir keeps Kafka's default and creates the topic with at most the live
 # brokers.
@@ -514,7 +516,7 @@ def test_kafka_configs_describe_broker(tool_broker_configs, aspect):
     """For the broker configs both list: the values (and sensitive flags) and the synonyms,
     but for the defaults Weir bounds (listed) and the cluster's min.insync.replicas (pending)."""
     kafka, weir = tool_broker_configs["kafka"], tool_broker_configs["weir"]
-    left_out = WEIR_BOUNDED_DEFAULTS | REFERENCE_SINGLE_NODE | {KAFKA_DYNAMIC_DEFAULT}
+    left_out = WEIR_BOUNDED_DEFAULTS | REFERENCE_SINGLE_NODE | {KAFKA_DYNAMIC_DEFAULT, WEIR_LISTEN_BACKLOG}
     kafka = {name: entry for name, entry in kafka.items() if name not in left_out}
     fields = {"values": ["value", "sensitive"], "sources": ["synonyms"]}[aspect]
     assert_same(field_diff(kafka, weir, fields), f"kafka-configs --describe --all of broker 1: {aspect}")
@@ -522,7 +524,7 @@ def test_kafka_configs_describe_broker(tool_broker_configs, aspect):
 
 def test_listed_broker_config_differences(tool_broker_configs):
     """The broker-config differences the comparisons above leave out, as listed: the defaults
-    Weir bounds, and the cluster's min.insync.replicas."""
+    Weir bounds, the listen backlog, and the cluster's min.insync.replicas."""
     kafka, weir = tool_broker_configs["kafka"], tool_broker_configs["weir"]
     for name in sorted(WEIR_BOUNDED_DEFAULTS):
         assert kafka[name]["value"] in ("2147483647", "-1"), f"{name}: Kafka's is {kafka[name]['value']}"
@@ -531,6 +533,7 @@ def test_listed_broker_config_differences(tool_broker_configs):
     assert weir[KAFKA_DYNAMIC_DEFAULT]["synonyms"] == [f"DEFAULT_CONFIG:{KAFKA_DYNAMIC_DEFAULT}"]
     for name in sorted(REFERENCE_SINGLE_NODE):
         assert (kafka[name]["value"], weir[name]["value"]) == ("1", "3"), name
+    assert (kafka[WEIR_LISTEN_BACKLOG]["value"], weir[WEIR_LISTEN_BACKLOG]["value"]) == ("50", "4096")
 
 
 def test_kafka_configs_alter_the_cluster_default(brokers):

@@ -195,6 +195,60 @@ def test_ten_thousand_idle_connections_from_one_address_lock_nobody_else_out(mak
             sock.close()
 
 
+def test_a_reconnect_storm_beyond_the_per_address_limit_is_refused_at_once(make_weir):
+    """1,500 connections opened at once from one address to a broker with
+    max.connections.per.ip=300: with a small listen backlog the ones beyond it waited in SYN
+    retries and took over 15 s to be refused; with socket.listen.backlog.size (4096 by
+    default) every one is accepted at once and the 1,200 over the limit are closed within
+    seconds, while a client from another address is served."""
+    weir = make_weir("storm", env={"WEIR_MAX_CONNECTIONS_PER_IP": "300"})
+    bootstrap = weir.bootstrap
+    health = unique_topic("health")
+    create_topic(bootstrap, health, partitions=1)
+    raise_open_files(4_000)
+    host, port = bootstrap.rsplit(":", 1)
+    storm = []
+    started = time.monotonic()
+    try:
+        for _ in range(1_500):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.bind(("127.0.0.3", 0))
+            sock.connect_ex((host, int(port)))
+            storm.append(sock)
+        poller = select.poll()
+        by_fd = {sock.fileno(): sock for sock in storm}
+        for sock in storm:
+            poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+        closed: set[int] = set()
+
+        def count_closed() -> int:
+            for fd, _events in poller.poll(100):
+                if fd in closed:
+                    continue
+                try:
+                    data = by_fd[fd].recv(1)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    closed.add(fd)
+                    poller.unregister(fd)
+            return len(closed)
+
+        wait_until(lambda: count_closed() >= 1_200, timeout=30, what="1,200 of the 1,500 connections refused")
+        refused_in = time.monotonic() - started
+        time.sleep(1)
+        assert count_closed() == 1_200, f"{len(closed)} refused, want 1200 (300 kept)"
+        assert_serving(bootstrap, health)
+        print(f"1500 connections at once from 127.0.0.3, max.connections.per.ip=300: 1200 refused in {refused_in:.2f} s")
+        assert refused_in < 5, f"the storm took {refused_in:.1f} s to be refused"
+    finally:
+        for sock in storm:
+            sock.close()
+
+
 def test_idle_connections_are_closed_busy_ones_kept(make_weir):
     weir = make_weir("idle", env={"WEIR_CONNECTIONS_MAX_IDLE_MS": "1500"})
     bootstrap = weir.bootstrap

@@ -219,13 +219,31 @@ def produce_request(version: int, correlation_id: int, topic: str, partition: in
 API_FETCH = 1
 
 
-def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0) -> bytes:
-    """A Fetch v11 request (the last non-flexible version) for one partition, without a session."""
-    body = int32(-1) + int32(max_wait_ms) + int32(1) + int32(max_bytes) + b"\x00" + int32(0) + int32(-1)
+def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int = 0, replica_id: int = -1) -> bytes:
+    """A Fetch v11 request (the last non-flexible version) for one partition, without a session;
+    a consumer's unless ``replica_id`` names a broker."""
+    body = int32(replica_id) + int32(max_wait_ms) + int32(1) + int32(max_bytes) + b"\x00" + int32(0) + int32(-1)
     body += int32(1) + string(topic)
     body += int32(1) + int32(partition) + int32(-1) + struct.pack(">qq", offset, -1) + int32(max_bytes)
     body += int32(0) + string("")
     return request(API_FETCH, 11, correlation_id, body, flexible=False)
+
+
+def replica_fetch_request(correlation_id: int, topic_id: bytes, partition: int, offset: int, replica_id: int, replica_epoch: int, max_wait_ms: int = 0) -> bytes:
+    """A Fetch v16 request as a follower sends it (KIP-903): ``ReplicaState`` (tagged field 1)
+    names the replica and its broker epoch; one partition of the topic with id ``topic_id``
+    (16 bytes), read from ``offset``."""
+    assert len(topic_id) == 16
+    replica_state = int32(replica_id) + struct.pack(">q", replica_epoch) + EMPTY_TAGS
+    body = int32(max_wait_ms) + int32(1) + int32(1024 * 1024) + b"\x00" + int32(0) + int32(-1)
+    body += uvarint(2) + topic_id
+    body += uvarint(2) + int32(partition) + int32(-1) + struct.pack(">q", offset) + int32(-1)
+    body += struct.pack(">q", -1) + int32(1024 * 1024) + EMPTY_TAGS
+    body += EMPTY_TAGS  # topic tags
+    body += uvarint(1)  # no forgotten topics
+    body += compact_string("")  # rack
+    body += uvarint(1) + uvarint(1) + uvarint(len(replica_state)) + replica_state
+    return request(API_FETCH, 16, correlation_id, body, flexible=True)
 
 
 def parse_produce_response(version: int, payload: bytes) -> dict:

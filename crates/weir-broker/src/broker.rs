@@ -132,8 +132,9 @@ pub struct Broker {
     pub fetch_sessions: FetchSessions,
     /// The fetchers copying the logs of partitions this broker follows.
     pub(crate) replica_fetchers: ReplicaFetchers,
-    /// The epoch of this broker's current registration (0 until registered).
-    pub(crate) broker_epoch: AtomicU64,
+    /// The epoch of this broker's current registration (0 until registered); its replica
+    /// fetches carry it.
+    pub(crate) broker_epoch: Arc<AtomicU64>,
     /// Requests, bytes and connections served, for `/metrics`.
     pub metrics: BrokerMetrics,
 }
@@ -162,6 +163,7 @@ impl Broker {
                 .unwrap_or(usize::MAX)
                 .min(Semaphore::MAX_PERMITS),
         ));
+        let broker_epoch = Arc::new(AtomicU64::new(0));
         let broker = Arc::new(Broker {
             identity,
             controller,
@@ -174,8 +176,8 @@ impl Broker {
             request_memory,
             compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
-            replica_fetchers: ReplicaFetchers::new(identity_node_id),
-            broker_epoch: AtomicU64::new(0),
+            replica_fetchers: ReplicaFetchers::new(identity_node_id, broker_epoch.clone()),
+            broker_epoch,
             metrics: BrokerMetrics::default(),
             config,
         });

@@ -114,6 +114,8 @@ pub struct BrokerConfig {
     pub max_connections: u32,
     /// `max.connections.per.ip`.
     pub max_connections_per_ip: u32,
+    /// `socket.listen.backlog.size`: the listen backlog of the Kafka and HTTP listeners.
+    pub socket_listen_backlog_size: u32,
     /// `max.connections.per.ip.overrides`, as given: (host, count).
     pub max_connections_per_ip_overrides: Vec<(String, u32)>,
     /// `log.retention.check.interval.ms`.
@@ -261,6 +263,7 @@ impl BrokerConfig {
             connections_max_idle_ms: long("connections.max.idle.ms") as u64,
             max_connections: long("max.connections") as u32,
             max_connections_per_ip: long("max.connections.per.ip") as u32,
+            socket_listen_backlog_size: long("socket.listen.backlog.size") as u32,
             max_connections_per_ip_overrides: parse_host_counts(
                 "max.connections.per.ip.overrides",
                 value_of(properties, "max.connections.per.ip.overrides"),

@@ -1,10 +1,11 @@
 //! Followers copying their leaders' logs: one task per leader broker fetches every partition
-//! this broker follows from it with the Kafka Fetch API (replica id set, as Kafka's replica
-//! fetchers do), appends what comes back as the leader stored it, takes the leader's high
-//! watermark, and truncates a divergent log at the point the leader names (KIP-320's diverging
-//! epoch) before fetching on.
+//! this broker follows from it with the Kafka Fetch API (the replica state set: this broker's
+//! id and the broker epoch of its registration, which the leader checks, KIP-903), appends what
+//! comes back as the leader stored it, takes the leader's high watermark, and truncates a
+//! divergent log at the point the leader names (KIP-320's diverging epoch) before fetching on.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,8 +24,9 @@ use weir_metadata::MetadataImage;
 use crate::broker::{stopping, ClientEndpoint};
 use crate::partition::Partition;
 
-/// Fetch version followers send: topic names, `last_fetched_epoch`, `diverging_epoch`.
-const REPLICA_FETCH_VERSION: i16 = 12;
+/// Fetch version followers send: topic ids, `last_fetched_epoch`, `diverging_epoch`, and the
+/// replica state with the broker epoch (v15+) that proves the fetch is this broker's.
+const REPLICA_FETCH_VERSION: i16 = 16;
 /// How long a leader holds a follower's fetch when there is nothing new.
 const REPLICA_FETCH_WAIT_MS: i32 = 500;
 /// Most bytes one replica fetch brings, and per partition.
@@ -44,14 +46,17 @@ struct LeaderFetcher {
 /// The replica fetchers of this broker, one per leader it follows.
 pub struct ReplicaFetchers {
     node_id: i32,
+    broker_epoch: Arc<AtomicU64>,
     by_leader: Mutex<HashMap<i32, LeaderFetcher>>,
 }
 
 impl ReplicaFetchers {
-    /// No fetchers yet; `node_id` is this broker's id, sent as the replica id.
-    pub fn new(node_id: i32) -> ReplicaFetchers {
+    /// No fetchers yet; `node_id` is this broker's id, sent as the replica id with the broker
+    /// epoch of its current registration (`broker_epoch`, 0 until registered).
+    pub fn new(node_id: i32, broker_epoch: Arc<AtomicU64>) -> ReplicaFetchers {
         ReplicaFetchers {
             node_id,
+            broker_epoch,
             by_leader: Mutex::new(HashMap::new()),
         }
     }
@@ -90,7 +95,10 @@ impl ReplicaFetchers {
                 None => {
                     let (sender, receiver) = watch::channel(partitions);
                     let task = tokio::spawn(fetch_from(
-                        self.node_id,
+                        Replica {
+                            node_id: self.node_id,
+                            broker_epoch: self.broker_epoch.clone(),
+                        },
                         leader,
                         receiver,
                         images.clone(),
@@ -117,15 +125,22 @@ impl ReplicaFetchers {
     }
 }
 
+/// Who this broker is to its leaders.
+struct Replica {
+    node_id: i32,
+    broker_epoch: Arc<AtomicU64>,
+}
+
 /// The fetch loop for one leader: connect, fetch, apply, until shutdown or aborted.
 async fn fetch_from(
-    node_id: i32,
+    replica: Replica,
     leader: i32,
     mut partitions: watch::Receiver<Vec<Arc<Partition>>>,
     images: watch::Receiver<Arc<MetadataImage>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let backoff = Duration::from_millis(RETRY_BACKOFF_MS);
+    let node_id = replica.node_id;
     loop {
         if *shutdown.borrow() {
             return;
@@ -159,7 +174,13 @@ async fn fetch_from(
                 }
                 continue;
             }
-            let request = fetch_request(node_id, &followed);
+            let broker_epoch = replica.broker_epoch.load(Ordering::Acquire);
+            if broker_epoch == 0 {
+                // Not registered yet: nothing would prove the fetch is this broker's.
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+            let request = fetch_request(node_id, broker_epoch, &followed);
             let response: FetchResponse = tokio::select! {
                 response = connection.call_at(ApiKey::Fetch, REPLICA_FETCH_VERSION, &request) => match response {
                     Ok(response) => response,
@@ -193,9 +214,10 @@ async fn fetch_from(
 }
 
 /// A fetch of every followed partition from its log end.
-fn fetch_request(node_id: i32, followed: &[Arc<Partition>]) -> FetchRequest {
+fn fetch_request(node_id: i32, broker_epoch: u64, followed: &[Arc<Partition>]) -> FetchRequest {
     let mut request = FetchRequest::default();
-    request.replica_id = BrokerId(node_id);
+    request.replica_state.replica_id = BrokerId(node_id);
+    request.replica_state.replica_epoch = i64::try_from(broker_epoch).unwrap_or(i64::MAX);
     request.max_wait_ms = REPLICA_FETCH_WAIT_MS;
     request.min_bytes = 1;
     request.max_bytes = REPLICA_FETCH_BYTES_MAX;
@@ -217,12 +239,11 @@ fn fetch_request(node_id: i32, followed: &[Arc<Partition>]) -> FetchRequest {
         wanted.last_fetched_epoch = last_fetched_epoch;
         wanted.log_start_offset = log_start_offset;
         wanted.partition_max_bytes = REPLICA_FETCH_PARTITION_BYTES_MAX;
-        let name = TopicName(partition.topic.clone().into());
         match request.topics.last_mut() {
-            Some(topic) if topic.topic == name => topic.partitions.push(wanted),
+            Some(topic) if topic.topic_id == partition.topic_id => topic.partitions.push(wanted),
             _ => {
                 let mut topic = FetchTopic::default();
-                topic.topic = name;
+                topic.topic_id = partition.topic_id;
                 topic.partitions.push(wanted);
                 request.topics.push(topic);
             }
@@ -250,9 +271,9 @@ fn apply(followed: &[Arc<Partition>], response: FetchResponse) -> Applied {
     }
     for topic in response.responses {
         for data in topic.partitions {
-            let found = followed.iter().find(|p| {
-                p.topic.as_str() == topic.topic.0.as_str() && p.index == data.partition_index
-            });
+            let found = followed
+                .iter()
+                .find(|p| p.topic_id == topic.topic_id && p.index == data.partition_index);
             let Some(partition) = found else { continue };
             if data.error_code == ResponseError::OffsetOutOfRange.code() {
                 applied.out_of_range.push(partition.clone());

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use weir_log::Log;
-use weir_metadata::{ControllerError, PartitionImage};
+use weir_metadata::{ControllerError, MetadataImage, PartitionImage};
 
 /// How far one follower has got, as its fetches tell the leader.
 #[derive(Debug, Clone, Copy)]
@@ -228,6 +228,64 @@ pub fn refusal_is_final(error: &ControllerError) -> bool {
     )
 }
 
+/// Why a fetch that names a replica was not taken as that broker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaRefusal {
+    /// A Fetch before v15 carries no broker epoch, so nothing proves who sent it.
+    NoEpoch,
+    /// No broker of that id is registered (or not in the image applied here yet).
+    NotRegistered,
+    /// The epoch is not the one of the broker's current registration; `newer` when it is
+    /// above it (a registration the image here may not hold yet).
+    WrongEpoch {
+        /// Above the registered epoch.
+        newer: bool,
+    },
+}
+
+impl std::fmt::Display for ReplicaRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplicaRefusal::NoEpoch => {
+                "a replica fetch before Fetch v15 carries no broker epoch (KIP-903)"
+            }
+            ReplicaRefusal::NotRegistered => {
+                "no broker of that id is registered (or its registration is not applied here yet)"
+            }
+            ReplicaRefusal::WrongEpoch { newer: false } => {
+                "the replica epoch is not the broker epoch of its current registration"
+            }
+            ReplicaRefusal::WrongEpoch { newer: true } => {
+                "the replica epoch is not the broker epoch of its registration here (a newer registration may not be applied here yet)"
+            }
+        })
+    }
+}
+
+/// Checks that a fetch naming replica `replica_id` comes from that broker before its position
+/// is believed (a follower's fetch moves the high watermark and the ISR, so a client posing as
+/// one could have writes acknowledged that no follower holds): it must carry (Fetch v15+,
+/// KIP-903) the broker epoch of the broker's current registration in `image`. `replica_epoch`
+/// is `None` for an older Fetch. Broker epochs carry 31 random bits, so guessing one takes
+/// billions of tries, each costing the guesser its connection.
+pub fn check_replica(
+    image: &MetadataImage,
+    replica_id: i32,
+    replica_epoch: Option<i64>,
+) -> Result<(), ReplicaRefusal> {
+    let epoch = replica_epoch.ok_or(ReplicaRefusal::NoEpoch)?;
+    let broker = image
+        .broker(replica_id)
+        .ok_or(ReplicaRefusal::NotRegistered)?;
+    match u64::try_from(epoch) {
+        Ok(epoch) if epoch == broker.epoch => Ok(()),
+        Ok(epoch) => Err(ReplicaRefusal::WrongEpoch {
+            newer: epoch > broker.epoch,
+        }),
+        Err(_) => Err(ReplicaRefusal::WrongEpoch { newer: false }),
+    }
+}
+
 /// Where a follower whose last batch has epoch `last_epoch` and whose log ends at
 /// `fetch_offset` diverges from this leader's log (KIP-320): the largest epoch up to
 /// `last_epoch` the leader knows and where it ends here, when that is not `last_epoch` or ends
@@ -353,5 +411,45 @@ mod tests {
         image.partition_epoch += 1;
         state.update(&image, 1, now);
         assert_eq!(state.high_watermark(1, 10), None);
+    }
+
+    #[test]
+    fn a_replica_fetch_is_believed_only_with_the_current_broker_epoch() {
+        let mut image = MetadataImage::default();
+        let register = |incarnation_id| weir_metadata::MetadataCommand::RegisterBroker {
+            node_id: 3,
+            incarnation_id,
+            listeners: Vec::new(),
+            rack: None,
+        };
+        image.apply(&register(weir_metadata::Uuid::new_v4()));
+        let first = image.broker(3).expect("registered").epoch;
+        let first = i64::try_from(first).expect("fits an int64");
+        assert_eq!(check_replica(&image, 3, Some(first)), Ok(()));
+        assert_eq!(check_replica(&image, 3, None), Err(ReplicaRefusal::NoEpoch));
+        assert_eq!(
+            check_replica(&image, 2, Some(first)),
+            Err(ReplicaRefusal::NotRegistered)
+        );
+        assert_eq!(
+            check_replica(&image, 3, Some(first ^ 1)),
+            Err(ReplicaRefusal::WrongEpoch {
+                newer: first & 1 == 0
+            })
+        );
+        assert_eq!(
+            check_replica(&image, 3, Some(-1)),
+            Err(ReplicaRefusal::WrongEpoch { newer: false })
+        );
+        // A restart registers again: the old epoch no longer proves anything, the new one
+        // is larger.
+        image.apply(&register(weir_metadata::Uuid::new_v4()));
+        let second = i64::try_from(image.broker(3).expect("registered").epoch).expect("fits");
+        assert!(second > first);
+        assert_eq!(
+            check_replica(&image, 3, Some(first)),
+            Err(ReplicaRefusal::WrongEpoch { newer: false })
+        );
+        assert_eq!(check_replica(&image, 3, Some(second)), Ok(()));
     }
 }

@@ -321,7 +321,8 @@ impl Controller {
     }
 
     /// Registers a broker (at each of its starts) with a fresh incarnation id; its epoch is
-    /// the registration's position in the log.
+    /// the registration's position in the log above random bits of that id
+    /// ([`weir_metadata::broker_epoch`]).
     pub async fn register_broker(
         &self,
         node_id: i32,

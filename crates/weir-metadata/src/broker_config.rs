@@ -134,6 +134,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "Most open connections from one IP address; a connection beyond it is closed at once.",
     )
     .at_runtime(),
+    setting(
+        "socket.listen.backlog.size",
+        "4096",
+        int(1, 65_535),
+        "Connections the kernel queues for the Kafka and HTTP listeners before the broker accepts them (the kernel caps it at net.core.somaxconn). A large backlog lets a reconnect storm be refused at once instead of waiting in SYN retries. Read at start.",
+    ),
     BrokerSetting {
         name: "max.connections.per.ip.overrides",
         default: "",

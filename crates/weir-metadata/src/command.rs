@@ -63,7 +63,8 @@ pub enum MetadataCommand {
         change: ConfigChange,
     },
     /// A broker joins, or rejoins after a restart, with where clients reach it. Its broker
-    /// epoch is the position of this command in the log, so every start has a new one.
+    /// epoch is the position of this command in the log with random bits of the incarnation
+    /// id below it ([`crate::image::broker_epoch`]), so every start has a new, larger one.
     RegisterBroker {
         /// The broker's node id.
         node_id: i32,

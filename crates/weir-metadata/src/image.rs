@@ -104,6 +104,16 @@ pub struct BrokerListener {
     pub port: u16,
 }
 
+/// The broker epoch of a registration at log position `position` by the start
+/// `incarnation_id` (random): the position, so that a later registration has a larger epoch,
+/// shifted above 31 bits of the incarnation id. A follower proves with its broker epoch that a
+/// replica fetch is its own (KIP-903); the random bits keep that epoch from being guessed by a
+/// client posing as the follower. Fits an int64 for 2^32 positions.
+pub fn broker_epoch(position: u64, incarnation_id: Uuid) -> u64 {
+    let random = (incarnation_id.as_u128() as u64) & 0x7fff_ffff;
+    (position.min(u64::from(u32::MAX)) << 31) | random
+}
+
 /// A broker as registered with the controller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -111,7 +121,8 @@ pub struct BrokerRegistration {
     pub node_id: i32,
     /// Random id of the broker process's current start.
     pub incarnation_id: Uuid,
-    /// Position of the registration in the metadata log: new at every start.
+    /// The registration's broker epoch, new at every start and larger than the last: its
+    /// position in the metadata log with 31 random bits below it (see [`broker_epoch`]).
     pub epoch: u64,
     /// Where clients reach it.
     pub listeners: Vec<BrokerListener>,
@@ -322,7 +333,7 @@ impl MetadataImage {
                 let registration = BrokerRegistration {
                     node_id: *node_id,
                     incarnation_id: *incarnation_id,
-                    epoch: self.applied_count,
+                    epoch: broker_epoch(self.applied_count, *incarnation_id),
                     listeners: listeners.clone(),
                     rack: rack.clone(),
                     // A broker back from a restart stays fenced until it heartbeats.

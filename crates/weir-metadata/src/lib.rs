@@ -19,8 +19,8 @@ pub use control::{
 };
 pub use error::ControllerError;
 pub use image::{
-    BrokerListener, BrokerRegistration, MetadataImage, PartitionChange, PartitionImage,
-    ReplicaAssignment, TopicImage, NO_LEADER,
+    broker_epoch, BrokerListener, BrokerRegistration, MetadataImage, PartitionChange,
+    PartitionImage, ReplicaAssignment, TopicImage, NO_LEADER,
 };
 pub use uuid::Uuid;
 

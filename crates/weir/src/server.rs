@@ -230,11 +230,17 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let kafka_listener = match roles.broker {
-        true => Some(bind_kafka_listener(&args).await?),
+        true => Some(bind_kafka_listener(&args, config.socket_listen_backlog_size).await?),
         false => None,
     };
     let http_listener = match roles.broker {
-        true => bind_http_listener(args.http_listen.as_deref()).await?,
+        true => {
+            bind_http_listener(
+                args.http_listen.as_deref(),
+                config.socket_listen_backlog_size,
+            )
+            .await?
+        }
         false => None,
     };
 
@@ -374,10 +380,34 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Listens on `address` (host:port, resolved; the first address that binds) with a listen
+/// backlog of `backlog` connections (`socket.listen.backlog.size`; the kernel caps it).
+async fn listen(address: &str, backlog: u32) -> std::io::Result<TcpListener> {
+    let mut last_error = None;
+    for addr in tokio::net::lookup_host(address).await? {
+        let socket = match addr {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(backlog)) {
+            Ok(listener) => return Ok(listener),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            format!("{address} resolves to no address"),
+        )
+    }))
+}
+
 /// Binds the Kafka listener: the listener, the address bound, and the host and port clients
 /// are told to connect to.
 async fn bind_kafka_listener(
     args: &ServerArgs,
+    backlog: u32,
 ) -> anyhow::Result<(TcpListener, SocketAddr, (String, u16))> {
     let listen_host = split_host_port(&args.listen)?.0;
     let wildcard = listen_host
@@ -386,7 +416,7 @@ async fn bind_kafka_listener(
     if wildcard && args.advertise.is_none() {
         bail!("--listen {} uses a wildcard host; pass --advertise HOST:PORT so clients know where to connect", args.listen);
     }
-    let listener = TcpListener::bind(&args.listen)
+    let listener = listen(&args.listen, backlog)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let bound: SocketAddr = listener.local_addr()?;
@@ -402,14 +432,17 @@ const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:8080";
 
 /// Binds the HTTP gateway's listener: `asked` must bind (a startup error otherwise) unless it
 /// is `off`; without it the default is tried and, when taken, the node runs without HTTP.
-async fn bind_http_listener(asked: Option<&str>) -> anyhow::Result<Option<TcpListener>> {
+async fn bind_http_listener(
+    asked: Option<&str>,
+    backlog: u32,
+) -> anyhow::Result<Option<TcpListener>> {
     match asked {
         Some("off") => Ok(None),
-        Some(address) => TcpListener::bind(address)
+        Some(address) => listen(address, backlog)
             .await
             .map(Some)
             .with_context(|| format!("cannot listen for HTTP on {address} (--http-listen)")),
-        None => match TcpListener::bind(HTTP_LISTEN_DEFAULT).await {
+        None => match listen(HTTP_LISTEN_DEFAULT, backlog).await {
             Ok(listener) => Ok(Some(listener)),
             Err(error) => {
                 tracing::warn!(target: "weir::server", address = HTTP_LISTEN_DEFAULT, %error, "running without HTTP: the default HTTP address is not available (give --http-listen HOST:PORT, or --http-listen off)");

@@ -30,7 +30,7 @@ use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;
 use crate::handlers::errors::ErrorReply;
 use crate::partition::Partition;
-use crate::replication::divergence;
+use crate::replication::{check_replica, divergence};
 use crate::reply::{FramePart, Reply, ResponseFrame};
 
 /// Longest long poll served, whatever `max_wait_ms` asks: bounds how long a request holds a
@@ -87,14 +87,31 @@ pub async fn handle(
     request: FetchRequest,
     version: i16,
     correlation_id: i32,
+    peer: std::net::IpAddr,
 ) -> Reply {
     let image = broker.image();
     let by_id = version >= 13;
-    // A follower names itself (Kafka's replica fetch); consumers send -1.
-    let replica = match version {
-        15.. => request.replica_state.replica_id.0,
-        _ => request.replica_id.0,
+    // A follower names itself (Kafka's replica fetch) and, from v15, proves it with its broker
+    // epoch; consumers send -1. A fetch posing as a replica is answered by closing the
+    // connection, so each guess at an epoch costs a connection.
+    let (replica, replica_epoch) = match version {
+        15.. => (
+            request.replica_state.replica_id.0,
+            Some(request.replica_state.replica_epoch),
+        ),
+        _ => (request.replica_id.0, None),
     };
+    if replica >= 0 {
+        if let Err(refusal) = check_replica(&image, replica, replica_epoch) {
+            crate::rate_limit::warn_bad_input(
+                &peer.to_string(),
+                &format!(
+                    "fetch posing as replica {replica} refused, closing the connection: {refusal}"
+                ),
+            );
+            return Reply::Close;
+        }
+    }
     let key = |name: &TopicName, topic_id: Uuid, partition: i32| PartitionKey {
         name: if by_id {
             TopicName::default()

@@ -98,7 +98,9 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
             Box::pin(async move { pending.finish(|r| respond(ResponseKind::Produce(r))).await })
         }
         RequestKind::Fetch(req) => {
-            Box::pin(async move { fetch::handle(&broker, req, version, correlation_id).await })
+            Box::pin(
+                async move { fetch::handle(&broker, req, version, correlation_id, peer).await },
+            )
         }
         RequestKind::ListOffsets(req) => Box::pin(async move {
             respond(ResponseKind::ListOffsets(

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use weir_broker::config::{BrokerConfig, DynamicConfigs, TopicSettings};
 use weir_broker::partition::Partition;
-use weir_broker::replication::{divergence, refusal_is_final, IsrRequest};
+use weir_broker::replication::{check_replica, divergence, refusal_is_final, IsrRequest};
 use weir_controller::liveness::{fence, isr_change, unfence, Leases};
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::{validate, BatchHeader, Log, ManualClock, ValidationLimits};
@@ -91,6 +91,8 @@ enum Target {
     Follower,
     /// The leader an `Isolate` cut off last.
     Isolated,
+    /// The follower a `CutFollower` cut off last.
+    Cut,
     Node(i32),
 }
 
@@ -98,6 +100,8 @@ enum Target {
 enum Fault {
     /// kill -9: the process stops; its log stays as written.
     Crash(Target),
+    /// kill -9 of every node but the target, at once.
+    CrashOthers(Target),
     /// SIGTERM: controlled shutdown first, then the process stops.
     Stop(Target),
     /// Every stopped node starts again.
@@ -110,6 +114,10 @@ enum Fault {
     /// the controller and from that follower at the moment the change commits, so the leader
     /// never hears that it did.
     LoseTheNextExpansion,
+    /// A client starts posing as the follower `CutFollower` cut last, fetching as that replica
+    /// from the leader's log end (to move the high watermark past writes that follower lacks),
+    /// with no broker epoch or a guessed one.
+    ForgeReplicaFetches,
     HealAll,
 }
 
@@ -125,6 +133,10 @@ enum Message {
     Image(Arc<MetadataImage>),
     Fetch {
         id: u64,
+        /// The replica the fetch names, and the broker epoch it proves that with (KIP-903;
+        /// `None` as in a Fetch before v15).
+        replica: i32,
+        replica_epoch: Option<i64>,
         fetch_offset: i64,
         last_fetched_epoch: i32,
         leader_epoch: i32,
@@ -171,6 +183,7 @@ enum Event {
     NodeTick(i32),
     ControllerTick,
     ProducerTick,
+    ForgerTick,
     Fault(Fault),
 }
 
@@ -223,6 +236,10 @@ struct Observed {
     /// Writes the isolated leader appended while cut off (a divergent tail).
     appended_while_isolated: usize,
     truncations: usize,
+    /// The replica a client posed as, and its forged fetches sent and taken as that replica's.
+    forged_as: Option<i32>,
+    forged_fetches: usize,
+    forged_fetches_taken: usize,
 }
 
 struct Sim {
@@ -376,6 +393,7 @@ impl Sim {
         match target {
             Target::Node(id) => Some(id),
             Target::Isolated => self.observed.isolated.map(|(id, _, _)| id),
+            Target::Cut => self.observed.cut_follower,
             Target::Leader => (leader != NO_LEADER).then_some(leader),
             Target::Follower => {
                 let followers: Vec<i32> = NODES
@@ -428,6 +446,7 @@ impl Sim {
             Event::NodeTick(id) => self.node_tick(id),
             Event::ControllerTick => self.controller_tick(),
             Event::ProducerTick => self.producer_tick(),
+            Event::ForgerTick => self.forger_tick(),
             Event::Fault(fault) => self.inject(fault),
         }
     }
@@ -448,6 +467,13 @@ impl Sim {
             Fault::Crash(target) => {
                 if let Some(id) = self.resolve(target) {
                     self.crash(id, "crashed (kill -9)");
+                }
+            }
+            Fault::CrashOthers(target) => {
+                if let Some(spared) = self.resolve(target) {
+                    for id in NODES.into_iter().filter(|id| *id != spared) {
+                        self.crash(id, "crashed (kill -9)");
+                    }
                 }
             }
             Fault::Stop(target) => {
@@ -502,6 +528,13 @@ impl Sim {
                 }
             }
             Fault::LoseTheNextExpansion => self.observed.trap = self.observed.cut_follower,
+            Fault::ForgeReplicaFetches => {
+                if let Some(follower) = self.observed.cut_follower {
+                    self.observed.forged_as = Some(follower);
+                    self.note(format!("a client poses as replica {follower}"));
+                    self.after_ms(0, Event::ForgerTick);
+                }
+            }
             Fault::HealAll => {
                 if let Some((_, _, until)) = &mut self.observed.isolated {
                     *until = (*until).min(self.now);
@@ -840,6 +873,11 @@ impl Sim {
         self.node(id).fetch = Some((fetch_id, deadline, state.leader, state.leader_epoch));
         let message = Message::Fetch {
             id: fetch_id,
+            replica: id,
+            replica_epoch: self
+                .node(id)
+                .broker_epoch
+                .and_then(|e| i64::try_from(e).ok()),
             fetch_offset,
             last_fetched_epoch,
             leader_epoch: state.leader_epoch,
@@ -847,16 +885,69 @@ impl Sim {
         self.send(Endpoint::Node(id), Endpoint::Node(state.leader), message);
     }
 
-    /// The leader's side of a follower's fetch, in the order the Fetch handler takes it.
+    /// The client posing as a replica: every few milliseconds, while faults go on, a fetch as
+    /// that replica at the leader's log end and last epoch, as if it had everything. Its
+    /// broker epoch is missing (an old Fetch version) or guessed: the registration's
+    /// position in the log, its neighbours, or anything.
+    fn forger_tick(&mut self) {
+        let Some(posing_as) = self.observed.forged_as else {
+            return;
+        };
+        if self.now + QUIET_MS * 1000 >= self.end {
+            return;
+        }
+        self.after_ms(10, Event::ForgerTick);
+        let leader = self.current_leader();
+        if leader == NO_LEADER || leader == posing_as {
+            return;
+        }
+        let Some(partition) = self.node(leader).partition.clone() else {
+            return;
+        };
+        let (fetch_offset, last_fetched_epoch, leader_epoch) = {
+            let log = partition.log();
+            (
+                log.log_end_offset(),
+                log.last_fetched_epoch(),
+                log.leader_epoch(),
+            )
+        };
+        let position = self.controller.image.applied_count as i64;
+        let replica_epoch = match self.rng.between(0, 3) {
+            0 => None,
+            1 => Some(position << 31),
+            2 => Some(position - i64::try_from(self.rng.between(0, 8)).unwrap_or(0)),
+            _ => Some(i64::try_from(self.rng.next() >> 1).unwrap_or(1)),
+        };
+        self.next_id += 1;
+        let message = Message::Fetch {
+            id: self.next_id,
+            replica: posing_as,
+            replica_epoch,
+            fetch_offset,
+            last_fetched_epoch,
+            leader_epoch,
+        };
+        self.observed.forged_fetches += 1;
+        self.send(Endpoint::Client, Endpoint::Node(leader), message);
+    }
+
+    /// The leader's side of a follower's fetch, in the order the Fetch handler takes it: a
+    /// fetch that does not prove it is the replica it names is refused before anything else.
+    #[allow(clippy::too_many_arguments)]
     fn answer_fetch(
         &mut self,
         leader: i32,
         partition: &Partition,
         follower: i32,
+        replica_epoch: Option<i64>,
         fetch_offset: i64,
         last_fetched_epoch: i32,
         leader_epoch: i32,
     ) -> FetchOutcome {
+        if check_replica(&self.node(leader).image, follower, replica_epoch).is_err() {
+            return FetchOutcome::Refused;
+        }
         if !partition.is_leader() {
             return FetchOutcome::Refused;
         }
@@ -911,21 +1002,24 @@ impl Sim {
             }
             Message::Fetch {
                 id: fetch_id,
+                replica,
+                replica_epoch,
                 fetch_offset,
                 last_fetched_epoch,
                 leader_epoch,
             } => {
-                let Endpoint::Node(follower) = from else {
-                    return;
-                };
                 let outcome = self.answer_fetch(
                     id,
                     &partition,
-                    follower,
+                    replica,
+                    replica_epoch,
                     fetch_offset,
                     last_fetched_epoch,
                     leader_epoch,
                 );
+                if from == Endpoint::Client && !matches!(outcome, FetchOutcome::Refused) {
+                    self.observed.forged_fetches_taken += 1;
+                }
                 let answer = Message::FetchAnswer {
                     id: fetch_id,
                     outcome,
@@ -1397,6 +1491,32 @@ fn simulated_isr_expansion_whose_answer_is_lost_keeps_the_high_watermark_waiting
         nothing,
     );
     mostly(&observed, "lost an expansion", |o| o.expansion_lost);
+}
+
+#[test]
+fn simulated_client_posing_as_a_replica_gets_no_write_acknowledged() {
+    // A follower is cut off from its leader, and a client fetches as that follower at the
+    // leader's log end with no broker epoch or a guessed one, which, believed, would move the
+    // high watermark past writes the follower lacks. Then every node but that follower dies:
+    // it is elected if still in the ISR, so anything acknowledged meanwhile would be lost.
+    let observed = simulate(
+        "forged-replica-fetch",
+        45_000,
+        |sim| {
+            let at = sim.rng.between(3_000, 5_000);
+            sim.fault_at_ms(at, Fault::CutFollower);
+            sim.fault_at_ms(at, Fault::ForgeReplicaFetches);
+            let crash = at + sim.rng.between(500, LAG_MAX_MS + 2_000);
+            sim.fault_at_ms(crash, Fault::CrashOthers(Target::Cut));
+        },
+        |sim| match sim.observed.forged_fetches_taken {
+            0 => Ok(()),
+            taken => Err(format!("{taken} forged replica fetches were taken")),
+        },
+    );
+    mostly(&observed, "sent forged replica fetches", |o| {
+        o.forged_fetches > 50
+    });
 }
 
 #[test]
