@@ -94,11 +94,16 @@ def pump_requests(client: socket.socket, server: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        for s in (client, server):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut_down(client, server)
+
+
+def shut_down(*sockets: socket.socket) -> None:
+    """Shuts both directions of each socket down, whatever state it is in."""
+    for s in sockets:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def pump_responses(server: socket.socket, client: socket.socket) -> None:

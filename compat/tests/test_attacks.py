@@ -1,18 +1,22 @@
-"""Attacks on a three-node cluster over real sockets: a client posing as a follower must get no
-write acknowledged.
+"""Attacks on a three-node cluster and its control plane, over real sockets: a client posing as
+a follower must get no write acknowledged, and a flood of the controller port must fence
+nobody who is alive.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import signal
+import socket
+import struct
 import time
 
 from confluent_kafka import TopicCollection, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 import wire
-from clients import admin, confluent_consumer, read_confluent, unique_topic
+from clients import Rec, admin, confluent_consumer, produce_confluent, read_confluent, unique_topic
 from harness import Deadline
 from test_cluster import cluster  # noqa: F401  (the fixture)
 
@@ -105,3 +109,124 @@ def test_a_client_posing_as_a_replica_gets_no_write_acknowledged(cluster):  # no
     server_log = (cluster.node_dir(1) / "server.log").read_text(errors="replace")
     assert "posing as replica 3" in server_log, cluster.logs()
     print(f"forged replica fetches: {refused} refused with the connection closed, none acknowledged a write")
+
+
+def rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def fenced_lines(cluster) -> int:  # noqa: F811
+    return sum((cluster.node_dir(n) / "server.log").read_text(errors="replace").count("broker fenced") for n in cluster.node_ids())
+
+
+class Flood:
+    """Connections to the controller ports from ``sources`` (addresses on loopback), each
+    holding half a frame: most send two bytes of a header, one in ten a 64 MiB length prefix
+    and 1 MiB of its body. ``refill()`` opens new ones for those the nodes closed, as an
+    attacker keeps the port full."""
+
+    def __init__(self, ports: list[int], sources: list[str], per_source: int):
+        self.ports, self.sources, self.per_source = ports, sources, per_source
+        self.open: list[socket.socket] = []
+        self.opened = 0
+        self.big = 0
+
+    def refill(self):
+        alive = []
+        for sock in self.open:
+            try:
+                if sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b"":
+                    sock.close()
+                    continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                sock.close()
+                continue
+            alive.append(sock)
+        self.open = alive
+        want = len(self.ports) * len(self.sources) * self.per_source
+        while len(self.open) < want:
+            port = self.ports[self.opened % len(self.ports)]
+            source = self.sources[(self.opened // len(self.ports)) % len(self.sources)]
+            self.opened += 1
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.bind((source, 0))
+            if sock.connect_ex(("127.0.0.1", port)) not in (0, errno.EINPROGRESS):
+                sock.close()
+                continue
+            sock.settimeout(0.5)
+            try:
+                if self.opened % 10 == 0:
+                    sock.sendall(struct.pack(">I", 64 * 1024 * 1024) + b"x" * (1024 * 1024))
+                    self.big += 1
+                else:
+                    sock.sendall(b"\x00\x00")
+            except OSError:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self.open.append(sock)
+
+    def close(self):
+        for sock in self.open:
+            sock.close()
+
+
+def test_a_flood_of_the_controller_port_fences_nobody(cluster):  # noqa: F811
+    """Connections holding half a frame flood every node's controller port for 25 s (more
+    than twice broker.session.timeout.ms), first from twenty addresses that are no quorum
+    member's, then from the members' own address, reopened as fast as the nodes close them;
+    one in ten sends a 64 MiB length prefix and 1 MiB of its body. Brokers heartbeat and
+    forward over connections they keep, strangers share a budget of their own, and frames are
+    read as their bytes arrive: nobody is fenced, an RF 3 topic is created and written
+    meanwhile, and no node grows by more than 150 MB (before: two of three brokers fenced
+    within 5 s, and ten such frames took a node from 44 to 700 MB)."""
+    cluster.start()
+    ports = [cluster.base_port + 100 + n - 1 for n in cluster.node_ids()]
+    pids = {n: cluster.pid(n) for n in cluster.node_ids()}
+    deadline = Deadline(60)
+    while cluster.quorum_leader() is None:
+        assert not deadline.expired(), cluster.logs()
+        time.sleep(0.5)
+    fenced_before = fenced_lines(cluster)
+    rss_before = {n: rss_mb(pid) for n, pid in pids.items()}
+    rss_peak = dict(rss_before)
+    client = admin(cluster.bootstrap)
+    for label, sources, per_source in [
+        ("twenty stranger addresses", [f"127.0.0.{i}" for i in range(3, 23)], 20),
+        ("the members' own address", ["127.0.0.1"], 200),
+    ]:
+        flood = Flood(ports, sources, per_source)
+        topic = unique_topic("flooded")
+        created = None
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 25:
+                flood.refill()
+                for n, pid in pids.items():
+                    rss_peak[n] = max(rss_peak[n], rss_mb(pid))
+                if created is None and time.monotonic() - started > 10:
+                    begun = time.monotonic()
+                    client.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(timeout=30)
+                    produce_confluent(cluster.bootstrap, topic, [Rec(None, b"during the flood")] * 10, acks="all")
+                    created = time.monotonic() - begun
+                time.sleep(0.2)
+        finally:
+            flood.close()
+        fenced = fenced_lines(cluster) - fenced_before
+        print(
+            f"controller-port flood from {label}: {flood.opened} connections opened "
+            f"({flood.big} with a 64 MiB prefix and 1 MiB of body), {fenced} brokers fenced, "
+            f"RF 3 topic created and written in {created:.2f} s, "
+            f"RSS {', '.join(f'node {n} {rss_before[n]:.0f}->{rss_peak[n]:.0f} MB' for n in pids)}"
+        )
+        assert fenced == 0, f"{fenced} brokers fenced during the flood from {label}\n{cluster.logs()}"
+        records = read_confluent(cluster.bootstrap, topic, [0, 1, 2])
+        assert sum(len(r) for r in records.values()) == 10
+    for n in pids:
+        assert rss_peak[n] - rss_before[n] < 150, f"node {n} grew from {rss_before[n]:.0f} to {rss_peak[n]:.0f} MB"

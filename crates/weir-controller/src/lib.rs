@@ -18,4 +18,6 @@ mod record_file;
 mod relational;
 
 pub use controller::{Controller, LocalControl, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
-pub use quorum::{ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum, RaftStatus};
+pub use quorum::{
+    read_peer_frames, ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum, RaftStatus,
+};

@@ -1,6 +1,7 @@
 //! `weir-fuzz` holds the fuzz harnesses: functions that take arbitrary bytes and drive one of
 //! Weir's parsers of untrusted input — the request decoder, the batch and record validator,
-//! and log recovery from arbitrary segment bytes — asserting what must hold for any input.
+//! log recovery from arbitrary segment bytes, and the controller port's framing — asserting
+//! what must hold for any input.
 //! The `cargo fuzz` targets in `fuzz/` call them, and `tests/corpus.rs` replays the saved
 //! corpus and every input that once failed through them on every test run.
 //!
@@ -18,6 +19,16 @@ use weir_storage::{FileCache, MemoryStorage};
 /// or yields an error; nothing panics or allocates beyond the input's size.
 pub fn decode_request(data: &[u8]) {
     let _ = weir_proto::decode_request(Bytes::copy_from_slice(data));
+}
+
+/// Reads `data` as a connection to the controller port delivers it: frames decoded as peers'
+/// messages until the bytes end or one is refused. Nothing panics, and no frame's buffer
+/// outgrows the bytes that arrived for it, whatever its length prefix says.
+pub fn controller_frames(data: &[u8]) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(weir_controller::read_peer_frames(data));
 }
 
 /// Validates `data` as a produced record batch. A batch that passes is internally consistent.

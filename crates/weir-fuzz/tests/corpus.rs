@@ -56,3 +56,8 @@ fn validate_batch_corpus() {
 fn recover_log_corpus() {
     replay("recover_log", weir_fuzz::recover_log, 5);
 }
+
+#[test]
+fn controller_frames_corpus() {
+    replay("controller_frames", weir_fuzz::controller_frames, 5);
+}

@@ -3,6 +3,8 @@
 //! quorum of one on the same path. The rest of the controller sees only [`MetadataQuorum`]:
 //! propose a command, follow the applied images.
 
+mod admission;
+mod frame;
 mod log_store;
 mod network;
 mod state_machine;
@@ -23,6 +25,8 @@ use weir_metadata::{ControllerError, MetadataCommand, MetadataImage, QuorumStatu
 use weir_storage::Storage;
 
 use crate::forward::{ControlRequest, ControlValue, WireError};
+
+pub use network::read_peer_frames;
 
 use log_store::LogStore;
 use state_machine::StateMachine;
@@ -157,6 +161,8 @@ pub struct RaftQuorum {
     /// The voters named at start (node id → controller address): where an observer asks to
     /// join.
     voters: BTreeMap<i32, String>,
+    /// The connections kept to other controllers for forwarded requests.
+    forwarder: network::Forwarder,
 }
 
 fn fatal(error: impl std::fmt::Display) -> ControllerError {
@@ -211,8 +217,15 @@ impl RaftQuorum {
         .await
         .map_err(fatal)?;
         let handler: Handler = Arc::default();
-        let peers = listener
-            .map(|listener| tokio::spawn(network::serve(listener, raft.clone(), handler.clone())));
+        let voter_addresses: Vec<String> = config.voters.values().cloned().collect();
+        let peers = listener.map(|listener| {
+            tokio::spawn(network::serve(
+                listener,
+                raft.clone(),
+                handler.clone(),
+                voter_addresses,
+            ))
+        });
         tokio::spawn(log_leader_changes(raft.clone()));
         let members: BTreeMap<NodeId, BasicNode> = config
             .voters
@@ -250,6 +263,7 @@ impl RaftQuorum {
             peers,
             handler,
             voters: config.voters,
+            forwarder: network::Forwarder::default(),
         })
     }
 
@@ -271,7 +285,11 @@ impl RaftQuorum {
         let ask = Duration::from_millis(OBSERVER_ASK_MS);
         'asking: loop {
             for (voter, voter_address) in &self.voters {
-                match network::forward(voter_address, request.clone(), ask).await {
+                match self
+                    .forwarder
+                    .forward(voter_address, request.clone(), ask)
+                    .await
+                {
                     Ok(Ok(_)) => break 'asking,
                     Ok(Err(refused)) => {
                         let refused = ControllerError::from(refused);
@@ -491,7 +509,7 @@ impl RaftQuorum {
             ));
         }
         let deadline = Duration::from_millis(FORWARD_DEADLINE_MS);
-        match network::forward(&address, request, deadline).await {
+        match self.forwarder.forward(&address, request, deadline).await {
             Ok(answer) => answer.map_err(ControllerError::from),
             Err(error) => Err(ControllerError::NotController(format!(
                 "cannot reach the active controller {leader} at {address}: {error}"

@@ -1,12 +1,17 @@
-//! Raft's messages between controllers over TCP: each request and its answer is one frame of
-//! `[u32 length][JSON]` on a connection the sender keeps to each peer (reopened after any
-//! error). Every read and connect has a deadline and every frame a size bound.
+//! Raft's messages and forwarded change requests between controllers over TCP: each request
+//! and its answer is one frame (`frame.rs`) on a connection the sender keeps open (one to each
+//! peer for Raft, a few to the active controller for forwarded requests; reopened after any
+//! error). Every read and connect has a deadline and every frame a size bound; the port admits
+//! connections by where they come from (`admission.rs`).
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
     NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
@@ -18,21 +23,29 @@ use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf};
 use openraft::{BasicNode, OptionalSend, Snapshot};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use super::admission::Admission;
+use super::frame::{buffer_bound, read_frame, read_frame_into, write_frame};
 use super::{ControlAnswer, Handler, MetadataRaft, NodeId, TypeConfig, Vote};
 use crate::forward::{ControlRequest, WireError};
 
-/// Largest frame accepted: a snapshot of the whole image travels as one (an image of 10,000
-/// partitions is a few MiB).
-const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// Controller connections served at once: each peer keeps one, and forwarded requests open
-/// one each while they wait.
-const CONNECTIONS_MAX: usize = 32;
 /// A served connection with no request for this long is closed.
 const IDLE_MS: u64 = 60_000;
+/// A new connection must bring its first whole frame within this: a peer sends at once (even
+/// a snapshot of the largest frame needs only 7 MB/s).
+const FIRST_FRAME_MS: u64 = 10_000;
+/// Connections one controller opens to another for forwarded requests at once; more requests
+/// wait for one of them.
+const FORWARD_CONNECTIONS_MAX: usize = 8;
+/// A kept forwarding connection unused for this long is closed rather than reused (well
+/// before the other side's [`IDLE_MS`], so it is never reused as that side closes it).
+const FORWARD_IDLE_MS: u64 = 20_000;
+/// How often the members' addresses are resolved again (and at every membership change).
+const MEMBERS_REFRESH_MS: u64 = 30_000;
+/// Deadline of resolving one member's address.
+const RESOLVE_MS: u64 = 2_000;
 
 /// A message from one controller to another.
 #[derive(Serialize, Deserialize)]
@@ -45,50 +58,113 @@ enum Request {
     Control(ControlRequest),
 }
 
-/// Sends a change request to the controller at `addr` and waits (at most `deadline`) for its
-/// answer.
-pub async fn forward(
-    addr: &str,
-    request: ControlRequest,
-    deadline: Duration,
-) -> io::Result<ControlAnswer> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        write_frame(&mut stream, &Request::Control(request)).await?;
-        read_frame(&mut stream).await
-    };
-    tokio::time::timeout(deadline, exchange)
-        .await
-        .unwrap_or_else(|_| {
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the active controller did not answer in time",
-            ))
-        })
+/// The connections this controller keeps to others for forwarded change requests: at most
+/// [`FORWARD_CONNECTIONS_MAX`] to each, reused while they last, so a broker's heartbeats and
+/// requests go over connections it already holds rather than asking the port for new ones.
+#[derive(Default)]
+pub struct Forwarder {
+    by_address: Mutex<HashMap<String, Arc<Channel>>>,
 }
 
-async fn write_frame(stream: &mut TcpStream, value: &impl Serialize) -> io::Result<()> {
-    let body = serde_json::to_vec(value).map_err(io::Error::other)?;
-    if body.len() > FRAME_BYTES_MAX {
-        return Err(io::Error::other("frame too large"));
-    }
-    stream.write_all(&(body.len() as u32).to_be_bytes()).await?;
-    stream.write_all(&body).await?;
-    stream.flush().await
+/// The forwarding connections to one controller.
+struct Channel {
+    permits: Semaphore,
+    idle: Mutex<Vec<(TcpStream, Instant)>>,
 }
 
-async fn read_frame<T: DeserializeOwned>(stream: &mut TcpStream) -> io::Result<T> {
-    let length = stream.read_u32().await? as usize;
-    if length > FRAME_BYTES_MAX {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {length} bytes is larger than {FRAME_BYTES_MAX}"),
-        ));
+impl Forwarder {
+    /// Sends a change request to the controller at `addr` and waits (at most `deadline`, a
+    /// free connection included) for its answer.
+    pub async fn forward(
+        &self,
+        addr: &str,
+        request: ControlRequest,
+        deadline: Duration,
+    ) -> io::Result<ControlAnswer> {
+        let channel = lock(&self.by_address)
+            .entry(addr.to_string())
+            .or_insert_with(|| {
+                Arc::new(Channel {
+                    permits: Semaphore::new(FORWARD_CONNECTIONS_MAX),
+                    idle: Mutex::new(Vec::new()),
+                })
+            })
+            .clone();
+        let exchange = async {
+            let _permit = channel
+                .permits
+                .acquire()
+                .await
+                .map_err(|_| io::Error::other("forwarding closed"))?;
+            let mut stream = match channel.take_idle() {
+                Some(stream) => stream,
+                None => {
+                    let stream = TcpStream::connect(addr).await?;
+                    stream.set_nodelay(true)?;
+                    stream
+                }
+            };
+            write_frame(&mut stream, &Request::Control(request)).await?;
+            let answer = read_frame(&mut stream).await?;
+            lock(&channel.idle).push((stream, Instant::now()));
+            Ok(answer)
+        };
+        tokio::time::timeout(deadline, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the active controller did not answer in time",
+                ))
+            })
     }
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).await?;
-    serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+impl Channel {
+    /// The most recently used kept connection still fit to reuse: used within
+    /// [`FORWARD_IDLE_MS`], not closed by the other side, nothing unasked waiting on it.
+    fn take_idle(&self) -> Option<TcpStream> {
+        let mut idle = lock(&self.idle);
+        while let Some((stream, since)) = idle.pop() {
+            if since.elapsed() >= Duration::from_millis(FORWARD_IDLE_MS) {
+                continue;
+            }
+            let mut probe = [0u8; 1];
+            match stream.try_read(&mut probe) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Some(stream),
+                _ => continue,
+            }
+        }
+        None
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads `bytes` as a connection to the controller port delivers them: frame after frame,
+/// each decoded as a peer's message, until the bytes end or a frame is refused; returns how
+/// many were whole messages. The fuzz harness of the port's framing: it panics if a frame's
+/// buffer ever held more than [`buffer_bound`] of the bytes that arrived for it.
+pub async fn read_peer_frames(mut bytes: &[u8]) -> usize {
+    let mut messages = 0;
+    loop {
+        let mut body = Vec::new();
+        let outcome = read_frame_into(&mut bytes, &mut body).await;
+        assert!(
+            body.capacity() <= buffer_bound(body.len()),
+            "{} bytes held for a frame of which {} arrived",
+            body.capacity(),
+            body.len()
+        );
+        if outcome.is_err() {
+            return messages;
+        }
+        if serde_json::from_slice::<Request>(&body).is_ok() {
+            messages += 1;
+        }
+    }
 }
 
 /// Makes a client per peer; clients connect lazily.
@@ -207,9 +283,21 @@ impl RaftNetworkV2<TypeConfig> for Peer {
 }
 
 /// Answers peers' Raft messages and forwarded change requests (once `handler` is set) on
-/// `listener` until the quorum stops.
-pub async fn serve(listener: TcpListener, raft: MetadataRaft, handler: Handler) {
-    let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+/// `listener` until the quorum stops. Connections are admitted by where they come from: the
+/// addresses of the quorum's members (from its membership, and `voters` before it has one)
+/// have places of their own, any other address a small share apart.
+pub async fn serve(
+    listener: TcpListener,
+    raft: MetadataRaft,
+    handler: Handler,
+    voters: Vec<String>,
+) {
+    let admission = Arc::new(Admission::default());
+    let _members = AbortOnDrop(tokio::spawn(follow_members(
+        raft.clone(),
+        voters,
+        admission.clone(),
+    )));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -219,19 +307,86 @@ pub async fn serve(listener: TcpListener, raft: MetadataRaft, handler: Handler) 
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(target: "weir::controller", %peer, "too many controller connections; closing");
-            continue;
+        let place = match admission.admit(peer.ip()) {
+            Ok(place) => place,
+            Err(refusal) => {
+                if let Some(suppressed) = admission.warn_now() {
+                    tracing::warn!(target: "weir::controller", %peer, suppressed, "controller connection refused: {refusal}");
+                }
+                continue;
+            }
         };
         let raft = raft.clone();
         let handler = handler.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _place = place;
             if let Err(error) = serve_connection(stream, raft, handler).await {
                 tracing::debug!(target: "weir::controller", %peer, %error, "controller connection closed");
             }
         });
     }
+}
+
+/// Aborts a task when dropped (its owner stopped).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Keeps `admission`'s member addresses those of the quorum's members (voters and observers;
+/// `voters` as configured until there is a membership), resolved at every membership change
+/// and every [`MEMBERS_REFRESH_MS`].
+async fn follow_members(raft: MetadataRaft, voters: Vec<String>, admission: Arc<Admission>) {
+    let mut metrics = raft.metrics();
+    let mut resolved: Option<(Vec<String>, Instant)> = None;
+    loop {
+        let mut addresses: Vec<String> = metrics
+            .borrow_watched()
+            .membership_config
+            .nodes()
+            .map(|(_, node)| node.addr.clone())
+            .chain(voters.iter().cloned())
+            .collect();
+        addresses.sort();
+        addresses.dedup();
+        let fresh = resolved.as_ref().is_some_and(|(last, at)| {
+            *last == addresses && at.elapsed() < Duration::from_millis(MEMBERS_REFRESH_MS)
+        });
+        if !fresh {
+            admission.set_members(resolve(&addresses).await);
+            resolved = Some((addresses, Instant::now()));
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(Duration::from_millis(MEMBERS_REFRESH_MS)) => {}
+        }
+    }
+}
+
+/// The IP addresses `addresses` (host:port) resolve to; one that does not resolve in time adds
+/// none.
+async fn resolve(addresses: &[String]) -> HashSet<IpAddr> {
+    let mut ips = HashSet::new();
+    for address in addresses {
+        let found = tokio::time::timeout(
+            Duration::from_millis(RESOLVE_MS),
+            tokio::net::lookup_host(address.as_str()),
+        )
+        .await;
+        match found {
+            Ok(Ok(found)) => ips.extend(found.map(|a| a.ip().to_canonical())),
+            Ok(Err(error)) => {
+                tracing::debug!(target: "weir::controller", address, %error, "cannot resolve a quorum member's address")
+            }
+            Err(_) => {
+                tracing::debug!(target: "weir::controller", address, "resolving a quorum member's address timed out")
+            }
+        }
+    }
+    ips
 }
 
 async fn serve_connection(
@@ -240,14 +395,15 @@ async fn serve_connection(
     handler: Handler,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
+    let mut wait = Duration::from_millis(FIRST_FRAME_MS);
     loop {
-        let idle = Duration::from_millis(IDLE_MS);
-        let request: Request = match tokio::time::timeout(idle, read_frame(&mut stream)).await {
+        let request: Request = match tokio::time::timeout(wait, read_frame(&mut stream)).await {
             Ok(Ok(request)) => request,
             Ok(Err(error)) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Ok(Err(error)) => return Err(error),
             Err(_) => return Ok(()),
         };
+        wait = Duration::from_millis(IDLE_MS);
         match request {
             Request::AppendEntries(rpc) => {
                 write_frame(&mut stream, &raft.append_entries(rpc).await).await?
