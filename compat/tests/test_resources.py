@@ -4,6 +4,8 @@ connection floods. Each must leave the broker within its bounds and every other 
 
 from __future__ import annotations
 
+import http.client
+import json
 import resource
 import select
 import socket
@@ -247,6 +249,77 @@ def test_a_reconnect_storm_beyond_the_per_address_limit_is_refused_at_once(make_
     finally:
         for sock in storm:
             sock.close()
+
+
+def http_get(address: str, path: str, source: str = "127.0.0.1", timeout: float = 3) -> tuple[int, bytes]:
+    """GET ``path`` from the HTTP gateway at ``address`` from the local address ``source``."""
+    host, port = address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout, source_address=(source, 0))
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_an_http_slowloris_leaves_health_checks_and_other_addresses_served(make_weir):
+    """1,100 connections from one address, each sending a request head a byte a second, once
+    held all 1,024 places of the HTTP gateway: /health/live and /metrics failed for the whole
+    attack, so a liveness probe would have restarted a healthy broker. Now one address holds at
+    most 256 and another address is served in full; when 1,100 more from five addresses fill
+    the gateway, its probe lane still answers /health/live, /health/ready and /metrics, and
+    anything else 503 gateway_full."""
+    weir = make_weir("slowloris")
+    raise_open_files(4_000)
+    host, port = weir.http.rsplit(":", 1)
+    head = b"GET /topics HTTP/1.1\r\nHost: weir\r\nX-Slow: " + b"a" * 64
+    attack: list[tuple[socket.socket, int]] = []
+
+    def open_from(sources: list[str], count: int):
+        for i in range(count):
+            sock = socket.socket()
+            sock.bind((sources[i % len(sources)], 0))
+            sock.connect((host, int(port)))
+            sock.setblocking(False)
+            attack.append((sock, 0))
+
+    def trickle():
+        for i, (sock, sent) in enumerate(attack):
+            try:
+                sock.send(head[sent:sent + 1])
+                attack[i] = (sock, sent + 1)
+            except OSError:
+                pass
+
+    def served(path: str, source: str = "127.0.0.1") -> int:
+        started = time.monotonic()
+        status, _ = http_get(weir.http, path, source)
+        took = time.monotonic() - started
+        assert took < 2.5, f"{path} took {took:.1f} s during the attack"
+        return status
+
+    try:
+        open_from(["127.0.0.3"], 1_100)
+        for _ in range(3):
+            trickle()
+            time.sleep(1)
+        for path in ("/health/live", "/metrics", "/topics"):
+            assert served(path) == 200, path
+        print("slowloris of 1,100 connections from 127.0.0.3: /health/live, /metrics and /topics from 127.0.0.1 answered 200")
+        open_from([f"127.0.0.{i}" for i in range(4, 9)], 1_100)
+        for _ in range(3):
+            trickle()
+            time.sleep(1)
+        for path in ("/health/live", "/health/ready", "/metrics"):
+            assert served(path) == 200, path
+        status, body = http_get(weir.http, "/topics")
+        assert status == 503 and json.loads(body)["error"]["code"] == "gateway_full", (status, body)
+        print("and 1,100 more from five addresses: the probe lane answered the health checks and /metrics 200, /topics 503 gateway_full")
+    finally:
+        for sock, _ in attack:
+            sock.close()
+    wait_until(lambda: http_get(weir.http, "/topics")[0] == 200, timeout=30, what="the gateway to serve again once the attack stops")
 
 
 def test_idle_connections_are_closed_busy_ones_kept(make_weir):

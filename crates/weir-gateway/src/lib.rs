@@ -18,6 +18,7 @@ mod records;
 mod stall;
 mod topics;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +31,9 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use weir_broker::broker::stopping;
+use weir_broker::connections::{ConnectionLimits, ConnectionSlot};
 use weir_broker::Broker;
 use weir_client::{Admin, ClientConfig};
 use weir_controller::RaftQuorum;
@@ -40,11 +42,22 @@ pub use error::ApiError;
 
 /// Largest request body accepted (a publish of many records); larger ones get 413.
 pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// HTTP connections served at once; more are closed as they arrive.
-pub const CONNECTIONS_MAX: usize = 1024;
+/// HTTP connections served at once; more go to the probe lane.
+pub const CONNECTIONS_MAX: u32 = 1024;
+/// HTTP connections from one address at once (a quarter of [`CONNECTIONS_MAX`]), so one
+/// address cannot hold them all; more go to the probe lane.
+pub const CONNECTIONS_PER_ADDRESS_MAX: u32 = 256;
 /// A client must send a request's headers within this long (and an idle keep-alive
 /// connection is closed after it).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served when the gateway (or their address's share) is full: one request each,
+/// and only the health checks and `/metrics` are answered, so a liveness probe never fails
+/// because others hold the gateway. More are closed as they arrive.
+pub const PROBE_CONNECTIONS_MAX: u32 = 32;
+/// Probe-lane connections from one address at once.
+pub const PROBE_CONNECTIONS_PER_ADDRESS_MAX: u32 = 4;
+/// A probe-lane connection must send its request's headers within this long.
+const PROBE_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest a request may run (a long poll, a publish waiting for acks) before it is answered
 /// with 504.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
@@ -133,15 +146,36 @@ impl Gateway {
             .with_state(self.clone())
     }
 
+    /// The routes answered on the probe lane: the health checks and `/metrics`; anything else
+    /// is 503 until connections free.
+    fn probe_router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/health/live", get(cluster::live))
+            .route("/health/ready", get(cluster::ready))
+            .route("/metrics", get(metrics::scrape))
+            .fallback(gateway_full)
+            .layer(middleware::from_fn(within_deadline))
+            .with_state(self.clone())
+    }
+
     /// Serves HTTP on `listener` until `shutdown` turns true: at most [`CONNECTIONS_MAX`]
-    /// connections, each request answered within [`REQUEST_DEADLINE`].
+    /// connections, [`CONNECTIONS_PER_ADDRESS_MAX`] from one address, each request answered
+    /// within [`REQUEST_DEADLINE`]; beyond them, a small probe lane answers the health checks
+    /// and `/metrics` (one request per connection, headers within 2 s).
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
         mut shutdown: watch::Receiver<bool>,
     ) {
         let router = self.router();
-        let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+        let probe_router = self.probe_router();
+        let connections =
+            ConnectionLimits::new(CONNECTIONS_MAX, CONNECTIONS_PER_ADDRESS_MAX, HashMap::new());
+        let probes = ConnectionLimits::new(
+            PROBE_CONNECTIONS_MAX,
+            PROBE_CONNECTIONS_PER_ADDRESS_MAX,
+            HashMap::new(),
+        );
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
@@ -158,28 +192,58 @@ impl Gateway {
                     continue;
                 }
             };
-            let Ok(permit) = connections.clone().try_acquire_owned() else {
-                tracing::debug!(target: "weir::http", %peer, "refused HTTP connection: {CONNECTIONS_MAX} open");
-                continue;
-            };
-            let service = TowerToHyperService::new(router.clone());
-            let mut stop = shutdown.clone();
-            tokio::spawn(async move {
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stall::StallGuard::new(stream)), service);
-                tokio::pin!(connection);
-                tokio::select! {
-                    _ = connection.as_mut() => {}
-                    _ = stopping(&mut stop) => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+            let lane = match connections.admit(peer.ip()) {
+                Ok(slot) => Lane {
+                    slot,
+                    router: router.clone(),
+                    header_read_timeout: HEADER_READ_TIMEOUT,
+                    keep_alive: true,
+                },
+                Err(_) => match probes.admit(peer.ip()) {
+                    Ok(slot) => Lane {
+                        slot,
+                        router: probe_router.clone(),
+                        header_read_timeout: PROBE_HEADER_READ_TIMEOUT,
+                        keep_alive: false,
+                    },
+                    Err(_) => {
+                        tracing::debug!(target: "weir::http", %peer, "refused HTTP connection: the gateway's connections ({CONNECTIONS_MAX}, {CONNECTIONS_PER_ADDRESS_MAX} from one address) and its probe lane are full");
+                        continue;
                     }
-                }
-                drop(permit);
-            });
+                },
+            };
+            tokio::spawn(lane.serve(stream, shutdown.clone()));
         }
+    }
+}
+
+/// Where an accepted HTTP connection is served: the full API, or the probe lane.
+struct Lane {
+    slot: ConnectionSlot,
+    router: Router,
+    header_read_timeout: Duration,
+    keep_alive: bool,
+}
+
+impl Lane {
+    /// Serves the connection until it closes or `stop` turns true (then lets it finish its
+    /// request for up to 5 s); its place frees when done.
+    async fn serve(self, stream: tokio::net::TcpStream, mut stop: watch::Receiver<bool>) {
+        let service = TowerToHyperService::new(self.router);
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout)
+            .keep_alive(self.keep_alive)
+            .serve_connection(TokioIo::new(stall::StallGuard::new(stream)), service);
+        tokio::pin!(connection);
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            _ = stopping(&mut stop) => {
+                connection.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+            }
+        }
+        drop(self.slot);
     }
 }
 
@@ -202,6 +266,15 @@ async fn within_deadline(request: Request, next: Next) -> Response {
         )
         .into_response(),
     }
+}
+
+/// The probe lane's answer to anything but the health checks and `/metrics`.
+async fn gateway_full() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "gateway_full",
+        format!("the gateway holds its {CONNECTIONS_MAX} connections ({CONNECTIONS_PER_ADDRESS_MAX} from one address); only /health/live, /health/ready and /metrics are answered until some close"),
+    )
 }
 
 async fn not_found() -> ApiError {
