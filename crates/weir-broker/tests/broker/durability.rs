@@ -106,8 +106,9 @@ async fn acks_all_writes_and_metadata_survive_power_loss() {
 }
 
 /// A full disk refuses writes with KAFKA_STORAGE_ERROR, keeps serving reads, cuts any partial
-/// write back, refuses metadata changes without applying them, and takes writes again once
-/// space returns; nothing before or after is lost.
+/// write back, writes metadata changes into the space reserved for them and, with that spent,
+/// refuses them without applying them, and takes writes again once space returns; nothing
+/// before or after is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_and_recovers() {
     let storage = MemoryStorage::new();
@@ -137,6 +138,15 @@ async fn a_full_disk_refuses_writes_and_recovers() {
     let (error, records) = fetch_all(&mut client, "full", 0).await;
     assert_eq!(error, 0, "reads go on");
     assert_eq!(whole_batches(&records).len(), 10);
+    // The space reserved for the metadata log is given up for a metadata change (the
+    // operator's way out: delete a topic, lower its retention), so it is written.
+    assert_eq!(
+        create_topic(&mut client, "from-the-reserve", 1, &[]).await,
+        0,
+        "a metadata change on a full disk is written into the reserve"
+    );
+    // With the reserve spent too, a metadata change that cannot be written is refused.
+    storage.set_capacity(Some(storage.used_bytes() + 40));
     assert_eq!(
         create_topic(&mut client, "refused", 1, &[]).await,
         KAFKA_STORAGE_ERROR,
@@ -155,6 +165,7 @@ async fn a_full_disk_refuses_writes_and_recovers() {
     let restarted = start_on(Arc::new(storage), root, &[]).await;
     let image = restarted.broker.image();
     assert!(image.topic("later").is_some() && image.topic("refused").is_none());
+    assert!(image.topic("from-the-reserve").is_some());
     let mut client = TcpStream::connect(restarted.addr).await.expect("connect");
     let (_, records) = fetch_all(&mut client, "full", 0).await;
     assert_eq!(whole_batches(&records).len(), 11, "no torn or lost batch");

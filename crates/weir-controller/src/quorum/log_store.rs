@@ -16,6 +16,8 @@ use openraft::OptionalSend;
 use serde::{Deserialize, Serialize};
 use weir_storage::Storage;
 
+use super::reserve::SpaceReserve;
+
 use super::{Entry, LogId, TypeConfig, Vote};
 use crate::record_file::{RecordFile, RecordFileError};
 
@@ -87,6 +89,8 @@ struct Files {
     vote_path: PathBuf,
     /// Records in the file beyond those a rewrite would keep.
     dead_records: usize,
+    /// Space given up for an append that found the disk full.
+    reserve: Arc<SpaceReserve>,
 }
 
 /// The Raft log store; clones share it (the log readers are clones).
@@ -105,7 +109,11 @@ fn storage_error(error: RecordFileError) -> io::Error {
 
 impl LogStore {
     /// Opens the log in `dir` (creating it), replaying its records. Blocking.
-    pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> io::Result<LogStore> {
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        reserve: Arc<SpaceReserve>,
+    ) -> io::Result<LogStore> {
         storage.create_dir_all(dir)?;
         let mut log = RecordFile::open(storage.clone(), &dir.join(LOG_FILE))?;
         let records = log.replay().map_err(storage_error)?;
@@ -127,6 +135,7 @@ impl LogStore {
                 log,
                 vote_path,
                 dead_records,
+                reserve,
             })),
         })
     }
@@ -157,7 +166,12 @@ impl LogStore {
         let records = self
             .write(move |files| {
                 for record in &records {
-                    files.log.append(record).map_err(storage_error)?;
+                    let Files { log, reserve, .. } = &mut *files;
+                    // Only an append undone for want of space is tried again.
+                    reserve.retry_released(|| match log.append(record) {
+                        Err(RecordFileError::NotAppended(error)) => Err(error),
+                        other => other.map_err(|error| io::Error::other(storage_error(error))),
+                    })?;
                 }
                 files.dead_records += count;
                 Ok(records)

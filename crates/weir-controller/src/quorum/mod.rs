@@ -7,6 +7,7 @@ mod admission;
 mod frame;
 mod log_store;
 mod network;
+mod reserve;
 mod state_machine;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use crate::forward::{ControlRequest, ControlValue, WireError};
 pub use network::read_peer_frames;
 
 use log_store::LogStore;
+use reserve::SpaceReserve;
 use state_machine::StateMachine;
 
 #[allow(deprecated)] // the macro names openraft's default (deprecated) runtime re-export
@@ -63,6 +65,9 @@ const RECOVERY_WAIT_MS: u64 = 60_000;
 /// A proposal is refused (as on a full disk) while less than this is free where the log is:
 /// a failed log write stops the quorum, so it must not be started without room.
 const SPACE_RESERVE_BYTES: u64 = 1024 * 1024;
+
+/// How often a released reserve of space for the log is made again when the disk has room.
+const RESERVE_CHECK_MS: u64 = 10_000;
 
 /// How long a forwarded change request may take at the active controller.
 const FORWARD_DEADLINE_MS: u64 = 35_000;
@@ -163,6 +168,9 @@ pub struct RaftQuorum {
     voters: BTreeMap<i32, String>,
     /// The connections kept to other controllers for forwarded requests.
     forwarder: network::Forwarder,
+    /// Space held back for the log on a full disk, and the task that reserves it again.
+    reserve: Arc<SpaceReserve>,
+    reserving: tokio::task::JoinHandle<()>,
 }
 
 fn fatal(error: impl std::fmt::Display) -> ControllerError {
@@ -179,12 +187,14 @@ impl RaftQuorum {
         listener: Option<TcpListener>,
     ) -> Result<RaftQuorum, ControllerError> {
         let dir = config.dir.clone();
+        let reserve = Arc::new(SpaceReserve::new(storage.clone(), &dir));
         let (log, state_machine) = {
             let storage = storage.clone();
             let dir = dir.clone();
+            let reserve = reserve.clone();
             tokio::task::spawn_blocking(move || {
                 Ok::<_, std::io::Error>((
-                    LogStore::open(storage.clone(), &dir)?,
+                    LogStore::open(storage.clone(), &dir, reserve)?,
                     StateMachine::open(storage, &dir)?,
                 ))
             })
@@ -264,6 +274,8 @@ impl RaftQuorum {
             handler,
             voters: config.voters,
             forwarder: network::Forwarder::default(),
+            reserving: tokio::spawn(keep_reserving(reserve.clone())),
+            reserve,
         })
     }
 
@@ -399,6 +411,7 @@ impl RaftQuorum {
         if let Some(peers) = &self.peers {
             peers.abort();
         }
+        self.reserving.abort();
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(target: "weir::controller", %error, "metadata quorum did not stop cleanly");
         }
@@ -419,10 +432,19 @@ impl RaftQuorum {
     }
 
     async fn propose_command(&self, command: MetadataCommand) -> Result<u64, ControllerError> {
-        let free = self
-            .storage
-            .available_bytes(&self.dir)
-            .map_err(ControllerError::Storage)?;
+        let available = || {
+            self.storage
+                .available_bytes(&self.dir)
+                .map_err(ControllerError::Storage)
+        };
+        let mut free = available()?;
+        if free < SPACE_RESERVE_BYTES
+            && self
+                .reserve
+                .release("a metadata change found the disk full")
+        {
+            free = available()?;
+        }
         if free < SPACE_RESERVE_BYTES {
             return Err(ControllerError::Storage(std::io::Error::new(
                 std::io::ErrorKind::StorageFull,
@@ -452,6 +474,16 @@ impl RaftQuorum {
                 }
             }
         }
+    }
+}
+
+/// Reserves the log's space at once and again every [`RESERVE_CHECK_MS`] after it was
+/// released, once the disk has room.
+async fn keep_reserving(reserve: Arc<SpaceReserve>) {
+    loop {
+        let keeping = reserve.clone();
+        let _ = tokio::task::spawn_blocking(move || keeping.keep()).await;
+        tokio::time::sleep(Duration::from_millis(RESERVE_CHECK_MS)).await;
     }
 }
 
@@ -605,7 +637,8 @@ mod tests {
         ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<TypeConfig>> {
             let dir = tempfile::tempdir().expect("tempdir");
             let storage: Arc<dyn Storage> = Arc::new(weir_storage::MemoryStorage::new());
-            let log = LogStore::open(storage.clone(), dir.path()).expect("log store");
+            let reserve = Arc::new(SpaceReserve::new(storage.clone(), dir.path()));
+            let log = LogStore::open(storage.clone(), dir.path(), reserve).expect("log store");
             let state_machine = StateMachine::open(storage, dir.path()).expect("state machine");
             Ok((dir, log, state_machine))
         }
