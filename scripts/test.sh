@@ -4,6 +4,11 @@
 # (compat/) against the built binary with real Kafka clients.
 #
 #   scripts/test.sh [extra pytest arguments]
+#   scripts/test.sh --quick [pytest arguments]    e.g. --quick -k reconnect_storm
+#
+# --quick is the inner loop (docs/developing.md): no fmt, clippy or cargo test; the weir
+# and weir-diff binaries alone in the `iter` profile (incremental, Weir's crates at opt-level 1), then
+# the compatibility tests the pytest arguments select, against that binary.
 #
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
 # nodejs/npm, Debian's chromium for the console tests, a JDK and Maven when missing,
@@ -25,9 +30,19 @@ if [[ -d "$HOME/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
   PATH="$HOME/.cargo/bin:$PATH"
 fi
 
+QUICK=0
+if [[ "${1:-}" == "--quick" ]]; then
+  QUICK=1
+  shift
+fi
+
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 [[ "$TARGET_DIR" = /* ]] || TARGET_DIR="$ROOT/$TARGET_DIR"
-WEIR_BIN_PATH="$TARGET_DIR/release/weir"
+if [[ $QUICK -eq 1 ]]; then
+  WEIR_BIN_PATH="$TARGET_DIR/iter/weir"
+else
+  WEIR_BIN_PATH="$TARGET_DIR/release/weir"
+fi
 VENV="$ROOT/.venv"
 PYTHON="${PYTHON:-python3}"
 
@@ -117,23 +132,30 @@ echo "chromium: $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
 end
 
 # ------------------------------------------------------------------------------
-begin "cargo fmt --all --check"
-cargo fmt --all --check
-end
+if [[ $QUICK -eq 1 ]]; then
+  begin "cargo build --profile iter -p weir -p weir-diff (--quick)"
+  cargo build --profile iter -p weir -p weir-diff
+  [[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
+  end
+else
+  begin "cargo fmt --all --check"
+  cargo fmt --all --check
+  end
 
-begin "cargo clippy --workspace --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets -- -D warnings
-end
+  begin "cargo clippy --workspace --all-targets -- -D warnings"
+  cargo clippy --workspace --all-targets -- -D warnings
+  end
 
-# ------------------------------------------------------------------------------
-begin "cargo build --release --workspace --all-targets"
-cargo build --release --workspace --all-targets
-[[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
-end
+  # ------------------------------------------------------------------------------
+  begin "cargo build --release --workspace --all-targets"
+  cargo build --release --workspace --all-targets
+  [[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
+  end
 
-begin "cargo test --release --workspace"
-cargo test --release --workspace
-end
+  begin "cargo test --release --workspace"
+  cargo test --release --workspace
+  end
+fi
 
 # ------------------------------------------------------------------------------
 begin "python venv (.venv) from compat/requirements.txt"
