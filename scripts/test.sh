@@ -147,8 +147,9 @@ else
   end
 
   # ------------------------------------------------------------------------------
-  begin "cargo build --release --workspace --all-targets"
-  cargo build --release --workspace --all-targets
+  # What the tests run: the binaries and every test target (benches are only linted above).
+  begin "cargo build --release --workspace --bins --tests"
+  cargo build --release --workspace --bins --tests
   [[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
   end
 
@@ -224,6 +225,16 @@ echo "built .cache/franz-go/weir-franz-go"
 end
 
 # ------------------------------------------------------------------------------
-begin "compatibility suite (compat/tests) against $WEIR_BIN_PATH"
-WEIR_BIN="$WEIR_BIN_PATH" "$VENV/bin/python" -m pytest compat/tests -q --timeout=300 "$@"
+# Test modules run in parallel, each module on one worker (its tests share the module's
+# server); every server and cluster binds its own free ports and data directories, and fault
+# tests make their own network namespaces. WEIR_COMPAT_WORKERS sets how many (default 2;
+# --quick: 0, in-process); 0 runs them one at a time.
+if [[ $QUICK -eq 1 ]]; then
+  WORKERS="${WEIR_COMPAT_WORKERS:-0}"
+else
+  WORKERS="${WEIR_COMPAT_WORKERS:-2}"
+fi
+begin "compatibility suite (compat/tests, $WORKERS workers) against $WEIR_BIN_PATH"
+WEIR_BIN="$WEIR_BIN_PATH" "$VENV/bin/python" -m pytest compat/tests -q --timeout=300 \
+  -n "$WORKERS" --dist loadfile "$@"
 end

@@ -44,6 +44,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    abort_on_panic();
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => server::run(args),
@@ -57,4 +58,17 @@ fn main() -> ExitCode {
         Command::Metadata(args) => cli::metadata::run(args),
         Command::Bench(args) => cli::bench::run(args),
     }
+}
+
+/// A panic is a bug: the process stops at once, as with `panic = "abort"`, rather than let a
+/// runtime catch the unwinding task and serve on with a partition whose append stopped
+/// half-way; the next start recovers the logs as after a crash. The profiles unwind (so the
+/// test harness shares every compiled library with the binary) and this hook aborts after
+/// the default hook has printed the message.
+fn abort_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::abort();
+    }));
 }

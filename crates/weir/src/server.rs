@@ -176,9 +176,9 @@ fn init_tracing(level: Option<&str>) {
         .init();
 }
 
-/// Logs a panic before the process aborts (`panic = "abort"`): a panic means a bug, and a
-/// partition whose append stopped half-way must never serve writes again, so the process stops
-/// and the next start recovers the logs as after a crash.
+/// Logs a panic before the process aborts (the hook `main` installed): a panic means a bug,
+/// and a partition whose append stopped half-way must never serve writes again, so the process
+/// stops and the next start recovers the logs as after a crash.
 fn log_panics() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -174,7 +174,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         match tokio::task::spawn_blocking(run).await {
             Ok(outcomes) => outcomes,
             Err(error) => {
-                // The blocking task panicked: with `panic = "abort"` the process is gone.
+                // The blocking task panicked: the binary's panic hook aborts the process.
                 tracing::error!(target: "weir::server", %error, "produce append task failed");
                 Vec::new()
             }
