@@ -23,6 +23,21 @@ const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
 
 type Reply = oneshot::Sender<Result<Bytes>>;
 
+/// The replies a connection's reader owes, in the order their requests were written. Once the
+/// reader has stopped, `closed` says why: a request written after that could never be
+/// answered, so its caller hears at once instead of waiting out its request timeout.
+#[derive(Default)]
+struct Awaiting {
+    replies: VecDeque<(i32, Reply)>,
+    closed: Option<ClientError>,
+}
+
+type SharedAwaiting = Arc<Mutex<Awaiting>>;
+
+fn lock(awaiting: &SharedAwaiting) -> std::sync::MutexGuard<'_, Awaiting> {
+    awaiting.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Outgoing {
     frame: Bytes,
     correlation_id: i32,
@@ -61,6 +76,7 @@ pub struct Connection {
     address: String,
     client_id: String,
     outgoing: mpsc::Sender<Outgoing>,
+    awaiting: SharedAwaiting,
     next_correlation_id: AtomicI32,
     versions: HashMap<i16, (i16, i16)>,
     request_timeout: Duration,
@@ -90,18 +106,19 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
         let (outgoing, queue) = mpsc::channel(WRITE_QUEUE_MAX);
-        let pending: Arc<Mutex<VecDeque<(i32, Reply)>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let awaiting = SharedAwaiting::default();
         tokio::spawn(write_loop(
             writer,
             queue,
-            pending.clone(),
+            awaiting.clone(),
             address.to_string(),
         ));
-        tokio::spawn(read_loop(reader, pending, address.to_string()));
+        tokio::spawn(read_loop(reader, awaiting.clone(), address.to_string()));
         let mut connection = Connection {
             address: address.to_string(),
             client_id: client_id.to_string(),
             outgoing,
+            awaiting,
             next_correlation_id: AtomicI32::new(1),
             versions: HashMap::new(),
             request_timeout,
@@ -250,22 +267,24 @@ impl Connection {
 
     /// True once the connection has failed; a new one must be made.
     pub fn is_closed(&self) -> bool {
-        self.outgoing.is_closed()
+        self.outgoing.is_closed() || lock(&self.awaiting).closed.is_some()
     }
 }
 
 async fn write_loop(
     mut writer: tokio::net::tcp::OwnedWriteHalf,
     mut queue: mpsc::Receiver<Outgoing>,
-    pending: Arc<Mutex<VecDeque<(i32, Reply)>>>,
+    awaiting: SharedAwaiting,
     address: String,
 ) {
     while let Some(item) = queue.recv().await {
         if let Some(reply) = item.reply {
-            pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back((item.correlation_id, reply));
+            let mut awaiting = lock(&awaiting);
+            if let Some(error) = &awaiting.closed {
+                let _ = reply.send(Err(error.clone()));
+                break;
+            }
+            awaiting.replies.push_back((item.correlation_id, reply));
         }
         if let Err(error) = writer.write_all(&item.frame).await {
             tracing::debug!(target: "weir::client", %address, %error, "write failed");
@@ -280,7 +299,7 @@ async fn write_loop(
 
 async fn read_loop(
     mut reader: tokio::net::tcp::OwnedReadHalf,
-    pending: Arc<Mutex<VecDeque<(i32, Reply)>>>,
+    awaiting: SharedAwaiting,
     address: String,
 ) {
     let failure = loop {
@@ -296,10 +315,7 @@ async fn read_loop(
             break error.to_string();
         }
         let frame = Bytes::from(frame);
-        let next = pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
+        let next = lock(&awaiting).replies.pop_front();
         match next {
             Some((correlation_id, reply))
                 if response_correlation_id(&frame) == Some(correlation_id) =>
@@ -317,7 +333,73 @@ async fn read_loop(
         broker: address,
         reason: failure,
     };
-    for (_, reply) in pending.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+    let mut awaiting = lock(&awaiting);
+    for (_, reply) in awaiting.replies.drain(..) {
         let _ = reply.send(Err(error.clone()));
+    }
+    awaiting.closed = Some(error);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use kafka_protocol::messages::ResponseKind;
+
+    use super::*;
+
+    /// A broker that answers the version handshake, then hangs up.
+    async fn broker_that_hangs_up() -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let broker = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let length = socket.read_i32().await.expect("length");
+            let mut frame = vec![0u8; length as usize];
+            socket.read_exact(&mut frame).await.expect("frame");
+            let version = i16::from_be_bytes([frame[2], frame[3]]);
+            let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            let body = ResponseKind::ApiVersions(weir_proto::api::api_versions_response(0));
+            let answer =
+                weir_proto::encode_response(ApiKey::ApiVersions, version, correlation_id, &body)
+                    .expect("encode");
+            socket.write_all(&answer).await.expect("answer");
+        });
+        (address, broker)
+    }
+
+    #[tokio::test]
+    async fn a_request_after_the_broker_hung_up_fails_at_once() {
+        let (address, broker) = broker_that_hangs_up().await;
+        let request_timeout = Duration::from_secs(30);
+        let connection = Connection::connect(&address, "test", request_timeout)
+            .await
+            .expect("connect");
+        broker.await.expect("the broker answered and hung up");
+
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !connection.is_closed() {
+            assert!(
+                Instant::now() < deadline,
+                "the connection still looks open 5 s after the broker hung up"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A caller holding the connection from before hears at once, not after 30 s.
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            connection.call_at::<_, ApiVersionsResponse>(
+                ApiKey::ApiVersions,
+                3,
+                &ApiVersionsRequest::default(),
+            ),
+        )
+        .await;
+        assert!(
+            matches!(answer, Ok(Err(_))),
+            "a request on a connection whose broker hung up waited for its timeout"
+        );
     }
 }
