@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one test command: checks formatting and lints, builds Weir, runs the Rust
-# tests (including the saved fuzz corpus), then runs the compatibility suite
+# tests (including the saved fuzz corpus) in the iter profile, then runs the compatibility suite
 # (compat/) against the built binary with real Kafka clients.
 #
 #   scripts/test.sh [extra pytest arguments]
-#   scripts/test.sh --quick [pytest arguments]    e.g. --quick -k reconnect_storm
+#   scripts/test.sh --quick [pytest arguments]    e.g. --quick -k reconnect_storm,
+#                                                 --quick compat/tests/test_attacks.py
 #
 # --quick is the inner loop (docs/developing.md): no fmt, clippy or cargo test; the weir
 # and weir-diff binaries alone in the `iter` profile (incremental, Weir's crates at opt-level 1), then
@@ -147,14 +148,17 @@ else
   end
 
   # ------------------------------------------------------------------------------
-  # What the tests run: the binaries and every test target (benches are only linted above).
-  begin "cargo build --release --workspace --bins --tests"
-  cargo build --release --workspace --bins --tests
+  # What the compatibility suite runs: the binaries, built as users build them.
+  begin "cargo build --release --workspace --bins"
+  cargo build --release --workspace --bins
   [[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
   end
 
-  begin "cargo test --release --workspace"
-  cargo test --release --workspace
+  # The Rust tests in the iter profile (docs/developing.md): incremental, so what did not
+  # change since the last run on this machine is not compiled again, and its dependencies
+  # are the ones --quick builds.
+  begin "cargo test --profile iter --workspace"
+  cargo test --profile iter --workspace
   end
 fi
 
@@ -234,7 +238,12 @@ if [[ $QUICK -eq 1 ]]; then
 else
   WORKERS="${WEIR_COMPAT_WORKERS:-2}"
 fi
-begin "compatibility suite (compat/tests, $WORKERS workers) against $WEIR_BIN_PATH"
-WEIR_BIN="$WEIR_BIN_PATH" "$VENV/bin/python" -m pytest compat/tests -q --timeout=300 \
+# Every module unless the arguments name modules or tests (compat/tests/test_x.py[::name]).
+SELECTION=(compat/tests)
+for arg in "$@"; do
+  [[ "$arg" == compat/* ]] && SELECTION=()
+done
+begin "compatibility suite (${SELECTION[*]:-selected}, $WORKERS workers) against $WEIR_BIN_PATH"
+WEIR_BIN="$WEIR_BIN_PATH" "$VENV/bin/python" -m pytest "${SELECTION[@]+"${SELECTION[@]}"}" -q --timeout=300 \
   -n "$WORKERS" --dist loadfile "$@"
 end
