@@ -55,12 +55,22 @@ pub struct PendingProduce {
     response: ProduceResponse,
     /// Partitions that must be fsynced up to an offset before the answer.
     durable: Vec<(Arc<Partition>, i64)>,
-    /// `acks=all` writes that every in-sync replica must hold before the answer: the
-    /// partition, the end offset, and where its result is in the response.
-    replicated: Vec<(Arc<Partition>, i64, (usize, usize))>,
+    /// `acks=all` writes that every in-sync replica must hold before the answer.
+    replicated: Vec<ReplicatedWrite>,
     /// The produce request's `timeout_ms`: how long replication may take.
     timeout: std::time::Duration,
     any_error: bool,
+}
+
+/// An `acks=all` write waiting for its in-sync replicas.
+struct ReplicatedWrite {
+    partition: Arc<Partition>,
+    /// The offset after the write: the high watermark must reach it.
+    end_offset: i64,
+    /// The topic's `min.insync.replicas` when the write was appended.
+    min_insync_replicas: usize,
+    /// Where its result is in the response: topic and partition index.
+    slot: (usize, usize),
 }
 
 impl PendingProduce {
@@ -68,20 +78,36 @@ impl PendingProduce {
     /// `acks=0` there is no answer, and a failed write closes the connection (as in Kafka: the
     /// only way such a client learns of it). A write the ISR does not confirm within the
     /// request's timeout is answered REQUEST_TIMED_OUT, and one whose leader moved meanwhile
-    /// NOT_LEADER_OR_FOLLOWER (an idempotent producer's retry is deduplicated).
+    /// NOT_LEADER_OR_FOLLOWER (an idempotent producer's retry is deduplicated). A write the
+    /// high watermark passed only because the ISR shrank below `min.insync.replicas` (a
+    /// follower fell behind or was fenced while it waited) is answered
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka: it is in the log, but on fewer replicas
+    /// than the producer asked for, so it is not acknowledged.
     pub async fn finish(mut self, respond: impl FnOnce(ProduceResponse) -> Reply) -> Reply {
         for (partition, end_offset) in &self.durable {
             partition.wait_durable(*end_offset).await;
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
-        for (partition, end_offset, (topic, slot)) in &self.replicated {
-            let error = match partition.wait_replicated(*end_offset, deadline).await {
-                ReplicationWait::Replicated => continue,
-                ReplicationWait::NotLeader => ResponseError::NotLeaderOrFollower,
-                ReplicationWait::TimedOut => ResponseError::RequestTimedOut,
+        for write in &self.replicated {
+            let partition = &write.partition;
+            let (error, message) = match partition.wait_replicated(write.end_offset, deadline).await {
+                ReplicationWait::Replicated => match partition.isr_count() {
+                    in_sync if in_sync >= write.min_insync_replicas => continue,
+                    in_sync => (
+                        ResponseError::NotEnoughReplicasAfterAppend,
+                        Some(format!(
+                            "the write is in the log of {}-{} but reached only {in_sync} in-sync replica(s); min.insync.replicas is {}",
+                            partition.topic, partition.index, write.min_insync_replicas
+                        )),
+                    ),
+                },
+                ReplicationWait::NotLeader => (ResponseError::NotLeaderOrFollower, None),
+                ReplicationWait::TimedOut => (ResponseError::RequestTimedOut, None),
             };
-            let result = &mut self.response.responses[*topic].partition_responses[*slot];
+            let (topic, slot) = write.slot;
+            let result = &mut self.response.responses[topic].partition_responses[slot];
             result.error_code = error.code();
+            result.error_message = message.map(str_bytes);
             result.base_offset = -1;
             self.any_error = true;
         }
@@ -193,7 +219,12 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
                     durable.push((job.partition.clone(), info.last_offset + 1));
                 }
                 if acks == -1 {
-                    replicated.push((job.partition, info.last_offset + 1, (job.topic, job.slot)));
+                    replicated.push(ReplicatedWrite {
+                        partition: job.partition,
+                        end_offset: info.last_offset + 1,
+                        min_insync_replicas: job.settings.min_insync_replicas.max(1) as usize,
+                        slot: (job.topic, job.slot),
+                    });
                 }
             }
             Err(error) => {

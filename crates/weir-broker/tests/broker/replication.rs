@@ -3,7 +3,7 @@
 //! would. Followers copy the leader, a crashed leader is replaced by an in-sync replica without
 //! losing an acknowledged write, a divergent old leader truncates to the new leader's log, and
 //! a leader cut off from the controller stops acknowledging `acks=all` writes once it is
-//! replaced.
+//! replaced, and a write whose ISR shrinks below `min.insync.replicas` is not acknowledged.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -453,6 +453,52 @@ async fn a_leader_cut_off_from_the_controller_stops_acknowledging_acks_all() {
             .is_leader()
     })
     .await;
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}
+
+/// An `acks=all` write waiting for a follower that crashes is not acknowledged once the ISR
+/// shrinks below `min.insync.replicas`: the high watermark passes it, but it is on one replica
+/// of the two the producer asked for, so it is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in
+/// Kafka (it was answered as written), and the next write is refused before it is appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_isr_shrinks_below_min_isr_is_not_acknowledged() {
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+    let (first, members, _dirs) = cluster().await;
+    let controller = first.controller.clone();
+    create_replicated(&first, "shrinks", &[1, 2]).await;
+    eventually("a full ISR", || {
+        partition(&controller, "shrinks").isr.len() == 2
+    })
+    .await;
+    let leader = first.broker.partitions.get("shrinks", 0).expect("hosted");
+    eventually("broker 1 leads", || leader.is_leader()).await;
+    let mut client = TcpStream::connect(first.addr).await.expect("connect");
+    assert_eq!(
+        produce(&mut client, "shrinks", 0, -1, batch(b"on-both")).await,
+        (0, 0)
+    );
+
+    // The follower stops (its fetch in flight dropped) well before its session ends, so the
+    // write waits for it until the controller fences it and takes it out of the ISR.
+    members[0].crash();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        produce(&mut client, "shrinks", 0, -1, batch(b"on-one")).await,
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND, -1),
+        "a write on fewer replicas than min.insync.replicas was acknowledged"
+    );
+    assert_eq!(partition(&controller, "shrinks").isr, vec![1]);
+    assert_eq!(leader.log().log_end_offset(), 2, "the write is in the log");
+    assert_eq!(
+        produce(&mut client, "shrinks", 0, -1, batch(b"refused"))
+            .await
+            .0,
+        NOT_ENOUGH_REPLICAS
+    );
     for m in &members {
         m.crash();
     }

@@ -1119,8 +1119,9 @@ impl Sim {
         Ok(())
     }
 
-    /// Answers every produce whose write the high watermark passed, or whose leader stopped
-    /// leading, or whose time ran out.
+    /// Answers every produce whose write the high watermark passed (acknowledged while
+    /// `min.insync.replicas` are in sync), or whose leader stopped leading, or whose time ran
+    /// out.
     fn answer_waiting_produces(&mut self) {
         for index in 0..self.nodes.len() {
             let node = &mut self.nodes[index];
@@ -1133,6 +1134,10 @@ impl Sim {
             let id = node.id;
             let high_watermark = partition.log().high_watermark();
             let leading = partition.is_leader();
+            // As the Produce handler: a write the high watermark passed because the ISR
+            // shrank below min.insync.replicas is answered, but not acknowledged.
+            let enough_in_sync =
+                partition.isr_count() >= self.settings.min_insync_replicas as usize;
             let now = self.now;
             let (done, waiting): (Vec<_>, Vec<_>) = node
                 .waiting
@@ -1140,7 +1145,7 @@ impl Sim {
                 .partition(|w| high_watermark >= w.end || !leading || now >= w.deadline);
             node.waiting = waiting;
             for w in done {
-                let acked = (leading && high_watermark >= w.end).then_some(Ack {
+                let acked = (leading && enough_in_sync && high_watermark >= w.end).then_some(Ack {
                     offset: w.offset,
                     by: id,
                     appended_at: w.appended_at,
