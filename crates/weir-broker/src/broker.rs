@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use tokio::sync::{watch, Semaphore};
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use weir_metadata::{
@@ -344,49 +343,43 @@ impl Broker {
 
     /// The group coordinator's background work: loads an existing `__consumer_offsets`, then
     /// expires sessions and completes rebalances until shutdown.
-    #[inline(never)]
-    pub fn run_group_coordinator(self: Arc<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            self.follow_offsets_leadership().await;
-            let mut shutdown = self.shutdown.clone();
-            let stop = async move { stopping(&mut shutdown).await };
-            self.coordinator.clone().run_timers(stop).await;
-        })
+    pub async fn run_group_coordinator(self: Arc<Self>) {
+        self.follow_offsets_leadership().await;
+        let mut shutdown = self.shutdown.clone();
+        let stop = async move { stopping(&mut shutdown).await };
+        self.coordinator.clone().run_timers(stop).await;
     }
 
     /// Background upkeep: retention and segment age every `log.retention.check.interval.ms`,
     /// recovery checkpoints every `log.flush.offset.checkpoint.interval.ms`, and another try
     /// at opening partitions that could not open for lack of space. Ends at shutdown.
-    #[inline(never)]
-    pub fn run_log_maintenance(self: Arc<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let mut retention = tokio::time::interval(Duration::from_millis(
-                self.config.retention_check_interval_ms,
-            ));
-            let mut checkpoint =
-                tokio::time::interval(Duration::from_millis(self.config.checkpoint_interval_ms));
-            let mut reopen = tokio::time::interval(Duration::from_millis(PENDING_OPEN_RETRY_MS));
-            retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            reopen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut shutdown = self.shutdown.clone();
-            loop {
-                tokio::select! {
-                    _ = retention.tick() => {
-                        let broker = self.clone();
-                        let _ = tokio::task::spawn_blocking(move || broker.partitions.run_retention()).await;
-                    }
-                    _ = reopen.tick() => {
-                        let broker = self.clone();
-                        let _ = tokio::task::spawn_blocking(move || broker.partitions.retry_pending()).await;
-                    }
-                    _ = checkpoint.tick() => {
-                        let broker = self.clone();
-                        let _ = tokio::task::spawn_blocking(move || broker.partitions.checkpoint()).await;
-                    }
-                    _ = crate::broker::stopping(&mut shutdown) => return,
+    pub async fn run_log_maintenance(self: Arc<Self>) {
+        let mut retention = tokio::time::interval(Duration::from_millis(
+            self.config.retention_check_interval_ms,
+        ));
+        let mut checkpoint =
+            tokio::time::interval(Duration::from_millis(self.config.checkpoint_interval_ms));
+        let mut reopen = tokio::time::interval(Duration::from_millis(PENDING_OPEN_RETRY_MS));
+        retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        reopen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = retention.tick() => {
+                    let broker = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.run_retention()).await;
                 }
+                _ = reopen.tick() => {
+                    let broker = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.retry_pending()).await;
+                }
+                _ = checkpoint.tick() => {
+                    let broker = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.checkpoint()).await;
+                }
+                _ = crate::broker::stopping(&mut shutdown) => return,
             }
-        })
+        }
     }
 }

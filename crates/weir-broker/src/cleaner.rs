@@ -6,7 +6,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
 use tokio::sync::Semaphore;
 use weir_log::LogError;
 
@@ -116,43 +115,40 @@ impl Partition {
 
 impl Broker {
     /// Runs the cleaner until shutdown (not at all when `log.cleaner.enable` is false).
-    #[inline(never)]
-    pub fn run_log_cleaner(self: Arc<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            if !self.config.cleaner.enabled {
-                return;
-            }
-            let mut images = self.applied_images();
-            let mut shutdown = self.shutdown.clone();
-            let mut throttle: Option<Arc<IoThrottle>> = None;
-            let mut last_round: Option<tokio::time::Instant> = None;
-            loop {
-                // The settings change at runtime: read them for every round, and again whenever
-                // the metadata changes while waiting (a shorter backoff applies at once).
-                let image = images.borrow_and_update().clone();
-                let settings = self.config.cleaner_settings(self.dynamic_configs(&image));
-                let backoff = Duration::from_millis(settings.backoff_ms);
-                let next = last_round.map_or_else(tokio::time::Instant::now, |last| last + backoff);
-                tokio::select! {
-                    _ = tokio::time::sleep_until(next) => {}
-                    changed = images.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        continue;
+    pub async fn run_log_cleaner(self: Arc<Self>) {
+        if !self.config.cleaner.enabled {
+            return;
+        }
+        let mut images = self.applied_images();
+        let mut shutdown = self.shutdown.clone();
+        let mut throttle: Option<Arc<IoThrottle>> = None;
+        let mut last_round: Option<tokio::time::Instant> = None;
+        loop {
+            // The settings change at runtime: read them for every round, and again whenever
+            // the metadata changes while waiting (a shorter backoff applies at once).
+            let image = images.borrow_and_update().clone();
+            let settings = self.config.cleaner_settings(self.dynamic_configs(&image));
+            let backoff = Duration::from_millis(settings.backoff_ms);
+            let next = last_round.map_or_else(tokio::time::Instant::now, |last| last + backoff);
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                changed = images.changed() => {
+                    if changed.is_err() {
+                        return;
                     }
-                    _ = stopping(&mut shutdown) => return,
+                    continue;
                 }
-                last_round = Some(tokio::time::Instant::now());
-                let throttle = match &throttle {
-                    Some(kept) if kept.limit == settings.io_bytes_per_second => kept.clone(),
-                    _ => throttle
-                        .insert(Arc::new(IoThrottle::new(settings.io_bytes_per_second)))
-                        .clone(),
-                };
-                self.clean_round(settings, throttle).await;
+                _ = stopping(&mut shutdown) => return,
             }
-        })
+            last_round = Some(tokio::time::Instant::now());
+            let throttle = match &throttle {
+                Some(kept) if kept.limit == settings.io_bytes_per_second => kept.clone(),
+                _ => throttle
+                    .insert(Arc::new(IoThrottle::new(settings.io_bytes_per_second)))
+                    .clone(),
+            };
+            self.clean_round(settings, throttle).await;
+        }
     }
 
     /// Cleans every compacted partition that needs it, at most `settings.threads` at once;

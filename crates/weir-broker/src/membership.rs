@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
 use weir_metadata::{
     AlterPartition, BrokerRegistration, ControllerError, MetadataImage, NO_LEADER,
 };
@@ -61,77 +60,69 @@ impl Broker {
     /// broker epoch), heartbeats until the controller has unfenced this broker and the image
     /// applied here shows it (at most [`UNFENCE_WAIT_MS`]), so it serves as a leader from the
     /// start, then keeps heartbeating every `broker.heartbeat.interval.ms` until shutdown.
-    #[inline(never)]
-    pub fn join_cluster(
-        self: &Arc<Self>,
-    ) -> BoxFuture<'_, Result<BrokerRegistration, ControllerError>> {
-        Box::pin(async move {
-            let registered = self.register().await?;
-            let node_id = self.identity.node_id;
-            let until = tokio::time::Instant::now() + Duration::from_millis(UNFENCE_WAIT_MS);
-            loop {
-                let unfenced = self.heartbeat().await.is_ok_and(|fenced| !fenced);
-                let shown = self.image().broker(node_id).is_some_and(|b| !b.fenced);
-                if unfenced && shown {
-                    break;
-                }
-                if tokio::time::Instant::now() >= until {
-                    tracing::warn!(target: "weir::broker", node_id, "not unfenced by the controller yet; serving and heartbeating on");
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(UNFENCE_RETRY_MS)).await;
+    pub async fn join_cluster(self: &Arc<Self>) -> Result<BrokerRegistration, ControllerError> {
+        let registered = self.register().await?;
+        let node_id = self.identity.node_id;
+        let until = tokio::time::Instant::now() + Duration::from_millis(UNFENCE_WAIT_MS);
+        loop {
+            let unfenced = self.heartbeat().await.is_ok_and(|fenced| !fenced);
+            let shown = self.image().broker(node_id).is_some_and(|b| !b.fenced);
+            if unfenced && shown {
+                break;
             }
-            let broker = self.clone();
-            tokio::spawn(async move {
-                let mut shutdown = broker.shutdown.clone();
-                let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
-                let deadline = broker.controller_request_deadline();
-                let mut tick = tokio::time::interval(interval);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        _ = stopping(&mut shutdown) => return,
+            if tokio::time::Instant::now() >= until {
+                tracing::warn!(target: "weir::broker", node_id, "not unfenced by the controller yet; serving and heartbeating on");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(UNFENCE_RETRY_MS)).await;
+        }
+        let broker = self.clone();
+        tokio::spawn(async move {
+            let mut shutdown = broker.shutdown.clone();
+            let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+            let deadline = broker.controller_request_deadline();
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopping(&mut shutdown) => return,
+                }
+                match tokio::time::timeout(deadline, broker.heartbeat()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(target: "weir::broker", node_id, %error, "heartbeat to the controller failed")
                     }
-                    match tokio::time::timeout(deadline, broker.heartbeat()).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(error)) => {
-                            tracing::warn!(target: "weir::broker", node_id, %error, "heartbeat to the controller failed")
-                        }
-                        Err(_) => {
-                            tracing::warn!(target: "weir::broker", node_id, deadline_ms = deadline.as_millis() as u64, "heartbeat not answered in time; sending the next")
-                        }
+                    Err(_) => {
+                        tracing::warn!(target: "weir::broker", node_id, deadline_ms = deadline.as_millis() as u64, "heartbeat not answered in time; sending the next")
                     }
                 }
-            });
-            Ok(registered)
-        })
+            }
+        });
+        Ok(registered)
     }
 
     /// Asks the controller to move this broker's leaderships to in-sync replicas and take it
     /// out of every ISR, then waits (at most [`CONTROLLED_SHUTDOWN_WAIT_MS`]) until the image
     /// here shows it, so clients move to the new leaders before this broker stops.
-    #[inline(never)]
-    pub fn controlled_shutdown(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let node_id = self.identity.node_id;
-            let wait = Duration::from_millis(CONTROLLED_SHUTDOWN_WAIT_MS);
-            let asked = self
-                .controller
-                .controlled_shutdown(node_id, self.broker_epoch());
-            match tokio::time::timeout(wait, self.change_metadata(asked)).await {
-                Ok(Ok(())) => {
-                    tracing::info!(target: "weir::broker", node_id, "leaderships moved away for shutdown")
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(target: "weir::broker", node_id, %error, "controlled shutdown refused; stopping anyway")
-                }
-                Err(_) => {
-                    tracing::warn!(target: "weir::broker", node_id, "controlled shutdown not answered in time; stopping anyway")
-                }
+    pub async fn controlled_shutdown(&self) {
+        let node_id = self.identity.node_id;
+        let wait = Duration::from_millis(CONTROLLED_SHUTDOWN_WAIT_MS);
+        let asked = self
+            .controller
+            .controlled_shutdown(node_id, self.broker_epoch());
+        match tokio::time::timeout(wait, self.change_metadata(asked)).await {
+            Ok(Ok(())) => {
+                tracing::info!(target: "weir::broker", node_id, "leaderships moved away for shutdown")
             }
-            self.replica_fetchers.stop();
-        })
+            Ok(Err(error)) => {
+                tracing::warn!(target: "weir::broker", node_id, %error, "controlled shutdown refused; stopping anyway")
+            }
+            Err(_) => {
+                tracing::warn!(target: "weir::broker", node_id, "controlled shutdown not answered in time; stopping anyway")
+            }
+        }
+        self.replica_fetchers.stop();
     }
 
     /// Fetches, from its leader, every partition this broker follows in `image`.
@@ -204,27 +195,24 @@ impl Broker {
 
     /// Takes followers that fell behind for `replica.lag.time.max.ms` out of the ISR of every
     /// partition led here, checking at a quarter of that interval, until shutdown.
-    #[inline(never)]
-    pub fn run_isr_checks(self: Arc<Self>) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let lag_max = Duration::from_millis(self.config.replica_lag_time_max_ms);
-            let mut tick = tokio::time::interval((lag_max / 4).max(Duration::from_millis(50)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut shutdown = self.shutdown.clone();
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopping(&mut shutdown) => return,
+    pub async fn run_isr_checks(self: Arc<Self>) {
+        let lag_max = Duration::from_millis(self.config.replica_lag_time_max_ms);
+        let mut tick = tokio::time::interval((lag_max / 4).max(Duration::from_millis(50)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopping(&mut shutdown) => return,
+            }
+            for partition in self.partitions.all() {
+                if !partition.is_leader() {
+                    continue;
                 }
-                for partition in self.partitions.all() {
-                    if !partition.is_leader() {
-                        continue;
-                    }
-                    if let Some(request) = partition.lagging_followers(lag_max, Instant::now()) {
-                        self.ask_isr_change(partition, request);
-                    }
+                if let Some(request) = partition.lagging_followers(lag_max, Instant::now()) {
+                    self.ask_isr_change(partition, request);
                 }
             }
-        })
+        }
     }
 }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -103,58 +102,51 @@ async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionL
 }
 
 /// Accepts connections until shutdown, then waits (bounded) for open ones to drain.
-#[inline(never)]
-pub fn serve(
-    broker: Arc<Broker>,
-    listener: TcpListener,
-    limits: Arc<ConnectionLimits>,
-) -> BoxFuture<'static, ()> {
-    Box::pin(async move {
-        let mut shutdown = broker.shutdown.clone();
-        tokio::spawn(follow_connection_settings(broker.clone(), limits.clone()));
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                _ = crate::broker::stopping(&mut shutdown) => break,
-            };
-            match accepted {
-                Ok((stream, peer)) => match limits.admit(peer.ip()) {
-                    Ok(slot) => {
-                        broker
-                            .metrics
-                            .connections_accepted
-                            .fetch_add(1, Ordering::Relaxed);
-                        tokio::spawn(handle_connection(broker.clone(), stream, peer, slot));
-                    }
-                    Err(refusal) => {
-                        drop(stream);
-                        broker
-                            .metrics
-                            .connections_refused
-                            .fetch_add(1, Ordering::Relaxed);
-                        if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
-                            tracing::warn!(target: "weir::connections", %peer, suppressed, "refused connection: {refusal}");
-                        }
-                    }
-                },
-                Err(error) => {
-                    if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
-                        tracing::warn!(target: "weir::connections", %error, suppressed, "accept failed");
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<ConnectionLimits>) {
+    let mut shutdown = broker.shutdown.clone();
+    tokio::spawn(follow_connection_settings(broker.clone(), limits.clone()));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = crate::broker::stopping(&mut shutdown) => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => match limits.admit(peer.ip()) {
+                Ok(slot) => {
+                    broker
+                        .metrics
+                        .connections_accepted
+                        .fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(handle_connection(broker.clone(), stream, peer, slot));
                 }
+                Err(refusal) => {
+                    drop(stream);
+                    broker
+                        .metrics
+                        .connections_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
+                        tracing::warn!(target: "weir::connections", %peer, suppressed, "refused connection: {refusal}");
+                    }
+                }
+            },
+            Err(error) => {
+                if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
+                    tracing::warn!(target: "weir::connections", %error, suppressed, "accept failed");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        drop(listener);
-        let drained = tokio::time::timeout(
-            Duration::from_millis(SHUTDOWN_DRAIN_MS),
-            limits.all_closed(),
-        )
-        .await;
-        if drained.is_err() {
-            tracing::warn!(target: "weir::server", open = limits.open(), "connections still open after the shutdown drain period");
-        }
-    })
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(
+        Duration::from_millis(SHUTDOWN_DRAIN_MS),
+        limits.all_closed(),
+    )
+    .await;
+    if drained.is_err() {
+        tracing::warn!(target: "weir::server", open = limits.open(), "connections still open after the shutdown drain period");
+    }
 }
 
 /// When bytes last moved on a connection, in milliseconds since it opened.

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -135,43 +134,40 @@ impl Controller {
     /// Its commands are read as placing every replica on `node_id`, the node that wrote it.
     /// Replaying the whole sequence again after a crash mid-way ends in the same image, so an
     /// interrupted migration simply runs again at the next start.
-    #[inline(never)]
-    pub fn migrate_single_node_log<'a>(
-        &'a self,
+    pub async fn migrate_single_node_log(
+        &self,
         storage: Arc<dyn Storage>,
-        path: &'a Path,
+        path: &Path,
         node_id: i32,
-    ) -> BoxFuture<'a, Result<(), ControllerError>> {
-        Box::pin(async move {
-            if !storage.exists(path) {
-                return Ok(());
-            }
-            let commands = {
-                let storage = storage.clone();
-                let path = path.to_path_buf();
-                tokio::task::spawn_blocking(move || {
-                    RecordFile::<MetadataCommand>::open(storage, &path)
-                        .map_err(RecordFileError::Fatal)
-                        .and_then(|mut file| file.replay())
-                })
-                .await
-                .map_err(|e| ControllerError::Fatal(std::io::Error::other(e)))?
-                .map_err(|e| ControllerError::Fatal(std::io::Error::other(e.to_string())))?
-            };
-            let _turn = self.deciding.lock().await;
-            let mut image = MetadataImage::default();
-            for command in commands.iter().cloned() {
-                let command = with_replicas(command, node_id, &image);
-                image.apply(&command);
-                self.quorum.propose(command).await?;
-            }
-            let migrated = path.with_extension("log.migrated");
-            storage
-                .rename(path, &migrated)
-                .map_err(ControllerError::Fatal)?;
-            tracing::info!(target: "weir::controller", commands = commands.len(), from = %path.display(), "metadata log of a single-node version moved into the quorum");
-            Ok(())
-        })
+    ) -> Result<(), ControllerError> {
+        if !storage.exists(path) {
+            return Ok(());
+        }
+        let commands = {
+            let storage = storage.clone();
+            let path = path.to_path_buf();
+            tokio::task::spawn_blocking(move || {
+                RecordFile::<MetadataCommand>::open(storage, &path)
+                    .map_err(RecordFileError::Fatal)
+                    .and_then(|mut file| file.replay())
+            })
+            .await
+            .map_err(|e| ControllerError::Fatal(std::io::Error::other(e)))?
+            .map_err(|e| ControllerError::Fatal(std::io::Error::other(e.to_string())))?
+        };
+        let _turn = self.deciding.lock().await;
+        let mut image = MetadataImage::default();
+        for command in commands.iter().cloned() {
+            let command = with_replicas(command, node_id, &image);
+            image.apply(&command);
+            self.quorum.propose(command).await?;
+        }
+        let migrated = path.with_extension("log.migrated");
+        storage
+            .rename(path, &migrated)
+            .map_err(ControllerError::Fatal)?;
+        tracing::info!(target: "weir::controller", commands = commands.len(), from = %path.display(), "metadata log of a single-node version moved into the quorum");
+        Ok(())
     }
 
     /// Refuses topic creations and partition additions that would take the cluster past

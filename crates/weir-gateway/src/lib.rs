@@ -28,7 +28,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
-use futures_util::future::BoxFuture;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -163,61 +162,58 @@ impl Gateway {
     /// connections, [`CONNECTIONS_PER_ADDRESS_MAX`] from one address, each request answered
     /// within [`REQUEST_DEADLINE`]; beyond them, a small probe lane answers the health checks
     /// and `/metrics` (one request per connection, headers within 2 s).
-    #[inline(never)]
-    pub fn serve(
+    pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
         mut shutdown: watch::Receiver<bool>,
-    ) -> BoxFuture<'static, ()> {
-        Box::pin(async move {
-            let router = self.router();
-            let probe_router = self.probe_router();
-            let connections =
-                ConnectionLimits::new(CONNECTIONS_MAX, CONNECTIONS_PER_ADDRESS_MAX, HashMap::new());
-            let probes = ConnectionLimits::new(
-                PROBE_CONNECTIONS_MAX,
-                PROBE_CONNECTIONS_PER_ADDRESS_MAX,
-                HashMap::new(),
-            );
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = stopping(&mut shutdown) => {
-                        self.consumers.close_all();
-                        return;
-                    }
-                };
-                let (stream, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::warn!(target: "weir::http", %error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                let lane = match connections.admit(peer.ip()) {
+    ) {
+        let router = self.router();
+        let probe_router = self.probe_router();
+        let connections =
+            ConnectionLimits::new(CONNECTIONS_MAX, CONNECTIONS_PER_ADDRESS_MAX, HashMap::new());
+        let probes = ConnectionLimits::new(
+            PROBE_CONNECTIONS_MAX,
+            PROBE_CONNECTIONS_PER_ADDRESS_MAX,
+            HashMap::new(),
+        );
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopping(&mut shutdown) => {
+                    self.consumers.close_all();
+                    return;
+                }
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(target: "weir::http", %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let lane = match connections.admit(peer.ip()) {
+                Ok(slot) => Lane {
+                    slot,
+                    router: router.clone(),
+                    header_read_timeout: HEADER_READ_TIMEOUT,
+                    keep_alive: true,
+                },
+                Err(_) => match probes.admit(peer.ip()) {
                     Ok(slot) => Lane {
                         slot,
-                        router: router.clone(),
-                        header_read_timeout: HEADER_READ_TIMEOUT,
-                        keep_alive: true,
+                        router: probe_router.clone(),
+                        header_read_timeout: PROBE_HEADER_READ_TIMEOUT,
+                        keep_alive: false,
                     },
-                    Err(_) => match probes.admit(peer.ip()) {
-                        Ok(slot) => Lane {
-                            slot,
-                            router: probe_router.clone(),
-                            header_read_timeout: PROBE_HEADER_READ_TIMEOUT,
-                            keep_alive: false,
-                        },
-                        Err(_) => {
-                            tracing::debug!(target: "weir::http", %peer, "refused HTTP connection: the gateway's connections ({CONNECTIONS_MAX}, {CONNECTIONS_PER_ADDRESS_MAX} from one address) and its probe lane are full");
-                            continue;
-                        }
-                    },
-                };
-                tokio::spawn(lane.serve(stream, shutdown.clone()));
-            }
-        })
+                    Err(_) => {
+                        tracing::debug!(target: "weir::http", %peer, "refused HTTP connection: the gateway's connections ({CONNECTIONS_MAX}, {CONNECTIONS_PER_ADDRESS_MAX} from one address) and its probe lane are full");
+                        continue;
+                    }
+                },
+            };
+            tokio::spawn(lane.serve(stream, shutdown.clone()));
+        }
     }
 }
 

@@ -17,7 +17,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{InitializeError, RaftError};
 use openraft::{BasicNode, Config, Instant as _, LogIdOptionExt, SnapshotPolicy};
@@ -182,105 +181,102 @@ impl RaftQuorum {
     /// Opens this controller's part of the quorum: replays its log and snapshot, serves its
     /// peers on `listener` (none for a quorum of one), initializes the quorum on first start,
     /// and returns once every command committed before is applied to the image again.
-    #[inline(never)]
-    pub fn open(
+    pub async fn open(
         storage: Arc<dyn Storage>,
         config: QuorumConfig,
         listener: Option<TcpListener>,
-    ) -> BoxFuture<'static, Result<RaftQuorum, ControllerError>> {
-        Box::pin(async move {
-            let dir = config.dir.clone();
-            let reserve = Arc::new(SpaceReserve::new(storage.clone(), &dir));
-            let (log, state_machine) = {
-                let storage = storage.clone();
-                let dir = dir.clone();
-                let reserve = reserve.clone();
-                tokio::task::spawn_blocking(move || {
-                    let log = LogStore::open(storage.clone(), &dir, reserve.clone())?;
-                    // Made before the quorum serves, so a disk filled right after start still
-                    // has room for the metadata changes that free it.
-                    reserve.keep();
-                    Ok::<_, std::io::Error>((log, StateMachine::open(storage, &dir)?))
-                })
-                .await
-                .map_err(fatal)?
-                .map_err(ControllerError::Fatal)?
-            };
-            let committed = log.committed().await;
-            let raft_config = Config {
-                cluster_name: "weir-metadata".into(),
-                heartbeat_interval: HEARTBEAT_MS,
-                election_timeout_min: ELECTION_TIMEOUT_MS.0,
-                election_timeout_max: ELECTION_TIMEOUT_MS.1,
-                install_snapshot_timeout: 30_000,
-                enable_pre_vote: Some(true),
-                snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_COMMANDS),
-                max_in_snapshot_log_to_keep: 100,
-                ..Config::default()
+    ) -> Result<RaftQuorum, ControllerError> {
+        let dir = config.dir.clone();
+        let reserve = Arc::new(SpaceReserve::new(storage.clone(), &dir));
+        let (log, state_machine) = {
+            let storage = storage.clone();
+            let dir = dir.clone();
+            let reserve = reserve.clone();
+            tokio::task::spawn_blocking(move || {
+                let log = LogStore::open(storage.clone(), &dir, reserve.clone())?;
+                // Made before the quorum serves, so a disk filled right after start still
+                // has room for the metadata changes that free it.
+                reserve.keep();
+                Ok::<_, std::io::Error>((log, StateMachine::open(storage, &dir)?))
+            })
+            .await
+            .map_err(fatal)?
+            .map_err(ControllerError::Fatal)?
+        };
+        let committed = log.committed().await;
+        let raft_config = Config {
+            cluster_name: "weir-metadata".into(),
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_TIMEOUT_MS.0,
+            election_timeout_max: ELECTION_TIMEOUT_MS.1,
+            install_snapshot_timeout: 30_000,
+            enable_pre_vote: Some(true),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_COMMANDS),
+            max_in_snapshot_log_to_keep: 100,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(fatal)?;
+        let node_id = config.node_id as NodeId;
+        let raft = MetadataRaft::new(
+            node_id,
+            Arc::new(raft_config),
+            network::Network,
+            log,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(fatal)?;
+        let handler: Handler = Arc::default();
+        let voter_addresses: Vec<String> = config.voters.values().cloned().collect();
+        let peers = listener.map(|listener| {
+            tokio::spawn(network::serve(
+                listener,
+                raft.clone(),
+                handler.clone(),
+                voter_addresses,
+            ))
+        });
+        tokio::spawn(log_leader_changes(raft.clone()));
+        let members: BTreeMap<NodeId, BasicNode> = config
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id as NodeId, BasicNode::new(addr)))
+            .collect();
+        let voter = config.voters.contains_key(&config.node_id);
+        if !voter {
+            // An observer joins through a voter (`join_as_observer`); it never initializes.
+        } else if !raft.is_initialized().await.map_err(fatal)? {
+            match raft.initialize(members.clone()).await {
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => return Err(fatal(error)),
             }
-            .validate()
-            .map_err(fatal)?;
-            let node_id = config.node_id as NodeId;
-            let raft = MetadataRaft::new(
-                node_id,
-                Arc::new(raft_config),
-                network::Network,
-                log,
-                state_machine.clone(),
+        } else if members.len() == 1 && members.contains_key(&node_id) {
+            // A quorum of one need not wait out an election timeout to lead again.
+            raft.trigger().elect(false).await.map_err(fatal)?;
+        }
+        let target = committed.index();
+        raft.wait(Some(Duration::from_millis(RECOVERY_WAIT_MS)))
+            .metrics(
+                |m| m.last_applied.index() >= target,
+                "the committed metadata to be applied",
             )
             .await
             .map_err(fatal)?;
-            let handler: Handler = Arc::default();
-            let voter_addresses: Vec<String> = config.voters.values().cloned().collect();
-            let peers = listener.map(|listener| {
-                tokio::spawn(network::serve(
-                    listener,
-                    raft.clone(),
-                    handler.clone(),
-                    voter_addresses,
-                ))
-            });
-            tokio::spawn(log_leader_changes(raft.clone()));
-            let members: BTreeMap<NodeId, BasicNode> = config
-                .voters
-                .iter()
-                .map(|(id, addr)| (*id as NodeId, BasicNode::new(addr)))
-                .collect();
-            let voter = config.voters.contains_key(&config.node_id);
-            if !voter {
-                // An observer joins through a voter (`join_as_observer`); it never initializes.
-            } else if !raft.is_initialized().await.map_err(fatal)? {
-                match raft.initialize(members.clone()).await {
-                    Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                    Err(error) => return Err(fatal(error)),
-                }
-            } else if members.len() == 1 && members.contains_key(&node_id) {
-                // A quorum of one need not wait out an election timeout to lead again.
-                raft.trigger().elect(false).await.map_err(fatal)?;
-            }
-            let target = committed.index();
-            raft.wait(Some(Duration::from_millis(RECOVERY_WAIT_MS)))
-                .metrics(
-                    |m| m.last_applied.index() >= target,
-                    "the committed metadata to be applied",
-                )
-                .await
-                .map_err(fatal)?;
-            state_machine.recovered();
-            let image = state_machine.images().borrow().clone();
-            tracing::info!(target: "weir::controller", node_id, voters = members.len(), commands = image.applied_count, topics = image.topics().count(), "metadata quorum open");
-            Ok(RaftQuorum {
-                raft,
-                state_machine,
-                storage,
-                dir,
-                peers,
-                handler,
-                voters: config.voters,
-                forwarder: network::Forwarder::default(),
-                reserving: tokio::spawn(keep_reserving(reserve.clone())),
-                reserve,
-            })
+        state_machine.recovered();
+        let image = state_machine.images().borrow().clone();
+        tracing::info!(target: "weir::controller", node_id, voters = members.len(), commands = image.applied_count, topics = image.topics().count(), "metadata quorum open");
+        Ok(RaftQuorum {
+            raft,
+            state_machine,
+            storage,
+            dir,
+            peers,
+            handler,
+            voters: config.voters,
+            forwarder: network::Forwarder::default(),
+            reserving: tokio::spawn(keep_reserving(reserve.clone())),
+            reserve,
         })
     }
 
@@ -288,64 +284,55 @@ impl RaftQuorum {
     /// `address`: asks the voters in turn until the leader adds it (at every start; adding a
     /// node already there changes nothing), then waits until it has heard from the leader.
     /// A voter returns at once.
-    #[inline(never)]
-    pub fn join_as_observer<'a>(
-        &'a self,
-        address: &'a str,
-    ) -> BoxFuture<'a, Result<(), ControllerError>> {
-        Box::pin(async move {
-            let node_id = *self.raft.node_id();
-            let me = i32::try_from(node_id).map_err(fatal)?;
-            if self.voters.contains_key(&me) {
-                return Ok(());
-            }
-            let until = Instant::now() + Duration::from_millis(OBSERVER_JOIN_WAIT_MS);
-            let request = ControlRequest::AddObserver {
-                node_id: me,
-                address: address.to_string(),
-            };
-            let ask = Duration::from_millis(OBSERVER_ASK_MS);
-            'asking: loop {
-                for (voter, voter_address) in &self.voters {
-                    match self
-                        .forwarder
-                        .forward(voter_address, request.clone(), ask)
-                        .await
-                    {
-                        Ok(Ok(_)) => break 'asking,
-                        Ok(Err(refused)) => {
-                            let refused = ControllerError::from(refused);
-                            if !matches!(refused, ControllerError::NotController(_)) {
-                                return Err(refused);
-                            }
-                        }
-                        Err(error) => {
-                            tracing::debug!(target: "weir::controller", voter, %error, "cannot reach a voter to join the metadata quorum")
+    pub async fn join_as_observer(&self, address: &str) -> Result<(), ControllerError> {
+        let node_id = *self.raft.node_id();
+        let me = i32::try_from(node_id).map_err(fatal)?;
+        if self.voters.contains_key(&me) {
+            return Ok(());
+        }
+        let until = Instant::now() + Duration::from_millis(OBSERVER_JOIN_WAIT_MS);
+        let request = ControlRequest::AddObserver {
+            node_id: me,
+            address: address.to_string(),
+        };
+        let ask = Duration::from_millis(OBSERVER_ASK_MS);
+        'asking: loop {
+            for (voter, voter_address) in &self.voters {
+                match self
+                    .forwarder
+                    .forward(voter_address, request.clone(), ask)
+                    .await
+                {
+                    Ok(Ok(_)) => break 'asking,
+                    Ok(Err(refused)) => {
+                        let refused = ControllerError::from(refused);
+                        if !matches!(refused, ControllerError::NotController(_)) {
+                            return Err(refused);
                         }
                     }
+                    Err(error) => {
+                        tracing::debug!(target: "weir::controller", voter, %error, "cannot reach a voter to join the metadata quorum")
+                    }
                 }
-                if Instant::now() >= until {
-                    return Err(ControllerError::NotController(
-                        "no voter of the metadata quorum added this node in time".into(),
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(OBSERVER_RETRY_MS)).await;
             }
-            let left = until.saturating_duration_since(Instant::now());
-            self.raft
-                .wait(Some(left.max(Duration::from_millis(OBSERVER_RETRY_MS))))
-                .metrics(
-                    |m| {
-                        m.current_leader.is_some()
-                            && m.membership_config.get_node(&node_id).is_some()
-                    },
-                    "the metadata quorum's leader to reach this observer",
-                )
-                .await
-                .map_err(|e| ControllerError::NotController(e.to_string()))?;
-            tracing::info!(target: "weir::controller", node_id, address, "following the metadata quorum as an observer (broker-only node)");
-            Ok(())
-        })
+            if Instant::now() >= until {
+                return Err(ControllerError::NotController(
+                    "no voter of the metadata quorum added this node in time".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(OBSERVER_RETRY_MS)).await;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        self.raft
+            .wait(Some(left.max(Duration::from_millis(OBSERVER_RETRY_MS))))
+            .metrics(
+                |m| m.current_leader.is_some() && m.membership_config.get_node(&node_id).is_some(),
+                "the metadata quorum's leader to reach this observer",
+            )
+            .await
+            .map_err(|e| ControllerError::NotController(e.to_string()))?;
+        tracing::info!(target: "weir::controller", node_id, address, "following the metadata quorum as an observer (broker-only node)");
+        Ok(())
     }
 
     /// Adds broker-only node `node_id`, reachable at `address`, as an observer (a Raft
@@ -421,17 +408,14 @@ impl RaftQuorum {
     }
 
     /// Stops this controller's Raft and stops answering its peers (a clean shutdown).
-    #[inline(never)]
-    pub fn shutdown(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            if let Some(peers) = &self.peers {
-                peers.abort();
-            }
-            self.reserving.abort();
-            if let Err(error) = self.raft.shutdown().await {
-                tracing::warn!(target: "weir::controller", %error, "metadata quorum did not stop cleanly");
-            }
-        })
+    pub async fn shutdown(&self) {
+        if let Some(peers) = &self.peers {
+            peers.abort();
+        }
+        self.reserving.abort();
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(target: "weir::controller", %error, "metadata quorum did not stop cleanly");
+        }
     }
 
     /// Waits until some controller is known to lead, or the wait is over.
