@@ -43,6 +43,13 @@ impl OffsetsLog for PartitionOffsetsLog {
             .partitions
             .get(OFFSETS_TOPIC, partition)
             .ok_or(GroupError::CoordinatorNotAvailable)?;
+        // As for a producer's acks=all write: refused before it is appended when too few
+        // replicas are in sync (Kafka answers a commit's NOT_ENOUGH_REPLICAS this way too).
+        if let Some(in_sync) = hosted.too_few_in_sync() {
+            tracing::warn!(target: "weir::groups", partition, in_sync, min_insync_replicas = hosted.min_insync_replicas(), "{OFFSETS_TOPIC} has too few in-sync replicas to accept a write");
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        let min_insync_replicas = hosted.min_insync_replicas();
         let settings = hosted.settings();
         let now_ms = SystemClock.now_ms();
         let fields: Vec<KeyValue<'_>> = records
@@ -79,14 +86,19 @@ impl OffsetsLog for PartitionOffsetsLog {
             if sync && !hosted.wait_durable(end).await {
                 return Err(GroupError::CoordinatorNotAvailable);
             }
-            // Acknowledged only once every in-sync replica has it, so a commit survives the
-            // coordinator's failover.
+            // Acknowledged only once every in-sync replica has it, and those are at least
+            // min.insync.replicas, so a commit survives the coordinator's failover.
             let deadline = tokio::time::Instant::now()
                 + std::time::Duration::from_millis(OFFSET_COMMIT_TIMEOUT_MS);
-            match hosted.wait_replicated(end, deadline).await {
+            match hosted
+                .wait_replicated(end, min_insync_replicas, deadline)
+                .await
+            {
                 ReplicationWait::Replicated => Ok(()),
                 ReplicationWait::NotLeader => Err(GroupError::NotCoordinator),
-                ReplicationWait::TimedOut => Err(GroupError::CoordinatorNotAvailable),
+                ReplicationWait::TimedOut | ReplicationWait::BelowMinIsr { .. } => {
+                    Err(GroupError::CoordinatorNotAvailable)
+                }
             }
         });
         Ok(Appended {

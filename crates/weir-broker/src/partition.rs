@@ -79,6 +79,13 @@ pub enum ReplicationWait {
     NotLeader,
     /// The wait ran out first.
     TimedOut,
+    /// The high watermark passed the write only because the ISR shrank below
+    /// `min.insync.replicas` (a follower fell behind or was fenced): it is in the log, but on
+    /// fewer replicas than asked for.
+    BelowMinIsr {
+        /// In-sync replicas when the wait ended.
+        in_sync: usize,
+    },
 }
 
 impl Partition {
@@ -136,6 +143,18 @@ impl Partition {
     /// Number of in-sync replicas, for `min.insync.replicas`.
     pub fn isr_count(&self) -> usize {
         self.replication().image.isr.len()
+    }
+
+    /// The topic's `min.insync.replicas` as a replica count (at least the leader).
+    pub fn min_insync_replicas(&self) -> usize {
+        usize::try_from(self.settings().min_insync_replicas.max(1)).unwrap_or(1)
+    }
+
+    /// The in-sync replica count when it is below `min.insync.replicas`: an `acks=all` write
+    /// is then refused before it is appended.
+    pub fn too_few_in_sync(&self) -> Option<usize> {
+        let in_sync = self.isr_count();
+        (in_sync < self.min_insync_replicas()).then_some(in_sync)
     }
 
     /// A receiver that changes whenever the log end moves (replica fetches wait on it).
@@ -226,17 +245,24 @@ impl Partition {
         self.advance_high_watermark(&replication);
     }
 
-    /// Waits until the high watermark passes `end_offset` (every in-sync replica has the
-    /// write), this broker stops leading, or `deadline`.
+    /// Waits until the high watermark passes `end_offset` on at least `min_insync_replicas`
+    /// in-sync replicas (the count when the write was appended), this broker stops leading,
+    /// or `deadline`.
     pub async fn wait_replicated(
         &self,
         end_offset: i64,
+        min_insync_replicas: usize,
         deadline: tokio::time::Instant,
     ) -> ReplicationWait {
         let mut high_watermark = self.high_watermark.subscribe();
         loop {
             if *high_watermark.borrow_and_update() >= end_offset {
-                return ReplicationWait::Replicated;
+                return match self.isr_count() {
+                    in_sync if in_sync < min_insync_replicas => {
+                        ReplicationWait::BelowMinIsr { in_sync }
+                    }
+                    _ => ReplicationWait::Replicated,
+                };
             }
             if !self.is_leader() {
                 return ReplicationWait::NotLeader;

@@ -90,17 +90,17 @@ impl PendingProduce {
         let deadline = tokio::time::Instant::now() + self.timeout;
         for write in &self.replicated {
             let partition = &write.partition;
-            let (error, message) = match partition.wait_replicated(write.end_offset, deadline).await {
-                ReplicationWait::Replicated => match partition.isr_count() {
-                    in_sync if in_sync >= write.min_insync_replicas => continue,
-                    in_sync => (
-                        ResponseError::NotEnoughReplicasAfterAppend,
-                        Some(format!(
-                            "the write is in the log of {}-{} but reached only {in_sync} in-sync replica(s); min.insync.replicas is {}",
-                            partition.topic, partition.index, write.min_insync_replicas
-                        )),
-                    ),
-                },
+            let wait =
+                partition.wait_replicated(write.end_offset, write.min_insync_replicas, deadline);
+            let (error, message) = match wait.await {
+                ReplicationWait::Replicated => continue,
+                ReplicationWait::BelowMinIsr { in_sync } => (
+                    ResponseError::NotEnoughReplicasAfterAppend,
+                    Some(format!(
+                        "the write is in the log of {}-{} but reached only {in_sync} in-sync replica(s); min.insync.replicas is {}",
+                        partition.topic, partition.index, write.min_insync_replicas
+                    )),
+                ),
                 ReplicationWait::NotLeader => (ResponseError::NotLeaderOrFollower, None),
                 ReplicationWait::TimedOut => (ResponseError::RequestTimedOut, None),
             };
@@ -220,9 +220,9 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
                 }
                 if acks == -1 {
                     replicated.push(ReplicatedWrite {
+                        min_insync_replicas: job.partition.min_insync_replicas(),
                         partition: job.partition,
                         end_offset: info.last_offset + 1,
-                        min_insync_replicas: job.settings.min_insync_replicas.max(1) as usize,
                         slot: (job.topic, job.slot),
                     });
                 }
@@ -315,14 +315,12 @@ fn check_partition(
             format!("Produce v{version} may not use zstd; it needs v7 or later"),
         ));
     }
-    let settings = partition.settings();
-    let in_sync = partition.isr_count();
-    if acks == -1 && in_sync < settings.min_insync_replicas.max(1) as usize {
+    if let Some(in_sync) = partition.too_few_in_sync().filter(|_| acks == -1) {
         return Err(ErrorReply::new(
             ResponseError::NotEnoughReplicas,
             format!(
                 "min.insync.replicas is {} but only {in_sync} replica(s) of {topic}-{index} are in sync",
-                settings.min_insync_replicas
+                partition.min_insync_replicas()
             ),
         ));
     }

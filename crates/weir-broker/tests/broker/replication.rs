@@ -505,6 +505,57 @@ async fn a_write_whose_isr_shrinks_below_min_isr_is_not_acknowledged() {
     first.shutdown().await;
 }
 
+/// An offset commit is held to `min.insync.replicas` as an `acks=all` write is: a commit
+/// waiting for a follower that crashes is answered COORDINATOR_NOT_AVAILABLE once the ISR of
+/// its `__consumer_offsets` partition shrinks below it (the client retries it), not as
+/// committed, and the next commit is refused before it is appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offset_commit_whose_isr_shrinks_below_min_isr_is_not_acknowledged() {
+    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    let (first, members, _dirs) = cluster().await;
+    let controller = first.controller.clone();
+    // One partition, so every group lives on it, led by broker 1 with broker 2 in sync.
+    create_replicated(&first, "__consumer_offsets", &[1, 2]).await;
+    create_replicated(&first, "t", &[1, 2]).await;
+    eventually("a full ISR", || {
+        partition(&controller, "__consumer_offsets").isr.len() == 2
+    })
+    .await;
+    let offsets = first
+        .broker
+        .partitions
+        .get("__consumer_offsets", 0)
+        .expect("hosted");
+    eventually("broker 1 leads", || offsets.is_leader()).await;
+    let mut client = TcpStream::connect(first.addr).await.expect("connect");
+    assert_eq!(commit_offset(&mut client, "g", "t", 1, 8).await, 0);
+    let written = offsets.log().log_end_offset();
+
+    members[0].crash();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        commit_offset(&mut client, "g", "t", 2, 8).await,
+        COORDINATOR_NOT_AVAILABLE,
+        "a commit on fewer replicas than min.insync.replicas was acknowledged"
+    );
+    assert_eq!(partition(&controller, "__consumer_offsets").isr, vec![1]);
+    let after_refusal = offsets.log().log_end_offset();
+    assert!(after_refusal > written, "the refused commit is in the log");
+    assert_eq!(
+        commit_offset(&mut client, "g", "t", 3, 8).await,
+        COORDINATOR_NOT_AVAILABLE
+    );
+    assert_eq!(
+        offsets.log().log_end_offset(),
+        after_refusal,
+        "a commit was appended with too few replicas in sync"
+    );
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
     let (first, members, _dirs) = cluster().await;
