@@ -484,7 +484,10 @@ def test_listed_topic_config_differences(tool_topic_configs):
 
 # Listed in docs/kafka-differences.md: Weir's own broker settings (Kafka has none of these
 # names), and the broker defaults Weir bounds where Kafka leaves them unbounded.
-WEIR_OWN_BROKER_CONFIGS = {"log.flush.policy", "producer.id.max.per.partition"}
+WEIR_OWN_BROKER_CONFIGS = {
+    "log.flush.policy", "producer.id.max.per.partition",
+    "group.member.metadata.max.bytes", "group.metadata.max.bytes", "group.coordinator.metadata.max.bytes",
+}
 WEIR_BOUNDED_DEFAULTS = {"max.connections", "max.connections.per.ip", "queued.max.request.bytes"}
 # Kafka's listen backlog is 50; Weir's absorbs a reconnect storm.
 WEIR_LISTEN_BACKLOG = "socket.listen.backlog.size"
@@ -503,7 +506,7 @@ def tool_broker_configs(brokers) -> dict[str, dict[str, dict]]:
 
 def test_kafka_configs_describe_broker_lists_only_kafkas_keys(tool_broker_configs):
     """Every broker config Weir lists is one Kafka lists under the same name (Weir lists the
-    configs it has, not all of Kafka's, as listed; its own two are named there)."""
+    configs it has, not all of Kafka's, as listed; its own are named there)."""
     kafka, weir = tool_broker_configs["kafka"], tool_broker_configs["weir"]
     extra = sorted(set(weir) - set(kafka) - WEIR_OWN_BROKER_CONFIGS)
     assert not extra, f"kafka-configs lists broker configs on Weir that Kafka does not have: {', '.join(extra)}"

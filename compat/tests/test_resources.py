@@ -16,7 +16,7 @@ import time
 import pytest
 
 import wire
-from clients import Rec, admin, assert_serving, create_topic, produce_confluent, read_confluent, unique_topic
+from clients import Rec, admin, assert_serving, create_topic, group_consumer, produce_confluent, read_confluent, unique_topic
 from harness import wait_until
 
 MIB = 1024 * 1024
@@ -46,6 +46,109 @@ def test_a_client_that_never_reads_pins_no_memory(make_weir):
         assert grown < 32 * MIB, f"broker RSS grew by {grown / MIB:.0f} MiB"
     finally:
         greedy.close()
+
+
+INVALID_REQUEST = 42
+GROUP_MAX_SIZE_REACHED = 81
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def join_answer(bootstrap: str, group: str, metadata: bytes, timeout: float = 30, retry: bool = False) -> int:
+    """One JoinGroup v3 on its own connection; its error code (with ``retry``, tried again
+    while the coordinator is still being set up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with wire.Connection(bootstrap, timeout=timeout) as conn:
+            conn.send(wire.join_group_request(1, group, metadata))
+            # A leader's answer carries every member's metadata.
+            reply = conn.recv_frame(timeout=timeout, max_size=256 * MIB)
+        assert reply is not None, f"JoinGroup to {group}: connection closed"
+        code = wire.join_group_error(reply)
+        if not retry or code not in (14, COORDINATOR_NOT_AVAILABLE) or time.monotonic() > deadline:
+            return code
+        time.sleep(0.2)
+
+
+def join_and_hold(bootstrap: str, group: str, metadata: bytes) -> wire.Connection:
+    """A JoinGroup v3 sent and left waiting for the rebalance, its member held by the group."""
+    conn = wire.Connection(bootstrap)
+    conn.send(wire.join_group_request(1, group, metadata))
+    return conn
+
+
+def test_group_metadata_is_bounded_per_member_group_and_coordinator(make_weir):
+    """Classic JoinGroup metadata was held without a bound: 8 groups x 95 MB of it took a node
+    from 153 to 853 MB, kept for the session after the client left. Now one member's is at most
+    group.member.metadata.max.bytes (INVALID_REQUEST), one group's group.metadata.max.bytes
+    (GROUP_MAX_SIZE_REACHED) and all groups' group.coordinator.metadata.max.bytes
+    (COORDINATOR_NOT_AVAILABLE, which clients retry); a consumer of another group is served
+    throughout, and once the attacking members' sessions end new joins get in again."""
+    weir = make_weir("groups", env={
+        "WEIR_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "WEIR_GROUP_COORDINATOR_METADATA_MAX_BYTES": str(64 * MIB),
+    })
+    bootstrap = weir.bootstrap
+    topic = unique_topic("grouped")
+    create_topic(bootstrap, topic, partitions=1)
+    consumer = group_consumer(bootstrap, "legit")
+    consumer.subscribe([topic])
+
+    def consumed(value: bytes) -> None:
+        """The legitimate group's consumer gets ``value``, produced now."""
+        produce_confluent(bootstrap, topic, [Rec(key=None, value=value, partition=0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None and message.value() == value:
+                return
+        raise AssertionError(f"the legitimate group's consumer never got {value!r}")
+
+    try:
+        consumed(b"before")
+        flood_group_metadata(weir, bootstrap, lambda: consumed(b"during"))
+    finally:
+        consumer.close()
+
+
+def flood_group_metadata(weir, bootstrap: str, served) -> None:
+    """The three floods, with ``served`` checked while the coordinator is full."""
+    before = weir.rss_bytes()
+
+    # One member's metadata: 8 groups x 95 MB, each refused at once.
+    huge = b"m" * (95 * 1000 * 1000)
+    codes = [join_answer(bootstrap, f"huge-{i}", huge) for i in range(8)]
+    time.sleep(1)
+    after_huge = weir.rss_bytes() - before
+
+    # One group's: 1 MiB members (just within their bound) fill 32 MiB, the next is refused.
+    member = b"m" * (MIB - 100)
+    held = [join_and_hold(bootstrap, "full", member) for _ in range(32)]
+    over_group = join_answer(bootstrap, "full", member)
+    # All groups': a second full group reaches 64 MiB; a third group is refused.
+    held += [join_and_hold(bootstrap, "full-2", member) for _ in range(32)]
+    over_coordinator = join_answer(bootstrap, "third", member)
+    after_full = weir.rss_bytes() - before
+    served()
+
+    for conn in held:
+        conn.close()
+    # The members' 10 s sessions end, the timer counts again: a big join gets in.
+    after_leave = COORDINATOR_NOT_AVAILABLE
+    deadline = time.monotonic() + 60
+    while after_leave == COORDINATOR_NOT_AVAILABLE and time.monotonic() < deadline:
+        time.sleep(1)
+        after_leave = join_answer(bootstrap, "third", member, timeout=15)
+    print(f"RSS {before / MIB:.0f} MiB before; grown {after_huge / MIB:.0f} MiB after 8 joins of 95 MB "
+          f"(answered {codes}), {after_full / MIB:.0f} MiB with 64 members of 1 MiB held; "
+          f"33rd member of a group: {over_group}, a third group at the coordinator's bound: {over_coordinator}, "
+          f"after the members left: {after_leave}")
+    assert codes == [INVALID_REQUEST] * 8, weir.log_tail(40)
+    assert after_huge < 64 * MIB, f"8 refused 95 MB joins grew the broker by {after_huge / MIB:.0f} MiB"
+    assert over_group == GROUP_MAX_SIZE_REACHED
+    assert over_coordinator == COORDINATOR_NOT_AVAILABLE
+    assert after_full < 200 * MIB, f"64 MiB of held metadata grew the broker by {after_full / MIB:.0f} MiB"
+    assert after_leave == 0, "a join was still refused after the members holding the metadata left"
+    assert "over group.member.metadata.max.bytes" in weir.log_text()
 
 
 def send_partial_frames(bootstrap: str, count: int, frame_bytes: int, sent_bytes: int, stop: threading.Event) -> list[socket.socket]:

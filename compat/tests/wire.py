@@ -246,6 +246,20 @@ def replica_fetch_request(correlation_id: int, topic_id: bytes, partition: int, 
     return request(API_FETCH, 16, correlation_id, body, flexible=True)
 
 
+def join_group_request(correlation_id: int, group: str, metadata: bytes, member_id: str = "", session_timeout_ms: int = 10000) -> bytes:
+    """JoinGroup v3 (no MEMBER_ID_REQUIRED round): one `range` protocol carrying ``metadata``."""
+    body = (
+        string(group) + int32(session_timeout_ms) + int32(session_timeout_ms) + string(member_id)
+        + string("consumer") + int32(1) + string("range") + int32(len(metadata)) + metadata
+    )
+    return request(11, 3, correlation_id, body, flexible=False)
+
+
+def join_group_error(payload: bytes) -> int:
+    """The error code of a JoinGroup v3 response (after the correlation id and throttle time)."""
+    return struct.unpack(">h", payload[8:10])[0]
+
+
 def parse_produce_response(version: int, payload: bytes) -> dict:
     """Correlation id plus error code and base offset of the single partition."""
     r = Reader(payload)

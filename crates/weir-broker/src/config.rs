@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits};
+use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits, MetadataBounds};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
@@ -253,6 +253,11 @@ impl BrokerConfig {
             }
         }
         let long = |name: &str| long_of(properties, name);
+        let metadata_bounds = MetadataBounds {
+            member_max_bytes: long("group.member.metadata.max.bytes") as usize,
+            group_max_bytes: long("group.metadata.max.bytes") as usize,
+            coordinator_max_bytes: long("group.coordinator.metadata.max.bytes") as usize,
+        };
         let config = BrokerConfig {
             given: properties.clone(),
             auto_create_topics_enable: value_of(properties, "auto.create.topics.enable") == "true",
@@ -291,6 +296,7 @@ impl BrokerConfig {
                     session_timeout_max_ms: long("group.max.session.timeout.ms") as i32,
                     initial_rebalance_delay_ms: long("group.initial.rebalance.delay.ms") as i32,
                     max_size: long("group.max.size") as usize,
+                    metadata: metadata_bounds,
                 },
                 offset_metadata_max_bytes: long("offset.metadata.max.bytes") as usize,
                 offsets_retention_ms: long("offsets.retention.minutes").saturating_mul(60_000),
@@ -300,6 +306,7 @@ impl BrokerConfig {
                     session_timeout_ms: long("group.consumer.session.timeout.ms") as i32,
                     heartbeat_interval_ms: long("group.consumer.heartbeat.interval.ms") as i32,
                     max_size: long("group.consumer.max.size") as usize,
+                    metadata: metadata_bounds,
                 },
             },
             cleaner: CleanerSettings::from_values(|name| value_of(properties, name)),

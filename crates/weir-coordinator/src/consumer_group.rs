@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::assignors::{assign, MemberSpec, TopicPartitions, ASSIGNORS};
-use crate::group::{millis, GroupState};
+use crate::group::{millis, GroupState, MetadataBounds};
 use crate::records::consumer::{
     decode_assignment, decode_epoch, decode_member, decode_target, encode_assignment, encode_epoch,
     encode_member, encode_target, AssignmentValue, MemberValue,
@@ -56,6 +56,8 @@ pub struct ConsumerGroupSettings {
     pub heartbeat_interval_ms: i32,
     /// `group.consumer.max.size`.
     pub max_size: usize,
+    /// Bytes of subscriptions a member and a group may hold.
+    pub metadata: MetadataBounds,
 }
 
 /// A ConsumerGroupHeartbeat, decoded by the handler. `None` fields did not change since the
@@ -137,6 +139,13 @@ impl ConsumerMember {
     /// A static member that left with epoch -2, waiting for its instance to return.
     fn departed(&self) -> bool {
         self.epoch == STATIC_LEAVE_EPOCH
+    }
+
+    /// Bytes its subscription holds: topic names, pattern and rack.
+    fn subscription_bytes(&self) -> usize {
+        self.topic_names.iter().map(String::len).sum::<usize>()
+            + self.topic_regex.as_ref().map_or(0, |(p, _)| p.len())
+            + self.rack_id.as_ref().map_or(0, String::len)
     }
 
     fn subscribes_to(&self, name: &str) -> bool {
@@ -301,7 +310,8 @@ impl ConsumerGroup {
             heartbeat_interval_ms: settings.heartbeat_interval_ms,
             assignment: None,
         };
-        check_request(&request)?;
+        check_request(&request, &settings.metadata)?;
+        self.check_subscription_bytes(group_id, &request, &settings.metadata)?;
         // A pattern is compiled once, not on every heartbeat that repeats it.
         let regex = match &request.topic_regex {
             Some(pattern) if !pattern.is_empty() => {
@@ -384,6 +394,46 @@ impl ConsumerGroup {
             answer.assignment = Some(member.assigned.clone());
         }
         Ok(answer)
+    }
+
+    /// Bytes of its members' subscriptions.
+    pub fn subscription_bytes(&self) -> usize {
+        self.members
+            .values()
+            .map(ConsumerMember::subscription_bytes)
+            .sum()
+    }
+
+    /// Bytes of the subscription `member_id` holds now (0 for one not in the group).
+    pub fn member_subscription_bytes(&self, member_id: &str) -> usize {
+        self.members
+            .get(member_id)
+            .map_or(0, ConsumerMember::subscription_bytes)
+    }
+
+    /// A subscription that would take the group's subscriptions over `group.metadata.max.bytes`
+    /// is GROUP_MAX_SIZE_REACHED (the member's own earlier one does not count).
+    fn check_subscription_bytes(
+        &self,
+        group_id: &str,
+        request: &ConsumerHeartbeat,
+        bounds: &MetadataBounds,
+    ) -> Result<(), GroupError> {
+        if request.topic_names.is_none() && request.topic_regex.is_none() {
+            return Ok(());
+        }
+        let others: usize = self
+            .members
+            .iter()
+            .filter(|(id, _)| **id != request.member_id)
+            .map(|(_, m)| m.subscription_bytes())
+            .sum();
+        let sent = sent_subscription_bytes(request);
+        if others + sent <= bounds.group_max_bytes {
+            return Ok(());
+        }
+        tracing::warn!(target: "weir::groups", group = group_id, client_id = %request.client_id, client_host = %request.client_host, bytes = sent, held = others, limit = bounds.group_max_bytes, "ConsumerGroupHeartbeat refused: the group's subscriptions would be over group.metadata.max.bytes");
+        Err(GroupError::GroupMaxSizeReached)
     }
 
     /// The member a leave names: by member id, or a static member by instance id.
@@ -991,11 +1041,32 @@ fn release(
 /// Longest member or instance id accepted: its record's key stores it with an int16 length.
 const ID_MAX_LEN: usize = i16::MAX as usize;
 
+/// Bytes of the subscription a heartbeat carries: topic names, pattern and rack.
+pub(crate) fn sent_subscription_bytes(request: &ConsumerHeartbeat) -> usize {
+    request
+        .topic_names
+        .iter()
+        .flatten()
+        .map(String::len)
+        .sum::<usize>()
+        + request.topic_regex.as_ref().map_or(0, String::len)
+        + request.rack_id.as_ref().map_or(0, String::len)
+}
+
 /// Checks what a heartbeat must carry, before it touches any group (Kafka's
 /// `throwIfConsumerGroupHeartbeatRequestIsInvalid`): a join needs a rebalance timeout, a
 /// subscription and an empty owned list; a temporary leave an instance id; no epoch is below
-/// -2; ids fit their records; a named assignor exists.
-pub fn check_request(request: &ConsumerHeartbeat) -> Result<(), GroupError> {
+/// -2; ids fit their records; a named assignor exists; the subscription is at most
+/// `group.member.metadata.max.bytes`.
+pub fn check_request(
+    request: &ConsumerHeartbeat,
+    bounds: &MetadataBounds,
+) -> Result<(), GroupError> {
+    let sent = sent_subscription_bytes(request);
+    if sent > bounds.member_max_bytes {
+        tracing::warn!(target: "weir::groups", client_id = %request.client_id, client_host = %request.client_host, bytes = sent, limit = bounds.member_max_bytes, "ConsumerGroupHeartbeat refused: its subscription is over group.member.metadata.max.bytes");
+        return Err(GroupError::InvalidRequest);
+    }
     let too_long = request.member_id.len() > ID_MAX_LEN
         || request
             .instance_id
@@ -1108,6 +1179,11 @@ mod tests {
         session_timeout_ms: 45_000,
         heartbeat_interval_ms: 5_000,
         max_size: 4,
+        metadata: MetadataBounds {
+            member_max_bytes: 1_000,
+            group_max_bytes: 2_500,
+            coordinator_max_bytes: 10_000,
+        },
     };
 
     impl ConsumerHeartbeat {
@@ -1541,5 +1617,51 @@ mod tests {
         let assigned = reply.assignment.expect("new topic");
         assert_eq!(assigned.values().map(BTreeSet::len).sum::<usize>(), 5);
         assert_eq!(group.subscribed_topics(), vec!["orders-eu", "orders-us"]);
+    }
+
+    #[test]
+    fn subscriptions_over_the_member_and_group_bounds_are_refused() {
+        let catalog = Catalog::with(&[("t", 6)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        // Topic names need not exist: a subscription is held whatever it names.
+        let names = |prefix: &str, bytes: usize| -> Vec<String> {
+            (0..bytes / 100)
+                .map(|i| format!("{prefix}{i:0>99}"))
+                .collect()
+        };
+        let mut too_large = Client::new("x", &["t"]);
+        too_large.topics = names("x", 1_100);
+        assert_eq!(
+            group
+                .heartbeat("g", too_large.request(), &catalog, &SETTINGS, now)
+                .err(),
+            Some(GroupError::InvalidRequest)
+        );
+        assert_eq!(
+            group.state(),
+            GroupState::Empty,
+            "the refused member changed nothing"
+        );
+
+        let mut clients = Vec::new();
+        for id in ["a", "b"] {
+            let mut client = Client::new(id, &["t"]);
+            client.topics = names(id, 1_000);
+            client.beat(&mut group, &catalog, now);
+            clients.push(client);
+        }
+        let mut third = Client::new("c", &["t"]);
+        third.topics = names("c", 1_000);
+        assert_eq!(
+            group
+                .heartbeat("g", third.request(), &catalog, &SETTINGS, now)
+                .err(),
+            Some(GroupError::GroupMaxSizeReached)
+        );
+        // A member's own subscription does not count against it; a small third one fits.
+        clients[0].beat(&mut group, &catalog, now);
+        third.topics = vec!["t".to_string()];
+        third.beat(&mut group, &catalog, now);
     }
 }

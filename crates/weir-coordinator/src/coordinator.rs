@@ -10,14 +10,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
-use crate::consumer_group::check_request;
 use crate::consumer_group::{
-    ConsumerGroup, ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat,
-    HeartbeatReply, TopicCatalog, JOIN_EPOCH, STATIC_LEAVE_EPOCH,
+    check_request, sent_subscription_bytes, ConsumerGroup, ConsumerGroupDescription,
+    ConsumerGroupSettings, ConsumerHeartbeat, HeartbeatReply, TopicCatalog, JOIN_EPOCH,
+    STATIC_LEAVE_EPOCH,
 };
 use crate::group::{
-    CommittedOffset, Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, MemberDescription,
-    Step, SyncOutcome, SyncRequest,
+    protocols_bytes, CommittedOffset, Group, GroupLimits, GroupState, JoinOutcome, JoinRequest,
+    MemberDescription, MetadataBounds, Step, SyncOutcome, SyncRequest,
 };
 use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::GroupError;
@@ -33,6 +33,8 @@ const WAIT_GRACE: Duration = Duration::from_secs(5);
 const CHANGES_BATCH_BYTES: usize = 256 * 1024;
 /// The timer wakes at least this often, whatever the groups' deadlines.
 const TIMER_IDLE: Duration = Duration::from_secs(1);
+/// How often the member metadata all groups hold is counted exactly.
+const METADATA_RECOUNT: Duration = Duration::from_secs(1);
 
 /// One record of the offsets topic: key and value (`None`: a tombstone).
 pub type StoredRecord = (Vec<u8>, Option<Vec<u8>>);
@@ -147,6 +149,35 @@ struct Groups {
     /// Partitions another broker leads: their groups are told NOT_COORDINATOR.
     elsewhere: Vec<bool>,
     groups: HashMap<String, Group>,
+    /// Bytes of member metadata all groups hold, at most: what joins, syncs and subscriptions
+    /// added since the timer last counted it exactly (members that left meanwhile count
+    /// until that next count, at most [`METADATA_RECOUNT`] later).
+    metadata_held: usize,
+}
+
+impl Groups {
+    /// Admits `more` bytes of member metadata under `group.coordinator.metadata.max.bytes`;
+    /// past it the request is answered COORDINATOR_NOT_AVAILABLE, which clients retry, so a
+    /// client that fills the coordinator keeps others out only while its members live.
+    fn admit_metadata(
+        &mut self,
+        bounds: &MetadataBounds,
+        group_id: &str,
+        more: usize,
+    ) -> Result<(), GroupError> {
+        let held = self.metadata_held.saturating_add(more);
+        if held > bounds.coordinator_max_bytes {
+            tracing::warn!(target: "weir::groups", group = group_id, bytes = more, held = self.metadata_held, limit = bounds.coordinator_max_bytes, "group request refused (coordinator not available): the groups of this coordinator hold group.coordinator.metadata.max.bytes of member metadata");
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        self.metadata_held = held;
+        Ok(())
+    }
+
+    /// Counts the member metadata every group holds, replacing the estimate.
+    fn recount_metadata(&mut self) {
+        self.metadata_held = self.groups.values().map(Group::metadata_bytes).sum();
+    }
 }
 
 /// The group coordinator of this broker.
@@ -170,6 +201,7 @@ impl GroupCoordinator {
                 loaded: Vec::new(),
                 elsewhere: Vec::new(),
                 groups: HashMap::new(),
+                metadata_held: 0,
             }),
             timer: Notify::new(),
         }
@@ -435,6 +467,19 @@ impl GroupCoordinator {
                 Err(error) => return JoinOutcome::failed(error, &member_id),
                 Ok(_) => {
                     let limits = self.settings.limits;
+                    // Over the member bound it is refused by the group and never held.
+                    let joining = protocols_bytes(&request.protocols);
+                    if joining <= limits.metadata.member_max_bytes {
+                        let held = groups
+                            .groups
+                            .get(group_id)
+                            .map_or(0, |g| g.member_metadata_bytes(&request.member_id));
+                        let more = joining.saturating_sub(held);
+                        if let Err(error) = groups.admit_metadata(&limits.metadata, group_id, more)
+                        {
+                            return JoinOutcome::failed(error, &member_id);
+                        }
+                    }
                     let created = !groups.groups.contains_key(group_id);
                     let group = groups
                         .groups
@@ -442,13 +487,16 @@ impl GroupCoordinator {
                         .or_insert_with(|| Group::new(group_id.to_string(), &limits, now_ms()));
                     let step = group.join(request, &limits, Instant::now(), now_ms());
                     // A join refused before it could create the group (a session timeout out
-                    // of range, a member id the group never gave) leaves no group behind, as
-                    // in Kafka; other refusals of a new member keep the group it made.
+                    // of range, a member id the group never gave, metadata over its bounds)
+                    // leaves no group behind, as in Kafka; other refusals of a new member keep the group it made.
                     let refused_early = matches!(
                         &step,
                         Step::Done(JoinOutcome {
                             error: Some(
-                                GroupError::InvalidSessionTimeout | GroupError::UnknownMemberId
+                                GroupError::InvalidSessionTimeout
+                                    | GroupError::UnknownMemberId
+                                    | GroupError::InvalidRequest
+                                    | GroupError::GroupMaxSizeReached
                             ),
                             ..
                         })
@@ -484,9 +532,14 @@ impl GroupCoordinator {
     pub async fn sync_group(&self, group_id: &str, request: SyncRequest<'_>) -> SyncOutcome {
         let (rx, store, wait) = {
             let mut groups = self.lock();
+            let bounds = self.settings.limits.metadata;
+            let assigned: usize = request.assignments.iter().map(|(_, a)| a.len()).sum();
+            if assigned <= bounds.group_max_bytes {
+                groups.admit_metadata(&bounds, group_id, assigned)?;
+            }
             let (partition, group) = Self::member_group(&mut groups, group_id)?;
             let wait = group.rebalance_timeout() + WAIT_GRACE;
-            match group.sync(request, Instant::now()) {
+            match group.sync(request, &self.settings.limits, Instant::now()) {
                 Step::Done(outcome) => return outcome,
                 Step::Wait(rx) => (rx, None, wait),
                 Step::Store(value, rx) => {
@@ -746,7 +799,7 @@ impl GroupCoordinator {
         if group_id.is_empty() || group_id.len() > i16::MAX as usize {
             return Err(GroupError::InvalidRequest);
         }
-        check_request(&request)?;
+        check_request(&request, &self.settings.consumer.metadata)?;
         if request.member_id.trim().is_empty() {
             match (version, request.member_epoch) {
                 (0, JOIN_EPOCH) => request.member_id = uuid::Uuid::new_v4().to_string(),
@@ -763,6 +816,16 @@ impl GroupCoordinator {
             let created = !groups.groups.contains_key(group_id);
             if created && !joining {
                 return Err(GroupError::GroupIdNotFound);
+            }
+            let bounds = self.settings.consumer.metadata;
+            let sent = sent_subscription_bytes(&request);
+            if sent > 0 && sent <= bounds.member_max_bytes {
+                let held = groups
+                    .groups
+                    .get(group_id)
+                    .and_then(|g| g.consumer.as_ref())
+                    .map_or(0, |c| c.member_subscription_bytes(&request.member_id));
+                groups.admit_metadata(&bounds, group_id, sent.saturating_sub(held))?;
             }
             let group = groups
                 .groups
@@ -1025,10 +1088,15 @@ impl GroupCoordinator {
         let retention_every =
             Duration::from_millis(self.settings.offsets_retention_check_interval_ms.max(1));
         let mut next_retention = Instant::now() + retention_every;
+        let mut next_recount = Instant::now();
         loop {
             if Instant::now() >= next_retention {
                 self.expire_offsets(now_ms());
                 next_retention = Instant::now() + retention_every;
+            }
+            if Instant::now() >= next_recount {
+                self.lock().recount_metadata();
+                next_recount = Instant::now() + METADATA_RECOUNT;
             }
             let next = {
                 let groups = self.lock();
@@ -1041,7 +1109,8 @@ impl GroupCoordinator {
             let wake = next
                 .unwrap_or_else(|| Instant::now() + TIMER_IDLE)
                 .min(Instant::now() + TIMER_IDLE)
-                .min(next_retention);
+                .min(next_retention)
+                .min(next_recount);
             tokio::select! {
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = self.timer.notified() => {}
@@ -1209,24 +1278,43 @@ mod tests_support {
 
     pub(super) const PARTITIONS: i32 = 4;
 
+    pub(super) const METADATA_BOUNDS: MetadataBounds = MetadataBounds {
+        member_max_bytes: 1 << 20,
+        group_max_bytes: 32 << 20,
+        coordinator_max_bytes: 256 << 20,
+    };
+
     pub(super) const CONSUMER_SETTINGS: ConsumerGroupSettings = ConsumerGroupSettings {
         session_timeout_ms: 1_000,
         heartbeat_interval_ms: 100,
         max_size: 3,
+        metadata: METADATA_BOUNDS,
     };
 
     pub(super) fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
+        coordinator_bounded(log, METADATA_BOUNDS)
+    }
+
+    /// [`coordinator`] holding at most `bounds` of member metadata.
+    pub(super) fn coordinator_bounded(
+        log: Arc<MemoryLog>,
+        bounds: MetadataBounds,
+    ) -> GroupCoordinator {
         let settings = CoordinatorSettings {
             limits: GroupLimits {
                 session_timeout_min_ms: 1_000,
                 session_timeout_max_ms: 100_000,
                 initial_rebalance_delay_ms: 0,
                 max_size: 10,
+                metadata: bounds,
             },
             offset_metadata_max_bytes: 8,
             offsets_retention_ms: 1_000,
             offsets_retention_check_interval_ms: 1_000,
-            consumer: CONSUMER_SETTINGS,
+            consumer: ConsumerGroupSettings {
+                metadata: bounds,
+                ..CONSUMER_SETTINGS
+            },
         };
         let coordinator = GroupCoordinator::new(settings, log);
         coordinator.start(PARTITIONS);
@@ -1369,6 +1457,7 @@ mod tests {
                     session_timeout_max_ms: 10,
                     initial_rebalance_delay_ms: 0,
                     max_size: 1,
+                    metadata: METADATA_BOUNDS,
                 },
                 offset_metadata_max_bytes: 1,
                 offsets_retention_ms: 1,
@@ -1544,6 +1633,67 @@ mod consumer_protocol_tests {
         for (topic, ps) in &a_kept {
             assert!(ps.is_subset(&now_owned[topic]), "nothing revoked from a");
         }
+    }
+
+    /// Groups that fill `group.coordinator.metadata.max.bytes` keep new joins out with
+    /// COORDINATOR_NOT_AVAILABLE (whichever protocol) until members leave and the timer's count
+    /// sees it; members already in may rejoin with what they hold.
+    #[tokio::test]
+    async fn the_groups_of_a_coordinator_hold_a_bounded_amount_of_metadata() {
+        let bounds = MetadataBounds {
+            member_max_bytes: 1_000,
+            group_max_bytes: 2_000,
+            coordinator_max_bytes: 3_000,
+        };
+        let coordinator = coordinator_bounded(Arc::new(MemoryLog::default()), bounds);
+        let catalog = OneTopic(Uuid::new_v4());
+        let classic = |group: &str, member_id: &str| JoinRequest {
+            member_id: member_id.to_string(),
+            group_instance_id: None,
+            client_id: format!("{group}-client"),
+            client_host: "/h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), bytes::Bytes::from(vec![0u8; 895]))],
+            require_known_member_id: false,
+        };
+        let mut members = Vec::new();
+        for group in ["a", "b", "c"] {
+            let joined = coordinator.join_group(group, classic(group, "")).await;
+            assert_eq!(joined.error, None, "{group}");
+            members.push(joined.member_id);
+        }
+        let refused = coordinator.join_group("d", classic("d", "")).await;
+        assert_eq!(refused.error, Some(GroupError::CoordinatorNotAvailable));
+        let mut subscription = heartbeat("x", 0, None);
+        subscription.topic_names = Some(vec!["t".repeat(400)]);
+        assert_eq!(
+            coordinator
+                .consumer_heartbeat("e", subscription.clone(), 1, &catalog)
+                .await
+                .err(),
+            Some(GroupError::CoordinatorNotAvailable)
+        );
+        let rejoined = coordinator.join_group("a", classic("a", &members[0])).await;
+        assert_eq!(rejoined.error, None, "a member holding its bytes rejoins");
+
+        coordinator
+            .leave_group("b", &[(members[1].clone(), None)])
+            .expect("left");
+        coordinator.lock().recount_metadata();
+        assert_eq!(
+            coordinator.join_group("d", classic("d", "")).await.error,
+            None
+        );
+        assert_eq!(coordinator.lock().metadata_held, 3 * 900);
+        assert_eq!(
+            coordinator
+                .consumer_heartbeat("e", subscription, 1, &catalog)
+                .await
+                .err(),
+            Some(GroupError::CoordinatorNotAvailable)
+        );
     }
 
     #[tokio::test]

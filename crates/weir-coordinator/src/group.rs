@@ -191,6 +191,11 @@ impl Member {
     fn supports(&self, protocol: &str) -> bool {
         self.protocols.iter().any(|(name, _)| name == protocol)
     }
+
+    /// Bytes this member's protocols and assignment hold.
+    fn metadata_bytes(&self) -> usize {
+        protocols_bytes(&self.protocols) + self.assignment.len()
+    }
 }
 
 /// A committed offset with the log offset of the record that holds it, so a commit that
@@ -215,6 +220,30 @@ pub struct GroupLimits {
     pub initial_rebalance_delay_ms: i32,
     /// `group.max.size`.
     pub max_size: usize,
+    /// Bytes of member metadata a group may hold.
+    pub metadata: MetadataBounds,
+}
+
+/// How many bytes of member metadata a group holds at most (both protocols): what a member
+/// sends to join (a classic member's protocols, a consumer-protocol member's subscription)
+/// and the assignments a classic leader hands out. Without them a client can make the
+/// coordinator keep whatever the request size allows, per member, for as long as it likes.
+#[derive(Debug, Clone, Copy)]
+pub struct MetadataBounds {
+    /// `group.member.metadata.max.bytes`: one member's metadata, or one assignment.
+    pub member_max_bytes: usize,
+    /// `group.metadata.max.bytes`: all of one group's.
+    pub group_max_bytes: usize,
+    /// `group.coordinator.metadata.max.bytes`: all groups' on this coordinator together.
+    pub coordinator_max_bytes: usize,
+}
+
+/// Bytes a member's protocols take: their names and metadata.
+pub(crate) fn protocols_bytes(protocols: &[(String, Bytes)]) -> usize {
+    protocols
+        .iter()
+        .map(|(name, metadata)| name.len() + metadata.len())
+        .sum()
 }
 
 /// A member id handed out with MEMBER_ID_REQUIRED, waiting for the client to join with it.
@@ -399,6 +428,27 @@ impl Group {
             && self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty)
     }
 
+    /// Bytes of member metadata the group holds: classic members' protocols and
+    /// assignments, consumer-protocol members' subscriptions.
+    pub fn metadata_bytes(&self) -> usize {
+        self.members
+            .iter()
+            .map(Member::metadata_bytes)
+            .sum::<usize>()
+            + self
+                .consumer
+                .as_ref()
+                .map_or(0, ConsumerGroup::subscription_bytes)
+    }
+
+    /// Bytes of metadata `member_id` (a classic member) holds now; 0 for one not in the group.
+    pub fn member_metadata_bytes(&self, member_id: &str) -> usize {
+        self.members
+            .iter()
+            .find(|m| m.id == member_id)
+            .map_or(0, Member::metadata_bytes)
+    }
+
     /// Applies a durable commit unless a newer commit or tombstone of the same partition is
     /// already in the log.
     pub fn apply_commit(&mut self, key: (String, i32), value: OffsetValue, record_offset: i64) {
@@ -576,6 +626,9 @@ impl Group {
         if request.protocol_type.is_empty() || request.protocols.is_empty() {
             return done(GroupError::InconsistentGroupProtocol);
         }
+        if let Err(error) = self.check_join_bytes(&request, limits) {
+            return done(error);
+        }
         if let Some(consumer) = &self.consumer {
             if !consumer.is_empty() {
                 return done(GroupError::InconsistentGroupProtocol);
@@ -603,6 +656,56 @@ impl Group {
                 Err(error) => return done(error),
             };
         self.rejoin(index, request, now, now_ms)
+    }
+
+    /// A member's protocols over `group.member.metadata.max.bytes` are INVALID_REQUEST; a join
+    /// that would take the group's protocols and assignments over `group.metadata.max.bytes`
+    /// is GROUP_MAX_SIZE_REACHED. The bytes of the member it replaces (the same member id, or
+    /// the same static instance) do not count. Either refusal is logged with the figures,
+    /// since JoinGroup has no error message.
+    fn check_join_bytes(
+        &self,
+        request: &JoinRequest,
+        limits: &GroupLimits,
+    ) -> Result<(), GroupError> {
+        let joining = protocols_bytes(&request.protocols);
+        let refuse = |error: GroupError, what: &str, limit: usize| {
+            tracing::warn!(
+                target: "weir::groups",
+                group = %self.id,
+                client_id = %request.client_id,
+                client_host = %request.client_host,
+                bytes = joining,
+                limit,
+                "JoinGroup refused ({error}): {what}"
+            );
+            Err(error)
+        };
+        if joining > limits.metadata.member_max_bytes {
+            return refuse(
+                GroupError::InvalidRequest,
+                "the member's protocol metadata is over group.member.metadata.max.bytes",
+                limits.metadata.member_max_bytes,
+            );
+        }
+        let others: usize = self
+            .members
+            .iter()
+            .filter(|m| {
+                m.id != request.member_id
+                    && (request.group_instance_id.is_none()
+                        || m.instance_id != request.group_instance_id)
+            })
+            .map(Member::metadata_bytes)
+            .sum();
+        if others + joining > limits.metadata.group_max_bytes {
+            return refuse(
+                GroupError::GroupMaxSizeReached,
+                "the group's members' metadata would be over group.metadata.max.bytes",
+                limits.metadata.group_max_bytes,
+            );
+        }
+        Ok(())
     }
 
     /// Same protocol type as the group, and one protocol every member (with this one) supports.
@@ -919,7 +1022,12 @@ impl Group {
     }
 
     /// Handles a SyncGroup. The leader's assignment is stored before anyone gets theirs.
-    pub fn sync(&mut self, request: SyncRequest<'_>, now: Instant) -> Step<SyncOutcome> {
+    pub fn sync(
+        &mut self,
+        request: SyncRequest<'_>,
+        limits: &GroupLimits,
+        now: Instant,
+    ) -> Step<SyncOutcome> {
         let SyncRequest {
             member_id,
             instance_id,
@@ -939,6 +1047,13 @@ impl Group {
             || protocol_name.is_some_and(|p| Some(p) != self.protocol.as_deref())
         {
             return Step::Done(Err(GroupError::InconsistentGroupProtocol));
+        }
+        let assigning = self.state == GroupState::CompletingRebalance
+            && self.leader.as_deref() == Some(member_id);
+        if assigning {
+            if let Err(error) = self.check_assignment_bytes(&assignments, limits) {
+                return Step::Done(Err(error));
+            }
         }
         let member = &mut self.members[index];
         member.expires = now + member.session_timeout;
@@ -970,6 +1085,36 @@ impl Group {
                 Step::Store(value, rx)
             }
         }
+    }
+
+    /// The leader's assignments: each at most `group.member.metadata.max.bytes`, and with the
+    /// members' protocols at most `group.metadata.max.bytes`; otherwise INVALID_REQUEST (the
+    /// group rebalances when the rebalance times out, as after a leader that never synced).
+    fn check_assignment_bytes(
+        &self,
+        assignments: &[(String, Bytes)],
+        limits: &GroupLimits,
+    ) -> Result<(), GroupError> {
+        let largest = assignments.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
+        let total = self
+            .members
+            .iter()
+            .map(|m| protocols_bytes(&m.protocols))
+            .sum::<usize>()
+            + assignments.iter().map(|(_, a)| a.len()).sum::<usize>();
+        if largest <= limits.metadata.member_max_bytes && total <= limits.metadata.group_max_bytes {
+            return Ok(());
+        }
+        tracing::warn!(
+            target: "weir::groups",
+            group = %self.id,
+            largest,
+            total,
+            member_limit = limits.metadata.member_max_bytes,
+            group_limit = limits.metadata.group_max_bytes,
+            "SyncGroup refused (invalid request): the leader's assignment is over group.member.metadata.max.bytes or group.metadata.max.bytes"
+        );
+        Err(GroupError::InvalidRequest)
     }
 
     fn assignment_of(&self, index: usize) -> SyncAssignment {
@@ -1263,6 +1408,11 @@ mod tests {
             session_timeout_max_ms: 100_000,
             initial_rebalance_delay_ms: initial_delay_ms,
             max_size: 3,
+            metadata: MetadataBounds {
+                member_max_bytes: 1_000,
+                group_max_bytes: 2_500,
+                coordinator_max_bytes: 10_000,
+            },
         }
     }
 
@@ -1322,6 +1472,7 @@ mod tests {
         now: Instant,
     ) -> oneshot::Receiver<SyncOutcome> {
         let generation = group.generation();
+        let limits = limits(0);
         match group.sync(
             SyncRequest {
                 member_id: leader,
@@ -1331,6 +1482,7 @@ mod tests {
                 protocol_name: None,
                 assignments,
             },
+            &limits,
             now,
         ) {
             Step::Store(value, rx) => {
@@ -1396,6 +1548,7 @@ mod tests {
                 protocol_name: None,
                 assignments: Vec::new(),
             },
+            &limits,
             now,
         ));
         assert!(
@@ -1562,6 +1715,7 @@ mod tests {
                 protocol_name: None,
                 assignments: Vec::new(),
             },
+            &limits,
             now,
         ));
         assert_eq!(synced.expect("kept").assignment, Bytes::from_static(b"p0"));
@@ -1603,5 +1757,83 @@ mod tests {
             done(group.join(timeout, &limits, now, 0)).error,
             Some(GroupError::InvalidSessionTimeout)
         );
+    }
+
+    /// `request` from `member_id` with one `range` protocol whose metadata is `bytes` long.
+    fn request_of_size(member_id: &str, bytes: usize) -> JoinRequest {
+        JoinRequest {
+            protocols: vec![("range".to_string(), Bytes::from(vec![7u8; bytes]))],
+            ..request(member_id, &[])
+        }
+    }
+
+    #[test]
+    fn a_member_whose_metadata_is_over_its_bound_is_refused_and_changes_nothing() {
+        let (limits, now, mut group, a) = stable_group_of_one();
+        let too_large = limits.metadata.member_max_bytes - "range".len() + 1;
+        for member_id in ["", a.as_str()] {
+            let refused = done(group.join(request_of_size(member_id, too_large), &limits, now, 0));
+            assert_eq!(refused.error, Some(GroupError::InvalidRequest));
+        }
+        assert_eq!(group.state(), GroupState::Stable);
+        assert_eq!(group.generation(), 1);
+        let fits = limits.metadata.member_max_bytes - "range".len();
+        let mut joined = waiting(group.join(request_of_size(&a, fits), &limits, now, 0));
+        assert_eq!(
+            received(&mut joined).generation,
+            2,
+            "the join within the bound rebalanced"
+        );
+    }
+
+    #[test]
+    fn a_join_over_the_groups_metadata_bound_is_refused_but_members_may_rejoin() {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        // Two members of 1,000 bytes each fill 2,000 of the group's 2,500.
+        let mut members = Vec::new();
+        for _ in 0..2 {
+            let id = done(group.join(request("", &["range"]), &limits, now, 0)).member_id;
+            waiting(group.join(request_of_size(&id, 995), &limits, now, 0));
+            members.push(id);
+        }
+        let third = done(group.join(request("", &["range"]), &limits, now, 0)).member_id;
+        let refused = done(group.join(request_of_size(&third, 995), &limits, now, 0));
+        assert_eq!(refused.error, Some(GroupError::GroupMaxSizeReached));
+        // Its own bytes do not count against a member that rejoins.
+        waiting(group.join(request_of_size(&members[0], 995), &limits, now, 0));
+        // Within what is left, a third member fits.
+        waiting(group.join(request_of_size(&third, 400), &limits, now, 0));
+    }
+
+    #[test]
+    fn a_leaders_assignment_over_the_bounds_is_refused() {
+        let limits = limits(0);
+        let now = Instant::now();
+        let mut group = Group::new("g".into(), &limits, 0);
+        let (a, mut a_join) = join_new(&mut group, &limits, now);
+        received(&mut a_join);
+        let sync = |assignment: usize| SyncRequest {
+            member_id: &a,
+            instance_id: None,
+            generation: 1,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![(a.clone(), Bytes::from(vec![0u8; assignment]))],
+        };
+        let over_member = limits.metadata.member_max_bytes + 1;
+        assert_eq!(
+            done(group.sync(sync(over_member), &limits, now)).err(),
+            Some(GroupError::InvalidRequest)
+        );
+        assert_eq!(group.state(), GroupState::CompletingRebalance);
+        match group.sync(sync(limits.metadata.member_max_bytes), &limits, now) {
+            Step::Store(value, _) => assert_eq!(
+                value.members[0].assignment.len(),
+                limits.metadata.member_max_bytes
+            ),
+            _ => panic!("the leader's sync within the bound stores the assignment"),
+        }
     }
 }

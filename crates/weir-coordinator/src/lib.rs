@@ -32,7 +32,7 @@ pub use coordinator::{
 };
 pub use group::{
     GroupLimits, GroupState, JoinOutcome, JoinRequest, JoinedMember, MemberDescription,
-    SyncAssignment, SyncOutcome, SyncRequest,
+    MetadataBounds, SyncAssignment, SyncOutcome, SyncRequest,
 };
 
 /// Why a group request failed; each maps to the Kafka error of the same name.

@@ -304,6 +304,24 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "Most members one consumer group may have.",
     ),
     setting(
+        "group.member.metadata.max.bytes",
+        "1048576",
+        int(1_024, i32::MAX as i64),
+        "Most bytes of one group member's metadata: a JoinGroup's protocols (a consumer's subscription and user data), the assignment a leader gives one member, a consumer-protocol member's subscription. A larger one is refused with INVALID_REQUEST.",
+    ),
+    setting(
+        "group.metadata.max.bytes",
+        "33554432",
+        int(1_024, i32::MAX as i64),
+        "Most bytes of member metadata and assignments one group holds; a join that would go over it is refused with GROUP_MAX_SIZE_REACHED.",
+    ),
+    setting(
+        "group.coordinator.metadata.max.bytes",
+        "268435456",
+        long(1_024, i64::MAX),
+        "Most bytes of member metadata and assignments all the groups this broker coordinates hold together; past it group requests that would add some are answered COORDINATOR_NOT_AVAILABLE (clients retry) until members leave.",
+    ),
+    setting(
         "group.consumer.session.timeout.ms",
         "45000",
         int(1, i32::MAX as i64),

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -155,7 +156,8 @@ pub async fn join_group(
         protocols: request
             .protocols
             .into_iter()
-            .map(|p| (p.name.to_string(), p.metadata))
+            // Copied: a slice would keep the whole request frame alive as long as the member.
+            .map(|p| (p.name.to_string(), Bytes::copy_from_slice(&p.metadata)))
             .collect(),
         require_known_member_id: version >= 4,
     };
@@ -193,7 +195,13 @@ pub async fn sync_group(broker: &Arc<Broker>, request: SyncGroupRequest) -> Sync
     let assignments = request
         .assignments
         .into_iter()
-        .map(|a| (a.member_id.to_string(), a.assignment))
+        // Copied, as the join's metadata is: the group keeps them, not the request frame.
+        .map(|a| {
+            (
+                a.member_id.to_string(),
+                Bytes::copy_from_slice(&a.assignment),
+            )
+        })
         .collect();
     let sync = SyncRequest {
         member_id: request.member_id.as_str(),
