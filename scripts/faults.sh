@@ -6,7 +6,7 @@
 #
 #   scripts/faults.sh --runs 50 --seed 7 [--duration 60] [--keep DIR] [--rate N] [--keep-data]
 #                     [--netns auto|on|off] [--faults all|process|partition]
-#                     [--first-fault ACTION[:SECONDS]]
+#                     [--first-fault ACTION[:SECONDS]] [--hostile]
 #
 # --netns auto (the default) runs the nodes in network namespaces of their own on a private
 # bridge (10.213.0.0/24, inside the namespaces only; deleted afterwards) when it runs as root

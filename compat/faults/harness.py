@@ -1,6 +1,6 @@
 """Command line of the fault harness: ``python compat/faults/harness.py --runs N --seed S
 [--duration SECONDS] [--keep DIR] [--netns auto|on|off] [--faults all|process|partition]
-[--first-fault ACTION[:SECONDS]]`` (``--help`` lists them all). The harness itself (nemesis,
+[--first-fault ACTION[:SECONDS]] [--hostile]`` (``--help`` lists them all). The harness itself (nemesis,
 clients, checker) is ``jepsen.py`` next to this file; see its docstring for what a run does and
 checks.
 """

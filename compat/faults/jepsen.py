@@ -44,10 +44,15 @@ The checker compares that final log with the history of the run:
   died without being killed, and a cluster that does not heal (full ISRs within 90 s, producers
   flushed, the consumer caught up).
 
+With ``--hostile`` a hostile client attacks beside the faults (``hostile.py``: forged replica
+fetches, controller-port floods, join storms); the checker adds a forged fetch answered, an
+oversized join accepted and a broker fenced while no fault touched it.
+
 Run it from the repository root (or through ``scripts/faults.sh``)::
 
     .venv/bin/python compat/faults/harness.py --runs 10 --seed 7 [--duration 60] [--keep DIR]
         [--netns auto|on|off] [--faults all|process|partition] [--first-fault ACTION[:SECONDS]]
+        [--hostile]
 
 Run ``i`` uses ``random.Random(seed + i)`` for every nemesis decision, so ``--runs 1 --seed S``
 (with the same ``--netns`` and ``--faults``) repeats the schedule of a run printed with seed
@@ -82,11 +87,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# The cluster and network code shared with the compat suite and bench/failover.py.
-if str(REPO_ROOT / "compat" / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT / "compat" / "tests"))
+# The cluster and network code shared with the compat suite and bench/failover.py, and the
+# hostile client next to this file.
+for shared in (REPO_ROOT / "compat" / "tests", REPO_ROOT / "compat" / "faults"):
+    if str(shared) not in sys.path:
+        sys.path.insert(0, str(shared))
 
 import weir_netns  # noqa: E402
+from hostile import Hostile, fenced_while_alive, server_logs, topic_id_bytes  # noqa: E402
 from weir_cluster import DevCluster, NamespacedCluster, free_base_port  # noqa: E402
 
 NODES = 3
@@ -1012,6 +1020,7 @@ def run_once(
     network: "weir_netns.Network | None" = None,
     faults: str = "all",
     first_fault: str | None = None,
+    hostile: bool = False,
 ) -> dict:
     """One run with ``random.Random(seed)``; returns its result (also written to
     ``run_dir/result.json``).
@@ -1020,22 +1029,23 @@ def run_once(
     clients, in this thread and the threads it starts, in its hub, so the nemesis can cut links;
     without it the cluster is a ``weir dev-cluster`` on loopback. ``faults``: the nemesis's
     actions, ``all`` (process faults, and partitions with a network), ``process`` or
-    ``partition``. ``first_fault`` (``ACTION[:SECONDS]``) forces the first fault."""
+    ``partition``. ``first_fault`` (``ACTION[:SECONDS]``) forces the first fault. ``hostile``
+    adds the hostile client (``hostile.py``) beside the faults."""
     actions = fault_actions(faults, network is not None)
     first = parse_first_fault(first_fault)
     if first is not None and first[0] in PARTITION_FAULTS and network is None:
         raise ValueError(f"{first[0]} needs network namespaces")
     if network is None:
-        return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, None, actions, first)
+        return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, None, actions, first, hostile)
     network.heal()
     try:
         with network.inside():
-            return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, network, actions, first)
+            return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, network, actions, first, hostile)
     finally:
         network.heal()
 
 
-def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_data, network, actions, first) -> dict:
+def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_data, network, actions, first, hostile=False) -> dict:
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     history = History(run_dir / "history.jsonl")
@@ -1053,6 +1063,7 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
     writers: list[Writer] = []
     reader = None
     nemesis = None
+    attacker = None
     history.record(
         "run-start", run=index, seed=seed, duration=duration, binary=str(binary), faults=list(actions), first_fault=first,
         network={"namespaces": network.created, "clients": network.address(0)} if network else None,
@@ -1080,10 +1091,19 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
         reader = GroupReader(cluster.bootstrap, topic, group, history, logger)
         for thread in (*writers, reader):
             thread.start()
+        if hostile:
+            # Its own generator, so a seed's nemesis schedule is the same with and without it.
+            topic_id = topic_id_bytes(admin.describe(topic).topic_id)
+            attacker = Hostile(cluster, topic, topic_id, random.Random(seed * 7919 + 1), history, logger)
+            attacker.start()
         time.sleep(2)
 
         nemesis = Nemesis(cluster, admin, topic, rng, history, network=network, actions=actions, first=first)
         nemesis.run(duration)
+        if attacker is not None:
+            attacker.stop_event.set()
+            attacker.join(30)
+            result["hostile"] = dict(attacker.counts)
         phase("nemesis-done")
 
         nemesis.heal()
@@ -1143,6 +1163,11 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
             notes.append(f"the group's committed offsets could not be read: {reader.final_committed_error}")
         if nemesis.crashes:
             anomalies["node-crashed"] = nemesis.crashes
+        if attacker is not None:
+            anomalies.update(attacker.anomalies)
+            unexplained = fenced_while_alive(server_logs(cluster), nemesis.faults, PARTITION_FAULTS)
+            if unexplained:
+                anomalies["fenced-while-alive"] = unexplained
         notes.extend(nemesis.notes)
         for writer in writers:
             if writer.errors:
@@ -1169,7 +1194,7 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
         anomalies["harness-error"] = [{"error": repr(exc), "traceback": traceback.format_exc()}]
         history.record("harness-error", error=repr(exc))
     finally:
-        for thread in (*writers, *([reader] if reader else [])):
+        for thread in (*writers, *([reader] if reader else []), *([attacker] if attacker else [])):
             thread.abort.set()
             thread.stop_event.set()
         if nemesis is not None and cluster.paused:
@@ -1287,6 +1312,11 @@ def main(argv: list[str] | None = None) -> int:
         f"namespaces), process ({', '.join(PROCESS_FAULTS)}) or partition ({', '.join(PARTITION_FAULTS)}; needs namespaces)",
     )
     parser.add_argument("--first-fault", metavar="ACTION[:SECONDS]", default=None, help="make the first fault of every run this one (e.g. partition-leader:14)")
+    parser.add_argument(
+        "--hostile", action="store_true",
+        help="add a hostile client beside the faults: forged replica fetches, controller-port floods and join storms "
+        "(compat/faults/hostile.py); a forged fetch answered, an oversized join accepted or a live broker fenced is an anomaly",
+    )
     args = parser.parse_args(argv)
 
     binary = default_binary()
@@ -1345,17 +1375,20 @@ def run_all(args, seed: int, keep: Path, binary: Path, network=None) -> int:
     flags = f" --netns {'on' if network else 'off'} --faults {args.faults}"
     flags += f" --first-fault {args.first_fault}" if args.first_fault else ""
     flags += f" --rate {args.rate:g}" if args.rate != 150.0 else ""
+    flags += " --hostile" if args.hostile else ""
     try:
         for index in range(args.runs):
             run_seed = seed + index
             print(f"run {index} seed {run_seed}: starting", flush=True)
             result = run_once(
                 index, run_seed, args.duration, keep / f"run-{index}", binary, rate=args.rate, keep_data=args.keep_data,
-                network=network, faults=args.faults, first_fault=args.first_fault,
+                network=network, faults=args.faults, first_fault=args.first_fault, hostile=args.hostile,
             )
             done += 1
             print(summary(result), flush=True)
             print(f"  {result['elapsed']:.0f} s, {result.get('rebalances', 0)} rebalances, {result.get('commits_acked', 0)} commits acknowledged", flush=True)
+            if "hostile" in result:
+                print(f"  hostile client: {result['hostile']}", flush=True)
             for note in result.get("notes", []):
                 print(f"  note: {note}", flush=True)
             if result["anomalies"]:

@@ -70,6 +70,31 @@ def test_a_short_fault_run_has_no_anomalies(tmp_path):
     assert not result["anomalies"], f"{line}\nhistory and server logs in {tmp_path / 'run-0'}"
 
 
+def test_the_hostile_runs_find_a_live_broker_fenced():
+    """The check of ``--hostile`` runs: a fence explained by a fault of that node (from two
+    seconds before the fault is recorded, the signal going first, until a lease and a margin
+    after it ended) or by any cut link passes; a fence of a node nothing touched is reported."""
+    load_faults()
+    import hostile
+
+    def line(at: str, node: int) -> str:
+        return f'{at}  WARN weir::controller: broker fenced node_id={node} partitions=3 why="lease expired"'
+
+    logs = {1: "\n".join([
+        line("2026-01-02T03:04:09.000000Z", 2),  # node 2 paused from :05 to :17
+        line("2026-01-02T03:04:04.000000Z", 2),  # just before the pause was recorded
+        line("2026-01-02T03:04:30.000000Z", 2),  # 13 s after the pause ended: the lease ran out
+        line("2026-01-02T03:04:10.000000Z", 3),  # node 3 was never touched
+        line("2026-01-02T03:05:10.000000Z", 1),  # during a cut link
+    ])}
+    faults = [
+        [5.0, 17.0, {"at": "2026-01-02T03:04:05.000000Z", "action": "pause-node", "node": 2}],
+        [65.0, 70.0, {"at": "2026-01-02T03:05:05.000000Z", "action": "partition-node", "node": 3}],
+    ]
+    unexplained = hostile.fenced_while_alive(logs, faults, ("partition-node",))
+    assert [(u["node"], u["at"]) for u in unexplained] == [(3, "2026-01-02T03:04:10.000000Z")], unexplained
+
+
 class Echo:
     """A TCP echo server listening in one namespace (its socket is made there)."""
 

@@ -159,6 +159,9 @@ class DevCluster:
     def address(self, node: int) -> str:
         return f"127.0.0.1:{self.base_port + node - 1}"
 
+    def controller_address(self, node: int) -> str:
+        return f"127.0.0.1:{self.base_port + 100 + node - 1}"
+
     def http_base_port(self) -> int:
         """HTTP port of node 1 (node i's is this + i - 1): clear of the Kafka and controller
         ports, and of the default 8080 another test's server may hold."""

@@ -246,6 +246,24 @@ def replica_fetch_request(correlation_id: int, topic_id: bytes, partition: int, 
     return request(API_FETCH, 16, correlation_id, body, flexible=True)
 
 
+def find_coordinator_request(correlation_id: int, group: str) -> bytes:
+    """FindCoordinator v1 for ``group``."""
+    return request(10, 1, correlation_id, string(group) + b"\x00", flexible=False)
+
+
+def parse_find_coordinator_v1(payload: bytes) -> tuple[int, str | None]:
+    """(error code, "host:port" of the coordinator) from a FindCoordinator v1 response."""
+    reader = Reader(payload)
+    reader.int32()  # correlation id
+    reader.int32()  # throttle time
+    error = reader.int16()
+    reader.string()  # error message
+    reader.int32()  # node id
+    host = reader.string()
+    port = reader.int32()
+    return error, (f"{host}:{port}" if error == 0 else None)
+
+
 def join_group_request(correlation_id: int, group: str, metadata: bytes, member_id: str = "", session_timeout_ms: int = 10000) -> bytes:
     """JoinGroup v3 (no MEMBER_ID_REQUIRED round): one `range` protocol carrying ``metadata``."""
     body = (
