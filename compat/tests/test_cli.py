@@ -719,6 +719,12 @@ def test_brokers_from_environment(bootstrap):
     # --brokers wins over the environment.
     result = run(["topic", "list", "--brokers", bootstrap], env={"WEIR_BROKERS": UNREACHABLE}, deadline=30)
     assert result.returncode == 0, result.describe()
+    # Before the command's name too, as a global flag.
+    result = run(["--brokers", bootstrap, "--timeout", "5", "topic", "list"], env={"WEIR_BROKERS": UNREACHABLE}, deadline=30)
+    assert result.returncode == 0, result.describe()
+    # Only for the client commands: the server refuses it.
+    result = run(["--brokers", bootstrap, "server", "--help"], deadline=30)
+    assert result.returncode == 2 and "--brokers" in result.stderr, result.describe()
 
 
 @pytest.fixture

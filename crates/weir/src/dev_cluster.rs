@@ -27,7 +27,9 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
     long_about = "Start a local cluster: N `weir server` processes on 127.0.0.1, each a broker \
         and a controller of one metadata quorum. Node i's Kafka listener is on BASE-PORT + i - 1 \
         and its controller listener on BASE-PORT + 100 + i - 1; its HTTP gateway (REST API, \
-        metrics, console) on HTTP-BASE-PORT + i - 1; its data and log are in \
+        metrics, console) on HTTP-BASE-PORT + i - 1 (8080 + i - 1 by default, BASE-PORT + 200 \
+        + i - 1 when only --base-port is given, so two clusters on different base ports do not \
+        meet); its data and log are in \
         DATA-DIR/node-i (server.log) and its process id in DATA-DIR/node-i/pid. A node that \
         exits (kill one to try a failure) is reported and the others go on. Ctrl-C stops every \
         node cleanly. Restarting with the same DATA-DIR resumes the same cluster."
@@ -39,12 +41,37 @@ pub struct DevClusterArgs {
     /// Directory holding one data directory per node.
     #[arg(long, default_value = "./weir-dev-cluster")]
     data_dir: PathBuf,
-    /// Kafka port of node 1; node i listens on BASE-PORT + i - 1.
-    #[arg(long, default_value_t = 9092)]
-    base_port: u16,
-    /// HTTP port of node 1; node i's HTTP gateway listens on HTTP-BASE-PORT + i - 1.
-    #[arg(long, default_value_t = 8080)]
-    http_base_port: u16,
+    /// Kafka port of node 1; node i listens on BASE-PORT + i - 1 [default: 9092].
+    #[arg(long)]
+    base_port: Option<u16>,
+    /// HTTP port of node 1; node i's HTTP gateway listens on HTTP-BASE-PORT + i - 1
+    /// [default: 8080, or BASE-PORT + 200 when --base-port is given].
+    #[arg(long)]
+    http_base_port: Option<u16>,
+}
+
+/// Kafka port of node 1 without `--base-port`.
+const BASE_PORT: u16 = 9092;
+/// HTTP port of node 1 without `--base-port` or `--http-base-port`.
+const HTTP_BASE_PORT: u16 = 8080;
+/// Where the HTTP ports start above `--base-port` when only that is given (the controller
+/// ports start at 100 above it).
+const HTTP_PORT_OFFSET: u32 = 200;
+
+impl DevClusterArgs {
+    /// Kafka port of node 1.
+    fn base_port(&self) -> u16 {
+        self.base_port.unwrap_or(BASE_PORT)
+    }
+
+    /// HTTP port of node 1: `--http-base-port`, else `--base-port` + 200, else 8080.
+    fn http_base_port(&self) -> u32 {
+        match (self.http_base_port, self.base_port) {
+            (Some(port), _) => u32::from(port),
+            (None, Some(base)) => u32::from(base) + HTTP_PORT_OFFSET,
+            (None, None) => u32::from(HTTP_BASE_PORT),
+        }
+    }
 }
 
 /// One node of the cluster.
@@ -72,22 +99,22 @@ fn run_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
     if args.nodes == 0 || args.nodes > NODES_MAX {
         bail!("--nodes must be between 1 and {NODES_MAX}");
     }
-    if u32::from(args.http_base_port) + u32::from(args.nodes) > u32::from(u16::MAX) {
+    let base_port = args.base_port();
+    let http_base_port = args.http_base_port();
+    if http_base_port + u32::from(args.nodes) > u32::from(u16::MAX) {
         bail!(
-            "--http-base-port {} leaves no room for {} nodes' ports",
-            args.http_base_port,
+            "the HTTP ports from {http_base_port} (--http-base-port, or --base-port + {HTTP_PORT_OFFSET}) leave no room for {} nodes' ports",
             args.nodes
         );
     }
-    if u32::from(args.base_port) + 100 + u32::from(args.nodes) > u32::from(u16::MAX) {
+    if u32::from(base_port) + 100 + u32::from(args.nodes) > u32::from(u16::MAX) {
         bail!(
-            "--base-port {} leaves no room for {} nodes' ports",
-            args.base_port,
+            "--base-port {base_port} leaves no room for {} nodes' ports",
             args.nodes
         );
     }
     let exe = std::env::current_exe().context("finding the weir binary")?;
-    let address = |offset: u16| format!("127.0.0.1:{}", args.base_port + offset);
+    let address = |offset: u16| format!("127.0.0.1:{}", base_port + offset);
     let quorum: BTreeMap<u16, String> = (1..=args.nodes)
         .map(|id| (id, address(100 + id - 1)))
         .collect();
@@ -107,10 +134,7 @@ fn run_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
             .context("opening the node's log")?;
         let kafka = address(id - 1);
         let controller = quorum[&id].clone();
-        let http = format!(
-            "127.0.0.1:{}",
-            u32::from(args.http_base_port) + u32::from(id) - 1
-        );
+        let http = format!("127.0.0.1:{}", http_base_port + u32::from(id) - 1);
         let spawned = Command::new(&exe)
             .arg("server")
             .args(["--node-id", &id.to_string()])
@@ -265,5 +289,28 @@ fn stop(nodes: &mut [Node]) {
             }
         }
         let _ = std::fs::remove_file(node.dir.join("pid"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(base_port: Option<u16>, http_base_port: Option<u16>) -> DevClusterArgs {
+        DevClusterArgs {
+            nodes: 3,
+            data_dir: PathBuf::from("unused"),
+            base_port,
+            http_base_port,
+        }
+    }
+
+    #[test]
+    fn the_http_ports_follow_the_base_port_unless_given() {
+        assert_eq!(args(None, None).http_base_port(), 8080);
+        assert_eq!(args(Some(19092), None).http_base_port(), 19292);
+        assert_eq!(args(Some(19092), Some(7000)).http_base_port(), 7000);
+        assert_eq!(args(None, Some(7000)).http_base_port(), 7000);
+        assert_eq!(args(None, None).base_port(), 9092);
     }
 }

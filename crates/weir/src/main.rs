@@ -13,7 +13,14 @@ use clap::{Parser, Subcommand};
 
 /// Weir: a Kafka-compatible commit-log message broker in one binary.
 #[derive(Debug, Parser)]
-#[command(name = "weir", version, about, long_about = None)]
+#[command(
+    name = "weir",
+    version,
+    about,
+    long_about = None,
+    after_help = "The client commands (topic, produce, consume, group, cluster, partitions, bench) take \
+        --brokers (env WEIR_BROKERS) and --timeout before or after their name."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,7 +52,7 @@ enum Command {
 
 fn main() -> ExitCode {
     abort_on_panic();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cli::hoist_connect_flags(std::env::args_os().collect()));
     match cli.command {
         Command::Server(args) => server::run(args),
         Command::DevCluster(args) => dev_cluster::run(args),

@@ -26,6 +26,7 @@ pub mod partitions;
 pub mod produce;
 pub mod topic;
 
+use std::ffi::OsString;
 use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -65,6 +66,50 @@ pub struct ConnectArgs {
     /// Deadline for each request and connection attempt, in seconds.
     #[arg(long, default_value_t = 10.0, global = true)]
     pub timeout: f64,
+}
+
+/// The commands that take [`ConnectArgs`].
+const CLIENT_COMMANDS: &[&str] = &[
+    "topic",
+    "produce",
+    "consume",
+    "group",
+    "cluster",
+    "partitions",
+    "bench",
+];
+/// [`ConnectArgs`]' flags, which may also come before a client command's name.
+const CONNECT_FLAGS: &[&str] = &["--brokers", "--timeout"];
+
+/// The command line with `--brokers` and `--timeout` given before a client command's name
+/// moved after it, where the command reads them: `weir --brokers H topic list` is
+/// `weir topic --brokers H list`. Any other command line is left as it is, for the parser
+/// to judge (`weir --brokers H server` is refused there).
+pub fn hoist_connect_flags(args: Vec<OsString>) -> Vec<OsString> {
+    let mut command = 1;
+    while let Some(arg) = args.get(command).and_then(|a| a.to_str()) {
+        let Some(flag) = CONNECT_FLAGS
+            .iter()
+            .find(|f| arg == **f || arg.strip_prefix(**f).is_some_and(|r| r.starts_with('=')))
+        else {
+            break;
+        };
+        // `--brokers H` takes the next argument; `--brokers=H` is one.
+        command += if arg == *flag { 2 } else { 1 };
+    }
+    let is_client_command = args
+        .get(command)
+        .and_then(|a| a.to_str())
+        .is_some_and(|name| CLIENT_COMMANDS.contains(&name));
+    if command == 1 || !is_client_command {
+        return args;
+    }
+    let mut hoisted = Vec::with_capacity(args.len());
+    hoisted.push(args[0].clone());
+    hoisted.push(args[command].clone());
+    hoisted.extend_from_slice(&args[1..command]);
+    hoisted.extend_from_slice(&args[command + 1..]);
+    hoisted
 }
 
 impl ConnectArgs {
@@ -146,4 +191,39 @@ pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
 /// True when stdout is a terminal (progress bars only then).
 pub fn stdout_is_terminal() -> bool {
     std::io::IsTerminal::is_terminal(&std::io::stdout())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hoisted(line: &str) -> String {
+        let args = line.split(' ').map(OsString::from).collect();
+        hoist_connect_flags(args)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn connect_flags_before_a_client_command_move_after_its_name() {
+        assert_eq!(
+            hoisted("weir --brokers h:1 topic list"),
+            "weir topic --brokers h:1 list"
+        );
+        assert_eq!(
+            hoisted("weir --timeout=3 --brokers h:1 group describe g"),
+            "weir group --timeout=3 --brokers h:1 describe g"
+        );
+        for unchanged in [
+            "weir topic list --brokers h:1",
+            "weir --brokers h:1 server",
+            "weir --brokers",
+            "weir --brokers h:1",
+            "weir --version",
+        ] {
+            assert_eq!(hoisted(unchanged), unchanged);
+        }
+    }
 }
