@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
 from clients import (
     Rec,
     admin,
+    assert_serving,
     create_topic,
     high_watermark,
     produce_confluent,
@@ -375,6 +376,53 @@ def test_unsupported_config_values_are_refused(bootstrap, weir_only, name, value
     futures = client.create_topics([NewTopic(other, num_partitions=1, replication_factor=1, config={name: value})])
     assert error_code(futures[other]) == KafkaError.INVALID_CONFIG
     assert other not in topic_partition_counts(bootstrap)
+
+
+HOSTILE_CONFIG_VALUES = (
+    "", " ", "abc", "-1", "-2147483649", "9223372036854775808", "1e400", "NaN", "-0.5", "1.5", "0x10",
+    "true", "compact,,delete", "\u00e9", "9" * 400,
+)
+
+
+def test_every_config_refuses_hostile_values_or_takes_them_and_the_broker_serves(bootstrap, weir_only):
+    """Every topic config and every broker config changeable at runtime, set (incrementally) to
+    values an attacker or a typo gives: each is refused (INVALID_CONFIG for a topic,
+    INVALID_REQUEST for a broker, as Kafka answers) or taken, and
+    whatever was taken is deleted again; the broker keeps serving throughout: a value that
+    passes the check but not the parse where it is used would stop the process."""
+    client = admin(bootstrap)
+    topic = unique_topic("cfg-hostile")
+    create_topic(bootstrap, topic, partitions=1)
+    targets = [ConfigResource(ResourceType.TOPIC, topic)]
+    # (Weir's own: it sets every dynamic broker config, which on another broker may include
+    # its listeners.)
+    broker = ConfigResource(ResourceType.BROKER, str(weir_only.node_id))
+    dynamic = [name for name, entry in client.describe_configs([broker])[broker].result(timeout=30).items() if not entry.is_read_only]
+    # (librdkafka cannot name the cluster-wide default, a broker resource with an empty name.)
+    targets.append(broker)
+    # As Kafka answers: a topic's bad value is INVALID_CONFIG, a broker's INVALID_REQUEST.
+    refusal = {ResourceType.TOPIC: KafkaError.INVALID_CONFIG, ResourceType.BROKER: KafkaError.INVALID_REQUEST}
+    taken, refused, other = 0, 0, {}
+    for target in targets:
+        names = list(describe(client, topic)) if target.restype == ResourceType.TOPIC else dynamic
+        for name in names:
+            for value in HOSTILE_CONFIG_VALUES:
+                resource = ConfigResource(target.restype, target.name, incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+                code = error_code(client.incremental_alter_configs([resource], request_timeout=20)[resource])
+                if code == 0:
+                    taken += 1
+                    undo = ConfigResource(target.restype, target.name, incremental_configs=[ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)])
+                    assert error_code(client.incremental_alter_configs([undo], request_timeout=20)[undo]) == 0, (target, name)
+                elif code == refusal[target.restype]:
+                    refused += 1
+                else:
+                    other[(target.name, name, value)] = code
+        assert_serving(bootstrap, topic)
+    print(f"{taken} values taken (and deleted), {refused} refused, over {len(targets)} resources")
+    assert not other, f"answered with another error: {other}"
+    assert refused > taken > 0
+    produce_confluent(bootstrap, topic, [Rec(key=None, value=b"after", partition=0)])
+    assert read_confluent(bootstrap, topic, [0])[0][-1].value == b"after"
 
 
 NOT_ENOUGH_REPLICAS = 19
