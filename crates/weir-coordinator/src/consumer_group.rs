@@ -419,8 +419,22 @@ impl ConsumerGroup {
         request: &ConsumerHeartbeat,
         bounds: &MetadataBounds,
     ) -> Result<(), GroupError> {
-        if request.topic_names.is_none() && request.topic_regex.is_none() {
+        if self.subscription_adds_bytes(request, bounds).is_some() {
             return Ok(());
+        }
+        tracing::warn!(target: "weir::groups", group = group_id, client_id = %request.client_id, client_host = %request.client_host, bytes = sent_subscription_bytes(request), limit = bounds.group_max_bytes, "ConsumerGroupHeartbeat refused: the group's subscriptions would be over group.metadata.max.bytes");
+        Err(GroupError::GroupMaxSizeReached)
+    }
+
+    /// The bytes a heartbeat's subscription adds to what the group holds (less what its member
+    /// held), or `None` when it would take the group over `group.metadata.max.bytes`.
+    pub fn subscription_adds_bytes(
+        &self,
+        request: &ConsumerHeartbeat,
+        bounds: &MetadataBounds,
+    ) -> Option<usize> {
+        if request.topic_names.is_none() && request.topic_regex.is_none() {
+            return Some(0);
         }
         let others: usize = self
             .members
@@ -429,11 +443,8 @@ impl ConsumerGroup {
             .map(|(_, m)| m.subscription_bytes())
             .sum();
         let sent = sent_subscription_bytes(request);
-        if others + sent <= bounds.group_max_bytes {
-            return Ok(());
-        }
-        tracing::warn!(target: "weir::groups", group = group_id, client_id = %request.client_id, client_host = %request.client_host, bytes = sent, held = others, limit = bounds.group_max_bytes, "ConsumerGroupHeartbeat refused: the group's subscriptions would be over group.metadata.max.bytes");
-        Err(GroupError::GroupMaxSizeReached)
+        (others + sent <= bounds.group_max_bytes)
+            .then(|| sent.saturating_sub(self.member_subscription_bytes(&request.member_id)))
     }
 
     /// The member a leave names: by member id, or a static member by instance id.

@@ -16,8 +16,8 @@ use crate::consumer_group::{
     STATIC_LEAVE_EPOCH,
 };
 use crate::group::{
-    protocols_bytes, CommittedOffset, Group, GroupLimits, GroupState, JoinOutcome, JoinRequest,
-    MemberDescription, MetadataBounds, Step, SyncOutcome, SyncRequest,
+    CommittedOffset, Group, GroupLimits, GroupState, JoinOutcome, JoinRequest, MemberDescription,
+    MetadataBounds, Step, SyncOutcome, SyncRequest,
 };
 use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::GroupError;
@@ -467,14 +467,13 @@ impl GroupCoordinator {
                 Err(error) => return JoinOutcome::failed(error, &member_id),
                 Ok(_) => {
                     let limits = self.settings.limits;
-                    // Over the member bound it is refused by the group and never held.
-                    let joining = protocols_bytes(&request.protocols);
-                    if joining <= limits.metadata.member_max_bytes {
-                        let held = groups
-                            .groups
-                            .get(group_id)
-                            .map_or(0, |g| g.member_metadata_bytes(&request.member_id));
-                        let more = joining.saturating_sub(held);
+                    // A join the group's own bounds refuse is refused there and adds nothing.
+                    let adds = match groups.groups.get(group_id) {
+                        Some(group) => group.join_adds_bytes(&request, &limits),
+                        None => Group::new(group_id.to_string(), &limits, 0)
+                            .join_adds_bytes(&request, &limits),
+                    };
+                    if let Some(more) = adds {
                         if let Err(error) = groups.admit_metadata(&limits.metadata, group_id, more)
                         {
                             return JoinOutcome::failed(error, &member_id);
@@ -532,10 +531,14 @@ impl GroupCoordinator {
     pub async fn sync_group(&self, group_id: &str, request: SyncRequest<'_>) -> SyncOutcome {
         let (rx, store, wait) = {
             let mut groups = self.lock();
-            let bounds = self.settings.limits.metadata;
-            let assigned: usize = request.assignments.iter().map(|(_, a)| a.len()).sum();
-            if assigned <= bounds.group_max_bytes {
-                groups.admit_metadata(&bounds, group_id, assigned)?;
+            // Assignments the group's bounds refuse are refused there and add nothing.
+            let limits = self.settings.limits;
+            let assigned = groups
+                .groups
+                .get(group_id)
+                .and_then(|g| g.assignment_bytes(&request.assignments, &limits));
+            if let Some(more) = assigned.filter(|more| *more > 0) {
+                groups.admit_metadata(&limits.metadata, group_id, more)?;
             }
             let (partition, group) = Self::member_group(&mut groups, group_id)?;
             let wait = group.rebalance_timeout() + WAIT_GRACE;
@@ -817,15 +820,19 @@ impl GroupCoordinator {
             if created && !joining {
                 return Err(GroupError::GroupIdNotFound);
             }
+            // (check_request refused a subscription over the member bound.) One the group's
+            // bound refuses is refused there and adds nothing.
             let bounds = self.settings.consumer.metadata;
-            let sent = sent_subscription_bytes(&request);
-            if sent > 0 && sent <= bounds.member_max_bytes {
-                let held = groups
-                    .groups
-                    .get(group_id)
-                    .and_then(|g| g.consumer.as_ref())
-                    .map_or(0, |c| c.member_subscription_bytes(&request.member_id));
-                groups.admit_metadata(&bounds, group_id, sent.saturating_sub(held))?;
+            let adds = match groups
+                .groups
+                .get(group_id)
+                .and_then(|g| g.consumer.as_ref())
+            {
+                Some(consumer) => consumer.subscription_adds_bytes(&request, &bounds),
+                None => Some(sent_subscription_bytes(&request)),
+            };
+            if let Some(more) = adds.filter(|more| *more > 0) {
+                groups.admit_metadata(&bounds, group_id, more)?;
             }
             let group = groups
                 .groups
@@ -1666,6 +1673,15 @@ mod consumer_protocol_tests {
         }
         let refused = coordinator.join_group("d", classic("d", "")).await;
         assert_eq!(refused.error, Some(GroupError::CoordinatorNotAvailable));
+        let mut too_large = classic("a", "");
+        too_large.protocols[0].1 = bytes::Bytes::from(vec![0u8; 1_000]);
+        let refused = coordinator.join_group("a", too_large).await;
+        assert_eq!(refused.error, Some(GroupError::InvalidRequest));
+        assert_eq!(
+            coordinator.lock().metadata_held,
+            3 * 900,
+            "refused joins add nothing"
+        );
         let mut subscription = heartbeat("x", 0, None);
         subscription.topic_names = Some(vec!["t".repeat(400)]);
         assert_eq!(

@@ -239,7 +239,7 @@ pub struct MetadataBounds {
 }
 
 /// Bytes a member's protocols take: their names and metadata.
-pub(crate) fn protocols_bytes(protocols: &[(String, Bytes)]) -> usize {
+fn protocols_bytes(protocols: &[(String, Bytes)]) -> usize {
     protocols
         .iter()
         .map(|(name, metadata)| name.len() + metadata.len())
@@ -439,14 +439,6 @@ impl Group {
                 .consumer
                 .as_ref()
                 .map_or(0, ConsumerGroup::subscription_bytes)
-    }
-
-    /// Bytes of metadata `member_id` (a classic member) holds now; 0 for one not in the group.
-    pub fn member_metadata_bytes(&self, member_id: &str) -> usize {
-        self.members
-            .iter()
-            .find(|m| m.id == member_id)
-            .map_or(0, Member::metadata_bytes)
     }
 
     /// Applies a durable commit unless a newer commit or tombstone of the same partition is
@@ -668,44 +660,57 @@ impl Group {
         request: &JoinRequest,
         limits: &GroupLimits,
     ) -> Result<(), GroupError> {
-        let joining = protocols_bytes(&request.protocols);
-        let refuse = |error: GroupError, what: &str, limit: usize| {
-            tracing::warn!(
-                target: "weir::groups",
-                group = %self.id,
-                client_id = %request.client_id,
-                client_host = %request.client_host,
-                bytes = joining,
-                limit,
-                "JoinGroup refused ({error}): {what}"
-            );
-            Err(error)
+        let Err((error, what, limit)) = self.join_bytes(request, limits) else {
+            return Ok(());
         };
+        tracing::warn!(
+            target: "weir::groups",
+            group = %self.id,
+            client_id = %request.client_id,
+            client_host = %request.client_host,
+            bytes = protocols_bytes(&request.protocols),
+            limit,
+            "JoinGroup refused ({error}): {what}"
+        );
+        Err(error)
+    }
+
+    /// The bytes a join adds to what the group holds (its protocols, less what the member it
+    /// replaces held), or why the group's bounds refuse it: the error, what it says, the bound.
+    fn join_bytes(
+        &self,
+        request: &JoinRequest,
+        limits: &GroupLimits,
+    ) -> Result<usize, (GroupError, &'static str, usize)> {
+        let joining = protocols_bytes(&request.protocols);
         if joining > limits.metadata.member_max_bytes {
-            return refuse(
+            return Err((
                 GroupError::InvalidRequest,
                 "the member's protocol metadata is over group.member.metadata.max.bytes",
                 limits.metadata.member_max_bytes,
-            );
+            ));
         }
-        let others: usize = self
-            .members
-            .iter()
-            .filter(|m| {
-                m.id != request.member_id
-                    && (request.group_instance_id.is_none()
-                        || m.instance_id != request.group_instance_id)
-            })
-            .map(Member::metadata_bytes)
-            .sum();
+        let (replaced, others): (Vec<&Member>, Vec<&Member>) = self.members.iter().partition(|m| {
+            m.id == request.member_id
+                || (request.group_instance_id.is_some()
+                    && m.instance_id == request.group_instance_id)
+        });
+        let others: usize = others.into_iter().map(Member::metadata_bytes).sum();
         if others + joining > limits.metadata.group_max_bytes {
-            return refuse(
+            return Err((
                 GroupError::GroupMaxSizeReached,
                 "the group's members' metadata would be over group.metadata.max.bytes",
                 limits.metadata.group_max_bytes,
-            );
+            ));
         }
-        Ok(())
+        let held: usize = replaced.into_iter().map(Member::metadata_bytes).sum();
+        Ok(joining.saturating_sub(held))
+    }
+
+    /// The bytes a join would add to what the group holds, or `None` when the group's own
+    /// bounds refuse it (then it adds nothing).
+    pub fn join_adds_bytes(&self, request: &JoinRequest, limits: &GroupLimits) -> Option<usize> {
+        self.join_bytes(request, limits).ok()
     }
 
     /// Same protocol type as the group, and one protocol every member (with this one) supports.
@@ -1095,26 +1100,35 @@ impl Group {
         assignments: &[(String, Bytes)],
         limits: &GroupLimits,
     ) -> Result<(), GroupError> {
-        let largest = assignments.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
-        let total = self
-            .members
-            .iter()
-            .map(|m| protocols_bytes(&m.protocols))
-            .sum::<usize>()
-            + assignments.iter().map(|(_, a)| a.len()).sum::<usize>();
-        if largest <= limits.metadata.member_max_bytes && total <= limits.metadata.group_max_bytes {
+        if self.assignment_bytes(assignments, limits).is_some() {
             return Ok(());
         }
         tracing::warn!(
             target: "weir::groups",
             group = %self.id,
-            largest,
-            total,
             member_limit = limits.metadata.member_max_bytes,
             group_limit = limits.metadata.group_max_bytes,
             "SyncGroup refused (invalid request): the leader's assignment is over group.member.metadata.max.bytes or group.metadata.max.bytes"
         );
         Err(GroupError::InvalidRequest)
+    }
+
+    /// The bytes a leader's assignments take, or `None` when the group's bounds refuse them.
+    pub fn assignment_bytes(
+        &self,
+        assignments: &[(String, Bytes)],
+        limits: &GroupLimits,
+    ) -> Option<usize> {
+        let largest = assignments.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
+        let assigned: usize = assignments.iter().map(|(_, a)| a.len()).sum();
+        let protocols: usize = self
+            .members
+            .iter()
+            .map(|m| protocols_bytes(&m.protocols))
+            .sum();
+        (largest <= limits.metadata.member_max_bytes
+            && protocols + assigned <= limits.metadata.group_max_bytes)
+            .then_some(assigned)
     }
 
     fn assignment_of(&self, index: usize) -> SyncAssignment {
