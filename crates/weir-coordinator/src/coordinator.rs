@@ -487,7 +487,8 @@ impl GroupCoordinator {
                     let step = group.join(request, &limits, Instant::now(), now_ms());
                     // A join refused before it could create the group (a session timeout out
                     // of range, a member id the group never gave, metadata over its bounds)
-                    // leaves no group behind, as in Kafka; other refusals of a new member keep the group it made.
+                    // leaves no group behind, as in Kafka; other refusals of a new member keep
+                    // the group it made.
                     let refused_early = matches!(
                         &step,
                         Step::Done(JoinOutcome {
@@ -542,7 +543,7 @@ impl GroupCoordinator {
             }
             let (partition, group) = Self::member_group(&mut groups, group_id)?;
             let wait = group.rebalance_timeout() + WAIT_GRACE;
-            match group.sync(request, &self.settings.limits, Instant::now()) {
+            match group.sync(request, &limits, Instant::now()) {
                 Step::Done(outcome) => return outcome,
                 Step::Wait(rx) => (rx, None, wait),
                 Step::Store(value, rx) => {

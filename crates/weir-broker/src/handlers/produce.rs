@@ -315,7 +315,13 @@ fn check_partition(
             format!("Produce v{version} may not use zstd; it needs v7 or later"),
         ));
     }
-    if let Some(in_sync) = partition.too_few_in_sync().filter(|_| acks == -1) {
+    // Only acks=all asks for the ISR (a lock), so other writes skip the check.
+    let too_few = if acks == -1 {
+        partition.too_few_in_sync()
+    } else {
+        None
+    };
+    if let Some(in_sync) = too_few {
         return Err(ErrorReply::new(
             ResponseError::NotEnoughReplicas,
             format!(
