@@ -433,7 +433,12 @@ async fn fetch_from(
     out
 }
 
-/// Looks up an offset with ListOffsets; `None` when no record matches a timestamp.
+/// Pause before asking again after leadership moved or a broker was unreachable.
+const LIST_OFFSET_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Looks up an offset with ListOffsets; `None` when no record matches a timestamp. A
+/// retriable error (leadership moved, the leader restarting) is retried against fresh
+/// metadata until the client's request timeout, as Kafka's clients do.
 pub(crate) async fn list_offset(
     cluster: &Cluster,
     topic: &str,
@@ -446,6 +451,28 @@ pub(crate) async fn list_offset(
         OffsetSpec::Timestamp(ts) => ts,
         OffsetSpec::At(offset) => return Ok(Some(offset)),
     };
+    let deadline = tokio::time::Instant::now() + cluster.config().request_timeout;
+    loop {
+        match list_offset_once(cluster, topic, partition, timestamp).await {
+            Err(error)
+                if error.is_retriable()
+                    && tokio::time::Instant::now() + LIST_OFFSET_BACKOFF < deadline =>
+            {
+                cluster.invalidate(topic).await;
+                tokio::time::sleep(LIST_OFFSET_BACKOFF).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// One ListOffsets request to the partition's leader as the cached metadata names it.
+async fn list_offset_once(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Result<Option<i64>> {
     let info = cluster.topic(topic, false).await?;
     let leader = info
         .partitions
@@ -474,4 +501,119 @@ pub(crate) async fn list_offset(
         return Err(error);
     }
     Ok((result.offset >= 0).then_some(result.offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use kafka_protocol::messages::list_offsets_response::{
+        ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+    };
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::{BrokerId, MetadataResponse, ResponseKind};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A one-node broker that leads partition 0 of topic `t` and answers the first
+    /// `stale_answers` ListOffsets with NOT_LEADER_OR_FOLLOWER (leadership just moved to it),
+    /// then with offset 42. Counts the ListOffsets it was sent.
+    async fn broker_whose_leadership_just_moved(
+        stale_answers: usize,
+    ) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    while let Ok(length) = socket.read_i32().await {
+                        let mut frame = vec![0u8; length as usize];
+                        socket.read_exact(&mut frame).await.expect("frame");
+                        let key = i16::from_be_bytes([frame[0], frame[1]]);
+                        let version = i16::from_be_bytes([frame[2], frame[3]]);
+                        let correlation_id =
+                            i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+                        let api = ApiKey::try_from(key).expect("api key");
+                        let body = match api {
+                            ApiKey::ApiVersions => {
+                                ResponseKind::ApiVersions(weir_proto::api::api_versions_response(0))
+                            }
+                            ApiKey::Metadata => {
+                                let mut broker = MetadataResponseBroker::default();
+                                broker.node_id = BrokerId(1);
+                                broker.host = StrBytes::from_static_str("127.0.0.1");
+                                broker.port = i32::from(address.port());
+                                let mut partition = MetadataResponsePartition::default();
+                                partition.leader_id = BrokerId(1);
+                                partition.replica_nodes = vec![BrokerId(1)];
+                                partition.isr_nodes = vec![BrokerId(1)];
+                                let mut topic = MetadataResponseTopic::default();
+                                topic.name = Some(TopicName(StrBytes::from_static_str("t")));
+                                topic.partitions = vec![partition];
+                                let mut metadata = MetadataResponse::default();
+                                metadata.brokers = vec![broker];
+                                metadata.topics = vec![topic];
+                                ResponseKind::Metadata(metadata)
+                            }
+                            ApiKey::ListOffsets => {
+                                let seen = counter.fetch_add(1, Ordering::SeqCst);
+                                let mut partition = ListOffsetsPartitionResponse::default();
+                                if seen < stale_answers {
+                                    partition.error_code =
+                                        ResponseError::NotLeaderOrFollower.code();
+                                } else {
+                                    partition.offset = 42;
+                                }
+                                let mut topic = ListOffsetsTopicResponse::default();
+                                topic.name = TopicName(StrBytes::from_static_str("t"));
+                                topic.partitions = vec![partition];
+                                let mut response = ListOffsetsResponse::default();
+                                response.topics = vec![topic];
+                                ResponseKind::ListOffsets(response)
+                            }
+                            other => panic!("unexpected request {other:?}"),
+                        };
+                        let answer =
+                            weir_proto::encode_response(api, version, correlation_id, &body)
+                                .expect("encode");
+                        if socket.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address.to_string(), asked)
+    }
+
+    #[tokio::test]
+    async fn list_offset_asks_again_when_leadership_just_moved() {
+        let (address, asked) = broker_whose_leadership_just_moved(2).await;
+        let cluster = Cluster::new(ClientConfig::new(&address));
+        let end = list_offset(&cluster, "t", 0, OffsetSpec::Latest).await;
+        assert_eq!(end.expect("offset"), Some(42));
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn list_offset_gives_up_at_the_request_timeout() {
+        let (address, asked) = broker_whose_leadership_just_moved(usize::MAX).await;
+        let mut config = ClientConfig::new(&address);
+        config.request_timeout = Duration::from_millis(500);
+        let cluster = Cluster::new(config);
+        let end = list_offset(&cluster, "t", 0, OffsetSpec::Latest).await;
+        assert_eq!(
+            end.expect_err("never led").code(),
+            Some(ResponseError::NotLeaderOrFollower.code())
+        );
+        assert!((2..=6).contains(&asked.load(Ordering::SeqCst)));
+    }
 }
