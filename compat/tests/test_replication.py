@@ -150,3 +150,51 @@ def test_leader_failover_loses_no_acknowledged_write(cluster, tmp_path):  # noqa
     report = ", ".join(f"{how} {seconds:.2f} s" for how, seconds in failovers.items())
     (tmp_path / "failover.txt").write_text(report + "\n")
     print(f"leader failover (kill → next acknowledged write): {report}")
+
+
+def test_unclean_election_configured_on_the_servers_elects_an_out_of_sync_replica(tmp_path):
+    """`unclean.leader.election.enable` in the servers' own configuration (spelled TRUE, as
+    Kafka reads booleans) lets the controller elect an out-of-sync replica when the last in-sync
+    one is gone, as Kafka's controller does; a topic that sets it to false keeps waiting for its
+    in-sync replica."""
+    from weir_cluster import DevCluster, free_base_port
+
+    cluster = DevCluster(tmp_path / "cluster", free_base_port(), env={"WEIR_UNCLEAN_LEADER_ELECTION_ENABLE": "TRUE"})
+    try:
+        cluster.start()
+        client = admin(cluster.bootstrap)
+        unclean, clean = unique_topic("unclean"), unique_topic("clean")
+        created = client.create_topics(
+            [
+                NewTopic(unclean, num_partitions=1, replica_assignment=[[1, 2]]),
+                NewTopic(clean, num_partitions=1, replica_assignment=[[1, 2]], config={"unclean.leader.election.enable": "false"}),
+            ]
+        )
+        for future in created.values():
+            future.result(timeout=30)
+        for topic in (unclean, clean):
+            deadline = Deadline(30)
+            while sorted(r.id for r in cluster.describe(topic).partitions[0].isr) != [1, 2]:
+                assert not deadline.expired(), f"{topic}: ISR never filled"
+                time.sleep(0.2)
+
+        def leader_and_isr(topic: str) -> tuple[int, list[int]]:
+            p = cluster.describe(topic).partitions[0]
+            return (p.leader.id if p.leader is not None else -1), sorted(r.id for r in p.isr)
+
+        # Node 2 goes away: node 1 leads alone, then goes away too, the last in sync.
+        cluster.kill_node(2)
+        deadline = Deadline(60)
+        while any(leader_and_isr(t) != (1, [1]) for t in (unclean, clean)):
+            assert not deadline.expired(), f"node 2 never left the ISRs: {leader_and_isr(unclean)}\n{cluster.logs()}"
+            time.sleep(0.3)
+        cluster.kill_node(1)
+        cluster.restart_node(2)
+        assert cluster.wait_serving(2, 60), cluster.exit_status(2)
+        deadline = Deadline(60)
+        while leader_and_isr(unclean) != (2, [2]):
+            assert not deadline.expired(), f"the out-of-sync replica was not elected: {leader_and_isr(unclean)}\n{cluster.logs()}"
+            time.sleep(0.3)
+        assert leader_and_isr(clean) == (-1, [1])
+    finally:
+        cluster.kill()

@@ -11,8 +11,8 @@ use weir_metadata::broker_config::{
     broker_setting, parse_host_counts, SettingKind, BROKER_SETTINGS,
 };
 use weir_metadata::topic_config::{
-    compression_codec, dynamic_broker_config, topic_config, ConfigKind, TopicConfigDef,
-    CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
+    compression_codec, dynamic_broker_config, parse_boolean, topic_config, ConfigKind,
+    TopicConfigDef, CLEANUP_COMPACT, CLEANUP_DELETE, FLUSH_POLICY_ALWAYS, FLUSH_POLICY_NEVER,
     TIMESTAMP_LOG_APPEND_TIME, TOPIC_CONFIGS,
 };
 use weir_metadata::MetadataImage;
@@ -50,20 +50,18 @@ pub struct CleanerSettings {
 impl CleanerSettings {
     /// The settings from a lookup of each `log.cleaner.*` value (already validated).
     fn from_values<'a>(value: impl Fn(&str) -> &'a str) -> CleanerSettings {
-        let long = |name: &str| parse_validated(name, value(name));
+        let long = |name: &str| read::<i64>(name, value(name));
         let threads = long("log.cleaner.threads").max(1) as usize;
+        let rate = "log.cleaner.io.max.bytes.per.second";
         CleanerSettings {
-            enabled: value("log.cleaner.enable") == "true",
+            enabled: read_boolean("log.cleaner.enable", value("log.cleaner.enable")),
             threads,
             key_map_entries: (long("log.cleaner.dedupe.buffer.size") as usize
                 / threads
                 / KEY_MAP_BYTES_PER_ENTRY)
                 .max(1),
             // A rate as Kafka gives it, a decimal; above u64::MAX it is no limit.
-            io_bytes_per_second: value("log.cleaner.io.max.bytes.per.second")
-                .trim()
-                .parse::<f64>()
-                .map_or(u64::MAX, |rate| rate as u64),
+            io_bytes_per_second: read::<f64>(rate, value(rate)) as u64,
             backoff_ms: long("log.cleaner.backoff.ms") as u64,
         }
     }
@@ -80,12 +78,41 @@ pub struct ConnectionSettings {
     pub per_ip_overrides: Vec<(String, u32)>,
 }
 
-/// An integer value that was validated against its setting's kind (defaults are well-formed).
-fn parse_validated(name: &str, value: &str) -> i64 {
-    value
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{name}={value} was validated as an integer"))
+/// The built-in default of config `name`: a topic config (by its topic or broker name) or a
+/// broker setting. Names are the constants of the tables, so an unknown one is a bug.
+fn default_of(name: &str) -> &'static str {
+    topic_config(name)
+        .or_else(|| dynamic_broker_config(name))
+        .map(|def| def.default)
+        .or_else(|| broker_setting(name).map(|s| s.default))
+        .unwrap_or_else(|| panic!("{name} is not a config"))
+}
+
+/// Logs a stored value that does not read, and that its default stands in for.
+fn unreadable(name: &str, text: &str) -> &'static str {
+    let default = default_of(name);
+    tracing::warn!(target: "weir::config", name, value = text, default, "a config value set earlier does not read as its type; using the default");
+    default
+}
+
+/// Reads `text`, the value of config `name`, which was checked when it was set (at startup or
+/// by the controller), once, where it is resolved. One that still does not read (a metadata
+/// log written by a version that checked otherwise) is the config's default, with a warning,
+/// rather than a broker that stops.
+fn read<T: std::str::FromStr>(name: &str, text: &str) -> T {
+    text.trim().parse().unwrap_or_else(|_| {
+        let default = unreadable(name, text);
+        default
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the default of {name}, {default:?}, reads"))
+    })
+}
+
+/// Reads boolean `text` of config `name` as Kafka does ([`parse_boolean`]), as [`read`] reads
+/// the others.
+fn read_boolean(name: &str, text: &str) -> bool {
+    parse_boolean(text).unwrap_or_else(|| parse_boolean(unreadable(name, text)) == Some(true))
 }
 
 /// A broker property that is unknown or has a bad value.
@@ -235,7 +262,7 @@ fn value_of<'a>(given: &'a BTreeMap<String, String>, name: &str) -> &'a str {
 }
 
 fn long_of(given: &BTreeMap<String, String>, name: &str) -> i64 {
-    parse_validated(name, value_of(given, name))
+    read(name, value_of(given, name))
 }
 
 impl BrokerConfig {
@@ -253,6 +280,7 @@ impl BrokerConfig {
             }
         }
         let long = |name: &str| long_of(properties, name);
+        let boolean = |name: &str| read_boolean(name, value_of(properties, name));
         let metadata_bounds = MetadataBounds {
             member_max_bytes: long("group.member.metadata.max.bytes") as usize,
             group_max_bytes: long("group.metadata.max.bytes") as usize,
@@ -260,7 +288,7 @@ impl BrokerConfig {
         };
         let config = BrokerConfig {
             given: properties.clone(),
-            auto_create_topics_enable: value_of(properties, "auto.create.topics.enable") == "true",
+            auto_create_topics_enable: boolean("auto.create.topics.enable"),
             num_partitions: long("num.partitions") as i32,
             default_replication_factor: long("default.replication.factor") as i16,
             socket_request_max_bytes: long("socket.request.max.bytes") as u32,
@@ -280,8 +308,7 @@ impl BrokerConfig {
             replica_lag_time_max_ms: long("replica.lag.time.max.ms") as u64,
             broker_rack: Some(value_of(properties, "broker.rack").trim().to_string())
                 .filter(|rack| !rack.is_empty()),
-            auto_leader_rebalance_enable: value_of(properties, "auto.leader.rebalance.enable")
-                == "true",
+            auto_leader_rebalance_enable: boolean("auto.leader.rebalance.enable"),
             leader_imbalance_check_interval_seconds: long("leader.imbalance.check.interval.seconds")
                 as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
@@ -387,6 +414,13 @@ impl BrokerConfig {
             .map_or_else(|| value_of(&self.given, name), |(value, _)| value)
     }
 
+    /// `unclean.leader.election.enable` as this process was started with (its static level),
+    /// which the controller reads below the dynamic levels, as Kafka's does.
+    pub fn static_unclean_leader_election_enable(&self) -> bool {
+        let name = "unclean.leader.election.enable";
+        read_boolean(name, value_of(&self.given, name))
+    }
+
     /// The log cleaner's settings under `dynamic` (they change at runtime).
     pub fn cleaner_settings(&self, dynamic: DynamicConfigs<'_>) -> CleanerSettings {
         CleanerSettings::from_values(|name| self.setting(dynamic, name))
@@ -395,13 +429,13 @@ impl BrokerConfig {
     /// `producer.id.expiration.ms` under `dynamic`.
     pub fn producer_id_expiration_ms(&self, dynamic: DynamicConfigs<'_>) -> i64 {
         let name = "producer.id.expiration.ms";
-        parse_validated(name, self.setting(dynamic, name))
+        read(name, self.setting(dynamic, name))
     }
 
     /// The connection limits under `dynamic`. A bad override list cannot be stored (the
     /// controller checks it), so it is read as none.
     pub fn connection_settings(&self, dynamic: DynamicConfigs<'_>) -> ConnectionSettings {
-        let long = |name: &str| parse_validated(name, self.setting(dynamic, name));
+        let long = |name: &str| read::<i64>(name, self.setting(dynamic, name));
         let overrides = "max.connections.per.ip.overrides";
         ConnectionSettings {
             max_connections: long("max.connections") as u32,
@@ -619,19 +653,13 @@ pub struct TopicSettings {
 impl TopicSettings {
     /// Settings from a lookup of each topic config's value (already validated).
     fn resolve<'a>(value: impl Fn(&str) -> &'a str, producer_ids_max: usize) -> TopicSettings {
-        let long = |name: &str| -> i64 {
-            let text = value(name);
-            text.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("{name}={text} was validated as an integer"))
-        };
+        let long = |name: &str| read::<i64>(name, value(name));
         let policy = value("cleanup.policy");
         let compaction = policy.contains(CLEANUP_COMPACT).then(|| CompactionConfig {
-            min_cleanable_dirty_ratio_ppm: (value("min.cleanable.dirty.ratio")
-                .trim()
-                .parse::<f64>()
-                .unwrap_or(0.5)
-                * 1_000_000.0) as u32,
+            min_cleanable_dirty_ratio_ppm: (read::<f64>(
+                "min.cleanable.dirty.ratio",
+                value("min.cleanable.dirty.ratio"),
+            ) * 1_000_000.0) as u32,
             min_compaction_lag_ms: long("min.compaction.lag.ms"),
             max_compaction_lag_ms: long("max.compaction.lag.ms"),
             delete_retention_ms: long("delete.retention.ms"),
@@ -725,6 +753,76 @@ mod tests {
                 .retention_ms,
             5000
         );
+    }
+
+    #[test]
+    fn booleans_read_in_any_case_at_every_level() {
+        let broker = config(&[
+            ("auto.create.topics.enable", "FALSE"),
+            ("auto.leader.rebalance.enable", " False "),
+            ("unclean.leader.election.enable", "True"),
+            ("log.cleaner.enable", "false"),
+        ])
+        .expect("Kafka reads these");
+        assert!(!broker.auto_create_topics_enable);
+        assert!(!broker.auto_leader_rebalance_enable);
+        assert!(broker.static_unclean_leader_election_enable());
+        assert!(!config(&[])
+            .expect("defaults")
+            .static_unclean_leader_election_enable());
+        assert!(!broker.cleaner_settings(DynamicConfigs::none()).enabled);
+        let cleaning = config(&[("log.cleaner.enable", " TRUE ")]).expect("Kafka reads it");
+        assert!(cleaning.cleaner_settings(DynamicConfigs::none()).enabled);
+    }
+
+    #[test]
+    fn a_stored_value_that_does_not_read_is_its_default_not_a_stop() {
+        // As a metadata log written by a version that checked otherwise could hold them.
+        let broker = config(&[("log.retention.ms", "5000")]).expect("valid");
+        let cluster = BTreeMap::from([
+            ("log.retention.ms".to_string(), "a week".to_string()),
+            (
+                "log.cleaner.min.cleanable.ratio".to_string(),
+                "most".to_string(),
+            ),
+            ("log.cleaner.threads".to_string(), "several".to_string()),
+            ("max.connections".to_string(), "many".to_string()),
+            ("producer.id.expiration.ms".to_string(), "".to_string()),
+        ]);
+        let dynamic = DynamicConfigs {
+            node: &NO_CONFIGS,
+            cluster: &cluster,
+        };
+        let compacted = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("min.compaction.lag.ms".to_string(), "soon".to_string()),
+        ]);
+        let settings = broker.topic_settings(dynamic, &compacted);
+        assert_eq!(settings.log.retention_ms, 604_800_000);
+        let compaction = settings.log.compaction.expect("compacted");
+        assert_eq!(compaction.min_cleanable_dirty_ratio_ppm, 500_000);
+        assert_eq!(compaction.min_compaction_lag_ms, 0);
+        let cleaner = broker.cleaner_settings(dynamic);
+        assert_eq!((cleaner.enabled, cleaner.threads), (true, 1));
+        assert_eq!(broker.connection_settings(dynamic).max_connections, 10_000);
+        assert_eq!(broker.producer_id_expiration_ms(dynamic), 86_400_000);
+    }
+
+    #[test]
+    fn every_default_reads_as_its_type() {
+        for def in TOPIC_CONFIGS {
+            let text = def.default;
+            let reads = match def.kind {
+                ConfigKind::Long { .. } | ConfigKind::Int { .. } => text.parse::<i64>().is_ok(),
+                ConfigKind::Fraction | ConfigKind::Decimal => text.parse::<f64>().is_ok(),
+                ConfigKind::Choice(["true", "false"]) => parse_boolean(text).is_some(),
+                _ => true,
+            };
+            assert!(reads, "{}={text}", def.name);
+        }
+        for setting in BROKER_SETTINGS {
+            assert_eq!(setting.check(setting.default), Ok(()), "{}", setting.name);
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The controller: validates requests, turns them into commands and commits them through the
 //! metadata quorum, whose applied images it publishes.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use weir_metadata::broker_config::check_runtime_broker_config;
-use weir_metadata::topic_config::validate_topic_config;
+use weir_metadata::broker_config::checked_runtime_broker_config;
+use weir_metadata::topic_config::checked_topic_configs;
 use weir_metadata::{
     validate_topic_name, AlterPartition, BrokerListener, BrokerRegistration, Committed,
     ConfigChange, ControllerError, ElectionType, MetadataCommand, MetadataControl, MetadataImage,
@@ -19,7 +20,7 @@ use weir_metadata::{
 use weir_storage::Storage;
 
 use crate::forward::{ControlRequest, ControlValue};
-use crate::liveness::{Leases, DEFAULT_SESSION_TIMEOUT_MS};
+use crate::liveness::{Leases, UncleanDefaults, DEFAULT_SESSION_TIMEOUT_MS};
 use crate::placement::place;
 use crate::quorum::{ControlFuture, ControlHandler, MetadataQuorum};
 use crate::record_file::{RecordFile, RecordFileError};
@@ -52,6 +53,8 @@ pub struct Controller {
     /// `leader.imbalance.check.interval.seconds` in ms, or 0 without
     /// `auto.leader.rebalance.enable`.
     pub(crate) rebalance_interval_ms: AtomicU64,
+    /// Where `unclean.leader.election.enable` comes from below a topic's own setting.
+    pub(crate) unclean: std::sync::Mutex<UncleanDefaults>,
 }
 
 /// Gives a command written before replicas were recorded its replicas: every partition on
@@ -126,6 +129,7 @@ impl Controller {
             leases: std::sync::Mutex::new(Leases::default()),
             session_timeout_ms: AtomicU64::new(DEFAULT_SESSION_TIMEOUT_MS),
             rebalance_interval_ms: AtomicU64::new(0),
+            unclean: std::sync::Mutex::new(UncleanDefaults::default()),
         }
     }
 
@@ -205,13 +209,11 @@ impl Controller {
             .ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))
     }
 
-    fn check_configs<'a>(
-        configs: impl IntoIterator<Item = (&'a String, &'a String)>,
-    ) -> Result<(), ControllerError> {
-        for (key, value) in configs {
-            validate_topic_config(key, value).map_err(ControllerError::InvalidConfig)?;
-        }
-        Ok(())
+    /// A topic's config overrides checked, and as they are kept (as Kafka describes them).
+    fn checked_configs(
+        configs: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, ControllerError> {
+        checked_topic_configs(configs).map_err(ControllerError::InvalidConfig)
     }
 
     /// Creates a topic with a fresh random id. With `validate_only` nothing changes.
@@ -239,7 +241,10 @@ impl Controller {
                 "Replication factor must be larger than 0, or -1 to use the default value.".into(),
             ));
         }
-        Self::check_configs(&topic.configs)?;
+        let topic = NewTopic {
+            configs: Self::checked_configs(&topic.configs)?,
+            ..topic
+        };
         let _turn = self.deciding.lock().await;
         let image = self.image();
         if image.topic(&topic.name).is_some() {
@@ -345,7 +350,7 @@ impl Controller {
         // moves and the new one rejoins each ISR only once it has caught up.
         let image = self.image();
         if image.broker(node_id).is_some_and(|b| !b.fenced) {
-            let changes = crate::liveness::fence(&image, node_id);
+            let changes = crate::liveness::fence(&image, node_id, self.unclean_defaults());
             self.commit(MetadataCommand::FenceBroker { node_id, changes })
                 .await?;
         }
@@ -449,7 +454,10 @@ impl Controller {
         validate_only: bool,
     ) -> Result<(), ControllerError> {
         // Deleting a key that is not a config deletes nothing, as in Kafka.
-        Self::check_configs(&change.set)?;
+        let change = ConfigChange {
+            set: Self::checked_configs(&change.set)?,
+            ..change
+        };
         let _turn = self.deciding.lock().await;
         let image = self.image();
         let topic_id = Self::topic_id(&image, name)?;
@@ -470,10 +478,14 @@ impl Controller {
         change: ConfigChange,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
-        let fixed: Vec<&str> = change
+        let checked: Vec<_> = change
             .set
             .iter()
-            .filter(|(name, value)| check_runtime_broker_config(name, value).is_none())
+            .map(|(name, value)| (name, checked_runtime_broker_config(name, value)))
+            .collect();
+        let fixed: Vec<&str> = checked
+            .iter()
+            .filter(|(_, checked)| checked.is_none())
             .map(|(name, _)| name.as_str())
             .collect();
         if !fixed.is_empty() {
@@ -482,11 +494,13 @@ impl Controller {
                 fixed.join(", ")
             )));
         }
-        for (name, value) in &change.set {
-            if let Some(Err(why)) = check_runtime_broker_config(name, value) {
-                return Err(ControllerError::InvalidRequest(why));
-            }
-        }
+        let set = checked
+            .into_iter()
+            .filter_map(|(name, checked)| Some((name.clone(), checked?)))
+            .map(|(name, checked)| checked.map(|value| (name, value)))
+            .collect::<Result<_, _>>()
+            .map_err(ControllerError::InvalidRequest)?;
+        let change = ConfigChange { set, ..change };
         let _turn = self.deciding.lock().await;
         if !validate_only {
             let command = MetadataCommand::AlterBrokerConfig { node_id, change };

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use weir_metadata::topic_config::parse_boolean;
 use weir_metadata::{
     AlterPartition, ControllerError, ElectionType, MetadataCommand, MetadataImage, PartitionChange,
     PartitionImage, TopicImage, NO_LEADER,
@@ -22,7 +23,40 @@ pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
 /// How often the active controller looks for expired leases.
 const LEASE_CHECK_MS: u64 = 250;
 
+/// Where `unclean.leader.election.enable` comes from when a topic does not set it, in the order
+/// Kafka's controller reads the levels: the deciding controller node's own dynamic config, the
+/// cluster-wide dynamic config, then the controller's static config; `false` below them all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UncleanDefaults {
+    /// The deciding controller's node id, whose node-level dynamic config applies.
+    pub node_id: Option<i32>,
+    /// `unclean.leader.election.enable` as the controller's process was configured.
+    pub configured: bool,
+}
+
+impl UncleanDefaults {
+    /// Whether `topic` lets an out-of-sync replica lead: the first level that sets it.
+    pub fn allow(&self, image: &MetadataImage, topic: &TopicImage) -> bool {
+        let node = self.node_id.map(|id| image.broker_configs(Some(id)));
+        [Some(&topic.configs), node, Some(image.broker_configs(None))]
+            .into_iter()
+            .flatten()
+            .find_map(|level| level.get(UNCLEAN_ELECTION))
+            .map_or(self.configured, |value| parse_boolean(value) == Some(true))
+    }
+}
+
 impl Controller {
+    /// Sets where `unclean.leader.election.enable` comes from below a topic's own setting.
+    pub fn set_unclean_defaults(&self, defaults: UncleanDefaults) {
+        *self.unclean.lock().unwrap_or_else(|e| e.into_inner()) = defaults;
+    }
+
+    /// Where `unclean.leader.election.enable` comes from below a topic's own setting.
+    pub(crate) fn unclean_defaults(&self) -> UncleanDefaults {
+        *self.unclean.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Sets `broker.session.timeout.ms`: how long a broker may go without a heartbeat.
     pub fn set_session_timeout(&self, timeout: Duration) {
         self.session_timeout_ms
@@ -116,7 +150,7 @@ impl Controller {
         let image = self.image();
         Self::check_broker_epoch(&image, node_id, broker_epoch)?;
         if image.broker(node_id).is_some_and(|b| b.fenced) {
-            let changes = unfence(&image, node_id);
+            let changes = unfence(&image, node_id, self.unclean_defaults());
             tracing::info!(target: "weir::controller", node_id, elected = changes.len(), "broker unfenced");
             self.commit(MetadataCommand::UnfenceBroker { node_id, changes })
                 .await?;
@@ -131,7 +165,7 @@ impl Controller {
         if image.broker(node_id).is_none_or(|b| b.fenced) {
             return Ok(());
         }
-        let changes = fence(&image, node_id);
+        let changes = fence(&image, node_id, self.unclean_defaults());
         let partitions = changes.len();
         self.commit(MetadataCommand::FenceBroker { node_id, changes })
             .await?;
@@ -329,16 +363,6 @@ pub fn isr_change(
     Ok(Some(change))
 }
 
-/// Whether `topic` lets an out-of-sync replica lead: its own setting, else the cluster-wide
-/// broker default.
-pub(crate) fn unclean_allowed(image: &MetadataImage, topic: &TopicImage) -> bool {
-    topic
-        .configs
-        .get(UNCLEAN_ELECTION)
-        .or_else(|| image.broker_configs(None).get(UNCLEAN_ELECTION))
-        .is_some_and(|v| v == "true")
-}
-
 fn change(topic: &TopicImage, index: usize, leader: i32, isr: Vec<i32>) -> PartitionChange {
     partition_change(topic.topic_id, index as i32, leader, isr, None)
 }
@@ -361,7 +385,11 @@ fn partitions(
 /// election (when the topic allows it) picks the first live replica; otherwise the partition
 /// has no leader and keeps `node_id` as its last in-sync replica, so that replica leads again
 /// when it returns and nothing acknowledged is lost.
-pub fn fence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
+pub fn fence(
+    image: &MetadataImage,
+    node_id: i32,
+    unclean: UncleanDefaults,
+) -> Vec<PartitionChange> {
     let alive = |id: i32| id != node_id && image.is_alive(id);
     partitions(image)
         .filter(|(_, _, p)| p.leader == node_id || p.isr.contains(&node_id))
@@ -378,9 +406,9 @@ pub fn fence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
             let leader = match in_sync {
                 Some(leader) => leader,
                 None => match p.replicas.iter().copied().find(|id| alive(*id)) {
-                    Some(unclean) if unclean_allowed(image, topic) => {
-                        isr = vec![unclean];
-                        unclean
+                    Some(id) if unclean.allow(image, topic) => {
+                        isr = vec![id];
+                        id
                     }
                     _ => {
                         if isr.is_empty() {
@@ -403,13 +431,17 @@ pub fn fence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
 /// What the return of fenced broker `node_id` changes: each leaderless partition whose ISR
 /// holds it gets it as leader, as does one that allows an unclean election and has it as a
 /// replica (with it alone in sync).
-pub fn unfence(image: &MetadataImage, node_id: i32) -> Vec<PartitionChange> {
+pub fn unfence(
+    image: &MetadataImage,
+    node_id: i32,
+    unclean: UncleanDefaults,
+) -> Vec<PartitionChange> {
     partitions(image)
         .filter(|(_, _, p)| p.leader == NO_LEADER && p.replicas.contains(&node_id))
         .filter_map(|(topic, index, p)| {
             if p.isr.contains(&node_id) {
                 Some(change(topic, index, node_id, p.isr.clone()))
-            } else if unclean_allowed(image, topic) {
+            } else if unclean.allow(image, topic) {
                 Some(change(topic, index, node_id, vec![node_id]))
             } else {
                 None
@@ -453,7 +485,7 @@ pub(crate) mod tests {
     }
 
     fn fenced(mut image: MetadataImage, node_id: i32) -> MetadataImage {
-        let changes = fence(&image, node_id);
+        let changes = fence(&image, node_id, UncleanDefaults::default());
         image.apply(&MetadataCommand::FenceBroker { node_id, changes });
         image
     }
@@ -486,8 +518,8 @@ pub(crate) mod tests {
         let p = partition(&image, 0);
         assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]));
         // Replica 2 returns first: out of sync, it may not lead.
-        assert!(unfence(&image, 2).is_empty());
-        let changes = unfence(&image, 1);
+        assert!(unfence(&image, 2, UncleanDefaults::default()).is_empty());
+        let changes = unfence(&image, 1, UncleanDefaults::default());
         image.apply(&MetadataCommand::UnfenceBroker {
             node_id: 1,
             changes,
@@ -508,7 +540,7 @@ pub(crate) mod tests {
             )])),
         });
         // 2 came back but is out of sync; 1 dies: with unclean election 2 leads.
-        let changes = unfence(&image, 2);
+        let changes = unfence(&image, 2, UncleanDefaults::default());
         assert!(changes.is_empty(), "1 still leads");
         image.apply(&MetadataCommand::UnfenceBroker {
             node_id: 2,
@@ -517,6 +549,45 @@ pub(crate) mod tests {
         image = fenced(image, 1);
         let p = partition(&image, 0);
         assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+    }
+
+    #[test]
+    fn unclean_election_reads_every_level_below_the_topic_as_kafkas_controller_does() {
+        let set = |image: &mut MetadataImage, node_id: Option<i32>, value: &str| {
+            let change = weir_metadata::ConfigChange::setting(BTreeMap::from([(
+                UNCLEAN_ELECTION.to_string(),
+                value.to_string(),
+            )]));
+            match node_id {
+                Some(-1) => image.apply(&MetadataCommand::AlterTopicConfig {
+                    topic_id: Uuid::from_u128(7),
+                    change,
+                }),
+                node_id => image.apply(&MetadataCommand::AlterBrokerConfig { node_id, change }),
+            }
+        };
+        let allowed = |image: &MetadataImage, defaults: UncleanDefaults| {
+            defaults.allow(image, image.topic("t").expect("topic"))
+        };
+        let controller = |configured| UncleanDefaults {
+            node_id: Some(1),
+            configured,
+        };
+        let mut image = image(&[1, 2], vec![vec![1, 2]]);
+        assert!(!allowed(&image, UncleanDefaults::default()));
+        // The controller's static config, when nothing dynamic sets it.
+        assert!(allowed(&image, controller(true)));
+        // The cluster-wide level over the static one, as Kafka spells booleans.
+        set(&mut image, None, "FALSE");
+        assert!(!allowed(&image, controller(true)));
+        // The controller node's own level over the cluster-wide one; another node's is not read.
+        set(&mut image, Some(2), "false");
+        set(&mut image, Some(1), " True");
+        assert!(allowed(&image, controller(false)));
+        assert!(!allowed(&image, UncleanDefaults::default()));
+        // The topic's own over all of them.
+        set(&mut image, Some(-1), "false");
+        assert!(!allowed(&image, controller(true)));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use weir_metadata::{
     NO_LEADER,
 };
 
-use crate::liveness::unclean_allowed;
+use crate::liveness::UncleanDefaults;
 use crate::Controller;
 
 impl Controller {
@@ -21,6 +21,7 @@ impl Controller {
         allow_replication_factor_change: bool,
     ) -> Result<Vec<PartitionOutcome>, ControllerError> {
         let _turn = self.deciding.lock().await;
+        let unclean = self.unclean_defaults();
         self.decide_partitions(reassignments.into_iter().map(|r| {
             let key = (r.topic, r.partition);
             let decide = move |image: &MetadataImage, topic: &TopicImage, p: &PartitionImage| {
@@ -33,7 +34,7 @@ impl Controller {
                         target,
                         allow_replication_factor_change,
                     ),
-                    None => cancel(image, topic, r.partition, p),
+                    None => cancel(image, topic, r.partition, p, unclean),
                 }
             };
             (key, decide)
@@ -226,6 +227,7 @@ pub fn cancel(
     topic: &TopicImage,
     index: i32,
     p: &PartitionImage,
+    unclean: UncleanDefaults,
 ) -> Decision {
     if !p.reassigning() {
         return Err(PartitionRefusal::NoReassignmentInProgress(format!(
@@ -237,7 +239,7 @@ pub fn cancel(
     let mut isr = ordered(&p.isr, &original);
     if isr.is_empty() {
         match original.iter().copied().find(|id| image.is_alive(*id)) {
-            Some(id) if unclean_allowed(image, topic) => isr = vec![id],
+            Some(id) if unclean.allow(image, topic) => isr = vec![id],
             _ => {
                 return Err(PartitionRefusal::InvalidReplicaAssignment(format!(
                     "Unable to revert partition assignment for {}:{index} because it would require an unclean leader election.",
@@ -491,7 +493,13 @@ mod tests {
         ));
         assert!(decide(&image, |t, p| reassign(&image, t, 0, p, &[1, 2, 3], true)).is_ok());
         assert!(matches!(
-            decide(&image, |t, p| cancel(&image, t, 0, p)),
+            decide(&image, |t, p| cancel(
+                &image,
+                t,
+                0,
+                p,
+                UncleanDefaults::default()
+            )),
             Err(PartitionRefusal::NoReassignmentInProgress(_))
         ));
     }
@@ -502,7 +510,9 @@ mod tests {
         let decision = decide(&image, |t, p| reassign(&image, t, 0, p, &[3, 4], false));
         apply(&mut image, decision);
         assert_eq!(partition(&image).replicas, vec![3, 4, 1, 2]);
-        let decision = decide(&image, |t, p| cancel(&image, t, 0, p));
+        let decision = decide(&image, |t, p| {
+            cancel(&image, t, 0, p, UncleanDefaults::default())
+        });
         apply(&mut image, decision);
         let p = partition(&image);
         assert_eq!(
@@ -523,7 +533,7 @@ mod tests {
             Err(PartitionRefusal::ElectionNotNeeded(_))
         ));
         // 1 is fenced: 2 leads; 1 returns and catches up; the preferred election moves it back.
-        let changes = crate::liveness::fence(&image, 1);
+        let changes = crate::liveness::fence(&image, 1, UncleanDefaults::default());
         image.apply(&MetadataCommand::FenceBroker {
             node_id: 1,
             changes,
@@ -561,13 +571,13 @@ mod tests {
             Err(PartitionRefusal::ElectionNotNeeded(_))
         ));
         for id in [1, 2] {
-            let changes = crate::liveness::fence(&image, id);
+            let changes = crate::liveness::fence(&image, id, UncleanDefaults::default());
             image.apply(&MetadataCommand::FenceBroker {
                 node_id: id,
                 changes,
             });
         }
-        let changes = crate::liveness::fence(&image, 3);
+        let changes = crate::liveness::fence(&image, 3, UncleanDefaults::default());
         image.apply(&MetadataCommand::FenceBroker {
             node_id: 3,
             changes,

@@ -2,7 +2,9 @@
 //! accepted values, and which of them change at runtime (Kafka's dynamic broker configs). The
 //! broker reads them at startup; the controller checks runtime changes against them.
 
-use crate::topic_config::{check_kind, dynamic_broker_config, int, long, ConfigKind, BOOLEAN};
+use crate::topic_config::{
+    canonical, check_kind, dynamic_broker_config, int, long, ConfigKind, BOOLEAN,
+};
 
 /// The values a broker-only setting accepts.
 #[derive(Debug, Clone, Copy)]
@@ -356,6 +358,20 @@ pub fn check_runtime_broker_config(name: &str, value: &str) -> Option<Result<(),
     broker_setting(name)
         .filter(|setting| setting.dynamic)
         .map(|setting| setting.check(value))
+}
+
+/// A runtime broker config's value, checked ([`check_runtime_broker_config`]), as Kafka
+/// describes it once parsed ([`canonical`]); `None` when `name` does not change at runtime.
+pub fn checked_runtime_broker_config(name: &str, value: &str) -> Option<Result<String, String>> {
+    let kind = match dynamic_broker_config(name) {
+        Some(def) => Some(def.kind),
+        None => match broker_setting(name).filter(|setting| setting.dynamic)?.kind {
+            SettingKind::Plain(kind) => Some(kind),
+            SettingKind::HostCounts | SettingKind::Text => None,
+        },
+    };
+    let checked = check_runtime_broker_config(name, value)?;
+    Some(checked.map(|()| kind.map_or_else(|| value.to_string(), |kind| canonical(kind, value))))
 }
 
 /// Parses `host:count,host:count`; hosts may be IPv6 (the count follows the last colon).

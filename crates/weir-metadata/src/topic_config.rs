@@ -2,6 +2,8 @@
 //! overrides each default. A key not listed here is refused with INVALID_CONFIG rather than
 //! stored and silently ignored.
 
+use std::collections::BTreeMap;
+
 /// What values a config accepts, and so which Kafka config type it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigKind {
@@ -195,6 +197,56 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef { name: "unclean.leader.election.enable", broker_name: "unclean.leader.election.enable", default: "false", kind: BOOLEAN, doc: "Let an out-of-sync replica become leader; a single-node broker has no other replica." },
 ];
 
+/// A boolean as Kafka reads one: `true` or `false` in any case, spaces around ignored.
+pub fn parse_boolean(value: &str) -> Option<bool> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// `value`, already checked against `kind`, as Kafka describes it once parsed: a boolean in
+/// lower case, an integer without spaces or leading zeros, a list's items without spaces
+/// around them. Other values stay as given.
+pub fn canonical(kind: ConfigKind, value: &str) -> String {
+    match kind {
+        ConfigKind::Choice(["true", "false"]) => match parse_boolean(value) {
+            Some(boolean) => boolean.to_string(),
+            None => value.to_string(),
+        },
+        ConfigKind::Long { .. } | ConfigKind::Int { .. } => value
+            .trim()
+            .parse::<i64>()
+            .map_or_else(|_| value.to_string(), |n| n.to_string()),
+        ConfigKind::List(_) => value
+            .split(',')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => value.to_string(),
+    }
+}
+
+/// A topic's config overrides, checked ([`validate_topic_config`]) and written as Kafka
+/// describes them ([`canonical`]).
+pub fn checked_topic_configs(
+    configs: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, String> {
+    configs
+        .iter()
+        .map(|(name, value)| {
+            validate_topic_config(name, value)?;
+            let kind = topic_config(name).map(|def| def.kind);
+            let value = kind.map_or_else(|| value.clone(), |kind| canonical(kind, value));
+            Ok((name.clone(), value))
+        })
+        .collect()
+}
+
 /// The definition of topic config `name`.
 pub fn topic_config(name: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
@@ -241,10 +293,11 @@ pub fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), Strin
             Ok(_) => Ok(()),
             Err(_) => invalid("Not a number of type DOUBLE".into()),
         },
+        ConfigKind::Choice(["true", "false"]) => match parse_boolean(value) {
+            Some(_) => Ok(()),
+            None => invalid("Expected value to be either true or false".into()),
+        },
         ConfigKind::Choice(options) if options.contains(&value) => Ok(()),
-        ConfigKind::Choice(["true", "false"]) => {
-            invalid("Expected value to be either true or false".into())
-        }
         ConfigKind::Choice(options) => {
             invalid(format!("String must be one of: {}", options.join(", ")))
         }
@@ -268,6 +321,10 @@ pub fn check_kind(name: &str, kind: ConfigKind, value: &str) -> Result<(), Strin
             let items: Vec<&str> = value.split(',').map(str::trim).collect();
             let mut seen = Vec::new();
             for item in &items {
+                // Worded as Kafka's, which does not name the value.
+                if item.is_empty() {
+                    return Err(format!("Configuration '{name}' values must not be empty."));
+                }
                 if !options.contains(item) {
                     return invalid(format!("String must be one of: {}", options.join(", ")));
                 }
@@ -294,11 +351,73 @@ pub fn validate_topic_config(name: &str, value: &str) -> Result<(), String> {
     match topic_config(name) {
         Some(def) => {
             check_value(def, value)?;
-            if name == "remote.storage.enable" && value == "true" {
+            if name == "remote.storage.enable" && parse_boolean(value) == Some(true) {
                 return Err("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into());
             }
             Ok(())
         }
         None => Err(format!("Unknown topic config name: {name}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_read_as_kafka_reads_them() {
+        for (text, value) in [
+            ("true", Some(true)),
+            ("TRUE", Some(true)),
+            (" True ", Some(true)),
+            ("false", Some(false)),
+            ("FaLsE\t", Some(false)),
+            ("", None),
+            ("yes", None),
+            ("1", None),
+            ("truee", None),
+        ] {
+            assert_eq!(parse_boolean(text), value, "{text:?}");
+            let def = topic_config("unclean.leader.election.enable").expect("defined");
+            assert_eq!(check_value(def, text).is_ok(), value.is_some(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn values_are_kept_as_kafka_describes_them() {
+        let given = BTreeMap::from([
+            (
+                "unclean.leader.election.enable".to_string(),
+                " TRUE".to_string(),
+            ),
+            ("retention.ms".to_string(), " 0007200000 ".to_string()),
+            ("cleanup.policy".to_string(), "compact , delete".to_string()),
+            ("min.cleanable.dirty.ratio".to_string(), "0.50".to_string()),
+            ("compression.type".to_string(), "zstd".to_string()),
+        ]);
+        let kept = checked_topic_configs(&given).expect("valid");
+        let value = |name: &str| kept[name].as_str();
+        assert_eq!(value("unclean.leader.election.enable"), "true");
+        assert_eq!(value("retention.ms"), "7200000");
+        assert_eq!(value("cleanup.policy"), "compact,delete");
+        assert_eq!(value("min.cleanable.dirty.ratio"), "0.50");
+        assert_eq!(value("compression.type"), "zstd");
+        let bad = BTreeMap::from([("retention.ms".to_string(), "soon".to_string())]);
+        assert!(checked_topic_configs(&bad).is_err());
+    }
+
+    #[test]
+    fn tiered_storage_is_refused_however_true_is_spelled() {
+        for text in ["true", "TRUE", " True"] {
+            assert!(validate_topic_config("remote.storage.enable", text).is_err());
+        }
+        assert!(validate_topic_config("remote.storage.enable", "FALSE").is_ok());
+    }
+
+    #[test]
+    fn every_default_passes_its_own_check() {
+        for def in TOPIC_CONFIGS {
+            assert_eq!(check_value(def, def.default), Ok(()), "{}", def.name);
+        }
     }
 }

@@ -13,6 +13,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_controller::liveness::UncleanDefaults;
 use weir_controller::query::DATABASE_FILE;
 use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_gateway::Gateway;
@@ -266,6 +267,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     }
     let controller = Arc::new(Controller::new(quorum.clone()));
     controller.set_session_timeout(Duration::from_millis(config.broker_session_timeout_ms));
+    controller.set_unclean_defaults(UncleanDefaults {
+        node_id: Some(args.node_id),
+        configured: config.static_unclean_leader_election_enable(),
+    });
     controller.set_leader_rebalance(
         config
             .auto_leader_rebalance_enable

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use weir_broker::config::{BrokerConfig, DynamicConfigs, TopicSettings};
 use weir_broker::partition::Partition;
 use weir_broker::replication::{check_replica, divergence, refusal_is_final, IsrRequest};
-use weir_controller::liveness::{fence, isr_change, unfence, Leases};
+use weir_controller::liveness::{fence, isr_change, unfence, Leases, UncleanDefaults};
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::{validate, BatchHeader, Log, ManualClock, ValidationLimits};
 use weir_metadata::{
@@ -622,7 +622,7 @@ impl Sim {
             .expired(&self.controller.image, timeout, now);
         expired.sort_unstable();
         for node_id in expired {
-            let changes = fence(&self.controller.image, node_id);
+            let changes = fence(&self.controller.image, node_id, UncleanDefaults::default());
             self.commit(MetadataCommand::FenceBroker { node_id, changes });
         }
         let registered = NODES
@@ -655,7 +655,8 @@ impl Sim {
                     .broker(node_id)
                     .is_some_and(|b| !b.fenced)
                 {
-                    let changes = fence(&self.controller.image, node_id);
+                    let changes =
+                        fence(&self.controller.image, node_id, UncleanDefaults::default());
                     self.commit(MetadataCommand::FenceBroker { node_id, changes });
                 }
                 let incarnation_id = Uuid::from_u128(u128::from(self.rng.next()));
@@ -695,7 +696,8 @@ impl Sim {
                     .broker(node_id)
                     .is_some_and(|b| b.fenced)
                 {
-                    let changes = unfence(&self.controller.image, node_id);
+                    let changes =
+                        unfence(&self.controller.image, node_id, UncleanDefaults::default());
                     self.commit(MetadataCommand::UnfenceBroker { node_id, changes });
                 }
                 let image = Arc::new(self.controller.image.clone());
@@ -713,7 +715,7 @@ impl Sim {
                         .broker(node_id)
                         .is_some_and(|b| !b.fenced) =>
             {
-                let changes = fence(&self.controller.image, node_id);
+                let changes = fence(&self.controller.image, node_id, UncleanDefaults::default());
                 self.commit(MetadataCommand::FenceBroker { node_id, changes });
                 self.controller.leases.forget(node_id);
             }

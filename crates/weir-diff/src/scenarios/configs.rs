@@ -56,6 +56,8 @@ scenarios! { "configs";
         "IncrementalAlterConfigs v1 of log.cleaner.threads to four times its value";
     broker_settings_at_runtime: Expect::Same,
         "IncrementalAlterConfigs v1 of broker settings that change at runtime: the cleaner's, the connection limits, producer expiry";
+    value_spellings: Expect::Same,
+        "IncrementalAlterConfigs v1 of a boolean, an integer and a list each spelled three ways, each then described";
 }
 
 fn resource(kind: i8, name: &str, keys: Option<&[&str]>) -> DescribeConfigsResource {
@@ -545,4 +547,34 @@ async fn broker_settings_at_runtime(cx: &mut Ctx) -> Result<()> {
     ];
     incremental(cx, BROKER, "", delete, false).await?;
     describe(cx, 4, vec![resource(BROKER, "1", Some(&keys))], true, false).await
+}
+
+async fn value_spellings(cx: &mut Ctx) -> Result<()> {
+    let topic = create_topic(cx, "spellings", 1, &[]).await?;
+    let name = topic.0.to_string();
+    let spellings: [(&str, &[&str]); 3] = [
+        (
+            "unclean.leader.election.enable",
+            &["TRUE", " False ", "yes"],
+        ),
+        ("retention.ms", &[" 0007200000 ", "+5000", "1e3"]),
+        (
+            "cleanup.policy",
+            &["compact , delete", " delete", "compact,,delete"],
+        ),
+    ];
+    for (key, values) in spellings {
+        for value in values {
+            incremental(cx, TOPIC, &name, &[(key, SET, Some(value))], false).await?;
+            describe(
+                cx,
+                4,
+                vec![resource(TOPIC, &name, Some(&[key]))],
+                true,
+                false,
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }
