@@ -244,6 +244,7 @@ for arg in "$@"; do
   [[ "$arg" == compat/* ]] && SELECTION=()
 done
 begin "compatibility suite (${SELECTION[*]:-selected}, $WORKERS workers) against $WEIR_BIN_PATH"
+# The slowest tests are listed at the end: where the suite's minutes go.
 WEIR_BIN="$WEIR_BIN_PATH" "$VENV/bin/python" -m pytest "${SELECTION[@]+"${SELECTION[@]}"}" -q --timeout=300 \
-  -n "$WORKERS" --dist loadfile "$@"
+  -n "$WORKERS" --dist loadfile --durations=20 --durations-min=5 "$@"
 end

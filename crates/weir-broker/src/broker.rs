@@ -10,7 +10,7 @@ use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
 
-use crate::config::{BrokerConfig, DynamicConfigs};
+use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::fetch_session::FetchSessions;
 use crate::metrics::BrokerMetrics;
 use crate::offsets_topic::PartitionOffsetsLog;
@@ -114,6 +114,9 @@ pub struct Broker {
     /// The latest image the hosted partitions and the coordinator were brought in line with:
     /// what request handlers read.
     applied: watch::Sender<Arc<MetadataImage>>,
+    /// The broker-wide settings in force, resolved from the dynamic configs of the applied
+    /// image whenever one of their levels changes.
+    runtime: watch::Sender<Arc<RuntimeSettings>>,
     /// Hosted partitions.
     pub partitions: Arc<PartitionRegistry>,
     /// The consumer-group coordinator, keeping its state in `__consumer_offsets`.
@@ -164,10 +167,12 @@ impl Broker {
                 .min(Semaphore::MAX_PERMITS),
         ));
         let broker_epoch = Arc::new(AtomicU64::new(0));
+        let runtime = config.runtime_settings(DynamicConfigs::of(&image, identity_node_id));
         let broker = Arc::new(Broker {
             identity,
             controller,
             applied: watch::Sender::new(image),
+            runtime: watch::Sender::new(Arc::new(runtime)),
             partitions,
             coordinator,
             offsets_topic_creation: tokio::sync::Mutex::new(()),
@@ -199,6 +204,33 @@ impl Broker {
     /// Each metadata image as it is applied here, for tasks that follow dynamic configs.
     pub fn applied_images(&self) -> watch::Receiver<Arc<MetadataImage>> {
         self.applied.subscribe()
+    }
+
+    /// The broker-wide settings in force, as they change at runtime.
+    pub fn runtime_settings(&self) -> watch::Receiver<Arc<RuntimeSettings>> {
+        self.runtime.subscribe()
+    }
+
+    /// Resolves the broker-wide settings again when `image`, newer than the one applied,
+    /// changes a level of the dynamic configs this broker sees (most images change partitions
+    /// only).
+    fn follow_runtime_settings(&self, image: &MetadataImage) {
+        let node_id = self.identity.node_id;
+        let applied = self.applied.borrow().clone();
+        let unchanged = image.applied_count <= applied.applied_count
+            || (image.broker_configs(Some(node_id)) == applied.broker_configs(Some(node_id))
+                && image.broker_configs(None) == applied.broker_configs(None));
+        if unchanged {
+            return;
+        }
+        let wanted = self.config.runtime_settings(self.dynamic_configs(image));
+        self.runtime.send_if_modified(|in_force| {
+            let changed = **in_force != wanted;
+            if changed {
+                *in_force = Arc::new(wanted);
+            }
+            changed
+        });
     }
 
     /// The dynamic broker configs this broker sees in `image`.
@@ -236,6 +268,7 @@ impl Broker {
             tracing::warn!(target: "weir::groups", "{OFFSETS_TOPIC} was deleted: every group and committed offset is gone; it is created again on the next group request");
             self.coordinator.reset();
         }
+        self.follow_runtime_settings(&image);
         self.applied.send_if_modified(|applied| {
             let newer = image.applied_count > applied.applied_count;
             if newer {
@@ -368,7 +401,8 @@ impl Broker {
             tokio::select! {
                 _ = retention.tick() => {
                     let broker = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || broker.partitions.run_retention()).await;
+                    let expiration_ms = broker.runtime.borrow().producer_id_expiration_ms;
+                    let _ = tokio::task::spawn_blocking(move || broker.partitions.run_retention(expiration_ms)).await;
                 }
                 _ = reopen.tick() => {
                     let broker = self.clone();

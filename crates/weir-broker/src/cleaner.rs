@@ -116,23 +116,22 @@ impl Partition {
 impl Broker {
     /// Runs the cleaner until shutdown (not at all when `log.cleaner.enable` is false).
     pub async fn run_log_cleaner(self: Arc<Self>) {
-        if !self.config.cleaner.enabled {
+        let mut runtime = self.runtime_settings();
+        if !runtime.borrow().cleaner.enabled {
             return;
         }
-        let mut images = self.applied_images();
         let mut shutdown = self.shutdown.clone();
         let mut throttle: Option<Arc<IoThrottle>> = None;
         let mut last_round: Option<tokio::time::Instant> = None;
         loop {
             // The settings change at runtime: read them for every round, and again whenever
-            // the metadata changes while waiting (a shorter backoff applies at once).
-            let image = images.borrow_and_update().clone();
-            let settings = self.config.cleaner_settings(self.dynamic_configs(&image));
+            // they change while waiting (a shorter backoff applies at once).
+            let settings = runtime.borrow_and_update().cleaner;
             let backoff = Duration::from_millis(settings.backoff_ms);
             let next = last_round.map_or_else(tokio::time::Instant::now, |last| last + backoff);
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
-                changed = images.changed() => {
+                changed = runtime.changed() => {
                     if changed.is_err() {
                         return;
                     }

@@ -33,7 +33,7 @@ pub enum ConfigSource {
 }
 
 /// The log cleaner's settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CleanerSettings {
     /// `log.cleaner.enable`.
     pub enabled: bool,
@@ -65,6 +65,18 @@ impl CleanerSettings {
             backoff_ms: long("log.cleaner.backoff.ms") as u64,
         }
     }
+}
+
+/// The broker-wide settings that change at runtime (dynamic broker configs), resolved from
+/// every level at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeSettings {
+    /// The log cleaner's (`log.cleaner.*`).
+    pub cleaner: CleanerSettings,
+    /// The connection limits.
+    pub connections: ConnectionSettings,
+    /// `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: i64,
 }
 
 /// The connection limits that change at runtime.
@@ -137,14 +149,11 @@ pub struct BrokerConfig {
     pub queued_max_request_bytes: u64,
     /// `connections.max.idle.ms`.
     pub connections_max_idle_ms: u64,
-    /// `max.connections`.
+    /// `max.connections` as started with (lowered to what the open-file limit allows): the
+    /// most connections this process holds, whatever a runtime change asks.
     pub max_connections: u32,
-    /// `max.connections.per.ip`.
-    pub max_connections_per_ip: u32,
     /// `socket.listen.backlog.size`: the listen backlog of the Kafka and HTTP listeners.
     pub socket_listen_backlog_size: u32,
-    /// `max.connections.per.ip.overrides`, as given: (host, count).
-    pub max_connections_per_ip_overrides: Vec<(String, u32)>,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
     /// `broker.session.timeout.ms`: the lease a controller grants a broker.
@@ -161,8 +170,6 @@ pub struct BrokerConfig {
     pub leader_imbalance_check_interval_seconds: u64,
     /// `max.incremental.fetch.session.cache.slots`.
     pub fetch_session_cache_slots: usize,
-    /// `producer.id.expiration.ms`.
-    pub producer_id_expiration_ms: i64,
     /// `log.flush.offset.checkpoint.interval.ms`.
     pub checkpoint_interval_ms: u64,
     /// `offsets.topic.num.partitions`.
@@ -173,8 +180,6 @@ pub struct BrokerConfig {
     pub offsets_topic_replication_factor: i16,
     /// The group coordinator's limits (`group.*`, `offset.metadata.max.bytes`).
     pub coordinator: CoordinatorSettings,
-    /// The log cleaner's settings (`log.cleaner.*`).
-    pub cleaner: CleanerSettings,
     /// Topic settings with no topic override: the broker-level names, else Kafka's defaults.
     topic_defaults: TopicSettings,
 }
@@ -295,13 +300,7 @@ impl BrokerConfig {
             queued_max_request_bytes: long("queued.max.request.bytes") as u64,
             connections_max_idle_ms: long("connections.max.idle.ms") as u64,
             max_connections: long("max.connections") as u32,
-            max_connections_per_ip: long("max.connections.per.ip") as u32,
             socket_listen_backlog_size: long("socket.listen.backlog.size") as u32,
-            max_connections_per_ip_overrides: parse_host_counts(
-                "max.connections.per.ip.overrides",
-                value_of(properties, "max.connections.per.ip.overrides"),
-            )
-            .map_err(ConfigError)?,
             retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,
             broker_session_timeout_ms: long("broker.session.timeout.ms") as u64,
             broker_heartbeat_interval_ms: long("broker.heartbeat.interval.ms") as u64,
@@ -312,7 +311,6 @@ impl BrokerConfig {
             leader_imbalance_check_interval_seconds: long("leader.imbalance.check.interval.seconds")
                 as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
-            producer_id_expiration_ms: long("producer.id.expiration.ms"),
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
             offsets_topic_partitions: long("offsets.topic.num.partitions") as i32,
             offsets_topic_segment_bytes: long("offsets.topic.segment.bytes"),
@@ -336,7 +334,6 @@ impl BrokerConfig {
                     metadata: metadata_bounds,
                 },
             },
-            cleaner: CleanerSettings::from_values(|name| value_of(properties, name)),
             topic_defaults: TopicSettings::resolve(
                 |name| {
                     topic_config(name).map_or("", |def| match def.broker_key() {
@@ -421,27 +418,22 @@ impl BrokerConfig {
         read_boolean(name, value_of(&self.given, name))
     }
 
-    /// The log cleaner's settings under `dynamic` (they change at runtime).
-    pub fn cleaner_settings(&self, dynamic: DynamicConfigs<'_>) -> CleanerSettings {
-        CleanerSettings::from_values(|name| self.setting(dynamic, name))
-    }
-
-    /// `producer.id.expiration.ms` under `dynamic`.
-    pub fn producer_id_expiration_ms(&self, dynamic: DynamicConfigs<'_>) -> i64 {
-        let name = "producer.id.expiration.ms";
-        read(name, self.setting(dynamic, name))
-    }
-
-    /// The connection limits under `dynamic`. A bad override list cannot be stored (the
-    /// controller checks it), so it is read as none.
-    pub fn connection_settings(&self, dynamic: DynamicConfigs<'_>) -> ConnectionSettings {
-        let long = |name: &str| read::<i64>(name, self.setting(dynamic, name));
+    /// The broker-wide settings that change at runtime, resolved under `dynamic` (once per
+    /// change of a level: the broker holds the view in force).
+    pub fn runtime_settings(&self, dynamic: DynamicConfigs<'_>) -> RuntimeSettings {
+        let value = |name: &str| self.setting(dynamic, name);
+        let long = |name: &str| read::<i64>(name, value(name));
         let overrides = "max.connections.per.ip.overrides";
-        ConnectionSettings {
-            max_connections: long("max.connections") as u32,
-            max_connections_per_ip: long("max.connections.per.ip") as u32,
-            per_ip_overrides: parse_host_counts(overrides, self.setting(dynamic, overrides))
-                .unwrap_or_default(),
+        RuntimeSettings {
+            cleaner: CleanerSettings::from_values(value),
+            connections: ConnectionSettings {
+                max_connections: long("max.connections") as u32,
+                max_connections_per_ip: long("max.connections.per.ip") as u32,
+                // A bad list cannot be stored (the controller checks it): read as none.
+                per_ip_overrides: parse_host_counts(overrides, value(overrides))
+                    .unwrap_or_default(),
+            },
+            producer_id_expiration_ms: long("producer.id.expiration.ms"),
         }
     }
 
@@ -770,9 +762,19 @@ mod tests {
         assert!(!config(&[])
             .expect("defaults")
             .static_unclean_leader_election_enable());
-        assert!(!broker.cleaner_settings(DynamicConfigs::none()).enabled);
+        assert!(
+            !broker
+                .runtime_settings(DynamicConfigs::none())
+                .cleaner
+                .enabled
+        );
         let cleaning = config(&[("log.cleaner.enable", " TRUE ")]).expect("Kafka reads it");
-        assert!(cleaning.cleaner_settings(DynamicConfigs::none()).enabled);
+        assert!(
+            cleaning
+                .runtime_settings(DynamicConfigs::none())
+                .cleaner
+                .enabled
+        );
     }
 
     #[test]
@@ -802,10 +804,13 @@ mod tests {
         let compaction = settings.log.compaction.expect("compacted");
         assert_eq!(compaction.min_cleanable_dirty_ratio_ppm, 500_000);
         assert_eq!(compaction.min_compaction_lag_ms, 0);
-        let cleaner = broker.cleaner_settings(dynamic);
-        assert_eq!((cleaner.enabled, cleaner.threads), (true, 1));
-        assert_eq!(broker.connection_settings(dynamic).max_connections, 10_000);
-        assert_eq!(broker.producer_id_expiration_ms(dynamic), 86_400_000);
+        let runtime = broker.runtime_settings(dynamic);
+        assert_eq!(
+            (runtime.cleaner.enabled, runtime.cleaner.threads),
+            (true, 1)
+        );
+        assert_eq!(runtime.connections.max_connections, 10_000);
+        assert_eq!(runtime.producer_id_expiration_ms, 86_400_000);
     }
 
     #[test]
@@ -892,10 +897,11 @@ mod tests {
             node: &settings,
             cluster: &cluster,
         };
-        let cleaner = broker.cleaner_settings(at_runtime);
+        let runtime = broker.runtime_settings(at_runtime);
+        let cleaner = runtime.cleaner;
         assert_eq!((cleaner.threads, cleaner.io_bytes_per_second), (4, 1000));
-        assert_eq!(broker.producer_id_expiration_ms(at_runtime), 60_000);
-        let limits = broker.connection_settings(at_runtime);
+        assert_eq!(runtime.producer_id_expiration_ms, 60_000);
+        let limits = runtime.connections;
         assert_eq!(limits.per_ip_overrides, vec![("10.0.0.1".to_string(), 3)]);
         assert_eq!(limits.max_connections, 10_000);
         let described = broker.describe(at_runtime);
@@ -933,10 +939,11 @@ mod tests {
             ("auto.create.topics.enable", "false"),
         ])
         .expect("valid");
-        assert_eq!(broker.max_connections_per_ip, 7);
+        let connections = broker.runtime_settings(DynamicConfigs::none()).connections;
+        assert_eq!(connections.max_connections_per_ip, 7);
         assert!(!broker.auto_create_topics_enable);
         assert_eq!(
-            broker.max_connections_per_ip_overrides,
+            connections.per_ip_overrides,
             vec![
                 ("127.0.0.2".to_string(), 3),
                 ("::1".to_string(), 9),

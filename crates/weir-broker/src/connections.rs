@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, DynamicConfigs};
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,13 +98,14 @@ impl Drop for ConnectionSlot {
 }
 
 impl ConnectionLimits {
-    /// Limits from the broker config, resolving override host names; an override naming a
-    /// host that does not resolve is an error (as in Kafka).
+    /// Limits from the broker's static config, resolving override host names; an override
+    /// naming a host that does not resolve is an error (as in Kafka).
     pub async fn from_config(config: &BrokerConfig) -> Result<Arc<ConnectionLimits>, String> {
-        let overrides = resolve_overrides(&config.max_connections_per_ip_overrides).await?;
+        let settings = config.runtime_settings(DynamicConfigs::none()).connections;
+        let overrides = resolve_overrides(&settings.per_ip_overrides).await?;
         Ok(ConnectionLimits::new(
             config.max_connections,
-            config.max_connections_per_ip,
+            settings.max_connections_per_ip,
             overrides,
         ))
     }

@@ -362,20 +362,10 @@ impl PartitionRegistry {
         self.files.forget_dir(dir);
     }
 
-    /// Runs retention, segment aging and producer expiry on every partition. Segment files are
-    /// deleted and rolled segments fsynced after the partition's lock is released. Blocking.
-    pub fn run_retention(&self) {
-        let synced = self
-            .synced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let expiration_ms = match &synced {
-            Some(image) => self
-                .config
-                .producer_id_expiration_ms(DynamicConfigs::of(image, self.node_id)),
-            None => self.config.producer_id_expiration_ms,
-        };
+    /// Runs retention, segment aging and producer expiry (of producers idle for
+    /// `expiration_ms`) on every partition. Segment files are deleted and rolled segments
+    /// fsynced after the partition's lock is released. Blocking.
+    pub fn run_retention(&self, expiration_ms: i64) {
         for partition in self.all() {
             let (removals, rolled, expired) = {
                 let mut log = partition.log_mut();

@@ -62,18 +62,18 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 /// Lines about refused connections and accept failures.
 static CONNECTION_WARNINGS: LineLimit = LineLimit::new();
 
-/// Puts the connection limits of each applied metadata image in force (they are dynamic
-/// broker configs), until shutdown. Override host names are resolved here; a list that does not
+/// Puts the connection limits in force as they change at runtime (they are dynamic broker
+/// configs), until shutdown. Override host names are resolved here; a list that does not
 /// resolve is logged and the limits in force are kept.
 async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionLimits>) {
-    let mut images = broker.applied_images();
+    let mut settings = broker.runtime_settings();
     let mut shutdown = broker.shutdown.clone();
-    let mut in_force = broker.config.connection_settings(DynamicConfigs::none());
+    let mut in_force = broker
+        .config
+        .runtime_settings(DynamicConfigs::none())
+        .connections;
     loop {
-        let image = images.borrow_and_update().clone();
-        let wanted = broker
-            .config
-            .connection_settings(broker.dynamic_configs(&image));
+        let wanted = settings.borrow_and_update().connections.clone();
         if wanted != in_force {
             match resolve_overrides(&wanted.per_ip_overrides).await {
                 Ok(overrides) => {
@@ -91,7 +91,7 @@ async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionL
             }
         }
         tokio::select! {
-            changed = images.changed() => {
+            changed = settings.changed() => {
                 if changed.is_err() {
                     return;
                 }

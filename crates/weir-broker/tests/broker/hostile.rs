@@ -366,7 +366,7 @@ async fn a_partition_in_use_when_its_topic_is_deleted_stops_nothing() {
         let broker = test.broker.clone();
         move || {
             broker.partitions.checkpoint();
-            broker.partitions.run_retention();
+            broker.partitions.run_retention(86_400_000);
         }
     })
     .await
