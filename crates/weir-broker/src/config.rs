@@ -210,7 +210,7 @@ static NO_CONFIGS: BTreeMap<String, String> = BTreeMap::new();
 
 /// The dynamic broker configs one broker sees (Kafka's broker names): its own, then the
 /// cluster-wide defaults, both from the metadata image.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DynamicConfigs<'a> {
     /// Set for this broker (`DYNAMIC_BROKER_CONFIG`).
     pub node: &'a BTreeMap<String, String>,

@@ -127,7 +127,7 @@ impl PartitionRegistry {
         {
             return;
         }
-        *synced = Some(image.clone());
+        let previous = synced.replace(image.clone());
         let wanted: HashMap<String, &TopicImage> =
             image.topics().map(|t| (t.name.clone(), t)).collect();
         let node_id = self.node_id;
@@ -161,16 +161,32 @@ impl PartitionRegistry {
         }
         self.tidy_dirs(&wanted);
         let dynamic = DynamicConfigs::of(image, node_id);
+        // A topic's settings are resolved again only when its overrides or a dynamic level
+        // changed since the last image synced (most images change partitions only).
+        let levels_changed = previous
+            .as_ref()
+            .is_none_or(|previous| DynamicConfigs::of(previous, node_id) != dynamic);
         let mut to_open: Vec<(&TopicImage, i32, TopicSettings)> = Vec::new();
         for topic in wanted.values() {
-            let settings = self.config.topic_settings(dynamic, &topic.configs);
+            let resolved = !levels_changed
+                && previous
+                    .as_ref()
+                    .and_then(|previous| previous.topic(&topic.name))
+                    .is_some_and(|t| t.topic_id == topic.topic_id && t.configs == topic.configs);
+            let mut settings = None;
+            let mut settings = || {
+                *settings.get_or_insert_with(|| self.config.topic_settings(dynamic, &topic.configs))
+            };
             for index in hosted_indexes(topic, node_id) {
                 match self.get(&topic.name, index) {
-                    Some(existing) if existing.settings() != settings => {
-                        existing.update_settings(settings)
+                    Some(_) if resolved => {}
+                    Some(existing) => {
+                        let settings = settings();
+                        if existing.settings() != settings {
+                            existing.update_settings(settings)
+                        }
                     }
-                    Some(_) => {}
-                    None => to_open.push((*topic, index, settings)),
+                    None => to_open.push((*topic, index, settings())),
                 }
             }
         }

@@ -1115,6 +1115,16 @@ async fn alter_broker_configs(
     broker: &str,
     changes: &[(&str, i8, Option<&str>)],
 ) -> i16 {
+    incremental_alter_configs(stream, 4, broker, changes).await
+}
+
+/// One IncrementalAlterConfigs change of the configs of a resource (2 a topic, 4 a broker).
+async fn incremental_alter_configs(
+    stream: &mut TcpStream,
+    resource_type: i8,
+    name: &str,
+    changes: &[(&str, i8, Option<&str>)],
+) -> i16 {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig,
     };
@@ -1122,8 +1132,8 @@ async fn alter_broker_configs(
         IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
     };
     let mut resource = AlterConfigsResource::default();
-    resource.resource_type = 4;
-    resource.resource_name = StrBytes::from_string(broker.to_string());
+    resource.resource_type = resource_type;
+    resource.resource_name = StrBytes::from_string(name.to_string());
     resource.configs = changes
         .iter()
         .map(|(name, op, value)| {
@@ -1171,6 +1181,22 @@ async fn dynamic_broker_configs_apply_at_once_and_survive_a_restart() {
     assert_eq!(alter_broker_configs(&mut c, "1", &refused).await, 42);
     let refused = [("message.max.bytes", SET, Some("large"))];
     assert_eq!(alter_broker_configs(&mut c, "1", &refused).await, 42);
+    assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
+    // The topic's own override comes before both, set and deleted while the levels stay.
+    let topic_small = [("max.message.bytes", SET, Some("2000"))];
+    assert_eq!(
+        incremental_alter_configs(&mut c, 2, "bounded", &topic_small).await,
+        0
+    );
+    assert_eq!(
+        produce(&mut c, "bounded", 0, 1, big()).await.0,
+        MESSAGE_TOO_LARGE
+    );
+    let topic_default = [("max.message.bytes", DELETE, None)];
+    assert_eq!(
+        incremental_alter_configs(&mut c, 2, "bounded", &topic_default).await,
+        0
+    );
     assert_eq!(produce(&mut c, "bounded", 0, 1, big()).await.0, 0);
     drop(c);
     test.shutdown().await;
