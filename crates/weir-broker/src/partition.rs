@@ -17,9 +17,15 @@ use weir_log::{AppendInfo, Log, LogError, ValidBatch};
 use weir_metadata::{PartitionImage, NO_LEADER};
 
 use crate::config::TopicSettings;
+use crate::lock_order::{Rank, Ranked};
 use crate::metrics::PartitionCounters;
 use crate::rate_limit::LineLimit;
 use crate::replication::{IsrRequest, NotAReplica, Replication};
+
+/// Shared access to a partition's log, held in lock order ([`crate::lock_order`]).
+pub type LogReadGuard<'a> = Ranked<RwLockReadGuard<'a, Log>>;
+/// Exclusive access to a partition's log, held in lock order ([`crate::lock_order`]).
+pub type LogWriteGuard<'a> = Ranked<RwLockWriteGuard<'a, Log>>;
 
 /// Exit code when the disk fails under the log: the process stops rather than run on with a log
 /// that may have lost acknowledged data.
@@ -122,8 +128,19 @@ impl Partition {
         }
     }
 
-    fn replication(&self) -> MutexGuard<'_, Replication> {
-        self.replication.lock().unwrap_or_else(|e| e.into_inner())
+    fn replication(&self) -> Ranked<MutexGuard<'_, Replication>> {
+        Ranked::take(Rank::Replication, || {
+            self.replication.lock().unwrap_or_else(|e| e.into_inner())
+        })
+    }
+
+    /// Serializes checkpoint writes; taken before the log's lock, never under it.
+    fn checkpoint_serial(&self) -> Ranked<MutexGuard<'_, ()>> {
+        Ranked::take(Rank::Checkpoint, || {
+            self.checkpoint_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        })
     }
 
     /// The partition as the last applied image has it (replicas, ISR, leader, epochs).
@@ -361,7 +378,7 @@ impl Partition {
 
     /// After a follower cut its log back (from `before`): logs `why` and wakes those waiting on
     /// the log end and high watermark, with the lock released.
-    fn publish_rewritten(&self, log: RwLockWriteGuard<'_, Log>, before: i64, why: &str) {
+    fn publish_rewritten(&self, log: LogWriteGuard<'_>, before: i64, why: &str) {
         let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
         drop(log);
         tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "{why}");
@@ -412,19 +429,23 @@ impl Partition {
     }
 
     /// Shared access to the log. Hold it briefly, never across an await or a disk read.
-    pub fn log(&self) -> RwLockReadGuard<'_, Log> {
+    pub fn log(&self) -> LogReadGuard<'_> {
         // Poisoned means an operation on the log panicked part-way; its state may be half
         // applied, so this partition is never served again (release builds abort on panic).
-        self.log
-            .read()
-            .expect("partition log lock poisoned by a panic mid-operation")
+        Ranked::take(Rank::Log, || {
+            self.log
+                .read()
+                .expect("partition log lock poisoned by a panic mid-operation")
+        })
     }
 
     /// Exclusive access to the log. Hold it briefly, never across an await.
-    pub fn log_mut(&self) -> RwLockWriteGuard<'_, Log> {
-        self.log
-            .write()
-            .expect("partition log lock poisoned by a panic mid-operation")
+    pub fn log_mut(&self) -> LogWriteGuard<'_> {
+        Ranked::take(Rank::Log, || {
+            self.log
+                .write()
+                .expect("partition log lock poisoned by a panic mid-operation")
+        })
     }
 
     /// The topic settings in force.
@@ -581,10 +602,7 @@ impl Partition {
     /// outside it. Blocking. A full disk skips it with a warning (the next start scans more).
     pub fn write_checkpoint(&self) {
         let checkpoint = self.log().checkpoint();
-        let _serial = self
-            .checkpoint_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = self.checkpoint_serial();
         match checkpoint.write() {
             Ok(()) => {}
             Err(LogError::OutOfResources(error)) => {
@@ -599,10 +617,7 @@ impl Partition {
     /// Fsyncs and closes the log with checkpoints and a clean-shutdown marker. Blocking. A full
     /// disk leaves the marker out (the next start recovers as after a crash, losing nothing).
     pub fn close(&self) {
-        let _serial = self
-            .checkpoint_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = self.checkpoint_serial();
         match self.log_mut().close() {
             Ok(()) => {}
             Err(LogError::OutOfResources(error)) => {
