@@ -11,7 +11,6 @@ use weir_log::LogError;
 
 use crate::broker::{stopping, Broker};
 use crate::config::CleanerSettings;
-use crate::handlers::decompressed_bytes_max;
 use crate::partition::Partition;
 
 /// Shares `log.cleaner.io.max.bytes.per.second` among cleaner threads: each accounts what it
@@ -69,7 +68,7 @@ impl Partition {
     pub fn clean(&self, settings: &CleanerSettings, throttle: &IoThrottle) {
         let plan = self
             .log()
-            .cleaning_plan(decompressed_bytes_max(&self.settings()));
+            .cleaning_plan(self.settings().decompressed_bytes_max());
         let Some(plan) = plan else {
             return;
         };

@@ -642,7 +642,25 @@ pub struct TopicSettings {
     pub compression_levels: Levels,
 }
 
+/// A compressed batch may decompress to at most this many times `max.message.bytes`…
+const DECOMPRESSION_RATIO_MAX: u64 = 64;
+/// …and never less than this (real producers' batches decompress to a few MiB)…
+const DECOMPRESSED_BATCH_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// …nor more than this, whatever `max.message.bytes` a topic sets.
+const DECOMPRESSED_BATCH_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
 impl TopicSettings {
+    /// The decompressed size a batch of the topic may reach, wherever it is decompressed
+    /// (produce, the cleaner, the offsets topic, ListOffsets by timestamp): the topic's
+    /// `max.decompressed.message.bytes`, within Weir's own bound.
+    pub fn decompressed_bytes_max(&self) -> u64 {
+        self.log
+            .max_message_bytes
+            .saturating_mul(DECOMPRESSION_RATIO_MAX)
+            .clamp(DECOMPRESSED_BATCH_BYTES_MIN, DECOMPRESSED_BATCH_BYTES_MAX)
+            .min(self.max_decompressed_message_bytes)
+    }
+
     /// Settings from a lookup of each topic config's value (already validated).
     fn resolve<'a>(value: impl Fn(&str) -> &'a str, producer_ids_max: usize) -> TopicSettings {
         let long = |name: &str| read::<i64>(name, value(name));

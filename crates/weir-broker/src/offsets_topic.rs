@@ -15,7 +15,6 @@ use weir_log::{validate, Clock, LogError, SystemClock, ValidationLimits};
 use weir_metadata::{ControllerError, NewTopic};
 
 use crate::broker::Broker;
-use crate::handlers::decompressed_bytes_max;
 use crate::partition::ReplicationWait;
 use crate::registry::PartitionRegistry;
 
@@ -61,7 +60,7 @@ impl OffsetsLog for PartitionOffsetsLog {
             return Err(GroupError::InvalidCommitOffsetSize);
         }
         let limits = ValidationLimits {
-            decompressed_bytes_max: decompressed_bytes_max(&settings),
+            decompressed_bytes_max: settings.decompressed_bytes_max(),
             now_ms,
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: i64::MAX,
@@ -112,7 +111,7 @@ impl OffsetsLog for PartitionOffsetsLog {
             .partitions
             .get(OFFSETS_TOPIC, partition)
             .ok_or_else(|| format!("{OFFSETS_TOPIC}-{partition} is not hosted here"))?;
-        let limit = decompressed_bytes_max(&hosted.settings());
+        let limit = hosted.settings().decompressed_bytes_max();
         let mut offset = hosted.log().log_start_offset();
         loop {
             let view = {

@@ -16,7 +16,6 @@ use weir_log::{BatchLookup, Log};
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
-use crate::handlers::produce::decompressed_bytes_max;
 
 /// `timestamp` asking for the next offset to be written.
 const LATEST_TIMESTAMP: i64 = -1;
@@ -114,7 +113,7 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                                 plan(
                                     &log,
                                     wanted.timestamp,
-                                    decompressed_bytes_max(&partition.settings()),
+                                    partition.settings().decompressed_bytes_max(),
                                 )
                             }
                         };

@@ -19,8 +19,6 @@ mod produce;
 mod producer_id;
 mod reassignments;
 
-pub(crate) use produce::decompressed_bytes_max;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -31,23 +31,6 @@ const INLINE_APPEND_BYTES_MAX: usize = 64 * 1024;
 const PRODUCE_TIMEOUT_MS_MAX: u64 = 300_000;
 /// Codec id of zstd, which Produce only allows from version 7 on.
 const CODEC_ZSTD: i16 = 4;
-/// A compressed batch may decompress to at most this many times `max.message.bytes`…
-const DECOMPRESSION_RATIO_MAX: u64 = 64;
-/// …and never less than this (real producers' batches decompress to a few MiB)…
-const DECOMPRESSED_BATCH_BYTES_MIN: u64 = 64 * 1024 * 1024;
-/// …nor more than this, whatever `max.message.bytes` a topic sets.
-const DECOMPRESSED_BATCH_BYTES_MAX: u64 = 256 * 1024 * 1024;
-
-/// The decompressed size a batch of a topic with these settings may reach: the topic's
-/// `max.decompressed.message.bytes`, within Weir's own bound.
-pub fn decompressed_bytes_max(settings: &TopicSettings) -> u64 {
-    settings
-        .log
-        .max_message_bytes
-        .saturating_mul(DECOMPRESSION_RATIO_MAX)
-        .clamp(DECOMPRESSED_BATCH_BYTES_MIN, DECOMPRESSED_BATCH_BYTES_MAX)
-        .min(settings.max_decompressed_message_bytes)
-}
 
 /// Appends done, answers pending: what [`append`] hands to the connection's response queue.
 pub struct PendingProduce {
@@ -337,7 +320,7 @@ fn check_partition(
 fn validate_and_append(job: &Job) -> Outcome {
     let settings = &job.settings;
     let limits = ValidationLimits {
-        decompressed_bytes_max: decompressed_bytes_max(settings),
+        decompressed_bytes_max: settings.decompressed_bytes_max(),
         now_ms: weir_log::Clock::now_ms(&weir_log::SystemClock),
         timestamp_before_max_ms: settings.timestamp_before_max_ms,
         timestamp_after_max_ms: settings.timestamp_after_max_ms,
