@@ -390,15 +390,36 @@ class DevCluster:
         return self.describe(topic).partitions[partition].leader.id
 
     def wait_in_sync(self, topic: str, timeout: float = 60) -> None:
-        """Wait until every partition of ``topic`` has all the nodes in its ISR."""
+        """Wait until every partition of ``topic`` has all the nodes in its ISR and every running
+        node describes it with a leader for each partition. A new topic's ISR is all its
+        replicas at once, while a node that has not applied the topic yet answers Metadata with
+        UNKNOWN_TOPIC_OR_PARTITION, which some clients (kcat) take as fatal."""
         deadline = Deadline(timeout)
         while True:
             lagging = [(p.id, [r.id for r in p.isr]) for p in self.describe(topic).partitions if len(p.isr) != self.nodes]
-            if not lagging:
+            unaware = [] if lagging else [node for node in self.node_ids() if self.running(node) and not self.describes(node, topic)]
+            if not lagging and not unaware:
                 return
             if deadline.expired():
-                raise ClusterError(f"ISRs never filled: {lagging}\n{self.logs()}")
+                raise ClusterError(f"ISRs never filled: {lagging}; nodes not describing {topic}: {unaware}\n{self.logs()}")
             time.sleep(0.3)
+
+    def describes(self, node: int, topic: str) -> bool:
+        """Whether ``node`` itself answers Metadata for ``topic`` with no error and a leader for
+        every partition."""
+        import wire
+
+        try:
+            with self.clients(), wire.Connection(self.address(node), timeout=5) as connection:
+                connection.send(wire.metadata_request(1, topic))
+                payload = connection.recv_frame(timeout=5)
+        except OSError:
+            return False
+        described = payload and wire.parse_metadata_v1(payload)
+        if not described:
+            return False
+        error, partitions = described
+        return error == 0 and bool(partitions) and all(e == 0 and leader >= 0 for e, leader in partitions)
 
     def status(self, brokers: str | None = None, timeout: float = 5) -> str | None:
         """``weir cluster status`` through ``brokers`` (default: every node), or None."""

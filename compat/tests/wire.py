@@ -278,6 +278,39 @@ def join_group_error(payload: bytes) -> int:
     return struct.unpack(">h", payload[8:10])[0]
 
 
+def metadata_request(correlation_id: int, topic: str) -> bytes:
+    """Metadata v1 for ``topic`` alone, without creating it."""
+    return request(3, 1, correlation_id, int32(1) + string(topic), flexible=False)
+
+
+def parse_metadata_v1(payload: bytes) -> tuple[int, list[tuple[int, int]]] | None:
+    """(topic error code, [(partition error code, leader id)]) of the one topic a Metadata v1
+    response describes; None if it describes none."""
+    reader = Reader(payload)
+    reader.int32()  # correlation id
+    for _ in range(reader.int32()):  # brokers
+        reader.int32()
+        reader.string()
+        reader.int32()
+        reader.string()  # rack
+    reader.int32()  # controller id
+    if reader.int32() < 1:
+        return None
+    error = reader.int16()
+    reader.string()  # name
+    reader.int8()  # is internal
+    partitions = []
+    for _ in range(reader.int32()):
+        partition_error = reader.int16()
+        reader.int32()  # index
+        leader = reader.int32()
+        for _ in range(2):  # replicas, ISR
+            for _ in range(reader.int32()):
+                reader.int32()
+        partitions.append((partition_error, leader))
+    return error, partitions
+
+
 def parse_produce_response(version: int, payload: bytes) -> dict:
     """Correlation id plus error code and base offset of the single partition."""
     r = Reader(payload)
