@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use weir_metadata::requests::{AllocateProducerIds, RegisterBroker};
 use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
@@ -328,11 +329,11 @@ impl Broker {
             host: self.identity.advertised_host.clone(),
             port: self.identity.advertised_port,
         }];
-        let registration = self.controller.register_broker(
+        let registration = self.controller.ask(RegisterBroker {
             node_id,
-            listeners.clone(),
-            self.config.broker_rack.clone(),
-        );
+            listeners: listeners.clone(),
+            rack: self.config.broker_rack.clone(),
+        });
         match self.change_metadata(registration).await {
             Ok(registered) => {
                 self.broker_epoch.store(registered.epoch, Ordering::Release);
@@ -364,7 +365,7 @@ impl Broker {
             }
         }
         let (first, count) = self
-            .change_metadata(self.controller.allocate_producer_ids())
+            .change_metadata(self.controller.ask(AllocateProducerIds))
             .await?;
         let mut block = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
         *block = ProducerIdBlock {

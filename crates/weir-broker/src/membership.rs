@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use weir_metadata::requests::{ControlledShutdown, Heartbeat};
 use weir_metadata::{
     AlterPartition, BrokerRegistration, ControllerError, MetadataImage, NO_LEADER,
 };
@@ -41,11 +42,11 @@ impl Broker {
     /// registered again) registers anew. Answered with whether this broker is fenced.
     async fn heartbeat(&self) -> Result<bool, ControllerError> {
         let node_id = self.identity.node_id;
-        match self
-            .controller
-            .heartbeat(node_id, self.broker_epoch())
-            .await
-        {
+        let heartbeat = Heartbeat {
+            node_id,
+            broker_epoch: self.broker_epoch(),
+        };
+        match self.controller.ask(heartbeat).await {
             Ok(committed) => Ok(committed.value),
             Err(ControllerError::StaleBrokerEpoch(why)) => {
                 tracing::warn!(target: "weir::broker", node_id, why, "registration no longer current; registering again");
@@ -108,9 +109,10 @@ impl Broker {
     pub async fn controlled_shutdown(&self) {
         let node_id = self.identity.node_id;
         let wait = Duration::from_millis(CONTROLLED_SHUTDOWN_WAIT_MS);
-        let asked = self
-            .controller
-            .controlled_shutdown(node_id, self.broker_epoch());
+        let asked = self.controller.ask(ControlledShutdown {
+            node_id,
+            broker_epoch: self.broker_epoch(),
+        });
         match tokio::time::timeout(wait, self.change_metadata(asked)).await {
             Ok(Ok(())) => {
                 tracing::info!(target: "weir::broker", node_id, "leaderships moved away for shutdown")
@@ -166,7 +168,7 @@ impl Broker {
             let mut attempt = 0u32;
             while !*shutdown.borrow() && partition.isr_request_pending(&request) {
                 attempt += 1;
-                let asked = broker.controller.alter_partition(change.clone());
+                let asked = broker.controller.ask(change.clone());
                 match tokio::time::timeout(deadline, broker.change_metadata(asked)).await {
                     Ok(Ok(_)) => return,
                     Ok(Err(error)) if refusal_is_final(&error) => {

@@ -12,6 +12,7 @@ use weir_coordinator::{
 use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
 use weir_log::records::for_each_stored_record;
 use weir_log::{validate, Clock, LogError, SystemClock, ValidationLimits};
+use weir_metadata::requests::CreateTopic;
 use weir_metadata::{ControllerError, NewTopic};
 
 use crate::broker::Broker;
@@ -194,7 +195,10 @@ impl Broker {
                 assignments: Vec::new(),
             };
             match self
-                .change_metadata(self.controller.create_topic(topic, false))
+                .change_metadata(self.controller.ask(CreateTopic {
+                    topic,
+                    validate_only: false,
+                }))
                 .await
             {
                 Ok(topic) => {

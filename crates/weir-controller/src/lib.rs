@@ -8,6 +8,7 @@
 //! into the broker: brokers follow the images it publishes.
 
 mod controller;
+mod dispatch;
 mod forward;
 pub mod liveness;
 mod placement;
@@ -17,7 +18,8 @@ mod reassignment;
 mod record_file;
 mod relational;
 
-pub use controller::{Controller, LocalControl, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
+pub use controller::{Controller, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
+pub use dispatch::LocalControl;
 pub use quorum::{
     read_peer_frames, ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum, RaftStatus,
 };

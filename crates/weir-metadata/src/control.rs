@@ -10,9 +10,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::{
-    BrokerListener, BrokerRegistration, ControllerError, MetadataImage, PartitionImage, TopicImage,
-};
+use crate::requests::{ControlCall, ControlRequest, EncodedAnswer};
+use crate::{ControllerError, MetadataImage};
 
 /// A topic creation request, already defaulted by the caller.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -185,79 +184,29 @@ pub type Pending<T> = Pin<Box<dyn Future<Output = Result<Committed<T>, Controlle
 /// What the broker asks of the controller: metadata changes, each answered once it is
 /// committed (or refused, changing nothing), and the stream of committed images.
 pub trait MetadataControl: Send + Sync {
-    /// Creates a topic with a fresh id; with `validate_only` nothing changes.
-    fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage>;
-
-    /// Deletes the topic called `name`.
-    fn delete_topic(&self, name: String) -> Pending<TopicImage>;
-
-    /// Raises the partition count of topic `name` to `total`, with the new partitions on
-    /// `assignments` (one replica list each) or, without them, placed by the controller.
-    fn create_partitions(
-        &self,
-        name: String,
-        total: i32,
-        assignments: Option<Vec<Vec<i32>>>,
-        validate_only: bool,
-    ) -> Pending<()>;
-
-    /// Changes topic `name`'s config overrides.
-    fn alter_topic_config(
-        &self,
-        name: String,
-        change: ConfigChange,
-        validate_only: bool,
-    ) -> Pending<()>;
-
-    /// Changes dynamic broker configs, cluster-wide (`node_id` `None`) or of one broker.
-    fn alter_broker_config(
-        &self,
-        node_id: Option<i32>,
-        change: ConfigChange,
-        validate_only: bool,
-    ) -> Pending<()>;
-
-    /// Registers this broker (at every start) with where clients reach it; answered with its
-    /// registration, whose epoch is new.
-    fn register_broker(
-        &self,
-        node_id: i32,
-        listeners: Vec<BrokerListener>,
-        rack: Option<String>,
-    ) -> Pending<BrokerRegistration>;
-
-    /// Renews this broker's lease; answered with whether it is fenced.
-    fn heartbeat(&self, node_id: i32, broker_epoch: u64) -> Pending<bool>;
-
-    /// Changes a partition's ISR as its leader asks; answered with the partition after it.
-    fn alter_partition(&self, change: AlterPartition) -> Pending<PartitionImage>;
-
-    /// Moves this broker's leaderships away and takes it out of every ISR before it stops.
-    fn controlled_shutdown(&self, node_id: i32, broker_epoch: u64) -> Pending<()>;
-
-    /// Starts, replaces or cancels reassignments (AlterPartitionReassignments); answered
-    /// with each partition's outcome once the changes are committed.
-    fn alter_partition_reassignments(
-        &self,
-        reassignments: Vec<Reassignment>,
-        allow_replication_factor_change: bool,
-    ) -> Pending<Vec<PartitionOutcome>>;
-
-    /// Elects leaders (ElectLeaders) for `partitions`, or for every partition with `None`
-    /// (whose outcomes then leave out those that needed no election).
-    fn elect_leaders(
-        &self,
-        election: ElectionType,
-        partitions: Option<Vec<(String, i32)>>,
-    ) -> Pending<Vec<PartitionOutcome>>;
-
-    /// Reserves a block of producer ids never handed out before: `(first, count)`.
-    fn allocate_producer_ids(&self) -> Pending<(i64, i64)>;
-
-    /// The metadata quorum as its leader reports it (asked of the leader wherever it is).
-    fn quorum_status(&self) -> Pending<QuorumStatus>;
+    /// Decides `request`, here or at the active controller; answered once it is committed
+    /// with what it produced. Callers use [`ask`](#method.ask), which types the answer.
+    fn decide(&self, request: ControlRequest) -> Pending<EncodedAnswer>;
 
     /// The committed images, newest first available: a receiver sees each change at least as
     /// its latest image (intermediate images may be skipped).
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>>;
+}
+
+impl dyn MetadataControl {
+    /// Asks the controller for `call`; answered once the change is committed with what it
+    /// produced, as the request's own answer type.
+    pub fn ask<C: ControlCall>(&self, call: C) -> Pending<C::Answer> {
+        let pending = self.decide(call.into());
+        Box::pin(async move {
+            let Committed {
+                value,
+                applied_count,
+            } = pending.await?;
+            Ok(Committed {
+                value: value.decode::<C::Answer>()?,
+                applied_count,
+            })
+        })
+    }
 }

@@ -10,6 +10,7 @@ mod command;
 mod control;
 mod error;
 mod image;
+pub mod requests;
 pub mod topic_config;
 
 pub use command::MetadataCommand;

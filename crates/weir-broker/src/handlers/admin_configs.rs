@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use weir_metadata::requests::{AlterBrokerConfig, AlterTopicConfig};
 use weir_metadata::topic_config::{dynamic_broker_config, topic_config};
 use weir_metadata::ConfigChange;
 
@@ -304,11 +305,11 @@ async fn alter_resource(
         };
         let change = change.map_err(invalid_config)?;
         return broker
-            .change_metadata(
-                broker
-                    .controller
-                    .alter_broker_config(node_id, change, validate_only),
-            )
+            .change_metadata(broker.controller.ask(AlterBrokerConfig {
+                node_id,
+                change,
+                validate_only,
+            }))
             .await
             .map_err(|error| ErrorReply::from(&error));
     }
@@ -324,11 +325,11 @@ async fn alter_resource(
     })?;
     let topic = name.as_str().to_string();
     broker
-        .change_metadata(
-            broker
-                .controller
-                .alter_topic_config(topic, change, validate_only),
-        )
+        .change_metadata(broker.controller.ask(AlterTopicConfig {
+            name: topic,
+            change,
+            validate_only,
+        }))
         .await
         .map_err(|error| ErrorReply::from(&error))
 }

@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_coordinator::OFFSETS_TOPIC;
+use weir_metadata::requests::{CreatePartitions, CreateTopic, DeleteTopic};
 use weir_metadata::NewTopic;
 
 use crate::broker::Broker;
@@ -136,7 +137,10 @@ async fn create_one(
             .collect(),
     };
     broker
-        .change_metadata(broker.controller.create_topic(new_topic, validate_only))
+        .change_metadata(broker.controller.ask(CreateTopic {
+            topic: new_topic,
+            validate_only,
+        }))
         .await
         .map_err(|e| ErrorReply::from(&e))
 }
@@ -220,7 +224,7 @@ pub async fn delete_topics(
             }
             Some(topic_name) => {
                 let deleted = broker
-                    .change_metadata(broker.controller.delete_topic(topic_name))
+                    .change_metadata(broker.controller.ask(DeleteTopic { name: topic_name }))
                     .await;
                 match deleted {
                     Ok(topic) => {
@@ -280,12 +284,12 @@ pub async fn create_partitions(
                 .collect()
         });
         let outcome = broker
-            .change_metadata(broker.controller.create_partitions(
+            .change_metadata(broker.controller.ask(CreatePartitions {
                 name,
-                topic.count,
+                total: topic.count,
                 assignments,
-                request.validate_only,
-            ))
+                validate_only: request.validate_only,
+            }))
             .await
             .map(|_| ())
             .map_err(|error| ErrorReply::from(&error));

@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochResponse,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::requests::DescribeQuorum;
 use weir_metadata::ControllerError;
 
 use crate::broker::{client_endpoints, Broker};
@@ -86,7 +87,7 @@ pub async fn describe_quorum(
         if topic.topic_name.0.as_str() == METADATA_TOPIC
             && matches!(topic.partitions.as_slice(), [p] if p.partition_index == 0));
     let status = if valid {
-        broker.controller.quorum_status().await.map(|c| c.value)
+        broker.controller.ask(DescribeQuorum).await.map(|c| c.value)
     } else {
         Err(ControllerError::UnknownTopic(METADATA_TOPIC.into()))
     };

@@ -9,6 +9,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
 use weir_coordinator::OFFSETS_TOPIC;
+use weir_metadata::requests::CreateTopic;
 use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
 use crate::broker::{client_endpoints, Broker};
@@ -102,7 +103,10 @@ async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopi
         assignments: Vec::new(),
     };
     let created = broker
-        .change_metadata(broker.controller.create_topic(topic, false))
+        .change_metadata(broker.controller.ask(CreateTopic {
+            topic,
+            validate_only: false,
+        }))
         .await;
     match created {
         Ok(topic) => {

@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
     ListPartitionReassignmentsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::requests::{AlterPartitionReassignments, ElectLeaders};
 use weir_metadata::{
     ElectionType, PartitionImage, PartitionOutcome, PartitionRefusal, Reassignment,
 };
@@ -93,9 +94,10 @@ pub async fn alter(
         .collect();
     // Before v1 a target may always change the replication factor, as in Kafka.
     let allow_change = version < 1 || request.allow_replication_factor_change;
-    let pending = broker
-        .controller
-        .alter_partition_reassignments(reassignments, allow_change);
+    let pending = broker.controller.ask(AlterPartitionReassignments {
+        reassignments,
+        allow_replication_factor_change: allow_change,
+    });
     let outcomes = match broker.change_metadata(pending).await {
         Ok(outcomes) => outcomes,
         Err(error) => {
@@ -195,9 +197,10 @@ pub async fn elect(
             .flat_map(|t| t.partitions.iter().map(|p| (t.topic.0.to_string(), *p)))
             .collect()
     });
-    let pending = broker
-        .controller
-        .elect_leaders(election, partitions.clone());
+    let pending = broker.controller.ask(ElectLeaders {
+        election,
+        partitions: partitions.clone(),
+    });
     let outcomes = match broker.change_metadata(pending).await {
         Ok(outcomes) => outcomes,
         Err(error) => {

@@ -20,10 +20,12 @@ use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, Partit
 use weir_controller::{Controller, LocalControl};
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::SystemClock;
+use weir_metadata::requests::{
+    AlterPartitionReassignments, ControlRequest, ElectLeaders, EncodedAnswer,
+};
 use weir_metadata::{
-    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
-    ElectionType, MetadataControl, MetadataImage, NewTopic, PartitionImage, PartitionOutcome,
-    Pending, QuorumStatus, Reassignment, TopicImage,
+    ControllerError, ElectionType, MetadataControl, MetadataImage, PartitionImage, Pending,
+    Reassignment,
 };
 use weir_storage::FileCache;
 
@@ -80,82 +82,8 @@ impl Link {
 }
 
 impl MetadataControl for Link {
-    fn create_topic(&self, topic: NewTopic, validate_only: bool) -> Pending<TopicImage> {
-        self.pass(self.inner.create_topic(topic, validate_only))
-    }
-    fn delete_topic(&self, name: String) -> Pending<TopicImage> {
-        self.pass(self.inner.delete_topic(name))
-    }
-    fn create_partitions(
-        &self,
-        name: String,
-        total: i32,
-        assignments: Option<Vec<Vec<i32>>>,
-        validate_only: bool,
-    ) -> Pending<()> {
-        self.pass(
-            self.inner
-                .create_partitions(name, total, assignments, validate_only),
-        )
-    }
-    fn alter_topic_config(
-        &self,
-        name: String,
-        change: ConfigChange,
-        validate_only: bool,
-    ) -> Pending<()> {
-        self.pass(self.inner.alter_topic_config(name, change, validate_only))
-    }
-    fn alter_broker_config(
-        &self,
-        node_id: Option<i32>,
-        change: ConfigChange,
-        validate_only: bool,
-    ) -> Pending<()> {
-        self.pass(
-            self.inner
-                .alter_broker_config(node_id, change, validate_only),
-        )
-    }
-    fn register_broker(
-        &self,
-        node_id: i32,
-        listeners: Vec<BrokerListener>,
-        rack: Option<String>,
-    ) -> Pending<BrokerRegistration> {
-        self.pass(self.inner.register_broker(node_id, listeners, rack))
-    }
-    fn heartbeat(&self, node_id: i32, broker_epoch: u64) -> Pending<bool> {
-        self.pass(self.inner.heartbeat(node_id, broker_epoch))
-    }
-    fn alter_partition(&self, change: AlterPartition) -> Pending<PartitionImage> {
-        self.pass(self.inner.alter_partition(change))
-    }
-    fn controlled_shutdown(&self, node_id: i32, broker_epoch: u64) -> Pending<()> {
-        self.pass(self.inner.controlled_shutdown(node_id, broker_epoch))
-    }
-    fn allocate_producer_ids(&self) -> Pending<(i64, i64)> {
-        self.pass(self.inner.allocate_producer_ids())
-    }
-    fn quorum_status(&self) -> Pending<QuorumStatus> {
-        self.pass(self.inner.quorum_status())
-    }
-    fn alter_partition_reassignments(
-        &self,
-        reassignments: Vec<Reassignment>,
-        allow_replication_factor_change: bool,
-    ) -> Pending<Vec<PartitionOutcome>> {
-        self.pass(
-            self.inner
-                .alter_partition_reassignments(reassignments, allow_replication_factor_change),
-        )
-    }
-    fn elect_leaders(
-        &self,
-        election: ElectionType,
-        partitions: Option<Vec<(String, i32)>>,
-    ) -> Pending<Vec<PartitionOutcome>> {
-        self.pass(self.inner.elect_leaders(election, partitions))
+    fn decide(&self, request: ControlRequest) -> Pending<EncodedAnswer> {
+        self.pass(self.inner.decide(request))
     }
     fn images(&self) -> watch::Receiver<Arc<MetadataImage>> {
         self.images.clone()
@@ -583,14 +511,14 @@ async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
         .clone();
     let outcomes = first
         .broker
-        .change_metadata(first.broker.controller.alter_partition_reassignments(
-            vec![Reassignment {
+        .change_metadata(first.broker.controller.ask(AlterPartitionReassignments {
+            reassignments: vec![Reassignment {
                 topic: "move".into(),
                 partition: 0,
                 target: Some(vec![3, 2]),
             }],
-            false,
-        ))
+            allow_replication_factor_change: false,
+        }))
         .await
         .expect("accepted");
     assert_eq!(outcomes[0].refusal, None);
@@ -627,12 +555,10 @@ async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
     // The preferred replica (3) is in sync: a preferred election moves leadership to it.
     let elected = first
         .broker
-        .change_metadata(
-            first
-                .broker
-                .controller
-                .elect_leaders(ElectionType::Preferred, Some(vec![("move".into(), 0)])),
-        )
+        .change_metadata(first.broker.controller.ask(ElectLeaders {
+            election: ElectionType::Preferred,
+            partitions: Some(vec![("move".into(), 0)]),
+        }))
         .await
         .expect("decided");
     assert_eq!(elected[0].refusal, None);

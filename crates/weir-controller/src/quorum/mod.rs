@@ -22,10 +22,11 @@ use openraft::errors::{InitializeError, RaftError};
 use openraft::{BasicNode, Config, Instant as _, LogIdOptionExt, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use weir_metadata::requests::{AddObserver, ControlRequest, EncodedAnswer};
 use weir_metadata::{ControllerError, MetadataCommand, MetadataImage, QuorumStatus, VoterStatus};
 use weir_storage::Storage;
 
-use crate::forward::{ControlRequest, ControlValue, WireError};
+use crate::forward::WireError;
 
 pub use network::read_peer_frames;
 
@@ -84,7 +85,7 @@ pub type QuorumFuture<'a, T> =
 
 /// A forwarded request's answer: what it produced and the `applied_count` of the image that
 /// holds it, or the refusal.
-pub type ControlAnswer = Result<(ControlValue, u64), WireError>;
+pub type ControlAnswer = Result<(EncodedAnswer, u64), WireError>;
 
 /// A future of a [`ControlAnswer`].
 pub type ControlFuture<'a> = Pin<Box<dyn Future<Output = ControlAnswer> + Send + 'a>>;
@@ -113,7 +114,7 @@ pub trait MetadataQuorum: Send + Sync + 'static {
     /// Sends `request` to the controller leading the quorum, answered with what it produced
     /// and the `applied_count` of the image that holds it; NOT_CONTROLLER when no other
     /// controller leads or it cannot be reached (the caller retries).
-    fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (ControlValue, u64)>;
+    fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (EncodedAnswer, u64)>;
 
     /// The quorum as this controller sees it as the leader; NOT_CONTROLLER on a follower.
     fn status(&self) -> Result<QuorumStatus, ControllerError>;
@@ -291,10 +292,10 @@ impl RaftQuorum {
             return Ok(());
         }
         let until = Instant::now() + Duration::from_millis(OBSERVER_JOIN_WAIT_MS);
-        let request = ControlRequest::AddObserver {
+        let request = ControlRequest::from(AddObserver {
             node_id: me,
             address: address.to_string(),
-        };
+        });
         let ask = Duration::from_millis(OBSERVER_ASK_MS);
         'asking: loop {
             for (voter, voter_address) in &self.voters {
@@ -519,7 +520,7 @@ impl RaftQuorum {
     async fn forward_request(
         &self,
         request: ControlRequest,
-    ) -> Result<(ControlValue, u64), ControllerError> {
+    ) -> Result<(EncodedAnswer, u64), ControllerError> {
         let (leader, address) = {
             let metrics = self.raft.metrics().borrow_watched().clone();
             let leader = metrics.current_leader;
@@ -552,7 +553,7 @@ impl RaftQuorum {
 }
 
 impl MetadataQuorum for RaftQuorum {
-    fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (ControlValue, u64)> {
+    fn forward(&self, request: ControlRequest) -> QuorumFuture<'_, (EncodedAnswer, u64)> {
         Box::pin(self.forward_request(request))
     }
 

@@ -25,11 +25,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use weir_metadata::requests::ControlRequest;
 
 use super::admission::Admission;
 use super::frame::{buffer_bound, read_frame, read_frame_into, write_frame};
 use super::{ControlAnswer, Handler, MetadataRaft, NodeId, TypeConfig, Vote};
-use crate::forward::{ControlRequest, WireError};
+use crate::forward::WireError;
 
 /// A served connection with no request for this long is closed.
 const IDLE_MS: u64 = 60_000;

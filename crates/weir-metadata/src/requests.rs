@@ -1,0 +1,281 @@
+//! The changes a broker asks of the controller, each written once: a struct per request with
+//! the type of its answer ([`ControlCall`]), one enum that carries any of them to the
+//! controller that decides it ([`ControlRequest`], also what travels to the active
+//! controller), and the answer on its way back ([`EncodedAnswer`]), which
+//! [`MetadataControl::ask`](crate::MetadataControl) turns into the request's own answer type.
+//! Adding a request is a struct, a line in [`control_requests!`] and the controller's decision.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
+    ElectionType, NewTopic, PartitionImage, PartitionOutcome, QuorumStatus, Reassignment,
+    TopicImage,
+};
+
+/// A request of one kind, and what deciding it produces.
+pub trait ControlCall: Into<ControlRequest> + Send + 'static {
+    /// What the controller answers once the change is committed.
+    type Answer: Serialize + DeserializeOwned + Send + 'static;
+}
+
+/// What a decided request produced, as it travels back to whoever asked: the request's
+/// [`ControlCall::Answer`], encoded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EncodedAnswer(serde_json::Value);
+
+impl EncodedAnswer {
+    /// Encodes what a request produced.
+    pub fn encode<T: Serialize>(answer: &T) -> Result<EncodedAnswer, ControllerError> {
+        serde_json::to_value(answer)
+            .map(EncodedAnswer)
+            .map_err(|error| unreadable("encoded", error))
+    }
+
+    /// The answer as the type `T` it was encoded from; an error when another controller (of
+    /// another version) answered with something else.
+    pub fn decode<T: DeserializeOwned>(self) -> Result<T, ControllerError> {
+        serde_json::from_value(self.0).map_err(|error| unreadable("read", error))
+    }
+}
+
+fn unreadable(done: &str, error: serde_json::Error) -> ControllerError {
+    ControllerError::Storage(std::io::Error::other(format!(
+        "the controller's answer could not be {done}: {error}"
+    )))
+}
+
+/// Declares [`ControlRequest`] with one variant per request struct, and each struct's
+/// [`ControlCall`].
+macro_rules! control_requests {
+    ($($(#[$doc:meta])* $request:ident => $answer:ty,)*) => {
+        /// A change request, as any controller can decide it and as it travels to the one
+        /// leading the quorum.
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        pub enum ControlRequest {
+            $($(#[$doc])* $request($request),)*
+        }
+
+        impl ControlRequest {
+            /// The request's name, for logs.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(ControlRequest::$request(_) => stringify!($request),)*
+                }
+            }
+        }
+
+        $(
+            impl ControlCall for $request {
+                type Answer = $answer;
+            }
+
+            impl From<$request> for ControlRequest {
+                fn from(request: $request) -> ControlRequest {
+                    ControlRequest::$request(request)
+                }
+            }
+        )*
+    };
+}
+
+control_requests! {
+    /// Creates a topic; answered with it.
+    CreateTopic => TopicImage,
+    /// Deletes a topic; answered with what it was.
+    DeleteTopic => TopicImage,
+    /// Adds partitions to a topic.
+    CreatePartitions => (),
+    /// Changes a topic's config overrides.
+    AlterTopicConfig => (),
+    /// Changes one level of dynamic broker configs.
+    AlterBrokerConfig => (),
+    /// Registers a broker (at every start); answered with its registration, whose epoch is
+    /// new.
+    RegisterBroker => BrokerRegistration,
+    /// Renews a broker's lease; answered with whether it is fenced.
+    Heartbeat => bool,
+    /// Changes a partition's ISR as its leader asks; answered with the partition after it.
+    AlterPartition => PartitionImage,
+    /// Moves a broker's leaderships away and takes it out of every ISR before it stops.
+    ControlledShutdown => (),
+    /// Starts, replaces or cancels reassignments; answered with each partition's outcome.
+    AlterPartitionReassignments => Vec<PartitionOutcome>,
+    /// Elects leaders; answered with each partition's outcome.
+    ElectLeaders => Vec<PartitionOutcome>,
+    /// Reserves a block of producer ids never handed out before: `(first, count)`.
+    AllocateProducerIds => (i64, i64),
+    /// The metadata quorum as its leader reports it.
+    DescribeQuorum => QuorumStatus,
+    /// A broker-only node asks to follow the metadata quorum as an observer.
+    AddObserver => (),
+}
+
+/// Creates a topic with a fresh id; with `validate_only` nothing changes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateTopic {
+    /// The topic.
+    pub topic: NewTopic,
+    /// Check only.
+    pub validate_only: bool,
+}
+
+/// Deletes the topic called `name`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeleteTopic {
+    /// Its name.
+    pub name: String,
+}
+
+/// Raises topic `name`'s partition count to `total`, the new partitions on `assignments`
+/// (one replica list each) or, without them, placed by the controller.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreatePartitions {
+    /// The topic's name.
+    pub name: String,
+    /// The new partition count.
+    pub total: i32,
+    /// Replicas of the new partitions, if the client chose them.
+    pub assignments: Option<Vec<Vec<i32>>>,
+    /// Check only.
+    pub validate_only: bool,
+}
+
+/// Changes topic `name`'s config overrides.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlterTopicConfig {
+    /// The topic's name.
+    pub name: String,
+    /// The change.
+    pub change: ConfigChange,
+    /// Check only.
+    pub validate_only: bool,
+}
+
+/// Changes dynamic broker configs, cluster-wide (`node_id` `None`) or of one broker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlterBrokerConfig {
+    /// The broker, or `None` for the cluster-wide level.
+    pub node_id: Option<i32>,
+    /// The change.
+    pub change: ConfigChange,
+    /// Check only.
+    pub validate_only: bool,
+}
+
+/// Registers broker `node_id` with where clients reach it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RegisterBroker {
+    /// The broker's node id.
+    pub node_id: i32,
+    /// Where clients reach it.
+    pub listeners: Vec<BrokerListener>,
+    /// Its rack.
+    pub rack: Option<String>,
+}
+
+/// Renews broker `node_id`'s lease.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The broker.
+    pub node_id: i32,
+    /// Its registration's epoch.
+    pub broker_epoch: u64,
+}
+
+/// Moves broker `node_id`'s leaderships to in-sync replicas before it stops.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControlledShutdown {
+    /// The broker.
+    pub node_id: i32,
+    /// Its registration's epoch.
+    pub broker_epoch: u64,
+}
+
+/// Starts, replaces or cancels reassignments (AlterPartitionReassignments).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlterPartitionReassignments {
+    /// The partitions to move (or whose move to cancel).
+    pub reassignments: Vec<Reassignment>,
+    /// Whether a target may have another replica count.
+    pub allow_replication_factor_change: bool,
+}
+
+/// Elects leaders (ElectLeaders) for `partitions`, or for every partition with `None` (whose
+/// outcomes then leave out those that needed no election).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ElectLeaders {
+    /// Preferred or unclean.
+    pub election: ElectionType,
+    /// The partitions, or `None` for all.
+    pub partitions: Option<Vec<(String, i32)>>,
+}
+
+/// Reserves a block of producer ids.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllocateProducerIds;
+
+/// The metadata quorum as its leader reports it (asked of the leader wherever it is).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DescribeQuorum;
+
+/// A broker-only node asks to follow the quorum as an observer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddObserver {
+    /// Its node id.
+    pub node_id: i32,
+    /// Its controller listener, where the leader replicates the log to it.
+    pub address: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_decodes_as_what_it_was_encoded_from() {
+        let outcomes = vec![PartitionOutcome {
+            topic: "t".into(),
+            partition: 3,
+            refusal: None,
+        }];
+        let encoded = EncodedAnswer::encode(&outcomes).expect("encodes");
+        let decoded: Vec<PartitionOutcome> = encoded.decode().expect("decodes");
+        assert_eq!(decoded, outcomes);
+        let epoch = u64::MAX - 7; // broker epochs use all 64 bits
+        let encoded = EncodedAnswer::encode(&epoch).expect("encodes");
+        let decoded: u64 = encoded.decode().expect("decodes");
+        assert_eq!(decoded, epoch);
+    }
+
+    #[test]
+    fn an_answer_of_another_kind_is_refused_not_misread() {
+        let encoded = EncodedAnswer::encode(&(1i64, 1000i64)).expect("encodes");
+        let refused = encoded.decode::<TopicImage>();
+        assert!(
+            matches!(refused, Err(ControllerError::Storage(_))),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_travels_as_itself() {
+        let request = ControlRequest::from(Heartbeat {
+            node_id: 2,
+            broker_epoch: 77,
+        });
+        let wire = serde_json::to_string(&request).expect("serializes");
+        assert_eq!(wire, r#"{"Heartbeat":{"node_id":2,"broker_epoch":77}}"#);
+        let back: ControlRequest = serde_json::from_str(&wire).expect("parses");
+        assert!(matches!(
+            back,
+            ControlRequest::Heartbeat(Heartbeat {
+                node_id: 2,
+                broker_epoch: 77
+            })
+        ));
+        assert_eq!(back.name(), "Heartbeat");
+    }
+}
