@@ -28,7 +28,7 @@ pub mod server;
 
 pub use broker::{Broker, BrokerIdentity};
 pub use config::{BrokerConfig, ConfigError, DynamicConfigs, FlushPolicy, TopicSettings};
-pub use connections::ConnectionLimits;
+pub use connections::{connection_limits, ConnectionLimits};
 pub use partition::EXIT_CODE_STORAGE_FAILURE;
 pub use registry::PartitionRegistry;
 pub use server::serve;

@@ -77,11 +77,14 @@ async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionL
         if wanted != in_force {
             match resolve_overrides(&wanted.per_ip_overrides).await {
                 Ok(overrides) => {
-                    limits.reconfigure(
+                    let max_connections = limits.reconfigure(
                         wanted.max_connections,
                         wanted.max_connections_per_ip,
                         overrides,
                     );
+                    if max_connections < wanted.max_connections {
+                        tracing::warn!(target: "weir::server", asked = wanted.max_connections, kept = max_connections, "max.connections cannot rise above its value at startup (the open-file budget reserved that many)");
+                    }
                     tracing::info!(target: "weir::server", max_connections = wanted.max_connections, max_connections_per_ip = wanted.max_connections_per_ip, overrides = wanted.per_ip_overrides.len(), "connection limits changed");
                     in_force = wanted;
                 }

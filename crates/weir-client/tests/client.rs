@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
 use weir_client::{
     Admin, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig, GroupConsumer,
     GroupConsumerConfig, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
@@ -60,9 +60,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         advertised_port: port,
     };
     let (stop, stopped) = watch::channel(false);
-    let limits = ConnectionLimits::from_config(&config)
-        .await
-        .expect("limits");
+    let limits = connection_limits(&config).await.expect("limits");
     let control = Arc::new(LocalControl::new(controller));
     let broker = Broker::new(config, identity, control, registry, stopped);
     broker.join_cluster().await.expect("registered");

@@ -22,8 +22,7 @@ use crate::group::{
 use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::GroupError;
 
-/// The internal topic holding committed offsets and group metadata.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use weir_metadata::OFFSETS_TOPIC;
 
 /// How long past its own timeouts a JoinGroup or SyncGroup waits at most: the group's timer
 /// answers it before then, this bound only guards against a bug leaving it unanswered.

@@ -33,7 +33,7 @@ pub struct Health {
 /// and its Kafka listener accepts connections, 503 (with the reason) before that and while
 /// it shuts down.
 pub async fn ready(State(gateway): State<Arc<Gateway>>) -> (StatusCode, Json<Health>) {
-    let reason = if !gateway.broker.is_registered() {
+    let reason = if !gateway.node.is_registered() {
         Some("the broker is not registered with the metadata quorum")
     } else if !*gateway.serving.borrow() {
         Some("the Kafka listener is not accepting connections yet")
@@ -117,7 +117,7 @@ pub struct ClusterView {
 /// partitions that are under-replicated or offline.
 pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterView>, ApiError> {
     let status = gateway.admin.cluster_status().await?;
-    let image = gateway.broker.image();
+    let image = gateway.node.image();
     let brokers: Vec<BrokerView> = image
         .brokers()
         .map(|b| BrokerView {
@@ -183,6 +183,6 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterV
         under_replicated,
         offline_partitions: offline,
         quorum,
-        served_by: gateway.broker.identity.node_id,
+        served_by: gateway.node.node_id(),
     }))
 }

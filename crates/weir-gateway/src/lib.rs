@@ -5,7 +5,8 @@
 //! It changes nothing by itself: every read and write goes to the cluster through the Kafka
 //! protocol (`weir-client`, bootstrapped from this node's own listener), so an HTTP request
 //! follows the same leaders, checks and limits as a Kafka client's, wherever the partition
-//! lives. Metrics and health are read from this node's broker and controller in process.
+//! lives. Metrics and health are read from this node's broker and controller in process,
+//! through the port the gateway owns ([`NodeView`]), implemented by the binary.
 
 mod cluster;
 mod console;
@@ -14,6 +15,7 @@ mod error;
 mod extract;
 mod groups;
 mod metrics;
+mod node;
 mod records;
 mod stall;
 mod topics;
@@ -32,13 +34,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_broker::broker::stopping;
-use weir_broker::connections::{ConnectionLimits, ConnectionSlot};
-use weir_broker::Broker;
 use weir_client::{Admin, ClientConfig};
-use weir_controller::RaftQuorum;
+use weir_proto::connection_limits::{ConnectionLimits, ConnectionSlot};
 
 pub use error::ApiError;
+pub use node::{ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView};
 
 /// Largest request body accepted (a publish of many records); larger ones get 413.
 pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -62,11 +62,10 @@ const PROBE_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// with 504.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
 
-/// What the gateway serves from: this node's broker and controller, and a Kafka client of
-/// the cluster bootstrapped from this node's listener.
+/// What the gateway serves from: this node (its broker and controller, as [`NodeView`]
+/// shows them), and a Kafka client of the cluster bootstrapped from this node's listener.
 pub struct Gateway {
-    broker: Arc<Broker>,
-    quorum: Arc<RaftQuorum>,
+    node: Arc<dyn NodeView>,
     admin: Admin,
     publisher: records::Publisher,
     consumers: Arc<consumers::Instances>,
@@ -75,11 +74,10 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway for `broker`, whose Kafka listener is at `bootstrap`; `serving` turns true
+    /// A gateway for `node`, whose Kafka listener is at `bootstrap`; `serving` turns true
     /// when that listener accepts connections.
     pub fn new(
-        broker: Arc<Broker>,
-        quorum: Arc<RaftQuorum>,
+        node: Arc<dyn NodeView>,
         bootstrap: &str,
         serving: watch::Receiver<bool>,
     ) -> Arc<Gateway> {
@@ -89,8 +87,7 @@ impl Gateway {
         let consumers = Arc::new(consumers::Instances::default());
         tokio::spawn(consumers::Instances::reap_idle(Arc::downgrade(&consumers)));
         Arc::new(Gateway {
-            broker,
-            quorum,
+            node,
             admin: Admin::new(client.clone()),
             publisher: records::Publisher::new(client),
             consumers,
@@ -245,6 +242,12 @@ impl Lane {
         }
         drop(self.slot);
     }
+}
+
+/// Resolves once `shutdown` turns true.
+async fn stopping(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, so callers' futures stay `Send`.
+    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 /// The OpenAPI 3.0 document of this API.

@@ -5,16 +5,14 @@
 //! cluster's series are not counted once per node).
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::node::{Histogram, PartitionStats};
+use crate::Gateway;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use weir_broker::metrics::{HistogramSnapshot, LATENCY_BUCKETS_SECONDS};
-
-use crate::Gateway;
 
 /// Groups whose lag one scrape reports at most (each costs a describe).
 const GROUPS_MAX: usize = 200;
@@ -56,9 +54,9 @@ impl Exposition {
         self.sample(name, &[], value);
     }
 
-    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], snapshot: &HistogramSnapshot) {
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], snapshot: &Histogram) {
         let bucket = format!("{name}_bucket");
-        for (bound, count) in LATENCY_BUCKETS_SECONDS.iter().zip(&snapshot.cumulative) {
+        for (bound, count) in &snapshot.buckets {
             let le = format_value(*bound);
             let mut with_le = labels.to_vec();
             with_le.push(("le", &le));
@@ -112,26 +110,24 @@ pub async fn scrape(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
 }
 
 fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
-    let broker = &gateway.broker;
-    let metrics = &broker.metrics;
+    let node = &gateway.node;
+    let stats = node.broker_stats();
     text.single(
         "weir_broker_ready",
         "gauge",
         "1 when the broker is registered with the metadata quorum and serving",
-        u8::from(broker.is_registered() && *gateway.serving.borrow()),
+        u8::from(node.is_registered() && *gateway.serving.borrow()),
     );
-    let served = metrics.served_apis();
     text.family(
         "weir_requests_total",
         "counter",
         "Kafka requests served, by API",
     );
-    for (api, counters) in &served {
-        let name = format!("{api:?}");
+    for api in &stats.apis {
         text.sample(
             "weir_requests_total",
-            &[("api", &name)],
-            counters.requests.load(Ordering::Relaxed) as f64,
+            &[("api", &api.name)],
+            api.requests as f64,
         );
     }
     text.family(
@@ -139,117 +135,55 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         "histogram",
         "Time from a Kafka request read to its response ready, by API",
     );
-    for (api, counters) in &served {
-        let name = format!("{api:?}");
+    for api in &stats.apis {
         text.histogram(
             "weir_request_duration_seconds",
-            &[("api", &name)],
-            &counters.latency.snapshot(),
+            &[("api", &api.name)],
+            &api.latency,
         );
     }
-    let counter = |value: &std::sync::atomic::AtomicU64| value.load(Ordering::Relaxed) as f64;
     text.single(
         "weir_received_bytes_total",
         "counter",
         "Bytes of Kafka requests read",
-        counter(&metrics.bytes_in),
+        stats.bytes_in as f64,
     );
     text.single(
         "weir_sent_bytes_total",
         "counter",
         "Bytes of Kafka responses written",
-        counter(&metrics.bytes_out),
+        stats.bytes_out as f64,
     );
     text.single(
         "weir_connections",
         "gauge",
         "Kafka client connections open",
-        metrics.connections_open.load(Ordering::Relaxed) as f64,
+        stats.connections_open as f64,
     );
     text.single(
         "weir_connections_accepted_total",
         "counter",
         "Kafka client connections accepted",
-        counter(&metrics.connections_accepted),
+        stats.connections_accepted as f64,
     );
     text.single(
         "weir_connections_refused_total",
         "counter",
         "Kafka client connections refused by a connection limit",
-        counter(&metrics.connections_refused),
+        stats.connections_refused as f64,
     );
     text.single(
         "weir_bad_requests_total",
         "counter",
         "Connections closed for a malformed, oversized or unsupported request",
-        counter(&metrics.bad_requests),
+        stats.bad_requests as f64,
     );
 }
 
-/// One partition's values, read under its locks and written after.
-struct PartitionSample {
-    topic: String,
-    partition: String,
-    leader: bool,
-    log_start: i64,
-    log_end: i64,
-    high_watermark: i64,
-    size: u64,
-    replicas: usize,
-    isr: usize,
-    follower_lags: Vec<(String, i64)>,
-    bytes_in: u64,
-    records_in: u64,
-    bytes_out: u64,
-}
-
 fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
-    let mut samples: Vec<PartitionSample> = gateway
-        .broker
-        .partitions
-        .all()
-        .into_iter()
-        .map(|p| {
-            let (log_start, log_end, high_watermark, size) = {
-                let log = p.log();
-                (
-                    log.log_start_offset(),
-                    log.log_end_offset(),
-                    log.high_watermark(),
-                    log.size_bytes(),
-                )
-            };
-            let state = p.state();
-            let follower_lags = p
-                .follower_log_ends()
-                .into_iter()
-                .filter_map(|(id, end)| Some((id.to_string(), (log_end - end?).max(0))))
-                .collect();
-            PartitionSample {
-                topic: p.topic.clone(),
-                partition: p.index.to_string(),
-                leader: p.is_leader(),
-                log_start,
-                log_end,
-                high_watermark,
-                size,
-                replicas: state.replicas.len(),
-                isr: state.isr.len(),
-                follower_lags,
-                bytes_in: p.counters.bytes_in.load(Ordering::Relaxed),
-                records_in: p.counters.records_in.load(Ordering::Relaxed),
-                bytes_out: p.counters.bytes_out.load(Ordering::Relaxed),
-            }
-        })
-        .collect();
-    samples.sort_by(|a, b| {
-        (&a.topic, a.partition.len(), &a.partition).cmp(&(
-            &b.topic,
-            b.partition.len(),
-            &b.partition,
-        ))
-    });
-    type Pick = fn(&PartitionSample) -> f64;
+    let mut samples = gateway.node.partitions();
+    samples.sort_by(|a, b| (&a.topic, a.index).cmp(&(&b.topic, b.index)));
+    type Pick = fn(&PartitionStats) -> f64;
     let every_replica: [(&str, &str, &str, Pick); 5] = [
         (
             "weir_partition_log_start_offset",
@@ -273,7 +207,7 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
             "weir_partition_size_bytes",
             "gauge",
             "Bytes of the partition's log segments on this node",
-            |s| s.size as f64,
+            |s| s.size_bytes as f64,
         ),
         (
             "weir_partition_leader",
@@ -285,15 +219,16 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
     for (name, kind, help, pick) in every_replica {
         text.family(name, kind, help);
         for s in &samples {
+            let partition = s.index.to_string();
             text.sample(
                 name,
-                &[("topic", &s.topic), ("partition", &s.partition)],
+                &[("topic", &s.topic), ("partition", &partition)],
                 pick(s),
             );
         }
     }
     // Replication state and traffic are the leader's to report, once per partition.
-    let leaders: Vec<&PartitionSample> = samples.iter().filter(|s| s.leader).collect();
+    let leaders: Vec<&PartitionStats> = samples.iter().filter(|s| s.leader).collect();
     let led: [(&str, &str, &str, Pick); 6] = [
         (
             "weir_partition_replicas",
@@ -335,9 +270,10 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
     for (name, kind, help, pick) in led {
         text.family(name, kind, help);
         for s in &leaders {
+            let partition = s.index.to_string();
             text.sample(
                 name,
-                &[("topic", &s.topic), ("partition", &s.partition)],
+                &[("topic", &s.topic), ("partition", &partition)],
                 pick(s),
             );
         }
@@ -348,22 +284,24 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
         "Records a follower is behind the leader's log end, as of its last fetch (reported by the leader)",
     );
     for s in &leaders {
-        for (follower, lag) in &s.follower_lags {
+        let partition = s.index.to_string();
+        for (follower, end) in &s.follower_log_ends {
+            let Some(end) = end else { continue };
             text.sample(
                 "weir_partition_follower_lag_records",
                 &[
                     ("topic", &s.topic),
-                    ("partition", &s.partition),
-                    ("follower", follower),
+                    ("partition", &partition),
+                    ("follower", &follower.to_string()),
                 ],
-                *lag as f64,
+                (s.log_end - end).max(0) as f64,
             );
         }
     }
 }
 
 fn controller_metrics(gateway: &Gateway, text: &mut Exposition) {
-    let raft = gateway.quorum.raft_status();
+    let raft = gateway.node.raft();
     text.single(
         "weir_controller_active",
         "gauge",
@@ -398,7 +336,7 @@ fn controller_metrics(gateway: &Gateway, text: &mut Exposition) {
     if !raft.is_leader {
         return;
     }
-    let image = gateway.broker.image();
+    let image = gateway.node.image();
     let (mut alive, mut fenced) = (0u32, 0u32);
     for broker in image.brokers() {
         if broker.fenced {
@@ -436,10 +374,10 @@ fn controller_metrics(gateway: &Gateway, text: &mut Exposition) {
 }
 
 async fn group_metrics(gateway: &Gateway, text: &mut Exposition) {
-    let groups = gateway.broker.coordinator.list_groups();
+    let groups = gateway.node.coordinated_groups();
     let mut described = Vec::new();
     for group in groups.iter().take(GROUPS_MAX) {
-        if let Ok(description) = gateway.admin.describe_group(&group.group_id).await {
+        if let Ok(description) = gateway.admin.describe_group(group).await {
             described.push(description);
         }
     }

@@ -22,8 +22,7 @@ use weir_client::{
     Acks, ClientConfig, ClientError, Cluster, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec,
     Producer, ProducerConfig, ProducerRecord,
 };
-
-use weir_coordinator::OFFSETS_TOPIC;
+use weir_metadata::OFFSETS_TOPIC;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Fields, JsonBody, Object, PathParams, QueryParams};

@@ -1,7 +1,6 @@
 //! Topics: list, create, describe, delete, grow, and their configs.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,13 +106,9 @@ impl TopicView {
             .zip(described.offsets)
             .map(|(p, (start, end))| {
                 let local = gateway
-                    .broker
-                    .partitions
-                    .get(&name, p.partition)
-                    .filter(|l| l.is_leader());
-                let counter = |pick: fn(&weir_broker::metrics::PartitionCounters) -> u64| {
-                    local.as_ref().map(|l| pick(&l.counters))
-                };
+                    .node
+                    .partition(&name, p.partition)
+                    .filter(|l| l.leader);
                 PartitionView {
                     partition: p.partition,
                     leader: p.leader,
@@ -123,10 +118,10 @@ impl TopicView {
                     isr: p.isr.clone(),
                     log_start_offset: start,
                     high_watermark: end,
-                    size_bytes: local.as_ref().map(|l| l.log().size_bytes()),
-                    bytes_in_total: counter(|c| c.bytes_in.load(Ordering::Relaxed)),
-                    records_in_total: counter(|c| c.records_in.load(Ordering::Relaxed)),
-                    bytes_out_total: counter(|c| c.bytes_out.load(Ordering::Relaxed)),
+                    size_bytes: local.as_ref().map(|l| l.size_bytes),
+                    bytes_in_total: local.as_ref().map(|l| l.bytes_in),
+                    records_in_total: local.as_ref().map(|l| l.records_in),
+                    bytes_out_total: local.as_ref().map(|l| l.bytes_out),
                 }
             })
             .collect();

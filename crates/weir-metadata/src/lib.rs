@@ -25,6 +25,9 @@ pub use image::{
 };
 pub use uuid::Uuid;
 
+/// The internal topic holding committed offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 /// Longest topic name Kafka accepts.
 pub const TOPIC_NAME_MAX_CHARS: usize = 249;
 

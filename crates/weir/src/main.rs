@@ -4,6 +4,7 @@
 mod cli;
 mod data_dir;
 mod dev_cluster;
+mod node_view;
 mod server;
 mod settings;
 

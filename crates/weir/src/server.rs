@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_broker::{Broker, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_broker::{connection_limits, Broker, BrokerIdentity, PartitionRegistry};
 use weir_controller::liveness::UncleanDefaults;
 use weir_controller::query::DATABASE_FILE;
 use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
@@ -21,6 +21,7 @@ use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage, Storage};
 
 use crate::data_dir::{quorum_cluster_id, DataDir};
+use crate::node_view::ServerNode;
 use crate::settings;
 
 /// Time allowed from the first signal to exit before the process gives up on a clean stop.
@@ -299,7 +300,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         return run_controller_only(&args, controller_address, data_dir, quorum, leases).await;
     };
     config.max_connections = budget.connections;
-    let limits = ConnectionLimits::from_config(&config)
+    let limits = connection_limits(&config)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -329,7 +330,11 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
                 true => format!("127.0.0.1:{}", bound.port()),
                 false => bound.to_string(),
             };
-            let gateway = Gateway::new(broker.clone(), quorum.clone(), &bootstrap, serving_rx);
+            let node = Arc::new(ServerNode {
+                broker: broker.clone(),
+                quorum: quorum.clone(),
+            });
+            let gateway = Gateway::new(node, &bootstrap, serving_rx);
             tokio::spawn(gateway.serve(http, shutdown_rx_for_http.clone()));
             tracing::info!(target: "weir::server", http = %address, "HTTP gateway listening: REST API, /metrics, /health, console at /");
             address.to_string()

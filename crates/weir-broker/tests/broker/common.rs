@@ -18,7 +18,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
-use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
 use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, Storage};
@@ -118,9 +118,7 @@ async fn start_inner(
         advertised_port: addr.port(),
     };
     let (stop, stopped) = watch::channel(false);
-    let limits = ConnectionLimits::from_config(&config)
-        .await
-        .expect("limits");
+    let limits = connection_limits(&config).await.expect("limits");
     let control = Arc::new(LocalControl::new(controller.clone()));
     let broker =
         tokio::task::block_in_place(|| Broker::new(config, identity, control, registry, stopped));

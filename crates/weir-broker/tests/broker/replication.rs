@@ -16,7 +16,7 @@ use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment
 use kafka_protocol::messages::BrokerId;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use weir_broker::{Broker, BrokerConfig, BrokerIdentity, ConnectionLimits, PartitionRegistry};
+use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
 use weir_controller::{Controller, LocalControl};
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::SystemClock;
@@ -124,9 +124,7 @@ impl Member {
             advertised_port: addr.port(),
         };
         let (stop, stopped) = watch::channel(false);
-        let limits = ConnectionLimits::from_config(&config)
-            .await
-            .expect("limits");
+        let limits = connection_limits(&config).await.expect("limits");
         let (link, cut) = Link::new(controller);
         let broker = tokio::task::block_in_place(|| {
             Broker::new(config, identity, Arc::new(link), registry, stopped)
