@@ -106,12 +106,12 @@ struct ProducerIdBlock {
 /// Everything a request handler needs.
 pub struct Broker {
     /// Broker settings.
-    pub config: BrokerConfig,
+    pub(crate) config: BrokerConfig,
     /// Who this broker is.
-    pub identity: BrokerIdentity,
+    pub(crate) identity: BrokerIdentity,
     /// The metadata controller, reached only through this interface (in this process on a
     /// single node).
-    pub controller: Arc<dyn MetadataControl>,
+    pub(crate) controller: Arc<dyn MetadataControl>,
     /// The latest image the hosted partitions and the coordinator were brought in line with:
     /// what request handlers read.
     applied: watch::Sender<Arc<MetadataImage>>,
@@ -119,28 +119,28 @@ pub struct Broker {
     /// image whenever one of their levels changes.
     runtime: watch::Sender<Arc<RuntimeSettings>>,
     /// Hosted partitions.
-    pub partitions: Arc<PartitionRegistry>,
+    pub(crate) partitions: Arc<PartitionRegistry>,
     /// The consumer-group coordinator, keeping its state in `__consumer_offsets`.
-    pub coordinator: Arc<GroupCoordinator>,
+    pub(crate) coordinator: Arc<GroupCoordinator>,
     /// Held while `__consumer_offsets` is created and loaded.
     pub(crate) offsets_topic_creation: tokio::sync::Mutex<()>,
     producer_ids: Mutex<ProducerIdBlock>,
     /// Becomes true when the server is shutting down; long polls answer at once.
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
     /// `queued.max.request.bytes`: permits for request bytes held in memory, broker-wide.
-    pub request_memory: Arc<Semaphore>,
+    pub(crate) request_memory: Arc<Semaphore>,
     /// Permits to decompress and validate a compressed batch (see
     /// [`COMPRESSED_VALIDATIONS_MAX`]).
-    pub compressed_validations: Semaphore,
+    pub(crate) compressed_validations: Semaphore,
     /// Incremental fetch sessions (KIP-227).
-    pub fetch_sessions: FetchSessions,
+    pub(crate) fetch_sessions: FetchSessions,
     /// The fetchers copying the logs of partitions this broker follows.
     pub(crate) replica_fetchers: ReplicaFetchers,
     /// The epoch of this broker's current registration (0 until registered); its replica
     /// fetches carry it.
     pub(crate) broker_epoch: Arc<AtomicU64>,
     /// Requests, bytes and connections served, for `/metrics`.
-    pub metrics: BrokerMetrics,
+    pub(crate) metrics: BrokerMetrics,
 }
 
 impl Broker {
@@ -189,6 +189,31 @@ impl Broker {
         });
         tokio::spawn(broker.clone().follow_metadata(images));
         broker
+    }
+
+    /// This broker's node id.
+    pub fn node_id(&self) -> i32 {
+        self.identity.node_id
+    }
+
+    /// The partitions hosted here.
+    pub fn partitions(&self) -> &PartitionRegistry {
+        &self.partitions
+    }
+
+    /// The controller, as this broker reaches it.
+    pub fn controller(&self) -> &(dyn MetadataControl + 'static) {
+        self.controller.as_ref()
+    }
+
+    /// The consumer-group coordinator of this broker.
+    pub fn coordinator(&self) -> &GroupCoordinator {
+        &self.coordinator
+    }
+
+    /// Requests, bytes and connections served here.
+    pub fn metrics(&self) -> &BrokerMetrics {
+        &self.metrics
     }
 
     /// True once the broker is registered with the controller (and not yet shut down): what

@@ -21,7 +21,7 @@ pub struct ServerNode {
 
 impl NodeView for ServerNode {
     fn node_id(&self) -> i32 {
-        self.broker.identity.node_id
+        self.broker.node_id()
     }
 
     fn is_registered(&self) -> bool {
@@ -33,7 +33,7 @@ impl NodeView for ServerNode {
     }
 
     fn broker_stats(&self) -> BrokerStats {
-        let metrics = &self.broker.metrics;
+        let metrics = &self.broker.metrics();
         let apis = metrics
             .served_apis()
             .into_iter()
@@ -66,17 +66,17 @@ impl NodeView for ServerNode {
     }
 
     fn partitions(&self) -> Vec<PartitionStats> {
-        let hosted = self.broker.partitions.all();
+        let hosted = self.broker.partitions().all();
         hosted.iter().map(|p| partition_stats(p)).collect()
     }
 
     fn partition(&self, topic: &str, index: i32) -> Option<PartitionStats> {
-        let hosted = self.broker.partitions.get(topic, index)?;
+        let hosted = self.broker.partitions().get(topic, index)?;
         Some(partition_stats(&hosted))
     }
 
     fn coordinated_groups(&self) -> Vec<String> {
-        let listing = self.broker.coordinator.list_groups();
+        let listing = self.broker.coordinator().list_groups();
         listing.into_iter().map(|g| g.group_id).collect()
     }
 

@@ -383,7 +383,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let _ = maintenance.await;
     let _ = groups.await;
     let _ = cleaner.await;
-    tokio::task::block_in_place(|| broker.partitions.close_all());
+    tokio::task::block_in_place(|| broker.partitions().close_all());
     quorum.shutdown().await;
     tracing::info!(target: "weir::server", "stopped cleanly");
     drop(data_dir);

@@ -160,8 +160,11 @@ async fn partitions_are_placed_over_registered_brokers_and_served_by_their_leade
 
     // This broker holds every replica (two brokers, two replicas) but leads only half.
     for (index, (leader, _)) in (0i32..).zip(&placed) {
-        let hosted: std::sync::Arc<Partition> =
-            test.broker.partitions.get("spread", index).expect("hosted");
+        let hosted: std::sync::Arc<Partition> = test
+            .broker
+            .partitions()
+            .get("spread", index)
+            .expect("hosted");
         assert_eq!(hosted.is_leader(), *leader == 1);
         let batch = build_batch(&[b"x"], 0, ProducerFields::NONE);
         let (produced, _) = produce(&mut c, "spread", index, 1, batch).await;
@@ -193,7 +196,7 @@ async fn partitions_are_placed_over_registered_brokers_and_served_by_their_leade
         vec![(2, vec![2]), (1, vec![1])]
     );
     assert!(
-        test.broker.partitions.get("manual", 0).is_none(),
+        test.broker.partitions().get("manual", 0).is_none(),
         "not hosted here"
     );
     let batch = build_batch(&[b"x"], 0, ProducerFields::NONE);

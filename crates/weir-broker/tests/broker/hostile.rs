@@ -92,7 +92,7 @@ async fn lying_batches_are_refused_and_the_partition_goes_on() {
     assert_eq!(stored.len(), 2, "only the good batches were stored");
     assert_eq!(
         test.broker
-            .partitions
+            .partitions()
             .get("target", 0)
             .expect("hosted")
             .log()
@@ -122,7 +122,7 @@ async fn configs_a_client_sets_cannot_exhaust_the_broker() {
         // Older than segment.ms by the next append, which then rolls.
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let partition = test.broker.partitions.get("rolling", 0).expect("hosted");
+    let partition = test.broker.partitions().get("rolling", 0).expect("hosted");
     let segments = partition.log().segment_count();
     assert!(
         segments > 300,
@@ -257,7 +257,7 @@ async fn producer_state_is_bounded() {
         let batch = build_batch(&[b"x"], 0, fields);
         assert_eq!(produce(&mut client, "ids", 0, 1, batch).await.0, 0);
     }
-    let partition = test.broker.partitions.get("ids", 0).expect("hosted");
+    let partition = test.broker.partitions().get("ids", 0).expect("hosted");
     assert_eq!(partition.log().producer_count(), 3);
     assert_eq!(partition.log().producers_evicted(), 47);
     test.shutdown().await;
@@ -344,7 +344,7 @@ async fn a_partition_in_use_when_its_topic_is_deleted_stops_nothing() {
     assert_eq!(create_topic(&mut client, "doomed", 1, &[]).await, 0);
     let batch = || build_batch(&[b"v"], 0, ProducerFields::NONE);
     assert_eq!(produce(&mut client, "doomed", 0, -1, batch()).await.0, 0);
-    let partition = test.broker.partitions.get("doomed", 0).expect("hosted");
+    let partition = test.broker.partitions().get("doomed", 0).expect("hosted");
     let mut request = DeleteTopicsRequest::default();
     request.topic_names = vec![topic_name("doomed")];
     let response: DeleteTopicsResponse = call(&mut client, ApiKey::DeleteTopics, 4, &request).await;
@@ -365,8 +365,8 @@ async fn a_partition_in_use_when_its_topic_is_deleted_stops_nothing() {
     tokio::task::spawn_blocking({
         let broker = test.broker.clone();
         move || {
-            broker.partitions.checkpoint();
-            broker.partitions.run_retention(86_400_000);
+            broker.partitions().checkpoint();
+            broker.partitions().run_retention(86_400_000);
         }
     })
     .await

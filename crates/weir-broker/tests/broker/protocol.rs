@@ -697,7 +697,7 @@ async fn concurrent_creation_of_one_topic() {
         .await,
         (0, 0)
     );
-    assert_eq!(test.broker.partitions.count(), 1);
+    assert_eq!(test.broker.partitions().count(), 1);
     test.stop.send_replace(true);
 }
 
@@ -946,7 +946,7 @@ async fn create_partitions_refuses_what_kafka_refuses() {
     let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
     assert_eq!(create_topic(&mut c, "t", 2, &[]).await, 0);
-    let node = test.broker.identity.node_id;
+    let node = test.broker.node_id();
     let grow = |count: i32, assignments: Option<Vec<Vec<i32>>>| {
         let mut topic = create_partitions_request::CreatePartitionsTopic::default();
         topic.name = topic_name("t");
@@ -1238,7 +1238,7 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
         assert!(tokio::time::Instant::now() < deadline, "never applied");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(test.broker.partitions.get("elsewhere", 1).is_some());
+    assert!(test.broker.partitions().get("elsewhere", 1).is_some());
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
     let batch = build_batch(&[b"seen"], 0, ProducerFields::NONE);
     assert_eq!(produce(&mut c, "elsewhere", 1, 1, batch).await, (0, 0));
@@ -1254,7 +1254,7 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(test.broker.partitions.get("elsewhere", 0).is_none());
+    assert!(test.broker.partitions().get("elsewhere", 0).is_none());
     test.shutdown().await;
 }
 

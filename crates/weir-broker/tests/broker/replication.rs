@@ -148,14 +148,14 @@ impl Member {
 
     fn leads(&self, topic: &str) -> bool {
         self.broker
-            .partitions
+            .partitions()
             .get(topic, 0)
             .is_some_and(|p| p.is_leader())
     }
 
     fn log_end(&self, topic: &str) -> i64 {
         self.broker
-            .partitions
+            .partitions()
             .get(topic, 0)
             .map_or(-1, |p| p.log().log_end_offset())
     }
@@ -240,7 +240,7 @@ async fn a_crashed_leader_is_replaced_and_its_divergent_tail_truncated() {
     let follower_end = |first: &TestBroker| {
         first
             .broker
-            .partitions
+            .partitions()
             .get("r", 0)
             .map_or(-1, |p| p.log().log_end_offset())
     };
@@ -263,7 +263,7 @@ async fn a_crashed_leader_is_replaced_and_its_divergent_tail_truncated() {
             .all(|b| b.image().topic("r").expect("topic").partitions[0].leader == 3)
     })
     .await;
-    let stale = members[0].broker.partitions.get("r", 0).expect("hosted");
+    let stale = members[0].broker.partitions().get("r", 0).expect("hosted");
     let valid = weir_log::validate(batch(b"lost").into(), &limits()).expect("valid");
     stale.append(&valid).expect("appended");
     assert_eq!(stale.log().log_end_offset(), 6);
@@ -296,8 +296,8 @@ async fn a_crashed_leader_is_replaced_and_its_divergent_tail_truncated() {
         partition(&controller, "r").isr.len() == 3 && members[0].log_end("r") == 6
     })
     .await;
-    let back = members[0].broker.partitions.get("r", 0).expect("hosted");
-    let leader = members[1].broker.partitions.get("r", 0).expect("hosted");
+    let back = members[0].broker.partitions().get("r", 0).expect("hosted");
+    let leader = members[1].broker.partitions().get("r", 0).expect("hosted");
     assert_eq!(
         back.log().end_offset_for_epoch(0),
         Some((0, 5)),
@@ -339,9 +339,9 @@ async fn a_leader_cut_off_from_the_controller_stops_acknowledging_acks_all() {
     let hosted = |node_id: i32| {
         let broker = members
             .iter()
-            .find(|m| m.broker.identity.node_id == node_id)
+            .find(|m| m.broker.node_id() == node_id)
             .map_or(&first.broker, |m| &m.broker);
-        broker.partitions.get("cut", 0).expect("hosted")
+        broker.partitions().get("cut", 0).expect("hosted")
     };
     eventually("the new leader leads", || hosted(new_leader).is_leader()).await;
     let (error, _) = produce(&mut to_leader, "cut", 0, -1, batch(b"b")).await;
@@ -349,9 +349,7 @@ async fn a_leader_cut_off_from_the_controller_stops_acknowledging_acks_all() {
         error, 0,
         "an isolated leader acknowledged an acks=all write"
     );
-    let member = members
-        .iter()
-        .find(|m| m.broker.identity.node_id == new_leader);
+    let member = members.iter().find(|m| m.broker.node_id() == new_leader);
     let addr = member.map_or(first.addr, |m| m.addr);
     let mut to_new = TcpStream::connect(addr).await.expect("connect");
     let mut produced = (0, -1);
@@ -373,7 +371,7 @@ async fn a_leader_cut_off_from_the_controller_stops_acknowledging_acks_all() {
     eventually("the old leader follows", || {
         !members[0]
             .broker
-            .partitions
+            .partitions()
             .get("cut", 0)
             .expect("hosted")
             .is_leader()
@@ -400,7 +398,7 @@ async fn a_write_whose_isr_shrinks_below_min_isr_is_not_acknowledged() {
         partition(&controller, "shrinks").isr.len() == 2
     })
     .await;
-    let leader = first.broker.partitions.get("shrinks", 0).expect("hosted");
+    let leader = first.broker.partitions().get("shrinks", 0).expect("hosted");
     eventually("broker 1 leads", || leader.is_leader()).await;
     let mut client = TcpStream::connect(first.addr).await.expect("connect");
     assert_eq!(
@@ -449,7 +447,7 @@ async fn an_offset_commit_whose_isr_shrinks_below_min_isr_is_not_acknowledged() 
     .await;
     let offsets = first
         .broker
-        .partitions
+        .partitions()
         .get("__consumer_offsets", 0)
         .expect("hosted");
     eventually("broker 1 leads", || offsets.is_leader()).await;
@@ -502,14 +500,14 @@ async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
     }
     let old_dir = first
         .broker
-        .partitions
+        .partitions()
         .get("move", 0)
         .expect("hosted")
         .dir
         .clone();
     let outcomes = first
         .broker
-        .change_metadata(first.broker.controller.ask(AlterPartitionReassignments {
+        .change_metadata(first.broker.controller().ask(AlterPartitionReassignments {
             reassignments: vec![Reassignment {
                 topic: "move".into(),
                 partition: 0,
@@ -547,13 +545,13 @@ async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
     })
     .await;
     eventually("broker 1 deleted its replica", || {
-        first.broker.partitions.get("move", 0).is_none() && !old_dir.exists()
+        first.broker.partitions().get("move", 0).is_none() && !old_dir.exists()
     })
     .await;
     // The preferred replica (3) is in sync: a preferred election moves leadership to it.
     let elected = first
         .broker
-        .change_metadata(first.broker.controller.ask(ElectLeaders {
+        .change_metadata(first.broker.controller().ask(ElectLeaders {
             election: ElectionType::Preferred,
             partitions: Some(vec![("move".into(), 0)]),
         }))
