@@ -6,10 +6,15 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::records::Compression;
 
-use crate::error::{ClientError, Result};
+use weir_codec::header::BatchHeader;
+use weir_codec::layout::{
+    put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_SEQUENCE_AT,
+    BATCH_HEADER_BYTES, BATCH_LENGTH_AT, CRC_AT, LOG_OVERHEAD_BYTES, MAGIC_V2, PRODUCER_EPOCH_AT,
+    PRODUCER_ID_AT,
+};
+use weir_codec::varint::{put_varlong, read_varlong, VarintError};
 
-/// Size of the fixed batch header.
-const HEADER_BYTES: usize = 61;
+use crate::error::{ClientError, Result};
 /// Records larger than this after decompression are treated as corrupt, not allocated.
 const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 
@@ -52,22 +57,13 @@ pub struct BatchProducer {
     pub base_sequence: i32,
 }
 
-fn put_varint(buf: &mut BytesMut, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    while zigzag >= 0x80 {
-        buf.put_u8((zigzag as u8) | 0x80);
-        zigzag >>= 7;
-    }
-    buf.put_u8(zigzag as u8);
-}
-
 fn put_bytes(buf: &mut BytesMut, bytes: Option<&[u8]>) {
     match bytes {
         Some(b) => {
-            put_varint(buf, b.len() as i64);
+            put_varlong(buf, b.len() as i64);
             buf.put_slice(b);
         }
-        None => put_varint(buf, -1),
+        None => put_varlong(buf, -1),
     }
 }
 
@@ -77,16 +73,16 @@ fn encode_records(records: &[OutgoingRecord], base_timestamp: i64) -> BytesMut {
     for (i, record) in records.iter().enumerate() {
         body.clear();
         body.put_i8(0);
-        put_varint(&mut body, record.timestamp - base_timestamp);
-        put_varint(&mut body, i as i64);
+        put_varlong(&mut body, record.timestamp - base_timestamp);
+        put_varlong(&mut body, i as i64);
         put_bytes(&mut body, record.key.as_deref());
         put_bytes(&mut body, record.value.as_deref());
-        put_varint(&mut body, record.headers.len() as i64);
+        put_varlong(&mut body, record.headers.len() as i64);
         for (name, value) in &record.headers {
             put_bytes(&mut body, Some(name.as_bytes()));
             put_bytes(&mut body, value.as_deref());
         }
-        put_varint(&mut out, body.len() as i64);
+        put_varlong(&mut out, body.len() as i64);
         out.put_slice(&body);
     }
     out
@@ -107,20 +103,23 @@ pub fn encode_batch(
     let base_timestamp = records.iter().map(|r| r.timestamp).min().unwrap_or(0);
     let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(0);
     let raw = encode_records(records, base_timestamp);
-    let mut buf = BytesMut::with_capacity(HEADER_BYTES + raw.len());
-    buf.put_i64(0);
-    buf.put_i32(0); // batch length, patched below
-    buf.put_i32(-1);
-    buf.put_i8(2);
-    buf.put_u32(0); // CRC, patched below
-    buf.put_i16(compression as i16);
-    buf.put_i32(count as i32 - 1);
-    buf.put_i64(base_timestamp);
-    buf.put_i64(max_timestamp);
-    buf.put_i64(producer.producer_id);
-    buf.put_i16(producer.producer_epoch);
-    buf.put_i32(producer.base_sequence);
-    buf.put_i32(count as i32);
+    let mut buf = BytesMut::with_capacity(BATCH_HEADER_BYTES + raw.len());
+    let header = BatchHeader {
+        base_offset: 0,
+        batch_length: 0, // patched below
+        partition_leader_epoch: -1,
+        magic: MAGIC_V2,
+        crc: 0, // patched below
+        attributes: compression as i16,
+        last_offset_delta: count as i32 - 1,
+        base_timestamp,
+        max_timestamp,
+        producer_id: producer.producer_id,
+        producer_epoch: producer.producer_epoch,
+        base_sequence: producer.base_sequence,
+        record_count: count as i32,
+    };
+    header.put(&mut buf);
     let copy = |out: &mut BytesMut| {
         out.put_slice(&raw);
         Ok(())
@@ -136,42 +135,35 @@ pub fn encode_batch(
         Compression::Zstd => Zstd::compress(&mut buf, copy),
     };
     compressed.map_err(|e| ClientError::Protocol(format!("cannot compress a batch: {e}")))?;
-    let length = (buf.len() - 12) as i32;
-    buf[8..12].copy_from_slice(&length.to_be_bytes());
+    let length = (buf.len() - LOG_OVERHEAD_BYTES) as i32;
+    put_i32_at(&mut buf, BATCH_LENGTH_AT, length);
     seal(&mut buf);
     Ok(buf.freeze())
 }
 
 /// Writes the CRC of a batch encoded here (it covers everything after the CRC field).
 fn seal(batch: &mut [u8]) {
-    let crc = crc32c::crc32c(&batch[21..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    put_u32_at(batch, CRC_AT, crc);
 }
 
 /// A copy of a batch encoded by [`encode_batch`] under another producer id, epoch and base
 /// sequence: what an idempotent producer sends when it retries a batch under a new producer id.
 pub fn restamp_batch(encoded: &[u8], producer: BatchProducer) -> Bytes {
     let mut batch = BytesMut::from(encoded);
-    batch[43..51].copy_from_slice(&producer.producer_id.to_be_bytes());
-    batch[51..53].copy_from_slice(&producer.producer_epoch.to_be_bytes());
-    batch[53..57].copy_from_slice(&producer.base_sequence.to_be_bytes());
+    put_i64_at(&mut batch, PRODUCER_ID_AT, producer.producer_id);
+    put_i16_at(&mut batch, PRODUCER_EPOCH_AT, producer.producer_epoch);
+    put_i32_at(&mut batch, BASE_SEQUENCE_AT, producer.base_sequence);
     seal(&mut batch);
     batch.freeze()
 }
 
 fn get_varint(buf: &mut Bytes) -> Result<i64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        if !buf.has_remaining() {
-            return Err(corrupt("varint past the end"));
-        }
-        let byte = buf.get_u8();
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    Err(corrupt("varint too long"))
+    let next = || match buf.has_remaining() {
+        true => Ok(buf.get_u8()),
+        false => Err(VarintError::Truncated),
+    };
+    read_varlong(next).map_err(|error| corrupt(&error.to_string()))
 }
 
 fn get_bytes(buf: &mut Bytes) -> Result<Option<Bytes>> {
@@ -194,30 +186,30 @@ fn corrupt(what: &str) -> ClientError {
 /// batch (a fetch may cut one) is ignored; control batches are skipped.
 pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
     let mut records = Vec::new();
-    while bytes.len() >= HEADER_BYTES {
-        let length = i32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if length < (HEADER_BYTES - 12) as i32 || bytes.len() < 12 + length as usize {
+    while let Some(header) = BatchHeader::parse(&bytes) {
+        let length = header.batch_length;
+        if length < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32
+            || bytes.len() < LOG_OVERHEAD_BYTES + length as usize
+        {
             break;
         }
-        let mut batch = bytes.split_to(12 + length as usize);
-        let base_offset = batch.get_i64();
-        batch.advance(4 + 4);
-        if batch.get_i8() != 2 {
+        let mut batch = bytes.split_to(LOG_OVERHEAD_BYTES + length as usize);
+        batch.advance(BATCH_HEADER_BYTES);
+        if header.magic != MAGIC_V2 {
             return Err(corrupt("unsupported magic"));
         }
-        batch.advance(4);
-        let attributes = batch.get_i16();
-        batch.advance(4);
-        let base_timestamp = batch.get_i64();
-        let max_timestamp = batch.get_i64();
-        batch.advance(8 + 2 + 4);
-        let count = batch.get_i32();
-        if attributes & 0x20 != 0 {
+        let (base_offset, base_timestamp, max_timestamp, count) = (
+            header.base_offset,
+            header.base_timestamp,
+            header.max_timestamp,
+            header.record_count,
+        );
+        if header.is_control() {
             continue;
         }
-        let log_append_time = attributes & 0x08 != 0;
+        let log_append_time = header.is_log_append_time();
         let decompress = |b: &mut Bytes| Ok(b.split_off(0));
-        let mut raw = match attributes & 0x07 {
+        let mut raw = match header.compression() {
             0 => Ok(batch),
             1 => Gzip::decompress(&mut batch, decompress),
             2 => Snappy::decompress(&mut batch, decompress),
@@ -325,8 +317,8 @@ mod tests {
             };
             let batch = encode_batch(&records, producer, compression).expect("encode");
             assert_eq!(
-                crc32c::crc32c(&batch[21..]),
-                u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]])
+                crc32c::crc32c(&batch[ATTRIBUTES_AT..]),
+                BatchHeader::parse(&batch).expect("a header").crc
             );
             let decoded = decode_batches(batch).expect("decode");
             assert_eq!(decoded.len(), 2, "{compression:?}");

@@ -8,7 +8,12 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use weir_log::batch::{batch_crc, build_batch, put_varlong, ProducerFields};
+use weir_codec::layout::{
+    put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT, CRC_AT,
+    LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES, RECORD_COUNT_AT,
+};
+use weir_codec::varint::put_varlong;
+use weir_log::batch::{batch_crc, build_batch, ProducerFields};
 use weir_log::{validate, ValidationLimits};
 
 const RECORDS: usize = 1000;
@@ -70,16 +75,16 @@ fn compress(codec: i16, plain: &[u8]) -> Vec<u8> {
 
 fn batch(codec: i16, plain: &[u8]) -> Bytes {
     let mut out = build_batch(&[], 0, ProducerFields::NONE);
-    out.truncate(61);
+    out.truncate(BATCH_HEADER_BYTES);
     out.extend_from_slice(&compress(codec, plain));
-    let length = (out.len() - 12) as i32;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+    put_i32_at(&mut out, BATCH_LENGTH_AT, length);
     let attribute: i16 = if codec == 5 { 3 } else { codec };
-    out[21..23].copy_from_slice(&attribute.to_be_bytes());
-    out[23..27].copy_from_slice(&(RECORDS as i32 - 1).to_be_bytes());
-    out[57..61].copy_from_slice(&(RECORDS as i32).to_be_bytes());
+    put_i16_at(&mut out, ATTRIBUTES_AT, attribute);
+    put_i32_at(&mut out, LAST_OFFSET_DELTA_AT, RECORDS as i32 - 1);
+    put_i32_at(&mut out, RECORD_COUNT_AT, RECORDS as i32);
     let crc = batch_crc(&out);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    put_u32_at(&mut out, CRC_AT, crc);
     Bytes::from(out)
 }
 

@@ -1,42 +1,28 @@
 //! The Kafka RecordBatch v2 header: parsing, validation, and the validated batch the log
 //! appends.
 //!
-//! Layout (big-endian): baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 |
-//! crc u32 | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
-//! producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32 | records…
-//! The CRC-32C covers `attributes` onward, so the broker patches base offset and leader epoch
-//! without recomputing it: everything else is stored exactly as the producer sent it.
+//! The layout is `weir_codec::layout`'s. The CRC-32C covers `attributes` onward, so the broker
+//! patches base offset and leader epoch without recomputing it: everything else is stored
+//! exactly as the producer sent it.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
+pub use weir_codec::header::BatchHeader;
+use weir_codec::layout::{
+    put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_OFFSET_AT, CRC_AT, MAX_TIMESTAMP_AT,
+    PARTITION_LEADER_EPOCH_AT,
+};
+pub use weir_codec::layout::{
+    ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2,
+    NO_PRODUCER_ID, NO_SEQUENCE,
+};
+use weir_codec::varint::{put_varlong, VarintError};
 
 use crate::records::{validate_records, ValidationLimits};
 
-/// Size of the fixed RecordBatch v2 header in bytes.
-pub const BATCH_HEADER_BYTES: usize = 61;
-/// Bytes before `batchLength`'s payload starts: baseOffset (8) + batchLength (4).
-pub const LOG_OVERHEAD_BYTES: usize = 12;
 /// Bytes at the start of a batch the broker may rewrite: baseOffset and partitionLeaderEpoch
 /// always, and — only when the producer understated it, as Kafka does — maxTimestamp with the
 /// CRC. Everything after them is stored exactly as sent.
-pub const PATCHED_HEAD_BYTES: usize = 43;
-/// Position of the maxTimestamp field.
-const MAX_TIMESTAMP_AT: usize = 35;
-/// The only record batch format Weir stores.
-pub const MAGIC_V2: i8 = 2;
-/// Producer id of a batch written without idempotence.
-pub const NO_PRODUCER_ID: i64 = -1;
-/// Sequence of a batch written without idempotence.
-pub const NO_SEQUENCE: i32 = -1;
-
-const CRC_START: usize = 21;
-/// Position of the attributes field (where the CRC's coverage starts).
-const ATTRIBUTES_AT: usize = CRC_START;
-/// Attribute bits 0–2: the compression codec.
-pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
-/// Attribute bit 3: the timestamp type is LogAppendTime (the broker's, in maxTimestamp).
-pub const ATTR_LOG_APPEND_TIME: i16 = 0x08;
-const ATTR_TRANSACTIONAL: i16 = 0x10;
-const ATTR_CONTROL: i16 = 0x20;
+pub const PATCHED_HEAD_BYTES: usize = weir_codec::layout::PRODUCER_ID_AT;
 
 /// Why a batch was refused; each kind maps to one Kafka error code at the handler boundary.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +46,12 @@ pub enum BatchError {
     },
 }
 
+impl From<VarintError> for BatchError {
+    fn from(error: VarintError) -> BatchError {
+        BatchError::Invalid(error.to_string())
+    }
+}
+
 /// Most per-record errors one refused batch reports (a batch may hold millions of records).
 pub const RECORD_ERRORS_MAX: usize = 1000;
 
@@ -79,106 +71,6 @@ impl BatchError {
             message: message.into(),
             records: Vec::new(),
         }
-    }
-}
-
-/// The decoded fixed header of one record batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchHeader {
-    /// Offset of the first record.
-    pub base_offset: i64,
-    /// Bytes after the `batchLength` field.
-    pub batch_length: i32,
-    /// Leader epoch the batch was appended under.
-    pub partition_leader_epoch: i32,
-    /// Format version; always 2 once validated.
-    pub magic: i8,
-    /// CRC-32C of the bytes from `attributes` to the end.
-    pub crc: u32,
-    /// Compression, timestamp type, transactional and control flags.
-    pub attributes: i16,
-    /// Offset of the last record relative to `base_offset`.
-    pub last_offset_delta: i32,
-    /// Timestamp of the first record.
-    pub base_timestamp: i64,
-    /// Largest timestamp in the batch, as the producer wrote it.
-    pub max_timestamp: i64,
-    /// Idempotent producer id, or -1.
-    pub producer_id: i64,
-    /// Idempotent producer epoch, or -1.
-    pub producer_epoch: i16,
-    /// Sequence number of the first record, or -1.
-    pub base_sequence: i32,
-    /// Number of records.
-    pub record_count: i32,
-}
-
-impl BatchHeader {
-    /// Reads the header from the first [`BATCH_HEADER_BYTES`] of `bytes` without validating it;
-    /// `None` when fewer bytes are given.
-    pub fn parse(bytes: &[u8]) -> Option<BatchHeader> {
-        let mut buf = bytes.get(..BATCH_HEADER_BYTES)?;
-        Some(BatchHeader {
-            base_offset: buf.get_i64(),
-            batch_length: buf.get_i32(),
-            partition_leader_epoch: buf.get_i32(),
-            magic: buf.get_i8(),
-            crc: buf.get_u32(),
-            attributes: buf.get_i16(),
-            last_offset_delta: buf.get_i32(),
-            base_timestamp: buf.get_i64(),
-            max_timestamp: buf.get_i64(),
-            producer_id: buf.get_i64(),
-            producer_epoch: buf.get_i16(),
-            base_sequence: buf.get_i32(),
-            record_count: buf.get_i32(),
-        })
-    }
-
-    /// Total size of the batch on disk and on the wire, including the 12-byte log overhead.
-    pub fn total_bytes(&self) -> u64 {
-        LOG_OVERHEAD_BYTES as u64 + self.batch_length.max(0) as u64
-    }
-
-    /// Offset of the last record in the batch (saturating: a header read back from a damaged
-    /// disk must not overflow; validated batches never come near).
-    pub fn last_offset(&self) -> i64 {
-        self.base_offset
-            .saturating_add(i64::from(self.last_offset_delta))
-    }
-
-    /// Sequence number of the last record, wrapping at `i32::MAX` as Kafka does.
-    pub fn last_sequence(&self) -> i32 {
-        if self.base_sequence == NO_SEQUENCE {
-            return NO_SEQUENCE;
-        }
-        let last = i64::from(self.base_sequence) + i64::from(self.last_offset_delta);
-        (last % (i64::from(i32::MAX) + 1)) as i32
-    }
-
-    /// The compression codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
-    pub fn compression(&self) -> i16 {
-        self.attributes & ATTR_COMPRESSION_MASK
-    }
-
-    /// True for a batch written inside a transaction.
-    pub fn is_transactional(&self) -> bool {
-        self.attributes & ATTR_TRANSACTIONAL != 0
-    }
-
-    /// True for a transaction marker batch.
-    pub fn is_control(&self) -> bool {
-        self.attributes & ATTR_CONTROL != 0
-    }
-
-    /// True when the timestamp-type bit says LogAppendTime.
-    pub fn is_log_append_time(&self) -> bool {
-        self.attributes & ATTR_LOG_APPEND_TIME != 0
-    }
-
-    /// True when the batch comes from an idempotent producer.
-    pub fn has_producer_id(&self) -> bool {
-        self.producer_id >= 0
     }
 }
 
@@ -230,7 +122,7 @@ fn validate_framing(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
             header.magic
         )));
     }
-    if crc32c::crc32c(&bytes[CRC_START..]) != header.crc {
+    if crc32c::crc32c(&bytes[ATTRIBUTES_AT..]) != header.crc {
         return Err(BatchError::Corrupt("CRC-32C mismatch".into()));
     }
     Ok(header)
@@ -376,8 +268,8 @@ pub fn patched_head(
 ) -> [u8; PATCHED_HEAD_BYTES] {
     let mut head = [0u8; PATCHED_HEAD_BYTES];
     head.copy_from_slice(&batch[..PATCHED_HEAD_BYTES]);
-    head[0..8].copy_from_slice(&base_offset.to_be_bytes());
-    head[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
+    put_i64_at(&mut head, BASE_OFFSET_AT, base_offset);
+    put_i32_at(&mut head, PARTITION_LEADER_EPOCH_AT, partition_leader_epoch);
     let attributes = i16::from_be_bytes([head[ATTRIBUTES_AT], head[ATTRIBUTES_AT + 1]]);
     let stamped = attributes | ATTR_LOG_APPEND_TIME;
     let restamp = log_append_time && stamped != attributes;
@@ -388,17 +280,17 @@ pub fn patched_head(
     if claimed != max_timestamp.to_be_bytes() || restamp {
         claimed.copy_from_slice(&max_timestamp.to_be_bytes());
         let crc = crc32c::crc32c_append(
-            crc32c::crc32c(&head[CRC_START..]),
+            crc32c::crc32c(&head[ATTRIBUTES_AT..]),
             &batch[PATCHED_HEAD_BYTES..],
         );
-        head[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_u32_at(&mut head, CRC_AT, crc);
     }
     head
 }
 
 /// Computes the CRC a batch must carry; used to build batches in tests and tools.
 pub fn batch_crc(bytes: &[u8]) -> u32 {
-    crc32c::crc32c(&bytes[CRC_START..])
+    crc32c::crc32c(&bytes[ATTRIBUTES_AT..])
 }
 
 /// One record to build: key and value, either may be null.
@@ -438,24 +330,25 @@ pub fn build_keyed_batch(
     }
     let count = records.len() as i32;
     let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + encoded.len());
-    out.extend_from_slice(&0i64.to_be_bytes());
-    out.extend_from_slice(
-        &((BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES + encoded.len()) as i32).to_be_bytes(),
-    );
-    out.extend_from_slice(&(-1i32).to_be_bytes());
-    out.push(MAGIC_V2 as u8);
-    out.extend_from_slice(&0u32.to_be_bytes());
-    out.extend_from_slice(&0i16.to_be_bytes());
-    out.extend_from_slice(&(count - 1).to_be_bytes());
-    out.extend_from_slice(&base_timestamp.to_be_bytes());
-    out.extend_from_slice(&base_timestamp.to_be_bytes());
-    out.extend_from_slice(&producer.producer_id.to_be_bytes());
-    out.extend_from_slice(&producer.producer_epoch.to_be_bytes());
-    out.extend_from_slice(&producer.base_sequence.to_be_bytes());
-    out.extend_from_slice(&count.to_be_bytes());
+    let header = BatchHeader {
+        base_offset: 0,
+        batch_length: (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES + encoded.len()) as i32,
+        partition_leader_epoch: -1,
+        magic: MAGIC_V2,
+        crc: 0,
+        attributes: 0,
+        last_offset_delta: count - 1,
+        base_timestamp,
+        max_timestamp: base_timestamp,
+        producer_id: producer.producer_id,
+        producer_epoch: producer.producer_epoch,
+        base_sequence: producer.base_sequence,
+        record_count: count,
+    };
+    header.put(&mut out);
     out.extend_from_slice(&encoded);
     let crc = batch_crc(&out);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    put_u32_at(&mut out, CRC_AT, crc);
     out
 }
 
@@ -479,18 +372,10 @@ impl ProducerFields {
     };
 }
 
-/// Appends `value` as a zigzag varint (Kafka's record encoding).
-pub fn put_varlong(out: &mut Vec<u8>, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    while zigzag >= 0x80 {
-        out.push((zigzag as u8) | 0x80);
-        zigzag >>= 7;
-    }
-    out.push(zigzag as u8);
-}
-
 #[cfg(test)]
 mod tests {
+    use weir_codec::layout::{LAST_OFFSET_DELTA_AT, RECORD_COUNT_AT};
+
     use super::*;
 
     fn limits() -> ValidationLimits {
@@ -513,7 +398,7 @@ mod tests {
 
     fn with_crc(mut batch: Vec<u8>) -> Vec<u8> {
         let crc = batch_crc(&batch);
-        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_u32_at(&mut batch, CRC_AT, crc);
         batch
     }
 
@@ -561,8 +446,8 @@ mod tests {
         // The 61-byte batch that once advanced the log end offset by 2^31: count and delta agree
         // but no record follows.
         let mut batch = build_batch(&[], 0, ProducerFields::NONE);
-        batch[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
-        batch[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        put_i32_at(&mut batch, LAST_OFFSET_DELTA_AT, i32::MAX - 1);
+        put_i32_at(&mut batch, RECORD_COUNT_AT, i32::MAX);
         assert_eq!(batch.len(), BATCH_HEADER_BYTES);
         assert!(matches!(refusal(with_crc(batch)), BatchError::Invalid(_)));
     }

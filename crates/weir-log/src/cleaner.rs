@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use weir_codec::varint::{next_in, read_varint, read_varlong};
 use weir_storage::{FileCache, FileRef, Storage};
 
 use crate::batch::BatchHeader;
@@ -380,30 +381,18 @@ fn max_record_timestamp(header: &BatchHeader, plain: &[u8], count: usize) -> i64
     let mut max = header.base_timestamp;
     let mut position = 0usize;
     for _ in 0..count {
-        let Some((length, after_length)) = read_varint(plain, position) else {
+        let Ok(length) = read_varint(|| next_in(plain, &mut position)) else {
             break;
         };
+        let record_start = position;
         // attributes (1 byte), then the timestamp delta.
-        if let Some((delta, _)) = read_varint(plain, after_length + 1) {
+        let mut at = record_start + 1;
+        if let Ok(delta) = read_varlong(|| next_in(plain, &mut at)) {
             max = max.max(header.base_timestamp.saturating_add(delta));
         }
-        position = after_length + length.max(0) as usize;
+        position = record_start + length.max(0) as usize;
     }
     max
-}
-
-/// A zigzag varint at `position`: its value and the position after it.
-fn read_varint(bytes: &[u8], mut position: usize) -> Option<(i64, usize)> {
-    let mut value: u64 = 0;
-    for i in 0..10 {
-        let b = *bytes.get(position)?;
-        position += 1;
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((((value >> 1) as i64) ^ -((value & 1) as i64), position));
-        }
-    }
-    None
 }
 
 /// Finishes or discards the swaps an interrupted cleaning left in `dir` (at open, before the

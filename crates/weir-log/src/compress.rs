@@ -5,6 +5,11 @@
 use std::io::Write;
 
 use bytes::Bytes;
+use weir_codec::layout::{
+    put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT,
+    MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
+};
+use weir_codec::varint::put_varlong;
 
 use crate::batch::{
     batch_crc, BatchError, ValidBatch, ATTR_COMPRESSION_MASK, BATCH_HEADER_BYTES,
@@ -84,7 +89,7 @@ pub fn compress(codec: i16, plain: &[u8], levels: Levels) -> Vec<u8> {
 pub(crate) fn framed_record(record: &RecordRef<'_>) -> Vec<u8> {
     let body = record.raw.unwrap_or_default();
     let mut out = Vec::with_capacity(body.len() + 5);
-    crate::batch::put_varlong(&mut out, body.len() as i64);
+    put_varlong(&mut out, body.len() as i64);
     out.extend_from_slice(body);
     out
 }
@@ -106,14 +111,17 @@ pub(crate) fn rebuilt_batch(
     out.extend_from_slice(&original[..BATCH_HEADER_BYTES]);
     out.extend_from_slice(&records);
     let batch_length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
-    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    let attributes = i16::from_be_bytes([out[21], out[22]]);
-    let attributes = (attributes & !ATTR_COMPRESSION_MASK) | codec;
-    out[21..23].copy_from_slice(&attributes.to_be_bytes());
-    out[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
-    out[57..61].copy_from_slice(&(count as i32).to_be_bytes());
+    put_i32_at(&mut out, BATCH_LENGTH_AT, batch_length);
+    let attributes = i16::from_be_bytes([out[ATTRIBUTES_AT], out[ATTRIBUTES_AT + 1]]);
+    put_i16_at(
+        &mut out,
+        ATTRIBUTES_AT,
+        (attributes & !ATTR_COMPRESSION_MASK) | codec,
+    );
+    put_i64_at(&mut out, MAX_TIMESTAMP_AT, max_timestamp);
+    put_i32_at(&mut out, RECORD_COUNT_AT, count as i32);
     let crc = batch_crc(&out);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    put_u32_at(&mut out, CRC_AT, crc);
     out
 }
 

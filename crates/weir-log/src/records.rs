@@ -11,6 +11,8 @@ use std::cell::RefCell;
 use std::io::Read;
 use std::ops::ControlFlow;
 
+use weir_codec::varint::{read_varint, read_varlong};
+
 use crate::batch::{BatchError, BatchHeader, RecordError, BATCH_HEADER_BYTES, RECORD_ERRORS_MAX};
 
 /// Compressed records are decompressed into a buffer of this size, reused per thread: four
@@ -254,29 +256,13 @@ impl<R: Read> Source for StreamSource<R> {
 /// A zigzag varint of at most 5 bytes, as Kafka reads it.
 #[inline]
 fn varint(source: &mut impl Source) -> Result<i32, BatchError> {
-    let mut value: u32 = 0;
-    for i in 0..5 {
-        let b = source.byte()?;
-        value |= u32::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(((value >> 1) as i32) ^ -((value & 1) as i32));
-        }
-    }
-    Err(invalid("varint longer than 5 bytes"))
+    read_varint(|| source.byte())
 }
 
 /// A zigzag varlong of at most 10 bytes.
 #[inline]
 fn varlong(source: &mut impl Source) -> Result<i64, BatchError> {
-    let mut value: u64 = 0;
-    for i in 0..10 {
-        let b = source.byte()?;
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    Err(invalid("varlong longer than 10 bytes"))
+    read_varlong(|| source.byte())
 }
 
 /// Skips a length-prefixed field; `-1` (null) is allowed only where `nullable`.
@@ -727,7 +713,13 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::batch::{batch_crc, build_batch, put_varlong, validate, ProducerFields};
+    use weir_codec::layout::{
+        put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT,
+        LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES, RECORD_COUNT_AT,
+    };
+    use weir_codec::varint::put_varlong;
+
+    use crate::batch::{batch_crc, build_batch, validate, ProducerFields};
 
     const LIMIT: u64 = 1 << 20;
 
@@ -779,13 +771,13 @@ mod tests {
         let mut out = build_batch(&[], base_timestamp, ProducerFields::NONE);
         out.truncate(BATCH_HEADER_BYTES);
         out.extend_from_slice(payload);
-        let length = (out.len() - 12) as i32;
-        out[8..12].copy_from_slice(&length.to_be_bytes());
-        out[21..23].copy_from_slice(&codec.to_be_bytes());
-        out[23..27].copy_from_slice(&(count - 1).to_be_bytes());
-        out[57..61].copy_from_slice(&count.to_be_bytes());
+        let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+        put_i32_at(&mut out, BATCH_LENGTH_AT, length);
+        put_i16_at(&mut out, ATTRIBUTES_AT, codec);
+        put_i32_at(&mut out, LAST_OFFSET_DELTA_AT, count - 1);
+        put_i32_at(&mut out, RECORD_COUNT_AT, count);
         let crc = batch_crc(&out);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
+        put_u32_at(&mut out, CRC_AT, crc);
         out
     }
 

@@ -260,8 +260,7 @@ fn stored_crc_matches(
     header: &BatchHeader,
     buffer: &mut Vec<u8>,
 ) -> Result<bool, LogError> {
-    const CRC_START: u64 = 21;
-    let mut at = position + CRC_START;
+    let mut at = position + weir_codec::layout::ATTRIBUTES_AT as u64;
     let end = position + header.total_bytes();
     let mut crc = 0u32;
     while at < end {

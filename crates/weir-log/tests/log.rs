@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use weir_codec::layout::BATCH_HEADER_BYTES;
+use weir_codec::varint::{next_in, read_varlong};
 use weir_log::batch::{build_batch, validate_header, ProducerFields};
 use weir_log::{
     validate, BatchHeader, Clock, Log, LogConfig, LogError, ManualClock, ValidationLimits,
@@ -97,28 +99,15 @@ fn read_all(log: &Log, offset: i64) -> Vec<(i64, Vec<u8>)> {
 fn value_of(batch: &[u8]) -> Vec<u8> {
     // Record layout after the 61-byte header: length, attributes, timestamp delta, offset
     // delta, key length (-1), value length, value; all lengths are zigzag varints.
-    let mut rest = &batch[61..];
-    let _record_len = varint(&mut rest);
-    rest = &rest[1..];
-    let _timestamp_delta = varint(&mut rest);
-    let _offset_delta = varint(&mut rest);
-    let _key_len = varint(&mut rest);
-    let value_len = varint(&mut rest) as usize;
-    rest[..value_len].to_vec()
-}
-
-fn varint(buf: &mut &[u8]) -> i64 {
-    let mut value = 0u64;
-    let mut shift = 0;
-    loop {
-        let byte = buf[0];
-        *buf = &buf[1..];
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return ((value >> 1) as i64) ^ -((value & 1) as i64);
-        }
-        shift += 7;
-    }
+    let mut at = BATCH_HEADER_BYTES;
+    let varint = |at: &mut usize| read_varlong(|| next_in(batch, at)).expect("a varint");
+    let _record_len = varint(&mut at);
+    at += 1; // attributes
+    let _timestamp_delta = varint(&mut at);
+    let _offset_delta = varint(&mut at);
+    let _key_len = varint(&mut at);
+    let value_len = varint(&mut at) as usize;
+    batch[at..at + value_len].to_vec()
 }
 
 /// Checks that `read` is exactly offsets 0.. with the values `expected` gives.

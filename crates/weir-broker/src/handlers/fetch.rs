@@ -23,6 +23,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
+use weir_codec::varint::put_uvarint;
 use weir_log::{ReadSlice, ReadView};
 
 use crate::broker::Broker;
@@ -440,14 +441,6 @@ fn marker(index: u32) -> [u8; MARKER_BYTES] {
     marker
 }
 
-fn uvarint(mut value: u64, out: &mut Vec<u8>) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
 /// Encodes the response. Streamed partitions carry a placeholder in their records field; the
 /// encoded frame is then cut around each placeholder and its length prefix, and the slice put
 /// in its place with the real length, so the frame is exactly what encoding the bytes would
@@ -592,7 +585,7 @@ fn splice(frame: &Bytes, slices: Vec<ReadSlice>, flexible: bool) -> Option<Respo
         }
         let mut new_prefix = Vec::with_capacity(5);
         if flexible {
-            uvarint(slice.len() + 1, &mut new_prefix);
+            put_uvarint(&mut new_prefix, u32::try_from(slice.len() + 1).ok()?);
         } else {
             new_prefix.extend_from_slice(&i32::try_from(slice.len()).ok()?.to_be_bytes());
         }

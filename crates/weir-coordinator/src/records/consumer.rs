@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
+use weir_codec::varint::put_uvarint;
 
 use super::{malformed, FormatError, Reader};
 use crate::assignors::TopicPartitions;
@@ -100,14 +101,6 @@ const VALUE_VERSION: i16 = 0;
 
 fn start() -> Vec<u8> {
     VALUE_VERSION.to_be_bytes().to_vec()
-}
-
-fn put_uvarint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 fn put_compact_string(out: &mut Vec<u8>, s: Option<&str>) {

@@ -12,6 +12,7 @@
 pub mod consumer;
 
 use bytes::Bytes;
+use weir_codec::varint::{read_uvarint, VarintError};
 
 pub use consumer::ConsumerKey;
 
@@ -28,6 +29,12 @@ const GROUP_VALUE_VERSION: i16 = 3;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed __consumer_offsets record: {0}")]
 pub struct FormatError(pub String);
+
+impl From<VarintError> for FormatError {
+    fn from(error: VarintError) -> FormatError {
+        malformed(error.to_string())
+    }
+}
 
 pub(crate) fn malformed(what: impl Into<String>) -> FormatError {
     FormatError(what.into())
@@ -398,15 +405,7 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn unsigned_varint(&mut self) -> Result<u32, FormatError> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let b = self.take(1)?[0];
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(malformed("varint longer than 5 bytes"))
+        read_uvarint(|| Ok(self.take(1)?[0]))
     }
 
     pub(crate) fn compact_string(&mut self) -> Result<String, FormatError> {
