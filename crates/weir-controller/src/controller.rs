@@ -16,7 +16,8 @@ use weir_metadata::{
 };
 use weir_storage::Storage;
 
-use crate::liveness::{Leases, UncleanDefaults, DEFAULT_SESSION_TIMEOUT_MS};
+use crate::election::UncleanDefaults;
+use crate::liveness::{Leases, DEFAULT_SESSION_TIMEOUT_MS};
 use crate::placement::place;
 use crate::quorum::MetadataQuorum;
 use crate::record_file::{RecordFile, RecordFileError};

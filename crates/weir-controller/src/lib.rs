@@ -9,6 +9,7 @@
 
 mod controller;
 mod dispatch;
+pub mod election;
 mod forward;
 pub mod liveness;
 mod placement;

@@ -7,44 +7,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir_metadata::topic_config::parse_boolean;
 use weir_metadata::{
     AlterPartition, ControllerError, ElectionType, MetadataCommand, MetadataImage, PartitionChange,
     PartitionImage, TopicImage, NO_LEADER,
 };
 
-use crate::reassignment::{completed, partition_change, preferred_elections};
+use crate::election::{partition_change, preferred_elections, UncleanDefaults};
+use crate::reassignment::completed;
 use crate::Controller;
 
-/// Name of the setting that lets an out-of-sync replica become leader.
-const UNCLEAN_ELECTION: &str = "unclean.leader.election.enable";
 /// `broker.session.timeout.ms` until the server sets it.
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
 /// How often the active controller looks for expired leases.
 const LEASE_CHECK_MS: u64 = 250;
-
-/// Where `unclean.leader.election.enable` comes from when a topic does not set it, in the order
-/// Kafka's controller reads the levels: the deciding controller node's own dynamic config, the
-/// cluster-wide dynamic config, then the controller's static config; `false` below them all.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UncleanDefaults {
-    /// The deciding controller's node id, whose node-level dynamic config applies.
-    pub node_id: Option<i32>,
-    /// `unclean.leader.election.enable` as the controller's process was configured.
-    pub configured: bool,
-}
-
-impl UncleanDefaults {
-    /// Whether `topic` lets an out-of-sync replica lead: the first level that sets it.
-    pub fn allow(&self, image: &MetadataImage, topic: &TopicImage) -> bool {
-        let node = self.node_id.map(|id| image.broker_configs(Some(id)));
-        [Some(&topic.configs), node, Some(image.broker_configs(None))]
-            .into_iter()
-            .flatten()
-            .find_map(|level| level.get(UNCLEAN_ELECTION))
-            .map_or(self.configured, |value| parse_boolean(value) == Some(true))
-    }
-}
 
 impl Controller {
     /// Sets where `unclean.leader.election.enable` comes from below a topic's own setting.
@@ -457,6 +432,7 @@ pub(crate) mod tests {
     use weir_metadata::{BrokerListener, MetadataCommand, Uuid};
 
     use super::*;
+    use crate::election::UNCLEAN_ELECTION;
 
     /// Brokers `brokers` registered and topic `t` (id 7) with one partition per replica list.
     pub(crate) fn image(brokers: &[i32], replicas: Vec<Vec<i32>>) -> MetadataImage {

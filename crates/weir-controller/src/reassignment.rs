@@ -1,15 +1,15 @@
 //! Moving replicas and leaders on request: reassignments (AlterPartitionReassignments), which
 //! add the target replicas, wait until they are all in sync and only then drop the others, and
-//! leader elections (ElectLeaders, preferred or unclean). The decisions are pure functions of
-//! the image; the controller commits them as `ChangePartitions`.
+//! leader elections (ElectLeaders, preferred or unclean, decided by `crate::election`). The
+//! decisions are pure functions of the image; the controller commits them as
+//! `ChangePartitions`.
 
 use weir_metadata::{
     ControllerError, ElectionType, MetadataCommand, MetadataImage, PartitionChange, PartitionImage,
     PartitionOutcome, PartitionRefusal, Reassignment, ReplicaAssignment, TopicImage, Uuid,
-    NO_LEADER,
 };
 
-use crate::liveness::UncleanDefaults;
+use crate::election::{elect, leader_among, partition_change, Decision, UncleanDefaults};
 use crate::Controller;
 
 impl Controller {
@@ -120,27 +120,6 @@ impl Controller {
                 .await?;
         }
         Ok(outcomes)
-    }
-}
-
-/// A partition's change, none when it is already as asked, or why it is refused.
-pub type Decision = Result<Option<PartitionChange>, PartitionRefusal>;
-
-/// A change of partition `partition` of topic `topic_id`: its new leader and ISR, and its new
-/// replicas when `assignment` is given.
-pub(crate) fn partition_change(
-    topic_id: Uuid,
-    partition: i32,
-    leader: i32,
-    isr: Vec<i32>,
-    assignment: Option<ReplicaAssignment>,
-) -> PartitionChange {
-    PartitionChange {
-        topic_id,
-        partition,
-        leader,
-        isr,
-        assignment,
     }
 }
 
@@ -263,17 +242,6 @@ pub fn cancel(
     )))
 }
 
-/// `current` if it is among `isr`, else the first live member of `isr`, else no leader.
-fn leader_among(image: &MetadataImage, current: i32, isr: &[i32]) -> i32 {
-    if isr.contains(&current) {
-        return current;
-    }
-    isr.iter()
-        .copied()
-        .find(|id| image.is_alive(*id))
-        .unwrap_or(NO_LEADER)
-}
-
 /// The change that completes the reassignment of partition `index` of topic `topic_id` (`p`)
 /// once its ISR would be `isr` under `leader`: when every target replica is in sync, the
 /// replicas become the target, the removed ones leave the ISR, and a removed leader hands over
@@ -310,89 +278,12 @@ pub fn completed(
     ))
 }
 
-/// Elects a leader for partition `index` as `election` says: the preferred replica when it is
-/// live and in sync, or (unclean) any live replica of a partition without a leader.
-pub fn elect(
-    image: &MetadataImage,
-    topic: &TopicImage,
-    index: i32,
-    p: &PartitionImage,
-    election: ElectionType,
-) -> Decision {
-    let not_needed = || {
-        PartitionRefusal::ElectionNotNeeded(
-            "Leader election not needed for topic partition.".into(),
-        )
-    };
-    let elected = |leader: i32, isr: Vec<i32>| {
-        Ok(Some(partition_change(
-            topic.topic_id,
-            index,
-            leader,
-            isr,
-            None,
-        )))
-    };
-    match election {
-        ElectionType::Preferred => {
-            let preferred = p.replicas.first().copied().unwrap_or(NO_LEADER);
-            if p.leader == preferred {
-                return Err(not_needed());
-            }
-            if p.isr.contains(&preferred) && image.is_alive(preferred) {
-                return elected(preferred, p.isr.clone());
-            }
-            Err(PartitionRefusal::PreferredLeaderNotAvailable(format!(
-                "Failed to elect leader for partition {}-{index} under strategy PreferredReplicaPartitionLeaderElectionStrategy",
-                topic.name
-            )))
-        }
-        ElectionType::Unclean => {
-            if p.leader != NO_LEADER {
-                return Err(not_needed());
-            }
-            let alive = |id: &i32| image.is_alive(*id);
-            if let Some(in_sync) = p
-                .replicas
-                .iter()
-                .copied()
-                .find(|id| p.isr.contains(id) && alive(id))
-            {
-                return elected(in_sync, p.isr.clone());
-            }
-            match p.replicas.iter().copied().find(alive) {
-                Some(unclean) => elected(unclean, vec![unclean]),
-                None => Err(PartitionRefusal::EligibleLeadersNotAvailable(format!(
-                    "Failed to elect leader for partition {}-{index} under strategy UncleanLeaderElectionStrategy",
-                    topic.name
-                ))),
-            }
-        }
-    }
-}
-
-/// The partitions to move their leader back to the preferred replica (auto leader
-/// rebalance): led elsewhere while the preferred replica is live and in sync.
-pub fn preferred_elections(image: &MetadataImage) -> Vec<(String, i32)> {
-    image
-        .topics()
-        .flat_map(|topic| {
-            (0i32..)
-                .zip(&topic.partitions)
-                .filter_map(move |(index, p)| {
-                    let preferred = *p.replicas.first()?;
-                    let due = p.leader != preferred
-                        && p.isr.contains(&preferred)
-                        && image.is_alive(preferred);
-                    due.then(|| (topic.name.clone(), index))
-                })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use weir_metadata::NO_LEADER;
+
     use super::*;
+    use crate::election::preferred_elections;
 
     fn image(brokers: &[i32], replicas: Vec<i32>) -> MetadataImage {
         crate::liveness::tests::image(brokers, vec![replicas])

@@ -13,7 +13,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_broker::{connection_limits, Broker, BrokerIdentity, PartitionRegistry};
-use weir_controller::liveness::UncleanDefaults;
+use weir_controller::election::UncleanDefaults;
 use weir_controller::query::DATABASE_FILE;
 use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
 use weir_gateway::Gateway;
