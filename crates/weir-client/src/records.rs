@@ -1,10 +1,10 @@
 //! Record batches (Kafka's format v2) built and read by the client itself, so that repeated
-//! header keys survive (Kafka allows them; a map would collapse them). Compression goes
-//! through `kafka-protocol`'s codecs.
+//! header keys survive (Kafka allows them; a map would collapse them). The header, varints and
+//! compression are `weir-codec`'s, as the broker's log uses them.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::records::Compression;
+use weir_codec::compression::{compress, decompress_all, Levels};
 
 use weir_codec::header::BatchHeader;
 use weir_codec::layout::{
@@ -120,21 +120,10 @@ pub fn encode_batch(
         record_count: count as i32,
     };
     header.put(&mut buf);
-    let copy = |out: &mut BytesMut| {
-        out.put_slice(&raw);
-        Ok(())
-    };
-    let compressed = match compression {
-        Compression::None => {
-            buf.put_slice(&raw);
-            Ok(())
-        }
-        Compression::Gzip => Gzip::compress(&mut buf, copy),
-        Compression::Snappy => Snappy::compress(&mut buf, copy),
-        Compression::Lz4 => Lz4::compress(&mut buf, copy),
-        Compression::Zstd => Zstd::compress(&mut buf, copy),
-    };
-    compressed.map_err(|e| ClientError::Protocol(format!("cannot compress a batch: {e}")))?;
+    match compression {
+        Compression::None => buf.put_slice(&raw),
+        codec => buf.put_slice(&compress(codec as i16, &raw, Levels::DEFAULT)),
+    }
     let length = (buf.len() - LOG_OVERHEAD_BYTES) as i32;
     put_i32_at(&mut buf, BATCH_LENGTH_AT, length);
     seal(&mut buf);
@@ -208,19 +197,12 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
             continue;
         }
         let log_append_time = header.is_log_append_time();
-        let decompress = |b: &mut Bytes| Ok(b.split_off(0));
         let mut raw = match header.compression() {
-            0 => Ok(batch),
-            1 => Gzip::decompress(&mut batch, decompress),
-            2 => Snappy::decompress(&mut batch, decompress),
-            3 => Lz4::decompress(&mut batch, decompress),
-            4 => Zstd::decompress(&mut batch, decompress),
-            other => return Err(corrupt(&format!("unknown compression {other}"))),
-        }
-        .map_err(|e| ClientError::Protocol(format!("cannot decompress a batch: {e}")))?;
-        if raw.len() > RECORD_BYTES_MAX {
-            return Err(corrupt("batch too large"));
-        }
+            0 => batch,
+            codec => decompress_all(codec, &batch, RECORD_BYTES_MAX as u64)
+                .map(Bytes::from)
+                .map_err(|e| corrupt(&e.to_string()))?,
+        };
         for _ in 0..count.max(0) {
             let length = get_varint(&mut raw)?;
             if length < 0 || length as usize > raw.remaining() {

@@ -1,10 +1,10 @@
-//! Compressing records: for the batches the cleaner rewrites (in their own codec) and for
-//! topics whose `compression.type` makes the broker recompress what producers send. Snappy is
-//! written in the xerial framing the Java client uses (every Kafka client reads it).
-
-use std::io::Write;
+//! Compressing records (with `weir_codec::compression`): for the batches the cleaner rewrites
+//! (in their own codec) and for topics whose `compression.type` makes the broker recompress
+//! what producers send.
 
 use bytes::Bytes;
+use weir_codec::compression::compress;
+pub use weir_codec::compression::Levels;
 use weir_codec::layout::{
     put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT,
     MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
@@ -15,75 +15,7 @@ use crate::batch::{
     batch_crc, BatchError, ValidBatch, ATTR_COMPRESSION_MASK, BATCH_HEADER_BYTES,
     LOG_OVERHEAD_BYTES,
 };
-use crate::records::{
-    for_each_stored_record, RecordRef, CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD,
-    XERIAL_MAGIC,
-};
-
-/// Bytes of input per xerial snappy block, as the Java client writes them.
-const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
-
-/// Compression levels, as the topic configs `compression.gzip.level`, `compression.lz4.level`
-/// and `compression.zstd.level` give them (Kafka's defaults in [`Levels::DEFAULT`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Levels {
-    /// 1–9, or -1 for zlib's default.
-    pub gzip: i32,
-    /// 1–17.
-    pub lz4: i32,
-    /// zstd's levels, negative ones included.
-    pub zstd: i32,
-}
-
-impl Levels {
-    /// Kafka's defaults (and the Java client's).
-    pub const DEFAULT: Levels = Levels {
-        gzip: -1,
-        lz4: 9,
-        zstd: 3,
-    };
-}
-
-/// `plain` records compressed with `codec` at `levels` (0 leaves them as they are; an unknown
-/// codec cannot occur: stored batches passed validation).
-pub fn compress(codec: i16, plain: &[u8], levels: Levels) -> Vec<u8> {
-    // Writing into memory cannot fail; the encoders only report I/O errors of their sink.
-    match codec {
-        CODEC_GZIP => {
-            let level = u32::try_from(levels.gzip)
-                .map(flate2::Compression::new)
-                .unwrap_or_default();
-            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), level);
-            encoder.write_all(plain).expect("in-memory gzip");
-            encoder.finish().expect("in-memory gzip")
-        }
-        CODEC_SNAPPY => {
-            let mut out = Vec::with_capacity(plain.len() / 2 + 16);
-            out.extend_from_slice(XERIAL_MAGIC);
-            out.extend_from_slice(&1i32.to_be_bytes());
-            out.extend_from_slice(&1i32.to_be_bytes());
-            let mut encoder = snap::raw::Encoder::new();
-            for block in plain.chunks(XERIAL_BLOCK_BYTES) {
-                let compressed = encoder.compress_vec(block).expect("in-memory snappy");
-                out.extend_from_slice(&(compressed.len() as i32).to_be_bytes());
-                out.extend_from_slice(&compressed);
-            }
-            out
-        }
-        CODEC_LZ4 => {
-            let mut encoder = lz4::EncoderBuilder::new()
-                .level(u32::try_from(levels.lz4).unwrap_or(0))
-                .build(Vec::new())
-                .expect("in-memory lz4");
-            encoder.write_all(plain).expect("in-memory lz4");
-            let (out, result) = encoder.finish();
-            result.expect("in-memory lz4");
-            out
-        }
-        CODEC_ZSTD => zstd::encode_all(plain, levels.zstd).expect("in-memory zstd"),
-        _ => plain.to_vec(),
-    }
-}
+use crate::records::{for_each_stored_record, RecordRef};
 
 /// A kept record's bytes with their length prefix, as they go into a rebuilt batch.
 pub(crate) fn framed_record(record: &RecordRef<'_>) -> Vec<u8> {
@@ -153,6 +85,8 @@ pub fn recompress(
 
 #[cfg(test)]
 mod tests {
+    use weir_codec::compression::{CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD};
+
     use super::*;
     use crate::batch::{build_keyed_batch, validate, ProducerFields};
     use crate::records::ValidationLimits;

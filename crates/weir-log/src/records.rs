@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::io::Read;
 use std::ops::ControlFlow;
 
+use weir_codec::compression::{decompress, DecompressError, Records};
 use weir_codec::varint::{read_varint, read_varlong};
 
 use crate::batch::{BatchError, BatchHeader, RecordError, BATCH_HEADER_BYTES, RECORD_ERRORS_MAX};
@@ -19,24 +20,6 @@ use crate::batch::{BatchError, BatchHeader, RecordError, BATCH_HEADER_BYTES, REC
 /// lz4 blocks, so a linked-block lz4 frame decompresses without copying its history around
 /// (a 64 KiB buffer halves lz4's speed), and small enough to keep validation's memory low.
 const STREAM_BUFFER_BYTES: usize = 256 * 1024;
-/// Largest zstd window accepted, as a power of two (32 MiB). Every non-"ultra" zstd level
-/// (1–19) and level 20 fit; a frame asking for more would make the decoder allocate it.
-const ZSTD_WINDOW_LOG_MAX: u32 = 25;
-/// Snappy framing used by the Java client (xerial): this magic, then version fields.
-pub(crate) const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
-/// Size of the xerial header: magic (8), version (4), compatible version (4).
-const XERIAL_HEADER_BYTES: usize = 16;
-/// Most bytes a raw snappy block may decompress to, whatever `max.message.bytes` says: raw
-/// snappy is decompressed whole into memory, unlike the streamed codecs.
-const RAW_SNAPPY_BYTES_MAX: u64 = 256 * 1024 * 1024;
-
-/// Codec ids in the batch attributes.
-const CODEC_NONE: i16 = 0;
-pub(crate) const CODEC_GZIP: i16 = 1;
-pub(crate) const CODEC_SNAPPY: i16 = 2;
-pub(crate) const CODEC_LZ4: i16 = 3;
-pub(crate) const CODEC_ZSTD: i16 = 4;
-
 /// Bounds that make validation safe against hostile input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValidationLimits {
@@ -464,53 +447,6 @@ fn check_timestamp(
     Some((ours, kafkas))
 }
 
-/// The xerial framing the Java client writes: a header, then blocks of
-/// `[u32 compressed length][raw snappy block]`, decompressed one block at a time.
-struct XerialReader<'a> {
-    input: &'a [u8],
-    block: Vec<u8>,
-    position: usize,
-    budget: u64,
-}
-
-impl Read for XerialReader<'_> {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.position == self.block.len() {
-            if self.input.is_empty() {
-                return Ok(0);
-            }
-            let (length, rest) = self
-                .input
-                .split_first_chunk::<4>()
-                .ok_or_else(|| std::io::Error::other("truncated snappy block length"))?;
-            let length = u32::from_be_bytes(*length) as usize;
-            if rest.len() < length {
-                return Err(std::io::Error::other("truncated snappy block"));
-            }
-            let (compressed, rest) = rest.split_at(length);
-            self.input = rest;
-            let size = snap::raw::decompress_len(compressed).map_err(std::io::Error::other)?;
-            if size as u64 > self.budget {
-                return Err(std::io::Error::other("snappy block larger than allowed"));
-            }
-            self.budget -= size as u64;
-            self.block.resize(size, 0);
-            snap::raw::Decoder::new()
-                .decompress(compressed, &mut self.block)
-                .map_err(std::io::Error::other)?;
-            self.position = 0;
-        }
-        let n = out.len().min(self.block.len() - self.position);
-        out[..n].copy_from_slice(&self.block[self.position..self.position + n]);
-        self.position += n;
-        Ok(n)
-    }
-}
-
-fn corrupt(codec: &str, error: impl std::fmt::Display) -> BatchError {
-    BatchError::Corrupt(format!("{codec} payload does not decompress: {error}"))
-}
-
 /// Walks every record of `batch` (whose header passed [`crate::batch::validate_header`]),
 /// decompressing as a stream, no further than `limit` decompressed bytes.
 fn each_record<const KEYS_AND_VALUES: bool, const PRODUCED: bool, V>(
@@ -523,78 +459,32 @@ where
     V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, BatchError>,
 {
     let payload = &batch[BATCH_HEADER_BYTES..];
-    match header.compression() {
-        CODEC_NONE => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
+    let records =
+        decompress(header.compression(), payload, limit).map_err(|error| match error {
+            DecompressError::Corrupt { .. } => BatchError::Corrupt(error.to_string()),
+            DecompressError::TooLarge { .. } | DecompressError::UnknownCodec(_) => {
+                invalid(error.to_string())
+            }
+        })?;
+    match records {
+        Records::Plain(bytes) => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
+            &mut SliceSource { bytes, position: 0 },
+            header,
+            visit,
+        ),
+        Records::Decompressed(plain) => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
             &mut SliceSource {
-                bytes: payload,
+                bytes: &plain,
                 position: 0,
             },
             header,
             visit,
         ),
-        CODEC_GZIP => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-            &mut StreamSource::new(flate2::read::MultiGzDecoder::new(payload), limit),
+        Records::Stream(decoder) => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
+            &mut StreamSource::new(decoder, limit),
             header,
             visit,
         ),
-        CODEC_SNAPPY if payload.starts_with(XERIAL_MAGIC) => {
-            let blocks = payload.get(XERIAL_HEADER_BYTES..).ok_or_else(|| {
-                BatchError::Corrupt("snappy payload shorter than its header".into())
-            })?;
-            let reader = XerialReader {
-                input: blocks,
-                block: Vec::new(),
-                position: 0,
-                budget: limit,
-            };
-            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-                &mut StreamSource::new(reader, limit),
-                header,
-                visit,
-            )
-        }
-        CODEC_SNAPPY => {
-            // Raw snappy (librdkafka): one block; its decompressed size is in its preamble.
-            let size = snap::raw::decompress_len(payload).map_err(|e| corrupt("snappy", e))?;
-            if size as u64 > limit.min(RAW_SNAPPY_BYTES_MAX) {
-                return Err(invalid(format!(
-                    "records decompress to more than {} bytes",
-                    limit.min(RAW_SNAPPY_BYTES_MAX)
-                )));
-            }
-            let plain = snap::raw::Decoder::new()
-                .decompress_vec(payload)
-                .map_err(|e| corrupt("snappy", e))?;
-            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-                &mut SliceSource {
-                    bytes: &plain,
-                    position: 0,
-                },
-                header,
-                visit,
-            )
-        }
-        CODEC_LZ4 => {
-            let decoder = lz4::Decoder::new(payload).map_err(|e| corrupt("lz4", e))?;
-            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-                &mut StreamSource::new(decoder, limit),
-                header,
-                visit,
-            )
-        }
-        CODEC_ZSTD => {
-            let mut decoder = zstd::stream::read::Decoder::with_buffer(payload)
-                .map_err(|e| corrupt("zstd", e))?;
-            decoder
-                .window_log_max(ZSTD_WINDOW_LOG_MAX)
-                .map_err(|e| corrupt("zstd", e))?;
-            walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-                &mut StreamSource::new(decoder, limit),
-                header,
-                visit,
-            )
-        }
-        other => Err(invalid(format!("unknown compression codec {other}"))),
     }
 }
 
@@ -713,6 +603,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use weir_codec::compression::{CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD};
     use weir_codec::layout::{
         put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT,
         LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES, RECORD_COUNT_AT,

@@ -8,6 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use weir_codec::compression::{compress, Levels};
+use weir_codec::layout::{
+    put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT, CRC_AT,
+    LOG_OVERHEAD_BYTES,
+};
 use weir_log::batch::{batch_crc, build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
 use weir_log::cleaner::CompactionConfig;
 use weir_log::records::for_each_stored_record;
@@ -51,17 +56,17 @@ fn keyed_batch(records: &[(Vec<u8>, Option<Vec<u8>>)], timestamp: i64, codec: i1
     if codec == 0 {
         return plain;
     }
-    let mut out = plain[..61].to_vec();
-    out.extend_from_slice(&weir_log::compress::compress(
+    let mut out = plain[..BATCH_HEADER_BYTES].to_vec();
+    out.extend_from_slice(&compress(
         codec,
-        &plain[61..],
-        weir_log::compress::Levels::DEFAULT,
+        &plain[BATCH_HEADER_BYTES..],
+        Levels::DEFAULT,
     ));
-    let length = (out.len() - 12) as i32;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
-    out[21..23].copy_from_slice(&codec.to_be_bytes());
+    let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+    put_i32_at(&mut out, BATCH_LENGTH_AT, length);
+    put_i16_at(&mut out, ATTRIBUTES_AT, codec);
     let crc = batch_crc(&out);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    put_u32_at(&mut out, CRC_AT, crc);
     out
 }
 
