@@ -17,6 +17,8 @@ use weir_metadata::topic_config::{
 };
 use weir_metadata::MetadataImage;
 
+use crate::rate_limit::LineLimit;
+
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -100,10 +102,16 @@ fn default_of(name: &str) -> &'static str {
         .unwrap_or_else(|| panic!("{name} is not a config"))
 }
 
+/// Lines about stored config values that do not read (each topic's settings are resolved
+/// again when a dynamic level changes, so one bad value could repeat for every topic).
+static UNREADABLE_WARNINGS: LineLimit = LineLimit::new();
+
 /// Logs a stored value that does not read, and that its default stands in for.
 fn unreadable(name: &str, text: &str) -> &'static str {
     let default = default_of(name);
-    tracing::warn!(target: "weir::config", name, value = text, default, "a config value set earlier does not read as its type; using the default");
+    if let Some(suppressed) = UNREADABLE_WARNINGS.admit() {
+        tracing::warn!(target: "weir::config", name, value = text, default, suppressed, "a config value set earlier does not read as its type; using the default");
+    }
     default
 }
 
