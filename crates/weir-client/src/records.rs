@@ -4,8 +4,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::Compression;
-use weir_codec::compression::{compress, decompress_all, Levels};
-
+use weir_codec::compression::{compress, decompress_all, Levels, CODEC_NONE};
 use weir_codec::header::BatchHeader;
 use weir_codec::layout::{
     put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_SEQUENCE_AT,
@@ -15,6 +14,7 @@ use weir_codec::layout::{
 use weir_codec::varint::{put_varlong, read_varlong, VarintError};
 
 use crate::error::{ClientError, Result};
+
 /// Records larger than this after decompression are treated as corrupt, not allocated.
 const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 
@@ -187,23 +187,17 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
         if header.magic != MAGIC_V2 {
             return Err(corrupt("unsupported magic"));
         }
-        let (base_offset, base_timestamp, max_timestamp, count) = (
-            header.base_offset,
-            header.base_timestamp,
-            header.max_timestamp,
-            header.record_count,
-        );
         if header.is_control() {
             continue;
         }
         let log_append_time = header.is_log_append_time();
         let mut raw = match header.compression() {
-            0 => batch,
+            CODEC_NONE => batch,
             codec => decompress_all(codec, &batch, RECORD_BYTES_MAX as u64)
                 .map(Bytes::from)
                 .map_err(|e| corrupt(&e.to_string()))?,
         };
-        for _ in 0..count.max(0) {
+        for _ in 0..header.record_count.max(0) {
             let length = get_varint(&mut raw)?;
             if length < 0 || length as usize > raw.remaining() {
                 return Err(corrupt("record length"));
@@ -226,11 +220,11 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
                 headers.push((String::from_utf8_lossy(&name).into_owned(), value));
             }
             records.push(DecodedRecord {
-                offset: base_offset + offset_delta,
+                offset: header.base_offset + offset_delta,
                 timestamp: if log_append_time {
-                    max_timestamp
+                    header.max_timestamp
                 } else {
-                    base_timestamp + timestamp_delta
+                    header.base_timestamp + timestamp_delta
                 },
                 key,
                 value,
