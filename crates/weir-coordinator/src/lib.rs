@@ -16,10 +16,12 @@
 //! but the log.
 
 pub mod assignors;
+pub mod clock;
 pub mod consumer_group;
 mod coordinator;
 pub mod group;
 pub mod records;
+mod runtime;
 mod subscription;
 
 pub use consumer_group::{
@@ -27,13 +29,13 @@ pub use consumer_group::{
     ConsumerMemberDescription, HeartbeatReply, TopicCatalog,
 };
 pub use coordinator::{
-    partition_for, Appended, CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing,
-    GroupSummary, OffsetsLog, Pending, RecordVisitor, StoredRecord, OFFSETS_TOPIC,
+    CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing, GroupSummary, OFFSETS_TOPIC,
 };
 pub use group::{
     GroupLimits, GroupState, JoinOutcome, JoinRequest, JoinedMember, MemberDescription,
     MetadataBounds, SyncAssignment, SyncOutcome, SyncRequest,
 };
+pub use runtime::{partition_for, Appended, OffsetsLog, Pending, RecordVisitor, StoredRecord};
 
 /// Why a group request failed; each maps to the Kafka error of the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

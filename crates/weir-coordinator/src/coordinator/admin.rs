@@ -1,0 +1,93 @@
+//! The admin views of groups: ListGroups, DescribeGroups, DeleteGroups.
+
+use crate::records::RecordKey;
+use crate::runtime::StoredRecord;
+use crate::GroupError;
+
+use super::{offset_key, GroupCoordinator, GroupListing, GroupSummary};
+
+impl GroupCoordinator {
+    /// ListGroups: every group in a loaded partition.
+    pub fn list_groups(&self) -> Vec<GroupListing> {
+        let partitions = self.runtime.lock();
+        let mut listing: Vec<GroupListing> = partitions
+            .shards()
+            .flat_map(|shard| shard.groups.values())
+            .map(|g| GroupListing {
+                group_id: g.id.clone(),
+                protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+                state: g.state(),
+                group_type: if g.consumer.is_some() {
+                    "consumer"
+                } else {
+                    "classic"
+                },
+            })
+            .collect();
+        listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        listing
+    }
+
+    /// DescribeGroups for one group; `Ok(None)` when it does not exist or is not a classic
+    /// group (Kafka describes a consumer-protocol group there as Dead).
+    pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, GroupError> {
+        let partitions = self.runtime.lock();
+        let (_, shard) = partitions.served_ref(group_id)?;
+        let classic = shard.groups.get(group_id).filter(|g| g.consumer.is_none());
+        Ok(classic.map(|g| GroupSummary {
+            state: g.state(),
+            protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+            protocol: g.protocol().unwrap_or_default().to_string(),
+            members: g.describe_members(),
+        }))
+    }
+
+    /// DeleteGroups for one group: only an Empty group; its metadata and offsets are
+    /// tombstoned before it is forgotten.
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), GroupError> {
+        let (keys, appended) = {
+            let partitions = self.runtime.lock();
+            let (partition, shard) = partitions.served_ref(group_id)?;
+            let group = shard
+                .groups
+                .get(group_id)
+                .ok_or(GroupError::GroupIdNotFound)?;
+            if !group.has_no_members() || group.pending_commits > 0 {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            let keys: Vec<(String, i32)> = group.offsets.keys().cloned().collect();
+            let mut records: Vec<StoredRecord> = keys
+                .iter()
+                .map(|(topic, p)| (offset_key(group_id, topic, *p), None))
+                .collect();
+            records.push((
+                RecordKey::Group {
+                    group: group_id.to_string(),
+                }
+                .encode(),
+                None,
+            ));
+            // A consumer group's records go with it.
+            records.extend(group.persisted.keys().map(|key| (key.clone(), None)));
+            (keys, self.runtime.log(partition).append(records)?)
+        };
+        appended.durable.await?;
+        let mut partitions = self.runtime.lock();
+        if let Ok((_, shard)) = partitions.served(group_id) {
+            if let Some(group) = shard.groups.get_mut(group_id) {
+                if group.has_no_members() {
+                    group.consumer = None;
+                    group.persisted.clear();
+                }
+                for (i, key) in keys.into_iter().enumerate() {
+                    group.apply_delete(key, appended.base_offset + i as i64);
+                }
+                if group.has_no_members() && group.offsets.is_empty() && group.pending_commits == 0
+                {
+                    shard.groups.remove(group_id);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! The classic group protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
+
+use std::time::Duration;
+
+use crate::group::{Group, JoinOutcome, JoinRequest, Step, SyncOutcome, SyncRequest};
+use crate::records::RecordKey;
+use crate::GroupError;
+
+use super::shard::{persist_in_background, store_group};
+use super::{admit_metadata, member_group, member_shard, GroupCoordinator, WAIT_GRACE};
+
+impl GroupCoordinator {
+    /// JoinGroup: waits until the rebalance completes (or fails) for this member.
+    pub async fn join_group(&self, group_id: &str, request: JoinRequest) -> JoinOutcome {
+        let limits = self.settings.limits;
+        let wait = Duration::from_millis(request.rebalance_timeout_ms.max(0) as u64).max(
+            Duration::from_millis(limits.initial_rebalance_delay_ms.max(0) as u64),
+        ) + WAIT_GRACE;
+        let member_id = request.member_id.clone();
+        let step = {
+            let mut partitions = self.runtime.lock();
+            let adds = match member_shard(&mut partitions, group_id) {
+                Err(error) => return JoinOutcome::failed(error, &member_id),
+                // A join the group's own bounds refuse is refused there and adds nothing.
+                Ok((_, shard)) => match shard.groups.get(group_id) {
+                    Some(group) => group.join_adds_bytes(&request, &limits),
+                    None => Group::new(group_id.to_string(), &limits, 0)
+                        .join_adds_bytes(&request, &limits),
+                },
+            };
+            if let Some(more) = adds {
+                if let Err(error) =
+                    admit_metadata(&mut partitions, &limits.metadata, group_id, more)
+                {
+                    return JoinOutcome::failed(error, &member_id);
+                }
+            }
+            let now = self.runtime.now();
+            let (partition, shard) = match member_shard(&mut partitions, group_id) {
+                Ok(served) => served,
+                Err(error) => return JoinOutcome::failed(error, &member_id),
+            };
+            let created = !shard.groups.contains_key(group_id);
+            let group = shard.group_or_new(group_id, now.wall_ms);
+            let step = group.join(request, &limits, now.instant, now.wall_ms);
+            // A join refused before it could create the group (a session timeout out of
+            // range, a member id the group never gave, metadata over its bounds) leaves no
+            // group behind, as in Kafka; other refusals of a new member keep the group it made.
+            let refused_early = matches!(
+                &step,
+                Step::Done(JoinOutcome {
+                    error: Some(
+                        GroupError::InvalidSessionTimeout
+                            | GroupError::UnknownMemberId
+                            | GroupError::InvalidRequest
+                            | GroupError::GroupMaxSizeReached
+                    ),
+                    ..
+                })
+            );
+            if created && refused_early && group.has_no_members() {
+                shard.groups.remove(group_id);
+                return match step {
+                    Step::Done(outcome) => outcome,
+                    _ => JoinOutcome::failed(GroupError::UnknownMemberId, &member_id),
+                };
+            }
+            // An empty consumer group that became classic: its records go.
+            persist_in_background(&self.runtime.log(partition), group);
+            step
+        };
+        self.runtime.wake();
+        match step {
+            Step::Done(outcome) => outcome,
+            Step::Wait(rx) | Step::Store(_, rx) => match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(_)) => JoinOutcome::failed(GroupError::UnknownMemberId, &member_id),
+                Err(_) => JoinOutcome::failed(GroupError::RebalanceInProgress, &member_id),
+            },
+        }
+    }
+
+    /// SyncGroup: the leader's assignment is stored, then every member gets its part.
+    pub async fn sync_group(&self, group_id: &str, request: SyncRequest<'_>) -> SyncOutcome {
+        let limits = self.settings.limits;
+        let (rx, store, wait) = {
+            let mut partitions = self.runtime.lock();
+            // Assignments the group's bounds refuse are refused there and add nothing.
+            let assigned = partitions
+                .served_ref(group_id)
+                .ok()
+                .and_then(|(_, shard)| shard.groups.get(group_id))
+                .and_then(|g| g.assignment_bytes(&request.assignments, &limits));
+            if let Some(more) = assigned.filter(|more| *more > 0) {
+                admit_metadata(&mut partitions, &limits.metadata, group_id, more)?;
+            }
+            let (partition, group) = member_group(&mut partitions, group_id)?;
+            let wait = group.rebalance_timeout() + WAIT_GRACE;
+            match group.sync(request, &limits, self.runtime.now().instant) {
+                Step::Done(outcome) => return outcome,
+                Step::Wait(rx) => (rx, None, wait),
+                Step::Store(value, rx) => {
+                    let record = (
+                        RecordKey::Group {
+                            group: group_id.to_string(),
+                        }
+                        .encode(),
+                        Some(value.encode()),
+                    );
+                    let appended = self.runtime.log(partition).append(vec![record]);
+                    (rx, Some((value, appended)), wait)
+                }
+            }
+        };
+        if let Some((value, appended)) = store {
+            let result = match appended {
+                Ok(appended) => appended.durable.await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = &result {
+                tracing::warn!(target: "weir::groups", group = group_id, %error, "group assignment not stored; the group rebalances");
+            }
+            let now = self.runtime.now();
+            let mut partitions = self.runtime.lock();
+            if let Ok((_, shard)) = partitions.served(group_id) {
+                if let Some(group) = shard.groups.get_mut(group_id) {
+                    group.finish_sync(
+                        value.generation,
+                        result.as_ref().map(|_| &value).map_err(|e| *e),
+                        now.instant,
+                        now.wall_ms,
+                    );
+                }
+            }
+            drop(partitions);
+            self.runtime.wake();
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(GroupError::UnknownMemberId),
+            Err(_) => Err(GroupError::RebalanceInProgress),
+        }
+    }
+
+    /// Heartbeat.
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), GroupError> {
+        let now = self.runtime.now();
+        let mut partitions = self.runtime.lock();
+        member_group(&mut partitions, group_id)?.1.heartbeat(
+            member_id,
+            instance_id,
+            generation,
+            now.instant,
+        )
+    }
+
+    /// LeaveGroup for each `(member id, instance id)`: one result per member.
+    pub fn leave_group(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let now = self.runtime.now();
+        let results = {
+            let mut partitions = self.runtime.lock();
+            let (partition, group) = member_group(&mut partitions, group_id)?;
+            let mut became_empty = false;
+            let results = members
+                .iter()
+                .map(|(member_id, instance_id)| {
+                    group
+                        .leave(member_id, instance_id.as_deref(), now.instant, now.wall_ms)
+                        .map(|empty| became_empty |= empty)
+                })
+                .collect();
+            if became_empty {
+                store_group(&self.runtime.log(partition), group);
+            }
+            results
+        };
+        self.runtime.wake();
+        Ok(results)
+    }
+}

@@ -1,0 +1,120 @@
+//! The consumer group protocol (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+
+use crate::consumer_group::{
+    check_request, sent_subscription_bytes, ConsumerGroupDescription, ConsumerHeartbeat,
+    HeartbeatReply, TopicCatalog, JOIN_EPOCH, STATIC_LEAVE_EPOCH,
+};
+use crate::GroupError;
+
+use super::shard::persist_consumer_group;
+use super::{admit_metadata, member_shard, GroupCoordinator};
+
+impl GroupCoordinator {
+    /// ConsumerGroupHeartbeat: joins, heartbeats or leaves a consumer group protocol group
+    /// (the group is created by a join). `version` 0 hands a joining member without an id a
+    /// new one; from version 1 the client chooses it.
+    /// What changed is appended to the offsets topic and durable before the answer.
+    pub async fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        mut request: ConsumerHeartbeat,
+        version: i16,
+        catalog: &dyn TopicCatalog,
+    ) -> Result<HeartbeatReply, GroupError> {
+        if group_id.is_empty() || group_id.len() > i16::MAX as usize {
+            return Err(GroupError::InvalidRequest);
+        }
+        check_request(&request, &self.settings.consumer.metadata)?;
+        if request.member_id.trim().is_empty() {
+            match (version, request.member_epoch) {
+                (0, JOIN_EPOCH) => request.member_id = uuid::Uuid::new_v4().to_string(),
+                (0, STATIC_LEAVE_EPOCH) => {}
+                _ => return Err(GroupError::InvalidRequest),
+            }
+        }
+        let (reply, appended) = {
+            let mut partitions = self.runtime.lock();
+            let joining = request.member_epoch == JOIN_EPOCH;
+            let now = self.runtime.now();
+            let (_, shard) = partitions.served_ref(group_id)?;
+            let existing = shard.groups.get(group_id);
+            if existing.is_none() && !joining {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            // (check_request refused a subscription over the member bound.) One the group's
+            // bound refuses is refused there and adds nothing.
+            let bounds = self.settings.consumer.metadata;
+            let adds = match existing.and_then(|g| g.consumer.as_ref()) {
+                Some(consumer) => consumer.subscription_adds_bytes(&request, &bounds),
+                None => Some(sent_subscription_bytes(&request)),
+            };
+            if let Some(more) = adds.filter(|more| *more > 0) {
+                admit_metadata(&mut partitions, &bounds, group_id, more)?;
+            }
+            let (partition, shard) = partitions.served(group_id)?;
+            let created = !shard.groups.contains_key(group_id);
+            let group = shard.group_or_new(group_id, now.wall_ms);
+            let was_empty = group.has_no_members();
+            let was_classic = group
+                .consumer
+                .is_none()
+                .then(|| group.protocol_type().map(str::to_string));
+            let consumer = match group.as_consumer_group(now.wall_ms) {
+                Ok(consumer) => consumer,
+                Err(error) => {
+                    if created {
+                        shard.groups.remove(group_id);
+                    }
+                    return Err(error);
+                }
+            };
+            let reply = consumer.heartbeat(
+                group_id,
+                request,
+                catalog,
+                &self.settings.consumer,
+                now.instant,
+            );
+            // A refused join changes nothing: no group made, none converted.
+            if reply.is_err() && created {
+                shard.groups.remove(group_id);
+                return reply;
+            }
+            if let (Err(_), Some(protocol_type)) = (&reply, was_classic) {
+                group.undo_consumer_group(protocol_type);
+                return reply;
+            }
+            if group.has_no_members() != was_empty {
+                group.touch_state(now.wall_ms);
+            }
+            let appended = persist_consumer_group(&self.runtime.log(partition), group);
+            (reply, appended)
+        };
+        self.runtime.wake();
+        if let Some(appended) = appended {
+            if let Err(error) = appended.await {
+                tracing::warn!(target: "weir::groups", group = group_id, %error, "consumer group change not stored");
+                return Err(GroupError::CoordinatorNotAvailable);
+            }
+        }
+        reply
+    }
+
+    /// ConsumerGroupDescribe for one group: `Ok(None)` when it does not exist,
+    /// GROUP_ID_NOT_FOUND for a classic group.
+    pub fn describe_consumer_group(
+        &self,
+        group_id: &str,
+    ) -> Result<Option<ConsumerGroupDescription>, GroupError> {
+        let mut partitions = self.runtime.lock();
+        let (_, shard) = member_shard(&mut partitions, group_id)?;
+        match shard.groups.get(group_id) {
+            None => Ok(None),
+            Some(group) => group
+                .consumer
+                .as_ref()
+                .map(|c| Some(c.describe()))
+                .ok_or(GroupError::GroupIdNotFound),
+        }
+    }
+}

@@ -1,0 +1,477 @@
+use bytes::Bytes;
+
+use std::sync::Arc;
+
+use super::tests_support::*;
+use super::*;
+use crate::clock::ManualClock;
+use crate::group::{GroupState, JoinRequest, SyncRequest};
+use crate::partition_for;
+
+#[test]
+fn groups_land_where_kafka_puts_them() {
+    // Values from Java: "my-group".hashCode() is -1906497762 (masked, not negated, as
+    // Kafka's Utils.abs does); the last one hashes UTF-16 code units, surrogates included.
+    assert_eq!(partition_for("my-group", 50), 36);
+    assert_eq!(partition_for("zzzzzzzzzzzz", 50), 42);
+    assert_eq!(partition_for("grüße-😀", 50), 27);
+}
+
+#[tokio::test]
+async fn committed_offsets_and_groups_survive_a_reload_and_deletes_are_tombstoned() {
+    let log = Arc::new(MemoryLog::default());
+    let first = coordinator(log.clone());
+    let results = first
+        .commit_offsets(
+            "g",
+            -1,
+            "",
+            None,
+            &[
+                entry("t", 0, 10, "m"),
+                entry("t", 1, 20, "too long metadata"),
+            ],
+            9,
+        )
+        .await
+        .expect("commit");
+    assert_eq!(
+        results,
+        vec![Ok(()), Err(GroupError::OffsetMetadataTooLarge)]
+    );
+    first
+        .commit_offsets("g", -1, "", None, &[entry("t", 0, 11, "")], 9)
+        .await
+        .expect("commit");
+    let join = JoinRequest {
+        member_id: String::new(),
+        group_instance_id: None,
+        client_id: "c".into(),
+        client_host: "/h".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+        require_known_member_id: false,
+    };
+    let joined = first.join_group("h", join).await;
+    assert_eq!(joined.error, None);
+    let synced = first
+        .sync_group(
+            "h",
+            SyncRequest {
+                member_id: &joined.member_id,
+                instance_id: None,
+                generation: 1,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: vec![(joined.member_id.clone(), Bytes::from_static(b"asg"))],
+            },
+        )
+        .await
+        .expect("synced");
+    assert_eq!(synced.assignment, Bytes::from_static(b"asg"));
+
+    let second = coordinator(log.clone());
+    let fetched = second.fetch_offsets("g", None, None).expect("fetch");
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(
+        (fetched[0].1, fetched[0].2.as_ref().map(|v| v.offset)),
+        (0, Some(11))
+    );
+    let h = second.describe_group("h").expect("served").expect("exists");
+    assert_eq!(h.state, GroupState::Stable);
+    assert_eq!(h.members[0].assignment, Bytes::from_static(b"asg"));
+    assert_eq!(
+        second.delete_group("h").await,
+        Err(GroupError::NonEmptyGroup)
+    );
+    assert_eq!(
+        second.delete_group("nope").await,
+        Err(GroupError::GroupIdNotFound)
+    );
+    second.delete_group("g").await.expect("deleted");
+
+    let third = coordinator(log);
+    assert_eq!(
+        third.fetch_offsets("g", None, None).expect("fetch"),
+        Vec::new()
+    );
+    assert!(third.list_groups().iter().all(|g| g.group_id != "g"));
+    assert_eq!(
+        third
+            .commit_offsets("h", 5, "stranger", None, &[entry("t", 0, 1, "")], 9)
+            .await,
+        Err(GroupError::UnknownMemberId)
+    );
+    assert_eq!(
+        third
+            .commit_offsets("fresh", 3, "m", None, &[entry("t", 0, 1, "")], 9)
+            .await,
+        Err(GroupError::GroupIdNotFound)
+    );
+}
+
+#[test]
+fn groups_of_an_unloaded_partition_wait_for_the_load() {
+    let coordinator = GroupCoordinator::new(
+        CoordinatorSettings {
+            limits: GroupLimits {
+                session_timeout_min_ms: 1,
+                session_timeout_max_ms: 10,
+                initial_rebalance_delay_ms: 0,
+                max_size: 1,
+                metadata: METADATA_BOUNDS,
+            },
+            offset_metadata_max_bytes: 1,
+            offsets_retention_ms: 1,
+            offsets_retention_check_interval_ms: 1,
+            consumer: CONSUMER_SETTINGS,
+        },
+        Arc::new(MemoryLog::default()),
+    );
+    assert_eq!(
+        coordinator.check_served("g"),
+        Err(GroupError::CoordinatorNotAvailable)
+    );
+    coordinator.start(1);
+    assert_eq!(
+        coordinator.check_served("g"),
+        Err(GroupError::CoordinatorLoadInProgress)
+    );
+    coordinator.load(0).expect("load");
+    assert_eq!(coordinator.check_served("g"), Ok(()));
+    // Leadership of the partition moved away: the group is served elsewhere, until this
+    // broker leads (and loads) it again.
+    coordinator.unload(0);
+    assert!(!coordinator.is_loaded(0));
+    assert_eq!(
+        coordinator.check_served("g"),
+        Err(GroupError::NotCoordinator)
+    );
+    coordinator.load(0).expect("load again");
+    assert_eq!(coordinator.check_served("g"), Ok(()));
+    assert_eq!(
+        coordinator.check_served(""),
+        Ok(()),
+        "old clients commit with no group id"
+    );
+    assert_eq!(
+        coordinator.heartbeat("", "m", None, 1),
+        Err(GroupError::InvalidGroupId)
+    );
+    coordinator.reset();
+    assert_eq!(
+        coordinator.check_served("g"),
+        Err(GroupError::CoordinatorNotAvailable)
+    );
+}
+
+/// Offset retention runs on the runtime's timer, by the clock it was given.
+#[tokio::test]
+async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
+    let log = Arc::new(MemoryLog::default());
+    let clock = Arc::new(ManualClock::default());
+    let first = coordinator_at(log.clone(), clock.clone());
+    first
+        .commit_offsets(
+            "simple",
+            -1,
+            "",
+            None,
+            &[entry("t", 0, 10, ""), entry("t", 1, 20, "")],
+            9,
+        )
+        .await
+        .expect("commit");
+    clock.advance(Duration::from_millis(999));
+    first.tick();
+    assert_eq!(
+        first
+            .fetch_offsets("simple", None, None)
+            .expect("fetch")
+            .len(),
+        2,
+        "not yet"
+    );
+    clock.advance(Duration::from_millis(1));
+    first.tick();
+    assert!(first
+        .fetch_offsets("simple", None, None)
+        .expect("fetch")
+        .is_empty());
+    assert!(first.list_groups().is_empty(), "the group is forgotten");
+    let reloaded = coordinator(log);
+    assert!(
+        reloaded
+            .fetch_offsets("simple", None, None)
+            .expect("fetch")
+            .is_empty(),
+        "tombstoned"
+    );
+    assert!(reloaded.list_groups().is_empty());
+}
+
+mod consumer_protocol {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::assignors::TopicPartitions;
+    use crate::consumer_group::{ConsumerHeartbeat, HeartbeatReply, TopicCatalog};
+
+    struct OneTopic(Uuid);
+
+    impl TopicCatalog for OneTopic {
+        fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
+            (name == "t").then_some((self.0, 4))
+        }
+        fn topic_name(&self, id: Uuid) -> Option<String> {
+            (id == self.0).then(|| "t".to_string())
+        }
+        fn topic_names(&self) -> Vec<String> {
+            vec!["t".to_string()]
+        }
+        fn version(&self) -> u64 {
+            0
+        }
+    }
+
+    fn heartbeat(member: &str, epoch: i32, owned: Option<TopicPartitions>) -> ConsumerHeartbeat {
+        ConsumerHeartbeat {
+            member_id: member.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: if epoch == 0 { 30_000 } else { -1 },
+            topic_names: (epoch == 0).then(|| vec!["t".to_string()]),
+            owned: owned.or_else(|| (epoch == 0).then(BTreeMap::new)),
+            ..ConsumerHeartbeat::default()
+        }
+    }
+
+    /// Member `member` joins group `g`.
+    async fn join(
+        coordinator: &GroupCoordinator,
+        catalog: &OneTopic,
+        member: &str,
+    ) -> HeartbeatReply {
+        coordinator
+            .consumer_heartbeat("g", heartbeat(member, 0, None), 1, catalog)
+            .await
+            .expect("join")
+    }
+
+    #[tokio::test]
+    async fn a_member_leaving_a_restored_group_moves_only_its_partitions() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let first = coordinator(log.clone());
+        let a = join(&first, &catalog, "a").await;
+        join(&first, &catalog, "b").await;
+        let all = a.assignment.expect("a has everything");
+        let revoking = first
+            .consumer_heartbeat("g", heartbeat("a", 1, Some(all)), 1, &catalog)
+            .await
+            .expect("a");
+        let a_kept = revoking.assignment.expect("a keeps two");
+        let acked = first
+            .consumer_heartbeat("g", heartbeat("a", 1, Some(a_kept.clone())), 1, &catalog)
+            .await
+            .expect("ack");
+        assert_eq!(acked.member_epoch, 2);
+        let second = coordinator(log);
+        // b leaves before anyone heartbeats the new coordinator: a keeps what it had.
+        second
+            .consumer_heartbeat("g", heartbeat("b", -1, None), 1, &catalog)
+            .await
+            .expect("leave");
+        let a = second
+            .consumer_heartbeat("g", heartbeat("a", 2, Some(a_kept.clone())), 1, &catalog)
+            .await
+            .expect("a");
+        let now_owned = a.assignment.expect("a gains b's partitions");
+        assert_eq!(now_owned.values().map(BTreeSet::len).sum::<usize>(), 4);
+        for (topic, ps) in &a_kept {
+            assert!(ps.is_subset(&now_owned[topic]), "nothing revoked from a");
+        }
+    }
+
+    /// Groups that fill `group.coordinator.metadata.max.bytes` keep new joins out with
+    /// COORDINATOR_NOT_AVAILABLE (whichever protocol) until members leave and the timer's count
+    /// sees it; members already in may rejoin with what they hold.
+    #[tokio::test]
+    async fn the_groups_of_a_coordinator_hold_a_bounded_amount_of_metadata() {
+        let bounds = MetadataBounds {
+            member_max_bytes: 1_000,
+            group_max_bytes: 2_000,
+            coordinator_max_bytes: 3_000,
+        };
+        let coordinator = coordinator_bounded(Arc::new(MemoryLog::default()), bounds);
+        let catalog = OneTopic(Uuid::new_v4());
+        let classic = |group: &str, member_id: &str| JoinRequest {
+            member_id: member_id.to_string(),
+            group_instance_id: None,
+            client_id: format!("{group}-client"),
+            client_host: "/h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), bytes::Bytes::from(vec![0u8; 895]))],
+            require_known_member_id: false,
+        };
+        let mut members = Vec::new();
+        for group in ["a", "b", "c"] {
+            let joined = coordinator.join_group(group, classic(group, "")).await;
+            assert_eq!(joined.error, None, "{group}");
+            members.push(joined.member_id);
+        }
+        let refused = coordinator.join_group("d", classic("d", "")).await;
+        assert_eq!(refused.error, Some(GroupError::CoordinatorNotAvailable));
+        let mut too_large = classic("a", "");
+        too_large.protocols[0].1 = bytes::Bytes::from(vec![0u8; 1_000]);
+        let refused = coordinator.join_group("a", too_large).await;
+        assert_eq!(refused.error, Some(GroupError::InvalidRequest));
+        assert_eq!(
+            coordinator.metadata_held(),
+            3 * 900,
+            "refused joins add nothing"
+        );
+        let mut subscription = heartbeat("x", 0, None);
+        subscription.topic_names = Some(vec!["t".repeat(400)]);
+        assert_eq!(
+            coordinator
+                .consumer_heartbeat("e", subscription.clone(), 1, &catalog)
+                .await
+                .err(),
+            Some(GroupError::CoordinatorNotAvailable)
+        );
+        let rejoined = coordinator.join_group("a", classic("a", &members[0])).await;
+        assert_eq!(rejoined.error, None, "a member holding its bytes rejoins");
+
+        coordinator
+            .leave_group("b", &[(members[1].clone(), None)])
+            .expect("left");
+        coordinator.recount_metadata();
+        assert_eq!(
+            coordinator.join_group("d", classic("d", "")).await.error,
+            None
+        );
+        assert_eq!(coordinator.metadata_held(), 3 * 900);
+        assert_eq!(
+            coordinator
+                .consumer_heartbeat("e", subscription, 1, &catalog)
+                .await
+                .err(),
+            Some(GroupError::CoordinatorNotAvailable)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_join_creates_no_group() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let coordinator = coordinator(log.clone());
+        let mut bad = heartbeat("a", 0, None);
+        bad.topic_names = None;
+        bad.topic_regex = Some("a)|(b".into());
+        assert_eq!(
+            coordinator
+                .consumer_heartbeat("new", bad, 1, &catalog)
+                .await,
+            Err(GroupError::InvalidRegularExpression)
+        );
+        assert!(coordinator.list_groups().is_empty());
+        assert!(log.records().is_empty(), "nothing written");
+    }
+
+    #[tokio::test]
+    async fn consumer_groups_survive_a_reload_and_their_deletion_is_stored() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let first = coordinator(log.clone());
+        let a = join(&first, &catalog, "a").await;
+        let b = join(&first, &catalog, "b").await;
+        assert_eq!((a.member_epoch, b.member_epoch), (1, 2));
+        // a must give up two partitions: it is mid-revocation when the coordinator goes.
+        let revoking = first
+            .consumer_heartbeat("g", heartbeat("a", 1, None), 1, &catalog)
+            .await
+            .expect("heartbeat");
+        let kept = revoking.assignment.expect("revocation");
+        assert_eq!(kept.values().map(BTreeSet::len).sum::<usize>(), 2);
+        let before = first
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+
+        let second = coordinator(log.clone());
+        let after = second
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("restored");
+        assert_eq!(
+            after, before,
+            "epochs, members, assignments and targets come back"
+        );
+        // a acknowledges to the new coordinator and advances; b then gets the freed partitions.
+        let acked = second
+            .consumer_heartbeat("g", heartbeat("a", 1, Some(kept.clone())), 1, &catalog)
+            .await
+            .expect("ack");
+        assert_eq!(acked.member_epoch, 2);
+        let b = second
+            .consumer_heartbeat("g", heartbeat("b", 2, Some(BTreeMap::new())), 1, &catalog)
+            .await
+            .expect("b");
+        assert_eq!(
+            b.assignment
+                .expect("freed")
+                .values()
+                .map(BTreeSet::len)
+                .sum::<usize>(),
+            2
+        );
+        assert_eq!(
+            second
+                .describe_consumer_group("g")
+                .expect("served")
+                .expect("g")
+                .state,
+            GroupState::Stable
+        );
+
+        for member in ["a", "b"] {
+            second
+                .consumer_heartbeat("g", heartbeat(member, -1, None), 1, &catalog)
+                .await
+                .expect("leave");
+        }
+        // Kafka replays a member's tombstones only in this order: current assignment, target,
+        // subscription.
+        let records = log.records();
+        for member in ["a", "b"] {
+            let position = |record_type: i16| {
+                records.iter().position(|(key, value)| {
+                    value.is_none()
+                        && matches!(RecordKey::decode(key), Ok(Some(RecordKey::Consumer { key: k, .. }))
+                            if k.record_type() == record_type && k.member() == Some(member))
+                })
+            };
+            let (current, target, subscription) = (position(8), position(7), position(5));
+            assert!(
+                current.is_some() && current < target && target < subscription,
+                "{member}"
+            );
+        }
+        let third = coordinator(log.clone());
+        let empty = third
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("still a group");
+        assert_eq!((empty.state, empty.members.len()), (GroupState::Empty, 0));
+        assert_eq!(empty.epoch, 4);
+        third.delete_group("g").await.expect("deleted");
+        let fourth = coordinator(log);
+        assert_eq!(fourth.describe_consumer_group("g"), Ok(None));
+    }
+}

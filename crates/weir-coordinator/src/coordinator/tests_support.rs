@@ -1,0 +1,143 @@
+//! What the coordinator's tests share: an offsets topic in memory and settings.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::clock::{Clock, ManualClock};
+use crate::runtime::{Appended, RecordVisitor, StoredRecord};
+
+/// An offsets topic in memory: records per partition, in append order.
+#[derive(Default)]
+pub(super) struct MemoryLog {
+    partitions: Mutex<HashMap<i32, Vec<StoredRecord>>>,
+}
+
+impl MemoryLog {
+    /// Every record of every partition, partition by partition.
+    pub(super) fn records(&self) -> Vec<StoredRecord> {
+        let partitions = self.partitions.lock().expect("lock");
+        let mut keys: Vec<&i32> = partitions.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .flat_map(|p| partitions[p].iter().cloned())
+            .collect()
+    }
+}
+
+impl OffsetsLog for MemoryLog {
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError> {
+        let mut partitions = self.partitions.lock().expect("lock");
+        let log = partitions.entry(partition).or_default();
+        let base_offset = log.len() as i64;
+        log.extend(records);
+        Ok(Appended {
+            base_offset,
+            durable: Box::pin(std::future::ready(Ok(()))),
+        })
+    }
+
+    fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String> {
+        let partitions = self.partitions.lock().expect("lock");
+        for (offset, (key, value)) in partitions.get(&partition).into_iter().flatten().enumerate() {
+            visit(offset as i64, key, value.as_deref());
+        }
+        Ok(())
+    }
+}
+
+pub(super) const PARTITIONS: i32 = 4;
+
+pub(super) const METADATA_BOUNDS: MetadataBounds = MetadataBounds {
+    member_max_bytes: 1 << 20,
+    group_max_bytes: 32 << 20,
+    coordinator_max_bytes: 256 << 20,
+};
+
+pub(super) const CONSUMER_SETTINGS: ConsumerGroupSettings = ConsumerGroupSettings {
+    session_timeout_ms: 1_000,
+    heartbeat_interval_ms: 100,
+    max_size: 3,
+    metadata: METADATA_BOUNDS,
+};
+
+pub(super) fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
+    coordinator_bounded(log, METADATA_BOUNDS)
+}
+
+/// [`coordinator`] holding at most `bounds` of member metadata.
+pub(super) fn coordinator_bounded(log: Arc<MemoryLog>, bounds: MetadataBounds) -> GroupCoordinator {
+    loaded(GroupCoordinator::new(settings(bounds), log))
+}
+
+/// [`coordinator`] reading the time from `clock`, checking offset retention every
+/// millisecond.
+pub(super) fn coordinator_at(log: Arc<MemoryLog>, clock: Arc<ManualClock>) -> GroupCoordinator {
+    let settings = CoordinatorSettings {
+        offsets_retention_check_interval_ms: 1,
+        ..settings(METADATA_BOUNDS)
+    };
+    let clock: Arc<dyn Clock> = clock;
+    loaded(GroupCoordinator::with_clock(settings, log, clock))
+}
+
+/// Every partition started and loaded.
+fn loaded(coordinator: GroupCoordinator) -> GroupCoordinator {
+    coordinator.start(PARTITIONS);
+    for p in 0..PARTITIONS {
+        coordinator.load(p).expect("load");
+    }
+    coordinator
+}
+
+fn settings(bounds: MetadataBounds) -> CoordinatorSettings {
+    CoordinatorSettings {
+        limits: GroupLimits {
+            session_timeout_min_ms: 1_000,
+            session_timeout_max_ms: 100_000,
+            initial_rebalance_delay_ms: 0,
+            max_size: 10,
+            metadata: bounds,
+        },
+        offset_metadata_max_bytes: 8,
+        offsets_retention_ms: 1_000,
+        offsets_retention_check_interval_ms: 1_000,
+        consumer: ConsumerGroupSettings {
+            metadata: bounds,
+            ..CONSUMER_SETTINGS
+        },
+    }
+}
+
+pub(super) fn entry(topic: &str, partition: i32, offset: i64, metadata: &str) -> CommitEntry {
+    CommitEntry {
+        topic: topic.into(),
+        partition,
+        offset,
+        leader_epoch: 0,
+        metadata: metadata.into(),
+    }
+}
+
+impl GroupCoordinator {
+    /// Bytes of member metadata the groups hold, as admission counts them.
+    pub(super) fn metadata_held(&self) -> usize {
+        self.runtime
+            .lock()
+            .shards()
+            .map(|shard| shard.metadata_held)
+            .sum()
+    }
+
+    /// Counts the member metadata of every group exactly, as the timer does.
+    pub(super) fn recount_metadata(&self) {
+        for (_, shard) in self.runtime.lock().shards_mut() {
+            shard.recount_metadata();
+        }
+    }
+
+    /// Runs the timers' work that is due by the clock now.
+    pub(super) fn tick(&self) {
+        self.runtime.tick();
+    }
+}

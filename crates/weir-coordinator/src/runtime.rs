@@ -1,0 +1,326 @@
+//! The coordinator runtime, generic over what it coordinates (Kafka 4's `CoordinatorRuntime`
+//! is the model): an internal topic's partitions, each served by a shard this broker loaded by
+//! replaying the partition's records while it leads it; the one lock every operation takes;
+//! the clock it is given; and the timer that runs each shard's due work.
+//!
+//! A shard is one partition's state ([`Shard`]). The group coordinator is the first kind;
+//! the transaction coordinator and share-group state are meant to be others.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, Now};
+use crate::GroupError;
+
+/// The timer wakes at least this often, whatever the shards' deadlines.
+const TIMER_IDLE: Duration = Duration::from_secs(1);
+
+/// One record of the internal topic: key and value (`None`: a tombstone).
+pub type StoredRecord = (Vec<u8>, Option<Vec<u8>>);
+
+/// What [`OffsetsLog::load`] hands each record to: its offset, key and value.
+pub type RecordVisitor<'a> = dyn FnMut(i64, &[u8], Option<&[u8]>) + 'a;
+
+/// A future the coordinator awaits.
+pub type Pending = Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send>>;
+
+/// An append to the internal topic: where it landed, and when it is safe.
+pub struct Appended {
+    /// Offset of the batch's first record.
+    pub base_offset: i64,
+    /// Resolves once the records are as durable as the topic's policy makes a produce with
+    /// `acks=all` (the commit is acknowledged only then).
+    pub durable: Pending,
+}
+
+/// The runtime's access to its internal topic (`__consumer_offsets`): the broker's partition
+/// API.
+pub trait OffsetsLog: Send + Sync + 'static {
+    /// Appends `records` as one batch to `partition`. Called under the coordinator's lock, so
+    /// records land in the order the coordinator decided them; must not wait for the disk
+    /// beyond a write to the page cache.
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError>;
+
+    /// Reads every record of `partition` in offset order, handing `visit` each record's
+    /// offset, key and value. Blocking: called off the async workers.
+    fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String>;
+}
+
+/// Kafka's placement of a group on the offsets topic: `abs(group.hashCode()) % partitions`,
+/// with Java's `String.hashCode` over UTF-16 code units and Kafka's `Utils.abs` (`& 0x7fffffff`).
+pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+    let mut hash: i32 = 0;
+    for unit in group_id.encode_utf16() {
+        hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    (hash & 0x7fff_ffff) % partitions.max(1)
+}
+
+/// The state of one partition of an internal topic.
+pub(crate) trait Shard: Send + 'static {
+    /// What loading reports (counts for the log line).
+    type Loaded;
+
+    /// Applies one record of the partition, in offset order, while it loads.
+    fn replay(&mut self, offset: i64, key: &[u8], value: Option<&[u8]>);
+
+    /// Every record is replayed; the shard serves from now on.
+    fn finish_load(&mut self, now: Now) -> Self::Loaded;
+
+    /// When [`Shard::tick`] next has work, at the latest.
+    fn next_deadline(&self) -> Option<Instant>;
+
+    /// Does the work due by `now` (sessions that expired, rebalances whose time is up,
+    /// retention), writing what changes through `log`.
+    fn tick(&mut self, now: Now, log: &ShardLog<'_>);
+
+    /// How many things (groups) it holds.
+    fn len(&self) -> usize;
+}
+
+/// One partition as this broker serves it.
+enum Slot<S> {
+    /// Not loaded yet: requests wait (COORDINATOR_LOAD_IN_PROGRESS).
+    Loading,
+    /// Loaded and served.
+    Loaded(S),
+    /// Another broker leads it (NOT_COORDINATOR).
+    Elsewhere,
+}
+
+/// Every partition of the internal topic and the shards loaded here: what the runtime's lock
+/// guards.
+pub(crate) struct Partitions<S> {
+    /// Partitions of the topic (0 until it exists).
+    count: i32,
+    slots: Vec<Slot<S>>,
+}
+
+impl<S> Partitions<S> {
+    /// Partitions of the topic, or 0 before it exists.
+    pub(crate) fn count(&self) -> i32 {
+        self.count
+    }
+
+    /// The partition serving `key`, if this broker serves it now.
+    pub(crate) fn served_partition(&self, key: &str) -> Result<i32, GroupError> {
+        if self.count == 0 {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        let partition = partition_for(key, self.count);
+        match self.slots.get(partition as usize) {
+            Some(Slot::Loaded(_)) => Ok(partition),
+            Some(Slot::Elsewhere) => Err(GroupError::NotCoordinator),
+            Some(Slot::Loading) | None => Err(GroupError::CoordinatorLoadInProgress),
+        }
+    }
+
+    /// The shard serving `key`, with its partition.
+    pub(crate) fn served(&mut self, key: &str) -> Result<(i32, &mut S), GroupError> {
+        let partition = self.served_partition(key)?;
+        match self.slots.get_mut(partition as usize) {
+            Some(Slot::Loaded(shard)) => Ok((partition, shard)),
+            _ => Err(GroupError::CoordinatorLoadInProgress),
+        }
+    }
+
+    /// [`Partitions::served`], to read.
+    pub(crate) fn served_ref(&self, key: &str) -> Result<(i32, &S), GroupError> {
+        let partition = self.served_partition(key)?;
+        match self.slots.get(partition as usize) {
+            Some(Slot::Loaded(shard)) => Ok((partition, shard)),
+            _ => Err(GroupError::CoordinatorLoadInProgress),
+        }
+    }
+
+    /// Every loaded shard.
+    pub(crate) fn shards(&self) -> impl Iterator<Item = &S> {
+        self.slots.iter().filter_map(|slot| match slot {
+            Slot::Loaded(shard) => Some(shard),
+            _ => None,
+        })
+    }
+
+    /// Every loaded shard, with its partition, to change.
+    pub(crate) fn shards_mut(&mut self) -> impl Iterator<Item = (i32, &mut S)> {
+        (0i32..)
+            .zip(&mut self.slots)
+            .filter_map(|(p, slot)| match slot {
+                Slot::Loaded(shard) => Some((p, shard)),
+                _ => None,
+            })
+    }
+}
+
+/// Appends to one partition of the internal topic, from a shard.
+pub(crate) struct ShardLog<'a> {
+    log: &'a dyn OffsetsLog,
+    partition: i32,
+}
+
+impl ShardLog<'_> {
+    /// Appends `records` as one batch (under the runtime's lock, so records land in the
+    /// order they were decided).
+    pub(crate) fn append(&self, records: Vec<StoredRecord>) -> Result<Appended, GroupError> {
+        self.log.append(self.partition, records)
+    }
+
+    /// Appends `records` nobody waits for: `failed` is told if the append or its
+    /// durability fails. Returns the batch's base offset once appended.
+    pub(crate) fn append_detached(
+        &self,
+        records: Vec<StoredRecord>,
+        failed: impl FnOnce(GroupError) + Send + 'static,
+    ) -> Result<i64, GroupError> {
+        let appended = self.append(records)?;
+        let durable = appended.durable;
+        tokio::spawn(async move {
+            if let Err(error) = durable.await {
+                failed(error);
+            }
+        });
+        Ok(appended.base_offset)
+    }
+}
+
+/// The runtime: shards of one internal topic behind one lock, a clock, and a timer.
+pub(crate) struct Runtime<S> {
+    log: Arc<dyn OffsetsLog>,
+    clock: Arc<dyn Clock>,
+    partitions: Mutex<Partitions<S>>,
+    /// Wakes the timer when a deadline may have moved earlier.
+    timer: Notify,
+}
+
+impl<S: Shard> Runtime<S> {
+    /// A runtime with no partitions yet: requests get COORDINATOR_NOT_AVAILABLE until
+    /// [`Runtime::start`].
+    pub(crate) fn new(log: Arc<dyn OffsetsLog>, clock: Arc<dyn Clock>) -> Runtime<S> {
+        Runtime {
+            log,
+            clock,
+            partitions: Mutex::new(Partitions {
+                count: 0,
+                slots: Vec::new(),
+            }),
+            timer: Notify::new(),
+        }
+    }
+
+    /// The one lock: every operation on a shard runs under it.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Partitions<S>> {
+        // A panic here aborts the process (release builds); tests see the state as it was.
+        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The time now, from the clock the runtime was given.
+    pub(crate) fn now(&self) -> Now {
+        self.clock.now()
+    }
+
+    /// Appends to `partition` of the internal topic.
+    pub(crate) fn log(&self, partition: i32) -> ShardLog<'_> {
+        ShardLog {
+            log: &*self.log,
+            partition,
+        }
+    }
+
+    /// Tells the timer that a deadline may have moved earlier.
+    pub(crate) fn wake(&self) {
+        self.timer.notify_one();
+    }
+
+    /// The topic exists with `count` partitions: each must be loaded before it serves.
+    pub(crate) fn start(&self, count: i32) {
+        let mut partitions = self.lock();
+        if partitions.count == 0 {
+            partitions.count = count;
+            partitions.slots = (0..count.max(0)).map(|_| Slot::Loading).collect();
+        }
+    }
+
+    /// Loads `partition` into `shard` by replaying its records, then serves it (a partition
+    /// already served keeps the shard it has, which is at least as new as the log). Blocking.
+    pub(crate) fn load(&self, partition: i32, mut shard: S) -> Result<S::Loaded, String> {
+        self.log.load(partition, &mut |offset, key, value| {
+            shard.replay(offset, key, value)
+        })?;
+        let loaded = shard.finish_load(self.clock.now());
+        let mut partitions = self.lock();
+        match usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get_mut(index))
+        {
+            Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded(shard),
+            Some(Slot::Loaded(_)) => {}
+            None => {
+                tracing::warn!(target: "weir::groups", partition, partitions = partitions.count, "a partition the coordinator does not know was loaded; it is not served");
+            }
+        }
+        drop(partitions);
+        self.wake();
+        Ok(loaded)
+    }
+
+    /// Another broker leads `partition` now (or this one stopped leading it): its shard is
+    /// dropped and its keys get NOT_COORDINATOR. Returns what the shard held, if it was loaded.
+    pub(crate) fn unload(&self, partition: i32) -> Option<usize> {
+        let mut partitions = self.lock();
+        let slot = usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get_mut(index))?;
+        match std::mem::replace(slot, Slot::Elsewhere) {
+            Slot::Loaded(shard) => Some(shard.len()),
+            Slot::Loading | Slot::Elsewhere => None,
+        }
+    }
+
+    /// Whether `partition` is loaded and served here.
+    pub(crate) fn is_loaded(&self, partition: i32) -> bool {
+        let partitions = self.lock();
+        usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get(index))
+            .is_some_and(|slot| matches!(slot, Slot::Loaded(_)))
+    }
+
+    /// The topic was deleted: every shard is dropped, and requests get
+    /// COORDINATOR_NOT_AVAILABLE until it is created and loaded again.
+    pub(crate) fn reset(&self) {
+        let mut partitions = self.lock();
+        partitions.count = 0;
+        partitions.slots.clear();
+    }
+
+    /// Runs the work every shard has due now.
+    pub(crate) fn tick(&self) {
+        let now = self.clock.now();
+        let mut partitions = self.lock();
+        for (partition, shard) in partitions.shards_mut() {
+            if shard.next_deadline().is_some_and(|due| due <= now.instant) {
+                shard.tick(now, &self.log(partition));
+            }
+        }
+    }
+
+    /// Runs each shard's due work when it is due, until `stop` resolves.
+    pub(crate) async fn run_timers(&self, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            self.tick();
+            let next = self.lock().shards().filter_map(S::next_deadline).min();
+            let idle = self.clock.now().instant + TIMER_IDLE;
+            let wake = next.map_or(idle, |next| next.min(idle));
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = self.timer.notified() => {}
+                _ = &mut stop => return,
+            }
+        }
+    }
+}
