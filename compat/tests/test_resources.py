@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import resource
 import select
 import socket
@@ -454,3 +455,105 @@ def test_idle_connections_are_closed_busy_ones_kept(make_weir):
             assert busy.recv_frame(timeout=5) is not None, "a busy connection was closed"
             time.sleep(0.5)
         assert idle.wait_closed_or_reply(timeout=10) == "closed"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used, from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def round_trips(bootstrap: str, topic: str, stop: threading.Event, took: list[float]) -> None:
+    """Another client's produce (acks=1) and fetch of the record it wrote, again and again until
+    ``stop``: each round trip's seconds go into ``took``."""
+    with wire.Connection(bootstrap) as conn:
+        correlation = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            correlation += 1
+            batch = wire.record_batch([(None, b"ping")], base_timestamp=int(time.time() * 1000))
+            conn.send(wire.produce_request(3, correlation, topic, 0, batch, acks=1))
+            reply = conn.recv_frame(timeout=30)
+            assert reply is not None, "produce: connection closed"
+            produced = wire.parse_produce_response(3, reply)
+            assert produced["error_code"] == 0, produced
+            correlation += 1
+            conn.send(wire.fetch_request(correlation, topic, 0, produced["base_offset"], 1 << 20))
+            assert conn.recv_frame(timeout=30) is not None, "fetch: connection closed"
+            took.append(time.monotonic() - started)
+            time.sleep(0.01)
+
+
+def test_a_storm_of_consumer_protocol_joins_costs_cpu_linear_in_the_joins(make_weir):
+    """5,000 ConsumerGroupHeartbeat joins into one group took 35 s of broker CPU, and another
+    client's produce-and-consume round trip rose from 1.5 ms to 300-1,450 ms meanwhile: every
+    join compared and rewrote every member's records and computed the whole group's assignment
+    again. Now a join writes only what it changed, and the target assignment is computed at
+    most once per group.consumer.assignment.interval.ms (KIP-1263)."""
+    weir = make_weir("joinstorm")
+    bootstrap = weir.bootstrap
+    topic, other = unique_topic("storm"), unique_topic("bystander")
+    create_topic(bootstrap, topic, partitions=12)
+    create_topic(bootstrap, other, partitions=1)
+    group = unique_topic("storm-group")
+
+    def join(conn: wire.Connection, index: int) -> int:
+        conn.send(wire.consumer_group_heartbeat_request(index, group, f"storm-{index}", [topic]))
+        reply = conn.recv_frame(timeout=60)
+        assert reply is not None, "ConsumerGroupHeartbeat: connection closed"
+        return wire.consumer_group_heartbeat_error(reply)
+
+    def found(conn: wire.Connection) -> bool:
+        conn.send(wire.find_coordinator_request(0, group))
+        reply = conn.recv_frame(timeout=30)
+        assert reply is not None, "FindCoordinator: connection closed"
+        return wire.parse_find_coordinator_v1(reply)[0] == 0
+
+    with wire.Connection(bootstrap) as conn:  # as clients do first: creates the offsets topic
+        wait_until(lambda: found(conn) and join(conn, 0) == 0, timeout=60, what="the coordinator serving the group")
+    took: list[float] = []
+    stop = threading.Event()
+    bystander = threading.Thread(target=round_trips, args=(bootstrap, other, stop, took), daemon=True)
+    bystander.start()
+    while not took:
+        time.sleep(0.05)
+    quiet = sorted(took)
+    took.clear()
+
+    joins, connections, per_connection = 5000, 50, 100
+    cpu_before = cpu_seconds(weir.pid)
+    started = time.monotonic()
+    conns = [wire.Connection(bootstrap, timeout=60) for _ in range(connections)]
+    try:
+        for c, conn in enumerate(conns):
+            first = 1 + c * per_connection
+            conn.send(b"".join(
+                wire.consumer_group_heartbeat_request(i, group, f"storm-{i}", [topic])
+                for i in range(first, first + per_connection)
+            ))
+        codes = []
+        for conn in conns:
+            for _ in range(per_connection):
+                reply = conn.recv_frame(timeout=120)
+                assert reply is not None, "ConsumerGroupHeartbeat: connection closed"
+                codes.append(wire.consumer_group_heartbeat_error(reply))
+    finally:
+        for conn in conns:
+            conn.close()
+    elapsed = time.monotonic() - started
+    time.sleep(2.5)  # the target assignment the interval held back, computed and written
+    cpu = cpu_seconds(weir.pid) - cpu_before
+    stop.set()
+    bystander.join(timeout=60)
+    during = sorted(took)
+    assert codes == [0] * joins, f"joins refused: {sorted(set(codes))}"
+    median = during[len(during) // 2] * 1000 if during else float("inf")
+    worst = during[-1] * 1000 if during else float("inf")
+    print(
+        f"{joins} joins in {elapsed:.2f} s, broker CPU {cpu:.2f} s (with the assignment after); bystander round trip "
+        f"median {quiet[len(quiet) // 2] * 1000:.1f} ms before, median {median:.1f} ms and "
+        f"worst {worst:.1f} ms over {len(during)} round trips during the storm"
+    )
+    assert cpu < 5, f"the storm took {cpu:.1f} s of broker CPU"
+    assert median < 50, f"the bystander's round trip: median {median:.0f} ms during the storm"
+    assert_serving(bootstrap, other)

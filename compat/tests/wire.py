@@ -278,6 +278,27 @@ def join_group_error(payload: bytes) -> int:
     return struct.unpack(">h", payload[8:10])[0]
 
 
+def consumer_group_heartbeat_request(correlation_id: int, group: str, member_id: str, topics: list[str], member_epoch: int = 0) -> bytes:
+    """ConsumerGroupHeartbeat v1 (KIP-848): by default a join (epoch 0) of ``member_id``, chosen
+    by the client, subscribing to ``topics`` and owning nothing."""
+    names = uvarint(len(topics) + 1) + b"".join(compact_string(t) for t in topics)
+    body = (
+        compact_string(group) + compact_string(member_id) + int32(member_epoch)
+        + compact_string(None) + compact_string(None)  # instance id, rack id
+        + int32(30000) + names
+        + compact_string(None) + compact_string(None)  # topic regex, server assignor
+        + uvarint(1)  # owned partitions: none
+        + EMPTY_TAGS
+    )
+    return request(68, 1, correlation_id, body, flexible=True)
+
+
+def consumer_group_heartbeat_error(payload: bytes) -> int:
+    """The error code of a ConsumerGroupHeartbeat response (after the correlation id, the
+    header's tagged fields and the throttle time)."""
+    return struct.unpack(">h", payload[9:11])[0]
+
+
 def metadata_request(correlation_id: int, topic: str) -> bytes:
     """Metadata v1 for ``topic`` alone, without creating it."""
     return request(3, 1, correlation_id, int32(1) + string(topic), flexible=False)

@@ -339,6 +339,7 @@ impl BrokerConfig {
                     session_timeout_ms: long("group.consumer.session.timeout.ms") as i32,
                     heartbeat_interval_ms: long("group.consumer.heartbeat.interval.ms") as i32,
                     max_size: long("group.consumer.max.size") as usize,
+                    assignment_interval_ms: long("group.consumer.assignment.interval.ms") as i32,
                     metadata: metadata_bounds,
                 },
             },

@@ -56,6 +56,9 @@ pub struct ConsumerGroupSettings {
     pub heartbeat_interval_ms: i32,
     /// `group.consumer.max.size`.
     pub max_size: usize,
+    /// `group.consumer.assignment.interval.ms` (KIP-1263): a group's target assignment is
+    /// computed at most once per interval; changes within it wait for the next computation.
+    pub assignment_interval_ms: i32,
     /// Bytes of subscriptions a member and a group may hold.
     pub metadata: MetadataBounds,
 }
@@ -221,6 +224,65 @@ pub struct ConsumerGroup {
     /// The topics the members' patterns matched: the catalog version and the patterns they
     /// were matched at, so a heartbeat does not match every topic name again.
     pattern_matches: Option<(u64, Vec<String>, BTreeSet<String>)>,
+    /// Members whose records may differ from what was last written (joined, changed or
+    /// left) since [`ConsumerGroup::take_changed`]: a write looks at these only.
+    changed: BTreeSet<String>,
+    /// No member's session or revocation deadline falls before this: lowered as deadlines
+    /// are set, made exact when the timer reaches it, so a heartbeat costs no scan.
+    due: Option<Instant>,
+    /// What the members subscribe to, counted.
+    subscriptions: Subscriptions,
+    /// The catalog version and subscriptions generation the topics were last resolved at.
+    resolved_at: Option<(u64, u64)>,
+    /// `group.consumer.assignment.interval.ms`, as the last heartbeat's settings gave it.
+    assignment_interval: Duration,
+    /// When the target assignment was last computed.
+    assigned_at: Option<Instant>,
+    /// When a target assignment the interval held back is computed (by the timer).
+    assignment_due: Option<Instant>,
+}
+
+/// The members' subscriptions, counted: topic names and patterns with how many members name
+/// each, and their bytes, so a heartbeat needs no pass over every member.
+#[derive(Debug, Default)]
+struct Subscriptions {
+    names: BTreeMap<String, usize>,
+    patterns: BTreeMap<String, usize>,
+    bytes: usize,
+    /// Moves with every change.
+    generation: u64,
+}
+
+impl Subscriptions {
+    fn add(&mut self, member: &ConsumerMember) {
+        for name in &member.topic_names {
+            *self.names.entry(name.clone()).or_default() += 1;
+        }
+        if let Some((pattern, _)) = &member.topic_regex {
+            *self.patterns.entry(pattern.clone()).or_default() += 1;
+        }
+        self.bytes += member.subscription_bytes();
+        self.generation += 1;
+    }
+
+    fn remove(&mut self, member: &ConsumerMember) {
+        let drop_one = |counts: &mut BTreeMap<String, usize>, key: &String| {
+            if let Some(count) = counts.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(key);
+                }
+            }
+        };
+        for name in &member.topic_names {
+            drop_one(&mut self.names, name);
+        }
+        if let Some((pattern, _)) = &member.topic_regex {
+            drop_one(&mut self.patterns, pattern);
+        }
+        self.bytes = self.bytes.saturating_sub(member.subscription_bytes());
+        self.generation += 1;
+    }
 }
 
 impl ConsumerGroup {
@@ -340,11 +402,14 @@ impl ConsumerGroup {
                     member.revoke_by = None;
                     member.state = MemberState::Stable;
                     let pending = std::mem::take(&mut member.pending_revocation);
+                    let expires = member.expires;
                     release(&mut self.owners, &id, &pending);
+                    self.note_deadline(expires);
+                    self.changed.insert(id.clone());
                     tracing::info!(target: "weir::groups", group = group_id, member = %id, "static member left for now; its partitions wait for its instance");
                 } else {
                     tracing::info!(target: "weir::groups", group = group_id, member = %id, "member left the group");
-                    self.remove_members(std::slice::from_ref(&id));
+                    self.remove_members(std::slice::from_ref(&id), now);
                 }
                 return Ok(HeartbeatReply {
                     heartbeat_interval_ms: 0,
@@ -373,16 +438,16 @@ impl ConsumerGroup {
                 }
             }
         }
+        self.assignment_interval = millis(settings.assignment_interval_ms);
         let member_id = request.member_id.clone();
+        self.changed.insert(member_id.clone());
         let before = self.members.get(&member_id).map(|m| m.assigned.clone());
         let resubscribed = self.update_member(&member_id, &request, regex, now, settings);
         let topics_changed = self.refresh_topics(catalog);
         if joined || resubscribed || topics_changed {
             self.epoch += 1;
         }
-        if self.assignment_epoch < self.epoch {
-            self.compute_target();
-        }
+        self.update_target(now);
         self.reconcile(&member_id, request.owned.as_ref(), now);
         let member = &self.members[&member_id];
         let full = request.rebalance_timeout_ms != -1
@@ -393,15 +458,21 @@ impl ConsumerGroup {
         if request.member_epoch == JOIN_EPOCH || full || changed {
             answer.assignment = Some(member.assigned.clone());
         }
+        // A target the interval holds back: come back soon after it is computed, rather than
+        // a whole heartbeat interval later.
+        if let Some(due) = self.assignment_due {
+            let soon = due.saturating_duration_since(now) + ASSIGNMENT_HEARTBEAT_SLACK;
+            let soon = i32::try_from(soon.as_millis()).unwrap_or(i32::MAX);
+            answer.heartbeat_interval_ms = answer
+                .heartbeat_interval_ms
+                .min(soon.max(ASSIGNMENT_HEARTBEAT_MIN_MS));
+        }
         Ok(answer)
     }
 
     /// Bytes of its members' subscriptions.
     pub fn subscription_bytes(&self) -> usize {
-        self.members
-            .values()
-            .map(ConsumerMember::subscription_bytes)
-            .sum()
+        self.subscriptions.bytes
     }
 
     /// Bytes of the subscription `member_id` holds now (0 for one not in the group).
@@ -436,12 +507,10 @@ impl ConsumerGroup {
         if request.topic_names.is_none() && request.topic_regex.is_none() {
             return Some(0);
         }
-        let others: usize = self
-            .members
-            .iter()
-            .filter(|(id, _)| **id != request.member_id)
-            .map(|(_, m)| m.subscription_bytes())
-            .sum();
+        let others = self
+            .subscriptions
+            .bytes
+            .saturating_sub(self.member_subscription_bytes(&request.member_id));
         let sent = sent_subscription_bytes(request);
         (others + sent <= bounds.group_max_bytes)
             .then(|| sent.saturating_sub(self.member_subscription_bytes(&request.member_id)))
@@ -505,6 +574,9 @@ impl ConsumerGroup {
                     member.epoch = 0;
                     member.previous_epoch = 0;
                     member.expires = now + millis(settings.session_timeout_ms);
+                    self.note_deadline(member.expires);
+                    self.changed.insert(id.clone());
+                    self.changed.insert(request.member_id.clone());
                     for owner in self.owners.values_mut().filter(|o| **o == id) {
                         owner.clone_from(&request.member_id);
                     }
@@ -556,6 +628,8 @@ impl ConsumerGroup {
                 revoke_by: None,
             },
         );
+        // (Its session starts with the update that follows, which notes the deadline.)
+        self.changed.insert(request.member_id.clone());
         tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, "member joined the group");
         Ok(true)
     }
@@ -573,6 +647,7 @@ impl ConsumerGroup {
         let Some(member) = self.members.get_mut(member_id) else {
             return false;
         };
+        self.subscriptions.remove(member);
         member.expires = now + millis(settings.session_timeout_ms);
         if request.rebalance_timeout_ms >= 0 {
             member.rebalance_timeout = millis(request.rebalance_timeout_ms);
@@ -597,27 +672,25 @@ impl ConsumerGroup {
             member.server_assignor.clone_from(&request.server_assignor);
             changed = true;
         }
+        self.subscriptions.add(member);
+        let expires = member.expires;
+        self.note_deadline(expires);
         changed
     }
 
     /// Resolves every subscription against the catalog. True when a subscribed topic
     /// appeared, went, was recreated or grew, which moves the group epoch.
     fn refresh_topics(&mut self, catalog: &dyn TopicCatalog) -> bool {
+        let version = catalog.version();
+        let resolved_at = Some((version, self.subscriptions.generation));
+        if !self.topics_unknown && self.resolved_at == resolved_at {
+            return false; // neither the subscriptions nor the topics changed
+        }
+        self.resolved_at = resolved_at;
         let mut topics = BTreeMap::new();
-        let mut patterns: Vec<String> = self
-            .members
-            .values()
-            .filter_map(|m| m.topic_regex.as_ref().map(|(p, _)| p.clone()))
-            .collect();
-        patterns.sort();
-        patterns.dedup();
-        let mut names: BTreeSet<String> = self
-            .members
-            .values()
-            .flat_map(|m| m.topic_names.iter().cloned())
-            .collect();
+        let patterns: Vec<String> = self.subscriptions.patterns.keys().cloned().collect();
+        let mut names: BTreeSet<String> = self.subscriptions.names.keys().cloned().collect();
         if !patterns.is_empty() {
-            let version = catalog.version();
             let cached = self
                 .pattern_matches
                 .as_ref()
@@ -668,6 +741,15 @@ impl ConsumerGroup {
     /// The group as Kafka's records: the group and target epochs, and each member's
     /// subscription, target and current assignment.
     pub fn records(&self, group_id: &str) -> Vec<(RecordKey, Vec<u8>)> {
+        self.records_of(group_id, self.members.keys())
+    }
+
+    /// The group's own records (its epochs), and those of each member of `ids` that is in it.
+    pub fn records_of<'a>(
+        &self,
+        group_id: &str,
+        ids: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<(RecordKey, Vec<u8>)> {
         let key = |key| RecordKey::Consumer {
             group: group_id.to_string(),
             key,
@@ -679,7 +761,10 @@ impl ConsumerGroup {
                 encode_epoch(self.assignment_epoch),
             ),
         ];
-        for (id, m) in &self.members {
+        let members = ids
+            .into_iter()
+            .filter_map(|id| self.members.get(id).map(|m| (id, m)));
+        for (id, m) in members {
             let value = MemberValue {
                 instance_id: m.instance_id.clone(),
                 rack_id: m.rack_id.clone(),
@@ -802,6 +887,10 @@ impl ConsumerGroup {
             }
         }
         group.assignor = group.preferred_assignor();
+        for member in group.members.values() {
+            group.subscriptions.add(member);
+        }
+        group.due = group.earliest_deadline();
         Ok(group)
     }
 
@@ -824,8 +913,19 @@ impl ConsumerGroup {
             })
             .collect();
         let counts: BTreeMap<Uuid, i32> = self.topics.values().copied().collect();
-        let target = assign(assignor, &specs, &counts);
-        self.target = target.into_iter().collect();
+        let target: HashMap<String, TopicPartitions> =
+            assign(assignor, &specs, &counts).into_iter().collect();
+        for (id, partitions) in &target {
+            if self.target.get(id) != Some(partitions) {
+                self.changed.insert(id.clone());
+            }
+        }
+        for id in self.target.keys() {
+            if !target.contains_key(id) {
+                self.changed.insert(id.clone());
+            }
+        }
+        self.target = target;
         self.assignor = assignor;
         self.assignment_epoch = self.epoch;
     }
@@ -880,7 +980,9 @@ impl ConsumerGroup {
             if owned.is_none_or(|owned| intersects(owned, &revoking)) {
                 member.pending_revocation = revoking;
                 member.state = MemberState::UnrevokedPartitions;
-                member.revoke_by = Some(now + member.rebalance_timeout);
+                let revoke_by = now + member.rebalance_timeout;
+                member.revoke_by = Some(revoke_by);
+                self.note_deadline(revoke_by);
                 return;
             }
             release(&mut self.owners, member_id, &revoking);
@@ -914,27 +1016,34 @@ impl ConsumerGroup {
         if let Some(member) = self.members.get_mut(member_id) {
             member.assigned.clear();
             member.pending_revocation.clear();
+            self.changed.insert(member_id.to_string());
         }
     }
 
     /// Removes members (left, fenced or expired): their partitions are free and the rest of
     /// the group gets one new target. A group just restored waits for its next heartbeat,
     /// which learns the topics first.
-    fn remove_members(&mut self, member_ids: &[String]) {
+    fn remove_members(&mut self, member_ids: &[String], now: Instant) {
         for member_id in member_ids {
             self.release_all(member_id);
-            self.members.remove(member_id);
+            if let Some(member) = self.members.remove(member_id) {
+                self.subscriptions.remove(&member);
+            }
             self.target.remove(member_id);
+            self.changed.insert(member_id.clone());
         }
         self.epoch += 1;
         if !self.topics_unknown {
-            self.compute_target();
+            self.update_target(now);
         }
     }
 
     /// Fences members whose session expired or who did not revoke within their rebalance
     /// timeout. Returns true when the group became empty.
     pub fn tick(&mut self, group_id: &str, now: Instant) -> bool {
+        if self.due.is_none_or(|due| due > now) {
+            return false;
+        }
         let had_members = !self.members.is_empty();
         let expired: Vec<(String, &'static str)> = self
             .members
@@ -957,18 +1066,60 @@ impl ConsumerGroup {
         }
         if !expired.is_empty() {
             let ids: Vec<String> = expired.into_iter().map(|(id, _)| id).collect();
-            self.remove_members(&ids);
+            self.remove_members(&ids, now);
         }
+        if self.assignment_due.is_some_and(|due| due <= now) && !self.topics_unknown {
+            self.update_target(now);
+        }
+        self.due = self.earliest_deadline();
         had_members && self.members.is_empty()
     }
 
-    /// The next moment [`ConsumerGroup::tick`] has something to do.
+    /// The next moment [`ConsumerGroup::tick`] may have something to do (never later than
+    /// the first member's deadline).
     pub fn next_deadline(&self) -> Option<Instant> {
+        self.due
+    }
+
+    /// The first member's session or revocation deadline, found by looking at every member.
+    fn earliest_deadline(&self) -> Option<Instant> {
         self.members
             .values()
             .flat_map(|m| [Some(m.expires), m.revoke_by])
             .flatten()
+            .chain(self.assignment_due)
             .min()
+    }
+
+    /// Computes the target assignment for the group epoch now, unless one was computed less
+    /// than the assignment interval ago: then once the interval has passed (the timer does
+    /// it), so a storm of joins costs one computation per interval, not one per join.
+    fn update_target(&mut self, now: Instant) {
+        if self.assignment_epoch >= self.epoch {
+            self.assignment_due = None;
+            return;
+        }
+        match self.assigned_at.map(|at| at + self.assignment_interval) {
+            Some(allowed) if allowed > now => {
+                self.assignment_due = Some(allowed);
+                self.note_deadline(allowed);
+            }
+            _ => {
+                self.compute_target();
+                self.assigned_at = Some(now);
+                self.assignment_due = None;
+            }
+        }
+    }
+
+    /// A member's deadline was set to `at`: the timer must look no later than that.
+    fn note_deadline(&mut self, at: Instant) {
+        self.due = Some(self.due.map_or(at, |due| due.min(at)));
+    }
+
+    /// The members whose records may have changed since the last call, forgotten here.
+    pub fn take_changed(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.changed)
     }
 
     /// What ConsumerGroupDescribe shows.
@@ -1048,6 +1199,12 @@ fn release(
         }
     }
 }
+
+/// How long after a held-back target assignment is due a member told to come back for it
+/// heartbeats: time for the timer to compute it.
+const ASSIGNMENT_HEARTBEAT_SLACK: Duration = Duration::from_millis(50);
+/// The shortest heartbeat interval a member is told, whatever is due.
+const ASSIGNMENT_HEARTBEAT_MIN_MS: i32 = 100;
 
 /// Longest member or instance id accepted: its record's key stores it with an int16 length.
 const ID_MAX_LEN: usize = i16::MAX as usize;
@@ -1190,6 +1347,7 @@ mod tests {
         session_timeout_ms: 45_000,
         heartbeat_interval_ms: 5_000,
         max_size: 4,
+        assignment_interval_ms: 0,
         metadata: MetadataBounds {
             member_max_bytes: 1_000,
             group_max_bytes: 2_500,

@@ -8,14 +8,14 @@
 //! tested without a clock or a log. Waiting members hold a `oneshot` sender: a JoinGroup or
 //! SyncGroup request is answered by sending on it, from whichever call completes the step.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::consumer_group::ConsumerGroup;
-use crate::records::{GroupValue, OffsetValue, StoredMember};
+use crate::records::{ConsumerKey, GroupValue, OffsetValue, StoredMember};
 use crate::GroupError;
 
 /// Where a group is in its rebalance cycle (Kafka's names, as DescribeGroups reports them).
@@ -292,6 +292,46 @@ pub struct Group {
     pub persisted: HashMap<Vec<u8>, Vec<u8>>,
     /// A classic group became a consumer group: its classic metadata record must go.
     tombstone_classic: bool,
+    /// `persisted` may differ from the log for members not marked changed (after a load or
+    /// a failed append): the next write compares every record.
+    rewrite_all: bool,
+}
+
+/// A record's key and value, encoded.
+type EncodedRecord = (Vec<u8>, Vec<u8>);
+
+/// One record a consumer group write appends, with what the log held under its key before
+/// (to undo the bookkeeping when the append fails).
+#[derive(Debug, Clone)]
+pub struct RecordChange {
+    /// The record's key.
+    pub key: Vec<u8>,
+    /// Its value; `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+    previous: Option<Vec<u8>>,
+}
+
+impl RecordChange {
+    /// The record to append.
+    pub fn into_record(self) -> (Vec<u8>, Option<Vec<u8>>) {
+        (self.key, self.value)
+    }
+}
+
+/// The keys of a member's consumer group records: subscription, target and assignment.
+fn member_record_keys(group_id: &str, member_id: &str) -> [Vec<u8>; 3] {
+    [
+        ConsumerKey::Member(member_id.to_string()),
+        ConsumerKey::TargetMember(member_id.to_string()),
+        ConsumerKey::Assignment(member_id.to_string()),
+    ]
+    .map(|key| {
+        crate::records::RecordKey::Consumer {
+            group: group_id.to_string(),
+            key,
+        }
+        .encode()
+    })
 }
 
 impl Group {
@@ -317,6 +357,7 @@ impl Group {
             consumer: None,
             persisted: HashMap::new(),
             tombstone_classic: false,
+            rewrite_all: false,
         }
     }
 
@@ -529,42 +570,106 @@ impl Group {
 
     /// The consumer group records to append so the log holds this group's state: changed
     /// ones, and tombstones for those it no longer has (all of them once it is not a
-    /// consumer group). Marks them written.
-    pub fn consumer_changes(&mut self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-        let current: HashMap<Vec<u8>, Vec<u8>> = self
-            .consumer
-            .as_ref()
-            .map(|c| c.records(&self.id))
-            .unwrap_or_default()
+    /// consumer group). Marks them written. Looks only at the members changed since the last
+    /// call, unless the log may differ elsewhere (after a load or a failed append).
+    pub fn consumer_changes(&mut self) -> Vec<RecordChange> {
+        let rewrite_all = std::mem::take(&mut self.rewrite_all);
+        let (current, maybe_gone): (Vec<EncodedRecord>, Vec<Vec<u8>>) = match &mut self.consumer {
+            None => (Vec::new(), self.persisted.keys().cloned().collect()),
+            Some(consumer) => {
+                let changed = consumer.take_changed();
+                let records = if rewrite_all {
+                    consumer.records(&self.id)
+                } else {
+                    consumer.records_of(&self.id, &changed)
+                };
+                let current: Vec<EncodedRecord> = records
+                    .into_iter()
+                    .map(|(key, value)| (key.encode(), value))
+                    .collect();
+                let maybe_gone = if rewrite_all {
+                    self.persisted.keys().cloned().collect()
+                } else {
+                    changed
+                        .iter()
+                        .flat_map(|id| member_record_keys(&self.id, id))
+                        .collect()
+                };
+                (current, maybe_gone)
+            }
+        };
+        let current_keys: HashSet<&[u8]> = current.iter().map(|(key, _)| key.as_slice()).collect();
+        let gone: Vec<Vec<u8>> = maybe_gone
             .into_iter()
-            .map(|(key, value)| (key.encode(), value))
+            .filter(|key| !current_keys.contains(key.as_slice()))
             .collect();
-        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = current
-            .iter()
-            .filter(|(key, value)| self.persisted.get(*key) != Some(value))
-            .map(|(key, value)| (key.clone(), Some(value.clone())))
-            .collect();
-        changes.extend(
-            self.persisted
-                .keys()
-                .filter(|key| !current.contains_key(*key))
-                .map(|key| (key.clone(), None)),
-        );
+        let mut changes = Vec::new();
+        for (key, value) in current {
+            if self.persisted.get(&key) != Some(&value) {
+                let previous = self.persisted.insert(key.clone(), value.clone());
+                changes.push(RecordChange {
+                    key,
+                    value: Some(value),
+                    previous,
+                });
+            }
+        }
+        for key in gone {
+            if let Some(previous) = self.persisted.remove(&key) {
+                changes.push(RecordChange {
+                    key,
+                    value: None,
+                    previous: Some(previous),
+                });
+            }
+        }
         if std::mem::take(&mut self.tombstone_classic) {
-            changes.push((
-                crate::records::RecordKey::Group {
-                    group: self.id.clone(),
-                }
-                .encode(),
-                None,
-            ));
+            changes.push(RecordChange {
+                key: self.classic_key(),
+                value: None,
+                previous: None,
+            });
         }
         // The order Kafka replays them in: a member's tombstones (current assignment, target,
         // subscription) before its records go, values before epochs that name them, and the
         // group's own tombstones (target epoch, then group epoch) last.
-        changes.sort_by_key(|(key, value)| (replay_rank(key, value.is_some()), key.clone()));
-        self.persisted = current;
+        changes.sort_by(|a, b| {
+            (replay_rank(&a.key, a.value.is_some()), &a.key)
+                .cmp(&(replay_rank(&b.key, b.value.is_some()), &b.key))
+        });
         changes
+    }
+
+    /// `changes` (from [`Group::consumer_changes`]) were not appended: the log does not hold
+    /// them, and the next write compares every record again.
+    pub fn unwrite(&mut self, changes: impl IntoIterator<Item = RecordChange>) {
+        let classic_key = self.classic_key();
+        for change in changes {
+            if change.key == classic_key {
+                self.tombstone_classic = true;
+                continue;
+            }
+            match change.previous {
+                Some(previous) => self.persisted.insert(change.key, previous),
+                None => self.persisted.remove(&change.key),
+            };
+        }
+        self.rewrite_all = true;
+    }
+
+    /// What the log holds of this group's consumer group records (read on load), which may
+    /// include strays: the next write compares every record against it.
+    pub fn set_persisted(&mut self, persisted: HashMap<Vec<u8>, Vec<u8>>) {
+        self.persisted = persisted;
+        self.rewrite_all = true;
+    }
+
+    /// The key of the group's classic metadata record.
+    fn classic_key(&self) -> Vec<u8> {
+        crate::records::RecordKey::Group {
+            group: self.id.clone(),
+        }
+        .encode()
     }
 
     fn set_state(&mut self, state: GroupState, now_ms: i64) {

@@ -336,6 +336,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "Consumer group protocol: how often members heartbeat, and so how soon they learn of a new assignment.",
     ),
     setting(
+        "group.consumer.assignment.interval.ms",
+        "1000",
+        int(0, i32::MAX as i64),
+        "Consumer group protocol: a group's target assignment is computed at most once per interval (KIP-1263); members that join, leave or change subscription within it wait for the next computation, so a storm of joins costs one computation per interval. 0 computes on every change.",
+    ),
+    setting(
         "group.consumer.max.size",
         "2147483647",
         int(1, i32::MAX as i64),

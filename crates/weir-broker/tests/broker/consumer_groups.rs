@@ -131,6 +131,8 @@ async fn consumer_protocol_groups_assign_check_epochs_and_refuse_bad_requests() 
     let settings = [
         ("group.initial.rebalance.delay.ms", "0"),
         ("offsets.topic.num.partitions", "3"),
+        // Every change assigns at once (the interval's batching is the coordinator's test).
+        ("group.consumer.assignment.interval.ms", "0"),
     ];
     let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &settings).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Now;
 use crate::consumer_group::ConsumerGroup;
-use crate::group::{CommittedOffset, Group};
+use crate::group::{CommittedOffset, Group, RecordChange};
 use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::runtime::{Pending, Shard, ShardLog, StoredRecord};
 
@@ -109,8 +109,18 @@ impl GroupShard {
                     None,
                 ));
                 group.consumer = None;
-                records.extend(group.consumer_changes());
             }
+            let consumer_changes = if emptying {
+                group.consumer_changes()
+            } else {
+                Vec::new()
+            };
+            records.extend(
+                consumer_changes
+                    .iter()
+                    .cloned()
+                    .map(RecordChange::into_record),
+            );
             match log.append_detached(records, |_| {}) {
                 Ok(base) => {
                     for (i, key) in expired.iter().enumerate() {
@@ -122,6 +132,7 @@ impl GroupShard {
                     }
                 }
                 Err(error) => {
+                    group.unwrite(consumer_changes);
                     tracing::warn!(target: "weir::groups", group = %group.id, %error, "expired offsets not deleted; trying again later");
                 }
             }
@@ -172,16 +183,18 @@ impl GroupShard {
                     group.as_consumer_group(now.wall_ms).ok();
                     group.consumer = Some(restored);
                     // What the log holds, strays included: the next write fixes any difference.
-                    group.persisted = records
-                        .into_iter()
-                        .map(|(key, value)| {
-                            let key = RecordKey::Consumer {
-                                group: group_id.clone(),
-                                key,
-                            };
-                            (key.encode(), value)
-                        })
-                        .collect();
+                    group.set_persisted(
+                        records
+                            .into_iter()
+                            .map(|(key, value)| {
+                                let key = RecordKey::Consumer {
+                                    group: group_id.clone(),
+                                    key,
+                                };
+                                (key.encode(), value)
+                            })
+                            .collect(),
+                    );
                     loaded_groups += 1;
                 }
                 Err(error) => {
@@ -303,36 +316,27 @@ fn retention_check_every(settings: &CoordinatorSettings) -> Duration {
 /// are durable. After a failed append the group counts as written only up to the batches
 /// that were appended, so its next change writes the rest again.
 pub(crate) fn persist_consumer_group(log: &ShardLog<'_>, group: &mut Group) -> Option<Pending> {
-    let before = group.persisted.clone();
     let changes = group.consumer_changes();
     if changes.is_empty() {
         return None;
     }
     let mut durable = Vec::new();
-    let mut batch: Vec<StoredRecord> = Vec::new();
-    let mut batch_bytes = 0usize;
-    let mut written = before;
     let mut pending = changes.into_iter().peekable();
-    while let Some((key, value)) = pending.next() {
-        batch_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
-        batch.push((key, value));
-        if batch_bytes < CHANGES_BATCH_BYTES && pending.peek().is_some() {
-            continue;
+    while pending.peek().is_some() {
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0usize;
+        while let Some(change) = pending.next_if(|_| batch_bytes < CHANGES_BATCH_BYTES) {
+            batch_bytes += change.key.len() + change.value.as_ref().map_or(0, Vec::len);
+            batch.push(change);
         }
-        let records = std::mem::take(&mut batch);
-        batch_bytes = 0;
-        match log.append(records.clone()) {
-            Ok(appended) => {
-                durable.push(appended.durable);
-                for (key, value) in records {
-                    match value {
-                        Some(value) => written.insert(key, value),
-                        None => written.remove(&key),
-                    };
-                }
-            }
+        let records: Vec<StoredRecord> = batch
+            .iter()
+            .map(|change| change.clone().into_record())
+            .collect();
+        match log.append(records) {
+            Ok(appended) => durable.push(appended.durable),
             Err(error) => {
-                group.persisted = written;
+                group.unwrite(batch.into_iter().chain(pending));
                 return Some(Box::pin(std::future::ready(Err(error))));
             }
         }

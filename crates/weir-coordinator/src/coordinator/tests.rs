@@ -474,4 +474,88 @@ mod consumer_protocol {
         let fourth = coordinator(log);
         assert_eq!(fourth.describe_consumer_group("g"), Ok(None));
     }
+
+    /// Joins within group.consumer.assignment.interval.ms share one computation of the
+    /// target assignment (KIP-1263): the group waits in Assigning, its new members are told
+    /// to come back once the timer has computed it, and what the timer computed is written.
+    #[tokio::test]
+    async fn joins_within_the_assignment_interval_share_one_assignment() {
+        let log = Arc::new(MemoryLog::default());
+        let clock = Arc::new(ManualClock::default());
+        let catalog = OneTopic(Uuid::new_v4());
+        let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
+            settings.consumer.assignment_interval_ms = 1_000;
+            settings.consumer.heartbeat_interval_ms = 5_000;
+            settings.consumer.max_size = 100;
+            settings.consumer.session_timeout_ms = 45_000;
+        });
+        let a = join(&live, &catalog, "a").await;
+        assert_eq!(
+            a.assignment
+                .map(|a| a.values().map(BTreeSet::len).sum::<usize>()),
+            Some(4)
+        );
+        assert_eq!(a.heartbeat_interval_ms, 5_000, "nothing pending");
+
+        clock.advance(Duration::from_millis(10));
+        for member in ["b", "c", "d"] {
+            let joined = join(&live, &catalog, member).await;
+            assert_eq!(
+                joined.assignment.map(|a| a.len()),
+                Some(0),
+                "{member} waits"
+            );
+            assert_eq!(
+                joined.heartbeat_interval_ms, 1_040,
+                "{member}: back once it is computed"
+            );
+        }
+        let waiting = live
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!((waiting.epoch, waiting.assignment_epoch), (4, 1));
+        assert_eq!(waiting.state, GroupState::Assigning);
+
+        clock.advance(Duration::from_millis(989));
+        live.tick();
+        let early = live
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!(early.assignment_epoch, 1, "not before the interval");
+        clock.advance(Duration::from_millis(1));
+        live.tick();
+        let computed = live
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!(
+            computed.assignment_epoch, 4,
+            "the timer computed the target"
+        );
+        let targets = |d: &crate::ConsumerGroupDescription| -> Vec<usize> {
+            d.members
+                .iter()
+                .map(|m| m.target_assignment.values().map(BTreeSet::len).sum())
+                .collect()
+        };
+        assert_eq!(targets(&computed), vec![1, 1, 1, 1]);
+
+        tokio::task::yield_now().await; // the timer's write
+        let reloaded = coordinator(log);
+        let restored = reloaded
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!(
+            (
+                restored.epoch,
+                restored.assignment_epoch,
+                targets(&restored)
+            ),
+            (4, 4, vec![1, 1, 1, 1]),
+            "what the timer computed was written"
+        );
+    }
 }

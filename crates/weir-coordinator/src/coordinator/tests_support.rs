@@ -58,6 +58,7 @@ pub(super) const CONSUMER_SETTINGS: ConsumerGroupSettings = ConsumerGroupSetting
     session_timeout_ms: 1_000,
     heartbeat_interval_ms: 100,
     max_size: 3,
+    assignment_interval_ms: 0,
     metadata: METADATA_BOUNDS,
 };
 
@@ -73,10 +74,19 @@ pub(super) fn coordinator_bounded(log: Arc<MemoryLog>, bounds: MetadataBounds) -
 /// [`coordinator`] reading the time from `clock`, checking offset retention every
 /// millisecond.
 pub(super) fn coordinator_at(log: Arc<MemoryLog>, clock: Arc<ManualClock>) -> GroupCoordinator {
-    let settings = CoordinatorSettings {
-        offsets_retention_check_interval_ms: 1,
-        ..settings(METADATA_BOUNDS)
-    };
+    coordinator_configured(log, clock, |settings| {
+        settings.offsets_retention_check_interval_ms = 1;
+    })
+}
+
+/// [`coordinator`] reading the time from `clock`, with settings changed by `adjust`.
+pub(super) fn coordinator_configured(
+    log: Arc<MemoryLog>,
+    clock: Arc<ManualClock>,
+    adjust: impl FnOnce(&mut CoordinatorSettings),
+) -> GroupCoordinator {
+    let mut settings = settings(METADATA_BOUNDS);
+    adjust(&mut settings);
     let clock: Arc<dyn Clock> = clock;
     loaded(GroupCoordinator::with_clock(settings, log, clock))
 }
