@@ -469,6 +469,17 @@ impl Group {
             && self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty)
     }
 
+    /// True when the log holds nothing of the group (no members, committed offsets, stored
+    /// metadata or consumer group records, and no commit under way): memory forgets it, as a
+    /// coordinator loading the log would not know it.
+    pub fn leaves_no_trace(&self) -> bool {
+        self.has_no_members()
+            && self.offsets.is_empty()
+            && self.pending_commits == 0
+            && self.protocol_type.is_none()
+            && self.persisted.is_empty()
+    }
+
     /// Bytes of member metadata the group holds: classic members' protocols and
     /// assignments, consumer-protocol members' subscriptions.
     pub fn metadata_bytes(&self) -> usize {

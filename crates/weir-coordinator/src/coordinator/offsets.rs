@@ -70,19 +70,22 @@ impl GroupCoordinator {
             Ok(appended) => {
                 let durable = appended.durable.await.map(|()| appended.base_offset);
                 let mut partitions = self.runtime.lock();
-                if let Some(group) = partitions
-                    .served(group_id)
-                    .ok()
-                    .and_then(|(_, shard)| shard.groups.get_mut(group_id))
-                {
-                    group.pending_commits = group.pending_commits.saturating_sub(1);
-                    if let Ok(base_offset) = durable {
-                        for (position, (index, value)) in accepted.iter().enumerate() {
-                            let entry = &entries[*index];
-                            let key = (entry.topic.clone(), entry.partition);
-                            group.apply_commit(key, value.clone(), base_offset + position as i64);
+                if let Ok((_, shard)) = partitions.served(group_id) {
+                    if let Some(group) = shard.groups.get_mut(group_id) {
+                        group.pending_commits = group.pending_commits.saturating_sub(1);
+                        if let Ok(base_offset) = durable {
+                            for (position, (index, value)) in accepted.iter().enumerate() {
+                                let entry = &entries[*index];
+                                let key = (entry.topic.clone(), entry.partition);
+                                group.apply_commit(
+                                    key,
+                                    value.clone(),
+                                    base_offset + position as i64,
+                                );
+                            }
                         }
                     }
+                    shard.forget_if_untraced(group_id);
                 }
                 durable
             }
@@ -187,14 +190,13 @@ impl GroupCoordinator {
         };
         appended.durable.await?;
         let mut served = self.runtime.lock();
-        if let Some(group) = served
-            .served(group_id)
-            .ok()
-            .and_then(|(_, shard)| shard.groups.get_mut(group_id))
-        {
-            for (i, key) in tombstoned.into_iter().enumerate() {
-                group.apply_delete(key, appended.base_offset + i as i64);
+        if let Ok((_, shard)) = served.served(group_id) {
+            if let Some(group) = shard.groups.get_mut(group_id) {
+                for (i, key) in tombstoned.into_iter().enumerate() {
+                    group.apply_delete(key, appended.base_offset + i as i64);
+                }
             }
+            shard.forget_if_untraced(group_id);
         }
         Ok(results)
     }

@@ -70,6 +70,17 @@ impl GroupShard {
             .or_insert_with(|| Group::new(group_id.to_string(), limits, now_ms))
     }
 
+    /// Forgets `group_id` if the log holds nothing of it (see [`Group::leaves_no_trace`]).
+    pub(crate) fn forget_if_untraced(&mut self, group_id: &str) {
+        if self
+            .groups
+            .get(group_id)
+            .is_some_and(Group::leaves_no_trace)
+        {
+            self.groups.remove(group_id);
+        }
+    }
+
     /// Deletes (with tombstones) the committed offsets of groups without members that are
     /// older than `offsets.retention.minutes` — counted from when a group became empty, or from
     /// each commit for a group that never had members — and forgets groups left with

@@ -559,3 +559,213 @@ mod consumer_protocol {
         );
     }
 }
+
+/// Replay equals live state: after every operation of a random sequence (consumer-protocol
+/// joins, heartbeats, leaves, commits, offset deletes, group deletes and time passing), a
+/// coordinator loaded from the log alone describes every group as the live one does.
+mod replay {
+    use std::collections::{BTreeMap, HashMap};
+
+    use proptest::prelude::*;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::assignors::TopicPartitions;
+    use crate::consumer_group::{ConsumerHeartbeat, TopicCatalog};
+
+    struct Topics(Uuid);
+
+    impl TopicCatalog for Topics {
+        fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
+            (name == "t").then_some((self.0, 6))
+        }
+        fn topic_name(&self, id: Uuid) -> Option<String> {
+            (id == self.0).then(|| "t".to_string())
+        }
+        fn topic_names(&self) -> Vec<String> {
+            vec!["t".to_string()]
+        }
+        fn version(&self) -> u64 {
+            0
+        }
+    }
+
+    const GROUPS: [&str; 3] = ["g0", "g1", "g2"];
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Member `member` of consumer group `group` joins (again).
+        Join { group: usize, member: usize },
+        /// It heartbeats with its epoch and what it owns.
+        Beat { group: usize, member: usize },
+        /// It leaves.
+        Leave { group: usize, member: usize },
+        /// A commit to the group from outside it (generation -1).
+        Commit {
+            group: usize,
+            partition: i32,
+            offset: i64,
+        },
+        /// OffsetDelete of one partition.
+        DeleteOffset { group: usize, partition: i32 },
+        /// DeleteGroups.
+        DeleteGroup { group: usize },
+        /// Time passes and the timer runs.
+        Wait { millis: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let group = 0..GROUPS.len();
+        let member = 0..4usize;
+        prop_oneof![
+            3 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Join { group, member }),
+            4 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Beat { group, member }),
+            1 => (group.clone(), member).prop_map(|(group, member)| Op::Leave { group, member }),
+            2 => (group.clone(), 0..3i32, 0..1_000i64)
+                .prop_map(|(group, partition, offset)| Op::Commit { group, partition, offset }),
+            1 => (group.clone(), 0..3i32).prop_map(|(group, partition)| Op::DeleteOffset { group, partition }),
+            1 => group.prop_map(|group| Op::DeleteGroup { group }),
+            2 => (1..1_500u64).prop_map(|millis| Op::Wait { millis }),
+        ]
+    }
+
+    /// What a group shows: its consumer-protocol description and its committed offsets.
+    type Described = Vec<(
+        &'static str,
+        Result<Option<crate::ConsumerGroupDescription>, GroupError>,
+        Vec<(String, i32, Option<i64>)>,
+    )>;
+
+    fn describe(coordinator: &GroupCoordinator) -> Described {
+        GROUPS
+            .iter()
+            .map(|&group| {
+                let offsets = coordinator
+                    .fetch_offsets(group, None, None)
+                    .expect("served")
+                    .into_iter()
+                    .map(|(topic, partition, value)| (topic, partition, value.map(|v| v.offset)))
+                    .collect();
+                (group, coordinator.describe_consumer_group(group), offsets)
+            })
+            .collect()
+    }
+
+    async fn run(ops: Vec<Op>) {
+        let log = Arc::new(MemoryLog::default());
+        let clock = Arc::new(ManualClock::default());
+        let catalog = Topics(Uuid::new_v4());
+        let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
+            settings.consumer.assignment_interval_ms = 500;
+            settings.consumer.max_size = 10;
+            settings.offsets_retention_ms = 60_000;
+        });
+        // What each member believes: its epoch and the partitions it owns.
+        let mut members: HashMap<(usize, usize), (i32, TopicPartitions)> = HashMap::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            match op.clone() {
+                Op::Join { group, member }
+                | Op::Beat { group, member }
+                | Op::Leave { group, member } => {
+                    let id = format!("m{member}");
+                    let request = match (&op, members.get(&(group, member))) {
+                        (Op::Join { .. }, _) | (_, None) if !matches!(op, Op::Leave { .. }) => {
+                            ConsumerHeartbeat {
+                                member_id: id,
+                                member_epoch: 0,
+                                rebalance_timeout_ms: 1_000,
+                                topic_names: Some(vec!["t".to_string()]),
+                                owned: Some(BTreeMap::new()),
+                                ..ConsumerHeartbeat::default()
+                            }
+                        }
+                        (Op::Leave { .. }, _) | (_, None) => ConsumerHeartbeat {
+                            member_id: id,
+                            member_epoch: -1,
+                            rebalance_timeout_ms: -1,
+                            ..ConsumerHeartbeat::default()
+                        },
+                        (_, Some((epoch, owned))) => ConsumerHeartbeat {
+                            member_id: id,
+                            member_epoch: *epoch,
+                            rebalance_timeout_ms: -1,
+                            owned: Some(owned.clone()),
+                            ..ConsumerHeartbeat::default()
+                        },
+                    };
+                    let leaving = request.member_epoch < 0;
+                    match live
+                        .consumer_heartbeat(GROUPS[group], request, 1, &catalog)
+                        .await
+                    {
+                        Ok(_) if leaving => {
+                            members.remove(&(group, member));
+                        }
+                        Ok(reply) => {
+                            let owned = reply.assignment.unwrap_or_else(|| {
+                                members
+                                    .get(&(group, member))
+                                    .map(|m| m.1.clone())
+                                    .unwrap_or_default()
+                            });
+                            members.insert((group, member), (reply.member_epoch, owned));
+                        }
+                        Err(_) => {
+                            members.remove(&(group, member));
+                        }
+                    }
+                }
+                Op::Commit {
+                    group,
+                    partition,
+                    offset,
+                } => {
+                    let _ = live
+                        .commit_offsets(
+                            GROUPS[group],
+                            -1,
+                            "",
+                            None,
+                            &[entry("t", partition, offset, "")],
+                            9,
+                        )
+                        .await;
+                }
+                Op::DeleteOffset { group, partition } => {
+                    let _ = live
+                        .delete_offsets(GROUPS[group], &[("t".to_string(), partition)])
+                        .await;
+                }
+                Op::DeleteGroup { group } => {
+                    let _ = live.delete_group(GROUPS[group]).await;
+                }
+                Op::Wait { millis } => {
+                    clock.advance(Duration::from_millis(millis));
+                    live.tick();
+                }
+            }
+            tokio::task::yield_now().await;
+            let replayed = coordinator(log.clone());
+            assert_eq!(
+                describe(&replayed),
+                describe(&live),
+                "after step {step} ({op:?}), a coordinator loaded from the log differs"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn a_group_shard_replayed_from_its_records_equals_the_live_one(
+            ops in proptest::collection::vec(op(), 1..60),
+        ) {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("runtime")
+                .block_on(run(ops));
+        }
+    }
+}
