@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::assignors::{assign, MemberSpec, TopicPartitions, ASSIGNORS};
-use crate::group::{millis, GroupState, MetadataBounds};
+use crate::limits::{millis, ConsumerGroupSettings, MetadataBounds};
 use crate::records::consumer::{
     decode_assignment, decode_epoch, decode_member, decode_target, encode_assignment, encode_epoch,
     encode_member, encode_target, AssignmentValue, MemberValue,
 };
 use crate::records::{ConsumerKey, FormatError, RecordKey};
+use crate::state::GroupState;
 use crate::GroupError;
 
 /// Member epoch of a ConsumerGroupHeartbeat that joins the group.
@@ -45,22 +46,6 @@ pub trait TopicCatalog: Send + Sync {
     /// Changes whenever a topic is created, deleted or grows: pattern subscriptions are
     /// matched again only then.
     fn version(&self) -> u64;
-}
-
-/// Broker settings of consumer-protocol groups.
-#[derive(Debug, Clone, Copy)]
-pub struct ConsumerGroupSettings {
-    /// `group.consumer.session.timeout.ms`.
-    pub session_timeout_ms: i32,
-    /// `group.consumer.heartbeat.interval.ms`: how often members heartbeat.
-    pub heartbeat_interval_ms: i32,
-    /// `group.consumer.max.size`.
-    pub max_size: usize,
-    /// `group.consumer.assignment.interval.ms` (KIP-1263): a group's target assignment is
-    /// computed at most once per interval; changes within it wait for the next computation.
-    pub assignment_interval_ms: i32,
-    /// Bytes of subscriptions a member and a group may hold.
-    pub metadata: MetadataBounds,
 }
 
 /// A ConsumerGroupHeartbeat, decoded by the handler. `None` fields did not change since the

@@ -20,22 +20,26 @@ pub mod clock;
 pub mod consumer_group;
 mod coordinator;
 pub mod group;
+pub mod limits;
 pub mod records;
 mod runtime;
+pub mod state;
 mod subscription;
 
 pub use consumer_group::{
-    pattern_problem, ConsumerGroupDescription, ConsumerGroupSettings, ConsumerHeartbeat,
-    ConsumerMemberDescription, HeartbeatReply, TopicCatalog,
+    pattern_problem, ConsumerGroupDescription, ConsumerHeartbeat, ConsumerMemberDescription,
+    HeartbeatReply, TopicCatalog,
 };
 pub use coordinator::{
     CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing, GroupSummary, OFFSETS_TOPIC,
 };
 pub use group::{
-    GroupLimits, GroupState, JoinOutcome, JoinRequest, JoinedMember, MemberDescription,
-    MetadataBounds, SyncAssignment, SyncOutcome, SyncRequest,
+    JoinOutcome, JoinRequest, JoinedMember, MemberDescription, SyncAssignment, SyncOutcome,
+    SyncRequest,
 };
+pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
 pub use runtime::{partition_for, Appended, OffsetsLog, Pending, RecordVisitor, StoredRecord};
+pub use state::GroupState;
 
 /// Why a group request failed; each maps to the Kafka error of the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

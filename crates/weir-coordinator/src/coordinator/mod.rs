@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::consumer_group::ConsumerGroupSettings;
-use crate::group::{Group, GroupLimits, GroupState, MemberDescription, MetadataBounds};
+use crate::group::{Group, MemberDescription};
+use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
 use crate::records::RecordKey;
 use crate::runtime::{OffsetsLog, Partitions, Runtime};
+use crate::state::GroupState;
 use crate::GroupError;
 
 use shard::GroupShard;

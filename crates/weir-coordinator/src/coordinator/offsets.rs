@@ -1,7 +1,7 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
 
-use crate::group::GroupState;
 use crate::records::{OffsetValue, RecordKey};
+use crate::state::GroupState;
 use crate::GroupError;
 
 use super::{offset_key, CommitEntry, GroupCoordinator};

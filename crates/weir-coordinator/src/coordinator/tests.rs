@@ -5,8 +5,9 @@ use std::sync::Arc;
 use super::tests_support::*;
 use super::*;
 use crate::clock::ManualClock;
-use crate::group::{GroupState, JoinRequest, SyncRequest};
+use crate::group::{JoinRequest, SyncRequest};
 use crate::partition_for;
+use crate::state::GroupState;
 
 #[test]
 fn groups_land_where_kafka_puts_them() {

@@ -8,46 +8,21 @@
 //! tested without a clock or a log. Waiting members hold a `oneshot` sender: a JoinGroup or
 //! SyncGroup request is answered by sending on it, from whichever call completes the step.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::consumer_group::ConsumerGroup;
-use crate::records::{ConsumerKey, GroupValue, OffsetValue, StoredMember};
+use crate::limits::{millis, GroupLimits};
+use crate::records::{GroupValue, OffsetValue, StoredMember};
+use crate::state::GroupState;
 use crate::GroupError;
 
-/// Where a group is in its rebalance cycle (Kafka's names, as DescribeGroups reports them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupState {
-    /// No members; the group may still hold committed offsets.
-    Empty,
-    /// Waiting for every member to (re)join.
-    PreparingRebalance,
-    /// Joined; waiting for the leader's assignment.
-    CompletingRebalance,
-    /// Every member has its assignment.
-    Stable,
-    /// Consumer group protocol: the target assignment is being computed.
-    Assigning,
-    /// Consumer group protocol: members are moving to the target assignment.
-    Reconciling,
-}
+mod consumer_records;
 
-impl GroupState {
-    /// The state's name in DescribeGroups and ListGroups.
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupState::Empty => "Empty",
-            GroupState::PreparingRebalance => "PreparingRebalance",
-            GroupState::CompletingRebalance => "CompletingRebalance",
-            GroupState::Stable => "Stable",
-            GroupState::Assigning => "Assigning",
-            GroupState::Reconciling => "Reconciling",
-        }
-    }
-}
+pub use consumer_records::RecordChange;
 
 /// What a JoinGroup asks for, decoded by the handler.
 #[derive(Debug, Clone)]
@@ -208,36 +183,6 @@ pub struct CommittedOffset {
     pub record_offset: i64,
 }
 
-/// Group limits from the broker's settings.
-#[derive(Debug, Clone, Copy)]
-pub struct GroupLimits {
-    /// `group.min.session.timeout.ms`.
-    pub session_timeout_min_ms: i32,
-    /// `group.max.session.timeout.ms`.
-    pub session_timeout_max_ms: i32,
-    /// `group.initial.rebalance.delay.ms`: how long a rebalance of an empty group waits for
-    /// more members, so a group starting up rebalances once, not once per member.
-    pub initial_rebalance_delay_ms: i32,
-    /// `group.max.size`.
-    pub max_size: usize,
-    /// Bytes of member metadata a group may hold.
-    pub metadata: MetadataBounds,
-}
-
-/// How many bytes of member metadata a group holds at most (both protocols): what a member
-/// sends to join (a classic member's protocols, a consumer-protocol member's subscription)
-/// and the assignments a classic leader hands out. Without them a client can make the
-/// coordinator keep whatever the request size allows, per member, for as long as it likes.
-#[derive(Debug, Clone, Copy)]
-pub struct MetadataBounds {
-    /// `group.member.metadata.max.bytes`: one member's metadata, or one assignment.
-    pub member_max_bytes: usize,
-    /// `group.metadata.max.bytes`: all of one group's.
-    pub group_max_bytes: usize,
-    /// `group.coordinator.metadata.max.bytes`: all groups' on this coordinator together.
-    pub coordinator_max_bytes: usize,
-}
-
 /// Bytes a member's protocols take: their names and metadata.
 fn protocols_bytes(protocols: &[(String, Bytes)]) -> usize {
     protocols
@@ -295,43 +240,6 @@ pub struct Group {
     /// `persisted` may differ from the log for members not marked changed (after a load or
     /// a failed append): the next write compares every record.
     rewrite_all: bool,
-}
-
-/// A record's key and value, encoded.
-type EncodedRecord = (Vec<u8>, Vec<u8>);
-
-/// One record a consumer group write appends, with what the log held under its key before
-/// (to undo the bookkeeping when the append fails).
-#[derive(Debug, Clone)]
-pub struct RecordChange {
-    /// The record's key.
-    pub key: Vec<u8>,
-    /// Its value; `None` for a tombstone.
-    pub value: Option<Vec<u8>>,
-    previous: Option<Vec<u8>>,
-}
-
-impl RecordChange {
-    /// The record to append.
-    pub fn into_record(self) -> (Vec<u8>, Option<Vec<u8>>) {
-        (self.key, self.value)
-    }
-}
-
-/// The keys of a member's consumer group records: subscription, target and assignment.
-fn member_record_keys(group_id: &str, member_id: &str) -> [Vec<u8>; 3] {
-    [
-        ConsumerKey::Member(member_id.to_string()),
-        ConsumerKey::TargetMember(member_id.to_string()),
-        ConsumerKey::Assignment(member_id.to_string()),
-    ]
-    .map(|key| {
-        crate::records::RecordKey::Consumer {
-            group: group_id.to_string(),
-            key,
-        }
-        .encode()
-    })
 }
 
 impl Group {
@@ -577,110 +485,6 @@ impl Group {
     /// or got its first member), for offset retention.
     pub fn touch_state(&mut self, now_ms: i64) {
         self.state_since_ms = now_ms;
-    }
-
-    /// The consumer group records to append so the log holds this group's state: changed
-    /// ones, and tombstones for those it no longer has (all of them once it is not a
-    /// consumer group). Marks them written. Looks only at the members changed since the last
-    /// call, unless the log may differ elsewhere (after a load or a failed append).
-    pub fn consumer_changes(&mut self) -> Vec<RecordChange> {
-        let rewrite_all = std::mem::take(&mut self.rewrite_all);
-        let (current, maybe_gone): (Vec<EncodedRecord>, Vec<Vec<u8>>) = match &mut self.consumer {
-            None => (Vec::new(), self.persisted.keys().cloned().collect()),
-            Some(consumer) => {
-                let changed = consumer.take_changed();
-                let records = if rewrite_all {
-                    consumer.records(&self.id)
-                } else {
-                    consumer.records_of(&self.id, &changed)
-                };
-                let current: Vec<EncodedRecord> = records
-                    .into_iter()
-                    .map(|(key, value)| (key.encode(), value))
-                    .collect();
-                let maybe_gone = if rewrite_all {
-                    self.persisted.keys().cloned().collect()
-                } else {
-                    changed
-                        .iter()
-                        .flat_map(|id| member_record_keys(&self.id, id))
-                        .collect()
-                };
-                (current, maybe_gone)
-            }
-        };
-        let current_keys: HashSet<&[u8]> = current.iter().map(|(key, _)| key.as_slice()).collect();
-        let gone: Vec<Vec<u8>> = maybe_gone
-            .into_iter()
-            .filter(|key| !current_keys.contains(key.as_slice()))
-            .collect();
-        let mut changes = Vec::new();
-        for (key, value) in current {
-            if self.persisted.get(&key) != Some(&value) {
-                let previous = self.persisted.insert(key.clone(), value.clone());
-                changes.push(RecordChange {
-                    key,
-                    value: Some(value),
-                    previous,
-                });
-            }
-        }
-        for key in gone {
-            if let Some(previous) = self.persisted.remove(&key) {
-                changes.push(RecordChange {
-                    key,
-                    value: None,
-                    previous: Some(previous),
-                });
-            }
-        }
-        if std::mem::take(&mut self.tombstone_classic) {
-            changes.push(RecordChange {
-                key: self.classic_key(),
-                value: None,
-                previous: None,
-            });
-        }
-        // The order Kafka replays them in: a member's tombstones (current assignment, target,
-        // subscription) before its records go, values before epochs that name them, and the
-        // group's own tombstones (target epoch, then group epoch) last.
-        changes.sort_by(|a, b| {
-            (replay_rank(&a.key, a.value.is_some()), &a.key)
-                .cmp(&(replay_rank(&b.key, b.value.is_some()), &b.key))
-        });
-        changes
-    }
-
-    /// `changes` (from [`Group::consumer_changes`]) were not appended: the log does not hold
-    /// them, and the next write compares every record again.
-    pub fn unwrite(&mut self, changes: impl IntoIterator<Item = RecordChange>) {
-        let classic_key = self.classic_key();
-        for change in changes {
-            if change.key == classic_key {
-                self.tombstone_classic = true;
-                continue;
-            }
-            match change.previous {
-                Some(previous) => self.persisted.insert(change.key, previous),
-                None => self.persisted.remove(&change.key),
-            };
-        }
-        self.rewrite_all = true;
-    }
-
-    /// What the log holds of this group's consumer group records (read on load), which may
-    /// include strays: the next write compares every record against it.
-    pub fn set_persisted(&mut self, persisted: HashMap<Vec<u8>, Vec<u8>>) {
-        self.persisted = persisted;
-        self.rewrite_all = true;
-    }
-
-    /// The key of the group's classic metadata record.
-    fn classic_key(&self) -> Vec<u8> {
-        crate::records::RecordKey::Group {
-            group: self.id.clone(),
-        }
-        .encode()
     }
 
     fn set_state(&mut self, state: GroupState, now_ms: i64) {
@@ -1497,30 +1301,6 @@ pub struct MemberDescription {
     pub assignment: Bytes,
 }
 
-/// Where a consumer group record goes in a batch so that Kafka can replay it (see
-/// [`Group::consumer_changes`]).
-fn replay_rank(key: &[u8], is_value: bool) -> u8 {
-    let record_type = key.get(..2).map_or(0, |t| i16::from_be_bytes([t[0], t[1]]));
-    match (is_value, record_type) {
-        (false, 2) => 0,
-        (false, 8) => 1,
-        (false, 7) => 2,
-        (false, 5) => 3,
-        (true, 5) => 4,
-        (true, 3) => 5,
-        (true, 7) => 6,
-        (true, 6) => 7,
-        (true, 8) => 8,
-        (false, 6) => 9,
-        _ => 10,
-    }
-}
-
-/// A timeout in milliseconds from the wire, negatives as zero.
-pub(crate) fn millis(ms: i32) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
 fn duration_ms(duration: Duration) -> i32 {
     i32::try_from(duration.as_millis()).unwrap_or(i32::MAX)
 }
@@ -1528,6 +1308,7 @@ fn duration_ms(duration: Duration) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MetadataBounds;
 
     const SESSION_MS: i32 = 10_000;
     const REBALANCE_MS: i32 = 30_000;
