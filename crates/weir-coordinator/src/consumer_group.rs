@@ -227,6 +227,48 @@ pub struct ConsumerGroup {
     assignment_due: Option<Instant>,
 }
 
+/// What computing a group's target assignment needs, taken out of the group
+/// ([`ConsumerGroup::take_assignment_job`]).
+#[derive(Debug)]
+pub struct AssignmentJob {
+    epoch: i32,
+    assignor: &'static str,
+    /// Each member's id, subscribed topic ids and previous target, by member id.
+    members: Vec<(String, BTreeSet<Uuid>, Option<TopicPartitions>)>,
+    counts: BTreeMap<Uuid, i32>,
+}
+
+impl AssignmentJob {
+    /// Computes the target assignment.
+    pub fn run(mut self) -> ComputedTarget {
+        let specs: Vec<MemberSpec<'_>> = self
+            .members
+            .iter_mut()
+            .map(|(id, subscribed, previous)| MemberSpec {
+                member_id: id,
+                subscribed: std::mem::take(subscribed),
+                previous: previous.as_ref(),
+            })
+            .collect();
+        let target = assign(self.assignor, &specs, &self.counts)
+            .into_iter()
+            .collect();
+        ComputedTarget {
+            epoch: self.epoch,
+            assignor: self.assignor,
+            target,
+        }
+    }
+}
+
+/// A target assignment computed for a group epoch ([`AssignmentJob::run`]).
+#[derive(Debug)]
+pub struct ComputedTarget {
+    epoch: i32,
+    assignor: &'static str,
+    target: HashMap<String, TopicPartitions>,
+}
+
 /// The members' subscriptions, counted: topic names and patterns with how many members name
 /// each, and their bytes, so a heartbeat needs no pass over every member.
 #[derive(Debug, Default)]
@@ -882,24 +924,40 @@ impl ConsumerGroup {
     /// The target assignment for the current group epoch, with the assignor most members
     /// prefer (the default when none says).
     fn compute_target(&mut self) {
-        let assignor = self.preferred_assignor();
-        let specs: Vec<MemberSpec<'_>> = self
-            .members
-            .iter()
-            .map(|(id, m)| MemberSpec {
-                member_id: id,
-                subscribed: self
-                    .topics
-                    .iter()
-                    .filter(|(name, _)| m.subscribes_to(name))
-                    .map(|(_, (topic, _))| *topic)
-                    .collect(),
-                previous: self.target.get(id),
-            })
-            .collect();
-        let counts: BTreeMap<Uuid, i32> = self.topics.values().copied().collect();
-        let target: HashMap<String, TopicPartitions> =
-            assign(assignor, &specs, &counts).into_iter().collect();
+        let computed = self.assignment_job().run();
+        self.install_target(computed);
+    }
+
+    /// What computing the target assignment for the group epoch needs, taken out of the group
+    /// so that it can be computed without it (outside the coordinator's lock).
+    fn assignment_job(&self) -> AssignmentJob {
+        AssignmentJob {
+            epoch: self.epoch,
+            assignor: self.preferred_assignor(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| {
+                    let subscribed = self
+                        .topics
+                        .iter()
+                        .filter(|(name, _)| m.subscribes_to(name))
+                        .map(|(_, (topic, _))| *topic)
+                        .collect();
+                    (id.clone(), subscribed, self.target.get(id).cloned())
+                })
+                .collect(),
+            counts: self.topics.values().copied().collect(),
+        }
+    }
+
+    /// Makes `computed` the target assignment, marking the members whose target changed.
+    fn install_target(&mut self, computed: ComputedTarget) {
+        let ComputedTarget {
+            epoch,
+            assignor,
+            target,
+        } = computed;
         for (id, partitions) in &target {
             if self.target.get(id) != Some(partitions) {
                 self.changed.insert(id.clone());
@@ -912,7 +970,46 @@ impl ConsumerGroup {
         }
         self.target = target;
         self.assignor = assignor;
-        self.assignment_epoch = self.epoch;
+        self.assignment_epoch = epoch;
+    }
+
+    /// The work of computing a target assignment: its members and the partitions it hands
+    /// out.
+    fn assignment_cost(&self) -> usize {
+        let partitions: usize = self
+            .topics
+            .values()
+            .map(|(_, count)| usize::try_from(*count).unwrap_or(0))
+            .sum();
+        self.members.len() + partitions
+    }
+
+    /// The target assignment the timer computes for this group now, if one is due and too
+    /// large to compute under the coordinator's lock (see [`INLINE_ASSIGNMENT_MAX`]).
+    pub fn take_assignment_job(&mut self, now: Instant) -> Option<AssignmentJob> {
+        if self.topics_unknown
+            || self.assignment_epoch >= self.epoch
+            || self.assignment_due.is_none_or(|due| due > now)
+        {
+            return None;
+        }
+        self.assignment_due = None;
+        Some(self.assignment_job())
+    }
+
+    /// Installs a target assignment computed away from the group, unless the group moved on
+    /// meanwhile (then it is computed again).
+    pub fn finish_assignment(&mut self, computed: ComputedTarget, now: Instant) {
+        if self.assignment_epoch >= computed.epoch {
+            return;
+        }
+        if computed.epoch != self.epoch {
+            self.assignment_due = Some(now);
+            self.note_deadline(now);
+            return;
+        }
+        self.install_target(computed);
+        self.assigned_at = Some(now);
     }
 
     /// The assignor most members name (the default when none does).
@@ -1089,10 +1186,15 @@ impl ConsumerGroup {
                 self.assignment_due = Some(allowed);
                 self.note_deadline(allowed);
             }
-            _ => {
+            _ if self.assignment_cost() <= INLINE_ASSIGNMENT_MAX => {
                 self.compute_target();
                 self.assigned_at = Some(now);
                 self.assignment_due = None;
+            }
+            // Too large to compute on a request's worker: the timer's thread does it.
+            _ => {
+                self.assignment_due = Some(now);
+                self.note_deadline(now);
             }
         }
     }
@@ -1184,6 +1286,11 @@ fn release(
         }
     }
 }
+
+/// The largest target assignment (members plus partitions) computed where a heartbeat or
+/// the timer decides it, under the coordinator's lock; a larger one is computed by the
+/// timer's thread without the lock, so no request waits for it.
+const INLINE_ASSIGNMENT_MAX: usize = 1_000;
 
 /// How long after a held-back target assignment is due a member told to come back for it
 /// heartbeats: time for the timer to compute it.

@@ -8,10 +8,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-use tokio::sync::Notify;
 
 use crate::clock::{Clock, Now};
 use crate::GroupError;
@@ -74,9 +72,21 @@ pub(crate) trait Shard: Send + 'static {
     /// When [`Shard::tick`] next has work, at the latest.
     fn next_deadline(&self) -> Option<Instant>;
 
+    /// Work the timer does for a shard without the lock (computing a large assignment).
+    type Work: Send;
+    /// What such work gives back to its shard.
+    type Done: Send;
+
     /// Does the work due by `now` (sessions that expired, rebalances whose time is up,
-    /// retention), writing what changes through `log`.
-    fn tick(&mut self, now: Now, log: &ShardLog<'_>);
+    /// retention), writing what changes through `log`; returns work too large to do under
+    /// the lock.
+    fn tick(&mut self, now: Now, log: &ShardLog<'_>) -> Vec<Self::Work>;
+
+    /// Does work [`Shard::tick`] returned, without the lock (on the timer's thread).
+    fn work(work: Self::Work) -> Self::Done;
+
+    /// Takes back what [`Shard::work`] gave, under the lock.
+    fn finish(&mut self, done: Self::Done, now: Now, log: &ShardLog<'_>);
 
     /// How many things (groups) it holds.
     fn len(&self) -> usize;
@@ -192,8 +202,33 @@ pub(crate) struct Runtime<S> {
     log: Arc<dyn OffsetsLog>,
     clock: Arc<dyn Clock>,
     partitions: Mutex<Partitions<S>>,
-    /// Wakes the timer when a deadline may have moved earlier.
-    timer: Notify,
+    /// Wakes the timer's thread when a deadline may have moved earlier, or to stop.
+    alarm: Mutex<Alarm>,
+    bell: Condvar,
+}
+
+/// Stops the timer's thread when dropped.
+struct StopOnDrop<'a, S>(&'a Runtime<S>);
+
+impl<S> Drop for StopOnDrop<'_, S> {
+    fn drop(&mut self) {
+        let runtime = self.0;
+        runtime
+            .alarm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stopped = true;
+        runtime.bell.notify_one();
+    }
+}
+
+/// What the timer's thread is woken for.
+#[derive(Default)]
+struct Alarm {
+    /// A deadline may have moved earlier since the timer last looked.
+    woken: bool,
+    /// The timer ends.
+    stopped: bool,
 }
 
 impl<S: Shard> Runtime<S> {
@@ -207,7 +242,8 @@ impl<S: Shard> Runtime<S> {
                 count: 0,
                 slots: Vec::new(),
             }),
-            timer: Notify::new(),
+            alarm: Mutex::new(Alarm::default()),
+            bell: Condvar::new(),
         }
     }
 
@@ -232,7 +268,12 @@ impl<S: Shard> Runtime<S> {
 
     /// Tells the timer that a deadline may have moved earlier.
     pub(crate) fn wake(&self) {
-        self.timer.notify_one();
+        self.ring(|alarm| alarm.woken = true);
+    }
+
+    fn ring(&self, set: impl FnOnce(&mut Alarm)) {
+        set(&mut self.alarm.lock().unwrap_or_else(|e| e.into_inner()));
+        self.bell.notify_one();
     }
 
     /// The topic exists with `count` partitions: each must be loaded before it serves.
@@ -297,30 +338,89 @@ impl<S: Shard> Runtime<S> {
         partitions.slots.clear();
     }
 
-    /// Runs the work every shard has due now.
+    /// Runs the work every shard has due now: under the lock, then what is too large for it
+    /// without the lock, then its results under the lock again.
     pub(crate) fn tick(&self) {
         let now = self.clock.now();
+        let mut work = Vec::new();
+        {
+            let mut partitions = self.lock();
+            for (partition, shard) in partitions.shards_mut() {
+                if shard.next_deadline().is_some_and(|due| due <= now.instant) {
+                    let log = self.log(partition);
+                    work.extend(shard.tick(now, &log).into_iter().map(|w| (partition, w)));
+                }
+            }
+        }
+        if work.is_empty() {
+            return;
+        }
+        let done: Vec<(i32, S::Done)> = work
+            .into_iter()
+            .map(|(partition, work)| (partition, S::work(work)))
+            .collect();
+        let now = self.clock.now();
         let mut partitions = self.lock();
-        for (partition, shard) in partitions.shards_mut() {
-            if shard.next_deadline().is_some_and(|due| due <= now.instant) {
-                shard.tick(now, &self.log(partition));
+        for (partition, done) in done {
+            // A shard unloaded meanwhile takes nothing back; one loaded again checks.
+            if let Some(Slot::Loaded(shard)) = usize::try_from(partition)
+                .ok()
+                .and_then(|index| partitions.slots.get_mut(index))
+            {
+                shard.finish(done, now, &self.log(partition));
             }
         }
     }
 
-    /// Runs each shard's due work when it is due, until `stop` resolves.
-    pub(crate) async fn run_timers(&self, stop: impl Future<Output = ()>) {
-        tokio::pin!(stop);
+    /// Runs each shard's due work when it is due, on a thread of its own (so a large
+    /// group's work never holds up a request's worker), until `stop` resolves.
+    pub(crate) async fn run_timers(self: Arc<Self>, stop: impl Future<Output = ()>) {
+        let tokio = tokio::runtime::Handle::current();
+        let runtime = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("weir-coordinator-timer".to_string())
+            .spawn(move || {
+                // Writes nobody waits for are awaited on the broker's runtime.
+                let _tokio = tokio.enter();
+                runtime.timer_loop();
+            });
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(error) => {
+                tracing::error!(target: "weir::groups", %error, "the coordinator's timer thread did not start; sessions and rebalance deadlines are not enforced");
+                return;
+            }
+        };
+        // The thread ends with this future, however it ends.
+        let stopping = StopOnDrop(&self);
+        stop.await;
+        drop(stopping);
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+
+    /// The timer's thread: runs the due work, then sleeps until the next deadline (at most
+    /// [`TIMER_IDLE`]) or until woken.
+    fn timer_loop(&self) {
         loop {
             self.tick();
             let next = self.lock().shards().filter_map(S::next_deadline).min();
-            let idle = self.clock.now().instant + TIMER_IDLE;
-            let wake = next.map_or(idle, |next| next.min(idle));
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake.into()) => {}
-                _ = self.timer.notified() => {}
-                _ = &mut stop => return,
+            let now = self.clock.now().instant;
+            let idle = now + TIMER_IDLE;
+            let wait = next
+                .map_or(idle, |next| next.min(idle))
+                .saturating_duration_since(now);
+            let mut alarm = self.alarm.lock().unwrap_or_else(|e| e.into_inner());
+            if !alarm.woken && !alarm.stopped {
+                alarm = self
+                    .bell
+                    .wait_timeout(alarm, wait)
+                    .map(|(alarm, _)| alarm)
+                    .unwrap_or_else(|e| e.into_inner().0);
             }
+            if alarm.stopped {
+                return;
+            }
+            alarm.woken = false;
         }
     }
 }

@@ -93,7 +93,7 @@ pub struct GroupSummary {
 /// The group coordinator of this broker.
 pub struct GroupCoordinator {
     settings: CoordinatorSettings,
-    runtime: Runtime<GroupShard>,
+    runtime: Arc<Runtime<GroupShard>>,
 }
 
 impl GroupCoordinator {
@@ -111,7 +111,7 @@ impl GroupCoordinator {
     ) -> GroupCoordinator {
         GroupCoordinator {
             settings,
-            runtime: Runtime::new(log, clock),
+            runtime: Arc::new(Runtime::new(log, clock)),
         }
     }
 
@@ -162,7 +162,7 @@ impl GroupCoordinator {
     /// Expires sessions and pending member ids, completes rebalances whose time is up and
     /// expires committed offsets, until `stop` resolves.
     pub async fn run_timers(self: Arc<Self>, stop: impl Future<Output = ()>) {
-        self.runtime.run_timers(stop).await;
+        self.runtime.clone().run_timers(stop).await;
     }
 }
 

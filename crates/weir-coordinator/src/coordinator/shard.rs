@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::clock::Now;
-use crate::consumer_group::ConsumerGroup;
+use crate::consumer_group::{AssignmentJob, ComputedTarget, ConsumerGroup};
 use crate::group::{CommittedOffset, Group, RecordChange};
 use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::runtime::{Pending, Shard, ShardLog, StoredRecord};
@@ -242,6 +242,9 @@ impl GroupShard {
 impl Shard for GroupShard {
     /// Groups and committed offsets loaded.
     type Loaded = (usize, usize);
+    /// A consumer group's target assignment to compute, by group id.
+    type Work = (String, AssignmentJob);
+    type Done = (String, ComputedTarget);
 
     fn replay(&mut self, offset: i64, key: &[u8], value: Option<&[u8]>) {
         let Some(replayed) = self.replayed.as_deref_mut() else {
@@ -289,7 +292,7 @@ impl Shard for GroupShard {
         Some(groups.map_or(own, |due| due.min(own)))
     }
 
-    fn tick(&mut self, now: Now, log: &ShardLog<'_>) {
+    fn tick(&mut self, now: Now, log: &ShardLog<'_>) -> Vec<(String, AssignmentJob)> {
         if now.instant >= self.next_recount {
             self.recount_metadata();
             self.next_recount = now.instant + METADATA_RECOUNT;
@@ -298,17 +301,41 @@ impl Shard for GroupShard {
             self.expire_offsets(now.wall_ms, log);
             self.next_retention = now.instant + retention_check_every(&self.settings);
         }
+        let mut work = Vec::new();
         for group in self.groups.values_mut() {
             if group.next_deadline().is_none_or(|due| due > now.instant) {
                 continue;
             }
             let became_empty = group.tick(now.instant, now.wall_ms);
-            if group.consumer.is_some() {
+            if let Some(consumer) = group.consumer.as_mut() {
+                if let Some(job) = consumer.take_assignment_job(now.instant) {
+                    work.push((group.id.clone(), job));
+                }
                 persist_in_background(log, group);
             } else if became_empty {
                 // A classic group's stored members must go.
                 store_group(log, group);
             }
+        }
+        work
+    }
+
+    fn work((group_id, job): (String, AssignmentJob)) -> (String, ComputedTarget) {
+        (group_id, job.run())
+    }
+
+    fn finish(
+        &mut self,
+        (group_id, computed): (String, ComputedTarget),
+        now: Now,
+        log: &ShardLog<'_>,
+    ) {
+        let Some(group) = self.groups.get_mut(&group_id) else {
+            return;
+        };
+        if let Some(consumer) = group.consumer.as_mut() {
+            consumer.finish_assignment(computed, now.instant);
+            persist_in_background(log, group);
         }
     }
 

@@ -476,6 +476,85 @@ mod consumer_protocol {
         assert_eq!(fourth.describe_consumer_group("g"), Ok(None));
     }
 
+    /// A target assignment too large to compute on a request's worker under the lock
+    /// (members plus partitions over INLINE_ASSIGNMENT_MAX) is computed by the timer without
+    /// the lock; the member is told to come back for it, and what was computed is written.
+    #[tokio::test]
+    async fn a_large_assignment_is_computed_by_the_timer_without_the_lock() {
+        struct Wide(Uuid);
+        impl TopicCatalog for Wide {
+            fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
+                (name == "t").then_some((self.0, 1_200))
+            }
+            fn topic_name(&self, id: Uuid) -> Option<String> {
+                (id == self.0).then(|| "t".to_string())
+            }
+            fn topic_names(&self) -> Vec<String> {
+                vec!["t".to_string()]
+            }
+            fn version(&self) -> u64 {
+                0
+            }
+        }
+        let log = Arc::new(MemoryLog::default());
+        let clock = Arc::new(ManualClock::default());
+        let catalog = Wide(Uuid::new_v4());
+        let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
+            settings.consumer.heartbeat_interval_ms = 5_000;
+            settings.consumer.session_timeout_ms = 45_000;
+        });
+        let joined = live
+            .consumer_heartbeat("g", heartbeat("a", 0, None), 1, &catalog)
+            .await
+            .expect("join");
+        assert_eq!(
+            joined.assignment.map(|a| a.len()),
+            Some(0),
+            "not computed in the request"
+        );
+        assert_eq!(joined.heartbeat_interval_ms, 100, "back soon for it");
+        let waiting = live
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!(
+            (waiting.state, waiting.assignment_epoch),
+            (GroupState::Assigning, 0)
+        );
+
+        live.tick();
+        let computed = live
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!(computed.assignment_epoch, 1);
+        let targeted: usize = computed.members[0]
+            .target_assignment
+            .values()
+            .map(BTreeSet::len)
+            .sum();
+        assert_eq!(targeted, 1_200);
+        let back = live
+            .consumer_heartbeat("g", heartbeat("a", 0, None), 1, &catalog)
+            .await
+            .expect("heartbeat");
+        let owned: usize = back
+            .assignment
+            .expect("assignment")
+            .values()
+            .map(BTreeSet::len)
+            .sum();
+        assert_eq!(owned, 1_200);
+        let reloaded = coordinator(log)
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("exists");
+        assert_eq!(
+            reloaded.assignment_epoch, 1,
+            "the timer's target was written"
+        );
+    }
+
     /// Joins within group.consumer.assignment.interval.ms share one computation of the
     /// target assignment (KIP-1263): the group waits in Assigning, its new members are told
     /// to come back once the timer has computed it, and what the timer computed is written.
@@ -574,11 +653,12 @@ mod replay {
     use crate::assignors::TopicPartitions;
     use crate::consumer_group::{ConsumerHeartbeat, TopicCatalog};
 
-    struct Topics(Uuid);
+    /// One topic `t` with an id and a partition count.
+    struct Topics(Uuid, i32);
 
     impl TopicCatalog for Topics {
         fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
-            (name == "t").then_some((self.0, 6))
+            (name == "t").then_some((self.0, self.1))
         }
         fn topic_name(&self, id: Uuid) -> Option<String> {
             (id == self.0).then(|| "t".to_string())
@@ -652,10 +732,12 @@ mod replay {
             .collect()
     }
 
-    async fn run(ops: Vec<Op>) {
+    /// Runs `ops` against groups subscribed to a topic of `partitions` (a large one makes
+    /// the timer compute assignments outside the lock).
+    async fn run(partitions: i32, ops: Vec<Op>) {
         let log = Arc::new(MemoryLog::default());
         let clock = Arc::new(ManualClock::default());
-        let catalog = Topics(Uuid::new_v4());
+        let catalog = Topics(Uuid::new_v4(), partitions);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.assignment_interval_ms = 500;
             settings.consumer.max_size = 10;
@@ -760,13 +842,14 @@ mod replay {
 
         #[test]
         fn a_group_shard_replayed_from_its_records_equals_the_live_one(
+            partitions in prop_oneof![Just(6), Just(1_200)],
             ops in proptest::collection::vec(op(), 1..60),
         ) {
             tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
                 .expect("runtime")
-                .block_on(run(ops));
+                .block_on(run(partitions, ops));
         }
     }
 }
