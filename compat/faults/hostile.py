@@ -8,7 +8,10 @@ and the nemesis, one thread attacks the cluster as a client may, in turn, about 
 * a flood of a node's controller port: 40 connections holding half a frame (one in ten a
   64 MiB length prefix and 64 KiB of its body) for 3 s;
 * a join storm: 200 classic JoinGroups into a group of its own on as many connections, held
-  for 2 s, and 4 with 2 MiB of metadata, which must be refused with INVALID_REQUEST.
+  for 2 s, and 4 with 2 MiB of metadata, which must be refused with INVALID_REQUEST;
+* a consumer-protocol join storm: 2,000 ConsumerGroupHeartbeat joins into a group of its own,
+  pipelined on 20 connections; each must be answered, and only with success or an error that
+  says the coordinator is elsewhere or not ready.
 
 What it checks, as anomalies of the run: a forged fetch answered, an oversized join not refused,
 and (from the nodes' logs) a broker fenced while it was alive: a fence no fault of the nemesis
@@ -31,14 +34,20 @@ import wire
 FORGED_FETCH = "forged-fetch"
 CONTROLLER_FLOOD = "controller-flood"
 JOIN_STORM = "join-storm"
-ATTACKS = (FORGED_FETCH, CONTROLLER_FLOOD, JOIN_STORM)
+CONSUMER_JOIN_STORM = "consumer-join-storm"
+ATTACKS = (FORGED_FETCH, CONTROLLER_FLOOD, JOIN_STORM, CONSUMER_JOIN_STORM)
 FLOOD_CONNECTIONS = 40
 FLOOD_SECONDS = 3.0
 STORM_MEMBERS = 200
 STORM_SECONDS = 2.0
 OVERSIZED_JOINS = 4
 OVERSIZED_METADATA = 2 * 1024 * 1024
+CONSUMER_STORM_CONNECTIONS = 20
+CONSUMER_STORM_JOINS = 100  # per connection
 INVALID_REQUEST = 42
+# What a join may be answered while the coordinator moves or loads: COORDINATOR_LOAD_IN_PROGRESS,
+# COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+COORDINATOR_MOVING = (14, 15, 16)
 # A fence explained by a fault may come this long after the fault ended: the broker lease
 # (broker.session.timeout.ms, 9 s) and a margin for a loaded machine.
 FENCE_GRACE_SECONDS = 14.0
@@ -173,6 +182,41 @@ class Hostile(threading.Thread):
         finally:
             for conn in held:
                 conn.close()
+
+    def consumer_join_storm(self, node: int):
+        """Many ConsumerGroupHeartbeat joins pipelined into one group: every one answered,
+        with success or an error that says the coordinator is moving."""
+        group = f"hostile-c-{self.rng.randrange(1 << 30):08x}"
+        address = self.coordinator(node, group)
+        if address is None:
+            return
+        conns = [wire.Connection(address, timeout=10) for _ in range(CONSUMER_STORM_CONNECTIONS)]
+        codes: dict[int, int] = {}
+        unanswered = 0
+        try:
+            for c, conn in enumerate(conns):
+                conn.send(b"".join(
+                    wire.consumer_group_heartbeat_request(i, group, f"hostile-{c}-{i}", [self.topic])
+                    for i in range(CONSUMER_STORM_JOINS)
+                ))
+            for conn in conns:
+                for _ in range(CONSUMER_STORM_JOINS):
+                    try:
+                        reply = conn.recv_frame(timeout=30)
+                    except (TimeoutError, OSError):
+                        reply = None
+                    if reply is None:
+                        unanswered += 1
+                        break
+                    code = wire.consumer_group_heartbeat_error(reply)
+                    codes[code] = codes.get(code, 0) + 1
+        finally:
+            for conn in conns:
+                conn.close()
+        self.history.record("hostile", attack=CONSUMER_JOIN_STORM, coordinator=address, group=group, codes=codes, unanswered_connections=unanswered)
+        wrong = {code: n for code, n in codes.items() if code != 0 and code not in COORDINATOR_MOVING}
+        if wrong:
+            self.anomaly("consumer-join-refused", coordinator=address, group=group, codes=wrong)
 
 
 def topic_id_bytes(topic_id) -> bytes:
