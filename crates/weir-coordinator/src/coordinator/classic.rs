@@ -22,11 +22,9 @@ impl GroupCoordinator {
             let adds = match member_shard(&mut partitions, group_id) {
                 Err(error) => return JoinOutcome::failed(error, &member_id),
                 // A join the group's own bounds refuse is refused there and adds nothing.
-                Ok((_, shard)) => match shard.groups.get(group_id) {
-                    Some(group) => group.join_adds_bytes(&request, &limits),
-                    None => Group::new(group_id.to_string(), &limits, 0)
-                        .join_adds_bytes(&request, &limits),
-                },
+                Ok((_, shard)) => {
+                    Group::join_adds_bytes(shard.groups.get(group_id), &request, &limits)
+                }
             };
             if let Some(more) = adds {
                 if let Err(error) =

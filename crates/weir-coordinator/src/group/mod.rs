@@ -183,6 +183,38 @@ pub struct CommittedOffset {
     pub record_offset: i64,
 }
 
+/// The bytes a join adds to what a group of `members` holds (its protocols, less what the
+/// member it replaces held), or why the group's bounds refuse it: the error, what it says, the
+/// bound.
+fn join_bytes(
+    members: &[Member],
+    request: &JoinRequest,
+    limits: &GroupLimits,
+) -> Result<usize, (GroupError, &'static str, usize)> {
+    let joining = protocols_bytes(&request.protocols);
+    if joining > limits.metadata.member_max_bytes {
+        return Err((
+            GroupError::InvalidRequest,
+            "the member's protocol metadata is over group.member.metadata.max.bytes",
+            limits.metadata.member_max_bytes,
+        ));
+    }
+    let (replaced, others): (Vec<&Member>, Vec<&Member>) = members.iter().partition(|m| {
+        m.id == request.member_id
+            || (request.group_instance_id.is_some() && m.instance_id == request.group_instance_id)
+    });
+    let others: usize = others.into_iter().map(Member::metadata_bytes).sum();
+    if others + joining > limits.metadata.group_max_bytes {
+        return Err((
+            GroupError::GroupMaxSizeReached,
+            "the group's members' metadata would be over group.metadata.max.bytes",
+            limits.metadata.group_max_bytes,
+        ));
+    }
+    let held: usize = replaced.into_iter().map(Member::metadata_bytes).sum();
+    Ok(joining.saturating_sub(held))
+}
+
 /// Bytes a member's protocols take: their names and metadata.
 fn protocols_bytes(protocols: &[(String, Bytes)]) -> usize {
     protocols
@@ -580,7 +612,7 @@ impl Group {
         request: &JoinRequest,
         limits: &GroupLimits,
     ) -> Result<(), GroupError> {
-        let Err((error, what, limit)) = self.join_bytes(request, limits) else {
+        let Err((error, what, limit)) = join_bytes(&self.members, request, limits) else {
             return Ok(());
         };
         tracing::warn!(
@@ -595,42 +627,14 @@ impl Group {
         Err(error)
     }
 
-    /// The bytes a join adds to what the group holds (its protocols, less what the member it
-    /// replaces held), or why the group's bounds refuse it: the error, what it says, the bound.
-    fn join_bytes(
-        &self,
+    /// The bytes a join would add to what `group` holds (`None`: a group the join would
+    /// create), or `None` when the group's own bounds refuse it (then it adds nothing).
+    pub fn join_adds_bytes(
+        group: Option<&Group>,
         request: &JoinRequest,
         limits: &GroupLimits,
-    ) -> Result<usize, (GroupError, &'static str, usize)> {
-        let joining = protocols_bytes(&request.protocols);
-        if joining > limits.metadata.member_max_bytes {
-            return Err((
-                GroupError::InvalidRequest,
-                "the member's protocol metadata is over group.member.metadata.max.bytes",
-                limits.metadata.member_max_bytes,
-            ));
-        }
-        let (replaced, others): (Vec<&Member>, Vec<&Member>) = self.members.iter().partition(|m| {
-            m.id == request.member_id
-                || (request.group_instance_id.is_some()
-                    && m.instance_id == request.group_instance_id)
-        });
-        let others: usize = others.into_iter().map(Member::metadata_bytes).sum();
-        if others + joining > limits.metadata.group_max_bytes {
-            return Err((
-                GroupError::GroupMaxSizeReached,
-                "the group's members' metadata would be over group.metadata.max.bytes",
-                limits.metadata.group_max_bytes,
-            ));
-        }
-        let held: usize = replaced.into_iter().map(Member::metadata_bytes).sum();
-        Ok(joining.saturating_sub(held))
-    }
-
-    /// The bytes a join would add to what the group holds, or `None` when the group's own
-    /// bounds refuse it (then it adds nothing).
-    pub fn join_adds_bytes(&self, request: &JoinRequest, limits: &GroupLimits) -> Option<usize> {
-        self.join_bytes(request, limits).ok()
+    ) -> Option<usize> {
+        join_bytes(group.map_or(&[][..], |g| &g.members), request, limits).ok()
     }
 
     /// Same protocol type as the group, and one protocol every member (with this one) supports.
