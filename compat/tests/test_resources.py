@@ -515,8 +515,7 @@ def test_a_storm_of_consumer_protocol_joins_costs_cpu_linear_in_the_joins(make_w
     stop = threading.Event()
     bystander = threading.Thread(target=round_trips, args=(bootstrap, other, stop, took), daemon=True)
     bystander.start()
-    while not took:
-        time.sleep(0.05)
+    wait_until(lambda: took, timeout=30, what="the bystander's first round trip")
     quiet = sorted(took)
     took.clear()
 
