@@ -229,6 +229,8 @@ struct Alarm {
     woken: bool,
     /// The timer ends.
     stopped: bool,
+    /// When the timer looks next on its own, while it waits.
+    planned: Option<Instant>,
 }
 
 impl<S: Shard> Runtime<S> {
@@ -266,14 +268,23 @@ impl<S: Shard> Runtime<S> {
         }
     }
 
-    /// Tells the timer that a deadline may have moved earlier.
+    /// Tells the timer to look at every shard now.
     pub(crate) fn wake(&self) {
-        self.ring(|alarm| alarm.woken = true);
+        self.wake_by(Some(self.clock.now().instant));
     }
 
-    fn ring(&self, set: impl FnOnce(&mut Alarm)) {
-        set(&mut self.alarm.lock().unwrap_or_else(|e| e.into_inner()));
-        self.bell.notify_one();
+    /// Tells the timer that something is due at `deadline`: it is woken only when that is
+    /// earlier than it planned to look, so a request that pushes deadlines later (most
+    /// heartbeats) costs it nothing.
+    pub(crate) fn wake_by(&self, deadline: Option<Instant>) {
+        let Some(deadline) = deadline else {
+            return;
+        };
+        let mut alarm = self.alarm.lock().unwrap_or_else(|e| e.into_inner());
+        if alarm.planned.is_none_or(|planned| deadline < planned) {
+            alarm.woken = true;
+            self.bell.notify_one();
+        }
     }
 
     /// The topic exists with `count` partitions: each must be loaded before it serves.
@@ -411,6 +422,7 @@ impl<S: Shard> Runtime<S> {
                 .saturating_duration_since(now);
             let mut alarm = self.alarm.lock().unwrap_or_else(|e| e.into_inner());
             if !alarm.woken && !alarm.stopped {
+                alarm.planned = Some(now + wait);
                 alarm = self
                     .bell
                     .wait_timeout(alarm, wait)
@@ -420,6 +432,8 @@ impl<S: Shard> Runtime<S> {
             if alarm.stopped {
                 return;
             }
+            // Running: anything due from now on wakes it again.
+            alarm.planned = None;
             alarm.woken = false;
         }
     }

@@ -65,9 +65,10 @@ impl GroupCoordinator {
             }
             // An empty consumer group that became classic: its records go.
             persist_in_background(&self.runtime.log(partition), group);
-            step
+            (step, group.next_deadline())
         };
-        self.runtime.wake();
+        let (step, deadline) = step;
+        self.runtime.wake_by(deadline);
         match step {
             Step::Done(outcome) => outcome,
             Step::Wait(rx) | Step::Store(_, rx) => match tokio::time::timeout(wait, rx).await {
@@ -120,6 +121,7 @@ impl GroupCoordinator {
             }
             let now = self.runtime.now();
             let mut partitions = self.runtime.lock();
+            let mut deadline = None;
             if let Ok((_, shard)) = partitions.served(group_id) {
                 if let Some(group) = shard.groups.get_mut(group_id) {
                     group.finish_sync(
@@ -128,10 +130,11 @@ impl GroupCoordinator {
                         now.instant,
                         now.wall_ms,
                     );
+                    deadline = group.next_deadline();
                 }
             }
             drop(partitions);
-            self.runtime.wake();
+            self.runtime.wake_by(deadline);
         }
         match tokio::time::timeout(wait, rx).await {
             Ok(Ok(outcome)) => outcome,
@@ -180,9 +183,10 @@ impl GroupCoordinator {
             if became_empty {
                 store_group(&self.runtime.log(partition), group);
             }
-            results
+            (results, group.next_deadline())
         };
-        self.runtime.wake();
+        let (results, deadline) = results;
+        self.runtime.wake_by(deadline);
         Ok(results)
     }
 }

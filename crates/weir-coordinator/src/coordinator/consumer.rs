@@ -32,7 +32,7 @@ impl GroupCoordinator {
                 _ => return Err(GroupError::InvalidRequest),
             }
         }
-        let (reply, appended) = {
+        let reply_and_writes = {
             let mut partitions = self.runtime.lock();
             let joining = request.member_epoch == JOIN_EPOCH;
             let now = self.runtime.now();
@@ -88,9 +88,10 @@ impl GroupCoordinator {
                 group.touch_state(now.wall_ms);
             }
             let appended = persist_consumer_group(&self.runtime.log(partition), group);
-            (reply, appended)
+            (reply, appended, group.next_deadline())
         };
-        self.runtime.wake();
+        let (reply, appended, deadline) = reply_and_writes;
+        self.runtime.wake_by(deadline);
         if let Some(appended) = appended {
             if let Err(error) = appended.await {
                 tracing::warn!(target: "weir::groups", group = group_id, %error, "consumer group change not stored");
