@@ -216,28 +216,9 @@ async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
 mod consumer_protocol {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use uuid::Uuid;
-
     use super::*;
     use crate::assignors::TopicPartitions;
-    use crate::consumer_group::{ConsumerHeartbeat, HeartbeatReply, TopicCatalog};
-
-    struct OneTopic(Uuid);
-
-    impl TopicCatalog for OneTopic {
-        fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
-            (name == "t").then_some((self.0, 4))
-        }
-        fn topic_name(&self, id: Uuid) -> Option<String> {
-            (id == self.0).then(|| "t".to_string())
-        }
-        fn topic_names(&self) -> Vec<String> {
-            vec!["t".to_string()]
-        }
-        fn version(&self) -> u64 {
-            0
-        }
-    }
+    use crate::consumer_group::{ConsumerHeartbeat, HeartbeatReply};
 
     fn heartbeat(member: &str, epoch: i32, owned: Option<TopicPartitions>) -> ConsumerHeartbeat {
         ConsumerHeartbeat {
@@ -265,7 +246,7 @@ mod consumer_protocol {
     #[tokio::test]
     async fn a_member_leaving_a_restored_group_moves_only_its_partitions() {
         let log = Arc::new(MemoryLog::default());
-        let catalog = OneTopic(Uuid::new_v4());
+        let catalog = OneTopic::new(4);
         let first = coordinator(log.clone());
         let a = join(&first, &catalog, "a").await;
         join(&first, &catalog, "b").await;
@@ -308,7 +289,7 @@ mod consumer_protocol {
             coordinator_max_bytes: 3_000,
         };
         let coordinator = coordinator_bounded(Arc::new(MemoryLog::default()), bounds);
-        let catalog = OneTopic(Uuid::new_v4());
+        let catalog = OneTopic::new(4);
         let classic = |group: &str, member_id: &str| JoinRequest {
             member_id: member_id.to_string(),
             group_instance_id: None,
@@ -370,7 +351,7 @@ mod consumer_protocol {
     #[tokio::test]
     async fn a_refused_join_creates_no_group() {
         let log = Arc::new(MemoryLog::default());
-        let catalog = OneTopic(Uuid::new_v4());
+        let catalog = OneTopic::new(4);
         let coordinator = coordinator(log.clone());
         let mut bad = heartbeat("a", 0, None);
         bad.topic_names = None;
@@ -388,7 +369,7 @@ mod consumer_protocol {
     #[tokio::test]
     async fn consumer_groups_survive_a_reload_and_their_deletion_is_stored() {
         let log = Arc::new(MemoryLog::default());
-        let catalog = OneTopic(Uuid::new_v4());
+        let catalog = OneTopic::new(4);
         let first = coordinator(log.clone());
         let a = join(&first, &catalog, "a").await;
         let b = join(&first, &catalog, "b").await;
@@ -481,24 +462,9 @@ mod consumer_protocol {
     /// the lock; the member is told to come back for it, and what was computed is written.
     #[tokio::test]
     async fn a_large_assignment_is_computed_by_the_timer_without_the_lock() {
-        struct Wide(Uuid);
-        impl TopicCatalog for Wide {
-            fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
-                (name == "t").then_some((self.0, 1_200))
-            }
-            fn topic_name(&self, id: Uuid) -> Option<String> {
-                (id == self.0).then(|| "t".to_string())
-            }
-            fn topic_names(&self) -> Vec<String> {
-                vec!["t".to_string()]
-            }
-            fn version(&self) -> u64 {
-                0
-            }
-        }
         let log = Arc::new(MemoryLog::default());
         let clock = Arc::new(ManualClock::default());
-        let catalog = Wide(Uuid::new_v4());
+        let catalog = OneTopic::new(1_200);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.heartbeat_interval_ms = 5_000;
             settings.consumer.session_timeout_ms = 45_000;
@@ -562,7 +528,7 @@ mod consumer_protocol {
     async fn joins_within_the_assignment_interval_share_one_assignment() {
         let log = Arc::new(MemoryLog::default());
         let clock = Arc::new(ManualClock::default());
-        let catalog = OneTopic(Uuid::new_v4());
+        let catalog = OneTopic::new(4);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.assignment_interval_ms = 1_000;
             settings.consumer.heartbeat_interval_ms = 5_000;
@@ -646,30 +612,10 @@ mod consumer_protocol {
 mod replay {
     use std::collections::{BTreeMap, HashMap};
 
-    use proptest::prelude::*;
-    use uuid::Uuid;
-
     use super::*;
     use crate::assignors::TopicPartitions;
-    use crate::consumer_group::{ConsumerHeartbeat, TopicCatalog};
-
-    /// One topic `t` with an id and a partition count.
-    struct Topics(Uuid, i32);
-
-    impl TopicCatalog for Topics {
-        fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
-            (name == "t").then_some((self.0, self.1))
-        }
-        fn topic_name(&self, id: Uuid) -> Option<String> {
-            (id == self.0).then(|| "t".to_string())
-        }
-        fn topic_names(&self) -> Vec<String> {
-            vec!["t".to_string()]
-        }
-        fn version(&self) -> u64 {
-            0
-        }
-    }
+    use crate::consumer_group::ConsumerHeartbeat;
+    use proptest::prelude::*;
 
     const GROUPS: [&str; 3] = ["g0", "g1", "g2"];
 
@@ -737,7 +683,7 @@ mod replay {
     async fn run(partitions: i32, ops: Vec<Op>) {
         let log = Arc::new(MemoryLog::default());
         let clock = Arc::new(ManualClock::default());
-        let catalog = Topics(Uuid::new_v4(), partitions);
+        let catalog = OneTopic::new(partitions);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.assignment_interval_ms = 500;
             settings.consumer.max_size = 10;

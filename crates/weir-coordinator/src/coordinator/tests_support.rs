@@ -151,3 +151,33 @@ impl GroupCoordinator {
         self.runtime.tick();
     }
 }
+
+/// A catalog of one topic, `t`, with `partitions` partitions.
+pub(super) struct OneTopic {
+    id: uuid::Uuid,
+    partitions: i32,
+}
+
+impl OneTopic {
+    pub(super) fn new(partitions: i32) -> OneTopic {
+        OneTopic {
+            id: uuid::Uuid::new_v4(),
+            partitions,
+        }
+    }
+}
+
+impl crate::consumer_group::TopicCatalog for OneTopic {
+    fn topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        (name == "t").then_some((self.id, self.partitions))
+    }
+    fn topic_name(&self, id: uuid::Uuid) -> Option<String> {
+        (id == self.id).then(|| "t".to_string())
+    }
+    fn topic_names(&self) -> Vec<String> {
+        vec!["t".to_string()]
+    }
+    fn version(&self) -> u64 {
+        0
+    }
+}
