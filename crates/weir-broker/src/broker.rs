@@ -158,9 +158,10 @@ impl Broker {
         let image = images.borrow().clone();
         partitions.sync(&image);
         let partitions = Arc::new(partitions);
-        let coordinator = Arc::new(GroupCoordinator::new(
+        let coordinator = Arc::new(GroupCoordinator::with_clock(
             config.coordinator,
             Arc::new(PartitionOffsetsLog::new(partitions.clone())),
+            partitions.clock().clone(),
         ));
         let request_memory = Arc::new(Semaphore::new(
             usize::try_from(config.queued_max_request_bytes)

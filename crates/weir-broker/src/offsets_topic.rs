@@ -11,7 +11,7 @@ use weir_coordinator::{
 };
 use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
 use weir_log::records::for_each_stored_record;
-use weir_log::{validate, Clock, LogError, SystemClock, ValidationLimits};
+use weir_log::{validate, LogError, ValidationLimits};
 use weir_metadata::requests::CreateTopic;
 use weir_metadata::{ControllerError, NewTopic};
 
@@ -51,7 +51,7 @@ impl OffsetsLog for PartitionOffsetsLog {
         }
         let min_insync_replicas = hosted.min_insync_replicas();
         let settings = hosted.settings();
-        let now_ms = SystemClock.now_ms();
+        let now_ms = self.partitions.clock().now_ms();
         let fields: Vec<KeyValue<'_>> = records
             .iter()
             .map(|(key, value)| (Some(key.as_slice()), value.as_deref()))

@@ -93,6 +93,12 @@ impl PartitionRegistry {
         }
     }
 
+    /// The node's clock: what its logs, produce checks and group coordinator read the time
+    /// from.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The directory holding every partition's log (Kafka's one log dir).
     pub fn logs_dir(&self) -> &Path {
         &self.logs_dir

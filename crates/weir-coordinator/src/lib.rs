@@ -16,7 +16,6 @@
 //! but the log.
 
 pub mod assignors;
-pub mod clock;
 pub mod consumer_group;
 mod coordinator;
 pub mod group;

@@ -11,8 +11,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, Now};
 use crate::GroupError;
+use weir_clock::{Clock, Now};
 
 /// The timer wakes at least this often, whatever the shards' deadlines.
 const TIMER_IDLE: Duration = Duration::from_secs(1);

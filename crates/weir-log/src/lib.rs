@@ -16,7 +16,6 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
-pub mod clock;
 pub mod compress;
 pub mod index;
 mod log;
@@ -30,9 +29,9 @@ pub use crate::log::{
 };
 pub use batch::{validate, BatchError, BatchHeader, RecordError, ValidBatch, RECORD_ERRORS_MAX};
 pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use records::ValidationLimits;
 pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};
+pub use weir_clock::{Clock, ManualClock, SystemClock};
 
 /// Everything that can go wrong in the log; the broker maps each to a Kafka error code.
 #[derive(Debug, thiserror::Error)]

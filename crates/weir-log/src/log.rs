@@ -21,13 +21,13 @@ use crate::checkpoint::{
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
 };
 use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, SourceSegment};
-use crate::clock::Clock;
 use crate::producer_state::{BatchMetadata, ProducerStateTable, SequenceCheck};
 use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
     SEGMENT_BYTES_LIMIT,
 };
 use crate::LogError;
+use weir_clock::Clock;
 
 /// Rolled segments whose files may wait for their fsync at once. The broker flushes soon after
 /// every roll, so this is only reached when rolls outpace fsyncs (`segment.ms=1` under load);
@@ -1484,8 +1484,8 @@ impl Log {
 mod tests {
     use super::*;
     use crate::batch::{build_batch, validate, BatchError, ProducerFields};
-    use crate::clock::ManualClock;
     use crate::records::ValidationLimits;
+    use weir_clock::ManualClock;
     use weir_storage::MemoryStorage;
 
     const DIR: &str = "/partition-0";

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -190,7 +191,7 @@ proptest! {
         prop_assert!(!clean(&mut log));
         // Two days on, the tombstones written back then may go (the last record keeps the old
         // timestamp so its segment's newest record is old too).
-        clock.advance(2 * DAY_MS);
+        clock.advance(Duration::from_millis(2 * DAY_MS as u64));
         append(&mut log, keyed_batch(&[(key(200), Some(b"roll".to_vec()))], written_at, 0));
         all.push((log.log_end_offset() - 1, key(200), Some(b"roll".to_vec())));
         log.set_config(LogConfig { segment_ms: 1, ..config });
@@ -319,7 +320,7 @@ fn nothing_is_cleaned_below_the_dirty_ratio_or_the_compaction_lag_and_the_active
         log.cleaning_plan(DECOMPRESSED_MAX).is_none(),
         "every record is younger than the lag"
     );
-    clock.advance(60_000);
+    clock.advance(Duration::from_millis(60_000));
     let active_base = log.active_segment_base();
     assert!(clean(&mut log));
     let survivors = read_from(&log, 0);

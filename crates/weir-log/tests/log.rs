@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -262,7 +263,7 @@ fn retention_by_time_and_size() {
     ));
     assert_eq!(read_all(&log, start).last().map(|(o, _)| *o), Some(79));
 
-    clock.advance(20 * HOUR_MS);
+    clock.advance(Duration::from_millis(20 * HOUR_MS as u64));
     log.enforce_retention().expect("retention");
     assert_eq!(
         log.log_start_offset(),
@@ -591,7 +592,7 @@ fn records_without_timestamps_expire_by_write_time() {
         "kept while fresh"
     );
     assert_eq!(log.log_start_offset(), 0);
-    clock.advance(2 * HOUR_MS);
+    clock.advance(Duration::from_millis(2 * HOUR_MS as u64));
     assert!(!log.enforce_retention().expect("retention").is_empty());
     assert_eq!(
         log.log_start_offset(),

@@ -91,9 +91,7 @@ pub async fn describe_quorum(
     } else {
         Err(ControllerError::UnknownTopic(METADATA_TOPIC.into()))
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = broker.partitions.clock().now_ms();
     for topic in request.topics {
         let mut data = describe_quorum_response::TopicData::default();
         data.topic_name = topic.topic_name;

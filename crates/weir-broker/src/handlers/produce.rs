@@ -109,6 +109,9 @@ struct Job {
     partition: Arc<Partition>,
     records: Bytes,
     settings: TopicSettings,
+    /// When the request was taken up, by the broker's clock (what timestamps are checked
+    /// against).
+    now_ms: i64,
 }
 
 type Outcome = Result<AppendInfo, ErrorReply>;
@@ -125,6 +128,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
     let mut response = ProduceResponse::default();
     let mut jobs = Vec::new();
     let mut any_error = false;
+    let now_ms = broker.partitions.clock().now_ms();
     for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
         let mut topic_response = TopicProduceResponse::default();
         for data in topic.partition_data {
@@ -147,6 +151,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
                     settings: partition.settings(),
                     partition,
                     records,
+                    now_ms,
                 }),
                 Err(error) => {
                     any_error = true;
@@ -321,7 +326,7 @@ fn validate_and_append(job: &Job) -> Outcome {
     let settings = &job.settings;
     let limits = ValidationLimits {
         decompressed_bytes_max: settings.decompressed_bytes_max(),
-        now_ms: weir_log::Clock::now_ms(&weir_log::SystemClock),
+        now_ms: job.now_ms,
         timestamp_before_max_ms: settings.timestamp_before_max_ms,
         timestamp_after_max_ms: settings.timestamp_after_max_ms,
         keys_required: settings.log.compaction.is_some(),

@@ -414,7 +414,7 @@ impl Sim {
                 break;
             }
             let advanced_ms = (time / 1000).saturating_sub(self.now / 1000);
-            self.clock.advance(advanced_ms as i64);
+            self.clock.advance(Duration::from_millis(advanced_ms));
             self.now = time;
             self.handle(event);
             self.answer_waiting_produces();

@@ -17,13 +17,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
 use crate::group::{Group, MemberDescription};
 use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
 use crate::records::RecordKey;
 use crate::runtime::{OffsetsLog, Partitions, Runtime};
 use crate::state::GroupState;
 use crate::GroupError;
+use weir_clock::{Clock, SystemClock};
 
 use shard::GroupShard;
 

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::clock::Now;
 use crate::consumer_group::{AssignmentJob, ComputedTarget, ConsumerGroup};
 use crate::group::{CommittedOffset, Group, RecordChange};
 use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
 use crate::runtime::{Pending, Shard, ShardLog, StoredRecord};
+use weir_clock::Now;
 
 use super::{offset_key, CoordinatorSettings};
 

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use super::tests_support::*;
 use super::*;
-use crate::clock::ManualClock;
 use crate::group::{JoinRequest, SyncRequest};
 use crate::partition_for;
 use crate::state::GroupState;
+use weir_clock::ManualClock;
 
 #[test]
 fn groups_land_where_kafka_puts_them() {
@@ -172,7 +172,7 @@ fn groups_of_an_unloaded_partition_wait_for_the_load() {
 #[tokio::test]
 async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
     let log = Arc::new(MemoryLog::default());
-    let clock = Arc::new(ManualClock::default());
+    let clock = Arc::new(ManualClock::new(0));
     let first = coordinator_at(log.clone(), clock.clone());
     first
         .commit_offsets(
@@ -463,7 +463,7 @@ mod consumer_protocol {
     #[tokio::test]
     async fn a_large_assignment_is_computed_by_the_timer_without_the_lock() {
         let log = Arc::new(MemoryLog::default());
-        let clock = Arc::new(ManualClock::default());
+        let clock = Arc::new(ManualClock::new(0));
         let catalog = OneTopic::new(1_200);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.heartbeat_interval_ms = 5_000;
@@ -527,7 +527,7 @@ mod consumer_protocol {
     #[tokio::test]
     async fn joins_within_the_assignment_interval_share_one_assignment() {
         let log = Arc::new(MemoryLog::default());
-        let clock = Arc::new(ManualClock::default());
+        let clock = Arc::new(ManualClock::new(0));
         let catalog = OneTopic::new(4);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.assignment_interval_ms = 1_000;
@@ -682,7 +682,7 @@ mod replay {
     /// the timer compute assignments outside the lock).
     async fn run(partitions: i32, ops: Vec<Op>) {
         let log = Arc::new(MemoryLog::default());
-        let clock = Arc::new(ManualClock::default());
+        let clock = Arc::new(ManualClock::new(0));
         let catalog = OneTopic::new(partitions);
         let live = coordinator_configured(log.clone(), clock.clone(), |settings| {
             settings.consumer.assignment_interval_ms = 500;

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::clock::{Clock, ManualClock};
 use crate::runtime::{Appended, RecordVisitor, StoredRecord};
+use weir_clock::{Clock, ManualClock};
 
 /// An offsets topic in memory: records per partition, in append order.
 #[derive(Default)]
