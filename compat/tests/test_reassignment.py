@@ -239,7 +239,9 @@ def test_kafkas_reassignment_and_election_tools_move_a_partition(four_nodes, tmp
     topic = unique_topic("kafka-tool")
     create_on_1_and_2(bootstrap, topic)
     records = make_records(200, seed=5, tag="tool")
-    delivered = produce_confluent(bootstrap, topic, records, acks="all")
+    # Idempotent, as the other producers here: a write retried after a timeout must not be
+    # appended twice (the tools are what this test is about).
+    delivered = produce_confluent(bootstrap, topic, records, acks="all", **{"enable.idempotence": True})
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [3, 4]}]}))
     reassign = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
