@@ -674,32 +674,46 @@ impl ConsumerGroup {
         let Some(member) = self.members.get_mut(member_id) else {
             return false;
         };
-        self.subscriptions.remove(member);
         member.expires = now + millis(settings.session_timeout_ms);
         if request.rebalance_timeout_ms >= 0 {
             member.rebalance_timeout = millis(request.rebalance_timeout_ms);
         }
-        if request.rack_id.is_some() {
-            member.rack_id.clone_from(&request.rack_id);
-        }
-        let mut changed = false;
-        if let Some(names) = &request.topic_names {
+        let names = request.topic_names.as_ref().map(|names| {
             let mut names = names.clone();
             names.sort();
             names.dedup();
-            changed |= names != member.topic_names;
+            names
+        });
+        let names_changed = names.as_ref().is_some_and(|n| *n != member.topic_names);
+        let old_pattern = member.topic_regex.as_ref().map(|(p, _)| p.as_str());
+        let pattern_changed = request
+            .topic_regex
+            .as_ref()
+            .is_some_and(|p| old_pattern.unwrap_or_default() != p.as_str());
+        let rack_changed = request.rack_id.is_some() && request.rack_id != member.rack_id;
+        // A heartbeat that only keeps the member alive leaves the group's subscriptions (and
+        // so their generation, which says when topics must be resolved again) alone.
+        let resubscribe = names_changed || pattern_changed || rack_changed;
+        if resubscribe {
+            self.subscriptions.remove(member);
+        }
+        if rack_changed {
+            member.rack_id.clone_from(&request.rack_id);
+        }
+        if let (true, Some(names)) = (names_changed, names) {
             member.topic_names = names;
         }
-        if let Some(pattern) = &request.topic_regex {
-            let old = member.topic_regex.as_ref().map(|(p, _)| p.as_str());
-            changed |= old.unwrap_or_default() != pattern.as_str();
+        if let (true, Some(pattern)) = (pattern_changed, &request.topic_regex) {
             member.topic_regex = regex.map(|r| (pattern.clone(), r));
         }
+        let mut changed = names_changed || pattern_changed;
         if request.server_assignor.is_some() && request.server_assignor != member.server_assignor {
             member.server_assignor.clone_from(&request.server_assignor);
             changed = true;
         }
-        self.subscriptions.add(member);
+        if resubscribe {
+            self.subscriptions.add(member);
+        }
         let expires = member.expires;
         self.note_deadline(expires);
         changed
@@ -1523,6 +1537,29 @@ mod tests {
             }
         }
         panic!("the group did not settle: {:?}", group.state());
+    }
+
+    #[test]
+    fn a_heartbeat_that_only_keeps_alive_does_not_resolve_topics_again() {
+        let catalog = Catalog::with(&[("t", 2), ("u", 2)]);
+        let now = Instant::now();
+        let mut group = ConsumerGroup::default();
+        let mut clients = [Client::new("a", &["t"])];
+        settle(&mut group, &mut clients, &catalog, now);
+        let generation = group.subscriptions.generation;
+        let resolved_at = group.resolved_at;
+        for _ in 0..3 {
+            clients[0].beat(&mut group, &catalog, now);
+        }
+        assert_eq!(group.subscriptions.generation, generation);
+        assert_eq!(group.resolved_at, resolved_at);
+
+        clients[0].topics = vec!["t".into(), "u".into()];
+        clients[0].beat(&mut group, &catalog, now);
+        assert_ne!(group.subscriptions.generation, generation);
+        assert_eq!(group.subscriptions.names.len(), 2);
+        settle(&mut group, &mut clients, &catalog, now);
+        assert_eq!(clients[0].count(), 4);
     }
 
     #[test]
