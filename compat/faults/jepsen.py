@@ -61,7 +61,8 @@ nemesis action, with the links it cut, the controller and the partition leaders 
 every acknowledgement, read, commit and rebalance, with UTC timestamps comparable with the
 server logs), ``result.json``, the client log and the nodes' ``server.log`` files in
 ``DIR/run-I``. The exit code is 1 if any run found an anomaly. ``WEIR_BIN`` names the binary
-(default ``target/release/weir``).
+(default ``target/release/weir``). ``--client-debug topic,fetch`` adds the group consumer's
+librdkafka debug contexts to the client log: what it was told by whom before it moved.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ COMMIT_EVERY = 2.0
 # fault may well stop writes for a while, e.g. a node cut off past its lease).
 STALL_NOTE_SECONDS = 20.0
 EXAMPLES = 5
+# librdkafka debug contexts for the group consumer (`--client-debug`); None: none.
+CLIENT_DEBUG: str | None = None
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities
@@ -175,7 +178,7 @@ def client_logger(path: Path, name: str) -> logging.Logger:
     down) that writes to the run's client log instead of the terminal."""
     logger = logging.getLogger(name)
     logger.propagate = False
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG if CLIENT_DEBUG else logging.INFO)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
@@ -453,8 +456,9 @@ class GroupReader(threading.Thread):
     offsets only go up; the first offset after a rebalance is never below the last commit the
     broker acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, history: History, logger: logging.Logger):
+    def __init__(self, bootstrap: str, topic: str, group: str, history: History, logger: logging.Logger, debug: str | None = None):
         super().__init__(name="group-consumer", daemon=True)
+        self.debug = debug
         self.bootstrap = bootstrap
         self.topic = topic
         self.group = group
@@ -579,6 +583,7 @@ class GroupReader(threading.Thread):
                 "log.connection.close": False,
                 "logger": self.logger,
                 "error_cb": lambda err: self.client_errors.update([err.name()]),
+                **({"debug": self.debug} if self.debug else {}),
             }
         )
         try:
@@ -1088,7 +1093,7 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
         phase("topic-in-sync")
 
         writers = [Writer(i, cluster.bootstrap, topic, rate, history, logger) for i in range(2)]
-        reader = GroupReader(cluster.bootstrap, topic, group, history, logger)
+        reader = GroupReader(cluster.bootstrap, topic, group, history, logger, debug=CLIENT_DEBUG)
         for thread in (*writers, reader):
             thread.start()
         if hostile:
@@ -1317,7 +1322,13 @@ def main(argv: list[str] | None = None) -> int:
         help="add a hostile client beside the faults: forged replica fetches, controller-port floods and join storms "
         "(compat/faults/hostile.py); a forged fetch answered, an oversized join accepted or a live broker fenced is an anomaly",
     )
+    parser.add_argument(
+        "--client-debug", metavar="CONTEXTS", default=None,
+        help="librdkafka debug contexts for the group consumer (e.g. topic,fetch,cgrp), written to each run's clients.log",
+    )
     args = parser.parse_args(argv)
+    global CLIENT_DEBUG
+    CLIENT_DEBUG = args.client_debug
 
     binary = default_binary()
     if not binary.exists():
