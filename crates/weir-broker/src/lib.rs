@@ -14,7 +14,6 @@ pub mod config;
 pub mod connections;
 pub mod fetch_session;
 mod handlers;
-pub mod lock_order;
 mod membership;
 pub mod metrics;
 mod offsets_topic;

@@ -17,14 +17,14 @@ use weir_log::{AppendInfo, Log, LogError, ValidBatch};
 use weir_metadata::{PartitionImage, NO_LEADER};
 
 use crate::config::TopicSettings;
-use crate::lock_order::{Rank, Ranked};
 use crate::metrics::PartitionCounters;
 use crate::rate_limit::LineLimit;
 use crate::replication::{IsrRequest, NotAReplica, Replication};
+use weir_lock_order::{Rank, Ranked};
 
-/// Shared access to a partition's log, held in lock order ([`crate::lock_order`]).
+/// Shared access to a partition's log, held in lock order ([`weir_lock_order`]).
 pub type LogReadGuard<'a> = Ranked<RwLockReadGuard<'a, Log>>;
-/// Exclusive access to a partition's log, held in lock order ([`crate::lock_order`]).
+/// Exclusive access to a partition's log, held in lock order ([`weir_lock_order`]).
 pub type LogWriteGuard<'a> = Ranked<RwLockWriteGuard<'a, Log>>;
 
 /// Exit code when the disk fails under the log: the process stops rather than run on with a log

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::GroupError;
 use weir_clock::{Clock, Now};
+use weir_lock_order::{Rank, Ranked};
 
 /// The timer wakes at least this often, whatever the shards' deadlines.
 const TIMER_IDLE: Duration = Duration::from_secs(1);
@@ -249,10 +250,13 @@ impl<S: Shard> Runtime<S> {
         }
     }
 
-    /// The one lock: every operation on a shard runs under it.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Partitions<S>> {
+    /// The one lock: every operation on a shard runs under it. First in the lock order
+    /// ([`weir_lock_order`]): a shard appends to `__consumer_offsets` while it holds it.
+    pub(crate) fn lock(&self) -> Ranked<MutexGuard<'_, Partitions<S>>> {
         // A panic here aborts the process (release builds); tests see the state as it was.
-        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+        Ranked::take(Rank::Coordinator, || {
+            self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+        })
     }
 
     /// The time now, from the clock the runtime was given.

@@ -1,14 +1,20 @@
-//! The order in which one thread may take a partition's locks, checked in builds with debug
-//! assertions (the unit and integration tests): replication, then checkpoint, then log. A
-//! thread holding a lock takes only locks of a later rank, so two threads can never each hold
-//! what the other waits for. Taking a lock out of order panics at once, naming both locks,
-//! instead of deadlocking one day under load. Release builds check nothing and pay nothing.
+//! `weir-lock-order` is the order in which one thread may take a node's locks, checked in
+//! builds with debug assertions (the unit and integration tests): the group coordinator's
+//! runtime, then a partition's replication state, its checkpoint lock and its log. A thread
+//! holding a lock takes only locks of a later rank, so two threads can never each hold what the
+//! other waits for. Taking a lock out of order panics at once, naming both locks, instead of
+//! deadlocking one day under load. Release builds check nothing and pay nothing.
+//!
+//! The coordinator comes first because it appends its records to a partition of
+//! `__consumer_offsets` (which takes that partition's locks) while it holds its own.
 
 use std::ops::{Deref, DerefMut};
 
-/// A partition's locks, in the order a thread may take them.
+/// A node's locks, in the order a thread may take them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rank {
+    /// The group coordinator's shards (`weir_coordinator`'s runtime lock).
+    Coordinator,
     /// The replicas, ISR and followers' progress (`Partition::replication`).
     Replication,
     /// Serializes checkpoint writes (`Partition::checkpoint_lock`).
@@ -43,7 +49,7 @@ impl<G> Ranked<G> {
             if let Some(last) = held.iter().max() {
                 assert!(
                     rank > *last,
-                    "lock order violated: {rank:?} taken while this thread holds {last:?} (the order is Replication, Checkpoint, Log)"
+                    "lock order violated: {rank:?} taken while this thread holds {last:?} (the order is Coordinator, Replication, Checkpoint, Log)"
                 );
             }
             held.push(rank);
@@ -91,10 +97,13 @@ mod tests {
     #[test]
     fn locks_taken_in_order_and_released_in_any_order_pass() {
         let (replication, log) = (Mutex::new(1), Mutex::new(2));
+        let coordinator = Mutex::new(0);
+        let outer = Ranked::take(Rank::Coordinator, || coordinator.lock().expect("lock"));
         let first = Ranked::take(Rank::Replication, || replication.lock().expect("lock"));
         let second = Ranked::take(Rank::Log, || log.lock().expect("lock"));
         drop(first);
         drop(second);
+        drop(outer);
         // Both released: the order starts again.
         let again = Ranked::take(Rank::Replication, || replication.lock().expect("lock"));
         assert_eq!(*again, 1);
@@ -106,6 +115,16 @@ mod tests {
         let (replication, log) = (Mutex::new(1), Mutex::new(2));
         let _log = Ranked::take(Rank::Log, || log.lock().expect("lock"));
         let _replication = Ranked::take(Rank::Replication, || replication.lock().expect("lock"));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "lock order violated: Coordinator taken while this thread holds Replication"
+    )]
+    fn the_coordinator_taken_under_a_partition_lock_panics() {
+        let (replication, coordinator) = (Mutex::new(1), Mutex::new(2));
+        let _replication = Ranked::take(Rank::Replication, || replication.lock().expect("lock"));
+        let _coordinator = Ranked::take(Rank::Coordinator, || coordinator.lock().expect("lock"));
     }
 
     #[test]
