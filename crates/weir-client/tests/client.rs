@@ -11,7 +11,7 @@ use weir_client::{
     GroupConsumerConfig, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
     RebalanceEvent,
 };
-use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
+use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage};
 
@@ -41,7 +41,10 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
     let quorum = RaftQuorum::open(Arc::new(FsStorage), quorum_config, None)
         .await
         .expect("metadata quorum");
-    let controller = Arc::new(Controller::new(Arc::new(quorum)));
+    let controller = Arc::new(Controller::new(
+        Arc::new(quorum),
+        ControllerSettings::default(),
+    ));
     let registry = PartitionRegistry::new(
         dir.path().join("logs"),
         FileCache::new(Arc::new(FsStorage), 64),

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -29,6 +29,34 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Most listeners one broker may register.
 const LISTENERS_PER_BROKER_MAX: usize = 16;
 
+/// How a controller is set up, fixed when it is made (`weir server` takes it from the node's
+/// configuration and its open-file limit).
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerSettings {
+    /// `broker.session.timeout.ms`: how long a broker may go without a heartbeat.
+    pub session_timeout: Duration,
+    /// How often the active controller moves leaders back to their preferred replicas
+    /// (`leader.imbalance.check.interval.seconds`); `None` never does
+    /// (`auto.leader.rebalance.enable=false`).
+    pub leader_rebalance: Option<Duration>,
+    /// Where `unclean.leader.election.enable` comes from below a topic's own setting.
+    pub unclean: UncleanDefaults,
+    /// Most partitions the cluster may hold in total (each holds open files on its broker).
+    pub partitions_max: usize,
+}
+
+impl Default for ControllerSettings {
+    /// Kafka's defaults, no leader rebalancing and no partition limit.
+    fn default() -> ControllerSettings {
+        ControllerSettings {
+            session_timeout: Duration::from_millis(DEFAULT_SESSION_TIMEOUT_MS),
+            leader_rebalance: None,
+            unclean: UncleanDefaults::default(),
+            partitions_max: usize::MAX,
+        }
+    }
+}
+
 /// The controller: every change is validated against an image that holds every change before
 /// it, then committed through the quorum.
 pub struct Controller {
@@ -36,17 +64,9 @@ pub struct Controller {
     /// Held from a change's validation until it is applied, so changes are decided one at a
     /// time, each against the image its predecessors made.
     pub(crate) deciding: tokio::sync::Mutex<()>,
-    /// Most partitions the cluster may hold in total (set from the open-file limit).
-    partitions_max: AtomicUsize,
     /// The brokers' leases, while this controller leads.
     pub(crate) leases: std::sync::Mutex<Leases>,
-    /// `broker.session.timeout.ms`.
-    pub(crate) session_timeout_ms: AtomicU64,
-    /// `leader.imbalance.check.interval.seconds` in ms, or 0 without
-    /// `auto.leader.rebalance.enable`.
-    pub(crate) rebalance_interval_ms: AtomicU64,
-    /// Where `unclean.leader.election.enable` comes from below a topic's own setting.
-    pub(crate) unclean: std::sync::Mutex<UncleanDefaults>,
+    pub(crate) settings: ControllerSettings,
 }
 
 /// Gives a command written before replicas were recorded its replicas: every partition on
@@ -113,15 +133,12 @@ pub(crate) fn check_replica_list(
 
 impl Controller {
     /// The controller over `quorum`.
-    pub fn new(quorum: Arc<dyn MetadataQuorum>) -> Controller {
+    pub fn new(quorum: Arc<dyn MetadataQuorum>, settings: ControllerSettings) -> Controller {
         Controller {
             quorum,
             deciding: tokio::sync::Mutex::new(()),
-            partitions_max: AtomicUsize::new(usize::MAX),
             leases: std::sync::Mutex::new(Leases::default()),
-            session_timeout_ms: AtomicU64::new(DEFAULT_SESSION_TIMEOUT_MS),
-            rebalance_interval_ms: AtomicU64::new(0),
-            unclean: std::sync::Mutex::new(UncleanDefaults::default()),
+            settings,
         }
     }
 
@@ -167,13 +184,9 @@ impl Controller {
     }
 
     /// Refuses topic creations and partition additions that would take the cluster past
-    /// `max` partitions in total (each partition holds open files on its broker).
-    pub fn limit_partitions(&self, max: usize) {
-        self.partitions_max.store(max, Ordering::Relaxed);
-    }
-
+    /// `partitions_max` partitions in total.
     fn check_capacity(&self, image: &MetadataImage, adding: i32) -> Result<(), ControllerError> {
-        let max = self.partitions_max.load(Ordering::Relaxed);
+        let max = self.settings.partitions_max;
         let current = image.partition_total();
         if current + adding.max(0) as usize > max {
             return Err(ControllerError::InvalidPartitions(format!(
@@ -556,6 +569,15 @@ pub(crate) mod tests {
 
     /// The controller of node `node_id` over `dir`, its quorum opened (replayed).
     pub async fn open_node(dir: &std::path::Path, node_id: i32) -> Node {
+        open_node_with(dir, node_id, ControllerSettings::default()).await
+    }
+
+    /// As [`open_node`], with `settings`.
+    pub async fn open_node_with(
+        dir: &std::path::Path,
+        node_id: i32,
+        settings: ControllerSettings,
+    ) -> Node {
         let config = QuorumConfig {
             node_id,
             voters: BTreeMap::from([(node_id, "127.0.0.1:1".to_string())]),
@@ -567,7 +589,7 @@ pub(crate) mod tests {
                 .expect("quorum"),
         );
         Node {
-            controller: Controller::new(quorum.clone()),
+            controller: Controller::new(quorum.clone(), settings),
             quorum,
         }
     }
@@ -826,6 +848,38 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn creations_past_the_partition_limit_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = ControllerSettings {
+            partitions_max: 4,
+            ..ControllerSettings::default()
+        };
+        let controller = open_node_with(dir.path(), 1, settings).await;
+        controller.join(1, listener(9092), None).await;
+        controller
+            .create_topic(new_topic("t", 2), false)
+            .await
+            .expect("create");
+        let refused = controller.create_topic(new_topic("big", 3), false).await;
+        assert!(
+            matches!(&refused, Err(ControllerError::InvalidPartitions(why)) if why.contains("5 partitions, more than the 4")),
+            "{refused:?}"
+        );
+        assert!(
+            controller
+                .create_partitions("t", 5, None, false)
+                .await
+                .is_err(),
+            "over the partition limit"
+        );
+        controller
+            .create_partitions("t", 4, None, false)
+            .await
+            .expect("up to the limit");
+        assert!(controller.image().topic("big").is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn refusals_change_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let controller = open(dir.path()).await;
@@ -867,22 +921,6 @@ pub(crate) mod tests {
                 .is_err(),
             "'.' and '_' collide"
         );
-        controller.limit_partitions(4);
-        assert!(
-            controller
-                .create_topic(new_topic("big", 3), false)
-                .await
-                .is_err(),
-            "over the partition limit"
-        );
-        assert!(
-            controller
-                .create_partitions("t", 4, None, false)
-                .await
-                .is_err(),
-            "over the partition limit"
-        );
-        controller.limit_partitions(usize::MAX);
         let before = controller.image().applied_count;
         assert!(controller
             .create_partitions("t", 1, None, false)

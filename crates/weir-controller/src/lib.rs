@@ -19,7 +19,9 @@ mod reassignment;
 mod record_file;
 mod relational;
 
-pub use controller::{Controller, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
+pub use controller::{
+    Controller, ControllerSettings, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
+};
 pub use dispatch::LocalControl;
 pub use quorum::{
     read_peer_frames, ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum, RaftStatus,

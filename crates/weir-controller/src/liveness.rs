@@ -3,7 +3,6 @@
 //! the controller commits them.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,41 +15,24 @@ use crate::election::{partition_change, preferred_elections, UncleanDefaults};
 use crate::reassignment::completed;
 use crate::Controller;
 
-/// `broker.session.timeout.ms` until the server sets it.
+/// `broker.session.timeout.ms` by default (Kafka's).
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
 /// How often the active controller looks for expired leases.
 const LEASE_CHECK_MS: u64 = 250;
 
 impl Controller {
-    /// Sets where `unclean.leader.election.enable` comes from below a topic's own setting.
-    pub fn set_unclean_defaults(&self, defaults: UncleanDefaults) {
-        *self.unclean.lock().unwrap_or_else(|e| e.into_inner()) = defaults;
-    }
-
     /// Where `unclean.leader.election.enable` comes from below a topic's own setting.
     pub(crate) fn unclean_defaults(&self) -> UncleanDefaults {
-        *self.unclean.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Sets `broker.session.timeout.ms`: how long a broker may go without a heartbeat.
-    pub fn set_session_timeout(&self, timeout: Duration) {
-        self.session_timeout_ms
-            .store(timeout.as_millis() as u64, Ordering::Relaxed);
-    }
-
-    /// Sets how often the active controller moves leaders back to their preferred replicas
-    /// (`leader.imbalance.check.interval.seconds`); `None` never does
-    /// (`auto.leader.rebalance.enable=false`).
-    pub fn set_leader_rebalance(&self, every: Option<Duration>) {
-        let ms = every.map_or(0, |d| d.as_millis().max(1) as u64);
-        self.rebalance_interval_ms.store(ms, Ordering::Relaxed);
+        self.settings.unclean
     }
 
     /// Moves every partition whose preferred replica is live and in sync but does not lead
     /// back to it, when the rebalance interval has passed since `last`.
     async fn rebalance_leaders(&self, image: &MetadataImage, last: &mut Instant) {
-        let every = self.rebalance_interval_ms.load(Ordering::Relaxed);
-        if every == 0 || last.elapsed() < Duration::from_millis(every) {
+        let Some(every) = self.settings.leader_rebalance else {
+            return;
+        };
+        if last.elapsed() < every {
             return;
         }
         *last = Instant::now();
@@ -70,7 +52,7 @@ impl Controller {
     }
 
     fn lease_timeout(&self) -> Duration {
-        Duration::from_millis(self.session_timeout_ms.load(Ordering::Relaxed))
+        self.settings.session_timeout
     }
 
     fn leases(&self) -> std::sync::MutexGuard<'_, Leases> {

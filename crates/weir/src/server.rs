@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use weir_broker::{connection_limits, Broker, BrokerIdentity, PartitionRegistry};
 use weir_controller::election::UncleanDefaults;
 use weir_controller::query::DATABASE_FILE;
-use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
+use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig, RaftQuorum};
 use weir_gateway::Gateway;
 use weir_log::SystemClock;
 use weir_storage::{FileCache, FsStorage, Storage};
@@ -266,17 +266,20 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
             .await
             .context("joining the metadata quorum as a broker-only node")?;
     }
-    let controller = Arc::new(Controller::new(quorum.clone()));
-    controller.set_session_timeout(Duration::from_millis(config.broker_session_timeout_ms));
-    controller.set_unclean_defaults(UncleanDefaults {
-        node_id: Some(args.node_id),
-        configured: config.static_unclean_leader_election_enable(),
-    });
-    controller.set_leader_rebalance(
-        config
+    // The partitions a broker can keep open, which the active controller holds topics to.
+    let budget = FileBudget::from_limit(raise_open_files_limit(), config.max_connections);
+    let settings = ControllerSettings {
+        session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+        leader_rebalance: config
             .auto_leader_rebalance_enable
             .then(|| Duration::from_secs(config.leader_imbalance_check_interval_seconds)),
-    );
+        unclean: UncleanDefaults {
+            node_id: Some(args.node_id),
+            configured: config.static_unclean_leader_election_enable(),
+        },
+        partitions_max: budget.partitions,
+    };
+    let controller = Arc::new(Controller::new(quorum.clone(), settings));
     quorum.serve_control(controller.clone());
     let leases = controller.watch_leases();
     let legacy_log = metadata_dir.join("metadata.log");
@@ -293,9 +296,6 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     if let Err(error) = tokio::task::block_in_place(|| quorum.keep_relational(&database)) {
         tracing::error!(target: "weir::server", path = %database.display(), %error, "relational metadata unavailable; `weir metadata query` will not work until it opens");
     }
-    // The partitions a broker can keep open, which the active controller holds topics to.
-    let budget = FileBudget::from_limit(raise_open_files_limit(), config.max_connections);
-    controller.limit_partitions(budget.partitions);
     let Some((listener, bound, (advertised_host, advertised_port))) = kafka_listener else {
         return run_controller_only(&args, controller_address, data_dir, quorum, leases).await;
     };

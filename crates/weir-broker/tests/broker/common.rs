@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
-use weir_controller::{Controller, LocalControl, QuorumConfig, RaftQuorum};
+use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, Storage};
 
@@ -98,7 +98,12 @@ async fn start_inner(
             .await
             .expect("metadata quorum"),
     );
-    let controller = Arc::new(Controller::new(quorum.clone()));
+    // The controller takes the broker's lease setting, as `weir server` gives it.
+    let settings = ControllerSettings {
+        session_timeout: Duration::from_millis(config.broker_session_timeout_ms),
+        ..ControllerSettings::default()
+    };
+    let controller = Arc::new(Controller::new(quorum.clone(), settings));
     let files = FileCache::new(storage, CACHED_FILES);
     let registry = PartitionRegistry::new(
         logs_dir,

@@ -31,8 +31,8 @@ use weir_storage::FileCache;
 
 use crate::common::*;
 
-/// The lease the test controller grants: short, so failovers take a second or two.
-const SESSION_TIMEOUT_MS: u64 = 1_500;
+/// A short lease (`broker.session.timeout.ms`, which the test controller grants too), so
+/// failovers take a second or two.
 const BROKER_PROPERTIES: &[(&str, &str)] = &[
     ("broker.heartbeat.interval.ms", "100"),
     ("broker.session.timeout.ms", "1500"),
@@ -175,10 +175,8 @@ fn partition(controller: &Controller, topic: &str) -> PartitionImage {
 
 /// A three-broker cluster: broker 1 owns the controller, 2 and 3 join it.
 async fn cluster() -> (TestBroker, Vec<Member>, Vec<tempfile::TempDir>) {
+    // The controller grants the lease of BROKER_PROPERTIES' broker.session.timeout.ms.
     let first = start_fs(BROKER_PROPERTIES).await;
-    first
-        .controller
-        .set_session_timeout(Duration::from_millis(SESSION_TIMEOUT_MS));
     let _leases = first.controller.watch_leases();
     let mut members = Vec::new();
     let mut dirs = Vec::new();

@@ -804,7 +804,10 @@ mod tests {
             let dir = dirs[(id - 1) as usize].path();
             let quorum = Arc::new(open(dir, id, &voters, listener).await);
             if id <= 3 {
-                quorum.serve_control(Arc::new(crate::Controller::new(quorum.clone())));
+                quorum.serve_control(Arc::new(crate::Controller::new(
+                    quorum.clone(),
+                    crate::ControllerSettings::default(),
+                )));
             }
             nodes.push(quorum);
         }
