@@ -225,6 +225,9 @@ pub struct ConsumerGroup {
     assigned_at: Option<Instant>,
     /// When a target assignment the interval held back is computed (by the timer).
     assignment_due: Option<Instant>,
+    /// When the group last became empty or got its first member (ms since the epoch), for
+    /// offset retention.
+    state_since_ms: i64,
 }
 
 /// What computing a group's target assignment needs, taken out of the group
@@ -313,6 +316,24 @@ impl Subscriptions {
 }
 
 impl ConsumerGroup {
+    /// A group without members, made at `now_ms`.
+    pub fn new(now_ms: i64) -> ConsumerGroup {
+        ConsumerGroup {
+            state_since_ms: now_ms,
+            ..ConsumerGroup::default()
+        }
+    }
+
+    /// When the group last became empty or got its first member (ms since the epoch).
+    pub fn state_since_ms(&self) -> i64 {
+        self.state_since_ms
+    }
+
+    /// Notes that the group became empty or got its first member at `now_ms`.
+    pub fn set_state_since(&mut self, now_ms: i64) {
+        self.state_since_ms = now_ms;
+    }
+
     /// The group's state: Empty without members, Assigning while the target lags the group
     /// epoch, Reconciling while a member has not reached it, else Stable.
     pub fn state(&self) -> GroupState {

@@ -1,5 +1,6 @@
 //! The admin views of groups: ListGroups, DescribeGroups, DeleteGroups.
 
+use crate::group::Membership;
 use crate::records::RecordKey;
 use crate::runtime::StoredRecord;
 use crate::GroupError;
@@ -17,7 +18,7 @@ impl GroupCoordinator {
                 group_id: g.id.clone(),
                 protocol_type: g.protocol_type().unwrap_or_default().to_string(),
                 state: g.state(),
-                group_type: if g.consumer.is_some() {
+                group_type: if g.consumer().is_some() {
                     "consumer"
                 } else {
                     "classic"
@@ -33,7 +34,10 @@ impl GroupCoordinator {
     pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, GroupError> {
         let partitions = self.runtime.lock();
         let (_, shard) = partitions.served_ref(group_id)?;
-        let classic = shard.groups.get(group_id).filter(|g| g.consumer.is_none());
+        let classic = shard
+            .groups
+            .get(group_id)
+            .filter(|g| g.consumer().is_none());
         Ok(classic.map(|g| GroupSummary {
             state: g.state(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),
@@ -52,10 +56,10 @@ impl GroupCoordinator {
                 .groups
                 .get(group_id)
                 .ok_or(GroupError::GroupIdNotFound)?;
-            if !group.has_no_members() || group.pending_commits > 0 {
+            if !group.has_no_members() || group.offsets.pending_commits > 0 {
                 return Err(GroupError::NonEmptyGroup);
             }
-            let keys: Vec<(String, i32)> = group.offsets.keys().cloned().collect();
+            let keys: Vec<(String, i32)> = group.offsets.committed.keys().cloned().collect();
             let mut records: Vec<StoredRecord> = keys
                 .iter()
                 .map(|(topic, p)| (offset_key(group_id, topic, *p), None))
@@ -76,14 +80,15 @@ impl GroupCoordinator {
         if let Ok((_, shard)) = partitions.served(group_id) {
             if let Some(group) = shard.groups.get_mut(group_id) {
                 if group.has_no_members() {
-                    group.consumer = None;
+                    group.membership = Membership::Empty;
                     group.persisted.clear();
                 }
                 for (i, key) in keys.into_iter().enumerate() {
-                    group.apply_delete(key, appended.base_offset + i as i64);
+                    group
+                        .offsets
+                        .apply_delete(key, appended.base_offset + i as i64);
                 }
-                if group.has_no_members() && group.offsets.is_empty() && group.pending_commits == 0
-                {
+                if group.has_no_members() && group.offsets.is_empty() {
                     shard.groups.remove(group_id);
                 }
             }

@@ -39,7 +39,7 @@ impl GroupCoordinator {
                 Err(error) => return JoinOutcome::failed(error, &member_id),
             };
             let created = !shard.groups.contains_key(group_id);
-            let group = shard.group_or_new(group_id, now.wall_ms);
+            let group = shard.group_or_new(group_id);
             let step = group.join(request, &limits, now.instant, now.wall_ms);
             // A join refused before it could create the group (a session timeout out of
             // range, a member id the group never gave, metadata over its bounds) leaves no

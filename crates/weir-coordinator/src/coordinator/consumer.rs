@@ -4,6 +4,7 @@ use crate::consumer_group::{
     check_request, sent_subscription_bytes, ConsumerGroupDescription, ConsumerHeartbeat,
     HeartbeatReply, TopicCatalog, JOIN_EPOCH, STATIC_LEAVE_EPOCH,
 };
+use crate::group::Group;
 use crate::GroupError;
 
 use super::shard::persist_consumer_group;
@@ -44,7 +45,7 @@ impl GroupCoordinator {
             // (check_request refused a subscription over the member bound.) One the group's
             // bound refuses is refused there and adds nothing.
             let bounds = self.settings.consumer.metadata;
-            let adds = match existing.and_then(|g| g.consumer.as_ref()) {
+            let adds = match existing.and_then(Group::consumer) {
                 Some(consumer) => consumer.subscription_adds_bytes(&request, &bounds),
                 None => Some(sent_subscription_bytes(&request)),
             };
@@ -53,39 +54,18 @@ impl GroupCoordinator {
             }
             let (partition, shard) = partitions.served(group_id)?;
             let created = !shard.groups.contains_key(group_id);
-            let group = shard.group_or_new(group_id, now.wall_ms);
-            let was_empty = group.has_no_members();
-            let was_classic = group
-                .consumer
-                .is_none()
-                .then(|| group.protocol_type().map(str::to_string));
-            let consumer = match group.as_consumer_group(now.wall_ms) {
-                Ok(consumer) => consumer,
-                Err(error) => {
-                    if created {
-                        shard.groups.remove(group_id);
-                    }
-                    return Err(error);
-                }
-            };
-            let reply = consumer.heartbeat(
-                group_id,
+            let group = shard.group_or_new(group_id);
+            let reply = group.consumer_heartbeat(
                 request,
                 catalog,
                 &self.settings.consumer,
                 now.instant,
+                now.wall_ms,
             );
             // A refused join changes nothing: no group made, none converted.
             if reply.is_err() && created {
                 shard.groups.remove(group_id);
                 return reply;
-            }
-            if let (Err(_), Some(protocol_type)) = (&reply, was_classic) {
-                group.undo_consumer_group(protocol_type);
-                return reply;
-            }
-            if group.has_no_members() != was_empty {
-                group.touch_state(now.wall_ms);
             }
             let appended = persist_consumer_group(&self.runtime.log(partition), group);
             (reply, appended, group.next_deadline())
@@ -112,8 +92,7 @@ impl GroupCoordinator {
         match shard.groups.get(group_id) {
             None => Ok(None),
             Some(group) => group
-                .consumer
-                .as_ref()
+                .consumer()
                 .map(|c| Some(c.describe()))
                 .ok_or(GroupError::GroupIdNotFound),
         }

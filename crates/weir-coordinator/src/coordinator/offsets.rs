@@ -1,5 +1,6 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
 
+use crate::group::Group;
 use crate::records::{OffsetValue, RecordKey};
 use crate::state::GroupState;
 use crate::GroupError;
@@ -59,10 +60,10 @@ impl GroupCoordinator {
             if records.is_empty() {
                 return Ok(results);
             }
-            let group = shard.group_or_new(group_id, commit_timestamp);
+            let group = shard.group_or_new(group_id);
             let appended = self.runtime.log(partition).append(records);
             if appended.is_ok() {
-                group.pending_commits += 1;
+                group.offsets.pending_commits += 1;
             }
             appended
         };
@@ -72,12 +73,13 @@ impl GroupCoordinator {
                 let mut partitions = self.runtime.lock();
                 if let Ok((_, shard)) = partitions.served(group_id) {
                     if let Some(group) = shard.groups.get_mut(group_id) {
-                        group.pending_commits = group.pending_commits.saturating_sub(1);
+                        group.offsets.pending_commits =
+                            group.offsets.pending_commits.saturating_sub(1);
                         if let Ok(base_offset) = durable {
                             for (position, (index, value)) in accepted.iter().enumerate() {
                                 let entry = &entries[*index];
                                 let key = (entry.topic.clone(), entry.partition);
-                                group.apply_commit(
+                                group.offsets.apply_commit(
                                     key,
                                     value.clone(),
                                     base_offset + position as i64,
@@ -113,13 +115,14 @@ impl GroupCoordinator {
         let (_, shard) = partitions.served_ref(group_id)?;
         let group = shard.groups.get(group_id);
         if let (Some(consumer), Some((member_id, epoch))) =
-            (group.and_then(|g| g.consumer.as_ref()), member)
+            (group.and_then(Group::consumer), member)
         {
             consumer.check_fetch(member_id, epoch)?;
         }
         let committed = |topic: &str, partition: i32| {
             group.and_then(|g| {
                 g.offsets
+                    .committed
                     .get(&(topic.to_string(), partition))
                     .map(|c| c.value.clone())
             })
@@ -137,6 +140,7 @@ impl GroupCoordinator {
                 let mut all: Vec<_> = group
                     .map(|g| {
                         g.offsets
+                            .committed
                             .iter()
                             .map(|((topic, p), c)| (topic.clone(), *p, Some(c.value.clone())))
                             .collect()
@@ -175,7 +179,7 @@ impl GroupCoordinator {
                     if subscribed.contains(topic) {
                         return Err(GroupError::GroupSubscribedToTopic);
                     }
-                    if group.offsets.contains_key(&(topic.clone(), *p)) {
+                    if group.offsets.committed.contains_key(&(topic.clone(), *p)) {
                         records.push((offset_key(group_id, topic, *p), None));
                         tombstoned.push((topic.clone(), *p));
                     }
@@ -193,7 +197,9 @@ impl GroupCoordinator {
         if let Ok((_, shard)) = served.served(group_id) {
             if let Some(group) = shard.groups.get_mut(group_id) {
                 for (i, key) in tombstoned.into_iter().enumerate() {
-                    group.apply_delete(key, appended.base_offset + i as i64);
+                    group
+                        .offsets
+                        .apply_delete(key, appended.base_offset + i as i64);
                 }
             }
             shard.forget_if_untraced(group_id);

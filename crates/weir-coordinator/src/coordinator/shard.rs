@@ -63,11 +63,10 @@ impl GroupShard {
     }
 
     /// The group `group_id`, made (empty) if it is not there.
-    pub(crate) fn group_or_new(&mut self, group_id: &str, now_ms: i64) -> &mut Group {
-        let limits = &self.settings.limits;
+    pub(crate) fn group_or_new(&mut self, group_id: &str) -> &mut Group {
         self.groups
             .entry(group_id.to_string())
-            .or_insert_with(|| Group::new(group_id.to_string(), limits, now_ms))
+            .or_insert_with(|| Group::new(group_id.to_string()))
     }
 
     /// Forgets `group_id` if the log holds nothing of it (see [`Group::leaves_no_trace`]).
@@ -89,12 +88,13 @@ impl GroupShard {
         let retention = self.settings.offsets_retention_ms;
         let mut forget = Vec::new();
         for group in self.groups.values_mut() {
-            if !group.has_no_members() || group.pending_commits > 0 {
+            if !group.has_no_members() || group.offsets.pending_commits > 0 {
                 continue;
             }
-            let emptied_at = group.protocol_type().map(|_| group.state_since_ms());
+            let emptied_at = group.state_since_ms();
             let expired: Vec<(String, i32)> = group
                 .offsets
+                .committed
                 .iter()
                 .filter(|(_, c)| {
                     let since = emptied_at.unwrap_or(c.value.commit_timestamp);
@@ -103,7 +103,7 @@ impl GroupShard {
                 .map(|(k, _)| k.clone())
                 .collect();
             // Nothing left once these go (or nothing committed at all): the group goes too.
-            let emptying = expired.len() == group.offsets.len();
+            let emptying = expired.len() == group.offsets.committed.len();
             if !emptying && expired.is_empty() {
                 continue;
             }
@@ -119,8 +119,9 @@ impl GroupShard {
                     .encode(),
                     None,
                 ));
-                group.consumer = None;
             }
+            // The membership goes with the group, unless the append fails.
+            let membership = emptying.then(|| std::mem::take(&mut group.membership));
             let consumer_changes = if emptying {
                 group.consumer_changes()
             } else {
@@ -135,7 +136,7 @@ impl GroupShard {
             match log.append_detached(records, |_| {}) {
                 Ok(base) => {
                     for (i, key) in expired.iter().enumerate() {
-                        group.apply_delete(key.clone(), base + i as i64);
+                        group.offsets.apply_delete(key.clone(), base + i as i64);
                     }
                     tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expired (offsets.retention.minutes)");
                     if emptying {
@@ -143,6 +144,9 @@ impl GroupShard {
                     }
                 }
                 Err(error) => {
+                    if let Some(membership) = membership {
+                        group.membership = membership;
+                    }
                     group.unwrite(consumer_changes);
                     tracing::warn!(target: "weir::groups", group = %group.id, %error, "expired offsets not deleted; trying again later");
                 }
@@ -166,10 +170,11 @@ impl GroupShard {
             tracing::warn!(target: "weir::groups", partition, skipped, "records of __consumer_offsets that do not parse were skipped");
         }
         let mut loaded_groups = 0usize;
+        let limits = self.settings.limits;
         for (group_id, value) in metadata {
             if let Some(value) = value {
-                self.group_or_new(&group_id, now.wall_ms)
-                    .restore(value, now.instant);
+                self.group_or_new(&group_id)
+                    .restore(value, &limits, now.instant);
                 loaded_groups += 1;
             }
         }
@@ -184,15 +189,14 @@ impl GroupShard {
             if !records.iter().any(|(k, _)| *k == ConsumerKey::Metadata) {
                 continue; // the group was deleted: only stray member records are left
             }
-            let group = self.group_or_new(&group_id, now.wall_ms);
+            let group = self.group_or_new(&group_id);
             if !group.has_no_members() {
                 continue; // classic members hold the group
             }
             match ConsumerGroup::restore(&records, &consumer_settings, now.instant) {
-                Ok(restored) => {
-                    group.consumer = None;
-                    group.as_consumer_group(now.wall_ms).ok();
-                    group.consumer = Some(restored);
+                Ok(mut restored) => {
+                    restored.set_state_since(now.wall_ms);
+                    group.restore_consumer(restored);
                     // What the log holds, strays included: the next write fixes any difference.
                     group.set_persisted(
                         records
@@ -226,7 +230,7 @@ impl GroupShard {
             else {
                 continue;
             };
-            self.group_or_new(&group, now.wall_ms).offsets.insert(
+            self.group_or_new(&group).offsets.committed.insert(
                 (topic, partition),
                 CommittedOffset {
                     value,
@@ -307,7 +311,7 @@ impl Shard for GroupShard {
                 continue;
             }
             let became_empty = group.tick(now.instant, now.wall_ms);
-            if let Some(consumer) = group.consumer.as_mut() {
+            if let Some(consumer) = group.consumer_mut() {
                 if let Some(job) = consumer.take_assignment_job(now.instant) {
                     work.push((group.id.clone(), job));
                 }
@@ -333,7 +337,7 @@ impl Shard for GroupShard {
         let Some(group) = self.groups.get_mut(&group_id) else {
             return;
         };
-        if let Some(consumer) = group.consumer.as_mut() {
+        if let Some(consumer) = group.consumer_mut() {
             consumer.finish_assignment(computed, now.instant);
             persist_in_background(log, group);
         }
@@ -403,12 +407,15 @@ pub(crate) fn persist_in_background(log: &ShardLog<'_>, group: &mut Group) {
 /// Stores a group's metadata without waiting (after it became Empty: a restart must not
 /// bring back members that left). A failure is logged; the next change stores it again.
 pub(crate) fn store_group(log: &ShardLog<'_>, group: &Group) {
+    let Some(classic) = group.classic() else {
+        return;
+    };
     let record = (
         RecordKey::Group {
             group: group.id.clone(),
         }
         .encode(),
-        Some(group.stored_value().encode()),
+        Some(classic.stored_value().encode()),
     );
     let group_id = group.id.clone();
     let stored = log.append_detached(vec![record], move |error| {

@@ -607,8 +607,9 @@ mod consumer_protocol {
 }
 
 /// Replay equals live state: after every operation of a random sequence (consumer-protocol
-/// joins, heartbeats, leaves, commits, offset deletes, group deletes and time passing), a
-/// coordinator loaded from the log alone describes every group as the live one does.
+/// joins, heartbeats and leaves, classic joins, syncs and leaves, commits, offset deletes,
+/// group deletes and time passing), a coordinator loaded from the log alone describes every
+/// group as the live one does, so groups that change protocol load as they were left.
 mod replay {
     use std::collections::{BTreeMap, HashMap};
 
@@ -627,6 +628,11 @@ mod replay {
         Beat { group: usize, member: usize },
         /// It leaves.
         Leave { group: usize, member: usize },
+        /// The group's classic member joins (again) and syncs. One at most: a second one's
+        /// join would wait for the first to rejoin.
+        ClassicJoin { group: usize },
+        /// The classic member leaves.
+        ClassicLeave { group: usize },
         /// A commit to the group from outside it (generation -1).
         Commit {
             group: usize,
@@ -648,6 +654,8 @@ mod replay {
             3 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Join { group, member }),
             4 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Beat { group, member }),
             1 => (group.clone(), member).prop_map(|(group, member)| Op::Leave { group, member }),
+            2 => group.clone().prop_map(|group| Op::ClassicJoin { group }),
+            1 => group.clone().prop_map(|group| Op::ClassicLeave { group }),
             2 => (group.clone(), 0..3i32, 0..1_000i64)
                 .prop_map(|(group, partition, offset)| Op::Commit { group, partition, offset }),
             1 => (group.clone(), 0..3i32).prop_map(|(group, partition)| Op::DeleteOffset { group, partition }),
@@ -656,10 +664,12 @@ mod replay {
         ]
     }
 
-    /// What a group shows: its consumer-protocol description and its committed offsets.
+    /// What a group shows: its consumer-protocol description, its classic one, and its
+    /// committed offsets.
     type Described = Vec<(
         &'static str,
         Result<Option<crate::ConsumerGroupDescription>, GroupError>,
+        Result<Option<crate::GroupSummary>, GroupError>,
         Vec<(String, i32, Option<i64>)>,
     )>;
 
@@ -673,7 +683,12 @@ mod replay {
                     .into_iter()
                     .map(|(topic, partition, value)| (topic, partition, value.map(|v| v.offset)))
                     .collect();
-                (group, coordinator.describe_consumer_group(group), offsets)
+                (
+                    group,
+                    coordinator.describe_consumer_group(group),
+                    coordinator.describe_group(group),
+                    offsets,
+                )
             })
             .collect()
     }
@@ -691,6 +706,8 @@ mod replay {
         });
         // What each member believes: its epoch and the partitions it owns.
         let mut members: HashMap<(usize, usize), (i32, TopicPartitions)> = HashMap::new();
+        // The member id of each group's classic member.
+        let mut classic: HashMap<usize, String> = HashMap::new();
         for (step, op) in ops.into_iter().enumerate() {
             match op.clone() {
                 Op::Join { group, member }
@@ -744,6 +761,18 @@ mod replay {
                         }
                     }
                 }
+                Op::ClassicJoin { group } => {
+                    let id = classic.get(&group).cloned().unwrap_or_default();
+                    match classic_join_and_sync(&live, GROUPS[group], id).await {
+                        Some(id) => classic.insert(group, id),
+                        None => classic.remove(&group),
+                    };
+                }
+                Op::ClassicLeave { group } => {
+                    if let Some(id) = classic.remove(&group) {
+                        let _ = live.leave_group(GROUPS[group], &[(id, None)]);
+                    }
+                }
                 Op::Commit {
                     group,
                     partition,
@@ -781,6 +810,50 @@ mod replay {
                 "after step {step} ({op:?}), a coordinator loaded from the log differs"
             );
         }
+    }
+
+    /// A classic member (`member_id` empty: a new one) joins a group it is alone in, which
+    /// completes the join at once, and syncs its assignment as the leader. Its member id, if
+    /// the join let it in.
+    async fn classic_join_and_sync(
+        coordinator: &GroupCoordinator,
+        group: &str,
+        member_id: String,
+    ) -> Option<String> {
+        let joined = coordinator
+            .join_group(
+                group,
+                JoinRequest {
+                    member_id,
+                    group_instance_id: None,
+                    client_id: "c".into(),
+                    client_host: "/h".into(),
+                    session_timeout_ms: 10_000,
+                    rebalance_timeout_ms: 10_000,
+                    protocol_type: "consumer".into(),
+                    protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+                    require_known_member_id: false,
+                },
+            )
+            .await;
+        if joined.error.is_some() {
+            return None;
+        }
+        let assignment = Bytes::from(format!("generation {}", joined.generation));
+        let _ = coordinator
+            .sync_group(
+                group,
+                SyncRequest {
+                    member_id: &joined.member_id,
+                    instance_id: None,
+                    generation: joined.generation,
+                    protocol_type: Some("consumer"),
+                    protocol_name: Some("range"),
+                    assignments: vec![(joined.member_id.clone(), assignment)],
+                },
+            )
+            .await;
+        Some(joined.member_id)
     }
 
     proptest! {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::records::{ConsumerKey, RecordKey};
 
-use super::Group;
+use super::{Group, Membership};
 
 /// A record's key and value, encoded.
 type EncodedRecord = (Vec<u8>, Vec<u8>);
@@ -52,9 +52,11 @@ impl Group {
     /// call, unless the log may differ elsewhere (after a load or a failed append).
     pub fn consumer_changes(&mut self) -> Vec<RecordChange> {
         let rewrite_all = std::mem::take(&mut self.rewrite_all);
-        let (current, maybe_gone): (Vec<EncodedRecord>, Vec<Vec<u8>>) = match &mut self.consumer {
-            None => (Vec::new(), self.persisted.keys().cloned().collect()),
-            Some(consumer) => {
+        let (current, maybe_gone): (Vec<EncodedRecord>, Vec<Vec<u8>>) = match &mut self.membership {
+            Membership::Empty | Membership::Classic(_) => {
+                (Vec::new(), self.persisted.keys().cloned().collect())
+            }
+            Membership::Consumer(consumer) => {
                 let changed = consumer.take_changed();
                 let records = if rewrite_all {
                     consumer.records(&self.id)

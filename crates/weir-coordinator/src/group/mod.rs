@@ -1,233 +1,43 @@
-//! One consumer group: under the classic protocol its members, generations and the rebalance
-//! state machine (Empty → PreparingRebalance → CompletingRebalance → Stable); under the
-//! consumer group protocol its [`ConsumerGroup`] membership instead; committed offsets under
-//! either. An empty group of one protocol becomes a group of the other when a member of
-//! that protocol joins; a non-empty one refuses the other protocol's members.
+//! One consumer group: its membership under one protocol or none, and its committed offsets.
+//! A group without members of either protocol becomes a group of the protocol whose member
+//! joins; one with members refuses the other protocol's members, as Kafka does.
 //!
-//! Everything here is synchronous and takes the time as an argument, so the state machine is
-//! tested without a clock or a log. Waiting members hold a `oneshot` sender: a JoinGroup or
-//! SyncGroup request is answered by sending on it, from whichever call completes the step.
+//! Everything here is synchronous and takes the time as an argument, so the state machines
+//! are tested without a clock or a log.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 
-use crate::consumer_group::ConsumerGroup;
-use crate::limits::{millis, GroupLimits};
-use crate::records::{GroupValue, OffsetValue, StoredMember};
+use crate::consumer_group::{ConsumerGroup, ConsumerHeartbeat, HeartbeatReply, TopicCatalog};
+use crate::limits::{ConsumerGroupSettings, GroupLimits};
+use crate::records::GroupValue;
 use crate::state::GroupState;
 use crate::GroupError;
 
+mod classic;
 mod consumer_records;
+mod offsets;
 
+pub use classic::{
+    ClassicGroup, JoinOutcome, JoinRequest, JoinedMember, MemberDescription, Step, SyncAssignment,
+    SyncOutcome, SyncRequest,
+};
 pub use consumer_records::RecordChange;
+pub use offsets::{CommittedOffset, Offsets};
 
-/// What a JoinGroup asks for, decoded by the handler.
-#[derive(Debug, Clone)]
-pub struct JoinRequest {
-    /// The member id the client holds, or empty on its first join.
-    pub member_id: String,
-    /// `group.instance.id` of a static member.
-    pub group_instance_id: Option<String>,
-    /// The client's `client.id`.
-    pub client_id: String,
-    /// The client's address.
-    pub client_host: String,
-    /// Session timeout.
-    pub session_timeout_ms: i32,
-    /// Rebalance timeout (v0: the session timeout).
-    pub rebalance_timeout_ms: i32,
-    /// `consumer`, `connect`, …
-    pub protocol_type: String,
-    /// Supported protocols (assignors) in preference order, with their metadata.
-    pub protocols: Vec<(String, Bytes)>,
-    /// v4+: a new dynamic member first gets its id with MEMBER_ID_REQUIRED (KIP-394).
-    pub require_known_member_id: bool,
-}
-
-/// A member as the leader sees it in the JoinGroup response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinedMember {
-    /// Member id.
-    pub member_id: String,
-    /// `group.instance.id` of a static member.
-    pub group_instance_id: Option<String>,
-    /// Its metadata for the chosen protocol.
-    pub metadata: Bytes,
-}
-
-/// The answer to a JoinGroup.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinOutcome {
-    /// Why the join failed, if it did. MEMBER_ID_REQUIRED carries the new member id.
-    pub error: Option<GroupError>,
-    /// Generation of the completed rebalance, or -1.
-    pub generation: i32,
-    /// The group's protocol type.
-    pub protocol_type: Option<String>,
-    /// The chosen protocol.
-    pub protocol_name: Option<String>,
-    /// The leader's member id.
-    pub leader: String,
-    /// This member's id.
-    pub member_id: String,
-    /// Every member with its metadata: filled only for the leader.
-    pub members: Vec<JoinedMember>,
-}
-
-impl JoinOutcome {
-    /// A failed join: no generation, no members.
-    pub(crate) fn failed(error: GroupError, member_id: &str) -> JoinOutcome {
-        JoinOutcome {
-            error: Some(error),
-            generation: -1,
-            protocol_type: None,
-            protocol_name: None,
-            leader: String::new(),
-            member_id: member_id.to_string(),
-            members: Vec::new(),
-        }
-    }
-}
-
-/// What a SyncGroup asks for, decoded by the handler.
-#[derive(Debug, Clone)]
-pub struct SyncRequest<'a> {
-    /// The member's id.
-    pub member_id: &'a str,
-    /// `group.instance.id` of a static member.
-    pub instance_id: Option<&'a str>,
-    /// The generation the member joined.
-    pub generation: i32,
-    /// Protocol type the member expects (v5+), checked against the group's.
-    pub protocol_type: Option<&'a str>,
-    /// Protocol the member expects (v5+), checked against the group's.
-    pub protocol_name: Option<&'a str>,
-    /// The leader's assignment per member id (empty from followers).
-    pub assignments: Vec<(String, Bytes)>,
-}
-
-/// The answer to a SyncGroup: the member's assignment, or why there is none.
-pub type SyncOutcome = Result<SyncAssignment, GroupError>;
-
-/// A member's assignment with the protocol it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncAssignment {
-    /// The group's protocol type.
-    pub protocol_type: Option<String>,
-    /// The chosen protocol.
-    pub protocol_name: Option<String>,
-    /// The assignment bytes, opaque to the coordinator.
-    pub assignment: Bytes,
-}
-
-/// What the coordinator does after a JoinGroup or SyncGroup reached the group.
-pub enum Step<T> {
-    /// Answer now.
-    Done(T),
-    /// Answer when the group completes the step.
-    Wait(oneshot::Receiver<T>),
-    /// Store the group's new metadata, then call [`Group::finish_sync`]; the answer follows on
-    /// the receiver.
-    Store(GroupValue, oneshot::Receiver<T>),
-}
-
-/// One member of a group.
-#[derive(Debug)]
-struct Member {
-    id: String,
-    instance_id: Option<String>,
-    client_id: String,
-    client_host: String,
-    session_timeout: Duration,
-    rebalance_timeout: Duration,
-    protocol_type: String,
-    protocols: Vec<(String, Bytes)>,
-    assignment: Bytes,
-    /// Session expiry: pushed forward by heartbeats, joins and syncs.
-    expires: Instant,
-    join_waiter: Option<oneshot::Sender<JoinOutcome>>,
-    sync_waiter: Option<oneshot::Sender<SyncOutcome>>,
-    /// Sent a SyncGroup in the current generation.
-    synced: bool,
-}
-
-impl Member {
-    fn metadata_for(&self, protocol: &str) -> Bytes {
-        self.protocols
-            .iter()
-            .find(|(name, _)| name == protocol)
-            .map(|(_, metadata)| metadata.clone())
-            .unwrap_or_default()
-    }
-
-    fn supports(&self, protocol: &str) -> bool {
-        self.protocols.iter().any(|(name, _)| name == protocol)
-    }
-
-    /// Bytes this member's protocols and assignment hold.
-    fn metadata_bytes(&self) -> usize {
-        protocols_bytes(&self.protocols) + self.assignment.len()
-    }
-}
-
-/// A committed offset with the log offset of the record that holds it, so a commit that
-/// completes late never overwrites a newer one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommittedOffset {
-    /// What was committed.
-    pub value: OffsetValue,
-    /// Offset of its record in `__consumer_offsets`.
-    pub record_offset: i64,
-}
-
-/// The bytes a join adds to what a group of `members` holds (its protocols, less what the
-/// member it replaces held), or why the group's bounds refuse it: the error, what it says, the
-/// bound.
-fn join_bytes(
-    members: &[Member],
-    request: &JoinRequest,
-    limits: &GroupLimits,
-) -> Result<usize, (GroupError, &'static str, usize)> {
-    let joining = protocols_bytes(&request.protocols);
-    if joining > limits.metadata.member_max_bytes {
-        return Err((
-            GroupError::InvalidRequest,
-            "the member's protocol metadata is over group.member.metadata.max.bytes",
-            limits.metadata.member_max_bytes,
-        ));
-    }
-    let (replaced, others): (Vec<&Member>, Vec<&Member>) = members.iter().partition(|m| {
-        m.id == request.member_id
-            || (request.group_instance_id.is_some() && m.instance_id == request.group_instance_id)
-    });
-    let others: usize = others.into_iter().map(Member::metadata_bytes).sum();
-    if others + joining > limits.metadata.group_max_bytes {
-        return Err((
-            GroupError::GroupMaxSizeReached,
-            "the group's members' metadata would be over group.metadata.max.bytes",
-            limits.metadata.group_max_bytes,
-        ));
-    }
-    let held: usize = replaced.into_iter().map(Member::metadata_bytes).sum();
-    Ok(joining.saturating_sub(held))
-}
-
-/// Bytes a member's protocols take: their names and metadata.
-fn protocols_bytes(protocols: &[(String, Bytes)]) -> usize {
-    protocols
-        .iter()
-        .map(|(name, metadata)| name.len() + metadata.len())
-        .sum()
-}
-
-/// A member id handed out with MEMBER_ID_REQUIRED, waiting for the client to join with it.
-#[derive(Debug)]
-struct PendingMember {
-    id: String,
-    expires: Instant,
+/// Who is in a group, and under which protocol.
+#[derive(Debug, Default)]
+pub enum Membership {
+    /// Nobody has joined: a group known by its committed offsets only.
+    #[default]
+    Empty,
+    /// Members of the classic protocol (JoinGroup, SyncGroup), or none since the last left.
+    Classic(ClassicGroup),
+    /// Members of the consumer group protocol (KIP-848), or none since the last left (boxed:
+    /// it is several times the size of the others).
+    Consumer(Box<ConsumerGroup>),
 }
 
 /// A consumer group.
@@ -235,35 +45,10 @@ struct PendingMember {
 pub struct Group {
     /// Group id.
     pub id: String,
-    state: GroupState,
-    protocol_type: Option<String>,
-    protocol: Option<String>,
-    generation: i32,
-    leader: Option<String>,
-    /// Members in the order they joined (the first becomes leader).
-    members: Vec<Member>,
-    pending: Vec<PendingMember>,
-    /// PreparingRebalance: when members that have not rejoined are dropped.
-    rebalance_deadline: Option<Instant>,
-    /// PreparingRebalance of a group that was empty: completion waits until then for more
-    /// members (`group.initial.rebalance.delay.ms`), never past `rebalance_deadline`.
-    initial_delay_until: Option<Instant>,
-    /// CompletingRebalance: when members that have not sent SyncGroup are dropped.
-    sync_deadline: Option<Instant>,
-    /// When the state last changed, ms since the epoch.
-    state_since_ms: i64,
-    /// `group.initial.rebalance.delay.ms`.
-    initial_delay: Duration,
-    /// Committed offsets by (topic, partition).
-    pub offsets: HashMap<(String, i32), CommittedOffset>,
-    /// Log offset of the newest tombstone written for a (topic, partition): a commit whose
-    /// record precedes it must not come back to memory (replay would delete it).
-    pub deleted_offsets: HashMap<(String, i32), i64>,
-    /// Commits appended and not yet durable: the group is neither expired nor deleted
-    /// meanwhile.
-    pub pending_commits: usize,
-    /// The membership of a consumer group protocol group; `None` for a classic group.
-    pub consumer: Option<ConsumerGroup>,
+    /// Its members.
+    pub membership: Membership,
+    /// Its committed offsets.
+    pub offsets: Offsets,
     /// The consumer group records last written for this group, by key: what the next write
     /// must change or tombstone.
     pub persisted: HashMap<Vec<u8>, Vec<u8>>,
@@ -275,138 +60,111 @@ pub struct Group {
 }
 
 impl Group {
-    /// A new, empty group.
-    pub fn new(id: String, limits: &GroupLimits, now_ms: i64) -> Group {
+    /// A new group without members or offsets.
+    pub fn new(id: String) -> Group {
         Group {
             id,
-            state: GroupState::Empty,
-            protocol_type: None,
-            protocol: None,
-            generation: 0,
-            leader: None,
-            members: Vec::new(),
-            pending: Vec::new(),
-            rebalance_deadline: None,
-            initial_delay_until: None,
-            sync_deadline: None,
-            state_since_ms: now_ms,
-            initial_delay: millis(limits.initial_rebalance_delay_ms),
-            offsets: HashMap::new(),
-            deleted_offsets: HashMap::new(),
-            pending_commits: 0,
-            consumer: None,
+            membership: Membership::Empty,
+            offsets: Offsets::default(),
             persisted: HashMap::new(),
             tombstone_classic: false,
             rewrite_all: false,
         }
     }
 
-    /// Rebuilds a group from its stored metadata (on load). The members are kept, their
-    /// sessions starting now; the group is Stable with its stored assignment, or Empty.
-    pub fn restore(&mut self, value: GroupValue, now: Instant) {
-        self.protocol_type = Some(value.protocol_type).filter(|t| !t.is_empty());
-        self.generation = value.generation;
-        self.protocol = value.protocol;
-        self.leader = value.leader;
-        self.state_since_ms = value.current_state_timestamp;
-        self.members = value
-            .members
-            .into_iter()
-            .map(|m| {
-                let session_timeout = millis(m.session_timeout_ms);
-                Member {
-                    protocols: vec![(self.protocol.clone().unwrap_or_default(), m.subscription)],
-                    id: m.member_id,
-                    instance_id: m.group_instance_id,
-                    client_id: m.client_id,
-                    client_host: m.client_host,
-                    session_timeout,
-                    rebalance_timeout: millis(m.rebalance_timeout_ms),
-                    protocol_type: self.protocol_type.clone().unwrap_or_default(),
-                    assignment: m.assignment,
-                    expires: now + session_timeout,
-                    join_waiter: None,
-                    sync_waiter: None,
-                    synced: true,
-                }
-            })
-            .collect();
-        self.state = if self.members.is_empty() {
-            GroupState::Empty
-        } else {
-            GroupState::Stable
-        };
-        self.rebalance_deadline = None;
-        self.initial_delay_until = None;
-        self.sync_deadline = None;
+    /// Rebuilds the classic membership from its stored metadata (on load).
+    pub fn restore(&mut self, value: GroupValue, limits: &GroupLimits, now: Instant) {
+        self.membership = Membership::Classic(ClassicGroup::restore(value, limits, now));
+    }
+
+    /// Installs a consumer group read from the log (on load): a classic group's stored
+    /// metadata left beside it is tombstoned by the next write.
+    pub fn restore_consumer(&mut self, consumer: ConsumerGroup) {
+        self.tombstone_classic = self
+            .classic()
+            .is_some_and(|classic| classic.protocol_type().is_some());
+        self.membership = Membership::Consumer(Box::new(consumer));
+    }
+
+    /// The classic membership, if the group is a classic group.
+    pub fn classic(&self) -> Option<&ClassicGroup> {
+        match &self.membership {
+            Membership::Classic(classic) => Some(classic),
+            _ => None,
+        }
+    }
+
+    /// The consumer-protocol membership, if the group is a consumer group.
+    pub fn consumer(&self) -> Option<&ConsumerGroup> {
+        match &self.membership {
+            Membership::Consumer(consumer) => Some(consumer),
+            _ => None,
+        }
+    }
+
+    /// The consumer-protocol membership, to change it, if the group is a consumer group.
+    pub fn consumer_mut(&mut self) -> Option<&mut ConsumerGroup> {
+        match &mut self.membership {
+            Membership::Consumer(consumer) => Some(consumer),
+            _ => None,
+        }
     }
 
     /// The group's state.
     pub fn state(&self) -> GroupState {
-        self.consumer
-            .as_ref()
-            .map_or(self.state, ConsumerGroup::state)
-    }
-
-    /// The consumer-protocol membership of this group, turning an empty classic group into a
-    /// consumer group; GROUP_ID_NOT_FOUND while classic members are in it, as Kafka answers.
-    pub fn as_consumer_group(&mut self, now_ms: i64) -> Result<&mut ConsumerGroup, GroupError> {
-        if self.consumer.is_none() {
-            if !self.has_no_members() {
-                return Err(GroupError::GroupIdNotFound);
-            }
-            self.tombstone_classic = self.protocol_type.is_some();
-            self.protocol_type = Some("consumer".to_string());
-            self.protocol = None;
-            self.state_since_ms = now_ms;
+        match &self.membership {
+            Membership::Empty => GroupState::Empty,
+            Membership::Classic(classic) => classic.state(),
+            Membership::Consumer(consumer) => consumer.state(),
         }
-        Ok(self.consumer.get_or_insert_with(ConsumerGroup::default))
     }
 
-    /// Undoes [`Group::as_consumer_group`] for a request that failed before changing
-    /// anything: the group is classic (and empty) again.
-    pub fn undo_consumer_group(&mut self, protocol_type: Option<String>) {
-        self.consumer = None;
-        self.protocol_type = protocol_type;
-        self.tombstone_classic = false;
-    }
-
-    /// The generation of the last completed rebalance.
+    /// The generation of a classic group's last completed rebalance (0 for other groups).
     pub fn generation(&self) -> i32 {
-        self.generation
+        self.classic().map_or(0, ClassicGroup::generation)
     }
 
-    /// When the group last changed state (ms since the epoch): for an Empty group, when it
-    /// became empty.
-    pub fn state_since_ms(&self) -> i64 {
-        self.state_since_ms
+    /// When a group that had members last changed state (ms since the epoch): for one
+    /// without members now, when it became empty. `None` for a group nobody ever joined,
+    /// whose offsets age from their commits.
+    pub fn state_since_ms(&self) -> Option<i64> {
+        match &self.membership {
+            Membership::Empty => None,
+            Membership::Classic(classic) => {
+                classic.protocol_type().map(|_| classic.state_since_ms())
+            }
+            Membership::Consumer(consumer) => Some(consumer.state_since_ms()),
+        }
     }
 
-    /// The protocol type (`consumer` for Kafka consumers and consumer-protocol groups), once a
-    /// member has joined.
+    /// The protocol type: `consumer` for a consumer group, a classic group's once a member
+    /// has joined it.
     pub fn protocol_type(&self) -> Option<&str> {
-        self.protocol_type.as_deref()
+        match &self.membership {
+            Membership::Empty => None,
+            Membership::Classic(classic) => classic.protocol_type(),
+            Membership::Consumer(_) => Some("consumer"),
+        }
     }
 
-    /// The chosen protocol (assignor).
+    /// A classic group's chosen protocol (assignor).
     pub fn protocol(&self) -> Option<&str> {
-        self.protocol.as_deref()
+        self.classic().and_then(ClassicGroup::protocol)
     }
 
-    /// The longest rebalance timeout of the members: how long a rebalance waits for them.
+    /// The longest rebalance timeout of a classic group's members.
     pub fn rebalance_timeout(&self) -> Duration {
-        self.members
-            .iter()
-            .map(|m| m.rebalance_timeout)
-            .max()
-            .unwrap_or_default()
+        self.classic()
+            .map_or(Duration::ZERO, ClassicGroup::rebalance_timeout)
     }
 
     /// True when the group has neither members nor pending joins, of either protocol.
     pub fn has_no_members(&self) -> bool {
-        self.members.is_empty()
-            && self.pending.is_empty()
-            && self.consumer.as_ref().is_none_or(ConsumerGroup::is_empty)
+        match &self.membership {
+            Membership::Empty => true,
+            Membership::Classic(classic) => classic.has_no_members(),
+            Membership::Consumer(consumer) => consumer.is_empty(),
+        }
     }
 
     /// True when the log holds nothing of the group (no members, committed offsets, stored
@@ -415,145 +173,29 @@ impl Group {
     pub fn leaves_no_trace(&self) -> bool {
         self.has_no_members()
             && self.offsets.is_empty()
-            && self.pending_commits == 0
-            && self.protocol_type.is_none()
+            && self.protocol_type().is_none()
             && self.persisted.is_empty()
     }
 
     /// Bytes of member metadata the group holds: classic members' protocols and
     /// assignments, consumer-protocol members' subscriptions.
     pub fn metadata_bytes(&self) -> usize {
-        self.members
-            .iter()
-            .map(Member::metadata_bytes)
-            .sum::<usize>()
-            + self
-                .consumer
-                .as_ref()
-                .map_or(0, ConsumerGroup::subscription_bytes)
-    }
-
-    /// Applies a durable commit unless a newer commit or tombstone of the same partition is
-    /// already in the log.
-    pub fn apply_commit(&mut self, key: (String, i32), value: OffsetValue, record_offset: i64) {
-        let newer_commit = self
-            .offsets
-            .get(&key)
-            .is_some_and(|c| c.record_offset >= record_offset);
-        let newer_delete = self
-            .deleted_offsets
-            .get(&key)
-            .is_some_and(|&t| t >= record_offset);
-        if !(newer_commit || newer_delete) {
-            self.deleted_offsets.remove(&key);
-            self.offsets.insert(
-                key,
-                CommittedOffset {
-                    value,
-                    record_offset,
-                },
-            );
+        match &self.membership {
+            Membership::Empty => 0,
+            Membership::Classic(classic) => classic.metadata_bytes(),
+            Membership::Consumer(consumer) => consumer.subscription_bytes(),
         }
     }
 
-    /// Applies a durable tombstone at `record_offset`: the offset goes unless a newer commit
-    /// of it is already in the log.
-    pub fn apply_delete(&mut self, key: (String, i32), record_offset: i64) {
-        if self
-            .offsets
-            .get(&key)
-            .is_some_and(|c| c.record_offset < record_offset)
-        {
-            self.offsets.remove(&key);
-        }
-        let newest = self.deleted_offsets.entry(key).or_insert(record_offset);
-        *newest = (*newest).max(record_offset);
-    }
-
-    /// What DescribeGroups shows of each member: id, instance id, client id, host, metadata
-    /// for the chosen protocol, assignment.
+    /// What DescribeGroups shows of a classic group's members.
     pub fn describe_members(&self) -> Vec<MemberDescription> {
-        let protocol = self.protocol.as_deref().unwrap_or_default();
-        self.members
-            .iter()
-            .map(|m| MemberDescription {
-                member_id: m.id.clone(),
-                group_instance_id: m.instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                metadata: m.metadata_for(protocol),
-                assignment: m.assignment.clone(),
-            })
-            .collect()
+        self.classic()
+            .map(ClassicGroup::describe_members)
+            .unwrap_or_default()
     }
 
-    /// The group's metadata as stored after a rebalance.
-    pub fn stored_value(&self) -> GroupValue {
-        let protocol = self.protocol.as_deref().unwrap_or_default();
-        GroupValue {
-            protocol_type: self.protocol_type.clone().unwrap_or_default(),
-            generation: self.generation,
-            protocol: self.protocol.clone(),
-            leader: self.leader.clone(),
-            current_state_timestamp: self.state_since_ms,
-            members: self
-                .members
-                .iter()
-                .map(|m| StoredMember {
-                    member_id: m.id.clone(),
-                    group_instance_id: m.instance_id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    rebalance_timeout_ms: duration_ms(m.rebalance_timeout),
-                    session_timeout_ms: duration_ms(m.session_timeout),
-                    subscription: m.metadata_for(protocol),
-                    assignment: m.assignment.clone(),
-                })
-                .collect(),
-        }
-    }
-
-    /// Notes that the group's state changed at `now_ms` (a consumer group that became empty
-    /// or got its first member), for offset retention.
-    pub fn touch_state(&mut self, now_ms: i64) {
-        self.state_since_ms = now_ms;
-    }
-
-    fn set_state(&mut self, state: GroupState, now_ms: i64) {
-        self.state = state;
-        self.state_since_ms = now_ms;
-    }
-
-    fn member_index(&self, member_id: &str) -> Option<usize> {
-        self.members.iter().position(|m| m.id == member_id)
-    }
-
-    fn static_member_index(&self, instance_id: &str) -> Option<usize> {
-        self.members
-            .iter()
-            .position(|m| m.instance_id.as_deref() == Some(instance_id))
-    }
-
-    /// Checks a request's member against the group: a static member's instance id must map to
-    /// that member id (else FENCED_INSTANCE_ID), a member id must be known.
-    fn known_member(
-        &self,
-        member_id: &str,
-        instance_id: Option<&str>,
-    ) -> Result<usize, GroupError> {
-        if let Some(instance) = instance_id {
-            if let Some(index) = self.static_member_index(instance) {
-                if self.members[index].id != member_id {
-                    return Err(GroupError::FencedInstanceId);
-                }
-                return Ok(index);
-            }
-        }
-        self.member_index(member_id)
-            .ok_or(GroupError::UnknownMemberId)
-    }
-
-    /// Handles a JoinGroup (Kafka's classic-protocol rules; see the module docs).
+    /// Handles a JoinGroup. A group without members becomes a classic group; one with
+    /// consumer-protocol members refuses it (INCONSISTENT_GROUP_PROTOCOL).
     pub fn join(
         &mut self,
         request: JoinRequest,
@@ -561,70 +203,21 @@ impl Group {
         now: Instant,
         now_ms: i64,
     ) -> Step<JoinOutcome> {
-        let done = |error: GroupError| Step::Done(JoinOutcome::failed(error, &request.member_id));
-        if request.session_timeout_ms < limits.session_timeout_min_ms
-            || request.session_timeout_ms > limits.session_timeout_max_ms
-        {
-            return done(GroupError::InvalidSessionTimeout);
+        let refused = |error| Step::Done(JoinOutcome::failed(error, &request.member_id));
+        if let Err(error) = ClassicGroup::check_join(self.classic(), &self.id, &request, limits) {
+            return refused(error);
         }
-        if request.protocol_type.is_empty() || request.protocols.is_empty() {
-            return done(GroupError::InconsistentGroupProtocol);
-        }
-        if let Err(error) = self.check_join_bytes(&request, limits) {
-            return done(error);
-        }
-        if let Some(consumer) = &self.consumer {
-            if !consumer.is_empty() {
-                return done(GroupError::InconsistentGroupProtocol);
+        let mut classic = match std::mem::take(&mut self.membership) {
+            Membership::Classic(classic) => classic,
+            Membership::Consumer(consumer) if !consumer.is_empty() => {
+                self.membership = Membership::Consumer(consumer);
+                return refused(GroupError::InconsistentGroupProtocol);
             }
-            self.consumer = None;
-            self.protocol_type = None;
-        }
-        if !self.members.is_empty() && !self.accepts_protocols(&request) {
-            return done(GroupError::InconsistentGroupProtocol);
-        }
-        if request.member_id.is_empty() {
-            return self.join_new_member(request, limits, now, now_ms);
-        }
-        if let Some(position) = self.pending.iter().position(|p| p.id == request.member_id) {
-            if self.members.len() >= limits.max_size {
-                return done(GroupError::GroupMaxSizeReached);
-            }
-            self.pending.remove(position);
-            let member_id = request.member_id.clone();
-            return self.add_member_and_rebalance(member_id, request, now, now_ms);
-        }
-        let index =
-            match self.known_member(&request.member_id, request.group_instance_id.as_deref()) {
-                Ok(index) => index,
-                Err(error) => return done(error),
-            };
-        self.rejoin(index, request, now, now_ms)
-    }
-
-    /// A member's protocols over `group.member.metadata.max.bytes` are INVALID_REQUEST; a join
-    /// that would take the group's protocols and assignments over `group.metadata.max.bytes`
-    /// is GROUP_MAX_SIZE_REACHED. The bytes of the member it replaces (the same member id, or
-    /// the same static instance) do not count. Either refusal is logged with the figures,
-    /// since JoinGroup has no error message.
-    fn check_join_bytes(
-        &self,
-        request: &JoinRequest,
-        limits: &GroupLimits,
-    ) -> Result<(), GroupError> {
-        let Err((error, what, limit)) = join_bytes(&self.members, request, limits) else {
-            return Ok(());
+            Membership::Empty | Membership::Consumer(_) => ClassicGroup::new(limits, now_ms),
         };
-        tracing::warn!(
-            target: "weir::groups",
-            group = %self.id,
-            client_id = %request.client_id,
-            client_host = %request.client_host,
-            bytes = protocols_bytes(&request.protocols),
-            limit,
-            "JoinGroup refused ({error}): {what}"
-        );
-        Err(error)
+        let step = classic.join(request, limits, now, now_ms);
+        self.membership = Membership::Classic(classic);
+        step
     }
 
     /// The bytes a join would add to what `group` holds (`None`: a group the join would
@@ -634,407 +227,20 @@ impl Group {
         request: &JoinRequest,
         limits: &GroupLimits,
     ) -> Option<usize> {
-        join_bytes(group.map_or(&[][..], |g| &g.members), request, limits).ok()
+        ClassicGroup::join_adds_bytes(group.and_then(Group::classic), request, limits)
     }
 
-    /// Same protocol type as the group, and one protocol every member (with this one) supports.
-    fn accepts_protocols(&self, request: &JoinRequest) -> bool {
-        if self
-            .protocol_type
-            .as_deref()
-            .is_some_and(|t| t != request.protocol_type)
-        {
-            return false;
-        }
-        request.protocols.iter().any(|(name, _)| {
-            self.members
-                .iter()
-                .filter(|m| m.id != request.member_id)
-                .all(|m| m.supports(name))
-        })
-    }
-
-    fn join_new_member(
-        &mut self,
-        request: JoinRequest,
-        limits: &GroupLimits,
-        now: Instant,
-        now_ms: i64,
-    ) -> Step<JoinOutcome> {
-        let prefix = request
-            .group_instance_id
-            .clone()
-            .unwrap_or_else(|| request.client_id.clone());
-        let member_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
-        if let Some(instance) = request.group_instance_id.clone() {
-            if let Some(index) = self.static_member_index(&instance) {
-                return self.replace_static_member(index, member_id, request, now, now_ms);
-            }
-        } else if request.require_known_member_id {
-            if self.members.len() + self.pending.len() >= limits.max_size {
-                return Step::Done(JoinOutcome::failed(GroupError::GroupMaxSizeReached, ""));
-            }
-            self.pending.push(PendingMember {
-                id: member_id.clone(),
-                expires: now + millis(request.session_timeout_ms),
-            });
-            return Step::Done(JoinOutcome::failed(
-                GroupError::MemberIdRequired,
-                &member_id,
-            ));
-        }
-        if self.members.len() >= limits.max_size {
-            return Step::Done(JoinOutcome::failed(GroupError::GroupMaxSizeReached, ""));
-        }
-        self.add_member_and_rebalance(member_id, request, now, now_ms)
-    }
-
-    fn add_member_and_rebalance(
-        &mut self,
-        member_id: String,
-        request: JoinRequest,
-        now: Instant,
-        now_ms: i64,
-    ) -> Step<JoinOutcome> {
-        let (tx, rx) = oneshot::channel();
-        let session_timeout = millis(request.session_timeout_ms);
-        let was_empty = self.members.is_empty();
-        self.protocol_type
-            .get_or_insert_with(|| request.protocol_type.clone());
-        self.members.push(Member {
-            id: member_id,
-            instance_id: request.group_instance_id,
-            client_id: request.client_id,
-            client_host: request.client_host,
-            session_timeout,
-            rebalance_timeout: millis(request.rebalance_timeout_ms),
-            protocol_type: request.protocol_type,
-            protocols: request.protocols,
-            assignment: Bytes::new(),
-            expires: now + session_timeout,
-            join_waiter: Some(tx),
-            sync_waiter: None,
-            synced: false,
-        });
-        if self.state == GroupState::PreparingRebalance {
-            if let Some(until) = self.initial_delay_until {
-                // Another member arrived during the initial delay: wait a little longer for
-                // the rest, never past the rebalance deadline.
-                let extended = now + self.initial_delay;
-                self.initial_delay_until =
-                    Some(extended.min(self.rebalance_deadline.unwrap_or(until)));
-            }
-        } else {
-            self.prepare_rebalance(was_empty, now, now_ms);
-        }
-        self.try_complete_join(now, now_ms);
-        Step::Wait(rx)
-    }
-
-    /// A static member rejoining with a new member id: the old id is fenced; in a Stable group
-    /// whose protocol would not change, no rebalance happens (KIP-345).
-    fn replace_static_member(
-        &mut self,
-        index: usize,
-        new_id: String,
-        request: JoinRequest,
-        now: Instant,
-        now_ms: i64,
-    ) -> Step<JoinOutcome> {
-        let old_leader = self.leader.clone().unwrap_or_default();
-        let member = &mut self.members[index];
-        if let Some(waiter) = member.join_waiter.take() {
-            let _ = waiter.send(JoinOutcome::failed(
-                GroupError::FencedInstanceId,
-                &member.id,
-            ));
-        }
-        if let Some(waiter) = member.sync_waiter.take() {
-            let _ = waiter.send(Err(GroupError::FencedInstanceId));
-        }
-        if self.leader.as_deref() == Some(member.id.as_str()) {
-            self.leader = Some(new_id.clone());
-        }
-        member.id = new_id.clone();
-        member.client_id = request.client_id.clone();
-        member.client_host = request.client_host.clone();
-        member.session_timeout = millis(request.session_timeout_ms);
-        member.rebalance_timeout = millis(request.rebalance_timeout_ms);
-        member.expires = now + member.session_timeout;
-        let unchanged = member.protocols == request.protocols;
-        member.protocols = request.protocols.clone();
-        match self.state {
-            GroupState::Stable if unchanged => Step::Done(JoinOutcome {
-                error: None,
-                generation: self.generation,
-                protocol_type: self.protocol_type.clone(),
-                protocol_name: self.protocol.clone(),
-                // The old leader id: the rejoining member must not think it leads and
-                // reassign a Stable group.
-                leader: old_leader,
-                member_id: new_id,
-                members: Vec::new(),
-            }),
-            _ => self.rejoin(index, request, now, now_ms),
-        }
-    }
-
-    fn rejoin(
-        &mut self,
-        index: usize,
-        request: JoinRequest,
-        now: Instant,
-        now_ms: i64,
-    ) -> Step<JoinOutcome> {
-        let is_leader = self.leader.as_deref() == Some(request.member_id.as_str());
-        let member = &mut self.members[index];
-        let unchanged = member.protocols == request.protocols;
-        member.session_timeout = millis(request.session_timeout_ms);
-        member.rebalance_timeout = millis(request.rebalance_timeout_ms);
-        member.expires = now + member.session_timeout;
-        member.protocols = request.protocols;
-        member.protocol_type = request.protocol_type;
-        match self.state {
-            GroupState::CompletingRebalance if unchanged => {
-                // The member missed the join response: send it again.
-                Step::Done(self.join_outcome(index))
-            }
-            GroupState::Stable if unchanged && !is_leader => Step::Done(self.join_outcome(index)),
-            GroupState::Empty => Step::Done(JoinOutcome::failed(
-                GroupError::UnknownMemberId,
-                &self.members[index].id,
-            )),
-            _ => {
-                let (tx, rx) = oneshot::channel();
-                if let Some(old) = self.members[index].join_waiter.replace(tx) {
-                    let _ = old.send(JoinOutcome::failed(
-                        GroupError::UnknownMemberId,
-                        &self.members[index].id,
-                    ));
-                }
-                if self.state != GroupState::PreparingRebalance {
-                    self.prepare_rebalance(false, now, now_ms);
-                }
-                self.try_complete_join(now, now_ms);
-                Step::Wait(rx)
-            }
-        }
-    }
-
-    /// Starts a rebalance: sync waiters of an unfinished one are told to rejoin, and members
-    /// get until the largest rebalance timeout to join.
-    fn prepare_rebalance(&mut self, from_empty: bool, now: Instant, now_ms: i64) {
-        if self.state == GroupState::CompletingRebalance {
-            for member in &mut self.members {
-                member.assignment = Bytes::new();
-                if let Some(waiter) = member.sync_waiter.take() {
-                    let _ = waiter.send(Err(GroupError::RebalanceInProgress));
-                }
-            }
-        }
-        let timeout = self.rebalance_timeout();
-        self.rebalance_deadline = Some(now + timeout);
-        self.initial_delay_until = (from_empty && !self.initial_delay.is_zero())
-            .then(|| (now + self.initial_delay).min(now + timeout));
-        self.sync_deadline = None;
-        self.set_state(GroupState::PreparingRebalance, now_ms);
-    }
-
-    /// Completes the join phase when every member has rejoined (and the initial delay is
-    /// over), or when the rebalance deadline passed: members that did not rejoin are removed.
-    /// Returns true when the group became Empty (its metadata should be stored).
-    fn try_complete_join(&mut self, now: Instant, now_ms: i64) -> bool {
-        if self.state != GroupState::PreparingRebalance {
-            return false;
-        }
-        let expired = self.rebalance_deadline.is_some_and(|d| now >= d);
-        let delaying = self.initial_delay_until.is_some_and(|d| now < d);
-        let all_joined =
-            self.pending.is_empty() && self.members.iter().all(|m| m.join_waiter.is_some());
-        if !expired && (delaying || !all_joined) {
-            return false;
-        }
-        if expired {
-            self.pending.clear();
-            self.members.retain(|m| m.join_waiter.is_some());
-        }
-        self.complete_join(now, now_ms)
-    }
-
-    fn complete_join(&mut self, now: Instant, now_ms: i64) -> bool {
-        self.generation = self.generation.wrapping_add(1).max(1);
-        self.rebalance_deadline = None;
-        self.initial_delay_until = None;
-        if self.members.is_empty() {
-            self.protocol = None;
-            self.leader = None;
-            self.set_state(GroupState::Empty, now_ms);
-            return true;
-        }
-        self.protocol = self.select_protocol();
-        if !self
-            .leader
-            .as_deref()
-            .is_some_and(|l| self.members.iter().any(|m| m.id == l))
-        {
-            self.leader = Some(self.members[0].id.clone());
-        }
-        self.set_state(GroupState::CompletingRebalance, now_ms);
-        self.sync_deadline = Some(now + self.rebalance_timeout());
-        for index in 0..self.members.len() {
-            let outcome = self.join_outcome(index);
-            let member = &mut self.members[index];
-            member.synced = false;
-            member.expires = now + member.session_timeout;
-            if let Some(waiter) = member.join_waiter.take() {
-                let _ = waiter.send(outcome);
-            }
-        }
-        false
-    }
-
-    /// The protocol every member supports with the most first-choice votes (ties: the
-    /// earliest member's preference).
-    fn select_protocol(&self) -> Option<String> {
-        let first = self.members.first()?;
-        let candidates: Vec<&str> = first
-            .protocols
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .filter(|name| self.members.iter().all(|m| m.supports(name)))
-            .collect();
-        let mut best: Option<(&str, usize)> = None;
-        for candidate in &candidates {
-            let votes = self
-                .members
-                .iter()
-                .filter(|m| {
-                    m.protocols
-                        .iter()
-                        .map(|(name, _)| name.as_str())
-                        .find(|name| candidates.contains(name))
-                        == Some(candidate)
-                })
-                .count();
-            if best.is_none_or(|(_, most)| votes > most) {
-                best = Some((candidate, votes));
-            }
-        }
-        best.map(|(name, _)| name.to_string())
-    }
-
-    fn join_outcome(&self, index: usize) -> JoinOutcome {
-        let member = &self.members[index];
-        let leader = self.leader.clone().unwrap_or_default();
-        let protocol = self.protocol.as_deref().unwrap_or_default();
-        let members = if leader == member.id {
-            self.members
-                .iter()
-                .map(|m| JoinedMember {
-                    member_id: m.id.clone(),
-                    group_instance_id: m.instance_id.clone(),
-                    metadata: m.metadata_for(protocol),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        JoinOutcome {
-            error: None,
-            generation: self.generation,
-            protocol_type: self.protocol_type.clone(),
-            protocol_name: self.protocol.clone(),
-            leader,
-            member_id: member.id.clone(),
-            members,
-        }
-    }
-
-    /// Handles a SyncGroup. The leader's assignment is stored before anyone gets theirs.
+    /// Handles a SyncGroup; UNKNOWN_MEMBER_ID unless the group is a classic group.
     pub fn sync(
         &mut self,
         request: SyncRequest<'_>,
         limits: &GroupLimits,
         now: Instant,
     ) -> Step<SyncOutcome> {
-        let SyncRequest {
-            member_id,
-            instance_id,
-            generation,
-            protocol_type,
-            protocol_name,
-            assignments,
-        } = request;
-        let index = match self.known_member(member_id, instance_id) {
-            Ok(index) => index,
-            Err(error) => return Step::Done(Err(error)),
-        };
-        if generation != self.generation {
-            return Step::Done(Err(GroupError::IllegalGeneration));
+        match &mut self.membership {
+            Membership::Classic(classic) => classic.sync(&self.id, request, limits, now),
+            _ => Step::Done(Err(GroupError::UnknownMemberId)),
         }
-        if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
-            || protocol_name.is_some_and(|p| Some(p) != self.protocol.as_deref())
-        {
-            return Step::Done(Err(GroupError::InconsistentGroupProtocol));
-        }
-        let assigning = self.state == GroupState::CompletingRebalance
-            && self.leader.as_deref() == Some(member_id);
-        if assigning {
-            if let Err(error) = self.check_assignment_bytes(&assignments, limits) {
-                return Step::Done(Err(error));
-            }
-        }
-        let member = &mut self.members[index];
-        member.expires = now + member.session_timeout;
-        match self.state {
-            // A classic group is never Assigning or Reconciling.
-            GroupState::Empty | GroupState::Assigning | GroupState::Reconciling => {
-                Step::Done(Err(GroupError::UnknownMemberId))
-            }
-            GroupState::PreparingRebalance => Step::Done(Err(GroupError::RebalanceInProgress)),
-            GroupState::Stable => Step::Done(Ok(self.assignment_of(index))),
-            GroupState::CompletingRebalance => {
-                let (tx, rx) = oneshot::channel();
-                let member = &mut self.members[index];
-                member.synced = true;
-                if let Some(old) = member.sync_waiter.replace(tx) {
-                    let _ = old.send(Err(GroupError::RebalanceInProgress));
-                }
-                if self.leader.as_deref() != Some(member_id) {
-                    return Step::Wait(rx);
-                }
-                let mut value = self.stored_value();
-                for stored in &mut value.members {
-                    stored.assignment = assignments
-                        .iter()
-                        .find(|(id, _)| *id == stored.member_id)
-                        .map(|(_, a)| a.clone())
-                        .unwrap_or_default();
-                }
-                Step::Store(value, rx)
-            }
-        }
-    }
-
-    /// The leader's assignments: each at most `group.member.metadata.max.bytes`, and with the
-    /// members' protocols at most `group.metadata.max.bytes`; otherwise INVALID_REQUEST (the
-    /// group rebalances when the rebalance times out, as after a leader that never synced).
-    fn check_assignment_bytes(
-        &self,
-        assignments: &[(String, Bytes)],
-        limits: &GroupLimits,
-    ) -> Result<(), GroupError> {
-        if self.assignment_bytes(assignments, limits).is_some() {
-            return Ok(());
-        }
-        tracing::warn!(
-            target: "weir::groups",
-            group = %self.id,
-            member_limit = limits.metadata.member_max_bytes,
-            group_limit = limits.metadata.group_max_bytes,
-            "SyncGroup refused (invalid request): the leader's assignment is over group.member.metadata.max.bytes or group.metadata.max.bytes"
-        );
-        Err(GroupError::InvalidRequest)
     }
 
     /// The bytes a leader's assignments take, or `None` when the group's bounds refuse them.
@@ -1043,28 +249,10 @@ impl Group {
         assignments: &[(String, Bytes)],
         limits: &GroupLimits,
     ) -> Option<usize> {
-        let largest = assignments.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
-        let assigned: usize = assignments.iter().map(|(_, a)| a.len()).sum();
-        let protocols: usize = self
-            .members
-            .iter()
-            .map(|m| protocols_bytes(&m.protocols))
-            .sum();
-        (largest <= limits.metadata.member_max_bytes
-            && protocols + assigned <= limits.metadata.group_max_bytes)
-            .then_some(assigned)
+        ClassicGroup::assignment_bytes(self.classic(), assignments, limits)
     }
 
-    fn assignment_of(&self, index: usize) -> SyncAssignment {
-        SyncAssignment {
-            protocol_type: self.protocol_type.clone(),
-            protocol_name: self.protocol.clone(),
-            assignment: self.members[index].assignment.clone(),
-        }
-    }
-
-    /// The leader's assignment was stored (or not): hand every waiting member its part and
-    /// become Stable, or tell them to rejoin. Ignored when the group moved on meanwhile.
+    /// The leader's assignment was stored (or not); see [`ClassicGroup::finish_sync`].
     pub fn finish_sync(
         &mut self,
         generation: i32,
@@ -1072,37 +260,12 @@ impl Group {
         now: Instant,
         now_ms: i64,
     ) {
-        if self.state != GroupState::CompletingRebalance || self.generation != generation {
-            return;
-        }
-        match stored {
-            Ok(value) => {
-                for member in &mut self.members {
-                    if let Some(stored) = value.members.iter().find(|s| s.member_id == member.id) {
-                        member.assignment = stored.assignment.clone();
-                    }
-                }
-                self.sync_deadline = None;
-                self.set_state(GroupState::Stable, now_ms);
-                for index in 0..self.members.len() {
-                    let assignment = self.assignment_of(index);
-                    if let Some(waiter) = self.members[index].sync_waiter.take() {
-                        let _ = waiter.send(Ok(assignment));
-                    }
-                }
-            }
-            Err(error) => {
-                for member in &mut self.members {
-                    if let Some(waiter) = member.sync_waiter.take() {
-                        let _ = waiter.send(Err(error));
-                    }
-                }
-                self.prepare_rebalance(false, now, now_ms);
-            }
+        if let Membership::Classic(classic) = &mut self.membership {
+            classic.finish_sync(generation, stored, now, now_ms);
         }
     }
 
-    /// Handles a Heartbeat: keeps the session alive and tells the member whether to rejoin.
+    /// Handles a Heartbeat; UNKNOWN_MEMBER_ID unless the group is a classic group.
     pub fn heartbeat(
         &mut self,
         member_id: &str,
@@ -1110,23 +273,15 @@ impl Group {
         generation: i32,
         now: Instant,
     ) -> Result<(), GroupError> {
-        let index = self.known_member(member_id, instance_id)?;
-        if generation != self.generation {
-            return Err(GroupError::IllegalGeneration);
-        }
-        let member = &mut self.members[index];
-        member.expires = now + member.session_timeout;
-        match self.state {
-            GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
-            GroupState::CompletingRebalance | GroupState::Stable => Ok(()),
-            GroupState::Empty | GroupState::Assigning | GroupState::Reconciling => {
-                Err(GroupError::UnknownMemberId)
+        match &mut self.membership {
+            Membership::Classic(classic) => {
+                classic.heartbeat(member_id, instance_id, generation, now)
             }
+            _ => Err(GroupError::UnknownMemberId),
         }
     }
 
-    /// Handles one member of a LeaveGroup (by member id, or by instance id for a static
-    /// member). Returns true when the group became Empty.
+    /// Handles one member of a LeaveGroup. Returns true when the group became Empty.
     pub fn leave(
         &mut self,
         member_id: &str,
@@ -1134,116 +289,79 @@ impl Group {
         now: Instant,
         now_ms: i64,
     ) -> Result<bool, GroupError> {
-        if instance_id.is_none() {
-            if let Some(position) = self.pending.iter().position(|p| p.id == member_id) {
-                self.pending.remove(position);
-                return Ok(self.try_complete_join(now, now_ms));
-            }
+        match &mut self.membership {
+            Membership::Classic(classic) => classic.leave(member_id, instance_id, now, now_ms),
+            _ => Err(GroupError::UnknownMemberId),
         }
-        let index = match instance_id {
-            Some(instance) => {
-                let index = self
-                    .static_member_index(instance)
-                    .ok_or(GroupError::UnknownMemberId)?;
-                if !member_id.is_empty() && self.members[index].id != member_id {
-                    return Err(GroupError::FencedInstanceId);
-                }
-                index
+    }
+
+    /// A ConsumerGroupHeartbeat. A group without members becomes a consumer group first;
+    /// one with classic members answers GROUP_ID_NOT_FOUND, as Kafka does. A refused
+    /// heartbeat leaves a group that was not a consumer group as it was.
+    pub fn consumer_heartbeat(
+        &mut self,
+        request: ConsumerHeartbeat,
+        catalog: &dyn TopicCatalog,
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+        now_ms: i64,
+    ) -> Result<HeartbeatReply, GroupError> {
+        let (mut consumer, previous) = match std::mem::take(&mut self.membership) {
+            Membership::Consumer(consumer) => (consumer, None),
+            Membership::Classic(classic) if !classic.has_no_members() => {
+                self.membership = Membership::Classic(classic);
+                return Err(GroupError::GroupIdNotFound);
             }
-            None => self
-                .member_index(member_id)
-                .ok_or(GroupError::UnknownMemberId)?,
+            previous => (Box::new(ConsumerGroup::new(now_ms)), Some(previous)),
         };
-        Ok(self.remove_member(index, now, now_ms))
-    }
-
-    /// Removes a member (left, or its session expired) and rebalances the rest.
-    fn remove_member(&mut self, index: usize, now: Instant, now_ms: i64) -> bool {
-        let member = self.members.remove(index);
-        if let Some(waiter) = member.join_waiter {
-            let _ = waiter.send(JoinOutcome::failed(GroupError::UnknownMemberId, &member.id));
-        }
-        if let Some(waiter) = member.sync_waiter {
-            let _ = waiter.send(Err(GroupError::UnknownMemberId));
-        }
-        match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance => {
-                self.prepare_rebalance(false, now, now_ms);
-                self.try_complete_join(now, now_ms)
+        let was_empty = consumer.is_empty();
+        let reply = consumer.heartbeat(&self.id, request, catalog, settings, now);
+        match previous {
+            Some(previous) if reply.is_err() => {
+                self.membership = previous;
+                return reply;
             }
-            GroupState::PreparingRebalance => self.try_complete_join(now, now_ms),
-            GroupState::Empty | GroupState::Assigning | GroupState::Reconciling => false,
+            Some(Membership::Classic(classic)) => {
+                self.tombstone_classic = classic.protocol_type().is_some();
+            }
+            _ => {}
         }
+        if consumer.is_empty() != was_empty {
+            consumer.set_state_since(now_ms);
+        }
+        self.membership = Membership::Consumer(consumer);
+        reply
     }
 
-    /// Applies the passing of time: pending member ids and sessions expire, rebalances whose
-    /// deadline passed complete without the members that did not rejoin, members that never
-    /// synced are dropped. Returns true when the group became Empty.
+    /// Applies the passing of time to the membership. Returns true when the group became
+    /// Empty.
     pub fn tick(&mut self, now: Instant, now_ms: i64) -> bool {
-        if let Some(consumer) = &mut self.consumer {
-            let emptied = consumer.tick(&self.id, now);
-            if emptied {
-                self.state_since_ms = now_ms;
-            }
-            return emptied;
-        }
-        let pending_before = self.pending.len();
-        self.pending.retain(|p| p.expires > now);
-        let mut became_empty = false;
-        if self.pending.len() != pending_before {
-            became_empty |= self.try_complete_join(now, now_ms);
-        }
-        // Members waiting for a join response are kept alive by the rebalance deadline; the
-        // others need heartbeats.
-        while let Some(index) = self
-            .members
-            .iter()
-            .position(|m| m.join_waiter.is_none() && m.sync_waiter.is_none() && m.expires <= now)
-        {
-            tracing::info!(target: "weir::groups", group = %self.id, member = %self.members[index].id, "session expired; removing the member");
-            became_empty |= self.remove_member(index, now, now_ms);
-        }
-        if self.state == GroupState::CompletingRebalance
-            && self.sync_deadline.is_some_and(|d| now >= d)
-        {
-            while let Some(index) = self.members.iter().position(|m| !m.synced) {
-                tracing::info!(target: "weir::groups", group = %self.id, member = %self.members[index].id, "no SyncGroup within the rebalance timeout; removing the member");
-                became_empty |= self.remove_member(index, now, now_ms);
-                if self.state != GroupState::CompletingRebalance {
-                    break;
+        match &mut self.membership {
+            Membership::Empty => false,
+            Membership::Classic(classic) => classic.tick(&self.id, now, now_ms),
+            Membership::Consumer(consumer) => {
+                let emptied = consumer.tick(&self.id, now);
+                if emptied {
+                    consumer.set_state_since(now_ms);
                 }
+                emptied
             }
         }
-        became_empty | self.try_complete_join(now, now_ms)
     }
 
     /// The next moment [`Group::tick`] has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        if let Some(consumer) = &self.consumer {
-            return consumer.next_deadline();
+        match &self.membership {
+            Membership::Empty => None,
+            Membership::Classic(classic) => classic.next_deadline(),
+            Membership::Consumer(consumer) => consumer.next_deadline(),
         }
-        let members = self
-            .members
-            .iter()
-            .filter(|m| m.join_waiter.is_none() && m.sync_waiter.is_none())
-            .map(|m| m.expires);
-        let pending = self.pending.iter().map(|p| p.expires);
-        let phase = [
-            self.rebalance_deadline,
-            self.initial_delay_until,
-            self.sync_deadline,
-        ];
-        members
-            .chain(pending)
-            .chain(phase.into_iter().flatten())
-            .min()
     }
 
-    /// Checks that an OffsetCommit (of request `version`) may be applied: a commit with
-    /// generation -1 (from a client that is not a group member: admin tools, `assign()`
-    /// consumers) only to an Empty group; a member's commit with its current generation, not
-    /// while the group waits for the leader's assignment. For a consumer-protocol group the
-    /// generation is the member epoch ([`ConsumerGroup::check_commit`]).
+    /// Checks that an OffsetCommit (of request `version`) may be applied: against a classic
+    /// group's generation ([`ClassicGroup::check_commit`]), a consumer-protocol member's epoch
+    /// ([`ConsumerGroup::check_commit`]); a group nobody joined takes only commits of
+    /// non-members (generation -1).
     pub fn check_commit(
         &self,
         generation: i32,
@@ -1251,504 +369,26 @@ impl Group {
         instance_id: Option<&str>,
         version: i16,
     ) -> Result<(), GroupError> {
-        if let Some(consumer) = &self.consumer {
-            return consumer.check_commit(member_id, generation, version);
+        match &self.membership {
+            Membership::Empty if generation < 0 => Ok(()),
+            Membership::Empty => Err(GroupError::UnknownMemberId),
+            Membership::Classic(classic) => {
+                classic.check_commit(generation, member_id, instance_id)
+            }
+            Membership::Consumer(consumer) => consumer.check_commit(member_id, generation, version),
         }
-        if generation < 0 && self.state == GroupState::Empty {
-            return Ok(());
-        }
-        if self.state == GroupState::CompletingRebalance {
-            return Err(GroupError::RebalanceInProgress);
-        }
-        self.known_member(member_id, instance_id)?;
-        if generation != self.generation {
-            return Err(GroupError::IllegalGeneration);
-        }
-        Ok(())
     }
 
-    /// Topics a `consumer`-protocol group's members subscribe to (from their metadata), for
-    /// OffsetDelete's GROUP_SUBSCRIBED_TO_TOPIC.
+    /// Topics a `consumer`-protocol group's members subscribe to, for OffsetDelete's
+    /// GROUP_SUBSCRIBED_TO_TOPIC.
     pub fn subscribed_topics(&self) -> Vec<String> {
-        if let Some(consumer) = &self.consumer {
-            return consumer.subscribed_topics();
+        match &self.membership {
+            Membership::Empty => Vec::new(),
+            Membership::Classic(classic) => classic.subscribed_topics(),
+            Membership::Consumer(consumer) => consumer.subscribed_topics(),
         }
-        if self.protocol_type.as_deref() != Some("consumer") {
-            return Vec::new();
-        }
-        let protocol = self.protocol.as_deref().unwrap_or_default();
-        let mut topics: Vec<String> = self
-            .members
-            .iter()
-            .flat_map(|m| crate::subscription::topics(&m.metadata_for(protocol)))
-            .collect();
-        topics.sort();
-        topics.dedup();
-        topics
     }
-}
-
-/// What DescribeGroups shows of one member.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberDescription {
-    /// Member id.
-    pub member_id: String,
-    /// `group.instance.id` of a static member.
-    pub group_instance_id: Option<String>,
-    /// The client's `client.id`.
-    pub client_id: String,
-    /// The client's address.
-    pub client_host: String,
-    /// Metadata for the chosen protocol.
-    pub metadata: Bytes,
-    /// Its assignment.
-    pub assignment: Bytes,
-}
-
-fn duration_ms(duration: Duration) -> i32 {
-    i32::try_from(duration.as_millis()).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limits::MetadataBounds;
-
-    const SESSION_MS: i32 = 10_000;
-    const REBALANCE_MS: i32 = 30_000;
-
-    fn limits(initial_delay_ms: i32) -> GroupLimits {
-        GroupLimits {
-            session_timeout_min_ms: 1_000,
-            session_timeout_max_ms: 100_000,
-            initial_rebalance_delay_ms: initial_delay_ms,
-            max_size: 3,
-            metadata: MetadataBounds {
-                member_max_bytes: 1_000,
-                group_max_bytes: 2_500,
-                coordinator_max_bytes: 10_000,
-            },
-        }
-    }
-
-    fn request(member_id: &str, protocols: &[&str]) -> JoinRequest {
-        JoinRequest {
-            member_id: member_id.to_string(),
-            group_instance_id: None,
-            client_id: "client".into(),
-            client_host: "/127.0.0.1".into(),
-            session_timeout_ms: SESSION_MS,
-            rebalance_timeout_ms: REBALANCE_MS,
-            protocol_type: "consumer".into(),
-            protocols: protocols
-                .iter()
-                .map(|p| (p.to_string(), Bytes::from(format!("{member_id}:{p}"))))
-                .collect(),
-            require_known_member_id: true,
-        }
-    }
-
-    fn received<T>(rx: &mut oneshot::Receiver<T>) -> T {
-        rx.try_recv().expect("answered")
-    }
-
-    fn waiting<T>(step: Step<T>) -> oneshot::Receiver<T> {
-        match step {
-            Step::Wait(rx) => rx,
-            _ => panic!("expected to wait"),
-        }
-    }
-
-    fn done<T>(step: Step<T>) -> T {
-        match step {
-            Step::Done(value) => value,
-            _ => panic!("expected an immediate answer"),
-        }
-    }
-
-    /// A new member's first join: MEMBER_ID_REQUIRED with an id, then the join with it.
-    fn join_new(
-        group: &mut Group,
-        limits: &GroupLimits,
-        now: Instant,
-    ) -> (String, oneshot::Receiver<JoinOutcome>) {
-        let first = done(group.join(request("", &["range"]), limits, now, 0));
-        assert_eq!(first.error, Some(GroupError::MemberIdRequired));
-        assert!(first.member_id.starts_with("client-"));
-        let rx = waiting(group.join(request(&first.member_id, &["range"]), limits, now, 0));
-        (first.member_id, rx)
-    }
-
-    /// Leader syncs with `assignments`; the stored value completes the sync.
-    fn leader_syncs(
-        group: &mut Group,
-        leader: &str,
-        assignments: Vec<(String, Bytes)>,
-        now: Instant,
-    ) -> oneshot::Receiver<SyncOutcome> {
-        let generation = group.generation();
-        let limits = limits(0);
-        match group.sync(
-            SyncRequest {
-                member_id: leader,
-                instance_id: None,
-                generation,
-                protocol_type: Some("consumer"),
-                protocol_name: None,
-                assignments,
-            },
-            &limits,
-            now,
-        ) {
-            Step::Store(value, rx) => {
-                group.finish_sync(generation, Ok(&value), now, 0);
-                rx
-            }
-            _ => panic!("the leader's sync stores the assignment"),
-        }
-    }
-
-    /// A Stable group whose only member (returned) joined and synced at `now`.
-    fn stable_group_of_one() -> (GroupLimits, Instant, Group, String) {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let (a, mut a_join) = join_new(&mut group, &limits, now);
-        received(&mut a_join);
-        received(&mut leader_syncs(&mut group, &a, Vec::new(), now)).expect("synced");
-        (limits, now, group, a)
-    }
-
-    #[test]
-    fn two_members_join_sync_and_rebalance_when_a_third_arrives() {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let (a, mut a_join) = join_new(&mut group, &limits, now);
-        let joined = received(&mut a_join);
-        assert_eq!((joined.generation, joined.leader.as_str()), (1, a.as_str()));
-        assert_eq!(joined.members.len(), 1);
-        let mut a_sync = leader_syncs(
-            &mut group,
-            &a,
-            vec![(a.clone(), Bytes::from_static(b"all"))],
-            now,
-        );
-        assert_eq!(
-            received(&mut a_sync).expect("assigned").assignment,
-            Bytes::from_static(b"all")
-        );
-        assert_eq!(group.state(), GroupState::Stable);
-
-        let (b, mut b_join) = join_new(&mut group, &limits, now);
-        assert_eq!(group.state(), GroupState::PreparingRebalance);
-        assert!(b_join.try_recv().is_err(), "waits for the leader to rejoin");
-        assert_eq!(
-            group.heartbeat(&a, None, 1, now),
-            Err(GroupError::RebalanceInProgress)
-        );
-        let mut a_join = waiting(group.join(request(&a, &["range"]), &limits, now, 0));
-        let (a_joined, b_joined) = (received(&mut a_join), received(&mut b_join));
-        assert_eq!((a_joined.generation, b_joined.generation), (2, 2));
-        assert_eq!(a_joined.leader, a);
-        assert_eq!(a_joined.members.len(), 2, "the leader sees every member");
-        assert!(b_joined.members.is_empty(), "followers see none");
-
-        let mut b_sync = waiting(group.sync(
-            SyncRequest {
-                member_id: &b,
-                instance_id: None,
-                generation: 2,
-                protocol_type: None,
-                protocol_name: None,
-                assignments: Vec::new(),
-            },
-            &limits,
-            now,
-        ));
-        assert!(
-            b_sync.try_recv().is_err(),
-            "a follower waits for the leader's assignment"
-        );
-        let assignments = vec![
-            (a.clone(), Bytes::from_static(b"0")),
-            (b.clone(), Bytes::from_static(b"1")),
-        ];
-        let mut a_sync = leader_syncs(&mut group, &a, assignments, now);
-        assert_eq!(
-            received(&mut a_sync).expect("a").assignment,
-            Bytes::from_static(b"0")
-        );
-        assert_eq!(
-            received(&mut b_sync).expect("b").assignment,
-            Bytes::from_static(b"1")
-        );
-        assert_eq!(group.heartbeat(&b, None, 2, now), Ok(()));
-        assert_eq!(
-            group.heartbeat(&b, None, 1, now),
-            Err(GroupError::IllegalGeneration)
-        );
-        assert_eq!(
-            group.heartbeat("stranger", None, 2, now),
-            Err(GroupError::UnknownMemberId)
-        );
-    }
-
-    #[test]
-    fn a_member_whose_session_expires_is_removed_and_the_last_leaves_the_group_empty() {
-        let (_, now, mut group, _) = stable_group_of_one();
-        let session = Duration::from_millis(SESSION_MS as u64);
-        assert!(!group.tick(now + session - Duration::from_millis(1), 0));
-        assert_eq!(group.state(), GroupState::Stable);
-        assert_eq!(group.next_deadline(), Some(now + session));
-        assert!(group.tick(now + session, 0), "the group became empty");
-        assert_eq!(group.state(), GroupState::Empty);
-        assert_eq!(group.generation(), 2);
-        assert_eq!(
-            group.check_commit(-1, "", None, 9),
-            Ok(()),
-            "an empty group takes simple commits"
-        );
-    }
-
-    #[test]
-    fn a_rebalance_past_its_deadline_drops_members_that_did_not_rejoin() {
-        let (limits, now, mut group, a) = stable_group_of_one();
-        let (b, mut b_join) = join_new(&mut group, &limits, now);
-        // a keeps heartbeating (told to rejoin) but never rejoins.
-        let later = now + Duration::from_millis(REBALANCE_MS as u64);
-        assert_eq!(
-            group.heartbeat(&a, None, 1, later),
-            Err(GroupError::RebalanceInProgress)
-        );
-        group.tick(later, 0);
-        let joined = received(&mut b_join);
-        assert_eq!((joined.generation, joined.leader.as_str()), (2, b.as_str()));
-        assert_eq!(
-            group.heartbeat(&a, None, 2, later),
-            Err(GroupError::UnknownMemberId)
-        );
-    }
-
-    #[test]
-    fn commits_are_checked_against_membership_and_generation() {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let (a, mut a_join) = join_new(&mut group, &limits, now);
-        received(&mut a_join);
-        assert_eq!(
-            group.check_commit(1, &a, None, 9),
-            Err(GroupError::RebalanceInProgress),
-            "waiting for the assignment"
-        );
-        received(&mut leader_syncs(&mut group, &a, Vec::new(), now)).expect("synced");
-        assert_eq!(group.check_commit(1, &a, None, 9), Ok(()));
-        assert_eq!(
-            group.check_commit(0, &a, None, 9),
-            Err(GroupError::IllegalGeneration)
-        );
-        assert_eq!(
-            group.check_commit(1, "other", None, 9),
-            Err(GroupError::UnknownMemberId)
-        );
-        assert_eq!(
-            group.check_commit(-1, "", None, 9),
-            Err(GroupError::UnknownMemberId),
-            "a simple commit into an active group"
-        );
-    }
-
-    #[test]
-    fn the_protocol_is_the_common_one_most_members_prefer() {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let mut no_id = request("", &["range", "roundrobin"]);
-        no_id.require_known_member_id = false;
-        let mut a = waiting(group.join(no_id, &limits, now, 0));
-        let a_id = received(&mut a).member_id;
-        received(&mut leader_syncs(&mut group, &a_id, Vec::new(), now)).expect("synced");
-        let mut b = request("", &["roundrobin", "range"]);
-        b.require_known_member_id = false;
-        let mut b_rx = waiting(group.join(b, &limits, now, 0));
-        let mut c = request("", &["roundrobin", "sticky"]);
-        c.require_known_member_id = false;
-        let mut c_rx = waiting(group.join(c, &limits, now, 0));
-        let mut a = waiting(group.join(request(&a_id, &["range", "roundrobin"]), &limits, now, 0));
-        for rx in [&mut a, &mut b_rx, &mut c_rx] {
-            assert_eq!(received(rx).protocol_name.as_deref(), Some("roundrobin"));
-        }
-        let mut d = request("", &["sticky"]);
-        d.require_known_member_id = false;
-        let refused = done(group.join(d, &limits, now, 0));
-        assert_eq!(refused.error, Some(GroupError::InconsistentGroupProtocol));
-        let mut e = request("", &["roundrobin"]);
-        e.require_known_member_id = false;
-        assert_eq!(
-            done(group.join(e, &limits, now, 0)).error,
-            Some(GroupError::GroupMaxSizeReached)
-        );
-    }
-
-    #[test]
-    fn a_static_member_rejoining_a_stable_group_takes_its_place_without_a_rebalance() {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let mut first = request("", &["range"]);
-        first.group_instance_id = Some("i1".into());
-        let mut rx = waiting(group.join(first.clone(), &limits, now, 0));
-        let old = received(&mut rx).member_id;
-        assert!(old.starts_with("i1-"));
-        received(&mut leader_syncs(
-            &mut group,
-            &old,
-            vec![(old.clone(), Bytes::from_static(b"p0"))],
-            now,
-        ))
-        .expect("synced");
-        let again = done(group.join(first, &limits, now, 0));
-        assert_eq!(again.error, None);
-        assert_ne!(again.member_id, old);
-        assert_eq!(again.generation, 1, "no rebalance");
-        assert_eq!(
-            again.leader, old,
-            "the old leader id, so the member does not reassign"
-        );
-        assert_eq!(group.state(), GroupState::Stable);
-        assert_eq!(
-            group.heartbeat(&old, Some("i1"), 1, now),
-            Err(GroupError::FencedInstanceId)
-        );
-        let synced = done(group.sync(
-            SyncRequest {
-                member_id: &again.member_id,
-                instance_id: Some("i1"),
-                generation: 1,
-                protocol_type: None,
-                protocol_name: None,
-                assignments: Vec::new(),
-            },
-            &limits,
-            now,
-        ));
-        assert_eq!(synced.expect("kept").assignment, Bytes::from_static(b"p0"));
-    }
-
-    #[test]
-    fn the_first_rebalance_waits_out_the_initial_delay_for_more_members() {
-        let limits = limits(3_000);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let (_, mut a) = join_new(&mut group, &limits, now);
-        assert!(a.try_recv().is_err());
-        let (_, mut b) = join_new(&mut group, &limits, now + Duration::from_millis(2_000));
-        group.tick(now + Duration::from_millis(3_500), 0);
-        assert!(
-            a.try_recv().is_err(),
-            "the second member extended the delay"
-        );
-        group.tick(now + Duration::from_millis(5_000), 0);
-        assert_eq!(received(&mut a).generation, 1);
-        assert_eq!(received(&mut b).generation, 1);
-    }
-
-    #[test]
-    fn leaving_rebalances_the_rest_and_unknown_members_are_refused() {
-        let (limits, now, mut group, a) = stable_group_of_one();
-        assert_eq!(
-            group.leave("nobody", None, now, 0),
-            Err(GroupError::UnknownMemberId)
-        );
-        assert_eq!(group.leave(&a, None, now, 0), Ok(true));
-        assert_eq!(group.state(), GroupState::Empty);
-        assert!(group.has_no_members());
-        let refused = done(group.join(request("", &["range"]), &limits, now, 0));
-        assert_eq!(refused.error, Some(GroupError::MemberIdRequired));
-        let mut timeout = request("x", &["range"]);
-        timeout.session_timeout_ms = 10;
-        assert_eq!(
-            done(group.join(timeout, &limits, now, 0)).error,
-            Some(GroupError::InvalidSessionTimeout)
-        );
-    }
-
-    /// `request` from `member_id` with one `range` protocol whose metadata is `bytes` long.
-    fn request_of_size(member_id: &str, bytes: usize) -> JoinRequest {
-        JoinRequest {
-            protocols: vec![("range".to_string(), Bytes::from(vec![7u8; bytes]))],
-            ..request(member_id, &[])
-        }
-    }
-
-    #[test]
-    fn a_member_whose_metadata_is_over_its_bound_is_refused_and_changes_nothing() {
-        let (limits, now, mut group, a) = stable_group_of_one();
-        let too_large = limits.metadata.member_max_bytes - "range".len() + 1;
-        for member_id in ["", a.as_str()] {
-            let refused = done(group.join(request_of_size(member_id, too_large), &limits, now, 0));
-            assert_eq!(refused.error, Some(GroupError::InvalidRequest));
-        }
-        assert_eq!(group.state(), GroupState::Stable);
-        assert_eq!(group.generation(), 1);
-        let fits = limits.metadata.member_max_bytes - "range".len();
-        let mut joined = waiting(group.join(request_of_size(&a, fits), &limits, now, 0));
-        assert_eq!(
-            received(&mut joined).generation,
-            2,
-            "the join within the bound rebalanced"
-        );
-    }
-
-    #[test]
-    fn a_join_over_the_groups_metadata_bound_is_refused_but_members_may_rejoin() {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        // Two members of 1,000 bytes each fill 2,000 of the group's 2,500.
-        let mut members = Vec::new();
-        for _ in 0..2 {
-            let id = done(group.join(request("", &["range"]), &limits, now, 0)).member_id;
-            waiting(group.join(request_of_size(&id, 995), &limits, now, 0));
-            members.push(id);
-        }
-        let third = done(group.join(request("", &["range"]), &limits, now, 0)).member_id;
-        let refused = done(group.join(request_of_size(&third, 995), &limits, now, 0));
-        assert_eq!(refused.error, Some(GroupError::GroupMaxSizeReached));
-        // Its own bytes do not count against a member that rejoins.
-        waiting(group.join(request_of_size(&members[0], 995), &limits, now, 0));
-        // Within what is left, a third member fits.
-        waiting(group.join(request_of_size(&third, 400), &limits, now, 0));
-    }
-
-    #[test]
-    fn a_leaders_assignment_over_the_bounds_is_refused() {
-        let limits = limits(0);
-        let now = Instant::now();
-        let mut group = Group::new("g".into(), &limits, 0);
-        let (a, mut a_join) = join_new(&mut group, &limits, now);
-        received(&mut a_join);
-        let sync = |assignment: usize| SyncRequest {
-            member_id: &a,
-            instance_id: None,
-            generation: 1,
-            protocol_type: None,
-            protocol_name: None,
-            assignments: vec![(a.clone(), Bytes::from(vec![0u8; assignment]))],
-        };
-        let over_member = limits.metadata.member_max_bytes + 1;
-        assert_eq!(
-            done(group.sync(sync(over_member), &limits, now)).err(),
-            Some(GroupError::InvalidRequest)
-        );
-        assert_eq!(group.state(), GroupState::CompletingRebalance);
-        match group.sync(sync(limits.metadata.member_max_bytes), &limits, now) {
-            Step::Store(value, _) => assert_eq!(
-                value.members[0].assignment.len(),
-                limits.metadata.member_max_bytes
-            ),
-            _ => panic!("the leader's sync within the bound stores the assignment"),
-        }
-    }
-}
+mod tests;
