@@ -1,22 +1,25 @@
 //! Record batches (Kafka's format v2) built and read by the client itself, so that repeated
-//! header keys survive (Kafka allows them; a map would collapse them). The header, varints and
-//! compression are `weir-codec`'s, as the broker's log uses them.
+//! header keys survive (Kafka allows them; a map would collapse them). The header, the record
+//! walk, varints and compression are `weir-codec`'s, as the broker's log uses them.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::ops::ControlFlow;
+
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::records::Compression;
-use weir_codec::compression::{compress, decompress_all, Levels, CODEC_NONE};
+use weir_codec::compression::{compress, Levels};
 use weir_codec::header::BatchHeader;
 use weir_codec::layout::{
     put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_SEQUENCE_AT,
     BATCH_HEADER_BYTES, BATCH_LENGTH_AT, CRC_AT, LOG_OVERHEAD_BYTES, MAGIC_V2, PRODUCER_EPOCH_AT,
     PRODUCER_ID_AT,
 };
-use weir_codec::varint::{put_varlong, read_varlong, VarintError};
+use weir_codec::records::each_record;
+use weir_codec::varint::put_varlong;
 
 use crate::error::{ClientError, Result};
 
 /// Records larger than this after decompression are treated as corrupt, not allocated.
-const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
+const RECORD_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
 /// One record to be written.
 #[derive(Debug, Clone)]
@@ -147,32 +150,14 @@ pub fn restamp_batch(encoded: &[u8], producer: BatchProducer) -> Bytes {
     batch.freeze()
 }
 
-fn get_varint(buf: &mut Bytes) -> Result<i64> {
-    let next = || match buf.has_remaining() {
-        true => Ok(buf.get_u8()),
-        false => Err(VarintError::Truncated),
-    };
-    read_varlong(next).map_err(|error| corrupt(&error.to_string()))
-}
-
-fn get_bytes(buf: &mut Bytes) -> Result<Option<Bytes>> {
-    let length = get_varint(buf)?;
-    if length < 0 {
-        return Ok(None);
-    }
-    let length = length as usize;
-    if length > buf.remaining() {
-        return Err(corrupt("field longer than its record"));
-    }
-    Ok(Some(buf.split_to(length)))
-}
-
 fn corrupt(what: &str) -> ClientError {
     ClientError::Protocol(format!("corrupt record batch: {what}"))
 }
 
-/// Reads every record of the batches in `bytes` (a fetch's records field). A trailing partial
-/// batch (a fetch may cut one) is ignored; control batches are skipped.
+/// Reads every record of the batches in `bytes` (a fetch's records field) with `weir-codec`'s
+/// record walk, as the broker's log reads them. A trailing partial batch (a fetch may cut one)
+/// is ignored; control batches are skipped; a batch whose CRC does not match its bytes is an
+/// error, as the Java consumer's `check.crcs` makes it.
 pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
     let mut records = Vec::new();
     while let Some(header) = BatchHeader::parse(&bytes) {
@@ -182,62 +167,138 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
         {
             break;
         }
-        let mut batch = bytes.split_to(LOG_OVERHEAD_BYTES + length as usize);
-        batch.advance(BATCH_HEADER_BYTES);
+        let batch = bytes.split_to(LOG_OVERHEAD_BYTES + length as usize);
         if header.magic != MAGIC_V2 {
             return Err(corrupt("unsupported magic"));
+        }
+        if crc32c::crc32c(&batch[ATTRIBUTES_AT..]) != header.crc {
+            return Err(corrupt(&format!(
+                "the CRC of the batch at offset {} does not match its bytes",
+                header.base_offset
+            )));
         }
         if header.is_control() {
             continue;
         }
-        let log_append_time = header.is_log_append_time();
-        let mut raw = match header.compression() {
-            CODEC_NONE => batch,
-            codec => decompress_all(codec, &batch, RECORD_BYTES_MAX as u64)
-                .map(Bytes::from)
-                .map_err(|e| corrupt(&e.to_string()))?,
-        };
-        for _ in 0..header.record_count.max(0) {
-            let length = get_varint(&mut raw)?;
-            if length < 0 || length as usize > raw.remaining() {
-                return Err(corrupt("record length"));
-            }
-            let mut record = raw.split_to(length as usize);
-            if !record.has_remaining() {
-                return Err(corrupt("empty record"));
-            }
-            record.advance(1);
-            let timestamp_delta = get_varint(&mut record)?;
-            let offset_delta = get_varint(&mut record)?;
-            let key = get_bytes(&mut record)?;
-            let value = get_bytes(&mut record)?;
-            let header_count = get_varint(&mut record)?;
-            let mut headers =
-                Vec::with_capacity((header_count.max(0) as usize).min(record.remaining()));
-            for _ in 0..header_count.max(0) {
-                let name = get_bytes(&mut record)?.ok_or_else(|| corrupt("null header name"))?;
-                let value = get_bytes(&mut record)?;
-                headers.push((String::from_utf8_lossy(&name).into_owned(), value));
-            }
+        let stamped = header.is_log_append_time().then_some(header.max_timestamp);
+        each_record::<true, false, _>(&batch, &header, RECORD_BYTES_MAX, &mut |record| {
             records.push(DecodedRecord {
-                offset: header.base_offset + offset_delta,
-                timestamp: if log_append_time {
-                    header.max_timestamp
-                } else {
-                    header.base_timestamp + timestamp_delta
-                },
-                key,
-                value,
-                headers,
+                offset: header.base_offset + i64::from(record.index),
+                timestamp: stamped.unwrap_or(record.timestamp),
+                key: record.key.map(Bytes::copy_from_slice),
+                value: record.value.map(Bytes::copy_from_slice),
+                headers: record
+                    .headers()
+                    .map(|(name, value)| {
+                        (
+                            String::from_utf8_lossy(name).into_owned(),
+                            value.map(Bytes::copy_from_slice),
+                        )
+                    })
+                    .collect(),
             });
-        }
+            Ok(ControlFlow::Continue(()))
+        })
+        .map_err(|error| corrupt(&error.to_string()))?;
     }
     Ok(records)
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn bytes() -> impl Strategy<Value = Option<Bytes>> {
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300).prop_map(Bytes::from))
+    }
+
+    fn record() -> impl Strategy<Value = OutgoingRecord> {
+        let header = ("[a-c]{0,3}", bytes());
+        (
+            bytes(),
+            bytes(),
+            proptest::collection::vec(header, 0..4),
+            0..1_000_000i64,
+        )
+            .prop_map(|(key, value, headers, timestamp)| OutgoingRecord {
+                key,
+                value,
+                headers,
+                timestamp,
+            })
+    }
+
+    fn compression() -> impl Strategy<Value = Compression> {
+        prop_oneof![
+            Just(Compression::None),
+            Just(Compression::Gzip),
+            Just(Compression::Snappy),
+            Just(Compression::Lz4),
+            Just(Compression::Zstd),
+        ]
+    }
+
+    proptest! {
+        /// What the client encodes, the shared record walk reads back as it was written: every
+        /// key, value, header (repeated and null ones included) and timestamp, in order, batch
+        /// after batch, whatever the codec; a batch cut short at the end is left for the next
+        /// fetch.
+        #[test]
+        fn batches_read_back_as_they_were_written(
+            batches in proptest::collection::vec(
+                (proptest::collection::vec(record(), 1..20), compression()),
+                1..4,
+            ),
+            cut in 1..60usize,
+        ) {
+            let mut fetched = BytesMut::new();
+            let mut written = Vec::new();
+            for (records, compression) in &batches {
+                let producer = BatchProducer { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+                let mut batch = BytesMut::from(&encode_batch(records, producer, *compression).expect("encode")[..]);
+                // Place the batch after the ones before it, as a log would.
+                put_i64_at(&mut batch, 0, written.len() as i64);
+                fetched.put_slice(&batch);
+                written.extend(records.iter().cloned());
+            }
+            let whole = fetched.clone().freeze();
+            let partial_tail = BatchHeader::parse(&whole).expect("a header").total_bytes() as usize;
+            fetched.put_slice(&whole[..cut.min(partial_tail - 1)]);
+            let decoded = decode_batches(fetched.freeze()).expect("decode");
+            prop_assert_eq!(decoded.len(), written.len());
+            for (offset, (read, record)) in decoded.iter().zip(&written).enumerate() {
+                prop_assert_eq!(read.offset, offset as i64);
+                prop_assert_eq!(read.timestamp, record.timestamp);
+                prop_assert_eq!(&read.key, &record.key);
+                prop_assert_eq!(&read.value, &record.value);
+                prop_assert_eq!(&read.headers, &record.headers);
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_whose_crc_does_not_match_is_an_error() {
+        let records = vec![OutgoingRecord {
+            key: None,
+            value: Some(Bytes::from_static(b"value")),
+            headers: vec![],
+            timestamp: 1,
+        }];
+        let producer = BatchProducer {
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        };
+        let batch = encode_batch(&records, producer, Compression::None).expect("encode");
+        assert_eq!(decode_batches(batch.clone()).expect("decode").len(), 1);
+        let mut damaged = BytesMut::from(&batch[..]);
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        let error = decode_batches(damaged.freeze()).expect_err("a damaged batch");
+        assert!(error.to_string().contains("CRC"), "{error}");
+    }
 
     #[test]
     fn a_restamped_batch_is_the_batch_encoded_under_the_new_producer() {

@@ -212,25 +212,6 @@ pub fn decompress(codec: i16, payload: &[u8], limit: u64) -> Result<Records<'_>,
     Ok(Records::Stream(stream))
 }
 
-/// The records of a batch decompressed whole into memory, at most `limit` bytes.
-pub fn decompress_all(codec: i16, payload: &[u8], limit: u64) -> Result<Vec<u8>, DecompressError> {
-    match decompress(codec, payload, limit)? {
-        Records::Plain(bytes) => Ok(bytes.to_vec()),
-        Records::Decompressed(plain) => Ok(plain),
-        Records::Stream(decoder) => {
-            let mut plain = Vec::new();
-            decoder
-                .take(limit.saturating_add(1))
-                .read_to_end(&mut plain)
-                .map_err(|e| corrupt("compressed records", e))?;
-            if plain.len() as u64 > limit {
-                return Err(DecompressError::TooLarge { limit });
-            }
-            Ok(plain)
-        }
-    }
-}
-
 /// The xerial framing the Java client writes: a header, then blocks of
 /// `[u32 compressed length][raw snappy block]`, decompressed one block at a time.
 pub struct XerialReader<'a> {
@@ -277,6 +258,25 @@ impl Read for XerialReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The records of a batch decompressed whole into memory, at most `limit` bytes.
+    fn decompress_all(codec: i16, payload: &[u8], limit: u64) -> Result<Vec<u8>, DecompressError> {
+        match decompress(codec, payload, limit)? {
+            Records::Plain(bytes) => Ok(bytes.to_vec()),
+            Records::Decompressed(plain) => Ok(plain),
+            Records::Stream(decoder) => {
+                let mut plain = Vec::new();
+                decoder
+                    .take(limit.saturating_add(1))
+                    .read_to_end(&mut plain)
+                    .map_err(|e| corrupt("compressed records", e))?;
+                if plain.len() as u64 > limit {
+                    return Err(DecompressError::TooLarge { limit });
+                }
+                Ok(plain)
+            }
+        }
+    }
 
     #[test]
     fn every_codec_reads_back_what_it_wrote_within_its_bound() {

@@ -15,6 +15,7 @@ pub use weir_codec::layout::{
     ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2,
     NO_PRODUCER_ID, NO_SEQUENCE,
 };
+use weir_codec::records::RecordsError;
 use weir_codec::varint::{put_varlong, VarintError};
 
 use crate::records::{validate_records, ValidationLimits};
@@ -44,6 +45,15 @@ pub enum BatchError {
         /// Each offending record (the first [`RECORD_ERRORS_MAX`]).
         records: Vec<RecordError>,
     },
+}
+
+impl From<RecordsError> for BatchError {
+    fn from(error: RecordsError) -> BatchError {
+        match error {
+            RecordsError::Corrupt(reason) => BatchError::Corrupt(reason),
+            RecordsError::Invalid(reason) => BatchError::Invalid(reason),
+        }
+    }
 }
 
 impl From<VarintError> for BatchError {

@@ -1,25 +1,17 @@
-//! Record-level validation of a v2 batch, before it is appended: every record's framing, its
-//! offset delta, its timestamp, and the record count, decompressing compressed batches as a
-//! stream through a small buffer. Nothing is allocated per record, and the batch's bytes are
-//! only read, never changed.
-//!
-//! Record layout (varints are zigzag): length varint | attributes i8 | timestampDelta varlong |
-//! offsetDelta varint | keyLength varint | key | valueLength varint | value | headerCount varint
-//! | per header: keyLength varint | key | valueLength varint | value.
+//! What the log asks of a v2 batch's records, over `weir-codec`'s record walk: validation
+//! before a batch is appended (every record's framing, its offset delta, its timestamp, the
+//! record count), the record a ListOffsets by time names, and every record of a stored batch
+//! for the readers of a topic's contents. Nothing is allocated per record, and the batch's
+//! bytes are only read, never changed.
 
-use std::cell::RefCell;
-use std::io::Read;
 use std::ops::ControlFlow;
 
-use weir_codec::compression::{decompress, DecompressError, Records};
-use weir_codec::varint::{read_varint, read_varlong};
+use weir_codec::records::{each_record, RecordsError};
 
-use crate::batch::{BatchError, BatchHeader, RecordError, BATCH_HEADER_BYTES, RECORD_ERRORS_MAX};
+pub use weir_codec::records::RecordRef;
 
-/// Compressed records are decompressed into a buffer of this size, reused per thread: four
-/// lz4 blocks, so a linked-block lz4 frame decompresses without copying its history around
-/// (a 64 KiB buffer halves lz4's speed), and small enough to keep validation's memory low.
-const STREAM_BUFFER_BYTES: usize = 256 * 1024;
+use crate::batch::{BatchError, BatchHeader, RecordError, RECORD_ERRORS_MAX};
+
 /// Bounds that make validation safe against hostile input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValidationLimits {
@@ -60,361 +52,6 @@ pub struct RecordsSummary {
     pub max_timestamp: i64,
 }
 
-fn invalid(message: impl Into<String>) -> BatchError {
-    BatchError::Invalid(message.into())
-}
-
-fn premature_end() -> BatchError {
-    invalid("records end before the record count is reached")
-}
-
-/// A forward-only source of record bytes.
-trait Source {
-    fn byte(&mut self) -> Result<u8, BatchError>;
-    fn skip(&mut self, n: u64) -> Result<(), BatchError>;
-    /// Appends the next `n` bytes to `out` (growing with the bytes actually read, so a lying
-    /// length allocates nothing it cannot fill).
-    fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), BatchError>;
-    /// Bytes consumed so far.
-    fn consumed(&self) -> u64;
-    /// True when no byte remains.
-    fn at_end(&mut self) -> Result<bool, BatchError>;
-}
-
-/// Uncompressed records, read in place.
-struct SliceSource<'a> {
-    bytes: &'a [u8],
-    position: usize,
-}
-
-impl Source for SliceSource<'_> {
-    #[inline]
-    fn byte(&mut self) -> Result<u8, BatchError> {
-        let b = *self.bytes.get(self.position).ok_or_else(premature_end)?;
-        self.position += 1;
-        Ok(b)
-    }
-
-    #[inline]
-    fn skip(&mut self, n: u64) -> Result<(), BatchError> {
-        let left = (self.bytes.len() - self.position) as u64;
-        if n > left {
-            return Err(premature_end());
-        }
-        self.position += n as usize;
-        Ok(())
-    }
-
-    fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), BatchError> {
-        let start = self.position;
-        self.skip(n)?;
-        out.extend_from_slice(&self.bytes[start..self.position]);
-        Ok(())
-    }
-
-    fn consumed(&self) -> u64 {
-        self.position as u64
-    }
-
-    fn at_end(&mut self) -> Result<bool, BatchError> {
-        Ok(self.position == self.bytes.len())
-    }
-}
-
-thread_local! {
-    /// The decompression buffer of this thread, taken by a [`StreamSource`] and given back.
-    static STREAM_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Decompressed records, pulled through a fixed buffer from a decoder.
-struct StreamSource<R> {
-    reader: R,
-    buffer: Vec<u8>,
-    start: usize,
-    end: usize,
-    consumed: u64,
-    /// Bytes pulled from the decoder so far, checked against `limit`.
-    pulled: u64,
-    limit: u64,
-}
-
-impl<R: Read> StreamSource<R> {
-    fn new(reader: R, limit: u64) -> StreamSource<R> {
-        let mut buffer = STREAM_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        buffer.resize(STREAM_BUFFER_BYTES, 0);
-        StreamSource {
-            reader,
-            buffer,
-            start: 0,
-            end: 0,
-            consumed: 0,
-            pulled: 0,
-            limit,
-        }
-    }
-
-    /// Refills the buffer; false at the end of the stream.
-    fn fill(&mut self) -> Result<bool, BatchError> {
-        loop {
-            match self.reader.read(&mut self.buffer) {
-                Ok(0) => return Ok(false),
-                Ok(n) => {
-                    self.pulled += n as u64;
-                    if self.pulled > self.limit {
-                        return Err(invalid(format!(
-                            "records decompress to more than {} bytes",
-                            self.limit
-                        )));
-                    }
-                    self.start = 0;
-                    self.end = n;
-                    return Ok(true);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(BatchError::Corrupt(format!(
-                        "compressed records do not decompress: {e}"
-                    )))
-                }
-            }
-        }
-    }
-}
-
-impl<R> Drop for StreamSource<R> {
-    fn drop(&mut self) {
-        let buffer = std::mem::take(&mut self.buffer);
-        STREAM_BUFFER.with(|b| *b.borrow_mut() = buffer);
-    }
-}
-
-impl<R: Read> Source for StreamSource<R> {
-    #[inline]
-    fn byte(&mut self) -> Result<u8, BatchError> {
-        if self.start == self.end && !self.fill()? {
-            return Err(premature_end());
-        }
-        let b = self.buffer[self.start];
-        self.start += 1;
-        self.consumed += 1;
-        Ok(b)
-    }
-
-    fn skip(&mut self, mut n: u64) -> Result<(), BatchError> {
-        while n > 0 {
-            if self.start == self.end && !self.fill()? {
-                return Err(premature_end());
-            }
-            let take = ((self.end - self.start) as u64).min(n);
-            self.start += take as usize;
-            self.consumed += take;
-            n -= take;
-        }
-        Ok(())
-    }
-
-    fn read_into(&mut self, mut n: u64, out: &mut Vec<u8>) -> Result<(), BatchError> {
-        while n > 0 {
-            if self.start == self.end && !self.fill()? {
-                return Err(premature_end());
-            }
-            let take = ((self.end - self.start) as u64).min(n) as usize;
-            out.extend_from_slice(&self.buffer[self.start..self.start + take]);
-            self.start += take;
-            self.consumed += take as u64;
-            n -= take as u64;
-        }
-        Ok(())
-    }
-
-    fn consumed(&self) -> u64 {
-        self.consumed
-    }
-
-    fn at_end(&mut self) -> Result<bool, BatchError> {
-        Ok(self.start == self.end && !self.fill()?)
-    }
-}
-
-/// A zigzag varint of at most 5 bytes, as Kafka reads it.
-#[inline]
-fn varint(source: &mut impl Source) -> Result<i32, BatchError> {
-    read_varint(|| source.byte())
-}
-
-/// A zigzag varlong of at most 10 bytes.
-#[inline]
-fn varlong(source: &mut impl Source) -> Result<i64, BatchError> {
-    read_varlong(|| source.byte())
-}
-
-/// Skips a length-prefixed field; `-1` (null) is allowed only where `nullable`.
-#[inline]
-fn skip_field(source: &mut impl Source, nullable: bool, what: &str) -> Result<(), BatchError> {
-    let length = varint(source)?;
-    match length {
-        0.. => source.skip(length as u64),
-        -1 if nullable => Ok(()),
-        _ => Err(invalid(format!("{what} length {length} is invalid"))),
-    }
-}
-
-/// A nullable length-prefixed field: where its bytes start (as counted by
-/// [`Source::consumed`]) and how many there are; `None` when null.
-fn field_range(source: &mut impl Source, what: &str) -> Result<Option<(u64, u64)>, BatchError> {
-    let length = varint(source)?;
-    match length {
-        0.. => {
-            let at = source.consumed();
-            source.skip(length as u64)?;
-            Ok(Some((at, length as u64)))
-        }
-        -1 => Ok(None),
-        _ => Err(invalid(format!("{what} length {length} is invalid"))),
-    }
-}
-
-/// One record as the walk hands it over: its offset delta, its timestamp, and — when the walk
-/// was asked to read them — its key, value and whole body (`None` when null or not read).
-#[derive(Debug, Clone, Copy)]
-pub struct RecordRef<'a> {
-    /// Offset delta from the batch's base offset (its index in a batch as produced; larger
-    /// once compaction removed earlier records).
-    pub index: i32,
-    /// Absolute timestamp.
-    pub timestamp: i64,
-    /// The key.
-    pub key: Option<&'a [u8]>,
-    /// The value.
-    pub value: Option<&'a [u8]>,
-    /// The record's bytes after its length prefix, as stored.
-    pub raw: Option<&'a [u8]>,
-    /// The record has a key (known whether or not the key was read).
-    pub keyed: bool,
-}
-
-/// The fields of one record body.
-struct RecordFields {
-    timestamp_delta: i64,
-    offset_delta: i32,
-    key: Option<(u64, u64)>,
-    value: Option<(u64, u64)>,
-}
-
-/// Reads a record body of `length` bytes: every field's framing, and nothing more or less.
-fn record_fields(
-    source: &mut impl Source,
-    index: i32,
-    length: i32,
-) -> Result<RecordFields, BatchError> {
-    let start = source.consumed();
-    let _attributes = source.byte()?;
-    let timestamp_delta = varlong(source)?;
-    let offset_delta = varint(source)?;
-    let key = field_range(source, "key")?;
-    let value = field_range(source, "value")?;
-    let header_count = varint(source)?;
-    if header_count < 0 {
-        return Err(invalid(format!(
-            "record {index} has {header_count} headers"
-        )));
-    }
-    for _ in 0..header_count {
-        skip_field(source, false, "header key")?;
-        skip_field(source, true, "header value")?;
-        // A lying header count is caught here, not after billions of iterations.
-        if source.consumed() - start > length as u64 {
-            break;
-        }
-    }
-    let read = source.consumed() - start;
-    if read != length as u64 {
-        return Err(invalid(format!(
-            "record {index} declares {length} bytes but holds {read}"
-        )));
-    }
-    Ok(RecordFields {
-        timestamp_delta,
-        offset_delta,
-        key,
-        value,
-    })
-}
-
-/// Walks the records, checking each one's framing and handing `visit` each record (with key,
-/// value and body when `KEYS_AND_VALUES`); stops early when `visit` breaks, else checks that
-/// nothing follows the last record. A batch as `PRODUCED` numbers its records 0, 1, 2, …; a
-/// stored one may have gaps (compaction) but its offset deltas increase and stay within the
-/// header's `lastOffsetDelta`.
-fn walk_records<const KEYS_AND_VALUES: bool, const PRODUCED: bool, V>(
-    source: &mut impl Source,
-    header: &BatchHeader,
-    visit: &mut V,
-) -> Result<(), BatchError>
-where
-    V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, BatchError>,
-{
-    let mut body = Vec::new();
-    let mut previous_delta = -1;
-    for index in 0..header.record_count {
-        let length = varint(source)?;
-        if length < 0 {
-            return Err(invalid(format!("record {index} has length {length}")));
-        }
-        let fields = if KEYS_AND_VALUES {
-            body.clear();
-            source.read_into(length as u64, &mut body)?;
-            record_fields(
-                &mut SliceSource {
-                    bytes: &body,
-                    position: 0,
-                },
-                index,
-                length,
-            )?
-        } else {
-            record_fields(source, index, length)?
-        };
-        let delta = fields.offset_delta;
-        let in_order = match PRODUCED {
-            true => delta == index,
-            false => delta > previous_delta && delta <= header.last_offset_delta,
-        };
-        if !in_order {
-            return Err(invalid(format!("record {index} has offset delta {delta}")));
-        }
-        previous_delta = delta;
-        let timestamp = header
-            .base_timestamp
-            .checked_add(fields.timestamp_delta)
-            .ok_or_else(|| invalid(format!("record {index} timestamp overflows")))?;
-        let captured = KEYS_AND_VALUES.then_some(body.as_slice());
-        let slice = |range: Option<(u64, u64)>| {
-            captured
-                .zip(range)
-                .map(|(b, (at, len))| &b[at as usize..(at + len) as usize])
-        };
-        let record = RecordRef {
-            index: delta,
-            timestamp,
-            key: slice(fields.key),
-            value: slice(fields.value),
-            raw: captured,
-            keyed: fields.key.is_some(),
-        };
-        if visit(record)?.is_break() {
-            return Ok(());
-        }
-    }
-    if !source.at_end()? {
-        return Err(invalid(format!(
-            "bytes remain after the {} records the batch declares",
-            header.record_count
-        )));
-    }
-    Ok(())
-}
-
 /// Kafka's CreateTime window: `message.timestamp.before.max.ms` and `.after.max.ms`. A record
 /// without a timestamp (-1) is not checked. Outside the window: Weir's message and Kafka's.
 fn check_timestamp(
@@ -447,47 +84,6 @@ fn check_timestamp(
     Some((ours, kafkas))
 }
 
-/// Walks every record of `batch` (whose header passed [`crate::batch::validate_header`]),
-/// decompressing as a stream, no further than `limit` decompressed bytes.
-fn each_record<const KEYS_AND_VALUES: bool, const PRODUCED: bool, V>(
-    batch: &[u8],
-    header: &BatchHeader,
-    limit: u64,
-    visit: &mut V,
-) -> Result<(), BatchError>
-where
-    V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, BatchError>,
-{
-    let payload = &batch[BATCH_HEADER_BYTES..];
-    let records =
-        decompress(header.compression(), payload, limit).map_err(|error| match error {
-            DecompressError::Corrupt { .. } => BatchError::Corrupt(error.to_string()),
-            DecompressError::TooLarge { .. } | DecompressError::UnknownCodec(_) => {
-                invalid(error.to_string())
-            }
-        })?;
-    match records {
-        Records::Plain(bytes) => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-            &mut SliceSource { bytes, position: 0 },
-            header,
-            visit,
-        ),
-        Records::Decompressed(plain) => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-            &mut SliceSource {
-                bytes: &plain,
-                position: 0,
-            },
-            header,
-            visit,
-        ),
-        Records::Stream(decoder) => walk_records::<KEYS_AND_VALUES, PRODUCED, _>(
-            &mut StreamSource::new(decoder, limit),
-            header,
-            visit,
-        ),
-    }
-}
-
 /// Validates every record of `batch` (whose header already passed
 /// [`crate::batch::validate_header`]).
 pub fn validate_records(
@@ -516,7 +112,7 @@ pub fn validate_records(
                 }
             }
             if limits.keys_required && !record.keyed {
-                return Err(invalid(format!(
+                return Err(RecordsError::Invalid(format!(
                     "record {} has no key: a compacted topic accepts only keyed records",
                     record.index
                 )));
@@ -593,7 +189,8 @@ pub fn for_each_stored_record(
     each_record::<true, false, _>(batch, &header, decompressed_bytes_max, &mut |record| {
         visit(header.base_offset + i64::from(record.index), record);
         Ok(ControlFlow::Continue(()))
-    })
+    })?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -605,8 +202,8 @@ mod tests {
     use super::*;
     use weir_codec::compression::{CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD};
     use weir_codec::layout::{
-        put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT,
-        LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES, RECORD_COUNT_AT,
+        put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT,
+        CRC_AT, LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES, RECORD_COUNT_AT,
     };
     use weir_codec::varint::put_varlong;
 
