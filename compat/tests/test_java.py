@@ -259,6 +259,21 @@ def test_java_idempotent_lz4_producer_read_back_by_librdkafka(server, java):
     assert_same_log(read_confluent(bootstrap, topic, range(6)), expected, context="Java producer read by librdkafka")
 
 
+def test_java_consumer_reads_batches_weir_compressed_with_lz4(server, java):
+    """A topic with compression.type=lz4 stores what librdkafka sends uncompressed as lz4
+    batches Weir writes itself; a KafkaConsumer, whose lz4 reader takes only frames of
+    independent blocks, reads every record back byte for byte."""
+    bootstrap = server.bootstrap
+    topic = unique_topic("java-lz4-topic")
+    create_topic(bootstrap, topic, partitions=2, config={"compression.type": "lz4"})
+    records = make_records(400, seed=79, tag="java-lz4")
+    expected = expected_log(records, produce_confluent(bootstrap, topic, records))
+    group = unique_group("g-java-lz4")
+    [member] = java.program("GroupConsume", bootstrap, topic, 2, group, len(records), 1)["members"]
+    rows = by_partition(java_stored(r) for r in member["records"])
+    assert_same_log(rows, expected, context="a Java consumer of a topic Weir recompresses to lz4")
+
+
 # ---------------------------------------------------------------------------------
 # 2. Java group consumers
 # ---------------------------------------------------------------------------------

@@ -16,12 +16,13 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 use tokio::sync::{oneshot, Notify, Semaphore};
+use weir_codec::header::ProducerFields;
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::connection::PendingResponse;
 use crate::error::{ClientError, Result};
 use crate::partitioner::partition_for_key;
-use crate::records::{encode_batch, restamp_batch, BatchProducer, OutgoingRecord};
+use crate::records::{encode_batch, restamp_batch, OutgoingRecord};
 
 /// Acknowledgement level of produced records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -622,8 +623,8 @@ enum Outcome {
 
 /// The producer fields of a batch whose first record takes sequence `next` (-1s without
 /// idempotence).
-fn stamp(producer: (i64, i16), next: i32) -> BatchProducer {
-    BatchProducer {
+fn stamp(producer: (i64, i16), next: i32) -> ProducerFields {
+    ProducerFields {
         producer_id: producer.0,
         producer_epoch: producer.1,
         base_sequence: if producer.0 >= 0 { next } else { -1 },

@@ -1,20 +1,19 @@
 //! Record batches (Kafka's format v2) built and read by the client itself, so that repeated
-//! header keys survive (Kafka allows them; a map would collapse them). The header, the record
-//! walk, varints and compression are `weir-codec`'s, as the broker's log uses them.
+//! header keys survive (Kafka allows them; a map would collapse them), with `weir-codec`'s
+//! encoder and record walk, as the broker's log uses them.
 
 use std::ops::ControlFlow;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::Compression;
-use weir_codec::compression::{compress, Levels};
-use weir_codec::header::BatchHeader;
+use weir_codec::compression::Levels;
+use weir_codec::encode::{crc, put_record, seal, write_crc};
+use weir_codec::header::{BatchHeader, ProducerFields};
 use weir_codec::layout::{
-    put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_SEQUENCE_AT,
-    BATCH_HEADER_BYTES, BATCH_LENGTH_AT, CRC_AT, LOG_OVERHEAD_BYTES, MAGIC_V2, PRODUCER_EPOCH_AT,
-    PRODUCER_ID_AT,
+    put_i16_at, put_i32_at, put_i64_at, BASE_SEQUENCE_AT, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES,
+    MAGIC_V2, PRODUCER_EPOCH_AT, PRODUCER_ID_AT,
 };
 use weir_codec::records::each_record;
-use weir_codec::varint::put_varlong;
 
 use crate::error::{ClientError, Result};
 
@@ -49,52 +48,10 @@ pub struct DecodedRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
-/// Producer identity written into a batch.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchProducer {
-    /// Producer id, -1 without idempotence.
-    pub producer_id: i64,
-    /// Producer epoch, -1 without idempotence.
-    pub producer_epoch: i16,
-    /// Sequence of the first record, -1 without idempotence.
-    pub base_sequence: i32,
-}
-
-fn put_bytes(buf: &mut BytesMut, bytes: Option<&[u8]>) {
-    match bytes {
-        Some(b) => {
-            put_varlong(buf, b.len() as i64);
-            buf.put_slice(b);
-        }
-        None => put_varlong(buf, -1),
-    }
-}
-
-fn encode_records(records: &[OutgoingRecord], base_timestamp: i64) -> BytesMut {
-    let mut out = BytesMut::new();
-    let mut body = BytesMut::new();
-    for (i, record) in records.iter().enumerate() {
-        body.clear();
-        body.put_i8(0);
-        put_varlong(&mut body, record.timestamp - base_timestamp);
-        put_varlong(&mut body, i as i64);
-        put_bytes(&mut body, record.key.as_deref());
-        put_bytes(&mut body, record.value.as_deref());
-        put_varlong(&mut body, record.headers.len() as i64);
-        for (name, value) in &record.headers {
-            put_bytes(&mut body, Some(name.as_bytes()));
-            put_bytes(&mut body, value.as_deref());
-        }
-        put_varlong(&mut out, body.len() as i64);
-        out.put_slice(&body);
-    }
-    out
-}
-
 /// Builds one batch of `records` (at least one) with offsets 0.. and the given producer fields.
 pub fn encode_batch(
     records: &[OutgoingRecord],
-    producer: BatchProducer,
+    producer: ProducerFields,
     compression: Compression,
 ) -> Result<Bytes> {
     let count = records.len();
@@ -105,48 +62,38 @@ pub fn encode_batch(
     }
     let base_timestamp = records.iter().map(|r| r.timestamp).min().unwrap_or(0);
     let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(0);
-    let raw = encode_records(records, base_timestamp);
-    let mut buf = BytesMut::with_capacity(BATCH_HEADER_BYTES + raw.len());
-    let header = BatchHeader {
-        base_offset: 0,
-        batch_length: 0, // patched below
-        partition_leader_epoch: -1,
-        magic: MAGIC_V2,
-        crc: 0, // patched below
-        attributes: compression as i16,
-        last_offset_delta: count as i32 - 1,
+    let mut raw = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        put_record(
+            &mut raw,
+            i as i32,
+            record.timestamp - base_timestamp,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            record
+                .headers
+                .iter()
+                .map(|(name, value)| (name.as_bytes(), value.as_deref())),
+        );
+    }
+    let header = BatchHeader::new(
+        count as i32,
+        compression as i16,
         base_timestamp,
         max_timestamp,
-        producer_id: producer.producer_id,
-        producer_epoch: producer.producer_epoch,
-        base_sequence: producer.base_sequence,
-        record_count: count as i32,
-    };
-    header.put(&mut buf);
-    match compression {
-        Compression::None => buf.put_slice(&raw),
-        codec => buf.put_slice(&compress(codec as i16, &raw, Levels::DEFAULT)),
-    }
-    let length = (buf.len() - LOG_OVERHEAD_BYTES) as i32;
-    put_i32_at(&mut buf, BATCH_LENGTH_AT, length);
-    seal(&mut buf);
-    Ok(buf.freeze())
-}
-
-/// Writes the CRC of a batch encoded here (it covers everything after the CRC field).
-fn seal(batch: &mut [u8]) {
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
-    put_u32_at(batch, CRC_AT, crc);
+        producer,
+    );
+    Ok(Bytes::from(seal(&header, &raw, Levels::DEFAULT)))
 }
 
 /// A copy of a batch encoded by [`encode_batch`] under another producer id, epoch and base
 /// sequence: what an idempotent producer sends when it retries a batch under a new producer id.
-pub fn restamp_batch(encoded: &[u8], producer: BatchProducer) -> Bytes {
+pub fn restamp_batch(encoded: &[u8], producer: ProducerFields) -> Bytes {
     let mut batch = BytesMut::from(encoded);
     put_i64_at(&mut batch, PRODUCER_ID_AT, producer.producer_id);
     put_i16_at(&mut batch, PRODUCER_EPOCH_AT, producer.producer_epoch);
     put_i32_at(&mut batch, BASE_SEQUENCE_AT, producer.base_sequence);
-    seal(&mut batch);
+    write_crc(&mut batch);
     batch.freeze()
 }
 
@@ -171,7 +118,7 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
         if header.magic != MAGIC_V2 {
             return Err(corrupt("unsupported magic"));
         }
-        if crc32c::crc32c(&batch[ATTRIBUTES_AT..]) != header.crc {
+        if crc(&batch) != header.crc {
             return Err(corrupt(&format!(
                 "the CRC of the batch at offset {} does not match its bytes",
                 header.base_offset
@@ -206,6 +153,7 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::BufMut;
     use proptest::prelude::*;
 
     use super::*;
@@ -256,7 +204,7 @@ mod tests {
             let mut fetched = BytesMut::new();
             let mut written = Vec::new();
             for (records, compression) in &batches {
-                let producer = BatchProducer { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+                let producer = ProducerFields { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
                 let mut batch = BytesMut::from(&encode_batch(records, producer, *compression).expect("encode")[..]);
                 // Place the batch after the ones before it, as a log would.
                 put_i64_at(&mut batch, 0, written.len() as i64);
@@ -278,6 +226,87 @@ mod tests {
         }
     }
 
+    /// Records with distinct header names: kafka-protocol keeps headers in a map.
+    fn records_with_distinct_headers() -> impl Strategy<Value = Vec<OutgoingRecord>> {
+        proptest::collection::vec(
+            (
+                bytes(),
+                bytes(),
+                proptest::collection::btree_map("[a-e]{1,3}", bytes(), 0..4),
+                0..1_000_000i64,
+            )
+                .prop_map(|(key, value, headers, timestamp)| OutgoingRecord {
+                    key,
+                    value,
+                    headers: headers.into_iter().collect(),
+                    timestamp,
+                }),
+            1..20,
+        )
+    }
+
+    /// The same record as kafka-protocol reads and writes it.
+    fn as_kafka_protocol(record: &OutgoingRecord, offset: i64) -> kafka_protocol::records::Record {
+        kafka_protocol::records::Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
+            offset,
+            // A batch without a producer has base sequence -1; each record's is counted on.
+            sequence: (offset as i32).wrapping_sub(1),
+            timestamp: record.timestamp,
+            key: record.key.clone(),
+            value: record.value.clone(),
+            headers: record
+                .headers
+                .iter()
+                .map(|(name, value)| (name.clone().into(), value.clone()))
+                .collect(),
+        }
+    }
+
+    proptest! {
+        /// Against an independent codec (kafka-protocol's, which Weir does not use to read or
+        /// write records): what `weir-codec` encodes it decodes, and what it encodes
+        /// `weir-codec` reads, record for record, with every codec.
+        #[test]
+        fn batches_agree_with_kafka_protocols_codec(
+            records in records_with_distinct_headers(),
+            compression in compression(),
+        ) {
+            let producer = ProducerFields { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+            let ours = encode_batch(&records, producer, compression).expect("encode");
+            let expected: Vec<_> = records
+                .iter()
+                .enumerate()
+                .map(|(i, r)| as_kafka_protocol(r, i as i64))
+                .collect();
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut ours.clone())
+                .expect("kafka-protocol reads the batch");
+            prop_assert_eq!(&set.records, &expected);
+
+            let mut theirs = BytesMut::new();
+            kafka_protocol::records::RecordBatchEncoder::encode(
+                &mut theirs,
+                &expected,
+                &kafka_protocol::records::RecordEncodeOptions { version: 2, compression },
+            )
+            .expect("kafka-protocol writes the batch");
+            let decoded = decode_batches(theirs.freeze()).expect("the walk reads the batch");
+            prop_assert_eq!(decoded.len(), records.len());
+            for (read, record) in decoded.iter().zip(&records) {
+                prop_assert_eq!(read.timestamp, record.timestamp);
+                prop_assert_eq!(&read.key, &record.key);
+                prop_assert_eq!(&read.value, &record.value);
+                prop_assert_eq!(&read.headers, &record.headers);
+            }
+        }
+    }
+
     #[test]
     fn a_batch_whose_crc_does_not_match_is_an_error() {
         let records = vec![OutgoingRecord {
@@ -286,7 +315,7 @@ mod tests {
             headers: vec![],
             timestamp: 1,
         }];
-        let producer = BatchProducer {
+        let producer = ProducerFields {
             producer_id: -1,
             producer_epoch: -1,
             base_sequence: -1,
@@ -308,7 +337,7 @@ mod tests {
             headers: vec![],
             timestamp: 5,
         }];
-        let under = |producer_id, base_sequence| BatchProducer {
+        let under = |producer_id, base_sequence| ProducerFields {
             producer_id,
             producer_epoch: 0,
             base_sequence,
@@ -347,14 +376,14 @@ mod tests {
             Compression::Lz4,
             Compression::Zstd,
         ] {
-            let producer = BatchProducer {
+            let producer = ProducerFields {
                 producer_id: 5,
                 producer_epoch: 0,
                 base_sequence: 3,
             };
             let batch = encode_batch(&records, producer, compression).expect("encode");
             assert_eq!(
-                crc32c::crc32c(&batch[ATTRIBUTES_AT..]),
+                crc(&batch),
                 BatchHeader::parse(&batch).expect("a header").crc
             );
             let decoded = decode_batches(batch).expect("decode");

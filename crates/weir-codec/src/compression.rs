@@ -79,7 +79,10 @@ pub fn compress(codec: i16, plain: &[u8], levels: Levels) -> Vec<u8> {
             out
         }
         CODEC_LZ4 => {
+            // Independent blocks: Kafka and the Java client read only those ("Dependent block
+            // stream is unsupported"), and the lz4 crate links blocks by default.
             let mut encoder = lz4::EncoderBuilder::new()
+                .block_mode(lz4::BlockMode::Independent)
                 .level(u32::try_from(levels.lz4).unwrap_or(0))
                 .build(Vec::new())
                 .expect("in-memory lz4");
@@ -276,6 +279,15 @@ mod tests {
                 Ok(plain)
             }
         }
+    }
+
+    #[test]
+    fn lz4_frames_have_independent_blocks_as_kafka_requires() {
+        let framed = compress(CODEC_LZ4, &[7u8; 200_000], Levels::DEFAULT);
+        assert_eq!(framed[..4], [0x04, 0x22, 0x4d, 0x18], "the lz4 frame magic");
+        // FLG: version 01, block independence (bit 5) set, as Kafka's reader demands.
+        assert_eq!(framed[4] & 0xc0, 0x40);
+        assert_ne!(framed[4] & 0x20, 0, "blocks must not be linked");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use bytes::{Buf, BufMut};
 
 use crate::layout::{
     ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL,
-    BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, NO_SEQUENCE,
+    BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2, NO_PRODUCER_ID, NO_SEQUENCE,
 };
 
 /// The decoded fixed header of one record batch.
@@ -40,7 +40,54 @@ pub struct BatchHeader {
     pub record_count: i32,
 }
 
+/// The producer identity a batch carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerFields {
+    /// Producer id, or [`NO_PRODUCER_ID`].
+    pub producer_id: i64,
+    /// Producer epoch, or -1.
+    pub producer_epoch: i16,
+    /// Sequence number of the first record, or [`NO_SEQUENCE`].
+    pub base_sequence: i32,
+}
+
+impl ProducerFields {
+    /// Fields of a batch from a producer without idempotence.
+    pub const NONE: ProducerFields = ProducerFields {
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: -1,
+        base_sequence: NO_SEQUENCE,
+    };
+}
+
 impl BatchHeader {
+    /// The header of a new batch of `record_count` records numbered from 0: base offset 0 and
+    /// no leader epoch (the broker writes both), format v2, and the batch length and CRC left
+    /// for [`crate::encode::seal`] to write.
+    pub fn new(
+        record_count: i32,
+        attributes: i16,
+        base_timestamp: i64,
+        max_timestamp: i64,
+        producer: ProducerFields,
+    ) -> BatchHeader {
+        BatchHeader {
+            base_offset: 0,
+            batch_length: 0,
+            partition_leader_epoch: -1,
+            magic: MAGIC_V2,
+            crc: 0,
+            attributes,
+            last_offset_delta: record_count - 1,
+            base_timestamp,
+            max_timestamp,
+            producer_id: producer.producer_id,
+            producer_epoch: producer.producer_epoch,
+            base_sequence: producer.base_sequence,
+            record_count,
+        }
+    }
+
     /// Reads the header from the first [`BATCH_HEADER_BYTES`] of `bytes` without validating it;
     /// `None` when fewer bytes are given.
     pub fn parse(bytes: &[u8]) -> Option<BatchHeader> {

@@ -15,7 +15,7 @@ use std::ops::ControlFlow;
 use crate::compression::{decompress, DecompressError, Records};
 use crate::header::BatchHeader;
 use crate::layout::BATCH_HEADER_BYTES;
-use crate::varint::{read_varint, read_varlong, VarintError};
+use crate::varint::{next_in, read_varint, read_varlong, VarintError};
 
 /// Why a batch's records cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +93,7 @@ impl Source for SliceSource<'_> {
         Ok(())
     }
 
+    #[inline]
     fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), RecordsError> {
         let start = self.position;
         self.skip(n)?;
@@ -100,10 +101,12 @@ impl Source for SliceSource<'_> {
         Ok(())
     }
 
+    #[inline]
     fn consumed(&self) -> u64 {
         self.position as u64
     }
 
+    #[inline]
     fn at_end(&mut self) -> Result<bool, RecordsError> {
         Ok(self.position == self.bytes.len())
     }
@@ -288,10 +291,12 @@ pub struct RecordRef<'a> {
 impl<'a> RecordRef<'a> {
     /// The record's headers in order (names may repeat), when the walk read them.
     pub fn headers(&self) -> Headers<'a> {
-        let mut section = self.header_section.unwrap_or_default();
-        let count = read_varint(|| next_byte(&mut section)).unwrap_or(0);
+        let section = self.header_section.unwrap_or_default();
+        let mut position = 0;
+        let count = read_varint(|| next_in(section, &mut position)).unwrap_or(0);
         Headers {
             section,
+            position,
             left: count.max(0),
         }
     }
@@ -301,6 +306,7 @@ impl<'a> RecordRef<'a> {
 #[derive(Debug, Clone)]
 pub struct Headers<'a> {
     section: &'a [u8],
+    position: usize,
     left: i32,
 }
 
@@ -313,33 +319,25 @@ impl<'a> Iterator for Headers<'a> {
         }
         self.left -= 1;
         // The walk checked the framing; a section that does not parse ends the headers.
-        let name = take_field(&mut self.section)??;
-        let value = take_field(&mut self.section)?;
+        let name = self.field()??;
+        let value = self.field()?;
         Some((name, value))
     }
 }
 
-/// The next byte of `bytes`, taken off the front.
-fn next_byte(bytes: &mut &[u8]) -> Result<u8, VarintError> {
-    let (&first, rest) = bytes.split_first().ok_or(VarintError::Truncated)?;
-    *bytes = rest;
-    Ok(first)
-}
-
-/// A nullable length-prefixed field taken off the front of `bytes`: `Some(None)` when null,
-/// `None` when the bytes do not hold one.
-fn take_field<'a>(bytes: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
-    let length = read_varint(|| next_byte(bytes)).ok()?;
-    if length < 0 {
-        return Some(None);
+impl<'a> Headers<'a> {
+    /// The next nullable length-prefixed field: `Some(None)` when null, `None` when the
+    /// section does not hold one.
+    fn field(&mut self) -> Option<Option<&'a [u8]>> {
+        let length = read_varint(|| next_in(self.section, &mut self.position)).ok()?;
+        if length < 0 {
+            return Some(None);
+        }
+        let end = self.position.checked_add(length as usize)?;
+        let field = self.section.get(self.position..end)?;
+        self.position = end;
+        Some(Some(field))
     }
-    let length = length as usize;
-    if length > bytes.len() {
-        return None;
-    }
-    let (field, rest) = bytes.split_at(length);
-    *bytes = rest;
-    Some(Some(field))
 }
 
 /// The fields of one record body.

@@ -49,6 +49,13 @@ pub fn put_varlong(out: &mut impl BufMut, value: i64) {
     put_unsigned(out, ((value << 1) ^ (value >> 63)) as u64);
 }
 
+/// Bytes [`put_varlong`] writes for `value` (and [`put_varint`] for a value that fits an i32).
+#[inline]
+pub fn varlong_len(value: i64) -> usize {
+    let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    (64 - (zigzag | 1).leading_zeros() as usize).div_ceil(7)
+}
+
 #[inline]
 fn put_unsigned(out: &mut impl BufMut, mut value: u64) {
     while value >= 0x80 {
@@ -152,6 +159,7 @@ mod tests {
             put_varlong(&mut out, value);
             prop_assert_eq!(&out, &kafka_zigzag(value));
             prop_assert_eq!(read_all(&out, |n| read_varlong(n)), Ok((value, out.len())));
+            prop_assert_eq!(varlong_len(value), out.len());
         }
 
         #[test]

@@ -2,11 +2,12 @@
 //! requests, and what a fetched record set says (decoded, since its bytes carry times a
 //! broker stamps).
 
+use std::iter::empty;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -18,11 +19,16 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
+use weir_codec::compression::Levels;
+use weir_codec::encode::{put_record, seal};
+use weir_codec::header::{BatchHeader, ProducerFields};
+use weir_codec::records::each_record;
 
 use crate::session::Ctx;
+
+/// Codec names by the id a batch's attributes carry.
+const CODECS: [&str; 5] = ["None", "Gzip", "Snappy", "Lz4", "Zstd"];
 
 /// The one topic config whose source differs by design of the reference: Kafka 4 formats a
 /// cluster with `min.insync.replicas` as a dynamic broker default (for eligible leader
@@ -190,38 +196,32 @@ fn producer_batch_with(
     (producer_id, producer_epoch, base_sequence): (i64, i16, i32),
     records: &[(Option<&str>, &str)],
 ) -> Bytes {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // Offset minus sequence is what keeps records in one batch (without a producer
-            // the base sequence is -1 all the same).
-            sequence: base_sequence.wrapping_add(i as i32),
-            timestamp: timestamp_ms,
-            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-            value: Some(Bytes::copy_from_slice(value.as_bytes())),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encoding records in memory cannot fail");
-    buf.freeze()
+    let mut encoded = Vec::new();
+    for (i, (key, value)) in records.iter().enumerate() {
+        let key = key.map(str::as_bytes);
+        put_record(
+            &mut encoded,
+            i as i32,
+            0,
+            key,
+            Some(value.as_bytes()),
+            empty(),
+        );
+    }
+    let producer = ProducerFields {
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    };
+    let count = records.len() as i32;
+    let header = BatchHeader::new(
+        count,
+        compression as i16,
+        timestamp_ms,
+        timestamp_ms,
+        producer,
+    );
+    Bytes::from(seal(&header, &encoded, Levels::DEFAULT))
 }
 
 /// A Produce request of `records` to one partition.
@@ -301,32 +301,43 @@ pub fn describe_records(records: Option<&Bytes>) -> String {
     let Some(records) = records else {
         return "null".into();
     };
-    let mut buf = records.clone();
+    let mut rest = &records[..];
     let mut out = Vec::new();
-    while buf.len() >= 12 {
-        match RecordBatchDecoder::decode(&mut buf) {
-            Ok(set) => {
-                for record in &set.records {
-                    out.push(format!(
-                        "offset {} {:?} ts {} {:?} key {:?} value {:?} ({:?})",
-                        record.offset,
-                        record.timestamp_type,
-                        if record.timestamp_type == TimestampType::LogAppend {
-                            "<append time>".to_string()
-                        } else {
-                            record.timestamp.to_string()
-                        },
-                        set.compression,
-                        record.key.as_deref().map(String::from_utf8_lossy),
-                        record.value.as_deref().map(String::from_utf8_lossy),
-                        record.headers.len(),
-                    ));
-                }
-            }
-            Err(e) => {
-                out.push(format!("undecodable: {e}"));
-                break;
-            }
+    while let Some(header) = BatchHeader::parse(rest) {
+        let Some(batch) = usize::try_from(header.total_bytes())
+            .ok()
+            .and_then(|length| rest.get(..length))
+        else {
+            break; // a batch the fetch cut short
+        };
+        rest = &rest[batch.len()..];
+        let codec = CODECS
+            .get(header.compression() as usize)
+            .copied()
+            .unwrap_or("unknown codec");
+        let time_type = if header.is_log_append_time() {
+            "LogAppend"
+        } else {
+            "Creation"
+        };
+        let walked = each_record::<true, false, _>(batch, &header, 1 << 30, &mut |record| {
+            let timestamp = if header.is_log_append_time() {
+                "<append time>".to_string()
+            } else {
+                record.timestamp.to_string()
+            };
+            out.push(format!(
+                "offset {} {time_type} ts {timestamp} {codec} key {:?} value {:?} ({:?})",
+                header.base_offset + i64::from(record.index),
+                record.key.map(String::from_utf8_lossy),
+                record.value.map(String::from_utf8_lossy),
+                record.headers().count(),
+            ));
+            Ok(ControlFlow::Continue(()))
+        });
+        if let Err(e) = walked {
+            out.push(format!("undecodable: {e}"));
+            break;
         }
     }
     if out.is_empty() {

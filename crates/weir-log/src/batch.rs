@@ -6,7 +6,9 @@
 //! exactly as the producer sent it.
 
 use bytes::Bytes;
-pub use weir_codec::header::BatchHeader;
+use weir_codec::compression::Levels;
+use weir_codec::encode::{put_record, seal};
+pub use weir_codec::header::{BatchHeader, ProducerFields};
 use weir_codec::layout::{
     put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_OFFSET_AT, CRC_AT, MAX_TIMESTAMP_AT,
     PARTITION_LEADER_EPOCH_AT,
@@ -16,7 +18,7 @@ pub use weir_codec::layout::{
     NO_PRODUCER_ID, NO_SEQUENCE,
 };
 use weir_codec::records::RecordsError;
-use weir_codec::varint::{put_varlong, VarintError};
+use weir_codec::varint::VarintError;
 
 use crate::records::{validate_records, ValidationLimits};
 
@@ -132,7 +134,7 @@ fn validate_framing(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
             header.magic
         )));
     }
-    if crc32c::crc32c(&bytes[ATTRIBUTES_AT..]) != header.crc {
+    if batch_crc(bytes) != header.crc {
         return Err(BatchError::Corrupt("CRC-32C mismatch".into()));
     }
     Ok(header)
@@ -298,10 +300,8 @@ pub fn patched_head(
     head
 }
 
-/// Computes the CRC a batch must carry; used to build batches in tests and tools.
-pub fn batch_crc(bytes: &[u8]) -> u32 {
-    crc32c::crc32c(&bytes[ATTRIBUTES_AT..])
-}
+/// The CRC a batch must carry; used to build batches in tests and tools.
+pub use weir_codec::encode::crc as batch_crc;
 
 /// One record to build: key and value, either may be null.
 pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
@@ -320,66 +320,12 @@ pub fn build_keyed_batch(
     producer: ProducerFields,
 ) -> Vec<u8> {
     let mut encoded = Vec::new();
-    let put_field = |out: &mut Vec<u8>, field: Option<&[u8]>| match field {
-        Some(bytes) => {
-            put_varlong(out, bytes.len() as i64);
-            out.extend_from_slice(bytes);
-        }
-        None => put_varlong(out, -1),
-    };
     for (i, (key, value)) in records.iter().enumerate() {
-        let mut body = Vec::new();
-        body.push(0u8); // attributes
-        put_varlong(&mut body, 0); // timestamp delta
-        put_varlong(&mut body, i as i64); // offset delta
-        put_field(&mut body, *key);
-        put_field(&mut body, *value);
-        put_varlong(&mut body, 0); // no headers
-        put_varlong(&mut encoded, body.len() as i64);
-        encoded.extend_from_slice(&body);
+        put_record(&mut encoded, i as i32, 0, *key, *value, std::iter::empty());
     }
     let count = records.len() as i32;
-    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + encoded.len());
-    let header = BatchHeader {
-        base_offset: 0,
-        batch_length: (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES + encoded.len()) as i32,
-        partition_leader_epoch: -1,
-        magic: MAGIC_V2,
-        crc: 0,
-        attributes: 0,
-        last_offset_delta: count - 1,
-        base_timestamp,
-        max_timestamp: base_timestamp,
-        producer_id: producer.producer_id,
-        producer_epoch: producer.producer_epoch,
-        base_sequence: producer.base_sequence,
-        record_count: count,
-    };
-    header.put(&mut out);
-    out.extend_from_slice(&encoded);
-    let crc = batch_crc(&out);
-    put_u32_at(&mut out, CRC_AT, crc);
-    out
-}
-
-/// Producer identity fields written into a batch built by [`build_batch`].
-#[derive(Debug, Clone, Copy)]
-pub struct ProducerFields {
-    /// Producer id, or [`NO_PRODUCER_ID`].
-    pub producer_id: i64,
-    /// Producer epoch, or -1.
-    pub producer_epoch: i16,
-    /// First sequence number, or [`NO_SEQUENCE`].
-    pub base_sequence: i32,
-}
-
-impl ProducerFields {
-    /// Fields of a batch from a producer without idempotence.
-    pub const NONE: ProducerFields = ProducerFields {
-        producer_id: NO_PRODUCER_ID,
-        producer_epoch: -1,
-        base_sequence: NO_SEQUENCE,
-    };
+    let header = BatchHeader::new(count, 0, base_timestamp, base_timestamp, producer);
+    seal(&header, &encoded, Levels::DEFAULT)
 }
 
 #[cfg(test)]

@@ -310,7 +310,7 @@ impl CleaningPlan {
                     .map_err(LogError::Batch)?;
                     stats.records_read += total;
                     stats.records_dropped += total - kept.len() as u64;
-                    (kept.len() as u64 != total).then(|| rebuild_batch(header, bytes, &kept))
+                    (kept.len() as u64 != total).then(|| rebuild_batch(header, &kept))
                 };
                 let written = match rewritten {
                     None => bytes.to_vec(),
@@ -355,7 +355,7 @@ impl CleaningPlan {
 /// batch's own codec; `None` when nothing is kept. Base offset, leader epoch, attributes,
 /// last offset delta, base timestamp and producer fields stay as they were; the record count,
 /// max timestamp and CRC are recomputed.
-fn rebuild_batch(header: &BatchHeader, original: &[u8], kept: &[Vec<u8>]) -> Option<Vec<u8>> {
+fn rebuild_batch(header: &BatchHeader, kept: &[Vec<u8>]) -> Option<Vec<u8>> {
     if kept.is_empty() {
         return None;
     }
@@ -367,7 +367,7 @@ fn rebuild_batch(header: &BatchHeader, original: &[u8], kept: &[Vec<u8>]) -> Opt
         max_record_timestamp(header, &plain, kept.len())
     };
     Some(rebuilt_batch(
-        original,
+        header,
         header.compression(),
         Levels::DEFAULT,
         &plain,

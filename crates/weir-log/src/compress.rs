@@ -3,18 +3,11 @@
 //! what producers send.
 
 use bytes::Bytes;
-use weir_codec::compression::compress;
 pub use weir_codec::compression::Levels;
-use weir_codec::layout::{
-    put_i16_at, put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BATCH_LENGTH_AT, CRC_AT,
-    MAX_TIMESTAMP_AT, RECORD_COUNT_AT,
-};
+use weir_codec::encode::seal;
 use weir_codec::varint::put_varlong;
 
-use crate::batch::{
-    batch_crc, BatchError, ValidBatch, ATTR_COMPRESSION_MASK, BATCH_HEADER_BYTES,
-    LOG_OVERHEAD_BYTES,
-};
+use crate::batch::{BatchError, BatchHeader, ValidBatch, ATTR_COMPRESSION_MASK};
 use crate::records::{for_each_stored_record, RecordRef};
 
 /// A kept record's bytes with their length prefix, as they go into a rebuilt batch.
@@ -26,35 +19,25 @@ pub(crate) fn framed_record(record: &RecordRef<'_>) -> Vec<u8> {
     out
 }
 
-/// The batch whose header is `original`'s with `plain` (`count` framed records) compressed
-/// with `codec` as its records: the codec bits, batch length, max timestamp, record count and
-/// CRC are rewritten; base offset, leader epoch, other attributes, last offset delta, base
+/// The batch whose header is `original` with `plain` (`count` framed records) compressed with
+/// `codec` as its records: the codec bits, batch length, max timestamp, record count and CRC
+/// are rewritten; base offset, leader epoch, other attributes, last offset delta, base
 /// timestamp and producer fields stay as they were.
 pub(crate) fn rebuilt_batch(
-    original: &[u8],
+    original: &BatchHeader,
     codec: i16,
     levels: Levels,
     plain: &[u8],
     count: usize,
     max_timestamp: i64,
 ) -> Vec<u8> {
-    let records = compress(codec, plain, levels);
-    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + records.len());
-    out.extend_from_slice(&original[..BATCH_HEADER_BYTES]);
-    out.extend_from_slice(&records);
-    let batch_length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
-    put_i32_at(&mut out, BATCH_LENGTH_AT, batch_length);
-    let attributes = i16::from_be_bytes([out[ATTRIBUTES_AT], out[ATTRIBUTES_AT + 1]]);
-    put_i16_at(
-        &mut out,
-        ATTRIBUTES_AT,
-        (attributes & !ATTR_COMPRESSION_MASK) | codec,
-    );
-    put_i64_at(&mut out, MAX_TIMESTAMP_AT, max_timestamp);
-    put_i32_at(&mut out, RECORD_COUNT_AT, count as i32);
-    let crc = batch_crc(&out);
-    put_u32_at(&mut out, CRC_AT, crc);
-    out
+    let header = BatchHeader {
+        attributes: (original.attributes & !ATTR_COMPRESSION_MASK) | codec,
+        max_timestamp,
+        record_count: count as i32,
+        ..*original
+    };
+    seal(&header, plain, levels)
 }
 
 /// `batch` with its records recompressed with `codec` (0: uncompressed) at `levels`, as a
@@ -74,7 +57,7 @@ pub fn recompress(
     })?;
     let header = batch.header();
     Ok(Bytes::from(rebuilt_batch(
-        batch.bytes(),
+        header,
         codec,
         levels,
         &plain,
