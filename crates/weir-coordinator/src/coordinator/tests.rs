@@ -44,18 +44,7 @@ async fn committed_offsets_and_groups_survive_a_reload_and_deletes_are_tombstone
         .commit_offsets("g", -1, "", None, &[entry("t", 0, 11, "")], 9)
         .await
         .expect("commit");
-    let join = JoinRequest {
-        member_id: String::new(),
-        group_instance_id: None,
-        client_id: "c".into(),
-        client_host: "/h".into(),
-        session_timeout_ms: 10_000,
-        rebalance_timeout_ms: 10_000,
-        protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
-        require_known_member_id: false,
-    };
-    let joined = first.join_group("h", join).await;
+    let joined = first.join_group("h", classic_join(String::new())).await;
     assert_eq!(joined.error, None);
     let synced = first
         .sync_group(
@@ -820,22 +809,7 @@ mod replay {
         group: &str,
         member_id: String,
     ) -> Option<String> {
-        let joined = coordinator
-            .join_group(
-                group,
-                JoinRequest {
-                    member_id,
-                    group_instance_id: None,
-                    client_id: "c".into(),
-                    client_host: "/h".into(),
-                    session_timeout_ms: 10_000,
-                    rebalance_timeout_ms: 10_000,
-                    protocol_type: "consumer".into(),
-                    protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
-                    require_known_member_id: false,
-                },
-            )
-            .await;
+        let joined = coordinator.join_group(group, classic_join(member_id)).await;
         if joined.error.is_some() {
             return None;
         }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::group::JoinRequest;
 use crate::runtime::{Appended, RecordVisitor, StoredRecord};
 use weir_clock::{Clock, ManualClock};
 
@@ -116,6 +117,21 @@ fn settings(bounds: MetadataBounds) -> CoordinatorSettings {
             metadata: bounds,
             ..CONSUMER_SETTINGS
         },
+    }
+}
+
+/// A classic member's JoinGroup (`member_id` empty: a new member) with one protocol, `range`.
+pub(super) fn classic_join(member_id: String) -> JoinRequest {
+    JoinRequest {
+        member_id,
+        group_instance_id: None,
+        client_id: "c".into(),
+        client_host: "/h".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 10_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), bytes::Bytes::from_static(b"sub"))],
+        require_known_member_id: false,
     }
 }
 

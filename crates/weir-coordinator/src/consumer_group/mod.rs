@@ -1,0 +1,906 @@
+//! One consumer group under the consumer group protocol (KIP-848): members heartbeat with
+//! their epoch, the coordinator computes the group's target assignment with a server-side
+//! assignor whenever the group epoch moves, and hands each member its part incrementally: a
+//! member first gives up the partitions it must lose (keeping its epoch), then advances to
+//! the target epoch with the partitions nobody else still holds; a partition another member
+//! has not yet revoked comes with a later heartbeat. So only partitions that move are ever
+//! revoked, and no partition has two owners.
+//!
+//! Synchronous and clock-free like the classic group: callers pass the time.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::assignors::{TopicPartitions, ASSIGNORS};
+use crate::limits::{millis, ConsumerGroupSettings, MetadataBounds};
+use crate::state::GroupState;
+use crate::GroupError;
+
+mod assignment;
+mod reconcile;
+mod records;
+#[cfg(test)]
+mod tests;
+
+pub use assignment::{AssignmentJob, ComputedTarget};
+use reconcile::{is_subset, release};
+
+/// Member epoch of a ConsumerGroupHeartbeat that joins the group.
+pub const JOIN_EPOCH: i32 = 0;
+/// Member epoch of a ConsumerGroupHeartbeat that leaves the group.
+pub const LEAVE_EPOCH: i32 = -1;
+/// Member epoch of a static member leaving for now: its partitions wait for its instance
+/// id to come back within the session timeout.
+pub const STATIC_LEAVE_EPOCH: i32 = -2;
+
+/// Longest `SubscribedTopicRegex` accepted, and the compiled size it may reach.
+const REGEX_MAX_LEN: usize = 4096;
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// The topics a group's members may subscribe to, as the metadata image has them.
+pub trait TopicCatalog: Send + Sync {
+    /// Id and partition count of the topic called `name`.
+    fn topic(&self, name: &str) -> Option<(Uuid, i32)>;
+    /// The name of the topic with id `id`.
+    fn topic_name(&self, id: Uuid) -> Option<String>;
+    /// Every topic name a regular expression may match (internal topics excluded).
+    fn topic_names(&self) -> Vec<String>;
+    /// Changes whenever a topic is created, deleted or grows: pattern subscriptions are
+    /// matched again only then.
+    fn version(&self) -> u64;
+}
+
+/// A ConsumerGroupHeartbeat, decoded by the handler. `None` fields did not change since the
+/// member's last heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerHeartbeat {
+    /// Member id (v1: chosen by the client; v0: empty on the first heartbeat).
+    pub member_id: String,
+    /// 0 to join, -1 to leave, -2 for a static member's temporary leave, else its epoch.
+    pub member_epoch: i32,
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<String>,
+    /// `client.rack`.
+    pub rack_id: Option<String>,
+    /// `max.poll.interval.ms` of the client, or -1.
+    pub rebalance_timeout_ms: i32,
+    /// Subscribed topic names.
+    pub topic_names: Option<Vec<String>>,
+    /// Subscribed topic pattern (RE2 syntax, matched against whole names).
+    pub topic_regex: Option<String>,
+    /// Preferred server assignor.
+    pub server_assignor: Option<String>,
+    /// Partitions the member owns now.
+    pub owned: Option<TopicPartitions>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+}
+
+/// The answer to a ConsumerGroupHeartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    /// The member's id.
+    pub member_id: String,
+    /// The member's epoch after this heartbeat.
+    pub member_epoch: i32,
+    /// When to heartbeat next.
+    pub heartbeat_interval_ms: i32,
+    /// The member's assignment, when it changed or the request was a full one.
+    pub assignment: Option<TopicPartitions>,
+}
+
+/// Where a member is in reaching its target assignment (Kafka's member states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemberState {
+    /// It has its target assignment, or all of it that is free.
+    Stable,
+    /// It must revoke partitions before it may advance.
+    UnrevokedPartitions,
+    /// It is at the target epoch, waiting for partitions other members still hold.
+    UnreleasedPartitions,
+}
+
+#[derive(Debug)]
+struct ConsumerMember {
+    instance_id: Option<String>,
+    rack_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    topic_names: Vec<String>,
+    topic_regex: Option<(String, regex::Regex)>,
+    server_assignor: Option<String>,
+    rebalance_timeout: Duration,
+    epoch: i32,
+    previous_epoch: i32,
+    state: MemberState,
+    /// The partitions it holds (without those pending revocation).
+    assigned: TopicPartitions,
+    /// Partitions it must give up; they stay its own until it acknowledges.
+    pending_revocation: TopicPartitions,
+    /// Session expiry, pushed forward by each heartbeat.
+    expires: Instant,
+    /// UnrevokedPartitions: when the member is fenced if it has not revoked.
+    revoke_by: Option<Instant>,
+}
+
+impl ConsumerMember {
+    /// A static member that left with epoch -2, waiting for its instance to return.
+    fn departed(&self) -> bool {
+        self.epoch == STATIC_LEAVE_EPOCH
+    }
+
+    /// Bytes its subscription holds: topic names, pattern and rack.
+    fn subscription_bytes(&self) -> usize {
+        self.topic_names.iter().map(String::len).sum::<usize>()
+            + self.topic_regex.as_ref().map_or(0, |(p, _)| p.len())
+            + self.rack_id.as_ref().map_or(0, String::len)
+    }
+
+    fn subscribes_to(&self, name: &str) -> bool {
+        // `topic_names` is kept sorted.
+        self.topic_names
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .is_ok()
+            || self
+                .topic_regex
+                .as_ref()
+                .is_some_and(|(_, regex)| regex.is_match(name))
+    }
+}
+
+/// What ConsumerGroupDescribe shows of one member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberDescription {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id`.
+    pub instance_id: Option<String>,
+    /// `client.rack`.
+    pub rack_id: Option<String>,
+    /// Its epoch.
+    pub member_epoch: i32,
+    /// `client.id`.
+    pub client_id: String,
+    /// Address.
+    pub client_host: String,
+    /// Subscribed names.
+    pub topic_names: Vec<String>,
+    /// Subscribed pattern.
+    pub topic_regex: Option<String>,
+    /// What it holds now.
+    pub assignment: TopicPartitions,
+    /// What it is heading for.
+    pub target_assignment: TopicPartitions,
+}
+
+/// What ConsumerGroupDescribe shows of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescription {
+    /// Its state.
+    pub state: GroupState,
+    /// The group epoch.
+    pub epoch: i32,
+    /// The epoch of the target assignment.
+    pub assignment_epoch: i32,
+    /// The assignor the target was computed with.
+    pub assignor: String,
+    /// Members in id order.
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+/// The membership of a consumer-protocol group (its committed offsets live in the
+/// enclosing [`crate::group::Group`]).
+#[derive(Debug, Default)]
+pub struct ConsumerGroup {
+    epoch: i32,
+    assignment_epoch: i32,
+    members: BTreeMap<String, ConsumerMember>,
+    /// The target assignment at `assignment_epoch`, per member.
+    target: HashMap<String, TopicPartitions>,
+    /// The subscribed topics' ids and partition counts the target was computed from.
+    topics: BTreeMap<String, (Uuid, i32)>,
+    /// Which member holds (or is revoking) each partition.
+    owners: HashMap<(Uuid, i32), String>,
+    /// The assignor of the last target.
+    assignor: &'static str,
+    /// Restored from the log: `topics` is taken from the catalog at the next heartbeat,
+    /// without a new epoch unless the target no longer covers them.
+    topics_unknown: bool,
+    /// The topics the members' patterns matched: the catalog version and the patterns they
+    /// were matched at, so a heartbeat does not match every topic name again.
+    pattern_matches: Option<(u64, Vec<String>, BTreeSet<String>)>,
+    /// Members whose records may differ from what was last written (joined, changed or
+    /// left) since [`ConsumerGroup::take_changed`]: a write looks at these only.
+    changed: BTreeSet<String>,
+    /// No member's session or revocation deadline falls before this: lowered as deadlines
+    /// are set, made exact when the timer reaches it, so a heartbeat costs no scan.
+    due: Option<Instant>,
+    /// What the members subscribe to, counted.
+    subscriptions: Subscriptions,
+    /// The catalog version and subscriptions generation the topics were last resolved at.
+    resolved_at: Option<(u64, u64)>,
+    /// `group.consumer.assignment.interval.ms`, as the last heartbeat's settings gave it.
+    assignment_interval: Duration,
+    /// When the target assignment was last computed.
+    assigned_at: Option<Instant>,
+    /// When a target assignment the interval held back is computed (by the timer).
+    assignment_due: Option<Instant>,
+    /// When the group last became empty or got its first member (ms since the epoch), for
+    /// offset retention.
+    state_since_ms: i64,
+}
+
+/// The members' subscriptions, counted: topic names and patterns with how many members name
+/// each, and their bytes, so a heartbeat needs no pass over every member.
+#[derive(Debug, Default)]
+struct Subscriptions {
+    names: BTreeMap<String, usize>,
+    patterns: BTreeMap<String, usize>,
+    bytes: usize,
+    /// Moves with every change.
+    generation: u64,
+}
+
+impl Subscriptions {
+    fn add(&mut self, member: &ConsumerMember) {
+        for name in &member.topic_names {
+            *self.names.entry(name.clone()).or_default() += 1;
+        }
+        if let Some((pattern, _)) = &member.topic_regex {
+            *self.patterns.entry(pattern.clone()).or_default() += 1;
+        }
+        self.bytes += member.subscription_bytes();
+        self.generation += 1;
+    }
+
+    fn remove(&mut self, member: &ConsumerMember) {
+        let drop_one = |counts: &mut BTreeMap<String, usize>, key: &String| {
+            if let Some(count) = counts.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(key);
+                }
+            }
+        };
+        for name in &member.topic_names {
+            drop_one(&mut self.names, name);
+        }
+        if let Some((pattern, _)) = &member.topic_regex {
+            drop_one(&mut self.patterns, pattern);
+        }
+        self.bytes = self.bytes.saturating_sub(member.subscription_bytes());
+        self.generation += 1;
+    }
+}
+
+impl ConsumerGroup {
+    /// A group without members, made at `now_ms`.
+    pub fn new(now_ms: i64) -> ConsumerGroup {
+        ConsumerGroup {
+            state_since_ms: now_ms,
+            ..ConsumerGroup::default()
+        }
+    }
+
+    /// When the group last became empty or got its first member (ms since the epoch).
+    pub fn state_since_ms(&self) -> i64 {
+        self.state_since_ms
+    }
+
+    /// Notes that the group became empty or got its first member at `now_ms`.
+    pub fn set_state_since(&mut self, now_ms: i64) {
+        self.state_since_ms = now_ms;
+    }
+
+    /// The group's state: Empty without members, Assigning while the target lags the group
+    /// epoch, Reconciling while a member has not reached it, else Stable.
+    pub fn state(&self) -> GroupState {
+        if self.members.is_empty() {
+            GroupState::Empty
+        } else if self.assignment_epoch < self.epoch {
+            GroupState::Assigning
+        } else if self
+            .members
+            .values()
+            .any(|m| m.epoch != self.assignment_epoch || m.state != MemberState::Stable)
+        {
+            GroupState::Reconciling
+        } else {
+            GroupState::Stable
+        }
+    }
+
+    /// True without members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The group epoch.
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// Every topic some member subscribes to (by name or pattern) that exists.
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        self.topics.keys().cloned().collect()
+    }
+
+    /// Checks an OffsetCommit: from a member with exactly its current epoch (else
+    /// STALE_MEMBER_EPOCH), at version 9 or later; or with epoch -1 from outside the group
+    /// while it is empty.
+    pub fn check_commit(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+        version: i16,
+    ) -> Result<(), GroupError> {
+        if member_epoch < 0 && self.members.is_empty() {
+            return Ok(());
+        }
+        let member = self
+            .members
+            .get(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if version < 9 {
+            return Err(GroupError::UnsupportedVersion);
+        }
+        if member_epoch != member.epoch {
+            return Err(GroupError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// Checks an OffsetFetch that names a member or an epoch (v9): it must be in the group at
+    /// that epoch.
+    pub fn check_fetch(&self, member_id: &str, member_epoch: i32) -> Result<(), GroupError> {
+        let member = self
+            .members
+            .get(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if member_epoch != member.epoch {
+            return Err(GroupError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// Handles a ConsumerGroupHeartbeat (see the module docs).
+    pub fn heartbeat(
+        &mut self,
+        group_id: &str,
+        request: ConsumerHeartbeat,
+        catalog: &dyn TopicCatalog,
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+    ) -> Result<HeartbeatReply, GroupError> {
+        let reply = |member_id: String, member_epoch: i32| HeartbeatReply {
+            member_id,
+            member_epoch,
+            heartbeat_interval_ms: settings.heartbeat_interval_ms,
+            assignment: None,
+        };
+        check_request(&request, &settings.metadata)?;
+        self.check_subscription_bytes(group_id, &request, &settings.metadata)?;
+        // A pattern is compiled once, not on every heartbeat that repeats it.
+        let regex = match &request.topic_regex {
+            Some(pattern) if !pattern.is_empty() => {
+                let known = self
+                    .members
+                    .get(&request.member_id)
+                    .and_then(|m| m.topic_regex.as_ref())
+                    .filter(|(p, _)| p == pattern);
+                match known {
+                    Some((_, regex)) => Some(regex.clone()),
+                    None => Some(compile(pattern)?),
+                }
+            }
+            _ => None,
+        };
+        let mut joined = false;
+        match request.member_epoch {
+            LEAVE_EPOCH | STATIC_LEAVE_EPOCH => {
+                let id = self.leaving_member(&request)?;
+                if request.member_epoch == STATIC_LEAVE_EPOCH {
+                    // What it was revoking is free now; what it holds waits for it.
+                    let member = self.members.get_mut(&id).expect("found above");
+                    member.previous_epoch = member.epoch;
+                    member.epoch = STATIC_LEAVE_EPOCH;
+                    member.expires = now + millis(settings.session_timeout_ms);
+                    member.revoke_by = None;
+                    member.state = MemberState::Stable;
+                    let pending = std::mem::take(&mut member.pending_revocation);
+                    let expires = member.expires;
+                    release(&mut self.owners, &id, &pending);
+                    self.note_deadline(expires);
+                    self.changed.insert(id.clone());
+                    tracing::info!(target: "weir::groups", group = group_id, member = %id, "static member left for now; its partitions wait for its instance");
+                } else {
+                    tracing::info!(target: "weir::groups", group = group_id, member = %id, "member left the group");
+                    self.remove_members(std::slice::from_ref(&id), now);
+                }
+                return Ok(HeartbeatReply {
+                    heartbeat_interval_ms: 0,
+                    ..reply(id, request.member_epoch)
+                });
+            }
+            JOIN_EPOCH => joined = self.join(group_id, &request, settings, now)?,
+            epoch => {
+                let member = self
+                    .members
+                    .get(&request.member_id)
+                    .filter(|m| !m.departed())
+                    .ok_or_else(|| self.missing_member(&request))?;
+                if let Some(instance) = &request.instance_id {
+                    if member.instance_id.as_ref() != Some(instance) {
+                        return Err(GroupError::FencedInstanceId);
+                    }
+                }
+                let behind_but_consistent = epoch == member.previous_epoch
+                    && request
+                        .owned
+                        .as_ref()
+                        .is_some_and(|owned| is_subset(owned, &member.assigned));
+                if epoch != member.epoch && !behind_but_consistent {
+                    return Err(GroupError::FencedMemberEpoch);
+                }
+            }
+        }
+        self.assignment_interval = millis(settings.assignment_interval_ms);
+        let member_id = request.member_id.clone();
+        self.changed.insert(member_id.clone());
+        let before = self.members.get(&member_id).map(|m| m.assigned.clone());
+        let resubscribed = self.update_member(&member_id, &request, regex, now, settings);
+        let topics_changed = self.refresh_topics(catalog);
+        if joined || resubscribed || topics_changed {
+            self.epoch += 1;
+        }
+        self.update_target(now);
+        self.reconcile(&member_id, request.owned.as_ref(), now);
+        let member = &self.members[&member_id];
+        let full = request.rebalance_timeout_ms != -1
+            && (request.topic_names.is_some() || request.topic_regex.is_some())
+            && request.owned.is_some();
+        let changed = before.is_none_or(|assigned| assigned != member.assigned);
+        let mut answer = reply(member_id, member.epoch);
+        if request.member_epoch == JOIN_EPOCH || full || changed {
+            answer.assignment = Some(member.assigned.clone());
+        }
+        // A target the interval holds back: come back soon after it is computed, rather than
+        // a whole heartbeat interval later.
+        if let Some(due) = self.assignment_due {
+            let soon = due.saturating_duration_since(now) + ASSIGNMENT_HEARTBEAT_SLACK;
+            let soon = i32::try_from(soon.as_millis()).unwrap_or(i32::MAX);
+            answer.heartbeat_interval_ms = answer
+                .heartbeat_interval_ms
+                .min(soon.max(ASSIGNMENT_HEARTBEAT_MIN_MS));
+        }
+        Ok(answer)
+    }
+
+    /// Bytes of its members' subscriptions.
+    pub fn subscription_bytes(&self) -> usize {
+        self.subscriptions.bytes
+    }
+
+    /// Bytes of the subscription `member_id` holds now (0 for one not in the group).
+    pub fn member_subscription_bytes(&self, member_id: &str) -> usize {
+        self.members
+            .get(member_id)
+            .map_or(0, ConsumerMember::subscription_bytes)
+    }
+
+    /// A subscription that would take the group's subscriptions over `group.metadata.max.bytes`
+    /// is GROUP_MAX_SIZE_REACHED (the member's own earlier one does not count).
+    fn check_subscription_bytes(
+        &self,
+        group_id: &str,
+        request: &ConsumerHeartbeat,
+        bounds: &MetadataBounds,
+    ) -> Result<(), GroupError> {
+        if self.subscription_adds_bytes(request, bounds).is_some() {
+            return Ok(());
+        }
+        tracing::warn!(target: "weir::groups", group = group_id, client_id = %request.client_id, client_host = %request.client_host, bytes = sent_subscription_bytes(request), limit = bounds.group_max_bytes, "ConsumerGroupHeartbeat refused: the group's subscriptions would be over group.metadata.max.bytes");
+        Err(GroupError::GroupMaxSizeReached)
+    }
+
+    /// The bytes a heartbeat's subscription adds to what the group holds (less what its member
+    /// held), or `None` when it would take the group over `group.metadata.max.bytes`.
+    pub fn subscription_adds_bytes(
+        &self,
+        request: &ConsumerHeartbeat,
+        bounds: &MetadataBounds,
+    ) -> Option<usize> {
+        if request.topic_names.is_none() && request.topic_regex.is_none() {
+            return Some(0);
+        }
+        let others = self
+            .subscriptions
+            .bytes
+            .saturating_sub(self.member_subscription_bytes(&request.member_id));
+        let sent = sent_subscription_bytes(request);
+        (others + sent <= bounds.group_max_bytes)
+            .then(|| sent.saturating_sub(self.member_subscription_bytes(&request.member_id)))
+    }
+
+    /// The member a leave names: by member id, or a static member by instance id.
+    fn leaving_member(&self, request: &ConsumerHeartbeat) -> Result<String, GroupError> {
+        let member = self
+            .members
+            .get(&request.member_id)
+            .ok_or_else(|| self.missing_member(request))?;
+        if let Some(instance) = &request.instance_id {
+            if member.instance_id.as_ref() != Some(instance) {
+                return Err(GroupError::FencedInstanceId);
+            }
+        }
+        Ok(request.member_id.clone())
+    }
+
+    /// The error for a member id the group does not have: FENCED_INSTANCE_ID when its
+    /// instance id is now held by another member (it was replaced), else UNKNOWN_MEMBER_ID.
+    fn missing_member(&self, request: &ConsumerHeartbeat) -> GroupError {
+        let replaced = request.instance_id.as_ref().is_some_and(|instance| {
+            self.members
+                .values()
+                .any(|m| m.instance_id.as_ref() == Some(instance))
+        });
+        if replaced {
+            GroupError::FencedInstanceId
+        } else {
+            GroupError::UnknownMemberId
+        }
+    }
+
+    /// A heartbeat with epoch 0: a new member, a member starting over, or a static member's
+    /// instance coming back under a new member id (taking over its predecessor's partitions
+    /// and epoch without a new target). True for a new member.
+    fn join(
+        &mut self,
+        group_id: &str,
+        request: &ConsumerHeartbeat,
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+    ) -> Result<bool, GroupError> {
+        if let Some(instance) = &request.instance_id {
+            let previous = self
+                .members
+                .iter()
+                .find(|(_, m)| m.instance_id.as_ref() == Some(instance))
+                .map(|(id, m)| (id.clone(), m.departed()));
+            match previous {
+                Some((id, false)) if id == request.member_id => {}
+                Some((_, false)) => return Err(GroupError::UnreleasedInstanceId),
+                Some((id, true)) => {
+                    if id != request.member_id && self.members.contains_key(&request.member_id) {
+                        // The new id is another live member's: taking it would orphan that
+                        // member's partitions.
+                        return Err(GroupError::InvalidRequest);
+                    }
+                    let mut member = self.members.remove(&id).expect("found above");
+                    member.epoch = 0;
+                    member.previous_epoch = 0;
+                    member.expires = now + millis(settings.session_timeout_ms);
+                    self.note_deadline(member.expires);
+                    self.changed.insert(id.clone());
+                    self.changed.insert(request.member_id.clone());
+                    for owner in self.owners.values_mut().filter(|o| **o == id) {
+                        owner.clone_from(&request.member_id);
+                    }
+                    if let Some(target) = self.target.remove(&id) {
+                        self.target.insert(request.member_id.clone(), target);
+                    }
+                    tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, previous = %id, "static member came back and takes over its partitions");
+                    self.members.insert(request.member_id.clone(), member);
+                    return Ok(false);
+                }
+                None => {}
+            }
+        }
+        if let Some(member) = self.members.get(&request.member_id) {
+            // Starting over: whatever it held is released and handed out again.
+            if member.departed() {
+                return Err(GroupError::UnknownMemberId);
+            }
+            self.release_all(&request.member_id);
+            let member = self
+                .members
+                .get_mut(&request.member_id)
+                .expect("found above");
+            member.epoch = 0;
+            member.previous_epoch = 0;
+            member.state = MemberState::Stable;
+            return Ok(false);
+        }
+        if self.members.len() >= settings.max_size {
+            return Err(GroupError::GroupMaxSizeReached);
+        }
+        self.members.insert(
+            request.member_id.clone(),
+            ConsumerMember {
+                instance_id: request.instance_id.clone(),
+                rack_id: None,
+                client_id: request.client_id.clone(),
+                client_host: request.client_host.clone(),
+                topic_names: Vec::new(),
+                topic_regex: None,
+                server_assignor: None,
+                rebalance_timeout: Duration::ZERO,
+                epoch: 0,
+                previous_epoch: 0,
+                state: MemberState::Stable,
+                assigned: TopicPartitions::new(),
+                pending_revocation: TopicPartitions::new(),
+                expires: now,
+                revoke_by: None,
+            },
+        );
+        // (Its session starts with the update that follows, which notes the deadline.)
+        self.changed.insert(request.member_id.clone());
+        tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, "member joined the group");
+        Ok(true)
+    }
+
+    /// Takes the request's changed fields (`regex`: its pattern, compiled). True when the
+    /// subscription or preferred assignor changed, which moves the group epoch.
+    fn update_member(
+        &mut self,
+        member_id: &str,
+        request: &ConsumerHeartbeat,
+        regex: Option<regex::Regex>,
+        now: Instant,
+        settings: &ConsumerGroupSettings,
+    ) -> bool {
+        let Some(member) = self.members.get_mut(member_id) else {
+            return false;
+        };
+        member.expires = now + millis(settings.session_timeout_ms);
+        if request.rebalance_timeout_ms >= 0 {
+            member.rebalance_timeout = millis(request.rebalance_timeout_ms);
+        }
+        let names = request.topic_names.as_ref().map(|names| {
+            let mut names = names.clone();
+            names.sort();
+            names.dedup();
+            names
+        });
+        let names_changed = names.as_ref().is_some_and(|n| *n != member.topic_names);
+        let old_pattern = member.topic_regex.as_ref().map(|(p, _)| p.as_str());
+        let pattern_changed = request
+            .topic_regex
+            .as_ref()
+            .is_some_and(|p| old_pattern.unwrap_or_default() != p.as_str());
+        let rack_changed = request.rack_id.is_some() && request.rack_id != member.rack_id;
+        // A heartbeat that only keeps the member alive leaves the group's subscriptions (and
+        // so their generation, which says when topics must be resolved again) alone.
+        let resubscribe = names_changed || pattern_changed || rack_changed;
+        if resubscribe {
+            self.subscriptions.remove(member);
+        }
+        if rack_changed {
+            member.rack_id.clone_from(&request.rack_id);
+        }
+        if let (true, Some(names)) = (names_changed, names) {
+            member.topic_names = names;
+        }
+        if let (true, Some(pattern)) = (pattern_changed, &request.topic_regex) {
+            member.topic_regex = regex.map(|r| (pattern.clone(), r));
+        }
+        let mut changed = names_changed || pattern_changed;
+        if request.server_assignor.is_some() && request.server_assignor != member.server_assignor {
+            member.server_assignor.clone_from(&request.server_assignor);
+            changed = true;
+        }
+        if resubscribe {
+            self.subscriptions.add(member);
+        }
+        let expires = member.expires;
+        self.note_deadline(expires);
+        changed
+    }
+
+    /// Removes members (left, fenced or expired): their partitions are free and the rest of
+    /// the group gets one new target. A group just restored waits for its next heartbeat,
+    /// which learns the topics first.
+    fn remove_members(&mut self, member_ids: &[String], now: Instant) {
+        for member_id in member_ids {
+            self.release_all(member_id);
+            if let Some(member) = self.members.remove(member_id) {
+                self.subscriptions.remove(&member);
+            }
+            self.target.remove(member_id);
+            self.changed.insert(member_id.clone());
+        }
+        self.epoch += 1;
+        if !self.topics_unknown {
+            self.update_target(now);
+        }
+    }
+
+    /// Fences members whose session expired or who did not revoke within their rebalance
+    /// timeout. Returns true when the group became empty.
+    pub fn tick(&mut self, group_id: &str, now: Instant) -> bool {
+        if self.due.is_none_or(|due| due > now) {
+            return false;
+        }
+        let had_members = !self.members.is_empty();
+        let expired: Vec<(String, &'static str)> = self
+            .members
+            .iter()
+            .filter_map(|(id, m)| {
+                if m.expires <= now {
+                    Some((id.clone(), "session expired"))
+                } else if m.revoke_by.is_some_and(|d| d <= now) {
+                    Some((
+                        id.clone(),
+                        "partitions not revoked within the rebalance timeout",
+                    ))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (id, why) in &expired {
+            tracing::info!(target: "weir::groups", group = group_id, member = %id, "{why}; removing the member");
+        }
+        if !expired.is_empty() {
+            let ids: Vec<String> = expired.into_iter().map(|(id, _)| id).collect();
+            self.remove_members(&ids, now);
+        }
+        if self.assignment_due.is_some_and(|due| due <= now) && !self.topics_unknown {
+            self.update_target(now);
+        }
+        self.due = self.earliest_deadline();
+        had_members && self.members.is_empty()
+    }
+
+    /// The next moment [`ConsumerGroup::tick`] may have something to do (never later than
+    /// the first member's deadline).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.due
+    }
+
+    /// The first member's session or revocation deadline, found by looking at every member.
+    fn earliest_deadline(&self) -> Option<Instant> {
+        self.members
+            .values()
+            .flat_map(|m| [Some(m.expires), m.revoke_by])
+            .flatten()
+            .chain(self.assignment_due)
+            .min()
+    }
+
+    /// A member's deadline was set to `at`: the timer must look no later than that.
+    fn note_deadline(&mut self, at: Instant) {
+        self.due = Some(self.due.map_or(at, |due| due.min(at)));
+    }
+
+    /// The members whose records may have changed since the last call, forgotten here.
+    pub fn take_changed(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// What ConsumerGroupDescribe shows.
+    pub fn describe(&self) -> ConsumerGroupDescription {
+        ConsumerGroupDescription {
+            state: self.state(),
+            epoch: self.epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: if self.assignor.is_empty() {
+                ASSIGNORS[0].to_string()
+            } else {
+                self.assignor.to_string()
+            },
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| ConsumerMemberDescription {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    member_epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    topic_names: m.topic_names.clone(),
+                    topic_regex: m.topic_regex.as_ref().map(|(p, _)| p.clone()),
+                    assignment: m.assigned.clone(),
+                    target_assignment: self.target.get(id).cloned().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Why `pattern` is refused as a subscription, in a phrase for the error message; `None`
+/// when it is accepted.
+pub fn pattern_problem(pattern: &str) -> Option<String> {
+    if pattern.len() > REGEX_MAX_LEN {
+        return Some(format!("it is longer than {REGEX_MAX_LEN} bytes"));
+    }
+    if let Err(error) = regex_syntax::Parser::new().parse(pattern) {
+        return Some(match error {
+            regex_syntax::Error::Parse(e) => e.kind().to_string(),
+            regex_syntax::Error::Translate(e) => e.kind().to_string(),
+            other => other.to_string(),
+        });
+    }
+    compile(pattern)
+        .err()
+        .map(|_| "it is too large to compile".to_string())
+}
+
+/// Compiles a subscription pattern matched against whole topic names, as Kafka's RE2J
+/// `matches()` does, within bounded size.
+fn compile(pattern: &str) -> Result<regex::Regex, GroupError> {
+    if pattern.len() > REGEX_MAX_LEN {
+        return Err(GroupError::InvalidRegularExpression);
+    }
+    // The pattern must parse on its own (so `a)|(b` cannot escape the anchors below).
+    regex_syntax::Parser::new()
+        .parse(pattern)
+        .map_err(|_| GroupError::InvalidRegularExpression)?;
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|_| GroupError::InvalidRegularExpression)
+}
+
+/// How long after a held-back target assignment is due a member told to come back for it
+/// heartbeats: time for the timer to compute it.
+const ASSIGNMENT_HEARTBEAT_SLACK: Duration = Duration::from_millis(50);
+/// The shortest heartbeat interval a member is told, whatever is due.
+const ASSIGNMENT_HEARTBEAT_MIN_MS: i32 = 100;
+
+/// Longest member or instance id accepted: its record's key stores it with an int16 length.
+const ID_MAX_LEN: usize = i16::MAX as usize;
+
+/// Bytes of the subscription a heartbeat carries: topic names, pattern and rack.
+pub(crate) fn sent_subscription_bytes(request: &ConsumerHeartbeat) -> usize {
+    request
+        .topic_names
+        .iter()
+        .flatten()
+        .map(String::len)
+        .sum::<usize>()
+        + request.topic_regex.as_ref().map_or(0, String::len)
+        + request.rack_id.as_ref().map_or(0, String::len)
+}
+
+/// Checks what a heartbeat must carry, before it touches any group (Kafka's
+/// `throwIfConsumerGroupHeartbeatRequestIsInvalid`): a join needs a rebalance timeout, a
+/// subscription and an empty owned list; a temporary leave an instance id; no epoch is below
+/// -2; ids fit their records; a named assignor exists; the subscription is at most
+/// `group.member.metadata.max.bytes`.
+pub fn check_request(
+    request: &ConsumerHeartbeat,
+    bounds: &MetadataBounds,
+) -> Result<(), GroupError> {
+    let sent = sent_subscription_bytes(request);
+    if sent > bounds.member_max_bytes {
+        tracing::warn!(target: "weir::groups", client_id = %request.client_id, client_host = %request.client_host, bytes = sent, limit = bounds.member_max_bytes, "ConsumerGroupHeartbeat refused: its subscription is over group.member.metadata.max.bytes");
+        return Err(GroupError::InvalidRequest);
+    }
+    let too_long = request.member_id.len() > ID_MAX_LEN
+        || request
+            .instance_id
+            .as_ref()
+            .is_some_and(|i| i.is_empty() || i.len() > ID_MAX_LEN)
+        || request.rack_id.as_ref().is_some_and(String::is_empty);
+    let bad_join = request.member_epoch == JOIN_EPOCH
+        && (request.rebalance_timeout_ms < 0
+            || (request.topic_names.is_none() && request.topic_regex.is_none())
+            || request.owned.as_ref().is_none_or(|owned| !owned.is_empty()));
+    let bad_leave = request.member_epoch == STATIC_LEAVE_EPOCH && request.instance_id.is_none();
+    if too_long || bad_join || bad_leave || request.member_epoch < STATIC_LEAVE_EPOCH {
+        return Err(GroupError::InvalidRequest);
+    }
+    match &request.server_assignor {
+        Some(assignor) if !ASSIGNORS.contains(&assignor.as_str()) => {
+            Err(GroupError::UnsupportedAssignor)
+        }
+        _ => Ok(()),
+    }
+}
