@@ -407,9 +407,11 @@ async fn fetch_from(
             let mut next = start;
             if let Some(bytes) = partition.records {
                 match decode_batches(bytes) {
-                    Ok(records) => {
-                        for record in records {
-                            next = next.max(record.offset + 1);
+                    Ok(decoded) => {
+                        // Past the whole batch: records compacted from its end and control
+                        // batches are not fetched again.
+                        next = next.max(decoded.next_offset.unwrap_or(start));
+                        for record in decoded.records {
                             if record.offset < start {
                                 continue;
                             }

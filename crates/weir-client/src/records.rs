@@ -101,12 +101,24 @@ fn corrupt(what: &str) -> ClientError {
     ClientError::Protocol(format!("corrupt record batch: {what}"))
 }
 
+/// What a fetch's records field holds: its records, and where the next fetch starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedBatches {
+    /// Every record of the complete batches, in order; control batches left out.
+    pub records: Vec<DecodedRecord>,
+    /// The offset after the last complete batch, or `None` without one. A batch ends at its
+    /// last offset, not its last record: records compaction removed from its end, and control
+    /// batches, are passed over as Kafka's consumer passes them.
+    pub next_offset: Option<i64>,
+}
+
 /// Reads every record of the batches in `bytes` (a fetch's records field) with `weir-codec`'s
 /// record walk, as the broker's log reads them. A trailing partial batch (a fetch may cut one)
 /// is ignored; control batches are skipped; a batch whose CRC does not match its bytes is an
 /// error, as the Java consumer's `check.crcs` makes it.
-pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
+pub fn decode_batches(mut bytes: Bytes) -> Result<DecodedBatches> {
     let mut records = Vec::new();
+    let mut next_offset = None;
     while let Some(header) = BatchHeader::parse(&bytes) {
         let length = header.batch_length;
         if length < (BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES) as i32
@@ -124,6 +136,7 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
                 header.base_offset
             )));
         }
+        next_offset = Some(header.last_offset().saturating_add(1));
         if header.is_control() {
             continue;
         }
@@ -148,7 +161,10 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<Vec<DecodedRecord>> {
         })
         .map_err(|error| corrupt(&error.to_string()))?;
     }
-    Ok(records)
+    Ok(DecodedBatches {
+        records,
+        next_offset,
+    })
 }
 
 #[cfg(test)]
@@ -215,6 +231,8 @@ mod tests {
             let partial_tail = BatchHeader::parse(&whole).expect("a header").total_bytes() as usize;
             fetched.put_slice(&whole[..cut.min(partial_tail - 1)]);
             let decoded = decode_batches(fetched.freeze()).expect("decode");
+            prop_assert_eq!(decoded.next_offset, Some(written.len() as i64));
+            let decoded = decoded.records;
             prop_assert_eq!(decoded.len(), written.len());
             for (offset, (read, record)) in decoded.iter().zip(&written).enumerate() {
                 prop_assert_eq!(read.offset, offset as i64);
@@ -296,7 +314,7 @@ mod tests {
                 &kafka_protocol::records::RecordEncodeOptions { version: 2, compression },
             )
             .expect("kafka-protocol writes the batch");
-            let decoded = decode_batches(theirs.freeze()).expect("the walk reads the batch");
+            let decoded = decode_batches(theirs.freeze()).expect("the walk reads the batch").records;
             prop_assert_eq!(decoded.len(), records.len());
             for (read, record) in decoded.iter().zip(&records) {
                 prop_assert_eq!(read.timestamp, record.timestamp);
@@ -305,6 +323,26 @@ mod tests {
                 prop_assert_eq!(&read.headers, &record.headers);
             }
         }
+    }
+
+    #[test]
+    fn the_next_fetch_starts_after_a_batch_whose_last_records_were_compacted_away() {
+        // What the cleaner leaves of a batch of offsets 10..=12 whose last two records were
+        // superseded: one record, the header's last offset still 12.
+        let mut kept = Vec::new();
+        put_record(&mut kept, 0, 0, Some(b"k"), Some(b"v"), std::iter::empty());
+        let mut header = BatchHeader::new(1, 0, 5, 5, ProducerFields::NONE);
+        header.base_offset = 10;
+        header.last_offset_delta = 2;
+        let compacted = Bytes::from(seal(&header, &kept, Levels::DEFAULT));
+        let decoded = decode_batches(compacted).expect("decode");
+        assert_eq!(decoded.records.len(), 1);
+        assert_eq!(decoded.records[0].offset, 10);
+        assert_eq!(decoded.next_offset, Some(13));
+        assert_eq!(
+            decode_batches(Bytes::new()).expect("decode").next_offset,
+            None
+        );
     }
 
     #[test]
@@ -321,7 +359,10 @@ mod tests {
             base_sequence: -1,
         };
         let batch = encode_batch(&records, producer, Compression::None).expect("encode");
-        assert_eq!(decode_batches(batch.clone()).expect("decode").len(), 1);
+        assert_eq!(
+            decode_batches(batch.clone()).expect("decode").records.len(),
+            1
+        );
         let mut damaged = BytesMut::from(&batch[..]);
         let last = damaged.len() - 1;
         damaged[last] ^= 1;
@@ -386,7 +427,7 @@ mod tests {
                 crc(&batch),
                 BatchHeader::parse(&batch).expect("a header").crc
             );
-            let decoded = decode_batches(batch).expect("decode");
+            let decoded = decode_batches(batch).expect("decode").records;
             assert_eq!(decoded.len(), 2, "{compression:?}");
             assert_eq!(decoded[0].headers, records[0].headers, "{compression:?}");
             assert_eq!((decoded[0].offset, decoded[0].timestamp), (0, 100));
