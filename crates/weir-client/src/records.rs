@@ -101,6 +101,18 @@ fn corrupt(what: &str) -> ClientError {
     ClientError::Protocol(format!("corrupt record batch: {what}"))
 }
 
+/// `part` as `Bytes`: a view of `batch` when it lies inside it (uncompressed records are read
+/// in place), else a copy (decompressed ones are not).
+fn shared(batch: &Bytes, part: &[u8]) -> Bytes {
+    let inside = batch.as_ptr_range();
+    let range = part.as_ptr_range();
+    if inside.start <= range.start && range.end <= inside.end {
+        batch.slice_ref(part)
+    } else {
+        Bytes::copy_from_slice(part)
+    }
+}
+
 /// What a fetch's records field holds: its records, and where the next fetch starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedBatches {
@@ -145,14 +157,14 @@ pub fn decode_batches(mut bytes: Bytes) -> Result<DecodedBatches> {
             records.push(DecodedRecord {
                 offset: header.base_offset + i64::from(record.index),
                 timestamp: stamped.unwrap_or(record.timestamp),
-                key: record.key.map(Bytes::copy_from_slice),
-                value: record.value.map(Bytes::copy_from_slice),
+                key: record.key.map(|key| shared(&batch, key)),
+                value: record.value.map(|value| shared(&batch, value)),
                 headers: record
                     .headers()
                     .map(|(name, value)| {
                         (
                             String::from_utf8_lossy(name).into_owned(),
-                            value.map(Bytes::copy_from_slice),
+                            value.map(|value| shared(&batch, value)),
                         )
                     })
                     .collect(),
@@ -343,6 +355,27 @@ mod tests {
             decode_batches(Bytes::new()).expect("decode").next_offset,
             None
         );
+    }
+
+    #[test]
+    fn uncompressed_records_are_read_in_place_and_compressed_ones_copied() {
+        let records = vec![OutgoingRecord {
+            key: Some(Bytes::from_static(b"key")),
+            value: Some(Bytes::from(vec![3u8; 100])),
+            headers: vec![("h".into(), Some(Bytes::from_static(b"v")))],
+            timestamp: 1,
+        }];
+        for (compression, in_place) in [(Compression::None, true), (Compression::Lz4, false)] {
+            let batch = encode_batch(&records, ProducerFields::NONE, compression).expect("encode");
+            let decoded = decode_batches(batch.clone()).expect("decode").records;
+            assert_eq!(decoded[0].value, records[0].value);
+            let value = decoded[0].value.as_ref().expect("a value");
+            assert_eq!(
+                batch.as_ptr_range().contains(&value.as_ptr()),
+                in_place,
+                "{compression:?}"
+            );
+        }
     }
 
     #[test]

@@ -60,9 +60,10 @@ fn premature_end() -> RecordsError {
 trait Source {
     fn byte(&mut self) -> Result<u8, RecordsError>;
     fn skip(&mut self, n: u64) -> Result<(), RecordsError>;
-    /// Appends the next `n` bytes to `out` (growing with the bytes actually read, so a lying
-    /// length allocates nothing it cannot fill).
-    fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), RecordsError>;
+    /// The next `n` bytes: in place when the source holds them whole, else read into
+    /// `scratch` (growing with the bytes actually read, so a lying length allocates nothing it
+    /// cannot fill).
+    fn take<'s>(&'s mut self, n: u64, scratch: &'s mut Vec<u8>) -> Result<&'s [u8], RecordsError>;
     /// Bytes consumed so far.
     fn consumed(&self) -> u64;
     /// True when no byte remains.
@@ -94,11 +95,10 @@ impl Source for SliceSource<'_> {
     }
 
     #[inline]
-    fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> Result<(), RecordsError> {
+    fn take<'s>(&'s mut self, n: u64, _: &'s mut Vec<u8>) -> Result<&'s [u8], RecordsError> {
         let start = self.position;
         self.skip(n)?;
-        out.extend_from_slice(&self.bytes[start..self.position]);
-        Ok(())
+        Ok(&self.bytes[start..self.position])
     }
 
     #[inline]
@@ -204,7 +204,8 @@ impl<R: Read> Source for StreamSource<R> {
         Ok(())
     }
 
-    fn read_into(&mut self, mut n: u64, out: &mut Vec<u8>) -> Result<(), RecordsError> {
+    fn take<'s>(&'s mut self, mut n: u64, out: &'s mut Vec<u8>) -> Result<&'s [u8], RecordsError> {
+        out.clear();
         while n > 0 {
             if self.start == self.end && !self.fill()? {
                 return Err(premature_end());
@@ -215,7 +216,7 @@ impl<R: Read> Source for StreamSource<R> {
             self.consumed += take as u64;
             n -= take as u64;
         }
-        Ok(())
+        Ok(out)
     }
 
     fn consumed(&self) -> u64 {
@@ -405,26 +406,24 @@ fn walk_records<const KEYS_AND_VALUES: bool, const PRODUCED: bool, V>(
 where
     V: FnMut(RecordRef<'_>) -> Result<ControlFlow<()>, RecordsError>,
 {
-    let mut body = Vec::new();
+    let mut scratch = Vec::new();
     let mut previous_delta = -1;
     for index in 0..header.record_count {
         let length = varint(source)?;
         if length < 0 {
             return Err(invalid(format!("record {index} has length {length}")));
         }
-        let fields = if KEYS_AND_VALUES {
-            body.clear();
-            source.read_into(length as u64, &mut body)?;
-            record_fields(
-                &mut SliceSource {
-                    bytes: &body,
-                    position: 0,
-                },
-                index,
-                length,
-            )?
+        // The body, when asked for: in place in uncompressed records, else copied out of the
+        // decompression buffer.
+        let (fields, captured) = if KEYS_AND_VALUES {
+            let body = source.take(length as u64, &mut scratch)?;
+            let mut in_body = SliceSource {
+                bytes: body,
+                position: 0,
+            };
+            (record_fields(&mut in_body, index, length)?, Some(body))
         } else {
-            record_fields(source, index, length)?
+            (record_fields(source, index, length)?, None)
         };
         let delta = fields.offset_delta;
         let in_order = match PRODUCED {
@@ -439,7 +438,6 @@ where
             .base_timestamp
             .checked_add(fields.timestamp_delta)
             .ok_or_else(|| invalid(format!("record {index} timestamp overflows")))?;
-        let captured = KEYS_AND_VALUES.then_some(body.as_slice());
         let slice = |range: Option<(u64, u64)>| {
             captured
                 .zip(range)
