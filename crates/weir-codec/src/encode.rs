@@ -47,6 +47,12 @@ pub fn put_record<'h, H>(
     }
 }
 
+/// Appends a record whose body is already encoded (a walked record's `raw` bytes), framed
+/// with its length as a batch holds it.
+pub fn put_framed(out: &mut Vec<u8>, body: &[u8]) {
+    put_field(out, Some(body));
+}
+
 /// Bytes a nullable length-prefixed field takes.
 fn field_len(field: Option<&[u8]>) -> usize {
     field.map_or(1, |bytes| varlong_len(bytes.len() as i64) + bytes.len())

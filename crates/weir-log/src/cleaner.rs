@@ -24,11 +24,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use weir_codec::varint::{next_in, read_varint, read_varlong};
+use weir_codec::encode::put_framed;
 use weir_storage::{FileCache, FileRef, Storage};
 
 use crate::batch::BatchHeader;
-use crate::compress::{framed_record, rebuilt_batch, Levels};
+use crate::compress::{rebuilt_batch, Levels};
 use crate::records::for_each_stored_record;
 use crate::segment::{HeaderWalker, Segment, SegmentPaths, RELATIVE_OFFSET_MAX};
 use crate::LogError;
@@ -276,7 +276,8 @@ impl CleaningPlan {
         let paths = SegmentPaths::with_suffix(&self.dir, base, CLEANED_SUFFIX);
         let mut segment = Segment::create_at(storage.as_ref(), paths, base, self.now_ms)?;
         let tombstone_horizon = self.now_ms.saturating_sub(self.config.delete_retention_ms);
-        let mut kept = Vec::new();
+        // The records of the batch being rewritten that stay, framed, and their count.
+        let mut plain = Vec::new();
         for source in sources {
             stats.segments += 1;
             stats.bytes_read += source.size_bytes;
@@ -286,7 +287,9 @@ impl CleaningPlan {
                 let rewritten = if header.is_control() {
                     None
                 } else {
-                    kept.clear();
+                    plain.clear();
+                    let mut kept = 0usize;
+                    let mut max_timestamp = header.base_timestamp;
                     let mut total = 0u64;
                     for_each_stored_record(
                         bytes,
@@ -303,14 +306,17 @@ impl CleaningPlan {
                                 && record.value.is_none()
                                 && expired_tombstones;
                             if !(superseded || expired) {
-                                kept.push(framed_record(&record));
+                                put_framed(&mut plain, record.raw.unwrap_or_default());
+                                kept += 1;
+                                max_timestamp = max_timestamp.max(record.timestamp);
                             }
                         },
                     )
                     .map_err(LogError::Batch)?;
                     stats.records_read += total;
-                    stats.records_dropped += total - kept.len() as u64;
-                    (kept.len() as u64 != total).then(|| rebuild_batch(header, &kept))
+                    stats.records_dropped += total - kept as u64;
+                    (kept as u64 != total)
+                        .then(|| rebuild_batch(header, &plain, kept, max_timestamp))
                 };
                 let written = match rewritten {
                     None => bytes.to_vec(),
@@ -350,49 +356,35 @@ impl CleaningPlan {
     }
 }
 
-/// The batch with only `kept` records (each with its length prefix; their offset and
-/// timestamp deltas are unchanged, as base offset and base timestamp are), compressed with the
-/// batch's own codec; `None` when nothing is kept. Base offset, leader epoch, attributes,
-/// last offset delta, base timestamp and producer fields stay as they were; the record count,
-/// max timestamp and CRC are recomputed.
-fn rebuild_batch(header: &BatchHeader, kept: &[Vec<u8>]) -> Option<Vec<u8>> {
-    if kept.is_empty() {
+/// The batch with only the `kept` records of `plain` (each with its length prefix; their
+/// offset and timestamp deltas are unchanged, as base offset and base timestamp are; the
+/// largest timestamp among them is `max_timestamp`), compressed with the batch's own codec;
+/// `None` when nothing is kept. Base offset, leader epoch, attributes, last offset delta, base
+/// timestamp and producer fields stay as they were; the record count, max timestamp and CRC
+/// are recomputed.
+fn rebuild_batch(
+    header: &BatchHeader,
+    plain: &[u8],
+    kept: usize,
+    max_timestamp: i64,
+) -> Option<Vec<u8>> {
+    if kept == 0 {
         return None;
     }
-    let plain: Vec<u8> = kept.concat();
     // A LogAppendTime batch keeps the time it was stamped with.
     let max_timestamp = if header.is_log_append_time() {
         header.max_timestamp
     } else {
-        max_record_timestamp(header, &plain, kept.len())
+        max_timestamp
     };
     Some(rebuilt_batch(
         header,
         header.compression(),
         Levels::DEFAULT,
-        &plain,
-        kept.len(),
+        plain,
+        kept,
         max_timestamp,
     ))
-}
-
-/// The largest timestamp among the uncompressed records in `plain`.
-fn max_record_timestamp(header: &BatchHeader, plain: &[u8], count: usize) -> i64 {
-    let mut max = header.base_timestamp;
-    let mut position = 0usize;
-    for _ in 0..count {
-        let Ok(length) = read_varint(|| next_in(plain, &mut position)) else {
-            break;
-        };
-        let record_start = position;
-        // attributes (1 byte), then the timestamp delta.
-        let mut at = record_start + 1;
-        if let Ok(delta) = read_varlong(|| next_in(plain, &mut at)) {
-            max = max.max(header.base_timestamp.saturating_add(delta));
-        }
-        position = record_start + length.max(0) as usize;
-    }
-    max
 }
 
 /// Finishes or discards the swaps an interrupted cleaning left in `dir` (at open, before the

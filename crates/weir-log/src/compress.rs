@@ -4,20 +4,10 @@
 
 use bytes::Bytes;
 pub use weir_codec::compression::Levels;
-use weir_codec::encode::seal;
-use weir_codec::varint::put_varlong;
+use weir_codec::encode::{put_framed, seal};
 
 use crate::batch::{BatchError, BatchHeader, ValidBatch, ATTR_COMPRESSION_MASK};
-use crate::records::{for_each_stored_record, RecordRef};
-
-/// A kept record's bytes with their length prefix, as they go into a rebuilt batch.
-pub(crate) fn framed_record(record: &RecordRef<'_>) -> Vec<u8> {
-    let body = record.raw.unwrap_or_default();
-    let mut out = Vec::with_capacity(body.len() + 5);
-    put_varlong(&mut out, body.len() as i64);
-    out.extend_from_slice(body);
-    out
-}
+use crate::records::for_each_stored_record;
 
 /// The batch whose header is `original` with `plain` (`count` framed records) compressed with
 /// `codec` as its records: the codec bits, batch length, max timestamp, record count and CRC
@@ -52,7 +42,7 @@ pub fn recompress(
     let mut plain = Vec::new();
     let mut count = 0usize;
     for_each_stored_record(batch.bytes(), decompressed_bytes_max, &mut |_, record| {
-        plain.extend_from_slice(&framed_record(&record));
+        put_framed(&mut plain, record.raw.unwrap_or_default());
         count += 1;
     })?;
     let header = batch.header();

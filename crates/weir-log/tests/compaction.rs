@@ -3,18 +3,16 @@
 //! compaction leaves, and crashes and power loss at each step of the swap.
 
 use std::collections::BTreeMap;
+use std::iter::empty;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use weir_codec::compression::{compress, Levels};
-use weir_codec::layout::{
-    put_i16_at, put_i32_at, put_u32_at, ATTRIBUTES_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT, CRC_AT,
-    LOG_OVERHEAD_BYTES,
-};
-use weir_log::batch::{batch_crc, build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
+use weir_codec::compression::Levels;
+use weir_codec::encode::{put_record, seal};
+use weir_log::batch::{BatchHeader, ProducerFields};
 use weir_log::cleaner::CompactionConfig;
 use weir_log::records::for_each_stored_record;
 use weir_log::{validate, Clock, Log, LogConfig, ManualClock, ValidationLimits};
@@ -22,6 +20,9 @@ use weir_storage::{FileCache, MemoryStorage, Storage};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 const DECOMPRESSED_MAX: u64 = 1 << 26;
+
+/// A record to write: key, value (`None`: a tombstone), timestamp.
+type Timed<'a> = (&'a [u8], Option<&'a [u8]>, i64);
 
 /// A stored record: offset, key, value (`None`: a tombstone).
 type Stored = (i64, Vec<u8>, Option<Vec<u8>>);
@@ -49,26 +50,31 @@ fn open(storage: &MemoryStorage, clock: &ManualClock, config: LogConfig) -> Log 
 
 /// A batch of keyed records compressed with `codec` (0–4).
 fn keyed_batch(records: &[(Vec<u8>, Option<Vec<u8>>)], timestamp: i64, codec: i16) -> Vec<u8> {
-    let fields: Vec<KeyValue<'_>> = records
+    let timed: Vec<Timed<'_>> = records
         .iter()
-        .map(|(k, v)| (Some(k.as_slice()), v.as_deref()))
+        .map(|(k, v)| (k.as_slice(), v.as_deref(), timestamp))
         .collect();
-    let plain = build_keyed_batch(&fields, timestamp, ProducerFields::NONE);
-    if codec == 0 {
-        return plain;
+    timed_batch(&timed, codec)
+}
+
+/// A batch of `(key, value, timestamp)` records compressed with `codec` (0–4).
+fn timed_batch(records: &[Timed<'_>], codec: i16) -> Vec<u8> {
+    let base = records.iter().map(|r| r.2).min().unwrap_or(0);
+    let max = records.iter().map(|r| r.2).max().unwrap_or(0);
+    let mut plain = Vec::new();
+    for (i, (key, value, timestamp)) in records.iter().enumerate() {
+        put_record(
+            &mut plain,
+            i as i32,
+            timestamp - base,
+            Some(key),
+            *value,
+            empty(),
+        );
     }
-    let mut out = plain[..BATCH_HEADER_BYTES].to_vec();
-    out.extend_from_slice(&compress(
-        codec,
-        &plain[BATCH_HEADER_BYTES..],
-        Levels::DEFAULT,
-    ));
-    let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
-    put_i32_at(&mut out, BATCH_LENGTH_AT, length);
-    put_i16_at(&mut out, ATTRIBUTES_AT, codec);
-    let crc = batch_crc(&out);
-    put_u32_at(&mut out, CRC_AT, crc);
-    out
+    let count = records.len() as i32;
+    let header = BatchHeader::new(count, codec, base, max, ProducerFields::NONE);
+    seal(&header, &plain, Levels::DEFAULT)
 }
 
 fn append(log: &mut Log, batch: Vec<u8>) {
@@ -205,6 +211,46 @@ proptest! {
         let reopened = open(&storage, &clock, config);
         prop_assert_eq!(read_from(&reopened, 0), after_second);
     }
+}
+
+#[test]
+fn a_rebuilt_batch_carries_the_largest_timestamp_of_the_records_it_keeps() {
+    let storage = MemoryStorage::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let t = clock.now_ms();
+    let mut log = open(&storage, &clock, compacted(200));
+    // Key 1 at t-1 and key 2 at t-7; key 1 is written again, so the batch keeps key 2 only
+    // (a segment whose newest record is in the future waits for it: compaction lag).
+    append(
+        &mut log,
+        timed_batch(
+            &[
+                (&key(1), Some(b"old"), t - 1),
+                (&key(2), Some(b"kept"), t - 7),
+            ],
+            0,
+        ),
+    );
+    for _ in 0..6 {
+        append(
+            &mut log,
+            keyed_batch(&[(key(1), Some(b"new".to_vec()))], t, 0),
+        );
+    }
+    assert!(log.segment_count() > 2);
+    assert!(clean(&mut log));
+    let view = log.read_view(0, log.high_watermark()).expect("view");
+    let slice = view.expect("a batch").slice(1 << 20, true).expect("slice");
+    let bytes = slice.expect("bytes").read().expect("read");
+    let header = BatchHeader::parse(&bytes).expect("a header");
+    assert_eq!(
+        (
+            header.base_offset,
+            header.record_count,
+            header.max_timestamp
+        ),
+        (0, 1, t - 7)
+    );
 }
 
 fn read_active_base(log: &Log) -> i64 {

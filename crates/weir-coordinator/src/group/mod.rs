@@ -80,10 +80,16 @@ impl Group {
     /// Installs a consumer group read from the log (on load): a classic group's stored
     /// metadata left beside it is tombstoned by the next write.
     pub fn restore_consumer(&mut self, consumer: ConsumerGroup) {
-        self.tombstone_classic = self
+        self.install_consumer(Box::new(consumer));
+    }
+
+    /// Makes `consumer` the group's membership; the metadata record of a classic group it
+    /// replaces is tombstoned by the next write.
+    fn install_consumer(&mut self, consumer: Box<ConsumerGroup>) {
+        self.tombstone_classic |= self
             .classic()
             .is_some_and(|classic| classic.protocol_type().is_some());
-        self.membership = Membership::Consumer(Box::new(consumer));
+        self.membership = Membership::Consumer(consumer);
     }
 
     /// The classic membership, if the group is a classic group.
@@ -316,20 +322,17 @@ impl Group {
         };
         let was_empty = consumer.is_empty();
         let reply = consumer.heartbeat(&self.id, request, catalog, settings, now);
-        match previous {
-            Some(previous) if reply.is_err() => {
-                self.membership = previous;
-                return reply;
-            }
-            Some(Membership::Classic(classic)) => {
-                self.tombstone_classic = classic.protocol_type().is_some();
-            }
-            _ => {}
+        let converting = previous.is_some();
+        if let Some(previous) = previous {
+            self.membership = previous;
+        }
+        if converting && reply.is_err() {
+            return reply;
         }
         if consumer.is_empty() != was_empty {
             consumer.set_state_since(now_ms);
         }
-        self.membership = Membership::Consumer(consumer);
+        self.install_consumer(consumer);
         reply
     }
 
