@@ -61,13 +61,34 @@ pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
 
 /// The state of one partition of an internal topic.
 pub(crate) trait Shard: Send + 'static {
+    /// The internal topic, for log lines.
+    const TOPIC: &'static str;
+
+    /// A record of the topic, decoded.
+    type Record: Send;
+
     /// What loading reports (counts for the log line).
     type Loaded;
 
-    /// Applies one record of the partition, in offset order, while it loads.
-    fn replay(&mut self, offset: i64, key: &[u8], value: Option<&[u8]>);
+    /// Reads a stored record: `Ok(None)` for a kind this shard does not keep, an error for
+    /// one that does not parse (skipped, and counted in the load's log line).
+    fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<Self::Record>, String>;
 
-    /// Every record is replayed; the shard serves from now on.
+    /// The record as stored.
+    fn encode(record: &Self::Record) -> StoredRecord;
+
+    /// Applies one durable record at `offset`: every record of the partition in offset order
+    /// while it loads, and each record of a [`Runtime::write`] once it is durable, so the
+    /// state a restart loads is the state the writes made.
+    fn apply(&mut self, offset: i64, record: Self::Record);
+
+    /// A [`Runtime::write`] for `key` appended its records, which are not durable yet.
+    fn writing(&mut self, key: &str);
+
+    /// The write for `key` ended: its records were applied, or it failed.
+    fn written(&mut self, key: &str);
+
+    /// Every record is applied; the shard serves from now on.
     fn finish_load(&mut self, now: Now) -> Self::Loaded;
 
     /// When [`Shard::tick`] next has work, at the latest.
@@ -79,9 +100,15 @@ pub(crate) trait Shard: Send + 'static {
     type Done: Send;
 
     /// Does the work due by `now` (sessions that expired, rebalances whose time is up,
-    /// retention), writing what changes through `log`; returns work too large to do under
-    /// the lock.
-    fn tick(&mut self, now: Now, log: &ShardLog<'_>) -> Vec<Self::Work>;
+    /// retention), writing what changes through `log` or by adding to `writes` what the
+    /// runtime appends and applies as a [`Runtime::write`]'s; returns work too large to do
+    /// under the lock.
+    fn tick(
+        &mut self,
+        now: Now,
+        log: &ShardLog<'_>,
+        writes: &mut Vec<TimerWrite<Self::Record>>,
+    ) -> Vec<Self::Work>;
 
     /// Does work [`Shard::tick`] returned, without the lock (on the timer's thread).
     fn work(work: Self::Work) -> Self::Done;
@@ -198,6 +225,31 @@ impl ShardLog<'_> {
     }
 }
 
+/// What a shard operation decided: the answer to give, and the records that make it so.
+pub(crate) struct Decision<R, Record> {
+    /// The answer, given once the records are durable.
+    pub(crate) answer: R,
+    /// The records to append (none: nothing to store, the answer is given at once).
+    pub(crate) records: Vec<Record>,
+}
+
+/// Records a shard's timer work appends for `key`, applied once durable as a
+/// [`Runtime::write`]'s are, with nobody waiting for them.
+pub(crate) struct TimerWrite<Record> {
+    /// What the records are about (a group id).
+    pub(crate) key: String,
+    /// The records.
+    pub(crate) records: Vec<Record>,
+}
+
+/// What a [`Runtime::write`] gives back.
+pub(crate) struct Written<R> {
+    /// The answer `decide` gave.
+    pub(crate) answer: R,
+    /// Whether its records are appended and durable (and applied).
+    pub(crate) stored: Result<(), GroupError>,
+}
+
 /// The runtime: shards of one internal topic behind one lock, a clock, and a timer.
 pub(crate) struct Runtime<S> {
     log: Arc<dyn OffsetsLog>,
@@ -272,6 +324,75 @@ impl<S: Shard> Runtime<S> {
         }
     }
 
+    /// The write path of every operation that changes what a shard stores: under the lock,
+    /// `decide` looks at the shard serving `key` and returns its answer with the records that
+    /// make it so; they are appended under the same lock (so records land in the order they
+    /// were decided), and once they are durable they are applied to the shard with
+    /// [`Shard::apply`], the function loading uses, before the answer is given. A refusal
+    /// of `decide` is the error; a failed append or durability leaves the shard as it was and
+    /// is [`Written::stored`].
+    pub(crate) async fn write<R: Send>(
+        &self,
+        key: &str,
+        decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, GroupError> + Send,
+    ) -> Result<Written<R>, GroupError> {
+        let (answer, records, appended) = {
+            let mut partitions = self.lock();
+            let now = self.clock.now();
+            let (partition, shard) = partitions.served(key)?;
+            let Decision { answer, records } = decide(shard, now)?;
+            if records.is_empty() {
+                return Ok(Written {
+                    answer,
+                    stored: Ok(()),
+                });
+            }
+            match self.append(partition, shard, key, &records) {
+                Ok(appended) => (answer, records, appended),
+                Err(error) => {
+                    return Ok(Written {
+                        answer,
+                        stored: Err(error),
+                    })
+                }
+            }
+        };
+        let stored = appended.durable.await;
+        self.settle(key, records, appended.base_offset, stored.is_ok());
+        Ok(Written { answer, stored })
+    }
+
+    /// Appends a write's records for `key` to `partition`, which `shard` serves (under the
+    /// lock), and tells the shard.
+    fn append(
+        &self,
+        partition: i32,
+        shard: &mut S,
+        key: &str,
+        records: &[S::Record],
+    ) -> Result<Appended, GroupError> {
+        let appended = self
+            .log
+            .append(partition, records.iter().map(S::encode).collect())?;
+        shard.writing(key);
+        Ok(appended)
+    }
+
+    /// A write for `key` ended: its records, from `base_offset` on, are applied if `durable`.
+    fn settle(&self, key: &str, records: Vec<S::Record>, base_offset: i64, durable: bool) {
+        let mut partitions = self.lock();
+        // A shard unloaded meanwhile takes nothing; one loaded again read the records from
+        // the log, and applying one twice changes nothing.
+        if let Ok((_, shard)) = partitions.served(key) {
+            if durable {
+                for (offset, record) in (base_offset..).zip(records) {
+                    shard.apply(offset, record);
+                }
+            }
+            shard.written(key);
+        }
+    }
+
     /// Tells the timer to look at every shard now.
     pub(crate) fn wake(&self) {
         self.wake_by(Some(self.clock.now().instant));
@@ -300,12 +421,21 @@ impl<S: Shard> Runtime<S> {
         }
     }
 
-    /// Loads `partition` into `shard` by replaying its records, then serves it (a partition
+    /// Loads `partition` into `shard` by applying its records, then serves it (a partition
     /// already served keeps the shard it has, which is at least as new as the log). Blocking.
     pub(crate) fn load(&self, partition: i32, mut shard: S) -> Result<S::Loaded, String> {
-        self.log.load(partition, &mut |offset, key, value| {
-            shard.replay(offset, key, value)
-        })?;
+        let mut skipped = 0u64;
+        self.log.load(
+            partition,
+            &mut |offset, key, value| match S::decode(key, value) {
+                Ok(Some(record)) => shard.apply(offset, record),
+                Ok(None) => {}
+                Err(_) => skipped += 1,
+            },
+        )?;
+        if skipped > 0 {
+            tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, skipped, "records of an internal topic that do not parse were skipped");
+        }
         let loaded = shard.finish_load(self.clock.now());
         let mut partitions = self.lock();
         match usize::try_from(partition)
@@ -354,8 +484,9 @@ impl<S: Shard> Runtime<S> {
     }
 
     /// Runs the work every shard has due now: under the lock, then what is too large for it
-    /// without the lock, then its results under the lock again.
-    pub(crate) fn tick(&self) {
+    /// without the lock, then its results under the lock again. The writes the work makes
+    /// are applied once durable, on the broker's Tokio runtime.
+    pub(crate) fn tick(self: &Arc<Self>) {
         let now = self.clock.now();
         let mut work = Vec::new();
         {
@@ -363,7 +494,16 @@ impl<S: Shard> Runtime<S> {
             for (partition, shard) in partitions.shards_mut() {
                 if shard.next_deadline().is_some_and(|due| due <= now.instant) {
                     let log = self.log(partition);
-                    work.extend(shard.tick(now, &log).into_iter().map(|w| (partition, w)));
+                    let mut writes = Vec::new();
+                    work.extend(
+                        shard
+                            .tick(now, &log, &mut writes)
+                            .into_iter()
+                            .map(|w| (partition, w)),
+                    );
+                    for write in writes {
+                        self.write_detached(partition, shard, write);
+                    }
                 }
             }
         }
@@ -385,6 +525,31 @@ impl<S: Shard> Runtime<S> {
                 shard.finish(done, now, &self.log(partition));
             }
         }
+    }
+
+    /// Appends a timer's write (under the lock) and applies it once durable, in a task of its
+    /// own. A failure is logged; the shard is left as it was, so its timer decides again.
+    fn write_detached(
+        self: &Arc<Self>,
+        partition: i32,
+        shard: &mut S,
+        TimerWrite { key, records }: TimerWrite<S::Record>,
+    ) {
+        let appended = match self.append(partition, shard, &key, &records) {
+            Ok(appended) => appended,
+            Err(error) => {
+                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not appended; it is decided again later");
+                return;
+            }
+        };
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            let stored = appended.durable.await;
+            if let Err(error) = &stored {
+                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not made durable; it is decided again later");
+            }
+            runtime.settle(&key, records, appended.base_offset, stored.is_ok());
+        });
     }
 
     /// Runs each shard's due work when it is due, on a thread of its own (so a large
@@ -415,7 +580,7 @@ impl<S: Shard> Runtime<S> {
 
     /// The timer's thread: runs the due work, then sleeps until the next deadline (at most
     /// [`TIMER_IDLE`]) or until woken.
-    fn timer_loop(&self) {
+    fn timer_loop(self: &Arc<Self>) {
         loop {
             self.tick();
             let next = self.lock().shards().filter_map(S::next_deadline).min();

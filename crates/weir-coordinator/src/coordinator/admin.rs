@@ -1,11 +1,9 @@
 //! The admin views of groups: ListGroups, DescribeGroups, DeleteGroups.
 
-use crate::group::Membership;
-use crate::records::RecordKey;
-use crate::runtime::StoredRecord;
+use crate::runtime::Decision;
 use crate::GroupError;
 
-use super::{offset_key, GroupCoordinator, GroupListing, GroupSummary};
+use super::{GroupCoordinator, GroupListing, GroupSummary};
 
 impl GroupCoordinator {
     /// ListGroups: every group in a loaded partition.
@@ -49,50 +47,23 @@ impl GroupCoordinator {
     /// DeleteGroups for one group: only an Empty group; its metadata and offsets are
     /// tombstoned before it is forgotten.
     pub async fn delete_group(&self, group_id: &str) -> Result<(), GroupError> {
-        let (keys, appended) = {
-            let partitions = self.runtime.lock();
-            let (partition, shard) = partitions.served_ref(group_id)?;
-            let group = shard
-                .groups
-                .get(group_id)
-                .ok_or(GroupError::GroupIdNotFound)?;
-            if !group.has_no_members() || group.offsets.pending_commits > 0 {
-                return Err(GroupError::NonEmptyGroup);
-            }
-            let keys: Vec<(String, i32)> = group.offsets.committed.keys().cloned().collect();
-            let mut records: Vec<StoredRecord> = keys
-                .iter()
-                .map(|(topic, p)| (offset_key(group_id, topic, *p), None))
-                .collect();
-            records.push((
-                RecordKey::Group {
-                    group: group_id.to_string(),
+        let written = self
+            .runtime
+            .write(group_id, |shard, _| {
+                let group = shard
+                    .groups
+                    .get(group_id)
+                    .ok_or(GroupError::GroupIdNotFound)?;
+                if !group.has_no_members() || group.offsets.pending_writes > 0 {
+                    return Err(GroupError::NonEmptyGroup);
                 }
-                .encode(),
-                None,
-            ));
-            // A consumer group's records go with it.
-            records.extend(group.persisted.keys().map(|key| (key.clone(), None)));
-            (keys, self.runtime.log(partition).append(records)?)
-        };
-        appended.durable.await?;
-        let mut partitions = self.runtime.lock();
-        if let Ok((_, shard)) = partitions.served(group_id) {
-            if let Some(group) = shard.groups.get_mut(group_id) {
-                if group.has_no_members() {
-                    group.membership = Membership::Empty;
-                    group.persisted.clear();
-                }
-                for (i, key) in keys.into_iter().enumerate() {
-                    group
-                        .offsets
-                        .apply_delete(key, appended.base_offset + i as i64);
-                }
-                if group.has_no_members() && group.offsets.is_empty() {
-                    shard.groups.remove(group_id);
-                }
-            }
-        }
-        Ok(())
+                let records = group.deletion_records();
+                Ok(Decision {
+                    answer: (),
+                    records,
+                })
+            })
+            .await?;
+        written.stored
     }
 }

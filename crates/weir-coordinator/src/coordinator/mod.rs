@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use crate::group::{Group, MemberDescription};
 use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
-use crate::records::RecordKey;
 use crate::runtime::{OffsetsLog, Partitions, Runtime};
 use crate::state::GroupState;
 use crate::GroupError;
@@ -130,7 +129,7 @@ impl GroupCoordinator {
     /// then serves them. Returns how many groups and committed offsets it holds. Blocking. A
     /// record that does not parse is skipped with a warning.
     pub fn load(&self, partition: i32) -> Result<(usize, usize), String> {
-        let shard = GroupShard::new(partition, self.settings, self.runtime.now());
+        let shard = GroupShard::new(self.settings, self.runtime.now());
         self.runtime.load(partition, shard)
     }
 
@@ -210,13 +209,4 @@ fn admit_metadata(
     let (_, shard) = partitions.served(group_id)?;
     shard.metadata_held = shard.metadata_held.saturating_add(more);
     Ok(())
-}
-
-fn offset_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
-    RecordKey::Offset {
-        group: group.to_string(),
-        topic: topic.to_string(),
-        partition,
-    }
-    .encode()
 }

@@ -1,11 +1,12 @@
 //! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
 
 use crate::group::Group;
-use crate::records::{OffsetValue, RecordKey};
+use crate::records::{GroupRecord, OffsetValue};
+use crate::runtime::{Decision, Written};
 use crate::state::GroupState;
 use crate::GroupError;
 
-use super::{offset_key, CommitEntry, GroupCoordinator};
+use super::{CommitEntry, GroupCoordinator};
 
 /// One result per entry of a request, or an error for the whole request.
 type EntryResults = Result<Vec<Result<(), GroupError>>, GroupError>;
@@ -21,81 +22,53 @@ impl GroupCoordinator {
         entries: &[CommitEntry],
         version: i16,
     ) -> EntryResults {
-        let commit_timestamp = self.runtime.now().wall_ms;
-        let mut results: Vec<Result<(), GroupError>> = Vec::with_capacity(entries.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        let appended = {
-            let mut partitions = self.runtime.lock();
-            let (partition, shard) = partitions.served(group_id)?;
-            match shard.groups.get(group_id) {
-                Some(group) => group.check_commit(generation, member_id, instance_id, version)?,
-                None if generation < 0 => {}
-                // The handler answers ILLEGAL_GENERATION instead below OffsetCommit v9.
-                None => return Err(GroupError::GroupIdNotFound),
-            }
-            for (index, entry) in entries.iter().enumerate() {
-                if entry.metadata.len() > self.settings.offset_metadata_max_bytes {
-                    results.push(Err(GroupError::OffsetMetadataTooLarge));
-                    continue;
-                }
-                results.push(Ok(()));
-                let value = OffsetValue {
-                    offset: entry.offset,
-                    leader_epoch: entry.leader_epoch,
-                    metadata: entry.metadata.clone(),
-                    commit_timestamp,
-                };
-                records.push((
-                    RecordKey::Offset {
-                        group: group_id.to_string(),
-                        topic: entry.topic.clone(),
-                        partition: entry.partition,
+        let metadata_max_bytes = self.settings.offset_metadata_max_bytes;
+        let written = self
+            .runtime
+            .write(group_id, |shard, now| {
+                match shard.groups.get(group_id) {
+                    Some(group) => {
+                        group.check_commit(generation, member_id, instance_id, version)?
                     }
-                    .encode(),
-                    Some(value.encode()),
-                ));
-                accepted.push((index, value));
-            }
-            if records.is_empty() {
-                return Ok(results);
-            }
-            let group = shard.group_or_new(group_id);
-            let appended = self.runtime.log(partition).append(records);
-            if appended.is_ok() {
-                group.offsets.pending_commits += 1;
-            }
-            appended
-        };
-        let stored = match appended {
-            Ok(appended) => {
-                let durable = appended.durable.await.map(|()| appended.base_offset);
-                let mut partitions = self.runtime.lock();
-                if let Ok((_, shard)) = partitions.served(group_id) {
-                    if let Some(group) = shard.groups.get_mut(group_id) {
-                        group.offsets.pending_commits =
-                            group.offsets.pending_commits.saturating_sub(1);
-                        if let Ok(base_offset) = durable {
-                            for (position, (index, value)) in accepted.iter().enumerate() {
-                                let entry = &entries[*index];
-                                let key = (entry.topic.clone(), entry.partition);
-                                group.offsets.apply_commit(
-                                    key,
-                                    value.clone(),
-                                    base_offset + position as i64,
-                                );
-                            }
+                    None if generation < 0 => {}
+                    // The handler answers ILLEGAL_GENERATION instead below OffsetCommit v9.
+                    None => return Err(GroupError::GroupIdNotFound),
+                }
+                let mut records = Vec::new();
+                let results: Vec<Result<(), GroupError>> = entries
+                    .iter()
+                    .map(|entry| {
+                        if entry.metadata.len() > metadata_max_bytes {
+                            return Err(GroupError::OffsetMetadataTooLarge);
                         }
-                    }
-                    shard.forget_if_untraced(group_id);
-                }
-                durable
-            }
-            Err(error) => Err(error),
-        };
+                        records.push(GroupRecord::Offset {
+                            group: group_id.to_string(),
+                            topic: entry.topic.clone(),
+                            partition: entry.partition,
+                            value: Some(OffsetValue {
+                                offset: entry.offset,
+                                leader_epoch: entry.leader_epoch,
+                                metadata: entry.metadata.clone(),
+                                commit_timestamp: now.wall_ms,
+                            }),
+                        });
+                        Ok(())
+                    })
+                    .collect();
+                Ok(Decision {
+                    answer: results,
+                    records,
+                })
+            })
+            .await?;
+        let Written {
+            answer: mut results,
+            stored,
+        } = written;
         if let Err(error) = stored {
-            for (index, _) in accepted {
-                results[index] = Err(error);
+            // Each entry that was to be stored failed with it.
+            for result in results.iter_mut().filter(|result| result.is_ok()) {
+                *result = Err(error);
             }
         }
         Ok(results)
@@ -159,51 +132,38 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: &[(String, i32)],
     ) -> EntryResults {
-        let (results, tombstoned, appended) = {
-            let served = self.runtime.lock();
-            let (partition, shard) = served.served_ref(group_id)?;
-            let group = shard
-                .groups
-                .get(group_id)
-                .ok_or(GroupError::GroupIdNotFound)?;
-            let subscribed = if group.state() == GroupState::Empty {
-                Vec::new()
-            } else {
-                group.subscribed_topics()
-            };
-            let mut records = Vec::new();
-            let mut tombstoned = Vec::new();
-            let results: Vec<Result<(), GroupError>> = partitions
-                .iter()
-                .map(|(topic, p)| {
-                    if subscribed.contains(topic) {
-                        return Err(GroupError::GroupSubscribedToTopic);
-                    }
-                    if group.offsets.committed.contains_key(&(topic.clone(), *p)) {
-                        records.push((offset_key(group_id, topic, *p), None));
-                        tombstoned.push((topic.clone(), *p));
-                    }
-                    Ok(())
+        let written = self
+            .runtime
+            .write(group_id, |shard, _| {
+                let group = shard
+                    .groups
+                    .get(group_id)
+                    .ok_or(GroupError::GroupIdNotFound)?;
+                let subscribed = if group.state() == GroupState::Empty {
+                    Vec::new()
+                } else {
+                    group.subscribed_topics()
+                };
+                let mut records = Vec::new();
+                let results = partitions
+                    .iter()
+                    .map(|(topic, p)| {
+                        if subscribed.contains(topic) {
+                            return Err(GroupError::GroupSubscribedToTopic);
+                        }
+                        if group.offsets.committed.contains_key(&(topic.clone(), *p)) {
+                            records.push(GroupRecord::offset_tombstone(group_id, topic, *p));
+                        }
+                        Ok(())
+                    })
+                    .collect();
+                Ok(Decision {
+                    answer: results,
+                    records,
                 })
-                .collect();
-            if records.is_empty() {
-                return Ok(results);
-            }
-            let appended = self.runtime.log(partition).append(records)?;
-            (results, tombstoned, appended)
-        };
-        appended.durable.await?;
-        let mut served = self.runtime.lock();
-        if let Ok((_, shard)) = served.served(group_id) {
-            if let Some(group) = shard.groups.get_mut(group_id) {
-                for (i, key) in tombstoned.into_iter().enumerate() {
-                    group
-                        .offsets
-                        .apply_delete(key, appended.base_offset + i as i64);
-                }
-            }
-            shard.forget_if_untraced(group_id);
-        }
-        Ok(results)
+            })
+            .await?;
+        written.stored?;
+        Ok(written.answer)
     }
 }

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::consumer_group::{AssignmentJob, ComputedTarget, ConsumerGroup};
-use crate::group::{CommittedOffset, Group, RecordChange};
-use crate::records::{ConsumerKey, GroupValue, OffsetValue, RecordKey};
-use crate::runtime::{Pending, Shard, ShardLog, StoredRecord};
+use crate::group::{Group, Membership};
+use crate::records::{ConsumerKey, GroupRecord, GroupValue, RecordKey};
+use crate::runtime::{Pending, Shard, ShardLog, StoredRecord, TimerWrite};
 use weir_clock::Now;
 
-use super::{offset_key, CoordinatorSettings};
+use super::{CoordinatorSettings, OFFSETS_TOPIC};
 
 /// Consumer group records appended in one batch at most, well inside the offsets topic's
 /// `max.message.bytes`.
@@ -20,7 +20,6 @@ const METADATA_RECOUNT: Duration = Duration::from_secs(1);
 
 /// The groups of one partition of `__consumer_offsets`.
 pub(crate) struct GroupShard {
-    partition: i32,
     settings: CoordinatorSettings,
     /// Groups by id.
     pub(crate) groups: HashMap<String, Group>,
@@ -30,30 +29,29 @@ pub(crate) struct GroupShard {
     pub(crate) metadata_held: usize,
     next_recount: Instant,
     next_retention: Instant,
-    /// Records read while loading, last one per key, until [`Shard::finish_load`].
-    replayed: Option<Box<Replayed>>,
+    /// The group records read while loading, until [`Shard::finish_load`] builds the
+    /// groups from them; `None` once the shard serves.
+    loading: Option<Box<Loading>>,
 }
 
-/// What loading has read so far: the newest record of each key.
+/// The membership records loading has read so far: the newest of each key. (Committed
+/// offsets are applied as they are read.)
 #[derive(Default)]
-struct Replayed {
-    offsets: HashMap<RecordKey, Option<(i64, OffsetValue)>>,
+struct Loading {
     metadata: HashMap<String, Option<GroupValue>>,
     consumer: HashMap<(String, ConsumerKey), Option<Vec<u8>>>,
-    skipped: u64,
 }
 
 impl GroupShard {
-    /// An empty shard of `partition`, about to load.
-    pub(crate) fn new(partition: i32, settings: CoordinatorSettings, now: Now) -> GroupShard {
+    /// An empty shard, about to load.
+    pub(crate) fn new(settings: CoordinatorSettings, now: Now) -> GroupShard {
         GroupShard {
-            partition,
             settings,
             groups: HashMap::new(),
             metadata_held: 0,
             next_recount: now.instant,
             next_retention: now.instant + retention_check_every(&settings),
-            replayed: Some(Box::default()),
+            loading: Some(Box::default()),
         }
     }
 
@@ -80,19 +78,20 @@ impl GroupShard {
         }
     }
 
-    /// Deletes (with tombstones) the committed offsets of groups without members that are
-    /// older than `offsets.retention.minutes` — counted from when a group became empty, or from
-    /// each commit for a group that never had members — and forgets groups left with
-    /// nothing, as Kafka does. A failed append keeps them for the next check.
-    pub(crate) fn expire_offsets(&mut self, now_ms: i64, log: &ShardLog<'_>) {
+    /// The writes that delete (with tombstones) the committed offsets of groups without
+    /// members that are older than `offsets.retention.minutes` — counted from when a group
+    /// became empty, or from each commit for a group that never had members — and the groups
+    /// left with nothing, as Kafka does. Applied once durable; a failed write leaves them for
+    /// the next check.
+    fn expired_offsets(&self, now_ms: i64) -> Vec<TimerWrite<GroupRecord>> {
         let retention = self.settings.offsets_retention_ms;
-        let mut forget = Vec::new();
-        for group in self.groups.values_mut() {
-            if !group.has_no_members() || group.offsets.pending_commits > 0 {
+        let mut writes = Vec::new();
+        for group in self.groups.values() {
+            if !group.has_no_members() || group.offsets.pending_writes > 0 {
                 continue;
             }
             let emptied_at = group.state_since_ms();
-            let expired: Vec<(String, i32)> = group
+            let expired: Vec<&(String, i32)> = group
                 .offsets
                 .committed
                 .iter()
@@ -100,75 +99,32 @@ impl GroupShard {
                     let since = emptied_at.unwrap_or(c.value.commit_timestamp);
                     now_ms.saturating_sub(since) >= retention
                 })
-                .map(|(k, _)| k.clone())
+                .map(|(k, _)| k)
                 .collect();
             // Nothing left once these go (or nothing committed at all): the group goes too.
-            let emptying = expired.len() == group.offsets.committed.len();
-            if !emptying && expired.is_empty() {
+            let records = if expired.len() == group.offsets.committed.len() {
+                group.deletion_records()
+            } else if expired.is_empty() {
                 continue;
-            }
-            let mut records: Vec<StoredRecord> = expired
-                .iter()
-                .map(|(topic, p)| (offset_key(&group.id, topic, *p), None))
-                .collect();
-            if emptying {
-                records.push((
-                    RecordKey::Group {
-                        group: group.id.clone(),
-                    }
-                    .encode(),
-                    None,
-                ));
-            }
-            // The membership goes with the group, unless the append fails.
-            let membership = emptying.then(|| std::mem::take(&mut group.membership));
-            let consumer_changes = if emptying {
-                group.consumer_changes()
             } else {
-                Vec::new()
-            };
-            records.extend(
-                consumer_changes
+                expired
                     .iter()
-                    .cloned()
-                    .map(RecordChange::into_record),
-            );
-            match log.append_detached(records, |_| {}) {
-                Ok(base) => {
-                    for (i, key) in expired.iter().enumerate() {
-                        group.offsets.apply_delete(key.clone(), base + i as i64);
-                    }
-                    tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expired (offsets.retention.minutes)");
-                    if emptying {
-                        forget.push(group.id.clone());
-                    }
-                }
-                Err(error) => {
-                    if let Some(membership) = membership {
-                        group.membership = membership;
-                    }
-                    group.unwrite(consumer_changes);
-                    tracing::warn!(target: "weir::groups", group = %group.id, %error, "expired offsets not deleted; trying again later");
-                }
-            }
+                    .map(|(topic, p)| GroupRecord::offset_tombstone(&group.id, topic, *p))
+                    .collect()
+            };
+            tracing::info!(target: "weir::groups", group = %group.id, offsets = expired.len(), "committed offsets expire (offsets.retention.minutes)");
+            writes.push(TimerWrite {
+                key: group.id.clone(),
+                records,
+            });
         }
-        for id in forget {
-            self.groups.remove(&id);
-        }
+        writes
     }
 
-    /// Builds the groups from what loading read.
-    fn restore(&mut self, replayed: Replayed, now: Now) -> (usize, usize) {
-        let Replayed {
-            offsets,
-            metadata,
-            consumer,
-            skipped,
-        } = replayed;
-        let partition = self.partition;
-        if skipped > 0 {
-            tracing::warn!(target: "weir::groups", partition, skipped, "records of __consumer_offsets that do not parse were skipped");
-        }
+    /// Builds the groups' memberships from what loading read. Returns how many groups have
+    /// one.
+    fn restore(&mut self, loading: Loading, now: Now) -> usize {
+        let Loading { metadata, consumer } = loading;
         let mut loaded_groups = 0usize;
         let limits = self.settings.limits;
         for (group_id, value) in metadata {
@@ -217,77 +173,111 @@ impl GroupShard {
                 }
             }
         }
-        let mut loaded_offsets = 0usize;
-        for (key, value) in offsets {
-            let (
-                Some((record_offset, value)),
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-            ) = (value, key)
-            else {
-                continue;
-            };
-            self.group_or_new(&group).offsets.committed.insert(
-                (topic, partition),
-                CommittedOffset {
-                    value,
-                    record_offset,
-                },
-            );
-            loaded_offsets += 1;
+        loaded_groups
+    }
+
+    /// Applies a membership record written while the shard serves: tombstones of a group
+    /// without members (DeleteGroups) take its membership and stored consumer records away.
+    /// Values change nothing here: a group's membership is what its operations made it, and
+    /// they mark what they store themselves ([`Group::consumer_changes`]).
+    fn apply_membership(&mut self, record: GroupRecord) {
+        let Some(group) = self.groups.get_mut(record.group()) else {
+            return;
+        };
+        if !group.has_no_members() {
+            return;
         }
-        (loaded_groups, loaded_offsets)
+        match record {
+            GroupRecord::Group { value: None, .. } => group.membership = Membership::Empty,
+            GroupRecord::Consumer {
+                group: group_id,
+                key,
+                value: None,
+            } => {
+                group.persisted.remove(
+                    &RecordKey::Consumer {
+                        group: group_id,
+                        key,
+                    }
+                    .encode(),
+                );
+            }
+            _ => {}
+        }
     }
 }
 
 impl Shard for GroupShard {
+    const TOPIC: &'static str = OFFSETS_TOPIC;
+    type Record = GroupRecord;
     /// Groups and committed offsets loaded.
     type Loaded = (usize, usize);
     /// A consumer group's target assignment to compute, by group id.
     type Work = (String, AssignmentJob);
     type Done = (String, ComputedTarget);
 
-    fn replay(&mut self, offset: i64, key: &[u8], value: Option<&[u8]>) {
-        let Some(replayed) = self.replayed.as_deref_mut() else {
-            return;
-        };
-        let key = match RecordKey::decode(key) {
-            Ok(Some(key)) => key,
-            Ok(None) => return,
-            Err(_) => {
-                replayed.skipped += 1;
-                return;
-            }
-        };
-        match key {
-            RecordKey::Offset { .. } => match value.map(OffsetValue::decode).transpose() {
-                Ok(value) => {
-                    replayed.offsets.insert(key, value.map(|v| (offset, v)));
+    fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<GroupRecord>, String> {
+        GroupRecord::decode(key, value).map_err(|error| error.to_string())
+    }
+
+    fn encode(record: &GroupRecord) -> StoredRecord {
+        record.encode()
+    }
+
+    fn apply(&mut self, offset: i64, record: GroupRecord) {
+        match record {
+            GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => {
+                let offsets = &mut self.group_or_new(&group).offsets;
+                match value {
+                    Some(value) => offsets.apply_commit((topic, partition), value, offset),
+                    None => offsets.apply_delete((topic, partition), offset),
                 }
-                Err(_) => replayed.skipped += 1,
-            },
-            RecordKey::Group { group } => match value.map(GroupValue::decode).transpose() {
-                Ok(value) => {
-                    replayed.metadata.insert(group, value);
-                }
-                Err(_) => replayed.skipped += 1,
-            },
-            RecordKey::Consumer { group, key } => {
-                replayed
-                    .consumer
-                    .insert((group, key), value.map(<[u8]>::to_vec));
             }
+            record => match self.loading.as_deref_mut() {
+                Some(loading) => match record {
+                    GroupRecord::Group { group, value } => {
+                        loading.metadata.insert(group, value);
+                    }
+                    GroupRecord::Consumer { group, key, value } => {
+                        loading.consumer.insert((group, key), value);
+                    }
+                    GroupRecord::Offset { .. } => {}
+                },
+                None => self.apply_membership(record),
+            },
         }
     }
 
-    fn finish_load(&mut self, now: Now) -> (usize, usize) {
-        match self.replayed.take() {
-            Some(replayed) => self.restore(*replayed, now),
-            None => (0, 0),
+    fn writing(&mut self, group_id: &str) {
+        self.group_or_new(group_id).offsets.pending_writes += 1;
+    }
+
+    fn written(&mut self, group_id: &str) {
+        if let Some(group) = self.groups.get_mut(group_id) {
+            group.offsets.pending_writes = group.offsets.pending_writes.saturating_sub(1);
         }
+        self.forget_if_untraced(group_id);
+    }
+
+    fn finish_load(&mut self, now: Now) -> (usize, usize) {
+        let Some(loading) = self.loading.take() else {
+            return (0, 0);
+        };
+        // So far only offset records made groups: those whose offsets were all deleted go.
+        self.groups
+            .retain(|_, group| !group.offsets.committed.is_empty());
+        let groups = self.restore(*loading, now);
+        let offsets = self
+            .groups
+            .values()
+            .map(|group| group.offsets.committed.len())
+            .sum();
+        (groups, offsets)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -296,13 +286,18 @@ impl Shard for GroupShard {
         Some(groups.map_or(own, |due| due.min(own)))
     }
 
-    fn tick(&mut self, now: Now, log: &ShardLog<'_>) -> Vec<(String, AssignmentJob)> {
+    fn tick(
+        &mut self,
+        now: Now,
+        log: &ShardLog<'_>,
+        writes: &mut Vec<TimerWrite<GroupRecord>>,
+    ) -> Vec<(String, AssignmentJob)> {
         if now.instant >= self.next_recount {
             self.recount_metadata();
             self.next_recount = now.instant + METADATA_RECOUNT;
         }
         if now.instant >= self.next_retention {
-            self.expire_offsets(now.wall_ms, log);
+            writes.extend(self.expired_offsets(now.wall_ms));
             self.next_retention = now.instant + retention_check_every(&self.settings);
         }
         let mut work = Vec::new();

@@ -6,6 +6,7 @@ use super::tests_support::*;
 use super::*;
 use crate::group::{JoinRequest, SyncRequest};
 use crate::partition_for;
+use crate::records::RecordKey;
 use crate::state::GroupState;
 use weir_clock::ManualClock;
 
@@ -186,6 +187,8 @@ async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
     );
     clock.advance(Duration::from_millis(1));
     first.tick();
+    // The tombstones apply once durable, in a task of their own.
+    tokio::task::yield_now().await;
     assert!(first
         .fetch_offsets("simple", None, None)
         .expect("fetch")

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::consumer_group::{ConsumerGroup, ConsumerHeartbeat, HeartbeatReply, TopicCatalog};
 use crate::limits::{ConsumerGroupSettings, GroupLimits};
-use crate::records::GroupValue;
+use crate::records::{GroupRecord, GroupValue, RecordKey};
 use crate::state::GroupState;
 use crate::GroupError;
 
@@ -181,6 +181,35 @@ impl Group {
             && self.offsets.is_empty()
             && self.protocol_type().is_none()
             && self.persisted.is_empty()
+    }
+
+    /// The records that delete the group from the log: tombstones of its committed offsets,
+    /// of its classic metadata and of its consumer group records.
+    pub fn deletion_records(&self) -> Vec<GroupRecord> {
+        let offsets = self
+            .offsets
+            .committed
+            .keys()
+            .map(|(topic, p)| GroupRecord::offset_tombstone(&self.id, topic, *p));
+        let metadata = GroupRecord::Group {
+            group: self.id.clone(),
+            value: None,
+        };
+        let consumer = self
+            .persisted
+            .keys()
+            .filter_map(|key| match RecordKey::decode(key) {
+                Ok(Some(RecordKey::Consumer { group, key })) => Some(GroupRecord::Consumer {
+                    group,
+                    key,
+                    value: None,
+                }),
+                _ => None,
+            });
+        offsets
+            .chain(std::iter::once(metadata))
+            .chain(consumer)
+            .collect()
     }
 
     /// Bytes of member metadata the group holds: classic members' protocols and

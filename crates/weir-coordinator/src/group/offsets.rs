@@ -23,15 +23,15 @@ pub struct Offsets {
     /// Log offset of the newest tombstone written for a (topic, partition): a commit whose
     /// record precedes it must not come back to memory (replay would delete it).
     deleted: HashMap<(String, i32), i64>,
-    /// Commits appended and not yet durable: the group is neither expired nor deleted
-    /// meanwhile.
-    pub pending_commits: usize,
+    /// Writes of the group's offsets (commits, deletions) appended and not yet durable: the
+    /// group is neither expired nor deleted meanwhile.
+    pub pending_writes: usize,
 }
 
 impl Offsets {
-    /// True when nothing is committed and no commit is under way.
+    /// True when nothing is committed and no write is under way.
     pub fn is_empty(&self) -> bool {
-        self.committed.is_empty() && self.pending_commits == 0
+        self.committed.is_empty() && self.pending_writes == 0
     }
 
     /// Applies a durable commit unless a newer commit or tombstone of the same partition is

@@ -135,6 +135,125 @@ impl RecordKey {
     }
 }
 
+/// A record of `__consumer_offsets` as the group coordinator applies it: its key, and its
+/// value decoded (`None`: a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupRecord {
+    /// A committed offset of `group` for `topic`-`partition`.
+    Offset {
+        /// Group id.
+        group: String,
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: i32,
+        /// What was committed; `None` when the offset was deleted.
+        value: Option<OffsetValue>,
+    },
+    /// The membership and assignment of classic `group`.
+    Group {
+        /// Group id.
+        group: String,
+        /// The stored group; `None` when the group was deleted.
+        value: Option<GroupValue>,
+    },
+    /// One record of consumer-protocol `group`, its value kept encoded (a consumer group is
+    /// rebuilt from all of its records at once).
+    Consumer {
+        /// Group id.
+        group: String,
+        /// Which record.
+        key: ConsumerKey,
+        /// The record's value; `None` when it was deleted.
+        value: Option<Vec<u8>>,
+    },
+}
+
+impl GroupRecord {
+    /// The tombstone of `group`'s committed offset for `topic`-`partition`.
+    pub fn offset_tombstone(group: &str, topic: &str, partition: i32) -> GroupRecord {
+        GroupRecord::Offset {
+            group: group.to_string(),
+            topic: topic.to_string(),
+            partition,
+            value: None,
+        }
+    }
+
+    /// The group the record belongs to.
+    pub fn group(&self) -> &str {
+        match self {
+            GroupRecord::Offset { group, .. }
+            | GroupRecord::Group { group, .. }
+            | GroupRecord::Consumer { group, .. } => group,
+        }
+    }
+
+    /// Reads a stored record. `Ok(None)`: a key version this coordinator does not handle
+    /// (see [`RecordKey::decode`]).
+    pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<GroupRecord>, FormatError> {
+        let Some(key) = RecordKey::decode(key)? else {
+            return Ok(None);
+        };
+        Ok(Some(match key {
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            } => GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                value: value.map(OffsetValue::decode).transpose()?,
+            },
+            RecordKey::Group { group } => GroupRecord::Group {
+                group,
+                value: value.map(GroupValue::decode).transpose()?,
+            },
+            RecordKey::Consumer { group, key } => GroupRecord::Consumer {
+                group,
+                key,
+                value: value.map(<[u8]>::to_vec),
+            },
+        }))
+    }
+
+    /// The record's key and value as stored.
+    pub fn encode(&self) -> (Vec<u8>, Option<Vec<u8>>) {
+        match self {
+            GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => (
+                RecordKey::Offset {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                }
+                .encode(),
+                value.as_ref().map(OffsetValue::encode),
+            ),
+            GroupRecord::Group { group, value } => (
+                RecordKey::Group {
+                    group: group.clone(),
+                }
+                .encode(),
+                value.as_ref().map(GroupValue::encode),
+            ),
+            GroupRecord::Consumer { group, key, value } => (
+                RecordKey::Consumer {
+                    group: group.clone(),
+                    key: key.clone(),
+                }
+                .encode(),
+                value.clone(),
+            ),
+        }
+    }
+}
+
 /// A committed offset as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetValue {
