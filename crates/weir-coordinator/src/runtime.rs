@@ -15,6 +15,10 @@ use crate::GroupError;
 use weir_clock::{Clock, Now};
 use weir_lock_order::{Rank, Ranked};
 
+/// Records appended in one batch at most, well inside an internal topic's
+/// `max.message.bytes`: a larger write is appended as several batches.
+pub(crate) const BATCH_BYTES: usize = 256 * 1024;
+
 /// The timer wakes at least this often, whatever the shards' deadlines.
 const TIMER_IDLE: Duration = Duration::from_secs(1);
 
@@ -88,6 +92,13 @@ pub(crate) trait Shard: Send + 'static {
     /// The write for `key` ended: its records were applied, or it failed.
     fn written(&mut self, key: &str);
 
+    /// Records of a [`Runtime::write_applied`] for `key`, which changed the shard before they
+    /// were stored, are not stored (or not all): the shard must store them again.
+    fn unwritten(&mut self, key: &str, records: &[Self::Record]);
+
+    /// How many bytes `record` takes in a batch, about (batches are cut at [`BATCH_BYTES`]).
+    fn size(record: &Self::Record) -> usize;
+
     /// Every record is applied; the shard serves from now on.
     fn finish_load(&mut self, now: Now) -> Self::Loaded;
 
@@ -100,21 +111,16 @@ pub(crate) trait Shard: Send + 'static {
     type Done: Send;
 
     /// Does the work due by `now` (sessions that expired, rebalances whose time is up,
-    /// retention), writing what changes through `log` or by adding to `writes` what the
-    /// runtime appends and applies as a [`Runtime::write`]'s; returns work too large to do
-    /// under the lock.
-    fn tick(
-        &mut self,
-        now: Now,
-        log: &ShardLog<'_>,
-        writes: &mut Vec<TimerWrite<Self::Record>>,
-    ) -> Vec<Self::Work>;
+    /// retention), adding what it stores to `writes`; returns work too large to do under the
+    /// lock.
+    fn tick(&mut self, now: Now, writes: &mut Vec<TimerWrite<Self::Record>>) -> Vec<Self::Work>;
 
     /// Does work [`Shard::tick`] returned, without the lock (on the timer's thread).
     fn work(work: Self::Work) -> Self::Done;
 
-    /// Takes back what [`Shard::work`] gave, under the lock.
-    fn finish(&mut self, done: Self::Done, now: Now, log: &ShardLog<'_>);
+    /// Takes back what [`Shard::work`] gave, under the lock, adding what it stores to
+    /// `writes`.
+    fn finish(&mut self, done: Self::Done, now: Now, writes: &mut Vec<TimerWrite<Self::Record>>);
 
     /// How many things (groups) it holds.
     fn len(&self) -> usize;
@@ -194,37 +200,6 @@ impl<S> Partitions<S> {
     }
 }
 
-/// Appends to one partition of the internal topic, from a shard.
-pub(crate) struct ShardLog<'a> {
-    log: &'a dyn OffsetsLog,
-    partition: i32,
-}
-
-impl ShardLog<'_> {
-    /// Appends `records` as one batch (under the runtime's lock, so records land in the
-    /// order they were decided).
-    pub(crate) fn append(&self, records: Vec<StoredRecord>) -> Result<Appended, GroupError> {
-        self.log.append(self.partition, records)
-    }
-
-    /// Appends `records` nobody waits for: `failed` is told if the append or its
-    /// durability fails. Returns the batch's base offset once appended.
-    pub(crate) fn append_detached(
-        &self,
-        records: Vec<StoredRecord>,
-        failed: impl FnOnce(GroupError) + Send + 'static,
-    ) -> Result<i64, GroupError> {
-        let appended = self.append(records)?;
-        let durable = appended.durable;
-        tokio::spawn(async move {
-            if let Err(error) = durable.await {
-                failed(error);
-            }
-        });
-        Ok(appended.base_offset)
-    }
-}
-
 /// What a shard operation decided: the answer to give, and the records that make it so.
 pub(crate) struct Decision<R, Record> {
     /// The answer, given once the records are durable.
@@ -233,13 +208,15 @@ pub(crate) struct Decision<R, Record> {
     pub(crate) records: Vec<Record>,
 }
 
-/// Records a shard's timer work appends for `key`, applied once durable as a
-/// [`Runtime::write`]'s are, with nobody waiting for them.
+/// Records a shard's timer work appends for `key`, with nobody waiting for them.
 pub(crate) struct TimerWrite<Record> {
     /// What the records are about (a group id).
     pub(crate) key: String,
     /// The records.
     pub(crate) records: Vec<Record>,
+    /// The work changed the shard already ([`Runtime::write_applied`]); otherwise the records
+    /// are applied once durable ([`Runtime::write`]).
+    pub(crate) applied: bool,
 }
 
 /// What a [`Runtime::write`] gives back.
@@ -316,21 +293,13 @@ impl<S: Shard> Runtime<S> {
         self.clock.now()
     }
 
-    /// Appends to `partition` of the internal topic.
-    pub(crate) fn log(&self, partition: i32) -> ShardLog<'_> {
-        ShardLog {
-            log: &*self.log,
-            partition,
-        }
-    }
-
     /// The write path of every operation that changes what a shard stores: under the lock,
     /// `decide` looks at the shard serving `key` and returns its answer with the records that
     /// make it so; they are appended under the same lock (so records land in the order they
     /// were decided), and once they are durable they are applied to the shard with
     /// [`Shard::apply`], the function loading uses, before the answer is given. A refusal
     /// of `decide` is the error; a failed append or durability leaves the shard as it was and
-    /// is [`Written::stored`].
+    /// is [`Written::stored`]. The records go in one batch.
     pub(crate) async fn write<R: Send>(
         &self,
         key: &str,
@@ -347,8 +316,14 @@ impl<S: Shard> Runtime<S> {
                     stored: Ok(()),
                 });
             }
-            match self.append(partition, shard, key, &records) {
-                Ok(appended) => (answer, records, appended),
+            let appended = self
+                .log
+                .append(partition, records.iter().map(S::encode).collect());
+            match appended {
+                Ok(appended) => {
+                    shard.writing(key);
+                    (answer, records, appended)
+                }
                 Err(error) => {
                     return Ok(Written {
                         answer,
@@ -362,20 +337,86 @@ impl<S: Shard> Runtime<S> {
         Ok(Written { answer, stored })
     }
 
-    /// Appends a write's records for `key` to `partition`, which `shard` serves (under the
-    /// lock), and tells the shard.
-    fn append(
+    /// The write path of an operation that changes the shards itself before its records are
+    /// stored (Kafka writes its classic groups so, with `replayRecords` false; Weir's
+    /// consumer groups too, each write the difference between the group and what the log
+    /// holds of it): under the lock, `op` makes its change and returns its answer with the
+    /// records that make the log hold it, which are appended under the same lock in batches
+    /// of at most [`BATCH_BYTES`]; the answer waits until they are durable. When they are not,
+    /// the shard is told ([`Shard::unwritten`]) so its next write stores them again.
+    pub(crate) async fn write_applied<R: Send>(
+        &self,
+        key: &str,
+        op: impl FnOnce(&mut Partitions<S>, Now) -> Result<Decision<R, S::Record>, GroupError> + Send,
+    ) -> Result<Written<R>, GroupError> {
+        let (answer, records, durable) = {
+            let mut partitions = self.lock();
+            let now = self.clock.now();
+            let Decision { answer, records } = op(&mut partitions, now)?;
+            if records.is_empty() {
+                return Ok(Written {
+                    answer,
+                    stored: Ok(()),
+                });
+            }
+            let (partition, shard) = partitions.served(key)?;
+            match self.append_applied(partition, shard, key, &records) {
+                Ok(durable) => (answer, records, durable),
+                Err(error) => {
+                    return Ok(Written {
+                        answer,
+                        stored: Err(error),
+                    })
+                }
+            }
+        };
+        let stored = durable.await;
+        if stored.is_err() {
+            self.unwritten(key, &records);
+        }
+        Ok(Written { answer, stored })
+    }
+
+    /// Appends records that changed `shard` already, in batches of at most [`BATCH_BYTES`];
+    /// the future resolves once all are durable. A failed append tells the shard at once.
+    fn append_applied(
         &self,
         partition: i32,
         shard: &mut S,
         key: &str,
         records: &[S::Record],
-    ) -> Result<Appended, GroupError> {
-        let appended = self
-            .log
-            .append(partition, records.iter().map(S::encode).collect())?;
-        shard.writing(key);
-        Ok(appended)
+    ) -> Result<Pending, GroupError> {
+        let mut durable = Vec::new();
+        let mut rest = records;
+        while !rest.is_empty() {
+            let mut bytes = 0usize;
+            let cut = rest
+                .iter()
+                .position(|record| {
+                    bytes += S::size(record);
+                    bytes > BATCH_BYTES
+                })
+                .unwrap_or(rest.len())
+                .max(1);
+            let (batch, after) = rest.split_at(cut);
+            match self
+                .log
+                .append(partition, batch.iter().map(S::encode).collect())
+            {
+                Ok(appended) => durable.push(appended.durable),
+                Err(error) => {
+                    shard.unwritten(key, records);
+                    return Err(error);
+                }
+            }
+            rest = after;
+        }
+        Ok(Box::pin(async move {
+            for wait in durable {
+                wait.await?;
+            }
+            Ok(())
+        }))
     }
 
     /// A write for `key` ended: its records, from `base_offset` on, are applied if `durable`.
@@ -390,6 +431,14 @@ impl<S: Shard> Runtime<S> {
                 }
             }
             shard.written(key);
+        }
+    }
+
+    /// Records of a [`Runtime::write_applied`] were not made durable: the shard serving
+    /// `key`, if it still does, stores them again.
+    fn unwritten(&self, key: &str, records: &[S::Record]) {
+        if let Ok((_, shard)) = self.lock().served(key) {
+            shard.unwritten(key, records);
         }
     }
 
@@ -493,11 +542,10 @@ impl<S: Shard> Runtime<S> {
             let mut partitions = self.lock();
             for (partition, shard) in partitions.shards_mut() {
                 if shard.next_deadline().is_some_and(|due| due <= now.instant) {
-                    let log = self.log(partition);
                     let mut writes = Vec::new();
                     work.extend(
                         shard
-                            .tick(now, &log, &mut writes)
+                            .tick(now, &mut writes)
                             .into_iter()
                             .map(|w| (partition, w)),
                     );
@@ -522,33 +570,60 @@ impl<S: Shard> Runtime<S> {
                 .ok()
                 .and_then(|index| partitions.slots.get_mut(index))
             {
-                shard.finish(done, now, &self.log(partition));
+                let mut writes = Vec::new();
+                shard.finish(done, now, &mut writes);
+                for write in writes {
+                    self.write_detached(partition, shard, write);
+                }
             }
         }
     }
 
-    /// Appends a timer's write (under the lock) and applies it once durable, in a task of its
-    /// own. A failure is logged; the shard is left as it was, so its timer decides again.
+    /// Appends a timer's write (under the lock) and settles it once durable, in a task of
+    /// its own: applies it, or for a write that changed the shard already, tells the shard
+    /// when it failed. A failure is logged; the shard decides or stores it again later.
     fn write_detached(
         self: &Arc<Self>,
         partition: i32,
         shard: &mut S,
-        TimerWrite { key, records }: TimerWrite<S::Record>,
+        TimerWrite {
+            key,
+            records,
+            applied,
+        }: TimerWrite<S::Record>,
     ) {
-        let appended = match self.append(partition, shard, &key, &records) {
+        if records.is_empty() {
+            return;
+        }
+        let appended = if applied {
+            self.append_applied(partition, shard, &key, &records)
+                .map(|durable| (durable, None))
+        } else {
+            self.log
+                .append(partition, records.iter().map(S::encode).collect())
+                .map(|appended| {
+                    shard.writing(&key);
+                    (appended.durable, Some(appended.base_offset))
+                })
+        };
+        let (durable, base_offset) = match appended {
             Ok(appended) => appended,
             Err(error) => {
-                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not appended; it is decided again later");
+                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not appended; it is stored again later");
                 return;
             }
         };
         let runtime = self.clone();
         tokio::spawn(async move {
-            let stored = appended.durable.await;
+            let stored = durable.await;
             if let Err(error) = &stored {
-                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not made durable; it is decided again later");
+                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not made durable; it is stored again later");
             }
-            runtime.settle(&key, records, appended.base_offset, stored.is_ok());
+            match base_offset {
+                Some(base_offset) => runtime.settle(&key, records, base_offset, stored.is_ok()),
+                None if stored.is_err() => runtime.unwritten(&key, &records),
+                None => {}
+            }
         });
     }
 

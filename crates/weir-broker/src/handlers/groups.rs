@@ -240,7 +240,7 @@ pub fn heartbeat(broker: &Arc<Broker>, request: HeartbeatRequest) -> HeartbeatRe
 }
 
 /// LeaveGroup: one member (v0–2) or a batch of members by id or instance id (v3+).
-pub fn leave_group(
+pub async fn leave_group(
     broker: &Arc<Broker>,
     request: LeaveGroupRequest,
     version: i16,
@@ -263,6 +263,7 @@ pub fn leave_group(
     let left = match broker
         .coordinator
         .leave_group(request.group_id.as_str(), &members)
+        .await
     {
         // From v3 each member has its own answer: none of them is in a group that is not there.
         Err(GroupError::UnknownMemberId) if version >= 3 => {

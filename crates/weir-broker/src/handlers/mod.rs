@@ -187,9 +187,9 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
             )
         }
         RequestKind::LeaveGroup(req) => Box::pin(async move {
-            respond(ResponseKind::LeaveGroup(groups::leave_group(
-                &broker, req, version,
-            )))
+            respond(ResponseKind::LeaveGroup(
+                groups::leave_group(&broker, req, version).await,
+            ))
         }),
         RequestKind::ListGroups(req) => {
             Box::pin(

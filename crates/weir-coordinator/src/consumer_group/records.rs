@@ -10,7 +10,7 @@ use crate::records::consumer::{
     decode_assignment, decode_epoch, decode_member, decode_target, encode_assignment, encode_epoch,
     encode_member, encode_target, AssignmentValue, MemberValue,
 };
-use crate::records::{ConsumerKey, FormatError, RecordKey};
+use crate::records::{ConsumerKey, FormatError};
 
 use super::reconcile::flatten;
 use super::{compile, ConsumerGroup, ConsumerMember, MemberState};
@@ -18,24 +18,19 @@ use super::{compile, ConsumerGroup, ConsumerMember, MemberState};
 impl ConsumerGroup {
     /// The group as Kafka's records: the group and target epochs, and each member's
     /// subscription, target and current assignment.
-    pub fn records(&self, group_id: &str) -> Vec<(RecordKey, Vec<u8>)> {
-        self.records_of(group_id, self.members.keys())
+    pub fn records(&self) -> Vec<(ConsumerKey, Vec<u8>)> {
+        self.records_of(self.members.keys())
     }
 
     /// The group's own records (its epochs), and those of each member of `ids` that is in it.
     pub fn records_of<'a>(
         &self,
-        group_id: &str,
         ids: impl IntoIterator<Item = &'a String>,
-    ) -> Vec<(RecordKey, Vec<u8>)> {
-        let key = |key| RecordKey::Consumer {
-            group: group_id.to_string(),
-            key,
-        };
+    ) -> Vec<(ConsumerKey, Vec<u8>)> {
         let mut out = vec![
-            (key(ConsumerKey::Metadata), encode_epoch(self.epoch)),
+            (ConsumerKey::Metadata, encode_epoch(self.epoch)),
             (
-                key(ConsumerKey::TargetMetadata),
+                ConsumerKey::TargetMetadata,
                 encode_epoch(self.assignment_epoch),
             ),
         ];
@@ -54,12 +49,9 @@ impl ConsumerGroup {
                     .unwrap_or(i32::MAX),
                 server_assignor: m.server_assignor.clone(),
             };
-            out.push((key(ConsumerKey::Member(id.clone())), encode_member(&value)));
+            out.push((ConsumerKey::Member(id.clone()), encode_member(&value)));
             if let Some(target) = self.target.get(id) {
-                out.push((
-                    key(ConsumerKey::TargetMember(id.clone())),
-                    encode_target(target),
-                ));
+                out.push((ConsumerKey::TargetMember(id.clone()), encode_target(target)));
             }
             let state = match m.state {
                 MemberState::Stable => 0,
@@ -74,7 +66,7 @@ impl ConsumerGroup {
                 pending_revocation: m.pending_revocation.clone(),
             };
             out.push((
-                key(ConsumerKey::Assignment(id.clone())),
+                ConsumerKey::Assignment(id.clone()),
                 encode_assignment(&assignment),
             ));
         }

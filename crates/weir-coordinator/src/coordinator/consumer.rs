@@ -7,7 +7,8 @@ use crate::consumer_group::{
 use crate::group::Group;
 use crate::GroupError;
 
-use super::shard::persist_consumer_group;
+use crate::runtime::Decision;
+
 use super::{admit_metadata, member_shard, GroupCoordinator};
 
 impl GroupCoordinator {
@@ -33,50 +34,47 @@ impl GroupCoordinator {
                 _ => return Err(GroupError::InvalidRequest),
             }
         }
-        let reply_and_writes = {
-            let mut partitions = self.runtime.lock();
-            let joining = request.member_epoch == JOIN_EPOCH;
-            let now = self.runtime.now();
-            let (_, shard) = partitions.served_ref(group_id)?;
-            let existing = shard.groups.get(group_id);
-            if existing.is_none() && !joining {
-                return Err(GroupError::GroupIdNotFound);
-            }
-            // (check_request refused a subscription over the member bound.) One the group's
-            // bound refuses is refused there and adds nothing.
-            let bounds = self.settings.consumer.metadata;
-            let adds = match existing.and_then(Group::consumer) {
-                Some(consumer) => consumer.subscription_adds_bytes(&request, &bounds),
-                None => Some(sent_subscription_bytes(&request)),
-            };
-            if let Some(more) = adds.filter(|more| *more > 0) {
-                admit_metadata(&mut partitions, &bounds, group_id, more)?;
-            }
-            let (partition, shard) = partitions.served(group_id)?;
-            let created = !shard.groups.contains_key(group_id);
-            let group = shard.group_or_new(group_id);
-            let reply = group.consumer_heartbeat(
-                request,
-                catalog,
-                &self.settings.consumer,
-                now.instant,
-                now.wall_ms,
-            );
-            // A refused join changes nothing: no group made, none converted.
-            if reply.is_err() && created {
-                shard.groups.remove(group_id);
-                return reply;
-            }
-            let appended = persist_consumer_group(&self.runtime.log(partition), group);
-            (reply, appended, group.next_deadline())
-        };
-        let (reply, appended, deadline) = reply_and_writes;
+        let settings = self.settings.consumer;
+        let written = self
+            .runtime
+            .write_applied(group_id, |partitions, now| {
+                let joining = request.member_epoch == JOIN_EPOCH;
+                let (_, shard) = partitions.served_ref(group_id)?;
+                let existing = shard.groups.get(group_id);
+                if existing.is_none() && !joining {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                // (check_request refused a subscription over the member bound.) One the
+                // group's bound refuses is refused there and adds nothing.
+                let bounds = settings.metadata;
+                let adds = match existing.and_then(Group::consumer) {
+                    Some(consumer) => consumer.subscription_adds_bytes(&request, &bounds),
+                    None => Some(sent_subscription_bytes(&request)),
+                };
+                if let Some(more) = adds.filter(|more| *more > 0) {
+                    admit_metadata(partitions, &bounds, group_id, more)?;
+                }
+                let (_, shard) = partitions.served(group_id)?;
+                let created = !shard.groups.contains_key(group_id);
+                let group = shard.group_or_new(group_id);
+                let reply =
+                    group.consumer_heartbeat(request, catalog, &settings, now.instant, now.wall_ms);
+                // A refused join changes nothing: no group made, none converted.
+                if let (Err(error), true) = (&reply, created) {
+                    shard.groups.remove(group_id);
+                    return Err(*error);
+                }
+                Ok(Decision {
+                    answer: (reply, group.next_deadline()),
+                    records: group.consumer_changes(),
+                })
+            })
+            .await?;
+        let (reply, deadline) = written.answer;
         self.runtime.wake_by(deadline);
-        if let Some(appended) = appended {
-            if let Err(error) = appended.await {
-                tracing::warn!(target: "weir::groups", group = group_id, %error, "consumer group change not stored");
-                return Err(GroupError::CoordinatorNotAvailable);
-            }
+        if let Err(error) = written.stored {
+            tracing::warn!(target: "weir::groups", group = group_id, %error, "consumer group change not stored");
+            return Err(GroupError::CoordinatorNotAvailable);
         }
         reply
     }

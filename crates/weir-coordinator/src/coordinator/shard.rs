@@ -6,15 +6,12 @@ use std::time::{Duration, Instant};
 
 use crate::consumer_group::{AssignmentJob, ComputedTarget, ConsumerGroup};
 use crate::group::{Group, Membership};
-use crate::records::{ConsumerKey, GroupRecord, GroupValue, RecordKey};
-use crate::runtime::{Pending, Shard, ShardLog, StoredRecord, TimerWrite};
+use crate::records::{ConsumerKey, GroupRecord, GroupValue};
+use crate::runtime::{Shard, StoredRecord, TimerWrite};
 use weir_clock::Now;
 
 use super::{CoordinatorSettings, OFFSETS_TOPIC};
 
-/// Consumer group records appended in one batch at most, well inside the offsets topic's
-/// `max.message.bytes`.
-const CHANGES_BATCH_BYTES: usize = 256 * 1024;
 /// How often the member metadata a shard's groups hold is counted exactly.
 const METADATA_RECOUNT: Duration = Duration::from_secs(1);
 
@@ -116,6 +113,7 @@ impl GroupShard {
             writes.push(TimerWrite {
                 key: group.id.clone(),
                 records,
+                applied: false,
             });
         }
         writes
@@ -154,18 +152,7 @@ impl GroupShard {
                     restored.set_state_since(now.wall_ms);
                     group.restore_consumer(restored);
                     // What the log holds, strays included: the next write fixes any difference.
-                    group.set_persisted(
-                        records
-                            .into_iter()
-                            .map(|(key, value)| {
-                                let key = RecordKey::Consumer {
-                                    group: group_id.clone(),
-                                    key,
-                                };
-                                (key.encode(), value)
-                            })
-                            .collect(),
-                    );
+                    group.set_persisted(records.into_iter().collect());
                     loaded_groups += 1;
                 }
                 Err(error) => {
@@ -190,17 +177,9 @@ impl GroupShard {
         match record {
             GroupRecord::Group { value: None, .. } => group.membership = Membership::Empty,
             GroupRecord::Consumer {
-                group: group_id,
-                key,
-                value: None,
+                key, value: None, ..
             } => {
-                group.persisted.remove(
-                    &RecordKey::Consumer {
-                        group: group_id,
-                        key,
-                    }
-                    .encode(),
-                );
+                group.persisted.remove(&key);
             }
             _ => {}
         }
@@ -264,6 +243,16 @@ impl Shard for GroupShard {
         self.forget_if_untraced(group_id);
     }
 
+    fn unwritten(&mut self, group_id: &str, records: &[GroupRecord]) {
+        if let Some(group) = self.groups.get_mut(group_id) {
+            group.unwrite(records);
+        }
+    }
+
+    fn size(record: &GroupRecord) -> usize {
+        record.size()
+    }
+
     fn finish_load(&mut self, now: Now) -> (usize, usize) {
         let Some(loading) = self.loading.take() else {
             return (0, 0);
@@ -289,7 +278,6 @@ impl Shard for GroupShard {
     fn tick(
         &mut self,
         now: Now,
-        log: &ShardLog<'_>,
         writes: &mut Vec<TimerWrite<GroupRecord>>,
     ) -> Vec<(String, AssignmentJob)> {
         if now.instant >= self.next_recount {
@@ -306,14 +294,23 @@ impl Shard for GroupShard {
                 continue;
             }
             let became_empty = group.tick(now.instant, now.wall_ms);
-            if let Some(consumer) = group.consumer_mut() {
+            let records = if let Some(consumer) = group.consumer_mut() {
                 if let Some(job) = consumer.take_assignment_job(now.instant) {
                     work.push((group.id.clone(), job));
                 }
-                persist_in_background(log, group);
+                group.consumer_changes()
             } else if became_empty {
                 // A classic group's stored members must go.
-                store_group(log, group);
+                group.classic_record().into_iter().collect()
+            } else {
+                continue;
+            };
+            if !records.is_empty() {
+                writes.push(TimerWrite {
+                    key: group.id.clone(),
+                    records,
+                    applied: true,
+                });
             }
         }
         work
@@ -327,14 +324,18 @@ impl Shard for GroupShard {
         &mut self,
         (group_id, computed): (String, ComputedTarget),
         now: Now,
-        log: &ShardLog<'_>,
+        writes: &mut Vec<TimerWrite<GroupRecord>>,
     ) {
         let Some(group) = self.groups.get_mut(&group_id) else {
             return;
         };
         if let Some(consumer) = group.consumer_mut() {
             consumer.finish_assignment(computed, now.instant);
-            persist_in_background(log, group);
+            writes.push(TimerWrite {
+                key: group_id,
+                records: group.consumer_changes(),
+                applied: true,
+            });
         }
     }
 
@@ -346,77 +347,4 @@ impl Shard for GroupShard {
 /// `offsets.retention.check.interval.ms`.
 fn retention_check_every(settings: &CoordinatorSettings) -> Duration {
     Duration::from_millis(settings.offsets_retention_check_interval_ms.max(1))
-}
-
-/// Appends what changed in a group's consumer records (see [`Group::consumer_changes`]),
-/// in batches of at most [`CHANGES_BATCH_BYTES`]; the returned future resolves once all
-/// are durable. After a failed append the group counts as written only up to the batches
-/// that were appended, so its next change writes the rest again.
-pub(crate) fn persist_consumer_group(log: &ShardLog<'_>, group: &mut Group) -> Option<Pending> {
-    let changes = group.consumer_changes();
-    if changes.is_empty() {
-        return None;
-    }
-    let mut durable = Vec::new();
-    let mut pending = changes.into_iter().peekable();
-    while pending.peek().is_some() {
-        let mut batch = Vec::new();
-        let mut batch_bytes = 0usize;
-        while let Some(change) = pending.next_if(|_| batch_bytes < CHANGES_BATCH_BYTES) {
-            batch_bytes += change.key.len() + change.value.as_ref().map_or(0, Vec::len);
-            batch.push(change);
-        }
-        let records: Vec<StoredRecord> = batch
-            .iter()
-            .map(|change| change.clone().into_record())
-            .collect();
-        match log.append(records) {
-            Ok(appended) => durable.push(appended.durable),
-            Err(error) => {
-                group.unwrite(batch.into_iter().chain(pending));
-                return Some(Box::pin(std::future::ready(Err(error))));
-            }
-        }
-    }
-    Some(Box::pin(async move {
-        for wait in durable {
-            wait.await?;
-        }
-        Ok(())
-    }))
-}
-
-/// Persists consumer group changes nobody waits for (sessions that expired, a group
-/// turned classic), logging a failure.
-pub(crate) fn persist_in_background(log: &ShardLog<'_>, group: &mut Group) {
-    if let Some(durable) = persist_consumer_group(log, group) {
-        let group_id = group.id.clone();
-        tokio::spawn(async move {
-            if let Err(error) = durable.await {
-                tracing::warn!(target: "weir::groups", group = %group_id, %error, "consumer group change not stored");
-            }
-        });
-    }
-}
-
-/// Stores a group's metadata without waiting (after it became Empty: a restart must not
-/// bring back members that left). A failure is logged; the next change stores it again.
-pub(crate) fn store_group(log: &ShardLog<'_>, group: &Group) {
-    let Some(classic) = group.classic() else {
-        return;
-    };
-    let record = (
-        RecordKey::Group {
-            group: group.id.clone(),
-        }
-        .encode(),
-        Some(classic.stored_value().encode()),
-    );
-    let group_id = group.id.clone();
-    let stored = log.append_detached(vec![record], move |error| {
-        tracing::warn!(target: "weir::groups", group = %group_id, %error, "group metadata not made durable");
-    });
-    if let Err(error) = stored {
-        tracing::warn!(target: "weir::groups", group = %group.id, %error, "group metadata not stored");
-    }
 }

@@ -235,6 +235,57 @@ mod consumer_protocol {
             .expect("join")
     }
 
+    /// A change whose records were not stored stays in memory, and the group's next write
+    /// stores it: a member that joined, and the tombstones of one that left.
+    #[tokio::test]
+    async fn a_change_not_stored_is_stored_by_the_groups_next_write() {
+        let log = Arc::new(MemoryLog::default());
+        let catalog = OneTopic::new(4);
+        let live = coordinator(log.clone());
+        let a = join(&live, &catalog, "a").await;
+        log.refuse(1);
+        assert_eq!(
+            live.consumer_heartbeat("g", heartbeat("b", 0, None), 1, &catalog)
+                .await
+                .map(|_| ()),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
+        let described = |c: &GroupCoordinator| {
+            let mut members: Vec<String> = c
+                .describe_consumer_group("g")
+                .expect("served")
+                .expect("a consumer group")
+                .members
+                .into_iter()
+                .map(|m| m.member_id)
+                .collect();
+            members.sort();
+            members
+        };
+        assert_eq!(described(&live), ["a", "b"], "b joined in memory");
+        assert_eq!(
+            described(&coordinator(log.clone())),
+            ["a"],
+            "not in the log"
+        );
+        live.consumer_heartbeat("g", heartbeat("a", a.member_epoch, None), 1, &catalog)
+            .await
+            .expect("a heartbeats");
+        assert_eq!(described(&coordinator(log.clone())), ["a", "b"]);
+
+        log.refuse(1);
+        assert!(live
+            .consumer_heartbeat("g", heartbeat("b", -1, None), 1, &catalog)
+            .await
+            .is_err());
+        assert_eq!(described(&coordinator(log.clone())), ["a", "b"]);
+        live.consumer_heartbeat("g", heartbeat("a", a.member_epoch, None), 1, &catalog)
+            .await
+            .expect("a heartbeats");
+        assert_eq!(described(&live), ["a"]);
+        assert_eq!(described(&coordinator(log)), ["a"], "b's tombstones stored");
+    }
+
     #[tokio::test]
     async fn a_member_leaving_a_restored_group_moves_only_its_partitions() {
         let log = Arc::new(MemoryLog::default());
@@ -324,6 +375,7 @@ mod consumer_protocol {
 
         coordinator
             .leave_group("b", &[(members[1].clone(), None)])
+            .await
             .expect("left");
         coordinator.recount_metadata();
         assert_eq!(
@@ -762,7 +814,7 @@ mod replay {
                 }
                 Op::ClassicLeave { group } => {
                     if let Some(id) = classic.remove(&group) {
-                        let _ = live.leave_group(GROUPS[group], &[(id, None)]);
+                        let _ = live.leave_group(GROUPS[group], &[(id, None)]).await;
                     }
                 }
                 Op::Commit {

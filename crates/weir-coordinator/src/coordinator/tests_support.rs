@@ -1,6 +1,7 @@
 //! What the coordinator's tests share: an offsets topic in memory and settings.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -12,9 +13,16 @@ use weir_clock::{Clock, ManualClock};
 #[derive(Default)]
 pub(super) struct MemoryLog {
     partitions: Mutex<HashMap<i32, Vec<StoredRecord>>>,
+    /// Appends refused (COORDINATOR_NOT_AVAILABLE, nothing appended) before they work again.
+    refusing: AtomicUsize,
 }
 
 impl MemoryLog {
+    /// The next `appends` appends are refused.
+    pub(super) fn refuse(&self, appends: usize) {
+        self.refusing.store(appends, Ordering::SeqCst);
+    }
+
     /// Every record of every partition, partition by partition.
     pub(super) fn records(&self) -> Vec<StoredRecord> {
         let partitions = self.partitions.lock().expect("lock");
@@ -28,6 +36,12 @@ impl MemoryLog {
 
 impl OffsetsLog for MemoryLog {
     fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError> {
+        let refused = self
+            .refusing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if refused.is_ok() {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
         let mut partitions = self.partitions.lock().expect("lock");
         let log = partitions.entry(partition).or_default();
         let base_offset = log.len() as i64;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::consumer_group::{ConsumerGroup, ConsumerHeartbeat, HeartbeatReply, TopicCatalog};
 use crate::limits::{ConsumerGroupSettings, GroupLimits};
-use crate::records::{GroupRecord, GroupValue, RecordKey};
+use crate::records::{ConsumerKey, GroupRecord, GroupValue};
 use crate::state::GroupState;
 use crate::GroupError;
 
@@ -24,7 +24,6 @@ pub use classic::{
     ClassicGroup, JoinOutcome, JoinRequest, JoinedMember, MemberDescription, Step, SyncAssignment,
     SyncOutcome, SyncRequest,
 };
-pub use consumer_records::RecordChange;
 pub use offsets::{CommittedOffset, Offsets};
 
 /// Who is in a group, and under which protocol.
@@ -51,7 +50,7 @@ pub struct Group {
     pub offsets: Offsets,
     /// The consumer group records last written for this group, by key: what the next write
     /// must change or tombstone.
-    pub persisted: HashMap<Vec<u8>, Vec<u8>>,
+    pub persisted: HashMap<ConsumerKey, Vec<u8>>,
     /// A classic group became a consumer group: its classic metadata record must go.
     tombstone_classic: bool,
     /// `persisted` may differ from the log for members not marked changed (after a load or
@@ -183,6 +182,15 @@ impl Group {
             && self.persisted.is_empty()
     }
 
+    /// The record that stores a classic group's membership as it is now (once it became
+    /// Empty, so that a restart does not bring back members that left).
+    pub fn classic_record(&self) -> Option<GroupRecord> {
+        self.classic().map(|classic| GroupRecord::Group {
+            group: self.id.clone(),
+            value: Some(classic.stored_value()),
+        })
+    }
+
     /// The records that delete the group from the log: tombstones of its committed offsets,
     /// of its classic metadata and of its consumer group records.
     pub fn deletion_records(&self) -> Vec<GroupRecord> {
@@ -195,17 +203,11 @@ impl Group {
             group: self.id.clone(),
             value: None,
         };
-        let consumer = self
-            .persisted
-            .keys()
-            .filter_map(|key| match RecordKey::decode(key) {
-                Ok(Some(RecordKey::Consumer { group, key })) => Some(GroupRecord::Consumer {
-                    group,
-                    key,
-                    value: None,
-                }),
-                _ => None,
-            });
+        let consumer = self.persisted.keys().map(|key| GroupRecord::Consumer {
+            group: self.id.clone(),
+            key: key.clone(),
+            value: None,
+        });
         offsets
             .chain(std::iter::once(metadata))
             .chain(consumer)

@@ -189,6 +189,42 @@ impl GroupRecord {
         }
     }
 
+    /// About how many bytes the record takes stored.
+    pub fn size(&self) -> usize {
+        /// Versions, lengths and fixed-size fields, at most.
+        const FIXED: usize = 64;
+        FIXED
+            + match self {
+                GroupRecord::Offset {
+                    group,
+                    topic,
+                    value,
+                    ..
+                } => group.len() + topic.len() + value.as_ref().map_or(0, |v| v.metadata.len()),
+                GroupRecord::Group { group, value } => {
+                    group.len()
+                        + value.as_ref().map_or(0, |v| {
+                            v.members
+                                .iter()
+                                .map(|m| {
+                                    FIXED
+                                        + m.member_id.len()
+                                        + m.client_id.len()
+                                        + m.client_host.len()
+                                        + m.subscription.len()
+                                        + m.assignment.len()
+                                })
+                                .sum()
+                        })
+                }
+                GroupRecord::Consumer { group, key, value } => {
+                    group.len()
+                        + key.member().map_or(0, str::len)
+                        + value.as_ref().map_or(0, Vec::len)
+                }
+            }
+    }
+
     /// Reads a stored record. `Ok(None)`: a key version this coordinator does not handle
     /// (see [`RecordKey::decode`]).
     pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<GroupRecord>, FormatError> {
