@@ -12,9 +12,9 @@ use weir_metadata::{
 };
 
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
+use crate::coordinator_log::PartitionCoordinatorLog;
 use crate::fetch_session::FetchSessions;
 use crate::metrics::BrokerMetrics;
-use crate::offsets_topic::PartitionOffsetsLog;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
@@ -160,7 +160,10 @@ impl Broker {
         let partitions = Arc::new(partitions);
         let coordinator = Arc::new(GroupCoordinator::with_clock(
             config.coordinator,
-            Arc::new(PartitionOffsetsLog::new(partitions.clone())),
+            Arc::new(PartitionCoordinatorLog::new(
+                partitions.clone(),
+                OFFSETS_TOPIC,
+            )),
             partitions.clock().clone(),
         ));
         let request_memory = Arc::new(Semaphore::new(

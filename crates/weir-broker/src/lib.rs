@@ -12,6 +12,7 @@ pub mod broker;
 pub mod cleaner;
 pub mod config;
 pub mod connections;
+mod coordinator_log;
 pub mod fetch_session;
 mod handlers;
 mod membership;

@@ -5,7 +5,7 @@
 //!
 //! It is a control plane beside the data path: produce and fetch never wait for it. Its state
 //! lives in the internal topic `__consumer_offsets`, in Kafka's record formats
-//! ([`records`]), which it reads and writes only through the [`OffsetsLog`] trait — the
+//! ([`records`]), which it reads and writes only through the [`CoordinatorLog`] trait — the
 //! broker's partition API, as any client of the log would use it. A group belongs to
 //! partition `abs(javaHash(group)) % partitions` of that topic; the coordinator loads a
 //! partition into memory before serving its groups, answers from memory, and acknowledges a
@@ -37,7 +37,9 @@ pub use group::{
     SyncRequest,
 };
 pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
-pub use runtime::{partition_for, Appended, OffsetsLog, Pending, RecordVisitor, StoredRecord};
+pub use runtime::{
+    partition_for, Appended, CoordinatorLog, Pending, RecordVisitor, RuntimeError, StoredRecord,
+};
 pub use state::GroupState;
 
 /// Why a group request failed; each maps to the Kafka error of the same name.
@@ -116,4 +118,15 @@ pub enum GroupError {
     /// A `SubscribedTopicRegex` that does not compile.
     #[error("invalid regular expression")]
     InvalidRegularExpression,
+}
+
+impl From<RuntimeError> for GroupError {
+    fn from(error: RuntimeError) -> GroupError {
+        match error {
+            RuntimeError::NotAvailable => GroupError::CoordinatorNotAvailable,
+            RuntimeError::NotCoordinator => GroupError::NotCoordinator,
+            RuntimeError::LoadInProgress => GroupError::CoordinatorLoadInProgress,
+            RuntimeError::TooLarge => GroupError::InvalidCommitOffsetSize,
+        }
+    }
 }

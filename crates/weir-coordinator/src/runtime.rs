@@ -11,7 +11,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::GroupError;
 use weir_clock::{Clock, Now};
 use weir_lock_order::{Rank, Ranked};
 
@@ -25,11 +24,29 @@ const TIMER_IDLE: Duration = Duration::from_secs(1);
 /// One record of the internal topic: key and value (`None`: a tombstone).
 pub type StoredRecord = (Vec<u8>, Option<Vec<u8>>);
 
-/// What [`OffsetsLog::load`] hands each record to: its offset, key and value.
+/// What [`CoordinatorLog::load`] hands each record to: its offset, key and value.
 pub type RecordVisitor<'a> = dyn FnMut(i64, &[u8], Option<&[u8]>) + 'a;
 
-/// A future the coordinator awaits.
-pub type Pending = Pin<Box<dyn Future<Output = Result<(), GroupError>> + Send>>;
+/// Why the runtime cannot serve a key, or store a write, now; each shard's error type says
+/// it in its own protocol's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// The internal topic is not there yet, or a write to it failed: try again.
+    #[error("the coordinator is not available")]
+    NotAvailable,
+    /// Another broker leads the key's partition of the internal topic.
+    #[error("this broker is not the coordinator")]
+    NotCoordinator,
+    /// The key's partition is still loading.
+    #[error("the coordinator is loading the partition")]
+    LoadInProgress,
+    /// The records do not fit in one batch of the internal topic.
+    #[error("the write is larger than the internal topic takes")]
+    TooLarge,
+}
+
+/// A future the runtime awaits.
+pub type Pending = Pin<Box<dyn Future<Output = Result<(), RuntimeError>> + Send>>;
 
 /// An append to the internal topic: where it landed, and when it is safe.
 pub struct Appended {
@@ -40,24 +57,25 @@ pub struct Appended {
     pub durable: Pending,
 }
 
-/// The runtime's access to its internal topic (`__consumer_offsets`): the broker's partition
-/// API.
-pub trait OffsetsLog: Send + Sync + 'static {
+/// A runtime's access to its internal topic (`__consumer_offsets` for the group
+/// coordinator): the broker's partition API.
+pub trait CoordinatorLog: Send + Sync + 'static {
     /// Appends `records` as one batch to `partition`. Called under the coordinator's lock, so
     /// records land in the order the coordinator decided them; must not wait for the disk
     /// beyond a write to the page cache.
-    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError>;
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, RuntimeError>;
 
     /// Reads every record of `partition` in offset order, handing `visit` each record's
     /// offset, key and value. Blocking: called off the async workers.
     fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String>;
 }
 
-/// Kafka's placement of a group on the offsets topic: `abs(group.hashCode()) % partitions`,
-/// with Java's `String.hashCode` over UTF-16 code units and Kafka's `Utils.abs` (`& 0x7fffffff`).
-pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+/// Kafka's placement of a key (a group id, a transactional id) on its internal topic:
+/// `abs(key.hashCode()) % partitions`, with Java's `String.hashCode` over UTF-16 code units
+/// and Kafka's `Utils.abs` (`& 0x7fffffff`).
+pub fn partition_for(key: &str, partitions: i32) -> i32 {
     let mut hash: i32 = 0;
-    for unit in group_id.encode_utf16() {
+    for unit in key.encode_utf16() {
         hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
     }
     (hash & 0x7fff_ffff) % partitions.max(1)
@@ -73,6 +91,9 @@ pub(crate) trait Shard: Send + 'static {
 
     /// What loading reports (counts for the log line).
     type Loaded;
+
+    /// Why an operation is refused, in the shard's protocol.
+    type Error: From<RuntimeError> + Send;
 
     /// Reads a stored record: `Ok(None)` for a kind this shard does not keep, an error for
     /// one that does not parse (skipped, and counted in the load's log line).
@@ -151,33 +172,33 @@ impl<S> Partitions<S> {
     }
 
     /// The partition serving `key`, if this broker serves it now.
-    pub(crate) fn served_partition(&self, key: &str) -> Result<i32, GroupError> {
+    pub(crate) fn served_partition(&self, key: &str) -> Result<i32, RuntimeError> {
         if self.count == 0 {
-            return Err(GroupError::CoordinatorNotAvailable);
+            return Err(RuntimeError::NotAvailable);
         }
         let partition = partition_for(key, self.count);
         match self.slots.get(partition as usize) {
             Some(Slot::Loaded(_)) => Ok(partition),
-            Some(Slot::Elsewhere) => Err(GroupError::NotCoordinator),
-            Some(Slot::Loading) | None => Err(GroupError::CoordinatorLoadInProgress),
+            Some(Slot::Elsewhere) => Err(RuntimeError::NotCoordinator),
+            Some(Slot::Loading) | None => Err(RuntimeError::LoadInProgress),
         }
     }
 
     /// The shard serving `key`, with its partition.
-    pub(crate) fn served(&mut self, key: &str) -> Result<(i32, &mut S), GroupError> {
+    pub(crate) fn served(&mut self, key: &str) -> Result<(i32, &mut S), RuntimeError> {
         let partition = self.served_partition(key)?;
         match self.slots.get_mut(partition as usize) {
             Some(Slot::Loaded(shard)) => Ok((partition, shard)),
-            _ => Err(GroupError::CoordinatorLoadInProgress),
+            _ => Err(RuntimeError::LoadInProgress),
         }
     }
 
     /// [`Partitions::served`], to read.
-    pub(crate) fn served_ref(&self, key: &str) -> Result<(i32, &S), GroupError> {
+    pub(crate) fn served_ref(&self, key: &str) -> Result<(i32, &S), RuntimeError> {
         let partition = self.served_partition(key)?;
         match self.slots.get(partition as usize) {
             Some(Slot::Loaded(shard)) => Ok((partition, shard)),
-            _ => Err(GroupError::CoordinatorLoadInProgress),
+            _ => Err(RuntimeError::LoadInProgress),
         }
     }
 
@@ -220,16 +241,16 @@ pub(crate) struct TimerWrite<Record> {
 }
 
 /// What a [`Runtime::write`] gives back.
-pub(crate) struct Written<R> {
+pub(crate) struct Written<R, E> {
     /// The answer `decide` gave.
     pub(crate) answer: R,
     /// Whether its records are appended and durable (and applied).
-    pub(crate) stored: Result<(), GroupError>,
+    pub(crate) stored: Result<(), E>,
 }
 
 /// The runtime: shards of one internal topic behind one lock, a clock, and a timer.
 pub(crate) struct Runtime<S> {
-    log: Arc<dyn OffsetsLog>,
+    log: Arc<dyn CoordinatorLog>,
     clock: Arc<dyn Clock>,
     partitions: Mutex<Partitions<S>>,
     /// Wakes the timer's thread when a deadline may have moved earlier, or to stop.
@@ -266,7 +287,7 @@ struct Alarm {
 impl<S: Shard> Runtime<S> {
     /// A runtime with no partitions yet: requests get COORDINATOR_NOT_AVAILABLE until
     /// [`Runtime::start`].
-    pub(crate) fn new(log: Arc<dyn OffsetsLog>, clock: Arc<dyn Clock>) -> Runtime<S> {
+    pub(crate) fn new(log: Arc<dyn CoordinatorLog>, clock: Arc<dyn Clock>) -> Runtime<S> {
         Runtime {
             log,
             clock,
@@ -303,8 +324,8 @@ impl<S: Shard> Runtime<S> {
     pub(crate) async fn write<R: Send>(
         &self,
         key: &str,
-        decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, GroupError> + Send,
-    ) -> Result<Written<R>, GroupError> {
+        decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
+    ) -> Result<Written<R, S::Error>, S::Error> {
         let (answer, records, appended) = {
             let mut partitions = self.lock();
             let now = self.clock.now();
@@ -327,14 +348,17 @@ impl<S: Shard> Runtime<S> {
                 Err(error) => {
                     return Ok(Written {
                         answer,
-                        stored: Err(error),
+                        stored: Err(error.into()),
                     })
                 }
             }
         };
         let stored = appended.durable.await;
         self.settle(key, records, appended.base_offset, stored.is_ok());
-        Ok(Written { answer, stored })
+        Ok(Written {
+            answer,
+            stored: stored.map_err(S::Error::from),
+        })
     }
 
     /// The write path of an operation that changes the shards itself before its records are
@@ -347,8 +371,8 @@ impl<S: Shard> Runtime<S> {
     pub(crate) async fn write_applied<R: Send>(
         &self,
         key: &str,
-        op: impl FnOnce(&mut Partitions<S>, Now) -> Result<Decision<R, S::Record>, GroupError> + Send,
-    ) -> Result<Written<R>, GroupError> {
+        op: impl FnOnce(&mut Partitions<S>, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
+    ) -> Result<Written<R, S::Error>, S::Error> {
         let (answer, records, durable) = {
             let mut partitions = self.lock();
             let now = self.clock.now();
@@ -365,7 +389,7 @@ impl<S: Shard> Runtime<S> {
                 Err(error) => {
                     return Ok(Written {
                         answer,
-                        stored: Err(error),
+                        stored: Err(error.into()),
                     })
                 }
             }
@@ -374,7 +398,10 @@ impl<S: Shard> Runtime<S> {
         if stored.is_err() {
             self.unwritten(key, &records);
         }
-        Ok(Written { answer, stored })
+        Ok(Written {
+            answer,
+            stored: stored.map_err(S::Error::from),
+        })
     }
 
     /// Appends records that changed `shard` already, in batches of at most [`BATCH_BYTES`];
@@ -385,7 +412,7 @@ impl<S: Shard> Runtime<S> {
         shard: &mut S,
         key: &str,
         records: &[S::Record],
-    ) -> Result<Pending, GroupError> {
+    ) -> Result<Pending, RuntimeError> {
         let mut durable = Vec::new();
         let mut rest = records;
         while !rest.is_empty() {
@@ -483,7 +510,7 @@ impl<S: Shard> Runtime<S> {
             },
         )?;
         if skipped > 0 {
-            tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, skipped, "records of an internal topic that do not parse were skipped");
+            tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, skipped, "records of an internal topic that do not parse were skipped");
         }
         let loaded = shard.finish_load(self.clock.now());
         let mut partitions = self.lock();
@@ -494,7 +521,7 @@ impl<S: Shard> Runtime<S> {
             Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded(shard),
             Some(Slot::Loaded(_)) => {}
             None => {
-                tracing::warn!(target: "weir::groups", partition, partitions = partitions.count, "a partition the coordinator does not know was loaded; it is not served");
+                tracing::warn!(target: "weir::coordinator", partition, partitions = partitions.count, "a partition the coordinator does not know was loaded; it is not served");
             }
         }
         drop(partitions);
@@ -609,7 +636,7 @@ impl<S: Shard> Runtime<S> {
         let (durable, base_offset) = match appended {
             Ok(appended) => appended,
             Err(error) => {
-                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not appended; it is stored again later");
+                tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, key, %error, "a timer's write was not appended; it is stored again later");
                 return;
             }
         };
@@ -617,7 +644,7 @@ impl<S: Shard> Runtime<S> {
         tokio::spawn(async move {
             let stored = durable.await;
             if let Err(error) = &stored {
-                tracing::warn!(target: "weir::groups", topic = S::TOPIC, partition, key, %error, "a timer's write was not made durable; it is stored again later");
+                tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, key, %error, "a timer's write was not made durable; it is stored again later");
             }
             match base_offset {
                 Some(base_offset) => runtime.settle(&key, records, base_offset, stored.is_ok()),
@@ -642,7 +669,7 @@ impl<S: Shard> Runtime<S> {
         let thread = match thread {
             Ok(thread) => thread,
             Err(error) => {
-                tracing::error!(target: "weir::groups", %error, "the coordinator's timer thread did not start; sessions and rebalance deadlines are not enforced");
+                tracing::error!(target: "weir::coordinator", %error, "the coordinator's timer thread did not start; sessions and rebalance deadlines are not enforced");
                 return;
             }
         };

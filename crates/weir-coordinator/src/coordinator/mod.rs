@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::group::{Group, MemberDescription};
 use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
-use crate::runtime::{OffsetsLog, Partitions, Runtime};
+use crate::runtime::{CoordinatorLog, Partitions, Runtime};
 use crate::state::GroupState;
 use crate::GroupError;
 use weir_clock::{Clock, SystemClock};
@@ -98,14 +98,14 @@ pub struct GroupCoordinator {
 impl GroupCoordinator {
     /// A coordinator with no partitions yet: group requests get COORDINATOR_NOT_AVAILABLE
     /// until [`GroupCoordinator::start`].
-    pub fn new(settings: CoordinatorSettings, log: Arc<dyn OffsetsLog>) -> GroupCoordinator {
+    pub fn new(settings: CoordinatorSettings, log: Arc<dyn CoordinatorLog>) -> GroupCoordinator {
         GroupCoordinator::with_clock(settings, log, Arc::new(SystemClock))
     }
 
     /// [`GroupCoordinator::new`] reading the time from `clock`.
     pub fn with_clock(
         settings: CoordinatorSettings,
-        log: Arc<dyn OffsetsLog>,
+        log: Arc<dyn CoordinatorLog>,
         clock: Arc<dyn Clock>,
     ) -> GroupCoordinator {
         GroupCoordinator {
@@ -155,7 +155,8 @@ impl GroupCoordinator {
 
     /// Checks that `group_id` can be served now (for FindCoordinator and OffsetFetch).
     pub fn check_served(&self, group_id: &str) -> Result<(), GroupError> {
-        self.runtime.lock().served_partition(group_id).map(|_| ())
+        self.runtime.lock().served_partition(group_id)?;
+        Ok(())
     }
 
     /// Expires sessions and pending member ids, completes rebalances whose time is up and
@@ -174,7 +175,7 @@ fn member_shard<'a>(
     if group_id.is_empty() {
         return Err(GroupError::InvalidGroupId);
     }
-    partitions.served(group_id)
+    Ok(partitions.served(group_id)?)
 }
 
 /// The group a membership request (SyncGroup, Heartbeat, LeaveGroup) names, with its

@@ -8,6 +8,7 @@ use crate::consumer_group::{AssignmentJob, ComputedTarget, ConsumerGroup};
 use crate::group::{Group, Membership};
 use crate::records::{ConsumerKey, GroupRecord, GroupValue};
 use crate::runtime::{Shard, StoredRecord, TimerWrite};
+use crate::GroupError;
 use weir_clock::Now;
 
 use super::{CoordinatorSettings, OFFSETS_TOPIC};
@@ -191,6 +192,7 @@ impl Shard for GroupShard {
     type Record = GroupRecord;
     /// Groups and committed offsets loaded.
     type Loaded = (usize, usize);
+    type Error = GroupError;
     /// A consumer group's target assignment to compute, by group id.
     type Work = (String, AssignmentJob);
     type Done = (String, ComputedTarget);

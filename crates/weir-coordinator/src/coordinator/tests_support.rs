@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::group::JoinRequest;
-use crate::runtime::{Appended, RecordVisitor, StoredRecord};
+use crate::runtime::{Appended, RecordVisitor, RuntimeError, StoredRecord};
 use weir_clock::{Clock, ManualClock};
 
 /// An offsets topic in memory: records per partition, in append order.
@@ -34,13 +34,13 @@ impl MemoryLog {
     }
 }
 
-impl OffsetsLog for MemoryLog {
-    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, GroupError> {
+impl CoordinatorLog for MemoryLog {
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, RuntimeError> {
         let refused = self
             .refusing
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if refused.is_ok() {
-            return Err(GroupError::CoordinatorNotAvailable);
+            return Err(RuntimeError::NotAvailable);
         }
         let mut partitions = self.partitions.lock().expect("lock");
         let log = partitions.entry(partition).or_default();

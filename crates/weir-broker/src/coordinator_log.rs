@@ -1,0 +1,152 @@
+//! An internal topic as a coordinator runtime reads and writes it ([`CoordinatorLog`]): its
+//! records appended and read through the broker's partitions like any topic's, appends as
+//! durable as a producer's with `acks=all` before they count.
+
+use bytes::Bytes;
+use std::sync::Arc;
+use weir_coordinator::{Appended, CoordinatorLog, RecordVisitor, RuntimeError, StoredRecord};
+use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
+use weir_log::records::for_each_stored_record;
+use weir_log::{validate, LogError, ValidationLimits};
+
+use crate::partition::ReplicationWait;
+use crate::registry::PartitionRegistry;
+
+/// Longest a write waits for the in-sync replicas (Kafka's `offsets.commit.timeout.ms`
+/// default).
+const WRITE_TIMEOUT_MS: u64 = 5_000;
+/// Bytes read at a time when loading a partition of the offsets topic.
+const LOAD_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+
+/// An internal topic through the broker's partitions.
+pub struct PartitionCoordinatorLog {
+    partitions: Arc<PartitionRegistry>,
+    topic: &'static str,
+}
+
+impl PartitionCoordinatorLog {
+    /// `topic` of `partitions`.
+    pub fn new(partitions: Arc<PartitionRegistry>, topic: &'static str) -> PartitionCoordinatorLog {
+        PartitionCoordinatorLog { partitions, topic }
+    }
+}
+
+impl CoordinatorLog for PartitionCoordinatorLog {
+    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, RuntimeError> {
+        let topic = self.topic;
+        let hosted = self
+            .partitions
+            .get(topic, partition)
+            .ok_or(RuntimeError::NotAvailable)?;
+        // As for a producer's acks=all write: refused before it is appended when too few
+        // replicas are in sync (Kafka answers an offset commit's NOT_ENOUGH_REPLICAS this way too).
+        if let Some(in_sync) = hosted.too_few_in_sync() {
+            tracing::warn!(target: "weir::coordinator", topic, partition, in_sync, min_insync_replicas = hosted.min_insync_replicas(), "an internal topic has too few in-sync replicas to accept a write");
+            return Err(RuntimeError::NotAvailable);
+        }
+        let min_insync_replicas = hosted.min_insync_replicas();
+        let settings = hosted.settings();
+        let now_ms = self.partitions.clock().now_ms();
+        let fields: Vec<KeyValue<'_>> = records
+            .iter()
+            .map(|(key, value)| (Some(key.as_slice()), value.as_deref()))
+            .collect();
+        let batch = build_keyed_batch(&fields, now_ms, ProducerFields::NONE);
+        if batch.len() as u64 > settings.log.max_message_bytes {
+            return Err(RuntimeError::TooLarge);
+        }
+        let limits = ValidationLimits {
+            decompressed_bytes_max: settings.decompressed_bytes_max(),
+            now_ms,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: i64::MAX,
+            keys_required: true,
+            log_append_time: false,
+        };
+        // The coordinator's own bytes pass the same validation as any producer's.
+        let batch = validate(Bytes::from(batch), &limits).map_err(|error| {
+            tracing::error!(target: "weir::coordinator", topic, %error, "built an invalid batch for an internal topic");
+            RuntimeError::NotAvailable
+        })?;
+        let info = hosted.append(&batch).map_err(|error| match error {
+            LogError::MessageTooLarge { .. } | LogError::RecordListTooLarge { .. } => {
+                RuntimeError::TooLarge
+            }
+            _ => RuntimeError::NotAvailable,
+        })?;
+        let sync = settings.flush_policy.sync_before_ack(-1);
+        let end = info.last_offset + 1;
+        let durable: weir_coordinator::Pending = Box::pin(async move {
+            // The partition went away before the sync: nothing may be acknowledged.
+            if sync && !hosted.wait_durable(end).await {
+                return Err(RuntimeError::NotAvailable);
+            }
+            // Acknowledged only once every in-sync replica has it, and those are at least
+            // min.insync.replicas, so a write survives the coordinator's failover.
+            let deadline =
+                tokio::time::Instant::now() + std::time::Duration::from_millis(WRITE_TIMEOUT_MS);
+            match hosted
+                .wait_replicated(end, min_insync_replicas, deadline)
+                .await
+            {
+                ReplicationWait::Replicated => Ok(()),
+                ReplicationWait::NotLeader => Err(RuntimeError::NotCoordinator),
+                ReplicationWait::TimedOut | ReplicationWait::BelowMinIsr { .. } => {
+                    Err(RuntimeError::NotAvailable)
+                }
+            }
+        });
+        Ok(Appended {
+            base_offset: info.base_offset,
+            durable,
+        })
+    }
+
+    fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String> {
+        let hosted = self
+            .partitions
+            .get(self.topic, partition)
+            .ok_or_else(|| format!("{}-{partition} is not hosted here", self.topic))?;
+        let limit = hosted.settings().decompressed_bytes_max();
+        let mut offset = hosted.log().log_start_offset();
+        loop {
+            let view = {
+                let log = hosted.log();
+                log.read_view(offset.max(log.log_start_offset()), log.log_end_offset())
+            };
+            let Some(view) = view.map_err(|e| e.to_string())? else {
+                return Ok(());
+            };
+            let Some(slice) = view
+                .slice(LOAD_CHUNK_BYTES, true)
+                .map_err(|e| e.to_string())?
+            else {
+                return Ok(());
+            };
+            let bytes = slice.read().map_err(|e| e.to_string())?;
+            let mut position = 0usize;
+            let before = offset;
+            while let Some(header) = BatchHeader::parse(&bytes[position..]) {
+                let end = position + header.total_bytes() as usize;
+                if end > bytes.len() {
+                    break;
+                }
+                if header.last_offset() >= offset && !header.is_control() {
+                    for_each_stored_record(&bytes[position..end], limit, &mut |at, record| {
+                        if at >= offset {
+                            if let Some(key) = record.key {
+                                visit(at, key, record.value);
+                            }
+                        }
+                    })
+                    .map_err(|e| format!("batch at offset {}: {e}", header.base_offset))?;
+                }
+                offset = offset.max(header.last_offset() + 1);
+                position = end;
+            }
+            if offset == before {
+                return Err(format!("no progress reading at offset {offset}"));
+            }
+        }
+    }
+}
