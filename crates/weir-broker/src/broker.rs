@@ -13,11 +13,13 @@ use weir_metadata::{
 
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::PartitionCoordinatorLog;
+use crate::endpoints::CLIENT_LISTENER;
 use crate::fetch_session::FetchSessions;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
+use crate::shutdown::stopping;
 
 /// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
@@ -28,60 +30,6 @@ const COMPRESSED_VALIDATIONS_MAX: usize = 2;
 const METADATA_APPLY_WAIT_MS: u64 = 30_000;
 /// How often partitions that could not open (no space, no file descriptors) are tried again.
 const PENDING_OPEN_RETRY_MS: u64 = 5_000;
-
-/// Name of the listener clients connect to, as registered with the controller.
-pub const CLIENT_LISTENER: &str = "PLAINTEXT";
-
-/// The listener of `broker` that clients connect to.
-fn client_listener(broker: &BrokerRegistration) -> Option<&BrokerListener> {
-    broker.listeners.iter().find(|l| l.name == CLIENT_LISTENER)
-}
-
-/// Where clients reach one broker: what Metadata, DescribeCluster and FindCoordinator name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientEndpoint {
-    /// The broker id.
-    pub node_id: i32,
-    /// Advertised host.
-    pub host: String,
-    /// Advertised port.
-    pub port: u16,
-    /// The broker's rack, if it gave one.
-    pub rack: Option<String>,
-}
-
-impl ClientEndpoint {
-    /// The client endpoint of a registered broker; `None` without a client listener.
-    pub fn of(broker: &BrokerRegistration) -> Option<ClientEndpoint> {
-        let listener = client_listener(broker)?;
-        Some(ClientEndpoint {
-            node_id: broker.node_id,
-            host: listener.host.clone(),
-            port: listener.port,
-            rack: broker.rack.clone(),
-        })
-    }
-}
-
-/// The client endpoints of every live (registered, unfenced) broker in `image`, by broker id,
-/// as `answering` (this broker) tells clients: a fenced broker leads nothing, so clients are
-/// not told of it, as in Kafka; the broker answering is listed whatever its state (it is
-/// evidently up, and clients must never get an empty list, as while it shuts down).
-pub fn client_endpoints(
-    image: &MetadataImage,
-    answering: i32,
-) -> impl Iterator<Item = ClientEndpoint> + '_ {
-    image
-        .brokers()
-        .filter(move |b| !b.fenced || b.node_id == answering)
-        .filter_map(ClientEndpoint::of)
-}
-
-/// Resolves once shutdown has been signalled on `shutdown`.
-pub async fn stopping(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is dropped here, so callers' futures stay `Send`.
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}
 
 /// Identity of this broker as clients see it.
 #[derive(Debug, Clone)]
@@ -442,7 +390,7 @@ impl Broker {
                     let broker = self.clone();
                     let _ = tokio::task::spawn_blocking(move || broker.partitions.checkpoint()).await;
                 }
-                _ = crate::broker::stopping(&mut shutdown) => return,
+                _ = stopping(&mut shutdown) => return,
             }
         }
     }

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use weir_log::LogError;
 
-use crate::broker::{stopping, Broker};
+use crate::broker::Broker;
 use crate::config::CleanerSettings;
 use crate::partition::Partition;
+use crate::shutdown::stopping;
 
 /// Shares `log.cleaner.io.max.bytes.per.second` among cleaner threads: each accounts what it
 /// read and written, and once per [`THROTTLE_WINDOW`] the bytes of that window are checked

@@ -13,6 +13,7 @@ pub mod cleaner;
 pub mod config;
 pub mod connections;
 mod coordinator_log;
+mod endpoints;
 pub mod fetch_session;
 mod handlers;
 mod membership;
@@ -25,6 +26,7 @@ mod replica_fetcher;
 pub mod replication;
 pub mod reply;
 pub mod server;
+mod shutdown;
 
 pub use broker::{Broker, BrokerIdentity};
 pub use config::{BrokerConfig, ConfigError, DynamicConfigs, FlushPolicy, TopicSettings};

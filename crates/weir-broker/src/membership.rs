@@ -12,9 +12,10 @@ use weir_metadata::{
     AlterPartition, BrokerRegistration, ControllerError, MetadataImage, NO_LEADER,
 };
 
-use crate::broker::{stopping, Broker};
+use crate::broker::Broker;
 use crate::partition::Partition;
 use crate::replication::{refusal_is_final, IsrRequest};
+use crate::shutdown::stopping;
 
 /// Longest wait at start for the controller to unfence this broker.
 const UNFENCE_WAIT_MS: u64 = 15_000;

@@ -97,7 +97,7 @@ impl Broker {
         while !waiting.is_empty() {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = crate::broker::stopping(&mut shutdown) => return,
+                _ = crate::shutdown::stopping(&mut shutdown) => return,
             }
             if self.image().topic(OFFSETS_TOPIC).is_none() || self.coordinator.partitions() == 0 {
                 return;

@@ -21,8 +21,9 @@ use tokio::sync::watch;
 use weir_client::Connection;
 use weir_metadata::MetadataImage;
 
-use crate::broker::{stopping, ClientEndpoint};
+use crate::endpoints::ClientEndpoint;
 use crate::partition::Partition;
+use crate::shutdown::stopping;
 
 /// Fetch version followers send: topic ids, `last_fetched_epoch`, `diverging_epoch`, and the
 /// replica state with the broker epoch (v15+) that proves the fetch is this broker's.

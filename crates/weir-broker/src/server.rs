@@ -99,7 +99,7 @@ async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionL
                     return;
                 }
             }
-            _ = crate::broker::stopping(&mut shutdown) => return,
+            _ = crate::shutdown::stopping(&mut shutdown) => return,
         }
     }
 }
@@ -111,7 +111,7 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<Conne
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = crate::broker::stopping(&mut shutdown) => break,
+            _ = crate::shutdown::stopping(&mut shutdown) => break,
         };
         match accepted {
             Ok((stream, peer)) => match limits.admit(peer.ip()) {
@@ -343,7 +343,7 @@ async fn read_requests(
         gates.requests.within_limit().await;
         let frame = tokio::select! {
             frame = read_frame(reader, max_bytes, &broker.request_memory, &gates.requests, activity) => frame,
-            _ = crate::broker::stopping(&mut shutdown) => return Ending::Drain,
+            _ = crate::shutdown::stopping(&mut shutdown) => return Ending::Drain,
         };
         let (frame, held) = match frame {
             Ok(Some(frame)) => frame,

@@ -5,7 +5,6 @@
 //! patches base offset and leader epoch without recomputing it: everything else is stored
 //! exactly as the producer sent it.
 
-use bytes::Bytes;
 use weir_codec::compression::Levels;
 use weir_codec::encode::{put_record, seal};
 pub use weir_codec::header::{BatchHeader, ProducerFields};
@@ -19,8 +18,6 @@ pub use weir_codec::layout::{
 };
 use weir_codec::records::RecordsError;
 use weir_codec::varint::VarintError;
-
-use crate::records::{validate_records, ValidationLimits};
 
 /// Bytes at the start of a batch the broker may rewrite: baseOffset and partitionLeaderEpoch
 /// always, and — only when the producer understated it, as Kafka does — maxTimestamp with the
@@ -86,7 +83,7 @@ impl BatchError {
     }
 }
 
-fn invalid(message: impl Into<String>) -> BatchError {
+pub(crate) fn invalid(message: impl Into<String>) -> BatchError {
     BatchError::Invalid(message.into())
 }
 
@@ -182,88 +179,6 @@ pub fn check_stored_header_fields(header: &BatchHeader) -> Result<(), BatchError
     Ok(())
 }
 
-/// A batch that passed every check, with the facts about it the log needs. Only
-/// [`validate`] makes one, so [`crate::Log::append`] never sees unchecked bytes.
-#[derive(Debug, Clone)]
-pub struct ValidBatch {
-    bytes: Bytes,
-    header: BatchHeader,
-    max_timestamp: i64,
-    log_append_time: bool,
-}
-
-impl ValidBatch {
-    /// The bytes as the producer sent them.
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
-    }
-
-    /// The batch header as the producer sent it.
-    pub fn header(&self) -> &BatchHeader {
-        &self.header
-    }
-
-    /// The batch's timestamp as stored: the largest record timestamp, computed from the
-    /// records themselves, or the broker's clock when the topic stamps append time.
-    pub fn max_timestamp(&self) -> i64 {
-        self.max_timestamp
-    }
-
-    /// True when the stored batch is stamped with the append time (LogAppendTime).
-    pub fn log_append_time(&self) -> bool {
-        self.log_append_time
-    }
-
-    /// Size in bytes.
-    pub fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    /// Always false: a valid batch holds at least its header.
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-}
-
-/// Validates one batch a producer sent, as Kafka does before appending: the header checks of
-/// [`validate_header`], then base offset 0, no control or LogAppendTime flags, a valid sequence
-/// for idempotent producers, a known codec, and every record (framing, count, offset deltas,
-/// timestamps), decompressing compressed batches as a stream. The bytes are not changed.
-pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, BatchError> {
-    let header = validate_header(&bytes)?;
-    if header.base_offset != 0 {
-        return Err(invalid(format!(
-            "baseOffset of a produced batch must be 0, not {}",
-            header.base_offset
-        )));
-    }
-    if header.is_control() {
-        return Err(invalid("clients may not write control batches"));
-    }
-    if header.is_log_append_time() {
-        return Err(BatchError::timestamp(
-            "producers may not set the LogAppendTime timestamp type",
-        ));
-    }
-    if header.has_producer_id() && header.base_sequence < 0 {
-        return Err(invalid(format!(
-            "producer id {} with invalid base sequence {}",
-            header.producer_id, header.base_sequence
-        )));
-    }
-    let summary = validate_records(&bytes, &header, limits)?;
-    Ok(ValidBatch {
-        bytes,
-        header,
-        max_timestamp: if limits.log_append_time {
-            limits.now_ms
-        } else {
-            summary.max_timestamp
-        },
-        log_append_time: limits.log_append_time,
-    })
-}
-
 /// The first [`PATCHED_HEAD_BYTES`] of `batch` with the broker-assigned base offset and leader
 /// epoch written in (the CRC does not cover them). When the header's maxTimestamp differs from
 /// `max_timestamp` — franz-go writes the last record's, which is smaller when timestamps go
@@ -333,6 +248,9 @@ mod tests {
     use weir_codec::layout::{LAST_OFFSET_DELTA_AT, RECORD_COUNT_AT};
 
     use super::*;
+    use crate::records::ValidationLimits;
+    use crate::validate::validate;
+    use bytes::Bytes;
 
     fn limits() -> ValidationLimits {
         ValidationLimits::unbounded_time(1 << 20)

@@ -6,8 +6,9 @@ use bytes::Bytes;
 pub use weir_codec::compression::Levels;
 use weir_codec::encode::{put_framed, seal};
 
-use crate::batch::{BatchError, BatchHeader, ValidBatch, ATTR_COMPRESSION_MASK};
+use crate::batch::{BatchError, BatchHeader, ATTR_COMPRESSION_MASK};
 use crate::records::for_each_stored_record;
+use crate::validate::ValidBatch;
 
 /// The batch whose header is `original` with `plain` (`count` framed records) compressed with
 /// `codec` as its records: the codec bits, batch length, max timestamp, record count and CRC
@@ -61,8 +62,9 @@ mod tests {
     use weir_codec::compression::{CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD};
 
     use super::*;
-    use crate::batch::{build_keyed_batch, validate, ProducerFields};
+    use crate::batch::{build_keyed_batch, ProducerFields};
     use crate::records::ValidationLimits;
+    use crate::validate::validate;
 
     /// A record's key and value.
     type Contents = (Option<Vec<u8>>, Option<Vec<u8>>);

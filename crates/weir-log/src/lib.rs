@@ -22,15 +22,17 @@ mod log;
 pub mod producer_state;
 pub mod records;
 mod segment;
+pub mod validate;
 
 pub use crate::log::{
     AppendInfo, BatchLookup, CleaningCommit, FlushDone, FlushTicket, Log, LogCheckpoint, LogConfig,
     ReadSlice, ReadView, RecoveryReport, SegmentRemoval,
 };
-pub use batch::{validate, BatchError, BatchHeader, RecordError, ValidBatch, RECORD_ERRORS_MAX};
+pub use batch::{BatchError, BatchHeader, RecordError, RECORD_ERRORS_MAX};
 pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
 pub use records::ValidationLimits;
 pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};
+pub use validate::{validate, ValidBatch};
 pub use weir_clock::{Clock, ManualClock, SystemClock};
 
 /// Everything that can go wrong in the log; the broker maps each to a Kafka error code.

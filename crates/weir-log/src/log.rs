@@ -13,9 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
-use crate::batch::{
-    patched_head, validate_stored_header, BatchHeader, ValidBatch, PATCHED_HEAD_BYTES,
-};
+use crate::batch::{patched_head, validate_stored_header, BatchHeader, PATCHED_HEAD_BYTES};
 use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
@@ -26,6 +24,7 @@ use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
     SEGMENT_BYTES_LIMIT,
 };
+use crate::validate::ValidBatch;
 use crate::LogError;
 use weir_clock::Clock;
 
@@ -1483,8 +1482,9 @@ impl Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{build_batch, validate, BatchError, ProducerFields};
+    use crate::batch::{build_batch, BatchError, ProducerFields};
     use crate::records::ValidationLimits;
+    use crate::validate::validate;
     use weir_clock::ManualClock;
     use weir_storage::MemoryStorage;
 

@@ -207,7 +207,8 @@ mod tests {
     };
     use weir_codec::varint::put_varlong;
 
-    use crate::batch::{batch_crc, build_batch, validate, ProducerFields};
+    use crate::batch::{batch_crc, build_batch, ProducerFields};
+    use crate::validate::validate;
 
     const LIMIT: u64 = 1 << 20;
 

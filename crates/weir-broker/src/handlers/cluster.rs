@@ -16,7 +16,8 @@ use kafka_protocol::ResponseError;
 use weir_metadata::requests::DescribeQuorum;
 use weir_metadata::ControllerError;
 
-use crate::broker::{client_endpoints, Broker};
+use crate::broker::Broker;
+use crate::endpoints::client_endpoints;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{operations, str_bytes};
 

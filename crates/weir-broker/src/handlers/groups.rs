@@ -23,7 +23,8 @@ use kafka_protocol::ResponseError;
 use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
 use weir_metadata::{MetadataImage, NO_LEADER};
 
-use crate::broker::{Broker, ClientEndpoint};
+use crate::broker::Broker;
+use crate::endpoints::ClientEndpoint;
 use crate::handlers::errors::{group_code, group_error, INVALID_REQUEST_MESSAGE};
 use crate::handlers::{operations, str_bytes};
 

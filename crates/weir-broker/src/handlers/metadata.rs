@@ -12,7 +12,8 @@ use weir_coordinator::OFFSETS_TOPIC;
 use weir_metadata::requests::CreateTopic;
 use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
-use crate::broker::{client_endpoints, Broker};
+use crate::broker::Broker;
+use crate::endpoints::client_endpoints;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{operations, str_bytes};
 

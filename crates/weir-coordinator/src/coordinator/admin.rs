@@ -50,10 +50,7 @@ impl GroupCoordinator {
         let written = self
             .runtime
             .write(group_id, |shard, _| {
-                let group = shard
-                    .groups
-                    .get(group_id)
-                    .ok_or(GroupError::GroupIdNotFound)?;
+                let group = shard.group(group_id)?;
                 if !group.has_no_members() || group.offsets.pending_writes > 0 {
                     return Err(GroupError::NonEmptyGroup);
                 }

@@ -135,10 +135,7 @@ impl GroupCoordinator {
         let written = self
             .runtime
             .write(group_id, |shard, _| {
-                let group = shard
-                    .groups
-                    .get(group_id)
-                    .ok_or(GroupError::GroupIdNotFound)?;
+                let group = shard.group(group_id)?;
                 let subscribed = if group.state() == GroupState::Empty {
                     Vec::new()
                 } else {

@@ -58,6 +58,11 @@ impl GroupShard {
         self.metadata_held = self.groups.values().map(Group::metadata_bytes).sum();
     }
 
+    /// The group `group_id`; GROUP_ID_NOT_FOUND when there is none.
+    pub(crate) fn group(&self, group_id: &str) -> Result<&Group, GroupError> {
+        self.groups.get(group_id).ok_or(GroupError::GroupIdNotFound)
+    }
+
     /// The group `group_id`, made (empty) if it is not there.
     pub(crate) fn group_or_new(&mut self, group_id: &str) -> &mut Group {
         self.groups
