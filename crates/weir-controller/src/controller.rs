@@ -17,8 +17,9 @@ use weir_metadata::{
 use weir_storage::Storage;
 
 use crate::election::UncleanDefaults;
-use crate::liveness::{Leases, DEFAULT_SESSION_TIMEOUT_MS};
-use crate::placement::place;
+use crate::fencing::fence;
+use crate::leases::{Leases, DEFAULT_SESSION_TIMEOUT_MS};
+use crate::placement::{check_replica_list, place};
 use crate::quorum::MetadataQuorum;
 use crate::record_file::{RecordFile, RecordFileError};
 
@@ -104,31 +105,6 @@ fn with_replicas(command: MetadataCommand, node_id: i32, image: &MetadataImage) 
         }
         other => other,
     }
-}
-
-/// One partition's manual replica list, checked as Kafka checks it: not empty, no broker
-/// twice, only registered brokers.
-pub(crate) fn check_replica_list(
-    image: &MetadataImage,
-    replicas: &[i32],
-) -> Result<(), ControllerError> {
-    let refuse = |why: String| Err(ControllerError::InvalidReplicaAssignment(why));
-    if replicas.is_empty() {
-        return refuse("The manual partition assignment includes an empty replica list.".into());
-    }
-    // One pass: a hostile list of millions of ids must not cost a quadratic scan.
-    let mut seen = std::collections::HashSet::with_capacity(replicas.len());
-    if let Some(node_id) = replicas.iter().find(|id| !seen.insert(**id)) {
-        return refuse(format!(
-            "The manual partition assignment includes the broker {node_id} more than once."
-        ));
-    }
-    if let Some(unknown) = replicas.iter().find(|b| image.broker(**b).is_none()) {
-        return refuse(format!(
-            "The manual partition assignment includes broker {unknown}, but no such broker is registered."
-        ));
-    }
-    Ok(())
 }
 
 impl Controller {
@@ -355,7 +331,7 @@ impl Controller {
         // moves and the new one rejoins each ISR only once it has caught up.
         let image = self.image();
         if image.broker(node_id).is_some_and(|b| !b.fenced) {
-            let changes = crate::liveness::fence(&image, node_id, self.unclean_defaults());
+            let changes = fence(&image, node_id, self.unclean_defaults());
             self.commit(MetadataCommand::FenceBroker { node_id, changes })
                 .await?;
         }

@@ -10,7 +10,9 @@
 mod controller;
 mod dispatch;
 pub mod election;
+pub mod fencing;
 mod forward;
+pub mod leases;
 pub mod liveness;
 mod placement;
 pub mod query;

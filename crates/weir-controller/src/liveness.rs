@@ -1,22 +1,22 @@
-//! Broker liveness and the partition changes it causes: leases renewed by heartbeats, and the
-//! leaders and ISRs that fencing a broker or its return decide. Pure decisions over an image;
-//! the controller commits them.
+//! Broker liveness as the controller runs it: registrations, heartbeats that renew leases
+//! ([`crate::leases`]), the fencing of brokers whose lease ran out and the return of fenced
+//! ones (what they change is decided in [`crate::fencing`]), and the ISR changes leaders ask
+//! for.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_metadata::{
     AlterPartition, ControllerError, ElectionType, MetadataCommand, MetadataImage, PartitionChange,
-    PartitionImage, TopicImage, NO_LEADER,
+    PartitionImage,
 };
 
 use crate::election::{partition_change, preferred_elections, UncleanDefaults};
+use crate::fencing::{fence, unfence};
+use crate::leases::Leases;
 use crate::reassignment::completed;
 use crate::Controller;
 
-/// `broker.session.timeout.ms` by default (Kafka's).
-pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
 /// How often the active controller looks for expired leases.
 const LEASE_CHECK_MS: u64 = 250;
 
@@ -203,60 +203,6 @@ impl Controller {
     }
 }
 
-/// The leases of the brokers, as the active controller tracks them (in memory only: a new
-/// active controller grants every broker a full lease before fencing anyone).
-#[derive(Debug, Default)]
-pub struct Leases {
-    /// When this controller started leading, if it leads.
-    leading_since: Option<Instant>,
-    /// Each broker's last heartbeat seen while leading.
-    last_seen: HashMap<i32, Instant>,
-}
-
-impl Leases {
-    /// Records whether this controller leads now; a change of leadership forgets every lease.
-    pub fn set_leading(&mut self, leading: bool, now: Instant) {
-        match (leading, self.leading_since) {
-            (true, None) => {
-                self.leading_since = Some(now);
-                self.last_seen.clear();
-            }
-            (false, Some(_)) => {
-                self.leading_since = None;
-                self.last_seen.clear();
-            }
-            _ => {}
-        }
-    }
-
-    /// Renews `node_id`'s lease.
-    pub fn renew(&mut self, node_id: i32, now: Instant) {
-        self.last_seen.insert(node_id, now);
-    }
-
-    /// Forgets `node_id`'s lease (it shut down).
-    pub fn forget(&mut self, node_id: i32) {
-        self.last_seen.remove(&node_id);
-    }
-
-    /// The unfenced brokers of `image` whose lease ran out: no heartbeat for `timeout`, counted
-    /// from this controller's start of leadership for a broker it has not heard from yet.
-    pub fn expired(&self, image: &MetadataImage, timeout: Duration, now: Instant) -> Vec<i32> {
-        let Some(since) = self.leading_since else {
-            return Vec::new();
-        };
-        image
-            .brokers()
-            .filter(|b| !b.fenced)
-            .filter(|b| {
-                let seen = self.last_seen.get(&b.node_id).copied().unwrap_or(since);
-                now.saturating_duration_since(seen) > timeout
-            })
-            .map(|b| b.node_id)
-            .collect()
-    }
-}
-
 /// What a leader's AlterPartition asks of `image`: the change to commit, `None` when the ISR
 /// asked for is the one the partition has. Refused when the broker epoch is stale, when the
 /// leader or the partition moved on since the state the leader saw, or when a replica it adds
@@ -320,98 +266,11 @@ pub fn isr_change(
     Ok(Some(change))
 }
 
-fn change(topic: &TopicImage, index: usize, leader: i32, isr: Vec<i32>) -> PartitionChange {
-    partition_change(topic.topic_id, index as i32, leader, isr, None)
-}
-
-/// Every partition of `image` with its topic and index.
-fn partitions(
-    image: &MetadataImage,
-) -> impl Iterator<Item = (&TopicImage, usize, &PartitionImage)> {
-    image.topics().flat_map(|topic| {
-        topic
-            .partitions
-            .iter()
-            .enumerate()
-            .map(move |(index, partition)| (topic, index, partition))
-    })
-}
-
-/// What fencing `node_id` changes: it leaves every ISR, and each partition it led gets the
-/// first other in-sync replica (in replica order) that is alive. Without one, an unclean
-/// election (when the topic allows it) picks the first live replica; otherwise the partition
-/// has no leader and keeps `node_id` as its last in-sync replica, so that replica leads again
-/// when it returns and nothing acknowledged is lost.
-pub fn fence(
-    image: &MetadataImage,
-    node_id: i32,
-    unclean: UncleanDefaults,
-) -> Vec<PartitionChange> {
-    let alive = |id: i32| id != node_id && image.is_alive(id);
-    partitions(image)
-        .filter(|(_, _, p)| p.leader == node_id || p.isr.contains(&node_id))
-        .map(|(topic, index, p)| {
-            let mut isr: Vec<i32> = p.isr.iter().copied().filter(|id| *id != node_id).collect();
-            if p.leader != node_id {
-                return change(topic, index, p.leader, isr);
-            }
-            let in_sync = p
-                .replicas
-                .iter()
-                .copied()
-                .find(|id| isr.contains(id) && alive(*id));
-            let leader = match in_sync {
-                Some(leader) => leader,
-                None => match p.replicas.iter().copied().find(|id| alive(*id)) {
-                    Some(id) if unclean.allow(image, topic) => {
-                        isr = vec![id];
-                        id
-                    }
-                    _ => {
-                        if isr.is_empty() {
-                            isr = vec![node_id];
-                        }
-                        NO_LEADER
-                    }
-                },
-            };
-            change(topic, index, leader, isr)
-        })
-        .filter(|c| {
-            let p =
-                &image.topic_by_id(c.topic_id).expect("listed").partitions[c.partition as usize];
-            c.leader != p.leader || c.isr != p.isr
-        })
-        .collect()
-}
-
-/// What the return of fenced broker `node_id` changes: each leaderless partition whose ISR
-/// holds it gets it as leader, as does one that allows an unclean election and has it as a
-/// replica (with it alone in sync).
-pub fn unfence(
-    image: &MetadataImage,
-    node_id: i32,
-    unclean: UncleanDefaults,
-) -> Vec<PartitionChange> {
-    partitions(image)
-        .filter(|(_, _, p)| p.leader == NO_LEADER && p.replicas.contains(&node_id))
-        .filter_map(|(topic, index, p)| {
-            if p.isr.contains(&node_id) {
-                Some(change(topic, index, node_id, p.isr.clone()))
-            } else if unclean.allow(image, topic) {
-                Some(change(topic, index, node_id, vec![node_id]))
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use std::collections::BTreeMap;
 
-    use weir_metadata::{BrokerListener, MetadataCommand, Uuid};
+    use weir_metadata::{BrokerListener, MetadataCommand, Uuid, NO_LEADER};
 
     use super::*;
     use crate::election::UNCLEAN_ELECTION;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use weir_metadata::ControllerError;
+use weir_metadata::{ControllerError, MetadataImage};
 
 /// `brokers` (node id and rack) in rack-alternating order: the first broker of each rack in
 /// turn, then the second of each, and so on (racks and brokers by name and id). A broker
@@ -84,6 +84,31 @@ pub fn place(
         })
         .collect();
     Ok(placed)
+}
+
+/// One partition's manual replica list, checked as Kafka checks it: not empty, no broker
+/// twice, only registered brokers.
+pub(crate) fn check_replica_list(
+    image: &MetadataImage,
+    replicas: &[i32],
+) -> Result<(), ControllerError> {
+    let refuse = |why: String| Err(ControllerError::InvalidReplicaAssignment(why));
+    if replicas.is_empty() {
+        return refuse("The manual partition assignment includes an empty replica list.".into());
+    }
+    // One pass: a hostile list of millions of ids must not cost a quadratic scan.
+    let mut seen = std::collections::HashSet::with_capacity(replicas.len());
+    if let Some(node_id) = replicas.iter().find(|id| !seen.insert(**id)) {
+        return refuse(format!(
+            "The manual partition assignment includes the broker {node_id} more than once."
+        ));
+    }
+    if let Some(unknown) = replicas.iter().find(|b| image.broker(**b).is_none()) {
+        return refuse(format!(
+            "The manual partition assignment includes broker {unknown}, but no such broker is registered."
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

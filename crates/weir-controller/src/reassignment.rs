@@ -143,7 +143,7 @@ pub fn reassign(
     target: &[i32],
     allow_replication_factor_change: bool,
 ) -> Decision {
-    crate::controller::check_replica_list(image, target)
+    crate::placement::check_replica_list(image, target)
         .map_err(|e| PartitionRefusal::InvalidReplicaAssignment(e.to_string()))?;
     let original = p.original_replicas();
     if !allow_replication_factor_change && target.len() != original.len() {
@@ -424,7 +424,7 @@ mod tests {
             Err(PartitionRefusal::ElectionNotNeeded(_))
         ));
         // 1 is fenced: 2 leads; 1 returns and catches up; the preferred election moves it back.
-        let changes = crate::liveness::fence(&image, 1, UncleanDefaults::default());
+        let changes = crate::fencing::fence(&image, 1, UncleanDefaults::default());
         image.apply(&MetadataCommand::FenceBroker {
             node_id: 1,
             changes,
@@ -462,13 +462,13 @@ mod tests {
             Err(PartitionRefusal::ElectionNotNeeded(_))
         ));
         for id in [1, 2] {
-            let changes = crate::liveness::fence(&image, id, UncleanDefaults::default());
+            let changes = crate::fencing::fence(&image, id, UncleanDefaults::default());
             image.apply(&MetadataCommand::FenceBroker {
                 node_id: id,
                 changes,
             });
         }
-        let changes = crate::liveness::fence(&image, 3, UncleanDefaults::default());
+        let changes = crate::fencing::fence(&image, 3, UncleanDefaults::default());
         image.apply(&MetadataCommand::FenceBroker {
             node_id: 3,
             changes,

@@ -1,12 +1,11 @@
 //! The metadata commands: every change to cluster metadata is one of these, fully determined
-//! (ids chosen before appending) so replaying the log rebuilds the same image.
+//! (ids chosen before appending) so replaying the log rebuilds the same image; and what they
+//! carry (a config change, a broker's listeners, a partition's new leader, ISR and replicas).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
-
-use crate::{BrokerListener, ConfigChange, PartitionChange};
 
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,6 +157,69 @@ impl std::fmt::Display for MetadataCommand {
             }
         }
     }
+}
+
+/// A change to one set of configs: a topic's overrides, or one level of dynamic broker
+/// configs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigChange {
+    /// Configs to set.
+    pub set: BTreeMap<String, String>,
+    /// Configs to remove (back to the next level down).
+    pub delete: Vec<String>,
+    /// Drop every config not in `set` first (AlterConfigs' replace semantics).
+    pub replace: bool,
+}
+
+impl ConfigChange {
+    /// Sets `set`, leaving the other configs as they are.
+    pub fn setting(set: BTreeMap<String, String>) -> ConfigChange {
+        ConfigChange {
+            set,
+            ..ConfigChange::default()
+        }
+    }
+}
+
+/// A listener clients connect to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerListener {
+    /// The listener's name (`PLAINTEXT`).
+    pub name: String,
+    /// Host clients are told to connect to.
+    pub host: String,
+    /// Port clients are told to connect to.
+    pub port: u16,
+}
+
+/// A new leader and ISR for one partition, decided by the controller (an ISR change asked by
+/// the leader, or an election after a broker was fenced or came back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionChange {
+    /// The topic's id.
+    pub topic_id: Uuid,
+    /// The partition's index.
+    pub partition: i32,
+    /// The new leader, or [`crate::NO_LEADER`].
+    pub leader: i32,
+    /// The new in-sync replicas.
+    pub isr: Vec<i32>,
+    /// New replicas, when the change starts, completes or cancels a reassignment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<ReplicaAssignment>,
+}
+
+/// A partition's replicas while a reassignment moves it, or after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaAssignment {
+    /// Every replica: the target ones first, then those being removed.
+    pub replicas: Vec<i32>,
+    /// Replicas being added (copying from the leader).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    /// Replicas removed once every target replica is in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 #[cfg(test)]

@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::command::MetadataCommand;
-use crate::ConfigChange;
+use crate::command::{BrokerListener, ConfigChange, MetadataCommand, PartitionChange};
 
 /// No leader (Kafka's `-1`): the partition cannot be read or written until one is elected.
 pub const NO_LEADER: i32 = -1;
@@ -93,17 +92,6 @@ impl PartitionImage {
     }
 }
 
-/// A listener clients connect to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrokerListener {
-    /// The listener's name (`PLAINTEXT`).
-    pub name: String,
-    /// Host clients are told to connect to.
-    pub host: String,
-    /// Port clients are told to connect to.
-    pub port: u16,
-}
-
 /// The broker epoch of a registration at log position `position` by the start
 /// `incarnation_id` (random): the position, so that a later registration has a larger epoch,
 /// shifted above 31 bits of the incarnation id. A follower proves with its broker epoch that a
@@ -132,36 +120,6 @@ pub struct BrokerRegistration {
     /// replicas until it heartbeats again.
     #[serde(default)]
     pub fenced: bool,
-}
-
-/// A new leader and ISR for one partition, decided by the controller (an ISR change asked by
-/// the leader, or an election after a broker was fenced or came back).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionChange {
-    /// The topic's id.
-    pub topic_id: Uuid,
-    /// The partition's index.
-    pub partition: i32,
-    /// The new leader, or [`NO_LEADER`].
-    pub leader: i32,
-    /// The new in-sync replicas.
-    pub isr: Vec<i32>,
-    /// New replicas, when the change starts, completes or cancels a reassignment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub assignment: Option<ReplicaAssignment>,
-}
-
-/// A partition's replicas while a reassignment moves it, or after.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicaAssignment {
-    /// Every replica: the target ones first, then those being removed.
-    pub replicas: Vec<i32>,
-    /// Replicas being added (copying from the leader).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub adding: Vec<i32>,
-    /// Replicas removed once every target replica is in sync.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub removing: Vec<i32>,
 }
 
 /// One topic as the cluster knows it.

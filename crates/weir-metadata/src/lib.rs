@@ -13,15 +13,17 @@ mod image;
 pub mod requests;
 pub mod topic_config;
 
-pub use command::MetadataCommand;
-pub use control::{
-    AlterPartition, Committed, ConfigChange, ElectionType, MetadataControl, NewTopic,
-    PartitionOutcome, PartitionRefusal, Pending, QuorumStatus, Reassignment, VoterStatus,
+pub use command::{
+    BrokerListener, ConfigChange, MetadataCommand, PartitionChange, ReplicaAssignment,
 };
+pub use control::{Committed, MetadataControl, Pending};
 pub use error::ControllerError;
 pub use image::{
-    broker_epoch, BrokerListener, BrokerRegistration, MetadataImage, PartitionChange,
-    PartitionImage, ReplicaAssignment, TopicImage, NO_LEADER,
+    broker_epoch, BrokerRegistration, MetadataImage, PartitionImage, TopicImage, NO_LEADER,
+};
+pub use requests::{
+    AlterPartition, ElectionType, NewTopic, PartitionOutcome, PartitionRefusal, QuorumStatus,
+    Reassignment, VoterStatus,
 };
 pub use uuid::Uuid;
 

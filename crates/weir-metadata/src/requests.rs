@@ -4,15 +4,150 @@
 //! controller), and the answer on its way back ([`EncodedAnswer`]), which
 //! [`MetadataControl::ask`](crate::MetadataControl) turns into the request's own answer type.
 //! Adding a request is a struct, a line in [`control_requests!`] and the controller's decision.
+//! The requests' parts and answers (a new topic, an ISR change, a reassignment, an election's
+//! kind, each partition's outcome, the quorum's status) are here too.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    AlterPartition, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
-    ElectionType, NewTopic, PartitionImage, PartitionOutcome, QuorumStatus, Reassignment,
-    TopicImage,
-};
+use std::collections::BTreeMap;
+
+use crate::command::{BrokerListener, ConfigChange};
+use crate::image::{BrokerRegistration, PartitionImage, TopicImage};
+use crate::ControllerError;
+
+/// A topic creation request, already defaulted by the caller.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NewTopic {
+    /// Topic name.
+    pub name: String,
+    /// Partition count (≥ 1).
+    pub partitions: i32,
+    /// Replication factor (≥ 1).
+    pub replication_factor: i16,
+    /// Config overrides.
+    pub configs: BTreeMap<String, String>,
+    /// The replicas of each partition as the client chose them (CreateTopics' manual
+    /// assignment), preferred leader first; empty to let the controller place them.
+    pub assignments: Vec<Vec<i32>>,
+}
+
+/// A leader's request to change a partition's ISR (Kafka's AlterPartition), made against the
+/// state of the partition it last saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterPartition {
+    /// The topic's id.
+    pub topic_id: uuid::Uuid,
+    /// The partition's index.
+    pub partition: i32,
+    /// The leader asking.
+    pub leader: i32,
+    /// Its registration's epoch.
+    pub broker_epoch: u64,
+    /// The leader epoch it leads at.
+    pub leader_epoch: i32,
+    /// The partition epoch of the state it changes.
+    pub partition_epoch: i32,
+    /// The ISR it wants.
+    pub isr: Vec<i32>,
+}
+
+/// One partition's reassignment as a client asks it (AlterPartitionReassignments).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reassignment {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: i32,
+    /// The replicas the partition should end on, preferred leader first; `None` cancels the
+    /// reassignment in progress.
+    pub target: Option<Vec<i32>>,
+}
+
+/// Which leaders an ElectLeaders request elects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ElectionType {
+    /// The preferred replica (the first), when it is live and in sync.
+    Preferred,
+    /// Any live replica for a partition without a leader, in sync or not (may lose
+    /// acknowledged writes).
+    Unclean,
+}
+
+/// Why the controller left one partition of a batch request unchanged; each maps to one
+/// Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionRefusal {
+    /// The topic or partition does not exist.
+    UnknownTopicOrPartition(String),
+    /// A target replica list the cluster cannot honour.
+    InvalidReplicaAssignment(String),
+    /// A target that changes the replica count when the client did not allow it.
+    InvalidReplicationFactor(String),
+    /// A cancellation of a partition no reassignment is moving.
+    NoReassignmentInProgress(String),
+    /// The partition already has the leader the election would give it.
+    ElectionNotNeeded(String),
+    /// The preferred replica is not live or not in sync.
+    PreferredLeaderNotAvailable(String),
+    /// No live replica may lead.
+    EligibleLeadersNotAvailable(String),
+}
+
+impl PartitionRefusal {
+    /// The message, in Kafka's words where Kafka has them.
+    pub fn message(&self) -> &str {
+        match self {
+            PartitionRefusal::UnknownTopicOrPartition(m)
+            | PartitionRefusal::InvalidReplicaAssignment(m)
+            | PartitionRefusal::InvalidReplicationFactor(m)
+            | PartitionRefusal::NoReassignmentInProgress(m)
+            | PartitionRefusal::ElectionNotNeeded(m)
+            | PartitionRefusal::PreferredLeaderNotAvailable(m)
+            | PartitionRefusal::EligibleLeadersNotAvailable(m) => m,
+        }
+    }
+}
+
+/// What a batch request did to one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionOutcome {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition's index.
+    pub partition: i32,
+    /// Why it was left unchanged; `None` when the change was made.
+    pub refusal: Option<PartitionRefusal>,
+}
+
+/// The metadata quorum as its leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumStatus {
+    /// The controller leading the quorum.
+    pub leader: i32,
+    /// The leader's Raft term.
+    pub term: u64,
+    /// Index of the last log entry a quorum holds (committed), if any.
+    pub commit_index: Option<u64>,
+    /// Every voter of the quorum.
+    pub voters: Vec<VoterStatus>,
+    /// The broker-only nodes following the quorum without a vote (Raft learners).
+    #[serde(default)]
+    pub observers: Vec<VoterStatus>,
+}
+
+/// One voter (or observer) of the metadata quorum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VoterStatus {
+    /// Its node id.
+    pub node_id: i32,
+    /// Its controller listener (`HOST:PORT`; `local` for a quorum of one).
+    pub address: String,
+    /// Index of the last log entry it is known to hold, if known.
+    pub matched_index: Option<u64>,
+    /// Milliseconds since the leader last heard from it (0 for the leader itself).
+    pub last_contact_ms: Option<u64>,
+}
 
 /// A request of one kind, and what deciding it produces.
 pub trait ControlCall: Into<ControlRequest> + Send + 'static {

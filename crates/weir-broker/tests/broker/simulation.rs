@@ -24,7 +24,9 @@ use weir_broker::config::{BrokerConfig, DynamicConfigs, TopicSettings};
 use weir_broker::partition::Partition;
 use weir_broker::replication::{check_replica, divergence, refusal_is_final, IsrRequest};
 use weir_controller::election::UncleanDefaults;
-use weir_controller::liveness::{fence, isr_change, unfence, Leases};
+use weir_controller::fencing::{fence, unfence};
+use weir_controller::leases::Leases;
+use weir_controller::liveness::isr_change;
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::{validate, BatchHeader, Log, ManualClock, ValidationLimits};
 use weir_metadata::{
