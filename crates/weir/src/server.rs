@@ -345,6 +345,9 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         .join_cluster()
         .await
         .context("registering the broker with the controller")?;
+    // Listening for SIGTERM and SIGINT before `weir ready`: a signal that follows the line at
+    // once must find the handler installed, or it ends the process uncleanly.
+    let mut signals = ShutdownSignals::listen()?;
     tracing::info!(
         target: "weir::server",
         listen = %bound,
@@ -361,18 +364,17 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let isr_checks = tokio::spawn(broker.clone().run_isr_checks());
     let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
     serving_tx.send_replace(true);
-    wait_for_signal().await?;
+    signals.next().await;
     tracing::info!(target: "weir::server", "shutting down: moving leaderships to other replicas");
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_millis(SHUTDOWN_DEADLINE_MS));
         tracing::error!(target: "weir::server", "clean shutdown took longer than {SHUTDOWN_DEADLINE_MS} ms; exiting");
         std::process::exit(1);
     });
-    tokio::spawn(async {
-        if wait_for_signal().await.is_ok() {
-            tracing::warn!(target: "weir::server", "second signal: exiting without a clean shutdown");
-            std::process::exit(EXIT_CODE_INTERRUPTED);
-        }
+    tokio::spawn(async move {
+        signals.next().await;
+        tracing::warn!(target: "weir::server", "second signal: exiting without a clean shutdown");
+        std::process::exit(EXIT_CODE_INTERRUPTED);
     });
     broker.controlled_shutdown().await;
     tracing::info!(target: "weir::server", "shutting down: no new connections; finishing in-flight requests");
@@ -472,6 +474,7 @@ async fn run_controller_only(
     quorum: Arc<RaftQuorum>,
     leases: tokio::task::JoinHandle<()>,
 ) -> anyhow::Result<()> {
+    let mut signals = ShutdownSignals::listen()?;
     tracing::info!(
         target: "weir::server",
         controller_listen = controller_address.as_deref().unwrap_or(""),
@@ -481,7 +484,7 @@ async fn run_controller_only(
         roles = "controller",
         "weir ready"
     );
-    wait_for_signal().await?;
+    signals.next().await;
     tracing::info!(target: "weir::server", "shutting down the controller");
     leases.abort();
     quorum.shutdown().await;
@@ -562,13 +565,28 @@ fn raise_open_files_limit() -> u64 {
     }
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+/// SIGTERM and SIGINT, handled from the moment they are listened for (the process no longer
+/// dies of them) and received in turn.
+struct ShutdownSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Installs the handlers.
+    fn listen() -> anyhow::Result<ShutdownSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+        })
     }
-    Ok(())
+
+    /// Resolves at the next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
 }
