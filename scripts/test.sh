@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command: checks formatting and lints, builds Weir, runs the Rust
+# The one test command: checks formatting, import circles and lints, builds Weir, runs the Rust
 # tests (including the saved fuzz corpus) in the iter profile, then runs the compatibility suite
 # (compat/) against the built binary with real Kafka clients.
 #
@@ -141,6 +141,10 @@ if [[ $QUICK -eq 1 ]]; then
 else
   begin "cargo fmt --all --check"
   cargo fmt --all --check
+  end
+
+  begin "no file imports in a circle within a crate (scripts/import-cycles.py)"
+  "$PYTHON" scripts/import-cycles.py crates
   end
 
   begin "cargo clippy --workspace --all-targets -- -D warnings"
