@@ -337,14 +337,8 @@ impl<S: Shard> Runtime<S> {
                     stored: Ok(()),
                 });
             }
-            let appended = self
-                .log
-                .append(partition, records.iter().map(S::encode).collect());
-            match appended {
-                Ok(appended) => {
-                    shard.writing(key);
-                    (answer, records, appended)
-                }
+            match self.append_decided(partition, shard, key, &records) {
+                Ok(appended) => (answer, records, appended),
                 Err(error) => {
                     return Ok(Written {
                         answer,
@@ -402,6 +396,22 @@ impl<S: Shard> Runtime<S> {
             answer,
             stored: stored.map_err(S::Error::from),
         })
+    }
+
+    /// Appends a decision's records for `key` as one batch (under the lock) and tells the
+    /// shard a write is under way; they are applied once durable ([`Runtime::settle`]).
+    fn append_decided(
+        &self,
+        partition: i32,
+        shard: &mut S,
+        key: &str,
+        records: &[S::Record],
+    ) -> Result<Appended, RuntimeError> {
+        let appended = self
+            .log
+            .append(partition, records.iter().map(S::encode).collect())?;
+        shard.writing(key);
+        Ok(appended)
     }
 
     /// Appends records that changed `shard` already, in batches of at most [`BATCH_BYTES`];
@@ -626,12 +636,8 @@ impl<S: Shard> Runtime<S> {
             self.append_applied(partition, shard, &key, &records)
                 .map(|durable| (durable, None))
         } else {
-            self.log
-                .append(partition, records.iter().map(S::encode).collect())
-                .map(|appended| {
-                    shard.writing(&key);
-                    (appended.durable, Some(appended.base_offset))
-                })
+            self.append_decided(partition, shard, &key, &records)
+                .map(|appended| (appended.durable, Some(appended.base_offset)))
         };
         let (durable, base_offset) = match appended {
             Ok(appended) => appended,
