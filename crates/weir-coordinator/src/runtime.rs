@@ -102,16 +102,18 @@ pub(crate) trait Shard: Send + 'static {
     /// The record as stored.
     fn encode(record: &Self::Record) -> StoredRecord;
 
-    /// Applies one durable record at `offset`: every record of the partition in offset order
-    /// while it loads, and each record of a [`Runtime::write`] once it is durable, so the
-    /// state a restart loads is the state the writes made.
-    fn apply(&mut self, offset: i64, record: Self::Record);
+    /// Applies one durable record at `offset`, at time `now` (when what a record starts, a
+    /// session, begins): every record of the partition in offset order while it loads, and
+    /// each record of a [`Runtime::write`] once it is durable, so the state a restart loads
+    /// is the state the writes made.
+    fn apply(&mut self, offset: i64, record: Self::Record, now: Now);
 
-    /// A [`Runtime::write`] for `key` appended its records, which are not durable yet.
-    fn writing(&mut self, key: &str);
+    /// A [`Runtime::write`] for `key` appended `records`, which are not durable yet.
+    fn writing(&mut self, key: &str, records: &[Self::Record]);
 
-    /// The write for `key` ended: its records were applied, or it failed.
-    fn written(&mut self, key: &str);
+    /// The write of `records` for `key` ended: they are applied next if durable, else the
+    /// write failed.
+    fn written(&mut self, key: &str, records: &[Self::Record]);
 
     /// Records of a [`Runtime::write_applied`] for `key`, which changed the shard before they
     /// were stored, are not stored (or not all): the shard must store them again.
@@ -357,8 +359,8 @@ impl<S: Shard> Runtime<S> {
 
     /// The write path of an operation that changes the shards itself before its records are
     /// stored (Kafka writes its classic groups so, with `replayRecords` false; Weir's
-    /// consumer groups too, each write the difference between the group and what the log
-    /// holds of it): under the lock, `op` makes its change and returns its answer with the
+    /// consumer groups apply each record as they make it, with the function loading applies
+    /// it with): under the lock, `op` makes its change and returns its answer with the
     /// records that make the log hold it, which are appended under the same lock in batches
     /// of at most [`BATCH_BYTES`]; the answer waits until they are durable. When they are not,
     /// the shard is told ([`Shard::unwritten`]) so its next write stores them again.
@@ -410,7 +412,7 @@ impl<S: Shard> Runtime<S> {
         let appended = self
             .log
             .append(partition, records.iter().map(S::encode).collect())?;
-        shard.writing(key);
+        shard.writing(key, records);
         Ok(appended)
     }
 
@@ -461,13 +463,14 @@ impl<S: Shard> Runtime<S> {
         let mut partitions = self.lock();
         // A shard unloaded meanwhile takes nothing; one loaded again read the records from
         // the log, and applying one twice changes nothing.
+        let now = self.clock.now();
         if let Ok((_, shard)) = partitions.served(key) {
+            shard.written(key, &records);
             if durable {
                 for (offset, record) in (base_offset..).zip(records) {
-                    shard.apply(offset, record);
+                    shard.apply(offset, record, now);
                 }
             }
-            shard.written(key);
         }
     }
 
@@ -511,10 +514,11 @@ impl<S: Shard> Runtime<S> {
     /// already served keeps the shard it has, which is at least as new as the log). Blocking.
     pub(crate) fn load(&self, partition: i32, mut shard: S) -> Result<S::Loaded, String> {
         let mut skipped = 0u64;
+        let now = self.clock.now();
         self.log.load(
             partition,
             &mut |offset, key, value| match S::decode(key, value) {
-                Ok(Some(record)) => shard.apply(offset, record),
+                Ok(Some(record)) => shard.apply(offset, record, now),
                 Ok(None) => {}
                 Err(_) => skipped += 1,
             },

@@ -9,6 +9,7 @@ use std::time::Instant;
 use uuid::Uuid;
 
 use crate::assignors::{assign, MemberSpec, TopicPartitions, ASSIGNORS};
+use crate::records::{ConsumerKey, ConsumerValue};
 
 use super::reconcile::flatten;
 use super::{ConsumerGroup, TopicCatalog};
@@ -123,9 +124,9 @@ impl ConsumerGroup {
 
     /// The target assignment for the current group epoch, with the assignor most members
     /// prefer (the default when none says).
-    pub(super) fn compute_target(&mut self) {
+    pub(super) fn compute_target(&mut self, now: Instant) {
         let computed = self.assignment_job().run();
-        self.install_target(computed);
+        self.install_target(computed, now);
     }
 
     /// What computing the target assignment for the group epoch needs, taken out of the group
@@ -151,26 +152,39 @@ impl ConsumerGroup {
         }
     }
 
-    /// Makes `computed` the target assignment, marking the members whose target changed.
-    pub(super) fn install_target(&mut self, computed: ComputedTarget) {
+    /// Makes `computed` the target assignment: the members' targets that changed, then its
+    /// epoch, as Kafka writes them.
+    pub(super) fn install_target(&mut self, computed: ComputedTarget, now: Instant) {
         let ComputedTarget {
             epoch,
             assignor,
             target,
         } = computed;
-        for (id, partitions) in &target {
-            if self.target.get(id) != Some(partitions) {
-                self.changed.insert(id.clone());
+        let gone: Vec<String> = self
+            .target
+            .keys()
+            .filter(|id| !target.contains_key(*id))
+            .cloned()
+            .collect();
+        let target: BTreeMap<String, TopicPartitions> = target.into_iter().collect();
+        for (id, partitions) in target {
+            if self.target.get(&id) != Some(&partitions) {
+                self.write(
+                    ConsumerKey::TargetMember(id),
+                    Some(ConsumerValue::Target(partitions)),
+                    now,
+                );
             }
         }
-        for id in self.target.keys() {
-            if !target.contains_key(id) {
-                self.changed.insert(id.clone());
-            }
+        for id in gone {
+            self.write(ConsumerKey::TargetMember(id), None, now);
         }
-        self.target = target;
         self.assignor = assignor;
-        self.assignment_epoch = epoch;
+        self.write(
+            ConsumerKey::TargetMetadata,
+            Some(ConsumerValue::Epoch(epoch)),
+            now,
+        );
     }
 
     /// The work of computing a target assignment: its members and the partitions it hands
@@ -208,7 +222,7 @@ impl ConsumerGroup {
             self.note_deadline(now);
             return;
         }
-        self.install_target(computed);
+        self.install_target(computed, now);
         self.assigned_at = Some(now);
     }
 
@@ -241,7 +255,7 @@ impl ConsumerGroup {
                 self.note_deadline(allowed);
             }
             _ if self.assignment_cost() <= INLINE_ASSIGNMENT_MAX => {
-                self.compute_target();
+                self.compute_target(now);
                 self.assigned_at = Some(now);
                 self.assignment_due = None;
             }

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::assignors::{TopicPartitions, ASSIGNORS};
 use crate::limits::{millis, ConsumerGroupSettings, MetadataBounds};
+use crate::records::{AssignmentValue, ConsumerKey, ConsumerValue, MemberValue};
 use crate::state::GroupState;
 use crate::GroupError;
 
@@ -25,7 +26,7 @@ mod records;
 mod tests;
 
 pub use assignment::{AssignmentJob, ComputedTarget};
-use reconcile::{is_subset, release};
+use reconcile::is_subset;
 
 /// Member epoch of a ConsumerGroupHeartbeat that joins the group.
 pub const JOIN_EPOCH: i32 = 0;
@@ -104,6 +105,71 @@ enum MemberState {
     UnreleasedPartitions,
 }
 
+impl MemberState {
+    /// Kafka's number for the state, as the member's assignment record stores it.
+    fn code(self) -> i8 {
+        match self {
+            MemberState::Stable => 0,
+            MemberState::UnrevokedPartitions => 1,
+            MemberState::UnreleasedPartitions => 2,
+        }
+    }
+
+    /// The state a stored number means (an unknown one as Stable).
+    fn from_code(code: i8) -> MemberState {
+        match code {
+            1 => MemberState::UnrevokedPartitions,
+            2 => MemberState::UnreleasedPartitions,
+            _ => MemberState::Stable,
+        }
+    }
+}
+
+/// A member's assignment when it starts over: epoch 0, holding nothing.
+fn starting_over() -> AssignmentValue {
+    AssignmentValue {
+        epoch: 0,
+        previous_epoch: 0,
+        state: MemberState::Stable.code(),
+        assigned: TopicPartitions::new(),
+        pending_revocation: TopicPartitions::new(),
+    }
+}
+
+/// A member's subscription record after `request`: `current` (a new member's built from the
+/// request) with the fields the request carries.
+fn subscribed(current: Option<&MemberValue>, request: &ConsumerHeartbeat) -> MemberValue {
+    let mut value = current.cloned().unwrap_or_else(|| MemberValue {
+        instance_id: request.instance_id.clone(),
+        rack_id: None,
+        client_id: request.client_id.clone(),
+        client_host: request.client_host.clone(),
+        topic_names: Vec::new(),
+        topic_regex: None,
+        rebalance_timeout_ms: 0,
+        server_assignor: None,
+    });
+    if request.rebalance_timeout_ms >= 0 {
+        value.rebalance_timeout_ms = request.rebalance_timeout_ms;
+    }
+    if let Some(names) = &request.topic_names {
+        let mut names = names.clone();
+        names.sort();
+        names.dedup();
+        value.topic_names = names;
+    }
+    if let Some(pattern) = &request.topic_regex {
+        value.topic_regex = (!pattern.is_empty()).then(|| pattern.clone());
+    }
+    if request.rack_id.is_some() {
+        value.rack_id.clone_from(&request.rack_id);
+    }
+    if request.server_assignor.is_some() {
+        value.server_assignor.clone_from(&request.server_assignor);
+    }
+    value
+}
+
 #[derive(Debug)]
 struct ConsumerMember {
     instance_id: Option<String>,
@@ -131,6 +197,41 @@ impl ConsumerMember {
     /// A static member that left with epoch -2, waiting for its instance to return.
     fn departed(&self) -> bool {
         self.epoch == STATIC_LEAVE_EPOCH
+    }
+
+    /// Its subscription and client, as its record stores them.
+    fn stored(&self) -> MemberValue {
+        MemberValue {
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            topic_names: self.topic_names.clone(),
+            topic_regex: self.topic_regex.as_ref().map(|(p, _)| p.clone()),
+            rebalance_timeout_ms: i32::try_from(self.rebalance_timeout.as_millis())
+                .unwrap_or(i32::MAX),
+            server_assignor: self.server_assignor.clone(),
+        }
+    }
+
+    /// Its epochs and partitions, as its record stores them.
+    fn assignment(&self) -> AssignmentValue {
+        AssignmentValue {
+            epoch: self.epoch,
+            previous_epoch: self.previous_epoch,
+            state: self.state.code(),
+            assigned: self.assigned.clone(),
+            pending_revocation: self.pending_revocation.clone(),
+        }
+    }
+
+    /// True when its epochs and partitions are `value`'s.
+    fn holds(&self, value: &AssignmentValue) -> bool {
+        self.epoch == value.epoch
+            && self.previous_epoch == value.previous_epoch
+            && self.state.code() == value.state
+            && self.assigned == value.assigned
+            && self.pending_revocation == value.pending_revocation
     }
 
     /// Bytes its subscription holds: topic names, pattern and rack.
@@ -213,9 +314,11 @@ pub struct ConsumerGroup {
     /// The topics the members' patterns matched: the catalog version and the patterns they
     /// were matched at, so a heartbeat does not match every topic name again.
     pattern_matches: Option<(u64, Vec<String>, BTreeSet<String>)>,
-    /// Members whose records may differ from what was last written (joined, changed or
-    /// left) since [`ConsumerGroup::take_changed`]: a write looks at these only.
-    changed: BTreeSet<String>,
+    /// The changes made since [`ConsumerGroup::take_records`], as the records that make
+    /// them, in the order they were made (and applied).
+    records: Vec<(ConsumerKey, Option<ConsumerValue>)>,
+    /// A pattern the heartbeat being handled compiled, for the member record it writes.
+    compiled: Option<(String, regex::Regex)>,
     /// No member's session or revocation deadline falls before this: lowered as deadlines
     /// are set, made exact when the timer reaches it, so a heartbeat costs no scan.
     due: Option<Instant>,
@@ -223,6 +326,9 @@ pub struct ConsumerGroup {
     subscriptions: Subscriptions,
     /// The catalog version and subscriptions generation the topics were last resolved at.
     resolved_at: Option<(u64, u64)>,
+    /// `group.consumer.session.timeout.ms`, as the last heartbeat's settings gave it (or
+    /// loading's): the session a member starts with.
+    session_timeout: Duration,
     /// `group.consumer.assignment.interval.ms`, as the last heartbeat's settings gave it.
     assignment_interval: Duration,
     /// When the target assignment was last computed.
@@ -279,11 +385,29 @@ impl Subscriptions {
 
 impl ConsumerGroup {
     /// A group without members, made at `now_ms`.
-    pub fn new(now_ms: i64) -> ConsumerGroup {
-        ConsumerGroup {
+    pub fn new(settings: &ConsumerGroupSettings, now_ms: i64) -> ConsumerGroup {
+        let mut group = ConsumerGroup {
             state_since_ms: now_ms,
             ..ConsumerGroup::default()
+        };
+        group.take_settings(settings);
+        group
+    }
+
+    /// A group that loading found in the log at `now_ms`, before any of its records is
+    /// applied: which topics its members subscribe to is learnt from the catalog at its next
+    /// heartbeat, without a new epoch unless the target no longer covers them.
+    pub fn loaded(settings: &ConsumerGroupSettings, now_ms: i64) -> ConsumerGroup {
+        ConsumerGroup {
+            topics_unknown: true,
+            ..ConsumerGroup::new(settings, now_ms)
         }
+    }
+
+    /// Uses the broker's settings as they are now.
+    fn take_settings(&mut self, settings: &ConsumerGroupSettings) {
+        self.session_timeout = millis(settings.session_timeout_ms);
+        self.assignment_interval = millis(settings.assignment_interval_ms);
     }
 
     /// When the group last became empty or got its first member (ms since the epoch).
@@ -385,37 +509,33 @@ impl ConsumerGroup {
         check_request(&request, &settings.metadata)?;
         self.check_subscription_bytes(group_id, &request, &settings.metadata)?;
         // A pattern is compiled once, not on every heartbeat that repeats it.
-        let regex = match &request.topic_regex {
-            Some(pattern) if !pattern.is_empty() => {
-                let known = self
-                    .members
-                    .get(&request.member_id)
-                    .and_then(|m| m.topic_regex.as_ref())
-                    .filter(|(p, _)| p == pattern);
-                match known {
-                    Some((_, regex)) => Some(regex.clone()),
-                    None => Some(compile(pattern)?),
-                }
-            }
+        let pattern = request.topic_regex.as_ref().filter(|p| !p.is_empty());
+        let known = self
+            .members
+            .get(&request.member_id)
+            .and_then(|m| m.topic_regex.as_ref())
+            .map(|(p, _)| p);
+        self.compiled = match pattern {
+            Some(pattern) if known != Some(pattern) => Some((pattern.clone(), compile(pattern)?)),
             _ => None,
         };
+        self.take_settings(settings);
         let mut joined = false;
         match request.member_epoch {
             LEAVE_EPOCH | STATIC_LEAVE_EPOCH => {
                 let id = self.leaving_member(&request)?;
                 if request.member_epoch == STATIC_LEAVE_EPOCH {
                     // What it was revoking is free now; what it holds waits for it.
-                    let member = self.members.get_mut(&id).expect("found above");
-                    member.previous_epoch = member.epoch;
-                    member.epoch = STATIC_LEAVE_EPOCH;
-                    member.expires = now + millis(settings.session_timeout_ms);
-                    member.revoke_by = None;
-                    member.state = MemberState::Stable;
-                    let pending = std::mem::take(&mut member.pending_revocation);
-                    let expires = member.expires;
-                    release(&mut self.owners, &id, &pending);
-                    self.note_deadline(expires);
-                    self.changed.insert(id.clone());
+                    let member = &self.members[&id];
+                    let away = AssignmentValue {
+                        epoch: STATIC_LEAVE_EPOCH,
+                        previous_epoch: member.epoch,
+                        state: MemberState::Stable.code(),
+                        assigned: member.assigned.clone(),
+                        pending_revocation: TopicPartitions::new(),
+                    };
+                    self.set_assignment(&id, away, now);
+                    self.extend_session(&id, now);
                     tracing::info!(target: "weir::groups", group = group_id, member = %id, "static member left for now; its partitions wait for its instance");
                 } else {
                     tracing::info!(target: "weir::groups", group = group_id, member = %id, "member left the group");
@@ -448,14 +568,13 @@ impl ConsumerGroup {
                 }
             }
         }
-        self.assignment_interval = millis(settings.assignment_interval_ms);
         let member_id = request.member_id.clone();
-        self.changed.insert(member_id.clone());
         let before = self.members.get(&member_id).map(|m| m.assigned.clone());
-        let resubscribed = self.update_member(&member_id, &request, regex, now, settings);
+        let resubscribed = self.update_member(&member_id, &request, now);
+        self.extend_session(&member_id, now);
         let topics_changed = self.refresh_topics(catalog);
         if joined || resubscribed || topics_changed {
-            self.epoch += 1;
+            self.bump_epoch(now);
         }
         self.update_target(now);
         self.reconcile(&member_id, request.owned.as_ref(), now);
@@ -580,21 +699,8 @@ impl ConsumerGroup {
                         // member's partitions.
                         return Err(GroupError::InvalidRequest);
                     }
-                    let mut member = self.members.remove(&id).expect("found above");
-                    member.epoch = 0;
-                    member.previous_epoch = 0;
-                    member.expires = now + millis(settings.session_timeout_ms);
-                    self.note_deadline(member.expires);
-                    self.changed.insert(id.clone());
-                    self.changed.insert(request.member_id.clone());
-                    for owner in self.owners.values_mut().filter(|o| **o == id) {
-                        owner.clone_from(&request.member_id);
-                    }
-                    if let Some(target) = self.target.remove(&id) {
-                        self.target.insert(request.member_id.clone(), target);
-                    }
+                    self.take_over(&id, &request.member_id, now);
                     tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, previous = %id, "static member came back and takes over its partitions");
-                    self.members.insert(request.member_id.clone(), member);
                     return Ok(false);
                 }
                 None => {}
@@ -605,116 +711,145 @@ impl ConsumerGroup {
             if member.departed() {
                 return Err(GroupError::UnknownMemberId);
             }
-            self.release_all(&request.member_id);
-            let member = self
-                .members
-                .get_mut(&request.member_id)
-                .expect("found above");
-            member.epoch = 0;
-            member.previous_epoch = 0;
-            member.state = MemberState::Stable;
+            self.set_assignment(&request.member_id, starting_over(), now);
             return Ok(false);
         }
         if self.members.len() >= settings.max_size {
             return Err(GroupError::GroupMaxSizeReached);
         }
-        self.members.insert(
-            request.member_id.clone(),
-            ConsumerMember {
-                instance_id: request.instance_id.clone(),
-                rack_id: None,
-                client_id: request.client_id.clone(),
-                client_host: request.client_host.clone(),
-                topic_names: Vec::new(),
-                topic_regex: None,
-                server_assignor: None,
-                rebalance_timeout: Duration::ZERO,
-                epoch: 0,
-                previous_epoch: 0,
-                state: MemberState::Stable,
-                assigned: TopicPartitions::new(),
-                pending_revocation: TopicPartitions::new(),
-                expires: now,
-                revoke_by: None,
-            },
+        let member = subscribed(None, request);
+        self.write(
+            ConsumerKey::Member(request.member_id.clone()),
+            Some(ConsumerValue::Member(member)),
+            now,
         );
-        // (Its session starts with the update that follows, which notes the deadline.)
-        self.changed.insert(request.member_id.clone());
         tracing::info!(target: "weir::groups", group = group_id, member = %request.member_id, "member joined the group");
         Ok(true)
     }
 
-    /// Takes the request's changed fields (`regex`: its pattern, compiled). True when the
-    /// subscription or preferred assignor changed, which moves the group epoch.
+    /// A static member's instance came back as `new_id`: it takes over what the departed
+    /// member `old_id` held and was heading for, at epoch 0.
+    fn take_over(&mut self, old_id: &str, new_id: &str, now: Instant) {
+        let member = &self.members[old_id];
+        let subscription = member.stored();
+        let mut assignment = member.assignment();
+        assignment.epoch = 0;
+        assignment.previous_epoch = 0;
+        if old_id != new_id {
+            let target = self.target.get(old_id).cloned();
+            self.remove_records(old_id, now);
+            self.write(
+                ConsumerKey::Member(new_id.to_string()),
+                Some(ConsumerValue::Member(subscription)),
+                now,
+            );
+            if let Some(target) = target {
+                self.write(
+                    ConsumerKey::TargetMember(new_id.to_string()),
+                    Some(ConsumerValue::Target(target)),
+                    now,
+                );
+            }
+        }
+        self.set_assignment(new_id, assignment, now);
+        self.extend_session(new_id, now);
+    }
+
+    /// Writes the request's changed fields into the member's subscription record. True when
+    /// its topics, pattern or preferred assignor changed, which moves the group epoch.
     fn update_member(
         &mut self,
         member_id: &str,
         request: &ConsumerHeartbeat,
-        regex: Option<regex::Regex>,
         now: Instant,
-        settings: &ConsumerGroupSettings,
     ) -> bool {
-        let Some(member) = self.members.get_mut(member_id) else {
+        let Some(member) = self.members.get(member_id) else {
             return false;
         };
-        member.expires = now + millis(settings.session_timeout_ms);
-        if request.rebalance_timeout_ms >= 0 {
-            member.rebalance_timeout = millis(request.rebalance_timeout_ms);
+        // Most heartbeats carry none of these: nothing to compare.
+        let may_change = request.topic_names.is_some()
+            || request.topic_regex.is_some()
+            || (request.rebalance_timeout_ms >= 0
+                && millis(request.rebalance_timeout_ms) != member.rebalance_timeout)
+            || (request.rack_id.is_some() && request.rack_id != member.rack_id)
+            || (request.server_assignor.is_some()
+                && request.server_assignor != member.server_assignor);
+        if !may_change {
+            return false;
         }
-        let names = request.topic_names.as_ref().map(|names| {
-            let mut names = names.clone();
-            names.sort();
-            names.dedup();
-            names
-        });
-        let names_changed = names.as_ref().is_some_and(|n| *n != member.topic_names);
-        let old_pattern = member.topic_regex.as_ref().map(|(p, _)| p.as_str());
-        let pattern_changed = request
-            .topic_regex
-            .as_ref()
-            .is_some_and(|p| old_pattern.unwrap_or_default() != p.as_str());
-        let rack_changed = request.rack_id.is_some() && request.rack_id != member.rack_id;
-        // A heartbeat that only keeps the member alive leaves the group's subscriptions (and
-        // so their generation, which says when topics must be resolved again) alone.
-        let resubscribe = names_changed || pattern_changed || rack_changed;
-        if resubscribe {
-            self.subscriptions.remove(member);
+        let current = member.stored();
+        let updated = subscribed(Some(&current), request);
+        if updated == current {
+            return false;
         }
-        if rack_changed {
-            member.rack_id.clone_from(&request.rack_id);
+        let moves_epoch = updated.topic_names != current.topic_names
+            || updated.topic_regex != current.topic_regex
+            || updated.server_assignor != current.server_assignor;
+        self.write(
+            ConsumerKey::Member(member_id.to_string()),
+            Some(ConsumerValue::Member(updated)),
+            now,
+        );
+        moves_epoch
+    }
+
+    /// The member's session starts again now.
+    fn extend_session(&mut self, member_id: &str, now: Instant) {
+        let expires = now + self.session_timeout;
+        if let Some(member) = self.members.get_mut(member_id) {
+            member.expires = expires;
+            self.note_deadline(expires);
         }
-        if let (true, Some(names)) = (names_changed, names) {
-            member.topic_names = names;
+    }
+
+    /// The group epoch moves on (a member joined, left or changed what it subscribes to, or
+    /// a subscribed topic changed).
+    fn bump_epoch(&mut self, now: Instant) {
+        self.write(
+            ConsumerKey::Metadata,
+            Some(ConsumerValue::Epoch(self.epoch + 1)),
+            now,
+        );
+    }
+
+    /// The tombstones of a member's records, in the order Kafka replays them: its current
+    /// assignment, its target, its subscription. Its partitions are free.
+    fn remove_records(&mut self, member_id: &str, now: Instant) {
+        if self.members.contains_key(member_id) {
+            self.write(ConsumerKey::Assignment(member_id.to_string()), None, now);
         }
-        if let (true, Some(pattern)) = (pattern_changed, &request.topic_regex) {
-            member.topic_regex = regex.map(|r| (pattern.clone(), r));
+        if self.target.contains_key(member_id) {
+            self.write(ConsumerKey::TargetMember(member_id.to_string()), None, now);
         }
-        let mut changed = names_changed || pattern_changed;
-        if request.server_assignor.is_some() && request.server_assignor != member.server_assignor {
-            member.server_assignor.clone_from(&request.server_assignor);
-            changed = true;
+        if self.members.contains_key(member_id) {
+            self.write(ConsumerKey::Member(member_id.to_string()), None, now);
         }
-        if resubscribe {
-            self.subscriptions.add(member);
+    }
+
+    /// Makes `value` the member's epochs and partitions, unless they are so already.
+    fn set_assignment(&mut self, member_id: &str, value: AssignmentValue, now: Instant) {
+        if self
+            .members
+            .get(member_id)
+            .is_some_and(|member| member.holds(&value))
+        {
+            return;
         }
-        let expires = member.expires;
-        self.note_deadline(expires);
-        changed
+        self.write(
+            ConsumerKey::Assignment(member_id.to_string()),
+            Some(ConsumerValue::Assignment(value)),
+            now,
+        );
     }
 
     /// Removes members (left, fenced or expired): their partitions are free and the rest of
-    /// the group gets one new target. A group just restored waits for its next heartbeat,
+    /// the group gets one new target. A group just loaded waits for its next heartbeat,
     /// which learns the topics first.
     fn remove_members(&mut self, member_ids: &[String], now: Instant) {
         for member_id in member_ids {
-            self.release_all(member_id);
-            if let Some(member) = self.members.remove(member_id) {
-                self.subscriptions.remove(&member);
-            }
-            self.target.remove(member_id);
-            self.changed.insert(member_id.clone());
+            self.remove_records(member_id, now);
         }
-        self.epoch += 1;
+        self.bump_epoch(now);
         if !self.topics_unknown {
             self.update_target(now);
         }
@@ -778,11 +913,6 @@ impl ConsumerGroup {
         self.due = Some(self.due.map_or(at, |due| due.min(at)));
     }
 
-    /// The members whose records may have changed since the last call, forgotten here.
-    pub fn take_changed(&mut self) -> BTreeSet<String> {
-        std::mem::take(&mut self.changed)
-    }
-
     /// What ConsumerGroupDescribe shows.
     pub fn describe(&self) -> ConsumerGroupDescription {
         ConsumerGroupDescription {
@@ -790,7 +920,7 @@ impl ConsumerGroup {
             epoch: self.epoch,
             assignment_epoch: self.assignment_epoch,
             assignor: if self.assignor.is_empty() {
-                ASSIGNORS[0].to_string()
+                self.preferred_assignor().to_string()
             } else {
                 self.assignor.to_string()
             },

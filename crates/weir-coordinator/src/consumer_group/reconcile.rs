@@ -8,6 +8,7 @@ use std::time::Instant;
 use uuid::Uuid;
 
 use crate::assignors::TopicPartitions;
+use crate::records::AssignmentValue;
 
 use super::{ConsumerGroup, MemberState};
 
@@ -23,73 +24,60 @@ impl ConsumerGroup {
         let Some(member) = self.members.get(member_id) else {
             return;
         };
-        if member.state == MemberState::UnrevokedPartitions {
-            let revoked = owned.is_some_and(|owned| !intersects(owned, &member.pending_revocation));
-            if !revoked {
-                return;
-            }
-            let pending = std::mem::take(
-                &mut self
-                    .members
-                    .get_mut(member_id)
-                    .expect("found above")
-                    .pending_revocation,
-            );
-            release(&mut self.owners, member_id, &pending);
-        }
-        let target_epoch = self.assignment_epoch;
-        let target = self.target.get(member_id).cloned().unwrap_or_default();
-        let member = self.members.get_mut(member_id).expect("found above");
-        if member.epoch == target_epoch && member.state == MemberState::Stable {
-            member.revoke_by = None;
+        // A revocation not yet done holds the member where it is.
+        if member.state == MemberState::UnrevokedPartitions
+            && owned.is_none_or(|owned| intersects(owned, &member.pending_revocation))
+        {
             return;
         }
-        let revoking = difference(&member.assigned, &target);
-        member.assigned = intersection(&member.assigned, &target);
-        if !revoking.is_empty() {
-            // Already given up when the request does not list them (never when it lists
-            // nothing: `None` means unchanged).
-            if owned.is_none_or(|owned| intersects(owned, &revoking)) {
-                member.pending_revocation = revoking;
-                member.state = MemberState::UnrevokedPartitions;
-                let revoke_by = now + member.rebalance_timeout;
-                member.revoke_by = Some(revoke_by);
-                self.note_deadline(revoke_by);
-                return;
-            }
-            release(&mut self.owners, member_id, &revoking);
+        let target_epoch = self.assignment_epoch;
+        if member.epoch == target_epoch && member.state == MemberState::Stable {
+            return;
         }
-        let wanted = difference(&target, &member.assigned);
+        let empty = TopicPartitions::new();
+        let target = self.target.get(member_id).unwrap_or(&empty);
+        let revoking = difference(&member.assigned, target);
+        let mut assigned = intersection(&member.assigned, target);
+        // Already given up when the request does not list them (never when it lists
+        // nothing: `None` means unchanged).
+        if !revoking.is_empty() && owned.is_none_or(|owned| intersects(owned, &revoking)) {
+            let value = AssignmentValue {
+                epoch: member.epoch,
+                previous_epoch: member.previous_epoch,
+                state: MemberState::UnrevokedPartitions.code(),
+                assigned,
+                pending_revocation: revoking,
+            };
+            self.set_assignment(member_id, value, now);
+            return;
+        }
         let mut all_free = true;
-        for (topic, p) in flatten(&wanted) {
+        for (topic, p) in flatten(&difference(target, &assigned)) {
             match self.owners.get(&(topic, p)) {
                 Some(owner) if owner != member_id => all_free = false,
                 _ => {
-                    self.owners.insert((topic, p), member_id.to_string());
-                    member.assigned.entry(topic).or_default().insert(p);
+                    assigned.entry(topic).or_default().insert(p);
                 }
             }
         }
-        if member.epoch != target_epoch {
-            member.previous_epoch = member.epoch;
-            member.epoch = target_epoch;
-        }
-        member.revoke_by = None;
-        member.state = if all_free {
+        let (epoch, previous_epoch) = if member.epoch == target_epoch {
+            (member.epoch, member.previous_epoch)
+        } else {
+            (target_epoch, member.epoch)
+        };
+        let state = if all_free {
             MemberState::Stable
         } else {
             MemberState::UnreleasedPartitions
         };
-    }
-
-    /// Releases every partition a member holds or is revoking.
-    pub(super) fn release_all(&mut self, member_id: &str) {
-        self.owners.retain(|_, owner| owner != member_id);
-        if let Some(member) = self.members.get_mut(member_id) {
-            member.assigned.clear();
-            member.pending_revocation.clear();
-            self.changed.insert(member_id.to_string());
-        }
+        let value = AssignmentValue {
+            epoch,
+            previous_epoch,
+            state: state.code(),
+            assigned,
+            pending_revocation: TopicPartitions::new(),
+        };
+        self.set_assignment(member_id, value, now);
     }
 }
 

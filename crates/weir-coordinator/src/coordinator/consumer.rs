@@ -44,6 +44,10 @@ impl GroupCoordinator {
                 if existing.is_none() && !joining {
                     return Err(GroupError::GroupIdNotFound);
                 }
+                // A group being deleted takes members again once its deletion is stored.
+                if existing.is_some_and(|group| group.deletions > 0) {
+                    return Err(GroupError::CoordinatorLoadInProgress);
+                }
                 // (check_request refused a subscription over the member bound.) One the
                 // group's bound refuses is refused there and adds nothing.
                 let bounds = settings.metadata;

@@ -1,12 +1,12 @@
 //! A group shard: the groups of one partition of `__consumer_offsets`, loaded by replaying
 //! its records, and the work its timer does (sessions, rebalances, offset retention).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::consumer_group::{AssignmentJob, ComputedTarget, ConsumerGroup};
+use crate::consumer_group::{AssignmentJob, ComputedTarget};
 use crate::group::{Group, Membership};
-use crate::records::{ConsumerKey, GroupRecord, GroupValue};
+use crate::records::{GroupRecord, GroupValue};
 use crate::runtime::{Shard, StoredRecord, TimerWrite};
 use crate::GroupError;
 use weir_clock::Now;
@@ -27,17 +27,10 @@ pub(crate) struct GroupShard {
     pub(crate) metadata_held: usize,
     next_recount: Instant,
     next_retention: Instant,
-    /// The group records read while loading, until [`Shard::finish_load`] builds the
-    /// groups from them; `None` once the shard serves.
-    loading: Option<Box<Loading>>,
-}
-
-/// The membership records loading has read so far: the newest of each key. (Committed
-/// offsets are applied as they are read.)
-#[derive(Default)]
-struct Loading {
-    metadata: HashMap<String, Option<GroupValue>>,
-    consumer: HashMap<(String, ConsumerKey), Option<Vec<u8>>>,
+    /// The classic groups' metadata read while loading, the newest of each group, until
+    /// [`Shard::finish_load`] builds the classic groups from them; `None` once the shard
+    /// serves. (Committed offsets and consumer group records are applied as they are read.)
+    loading: Option<HashMap<String, Option<GroupValue>>>,
 }
 
 impl GroupShard {
@@ -49,7 +42,7 @@ impl GroupShard {
             metadata_held: 0,
             next_recount: now.instant,
             next_retention: now.instant + retention_check_every(&settings),
-            loading: Some(Box::default()),
+            loading: Some(HashMap::new()),
         }
     }
 
@@ -125,69 +118,50 @@ impl GroupShard {
         writes
     }
 
-    /// Builds the groups' memberships from what loading read. Returns how many groups have
-    /// one.
-    fn restore(&mut self, loading: Loading, now: Now) -> usize {
-        let Loading { metadata, consumer } = loading;
-        let mut loaded_groups = 0usize;
+    /// Builds the classic groups from the metadata loading read. Where the log holds a
+    /// consumer group too (it should not), a classic group with members wins and the other's
+    /// stored records go with the group's next write.
+    fn restore_classic(&mut self, metadata: HashMap<String, Option<GroupValue>>, now: Now) {
         let limits = self.settings.limits;
         for (group_id, value) in metadata {
-            if let Some(value) = value {
-                self.group_or_new(&group_id)
-                    .restore(value, &limits, now.instant);
-                loaded_groups += 1;
-            }
-        }
-        let mut consumer_groups: HashMap<String, Vec<(ConsumerKey, Vec<u8>)>> = HashMap::new();
-        for ((group, key), value) in consumer {
-            if let Some(value) = value {
-                consumer_groups.entry(group).or_default().push((key, value));
-            }
-        }
-        let consumer_settings = self.settings.consumer;
-        for (group_id, records) in consumer_groups {
-            if !records.iter().any(|(k, _)| *k == ConsumerKey::Metadata) {
-                continue; // the group was deleted: only stray member records are left
-            }
+            let Some(value) = value else { continue };
             let group = self.group_or_new(&group_id);
-            if !group.has_no_members() {
-                continue; // classic members hold the group
-            }
-            match ConsumerGroup::restore(&records, &consumer_settings, now.instant) {
-                Ok(mut restored) => {
-                    restored.set_state_since(now.wall_ms);
-                    group.restore_consumer(restored);
-                    // What the log holds, strays included: the next write fixes any difference.
-                    group.set_persisted(records.into_iter().collect());
-                    loaded_groups += 1;
-                }
-                Err(error) => {
-                    tracing::warn!(target: "weir::groups", group = %group_id, %error, "consumer group records do not parse; the group starts empty");
-                }
-            }
+            group.restore_classic(value, &limits, now.instant);
         }
-        loaded_groups
     }
 
-    /// Applies a membership record written while the shard serves: tombstones of a group
-    /// without members (DeleteGroups) take its membership and stored consumer records away.
-    /// Values change nothing here: a group's membership is what its operations made it, and
-    /// they mark what they store themselves ([`Group::consumer_changes`]).
-    fn apply_membership(&mut self, record: GroupRecord) {
-        let Some(group) = self.groups.get_mut(record.group()) else {
-            return;
-        };
-        if !group.has_no_members() {
-            return;
-        }
+    /// Applies a membership record: while loading, a classic group's metadata is kept for
+    /// [`Shard::finish_load`] (only the newest counts); consumer group records are applied
+    /// as read; once serving, these are tombstones of a deleted group.
+    fn apply_membership(&mut self, record: GroupRecord, now: Now) {
         match record {
-            GroupRecord::Group { value: None, .. } => group.membership = Membership::Empty,
-            GroupRecord::Consumer {
-                key, value: None, ..
-            } => {
-                group.persisted.remove(&key);
+            GroupRecord::Group { group, value } => match &mut self.loading {
+                Some(loading) => {
+                    loading.insert(group, value);
+                }
+                None => {
+                    let deleted = value.is_none();
+                    if let Some(group) = self.groups.get_mut(&group) {
+                        if deleted && group.has_no_members() {
+                            group.membership = Membership::Empty;
+                        }
+                    }
+                }
+            },
+            GroupRecord::Consumer { group, key, value } => {
+                if value.is_none() && !self.groups.contains_key(&group) {
+                    return;
+                }
+                let settings = self.settings.consumer;
+                self.group_or_new(&group).apply_consumer(
+                    key,
+                    value,
+                    &settings,
+                    now.instant,
+                    now.wall_ms,
+                );
             }
-            _ => {}
+            GroupRecord::Offset { .. } => {}
         }
     }
 }
@@ -210,7 +184,10 @@ impl Shard for GroupShard {
         record.encode()
     }
 
-    fn apply(&mut self, offset: i64, record: GroupRecord) {
+    fn apply(&mut self, offset: i64, record: GroupRecord, now: Now) {
+        // A tombstone may leave a serving shard's group with nothing the log holds.
+        let forget = record.is_tombstone() && self.loading.is_none();
+        let group_id = forget.then(|| record.group().to_string());
         match record {
             GroupRecord::Offset {
                 group,
@@ -224,28 +201,27 @@ impl Shard for GroupShard {
                     None => offsets.apply_delete((topic, partition), offset),
                 }
             }
-            record => match self.loading.as_deref_mut() {
-                Some(loading) => match record {
-                    GroupRecord::Group { group, value } => {
-                        loading.metadata.insert(group, value);
-                    }
-                    GroupRecord::Consumer { group, key, value } => {
-                        loading.consumer.insert((group, key), value);
-                    }
-                    GroupRecord::Offset { .. } => {}
-                },
-                None => self.apply_membership(record),
-            },
+            record => self.apply_membership(record, now),
+        }
+        if let Some(group_id) = group_id {
+            self.forget_if_untraced(&group_id);
         }
     }
 
-    fn writing(&mut self, group_id: &str) {
-        self.group_or_new(group_id).offsets.pending_writes += 1;
+    fn writing(&mut self, group_id: &str, records: &[GroupRecord]) {
+        let group = self.group_or_new(group_id);
+        group.offsets.pending_writes += 1;
+        if records.iter().any(GroupRecord::deletes_membership) {
+            group.deletions += 1;
+        }
     }
 
-    fn written(&mut self, group_id: &str) {
+    fn written(&mut self, group_id: &str, records: &[GroupRecord]) {
         if let Some(group) = self.groups.get_mut(group_id) {
             group.offsets.pending_writes = group.offsets.pending_writes.saturating_sub(1);
+            if records.iter().any(GroupRecord::deletes_membership) {
+                group.deletions = group.deletions.saturating_sub(1);
+            }
         }
         self.forget_if_untraced(group_id);
     }
@@ -264,10 +240,14 @@ impl Shard for GroupShard {
         let Some(loading) = self.loading.take() else {
             return (0, 0);
         };
-        // So far only offset records made groups: those whose offsets were all deleted go.
-        self.groups
-            .retain(|_, group| !group.offsets.committed.is_empty());
-        let groups = self.restore(*loading, now);
+        self.restore_classic(loading, now);
+        // Groups whose records were all deleted go.
+        self.groups.retain(|_, group| !group.leaves_no_trace());
+        let groups = self
+            .groups
+            .values()
+            .filter(|group| !matches!(group.membership, Membership::Empty))
+            .count();
         let offsets = self
             .groups
             .values()
@@ -291,13 +271,24 @@ impl Shard for GroupShard {
             self.recount_metadata();
             self.next_recount = now.instant + METADATA_RECOUNT;
         }
+        // Groups whose deletion this tick writes make no writes of their own (nor do those
+        // whose deletion is under way, see `Group::deletions`).
+        let mut deleting = HashSet::new();
         if now.instant >= self.next_retention {
-            writes.extend(self.expired_offsets(now.wall_ms));
+            let expired = self.expired_offsets(now.wall_ms);
+            for write in &expired {
+                if write.records.iter().any(GroupRecord::deletes_membership) {
+                    deleting.insert(write.key.clone());
+                }
+            }
+            writes.extend(expired);
             self.next_retention = now.instant + retention_check_every(&self.settings);
         }
         let mut work = Vec::new();
         for group in self.groups.values_mut() {
-            if group.next_deadline().is_none_or(|due| due > now.instant) {
+            if group.next_deadline().is_none_or(|due| due > now.instant)
+                || deleting.contains(&group.id)
+            {
                 continue;
             }
             let became_empty = group.tick(now.instant, now.wall_ms);
@@ -333,8 +324,12 @@ impl Shard for GroupShard {
         now: Now,
         writes: &mut Vec<TimerWrite<GroupRecord>>,
     ) {
-        let Some(group) = self.groups.get_mut(&group_id) else {
-            return;
+        let Some(group) = self
+            .groups
+            .get_mut(&group_id)
+            .filter(|group| group.deletions == 0)
+        else {
+            return; // gone, or going: its target no longer matters
         };
         if let Some(consumer) = group.consumer_mut() {
             consumer.finish_assignment(computed, now.instant);

@@ -565,6 +565,60 @@ mod consumer_protocol {
         );
     }
 
+    /// While a group's deletion is being stored, the group writes nothing of its own: its
+    /// target assignment falling due does not write records the log would hold after the
+    /// deletion (a restart would bring the group back), and a join is told to retry.
+    #[tokio::test]
+    async fn a_group_being_deleted_writes_nothing_after_its_deletion() {
+        let log = Arc::new(MemoryLog::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let catalog = OneTopic::new(4);
+        let live = Arc::new(coordinator_configured(
+            log.clone(),
+            clock.clone(),
+            |settings| {
+                settings.consumer.assignment_interval_ms = 1_000;
+            },
+        ));
+        join(&live, &catalog, "a").await;
+        live.consumer_heartbeat("g", heartbeat("a", -1, None), 1, &catalog)
+            .await
+            .expect("leave");
+        // The emptied group's next target waits for the interval.
+        let empty = live
+            .describe_consumer_group("g")
+            .expect("served")
+            .expect("g");
+        assert_eq!((empty.epoch, empty.assignment_epoch), (2, 1));
+
+        log.hold();
+        let deleting = tokio::spawn({
+            let live = live.clone();
+            async move { live.delete_group("g").await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(
+            live.consumer_heartbeat("g", heartbeat("b", 0, None), 1, &catalog)
+                .await,
+            Err(GroupError::CoordinatorLoadInProgress),
+            "a join waits for the deletion"
+        );
+        clock.advance(Duration::from_millis(1_000));
+        live.tick();
+        log.release();
+        deleting.await.expect("task").expect("deleted");
+        live.tick();
+        tokio::task::yield_now().await;
+
+        assert_eq!(live.describe_consumer_group("g"), Ok(None));
+        let reloaded = coordinator(log);
+        assert_eq!(
+            reloaded.describe_consumer_group("g"),
+            Ok(None),
+            "the log holds nothing of the group after its deletion"
+        );
+    }
+
     /// Joins within group.consumer.assignment.interval.ms share one computation of the
     /// target assignment (KIP-1263): the group waits in Assigning, its new members are told
     /// to come back once the timer has computed it, and what the timer computed is written.

@@ -10,17 +10,38 @@ use crate::runtime::{Appended, RecordVisitor, RuntimeError, StoredRecord};
 use weir_clock::{Clock, ManualClock};
 
 /// An offsets topic in memory: records per partition, in append order.
-#[derive(Default)]
 pub(super) struct MemoryLog {
     partitions: Mutex<HashMap<i32, Vec<StoredRecord>>>,
     /// Appends refused (COORDINATOR_NOT_AVAILABLE, nothing appended) before they work again.
     refusing: AtomicUsize,
+    /// False while appends are not made durable ([`MemoryLog::hold`]).
+    durable: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for MemoryLog {
+    fn default() -> MemoryLog {
+        MemoryLog {
+            partitions: Mutex::default(),
+            refusing: AtomicUsize::new(0),
+            durable: tokio::sync::watch::Sender::new(true),
+        }
+    }
 }
 
 impl MemoryLog {
     /// The next `appends` appends are refused.
     pub(super) fn refuse(&self, appends: usize) {
         self.refusing.store(appends, Ordering::SeqCst);
+    }
+
+    /// Appends from now on are not durable until [`MemoryLog::release`].
+    pub(super) fn hold(&self) {
+        self.durable.send_replace(false);
+    }
+
+    /// Every append so far is durable, and appends are durable at once again.
+    pub(super) fn release(&self) {
+        self.durable.send_replace(true);
     }
 
     /// Every record of every partition, partition by partition.
@@ -46,9 +67,17 @@ impl CoordinatorLog for MemoryLog {
         let log = partitions.entry(partition).or_default();
         let base_offset = log.len() as i64;
         log.extend(records);
+        let mut durable = self.durable.subscribe();
         Ok(Appended {
             base_offset,
-            durable: Box::pin(std::future::ready(Ok(()))),
+            durable: Box::pin(async move {
+                // (A dropped log makes nothing durable.)
+                durable
+                    .wait_for(|durable| *durable)
+                    .await
+                    .map(|_| ())
+                    .map_err(|_| RuntimeError::NotAvailable)
+            }),
         })
     }
 

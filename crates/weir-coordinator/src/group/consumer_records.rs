@@ -1,111 +1,120 @@
-//! What of a consumer-protocol group the log holds, and what a write must change: the
-//! records last written by key, the members changed since, and the order Kafka replays a
-//! batch of them in.
+//! A group's consumer group records: those its consumer-protocol membership wrote, those a
+//! failed write may have left wrong in the log, and the same records read back, applied by
+//! the function the membership's operations apply them with.
 
-use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
-use crate::records::{ConsumerKey, GroupRecord};
+use crate::consumer_group::ConsumerGroup;
+use crate::limits::ConsumerGroupSettings;
+use crate::records::{ConsumerKey, ConsumerValue, GroupRecord};
 
 use super::{Group, Membership};
 
-/// The keys of a member's consumer group records: subscription, target and assignment.
-fn member_record_keys(member_id: &str) -> [ConsumerKey; 3] {
-    [
-        ConsumerKey::Member(member_id.to_string()),
-        ConsumerKey::TargetMember(member_id.to_string()),
-        ConsumerKey::Assignment(member_id.to_string()),
-    ]
-}
-
-/// What `persisted` holds for a record whose write failed: the log may hold anything under
-/// its key, so the next write stores the record again, or its tombstone. (No record's value
-/// is empty.)
-const UNKNOWN: Vec<u8> = Vec::new();
-
 impl Group {
-    /// The consumer group records to append so the log holds this group's state: changed
-    /// ones, and tombstones for those it no longer has (all of them once it is not a
-    /// consumer group). Marks them written. Looks only at the members changed since the last
-    /// call, unless the log may differ elsewhere (after a load or a failed append).
+    /// The records to append for what the group's operations changed since the last call:
+    /// a replaced classic group's tombstone, the consumer group's records in the order they
+    /// were made, then what the group holds now under each key a failed write may have left
+    /// wrong (its value, or a tombstone).
     pub fn consumer_changes(&mut self) -> Vec<GroupRecord> {
-        let rewrite_all = std::mem::take(&mut self.rewrite_all);
-        let (current, maybe_gone): (Vec<(ConsumerKey, Vec<u8>)>, Vec<ConsumerKey>) =
-            match &mut self.membership {
-                Membership::Empty | Membership::Classic(_) => {
-                    (Vec::new(), self.persisted.keys().cloned().collect())
-                }
-                Membership::Consumer(consumer) => {
-                    let changed = consumer.take_changed();
-                    if rewrite_all {
-                        (consumer.records(), self.persisted.keys().cloned().collect())
-                    } else {
-                        let maybe_gone = changed
-                            .iter()
-                            .flat_map(|id| member_record_keys(id))
-                            .collect();
-                        (consumer.records_of(&changed), maybe_gone)
-                    }
-                }
-            };
-        let current_keys: HashSet<&ConsumerKey> = current.iter().map(|(key, _)| key).collect();
-        let gone: Vec<ConsumerKey> = maybe_gone
-            .into_iter()
-            .filter(|key| !current_keys.contains(key))
-            .collect();
         let mut changes = Vec::new();
-        for (key, value) in current {
-            if self.persisted.get(&key) != Some(&value) {
-                self.persisted.insert(key.clone(), value.clone());
-                changes.push(self.consumer_record(key, Some(value)));
-            }
-        }
-        for key in gone {
-            if self.persisted.remove(&key).is_some() {
-                changes.push(self.consumer_record(key, None));
-            }
-        }
         if std::mem::take(&mut self.tombstone_classic) {
             changes.push(GroupRecord::Group {
                 group: self.id.clone(),
                 value: None,
             });
         }
-        // The order Kafka replays them in: a member's tombstones (current assignment, target,
-        // subscription) before its records go, values before epochs that name them, and the
-        // group's own tombstones (target epoch, then group epoch) last.
-        changes.sort_by_cached_key(|record| match record {
-            GroupRecord::Consumer { key, value, .. } => (
-                replay_rank(key.record_type(), value.is_some()),
-                Some(key.clone()),
-            ),
-            _ => (replay_rank(2, false), None),
+        if let Membership::Consumer(consumer) = &mut self.membership {
+            for (key, value) in consumer.take_records() {
+                self.stale_keys.remove(&key);
+                changes.push(self.consumer_record(key, value));
+            }
+        }
+        let stale = std::mem::take(&mut self.stale_keys);
+        let consumer = self.consumer();
+        let repairs = stale.into_iter().map(|key| {
+            let value = consumer.and_then(|c| c.value_of(&key));
+            (key, value)
         });
+        changes.extend(self.in_replay_order(repairs.collect()));
         changes
     }
 
+    /// The tombstones of every consumer group record the log may hold of the group (those
+    /// of its consumer-protocol membership, and stale ones), in the order Kafka replays them.
+    pub(super) fn consumer_tombstones(&self) -> Vec<GroupRecord> {
+        let mut keys = self.consumer().map(ConsumerGroup::keys).unwrap_or_default();
+        keys.extend(
+            self.stale_keys
+                .iter()
+                .filter(|key| !keys.contains(key))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        self.in_replay_order(keys.into_iter().map(|key| (key, None)).collect())
+    }
+
+    /// Records of the group, in the order Kafka replays them: a member's tombstones
+    /// (current assignment, target, subscription) before its records go, values before
+    /// epochs that name them, and the group's own tombstones (target epoch, then group
+    /// epoch) last.
+    fn in_replay_order(
+        &self,
+        mut records: Vec<(ConsumerKey, Option<ConsumerValue>)>,
+    ) -> Vec<GroupRecord> {
+        records.sort_by_cached_key(|(key, value)| {
+            (
+                replay_rank(key.record_type(), value.is_some()),
+                key.member().map(str::to_string),
+            )
+        });
+        records
+            .into_iter()
+            .map(|(key, value)| self.consumer_record(key, value))
+            .collect()
+    }
+
     /// `records` (from [`Group::consumer_changes`]) were not stored: the log may hold
-    /// anything under their keys, and the next write compares every record again.
+    /// anything under their keys, so the next write stores what the group holds there.
     pub fn unwrite(&mut self, records: &[GroupRecord]) {
         for record in records {
             match record {
                 GroupRecord::Consumer { key, .. } => {
-                    self.persisted.insert(key.clone(), UNKNOWN);
+                    self.stale_keys.insert(key.clone());
                 }
                 GroupRecord::Group { value: None, .. } => self.tombstone_classic = true,
                 _ => {}
             }
         }
-        self.rewrite_all = true;
     }
 
-    /// What the log holds of this group's consumer group records (read on load), which may
-    /// include strays: the next write compares every record against it.
-    pub fn set_persisted(&mut self, persisted: HashMap<ConsumerKey, Vec<u8>>) {
-        self.persisted = persisted;
-        self.rewrite_all = true;
+    /// Applies a consumer group record read from the log, or stored by a decision (a
+    /// deletion): a value makes the group a consumer group if it is not one; the group
+    /// epoch's tombstone deletes the membership; the rest goes to
+    /// [`ConsumerGroup::apply`], the function the membership's operations use.
+    pub fn apply_consumer(
+        &mut self,
+        key: ConsumerKey,
+        value: Option<ConsumerValue>,
+        settings: &ConsumerGroupSettings,
+        now: Instant,
+        now_ms: i64,
+    ) {
+        self.stale_keys.remove(&key);
+        match (&mut self.membership, &key, value) {
+            (Membership::Consumer(_), ConsumerKey::Metadata, None) => {
+                self.membership = Membership::Empty;
+            }
+            (Membership::Consumer(consumer), _, value) => consumer.apply(&key, value.as_ref(), now),
+            (_, _, None) => {}
+            (_, _, Some(value)) => {
+                let mut consumer = Box::new(ConsumerGroup::loaded(settings, now_ms));
+                consumer.apply(&key, Some(&value), now);
+                self.install_consumer(consumer);
+            }
+        }
     }
 
-    fn consumer_record(&self, key: ConsumerKey, value: Option<Vec<u8>>) -> GroupRecord {
+    fn consumer_record(&self, key: ConsumerKey, value: Option<ConsumerValue>) -> GroupRecord {
         GroupRecord::Consumer {
             group: self.id.clone(),
             key,
@@ -118,7 +127,6 @@ impl Group {
 /// can replay it (see [`Group::consumer_changes`]).
 fn replay_rank(record_type: i16, is_value: bool) -> u8 {
     match (is_value, record_type) {
-        (false, 2) => 0,
         (false, 8) => 1,
         (false, 7) => 2,
         (false, 5) => 3,

@@ -5,7 +5,7 @@
 //! Everything here is synchronous and takes the time as an argument, so the state machines
 //! are tested without a clock or a log.
 
-use std::collections::HashMap;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,14 +48,16 @@ pub struct Group {
     pub membership: Membership,
     /// Its committed offsets.
     pub offsets: Offsets,
-    /// The consumer group records last written for this group, by key: what the next write
-    /// must change or tombstone.
-    pub persisted: HashMap<ConsumerKey, Vec<u8>>,
+    /// Keys of consumer group records the log may hold wrongly (their write failed, or the
+    /// consumer group they belong to was replaced): the next write stores what the group
+    /// holds under each, its value or a tombstone.
+    stale_keys: BTreeSet<ConsumerKey>,
     /// A classic group became a consumer group: its classic metadata record must go.
     tombstone_classic: bool,
-    /// `persisted` may differ from the log for members not marked changed (after a load or
-    /// a failed append): the next write compares every record.
-    rewrite_all: bool,
+    /// Writes deleting the group's membership (DeleteGroups, offset retention) appended and
+    /// not yet ended: until they end the group makes no consumer group records, which the
+    /// log would hold after its deletion but memory before it.
+    pub deletions: usize,
 }
 
 impl Group {
@@ -65,21 +67,30 @@ impl Group {
             id,
             membership: Membership::Empty,
             offsets: Offsets::default(),
-            persisted: HashMap::new(),
+            stale_keys: BTreeSet::new(),
             tombstone_classic: false,
-            rewrite_all: false,
+            deletions: 0,
         }
     }
 
-    /// Rebuilds the classic membership from its stored metadata (on load).
-    pub fn restore(&mut self, value: GroupValue, limits: &GroupLimits, now: Instant) {
-        self.membership = Membership::Classic(ClassicGroup::restore(value, limits, now));
-    }
-
-    /// Installs a consumer group read from the log (on load): a classic group's stored
-    /// metadata left beside it is tombstoned by the next write.
-    pub fn restore_consumer(&mut self, consumer: ConsumerGroup) {
-        self.install_consumer(Box::new(consumer));
+    /// Rebuilds the classic membership from its stored metadata (at the end of a load). Where
+    /// the log holds a consumer group too (it should not), a classic group with members wins
+    /// and the consumer group's records go with the next write; else the classic record
+    /// does.
+    pub fn restore_classic(&mut self, value: GroupValue, limits: &GroupLimits, now: Instant) {
+        let classic = ClassicGroup::restore(value, limits, now);
+        match &self.membership {
+            Membership::Consumer(_) if classic.has_no_members() => {
+                self.tombstone_classic |= classic.protocol_type().is_some();
+            }
+            Membership::Consumer(consumer) => {
+                self.stale_keys.extend(consumer.keys());
+                self.membership = Membership::Classic(classic);
+            }
+            Membership::Empty | Membership::Classic(_) => {
+                self.membership = Membership::Classic(classic);
+            }
+        }
     }
 
     /// Makes `consumer` the group's membership; the metadata record of a classic group it
@@ -179,7 +190,7 @@ impl Group {
         self.has_no_members()
             && self.offsets.is_empty()
             && self.protocol_type().is_none()
-            && self.persisted.is_empty()
+            && self.stale_keys.is_empty()
     }
 
     /// The record that stores a classic group's membership as it is now (once it became
@@ -203,14 +214,9 @@ impl Group {
             group: self.id.clone(),
             value: None,
         };
-        let consumer = self.persisted.keys().map(|key| GroupRecord::Consumer {
-            group: self.id.clone(),
-            key: key.clone(),
-            value: None,
-        });
         offsets
             .chain(std::iter::once(metadata))
-            .chain(consumer)
+            .chain(self.consumer_tombstones())
             .collect()
     }
 
@@ -250,7 +256,12 @@ impl Group {
                 self.membership = Membership::Consumer(consumer);
                 return refused(GroupError::InconsistentGroupProtocol);
             }
-            Membership::Empty | Membership::Consumer(_) => ClassicGroup::new(limits, now_ms),
+            Membership::Consumer(consumer) => {
+                // Its records go with the next write.
+                self.stale_keys.extend(consumer.keys());
+                ClassicGroup::new(limits, now_ms)
+            }
+            Membership::Empty => ClassicGroup::new(limits, now_ms),
         };
         let step = classic.join(request, limits, now, now_ms);
         self.membership = Membership::Classic(classic);
@@ -349,7 +360,10 @@ impl Group {
                 self.membership = Membership::Classic(classic);
                 return Err(GroupError::GroupIdNotFound);
             }
-            previous => (Box::new(ConsumerGroup::new(now_ms)), Some(previous)),
+            previous => (
+                Box::new(ConsumerGroup::new(settings, now_ms)),
+                Some(previous),
+            ),
         };
         let was_empty = consumer.is_empty();
         let reply = consumer.heartbeat(&self.id, request, catalog, settings, now);
@@ -383,8 +397,12 @@ impl Group {
         }
     }
 
-    /// The next moment [`Group::tick`] has something to do.
+    /// The next moment [`Group::tick`] has something to do (none while the group is being
+    /// deleted).
     pub fn next_deadline(&self) -> Option<Instant> {
+        if self.deletions > 0 {
+            return None;
+        }
         match &self.membership {
             Membership::Empty => None,
             Membership::Classic(classic) => classic.next_deadline(),

@@ -97,6 +97,68 @@ pub struct AssignmentValue {
     pub pending_revocation: TopicPartitions,
 }
 
+/// A consumer group record's value, decoded; which one a key takes is the key's type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerValue {
+    /// The group epoch ([`ConsumerKey::Metadata`]) or the target assignment's epoch
+    /// ([`ConsumerKey::TargetMetadata`]).
+    Epoch(i32),
+    /// A member's subscription and client ([`ConsumerKey::Member`]).
+    Member(MemberValue),
+    /// A member's target partitions ([`ConsumerKey::TargetMember`]).
+    Target(TopicPartitions),
+    /// A member's epochs and partitions ([`ConsumerKey::Assignment`]).
+    Assignment(AssignmentValue),
+}
+
+impl ConsumerValue {
+    /// The value's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ConsumerValue::Epoch(epoch) => encode_epoch(*epoch),
+            ConsumerValue::Member(member) => encode_member(member),
+            ConsumerValue::Target(partitions) => encode_target(partitions),
+            ConsumerValue::Assignment(assignment) => encode_assignment(assignment),
+        }
+    }
+
+    /// Reads the value of a record with key `key`.
+    pub fn decode(key: &ConsumerKey, bytes: &[u8]) -> Result<ConsumerValue, FormatError> {
+        Ok(match key {
+            ConsumerKey::Metadata | ConsumerKey::TargetMetadata => {
+                ConsumerValue::Epoch(decode_epoch(bytes)?)
+            }
+            ConsumerKey::Member(_) => ConsumerValue::Member(decode_member(bytes)?),
+            ConsumerKey::TargetMember(_) => ConsumerValue::Target(decode_target(bytes)?),
+            ConsumerKey::Assignment(_) => ConsumerValue::Assignment(decode_assignment(bytes)?),
+        })
+    }
+
+    /// About how many bytes the value takes stored.
+    pub fn size(&self) -> usize {
+        /// A topic id and the lengths around its partitions.
+        const TOPIC: usize = 20;
+        let partitions =
+            |tp: &TopicPartitions| -> usize { tp.values().map(|ps| TOPIC + 4 * ps.len()).sum() };
+        match self {
+            ConsumerValue::Epoch(_) => 4,
+            ConsumerValue::Member(m) => {
+                m.instance_id.as_ref().map_or(0, String::len)
+                    + m.rack_id.as_ref().map_or(0, String::len)
+                    + m.client_id.len()
+                    + m.client_host.len()
+                    + m.topic_names.iter().map(|n| n.len() + 1).sum::<usize>()
+                    + m.topic_regex.as_ref().map_or(0, String::len)
+                    + m.server_assignor.as_ref().map_or(0, String::len)
+            }
+            ConsumerValue::Target(tp) => partitions(tp),
+            ConsumerValue::Assignment(a) => {
+                partitions(&a.assigned) + partitions(&a.pending_revocation)
+            }
+        }
+    }
+}
+
 const VALUE_VERSION: i16 = 0;
 
 fn start() -> Vec<u8> {
@@ -131,14 +193,14 @@ fn finish(mut out: Vec<u8>) -> Vec<u8> {
 }
 
 /// A group epoch or target assignment epoch value (types 3 and 6).
-pub fn encode_epoch(epoch: i32) -> Vec<u8> {
+fn encode_epoch(epoch: i32) -> Vec<u8> {
     let mut out = start();
     out.extend_from_slice(&epoch.to_be_bytes());
     finish(out)
 }
 
 /// Encodes a member's subscription (type 5).
-pub fn encode_member(m: &MemberValue) -> Vec<u8> {
+fn encode_member(m: &MemberValue) -> Vec<u8> {
     let mut out = start();
     put_compact_string(&mut out, m.instance_id.as_deref());
     put_compact_string(&mut out, m.rack_id.as_deref());
@@ -155,14 +217,14 @@ pub fn encode_member(m: &MemberValue) -> Vec<u8> {
 }
 
 /// Encodes a member's target partitions (type 7).
-pub fn encode_target(partitions: &TopicPartitions) -> Vec<u8> {
+fn encode_target(partitions: &TopicPartitions) -> Vec<u8> {
     let mut out = start();
     put_partitions(&mut out, partitions);
     finish(out)
 }
 
 /// Encodes a member's current assignment (type 8).
-pub fn encode_assignment(a: &AssignmentValue) -> Vec<u8> {
+fn encode_assignment(a: &AssignmentValue) -> Vec<u8> {
     let mut out = start();
     out.extend_from_slice(&a.epoch.to_be_bytes());
     out.extend_from_slice(&a.previous_epoch.to_be_bytes());
@@ -221,7 +283,7 @@ impl<'a> Reader<'a> {
 }
 
 /// Reads a group epoch or target assignment epoch value.
-pub fn decode_epoch(bytes: &[u8]) -> Result<i32, FormatError> {
+fn decode_epoch(bytes: &[u8]) -> Result<i32, FormatError> {
     let mut r = Reader::new(bytes);
     r.version_zero()?;
     let epoch = r.i32()?;
@@ -231,7 +293,7 @@ pub fn decode_epoch(bytes: &[u8]) -> Result<i32, FormatError> {
 }
 
 /// Reads a member's subscription.
-pub fn decode_member(bytes: &[u8]) -> Result<MemberValue, FormatError> {
+fn decode_member(bytes: &[u8]) -> Result<MemberValue, FormatError> {
     let mut r = Reader::new(bytes);
     r.version_zero()?;
     let instance_id = r.compact_nullable_string()?;
@@ -260,7 +322,7 @@ pub fn decode_member(bytes: &[u8]) -> Result<MemberValue, FormatError> {
 }
 
 /// Reads a member's target partitions.
-pub fn decode_target(bytes: &[u8]) -> Result<TopicPartitions, FormatError> {
+fn decode_target(bytes: &[u8]) -> Result<TopicPartitions, FormatError> {
     let mut r = Reader::new(bytes);
     r.version_zero()?;
     let partitions = r.partitions()?;
@@ -270,7 +332,7 @@ pub fn decode_target(bytes: &[u8]) -> Result<TopicPartitions, FormatError> {
 }
 
 /// Reads a member's current assignment.
-pub fn decode_assignment(bytes: &[u8]) -> Result<AssignmentValue, FormatError> {
+fn decode_assignment(bytes: &[u8]) -> Result<AssignmentValue, FormatError> {
     let mut r = Reader::new(bytes);
     r.version_zero()?;
     let epoch = r.i32()?;

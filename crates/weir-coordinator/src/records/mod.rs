@@ -14,7 +14,7 @@ pub mod consumer;
 use bytes::Bytes;
 use weir_codec::varint::{read_uvarint, VarintError};
 
-pub use consumer::ConsumerKey;
+pub use consumer::{AssignmentValue, ConsumerKey, ConsumerValue, MemberValue};
 
 /// Key version of a committed offset (Kafka writes 1 today; 0 is the same layout).
 const OFFSET_KEY_VERSION: i16 = 1;
@@ -157,15 +157,14 @@ pub enum GroupRecord {
         /// The stored group; `None` when the group was deleted.
         value: Option<GroupValue>,
     },
-    /// One record of consumer-protocol `group`, its value kept encoded (a consumer group is
-    /// rebuilt from all of its records at once).
+    /// One record of consumer-protocol `group`.
     Consumer {
         /// Group id.
         group: String,
         /// Which record.
         key: ConsumerKey,
         /// The record's value; `None` when it was deleted.
-        value: Option<Vec<u8>>,
+        value: Option<ConsumerValue>,
     },
 }
 
@@ -187,6 +186,29 @@ impl GroupRecord {
             | GroupRecord::Group { group, .. }
             | GroupRecord::Consumer { group, .. } => group,
         }
+    }
+
+    /// True for a tombstone (the record deletes what its key names).
+    pub fn is_tombstone(&self) -> bool {
+        match self {
+            GroupRecord::Offset { value, .. } => value.is_none(),
+            GroupRecord::Group { value, .. } => value.is_none(),
+            GroupRecord::Consumer { value, .. } => value.is_none(),
+        }
+    }
+
+    /// True for a record that deletes a group's membership: the tombstone of a classic
+    /// group's metadata or of a consumer group's epoch.
+    pub fn deletes_membership(&self) -> bool {
+        matches!(
+            self,
+            GroupRecord::Group { value: None, .. }
+                | GroupRecord::Consumer {
+                    key: ConsumerKey::Metadata,
+                    value: None,
+                    ..
+                }
+        )
     }
 
     /// About how many bytes the record takes stored.
@@ -220,7 +242,7 @@ impl GroupRecord {
                 GroupRecord::Consumer { group, key, value } => {
                     group.len()
                         + key.member().map_or(0, str::len)
-                        + value.as_ref().map_or(0, Vec::len)
+                        + value.as_ref().map_or(0, ConsumerValue::size)
                 }
             }
     }
@@ -247,9 +269,11 @@ impl GroupRecord {
                 value: value.map(GroupValue::decode).transpose()?,
             },
             RecordKey::Consumer { group, key } => GroupRecord::Consumer {
+                value: value
+                    .map(|bytes| ConsumerValue::decode(&key, bytes))
+                    .transpose()?,
                 group,
                 key,
-                value: value.map(<[u8]>::to_vec),
             },
         }))
     }
@@ -284,7 +308,7 @@ impl GroupRecord {
                     key: key.clone(),
                 }
                 .encode(),
-                value.clone(),
+                value.as_ref().map(ConsumerValue::encode),
             ),
         }
     }
