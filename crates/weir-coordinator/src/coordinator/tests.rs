@@ -705,9 +705,10 @@ mod consumer_protocol {
 }
 
 /// Replay equals live state: after every operation of a random sequence (consumer-protocol
-/// joins, heartbeats and leaves, classic joins, syncs and leaves, commits, offset deletes,
-/// group deletes and time passing), a coordinator loaded from the log alone describes every
-/// group as the live one does, so groups that change protocol load as they were left.
+/// joins, heartbeats and leaves, static members leaving for now and coming back under a new
+/// member id, classic joins, syncs and leaves, commits, offset deletes, group deletes and
+/// time passing), a coordinator loaded from the log alone describes every group as the live
+/// one does, so groups that change protocol load as they were left.
 mod replay {
     use std::collections::{BTreeMap, HashMap};
 
@@ -726,6 +727,9 @@ mod replay {
         Beat { group: usize, member: usize },
         /// It leaves.
         Leave { group: usize, member: usize },
+        /// It leaves for now, as a static member (members 2 and 3 are one static instance, two
+        /// incarnations: either takes over from the other once it left for now).
+        StaticLeave { group: usize, member: usize },
         /// The group's classic member joins (again) and syncs. One at most: a second one's
         /// join would wait for the first to rejoin.
         ClassicJoin { group: usize },
@@ -751,7 +755,8 @@ mod replay {
         prop_oneof![
             3 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Join { group, member }),
             4 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Beat { group, member }),
-            1 => (group.clone(), member).prop_map(|(group, member)| Op::Leave { group, member }),
+            1 => (group.clone(), member.clone()).prop_map(|(group, member)| Op::Leave { group, member }),
+            1 => (group.clone(), member).prop_map(|(group, member)| Op::StaticLeave { group, member }),
             2 => group.clone().prop_map(|group| Op::ClassicJoin { group }),
             1 => group.clone().prop_map(|group| Op::ClassicLeave { group }),
             2 => (group.clone(), 0..3i32, 0..1_000i64)
@@ -810,25 +815,31 @@ mod replay {
             match op.clone() {
                 Op::Join { group, member }
                 | Op::Beat { group, member }
-                | Op::Leave { group, member } => {
+                | Op::Leave { group, member }
+                | Op::StaticLeave { group, member } => {
                     let id = format!("m{member}");
-                    let request = match (&op, members.get(&(group, member))) {
-                        (Op::Join { .. }, _) | (_, None) if !matches!(op, Op::Leave { .. }) => {
+                    let leave = match op {
+                        Op::Leave { .. } => Some(-1),
+                        Op::StaticLeave { .. } => Some(-2),
+                        _ => None,
+                    };
+                    let mut request = match (&op, members.get(&(group, member))) {
+                        (Op::Join { .. }, _) | (_, None) if leave.is_none() => ConsumerHeartbeat {
+                            member_id: id,
+                            member_epoch: 0,
+                            rebalance_timeout_ms: 1_000,
+                            topic_names: Some(vec!["t".to_string()]),
+                            owned: Some(BTreeMap::new()),
+                            ..ConsumerHeartbeat::default()
+                        },
+                        (_, None) | (Op::Leave { .. } | Op::StaticLeave { .. }, _) => {
                             ConsumerHeartbeat {
                                 member_id: id,
-                                member_epoch: 0,
-                                rebalance_timeout_ms: 1_000,
-                                topic_names: Some(vec!["t".to_string()]),
-                                owned: Some(BTreeMap::new()),
+                                member_epoch: leave.unwrap_or(-1),
+                                rebalance_timeout_ms: -1,
                                 ..ConsumerHeartbeat::default()
                             }
                         }
-                        (Op::Leave { .. }, _) | (_, None) => ConsumerHeartbeat {
-                            member_id: id,
-                            member_epoch: -1,
-                            rebalance_timeout_ms: -1,
-                            ..ConsumerHeartbeat::default()
-                        },
                         (_, Some((epoch, owned))) => ConsumerHeartbeat {
                             member_id: id,
                             member_epoch: *epoch,
@@ -837,6 +848,9 @@ mod replay {
                             ..ConsumerHeartbeat::default()
                         },
                     };
+                    if member >= 2 {
+                        request.instance_id = Some("s".to_string());
+                    }
                     let leaving = request.member_epoch < 0;
                     match live
                         .consumer_heartbeat(GROUPS[group], request, 1, &catalog)
