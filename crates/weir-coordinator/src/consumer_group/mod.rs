@@ -15,17 +15,19 @@ use uuid::Uuid;
 
 use crate::assignors::{TopicPartitions, ASSIGNORS};
 use crate::limits::{millis, ConsumerGroupSettings, MetadataBounds};
-use crate::records::{AssignmentValue, ConsumerKey, ConsumerValue, MemberValue};
+use crate::records::{AssignmentValue, ConsumerKey, ConsumerValue};
 use crate::state::GroupState;
 use crate::GroupError;
 
 mod assignment;
+mod member;
 mod reconcile;
 mod records;
 #[cfg(test)]
 mod tests;
 
 pub use assignment::{AssignmentJob, ComputedTarget};
+use member::{starting_over, subscribed, ConsumerMember, MemberState, Subscriptions};
 use reconcile::is_subset;
 
 /// Member epoch of a ConsumerGroupHeartbeat that joins the group.
@@ -92,165 +94,6 @@ pub struct HeartbeatReply {
     pub heartbeat_interval_ms: i32,
     /// The member's assignment, when it changed or the request was a full one.
     pub assignment: Option<TopicPartitions>,
-}
-
-/// Where a member is in reaching its target assignment (Kafka's member states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MemberState {
-    /// It has its target assignment, or all of it that is free.
-    Stable,
-    /// It must revoke partitions before it may advance.
-    UnrevokedPartitions,
-    /// It is at the target epoch, waiting for partitions other members still hold.
-    UnreleasedPartitions,
-}
-
-impl MemberState {
-    /// Kafka's number for the state, as the member's assignment record stores it.
-    fn code(self) -> i8 {
-        match self {
-            MemberState::Stable => 0,
-            MemberState::UnrevokedPartitions => 1,
-            MemberState::UnreleasedPartitions => 2,
-        }
-    }
-
-    /// The state a stored number means (an unknown one as Stable).
-    fn from_code(code: i8) -> MemberState {
-        match code {
-            1 => MemberState::UnrevokedPartitions,
-            2 => MemberState::UnreleasedPartitions,
-            _ => MemberState::Stable,
-        }
-    }
-}
-
-/// A member's assignment when it starts over: epoch 0, holding nothing.
-fn starting_over() -> AssignmentValue {
-    AssignmentValue {
-        epoch: 0,
-        previous_epoch: 0,
-        state: MemberState::Stable.code(),
-        assigned: TopicPartitions::new(),
-        pending_revocation: TopicPartitions::new(),
-    }
-}
-
-/// A member's subscription record after `request`: `current` (a new member's built from the
-/// request) with the fields the request carries.
-fn subscribed(current: Option<&MemberValue>, request: &ConsumerHeartbeat) -> MemberValue {
-    let mut value = current.cloned().unwrap_or_else(|| MemberValue {
-        instance_id: request.instance_id.clone(),
-        rack_id: None,
-        client_id: request.client_id.clone(),
-        client_host: request.client_host.clone(),
-        topic_names: Vec::new(),
-        topic_regex: None,
-        rebalance_timeout_ms: 0,
-        server_assignor: None,
-    });
-    if request.rebalance_timeout_ms >= 0 {
-        value.rebalance_timeout_ms = request.rebalance_timeout_ms;
-    }
-    if let Some(names) = &request.topic_names {
-        let mut names = names.clone();
-        names.sort();
-        names.dedup();
-        value.topic_names = names;
-    }
-    if let Some(pattern) = &request.topic_regex {
-        value.topic_regex = (!pattern.is_empty()).then(|| pattern.clone());
-    }
-    if request.rack_id.is_some() {
-        value.rack_id.clone_from(&request.rack_id);
-    }
-    if request.server_assignor.is_some() {
-        value.server_assignor.clone_from(&request.server_assignor);
-    }
-    value
-}
-
-#[derive(Debug)]
-struct ConsumerMember {
-    instance_id: Option<String>,
-    rack_id: Option<String>,
-    client_id: String,
-    client_host: String,
-    topic_names: Vec<String>,
-    topic_regex: Option<(String, regex::Regex)>,
-    server_assignor: Option<String>,
-    rebalance_timeout: Duration,
-    epoch: i32,
-    previous_epoch: i32,
-    state: MemberState,
-    /// The partitions it holds (without those pending revocation).
-    assigned: TopicPartitions,
-    /// Partitions it must give up; they stay its own until it acknowledges.
-    pending_revocation: TopicPartitions,
-    /// Session expiry, pushed forward by each heartbeat.
-    expires: Instant,
-    /// UnrevokedPartitions: when the member is fenced if it has not revoked.
-    revoke_by: Option<Instant>,
-}
-
-impl ConsumerMember {
-    /// A static member that left with epoch -2, waiting for its instance to return.
-    fn departed(&self) -> bool {
-        self.epoch == STATIC_LEAVE_EPOCH
-    }
-
-    /// Its subscription and client, as its record stores them.
-    fn stored(&self) -> MemberValue {
-        MemberValue {
-            instance_id: self.instance_id.clone(),
-            rack_id: self.rack_id.clone(),
-            client_id: self.client_id.clone(),
-            client_host: self.client_host.clone(),
-            topic_names: self.topic_names.clone(),
-            topic_regex: self.topic_regex.as_ref().map(|(p, _)| p.clone()),
-            rebalance_timeout_ms: i32::try_from(self.rebalance_timeout.as_millis())
-                .unwrap_or(i32::MAX),
-            server_assignor: self.server_assignor.clone(),
-        }
-    }
-
-    /// Its epochs and partitions, as its record stores them.
-    fn assignment(&self) -> AssignmentValue {
-        AssignmentValue {
-            epoch: self.epoch,
-            previous_epoch: self.previous_epoch,
-            state: self.state.code(),
-            assigned: self.assigned.clone(),
-            pending_revocation: self.pending_revocation.clone(),
-        }
-    }
-
-    /// True when its epochs and partitions are `value`'s.
-    fn holds(&self, value: &AssignmentValue) -> bool {
-        self.epoch == value.epoch
-            && self.previous_epoch == value.previous_epoch
-            && self.state.code() == value.state
-            && self.assigned == value.assigned
-            && self.pending_revocation == value.pending_revocation
-    }
-
-    /// Bytes its subscription holds: topic names, pattern and rack.
-    fn subscription_bytes(&self) -> usize {
-        self.topic_names.iter().map(String::len).sum::<usize>()
-            + self.topic_regex.as_ref().map_or(0, |(p, _)| p.len())
-            + self.rack_id.as_ref().map_or(0, String::len)
-    }
-
-    fn subscribes_to(&self, name: &str) -> bool {
-        // `topic_names` is kept sorted.
-        self.topic_names
-            .binary_search_by(|n| n.as_str().cmp(name))
-            .is_ok()
-            || self
-                .topic_regex
-                .as_ref()
-                .is_some_and(|(_, regex)| regex.is_match(name))
-    }
 }
 
 /// What ConsumerGroupDescribe shows of one member.
@@ -338,49 +181,6 @@ pub struct ConsumerGroup {
     /// When the group last became empty or got its first member (ms since the epoch), for
     /// offset retention.
     state_since_ms: i64,
-}
-
-/// The members' subscriptions, counted: topic names and patterns with how many members name
-/// each, and their bytes, so a heartbeat needs no pass over every member.
-#[derive(Debug, Default)]
-struct Subscriptions {
-    names: BTreeMap<String, usize>,
-    patterns: BTreeMap<String, usize>,
-    bytes: usize,
-    /// Moves with every change.
-    generation: u64,
-}
-
-impl Subscriptions {
-    fn add(&mut self, member: &ConsumerMember) {
-        for name in &member.topic_names {
-            *self.names.entry(name.clone()).or_default() += 1;
-        }
-        if let Some((pattern, _)) = &member.topic_regex {
-            *self.patterns.entry(pattern.clone()).or_default() += 1;
-        }
-        self.bytes += member.subscription_bytes();
-        self.generation += 1;
-    }
-
-    fn remove(&mut self, member: &ConsumerMember) {
-        let drop_one = |counts: &mut BTreeMap<String, usize>, key: &String| {
-            if let Some(count) = counts.get_mut(key) {
-                *count -= 1;
-                if *count == 0 {
-                    counts.remove(key);
-                }
-            }
-        };
-        for name in &member.topic_names {
-            drop_one(&mut self.names, name);
-        }
-        if let Some((pattern, _)) = &member.topic_regex {
-            drop_one(&mut self.patterns, pattern);
-        }
-        self.bytes = self.bytes.saturating_sub(member.subscription_bytes());
-        self.generation += 1;
-    }
 }
 
 impl ConsumerGroup {

@@ -6,7 +6,6 @@
 
 use std::time::Instant;
 
-use crate::assignors::TopicPartitions;
 use crate::limits::millis;
 use crate::records::{AssignmentValue, ConsumerKey, ConsumerValue, MemberValue};
 
@@ -182,30 +181,6 @@ impl ConsumerGroup {
                 .members
                 .get(id)
                 .map(|m| ConsumerValue::Assignment(m.assignment())),
-        }
-    }
-}
-
-impl ConsumerMember {
-    /// A member before its records are applied: no subscription, epoch 0, nothing held, its
-    /// session ending at `expires`.
-    fn new(expires: Instant) -> ConsumerMember {
-        ConsumerMember {
-            instance_id: None,
-            rack_id: None,
-            client_id: String::new(),
-            client_host: String::new(),
-            topic_names: Vec::new(),
-            topic_regex: None,
-            server_assignor: None,
-            rebalance_timeout: std::time::Duration::ZERO,
-            epoch: 0,
-            previous_epoch: 0,
-            state: MemberState::Stable,
-            assigned: TopicPartitions::new(),
-            pending_revocation: TopicPartitions::new(),
-            expires,
-            revoke_by: None,
         }
     }
 }
