@@ -12,11 +12,11 @@ import socket
 import struct
 import time
 
-from confluent_kafka import TopicCollection, TopicPartition
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import NewTopic
 
 import wire
-from clients import Rec, admin, confluent_consumer, produce_confluent, read_confluent, unique_topic
+from clients import Rec, admin, produce_confluent, read_confluent, unique_topic
 from harness import Deadline
 from test_cluster import cluster  # noqa: F401  (the fixture)
 
@@ -29,12 +29,15 @@ def topic_id_bytes(client, topic: str) -> bytes:
     return base64.urlsafe_b64decode(str(described.topic_id) + "==")
 
 
-def high_watermark(bootstrap: str, topic: str) -> int:
-    consumer = confluent_consumer(bootstrap)
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)[1]
-    finally:
-        consumer.close()
+def leader_high_watermark(address: str, topic: str) -> int:
+    """Partition 0's high watermark as the broker at ``address`` (its leader) answers a
+    consumer's Fetch: that broker alone is asked (a client could pick a paused node for its
+    metadata and wait out its timeout)."""
+    with wire.Connection(address) as connection:
+        connection.send(wire.fetch_request(99, topic, 0, 0, 1024))
+        error_code, high_watermark = wire.parse_fetch_v11_high_watermark(connection.recv_frame(20))
+    assert error_code == 0, f"Fetch of {topic}-0 from {address}: error {error_code}"
+    return high_watermark
 
 
 def test_a_client_posing_as_a_replica_gets_no_write_acknowledged(cluster):  # noqa: F811
@@ -101,7 +104,7 @@ def test_a_client_posing_as_a_replica_gets_no_write_acknowledged(cluster):  # no
             # 3 is still in the ISR (the write waits for it alone) and the high watermark has
             # not moved past the write.
             assert isr == [1, 3], cluster.logs(60)
-            assert high_watermark(cluster.address(1), topic) == log_end - 1
+            assert leader_high_watermark(cluster.address(1), topic) == log_end - 1
         else:
             # On a machine slow enough that paused node 3 missed its session
             # (broker.session.timeout.ms) before this point, the controller fenced it and took

@@ -229,6 +229,24 @@ def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, 
     return request(API_FETCH, 11, correlation_id, body, flexible=False)
 
 
+def parse_fetch_v11_high_watermark(payload: bytes) -> tuple[int, int]:
+    """(partition error code, high watermark) of the one partition a Fetch v11 response
+    answers (``fetch_request``)."""
+    r = Reader(payload)
+    r.int32()  # correlation id
+    r.int32()  # throttle time
+    r.int16()  # top-level error code
+    r.int32()  # session id
+    topics = r.int32()
+    assert topics == 1, f"expected one topic in the Fetch response, got {topics}"
+    r.string()  # name
+    partitions = r.int32()
+    assert partitions == 1, f"expected one partition in the Fetch response, got {partitions}"
+    r.int32()  # index
+    error_code = r.int16()
+    return error_code, r.int64()
+
+
 def replica_fetch_request(correlation_id: int, topic_id: bytes, partition: int, offset: int, replica_id: int, replica_epoch: int, max_wait_ms: int = 0) -> bytes:
     """A Fetch v16 request as a follower sends it (KIP-903): ``ReplicaState`` (tagged field 1)
     names the replica and its broker epoch; one partition of the topic with id ``topic_id``
