@@ -149,7 +149,7 @@ class Hostile(threading.Thread):
             reply = conn.recv_frame(timeout=10)
         if reply is None:
             return None
-        error, address = wire.parse_find_coordinator_v1(reply)
+        error, address = wire.parse_find_coordinator(1, reply)
         if address is None:
             self.logger.info("hostile: no coordinator for %s from node %s (error %s)", group, node, error)
         return address

@@ -507,7 +507,7 @@ def test_a_storm_of_consumer_protocol_joins_costs_cpu_linear_in_the_joins(make_w
         conn.send(wire.find_coordinator_request(0, group))
         reply = conn.recv_frame(timeout=30)
         assert reply is not None, "FindCoordinator: connection closed"
-        return wire.parse_find_coordinator_v1(reply)[0] == 0
+        return wire.parse_find_coordinator(1, reply)[0] == 0
 
     with wire.Connection(bootstrap) as conn:  # as clients do first: creates the offsets topic
         wait_until(lambda: found(conn) and join(conn, 0) == 0, timeout=60, what="the coordinator serving the group")

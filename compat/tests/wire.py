@@ -269,17 +269,47 @@ def find_coordinator_request(correlation_id: int, group: str) -> bytes:
     return request(10, 1, correlation_id, string(group) + b"\x00", flexible=False)
 
 
-def parse_find_coordinator_v1(payload: bytes) -> tuple[int, str | None]:
-    """(error code, "host:port" of the coordinator) from a FindCoordinator v1 response."""
+def find_coordinator_v3_request(correlation_id: int, key: str, key_type: int) -> bytes:
+    """FindCoordinator v3 for ``key`` of ``key_type`` (0 a group, 1 a transactional id)."""
+    return request(10, 3, correlation_id, compact_string(key) + struct.pack(">b", key_type) + EMPTY_TAGS, flexible=True)
+
+
+def parse_find_coordinator(version: int, payload: bytes) -> tuple[int, str | None]:
+    """(error code, "host:port" of the coordinator) from a FindCoordinator v1-3 response."""
+    flexible = version >= 3
     reader = Reader(payload)
     reader.int32()  # correlation id
+    if flexible:
+        reader.tags()
     reader.int32()  # throttle time
     error = reader.int16()
-    reader.string()  # error message
+    text = reader.compact_string if flexible else reader.string
+    text()  # error message
     reader.int32()  # node id
-    host = reader.string()
+    host = text()
     port = reader.int32()
     return error, (f"{host}:{port}" if error == 0 else None)
+
+
+def init_producer_id_request(correlation_id: int, version: int, transactional_id: str | None, timeout_ms: int = 60000, producer_id: int = -1, producer_epoch: int = -1) -> bytes:
+    """InitProducerId v0-4 (flexible from v2)."""
+    flexible = version >= 2
+    body = (compact_string if flexible else string)(transactional_id) + int32(timeout_ms)
+    if version >= 3:
+        body += struct.pack(">qh", producer_id, producer_epoch)
+    if flexible:
+        body += EMPTY_TAGS
+    return request(22, version, correlation_id, body, flexible=flexible)
+
+
+def parse_init_producer_id(version: int, payload: bytes) -> tuple[int, int, int]:
+    """(error code, producer id, producer epoch) from an InitProducerId response."""
+    reader = Reader(payload)
+    reader.int32()  # correlation id
+    if version >= 2:
+        reader.tags()
+    reader.int32()  # throttle time
+    return reader.int16(), reader.int64(), reader.int16()
 
 
 def join_group_request(correlation_id: int, group: str, metadata: bytes, member_id: str = "", session_timeout_ms: int = 10000) -> bytes:

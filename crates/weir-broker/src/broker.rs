@@ -5,14 +5,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
+use weir_coordinator::transaction::TransactionCoordinator;
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use weir_metadata::requests::{AllocateProducerIds, RegisterBroker};
+use weir_metadata::TRANSACTION_STATE_TOPIC;
 use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
 
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
-use crate::coordinator_log::PartitionCoordinatorLog;
+use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
 use crate::endpoints::CLIENT_LISTENER;
 use crate::fetch_session::FetchSessions;
 use crate::metrics::BrokerMetrics;
@@ -70,8 +72,12 @@ pub struct Broker {
     pub(crate) partitions: Arc<PartitionRegistry>,
     /// The consumer-group coordinator, keeping its state in `__consumer_offsets`.
     pub(crate) coordinator: Arc<GroupCoordinator>,
-    /// Held while `__consumer_offsets` is created and loaded.
-    pub(crate) offsets_topic_creation: tokio::sync::Mutex<()>,
+    /// `__consumer_offsets`, as the broker creates it and follows its leadership.
+    pub(crate) offsets_topic: Arc<InternalTopic>,
+    /// The transaction coordinator, keeping its state in `__transaction_state`.
+    pub(crate) transactions: Arc<TransactionCoordinator>,
+    /// `__transaction_state`, as the broker creates it and follows its leadership.
+    pub(crate) transaction_topic: Arc<InternalTopic>,
     producer_ids: Mutex<ProducerIdBlock>,
     /// Becomes true when the server is shutting down; long polls answer at once.
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -114,6 +120,22 @@ impl Broker {
             )),
             partitions.clock().clone(),
         ));
+        let transactions = Arc::new(TransactionCoordinator::with_clock(
+            config.transactions,
+            Arc::new(PartitionCoordinatorLog::new(
+                partitions.clone(),
+                TRANSACTION_STATE_TOPIC,
+            )),
+            partitions.clock().clone(),
+        ));
+        let offsets_topic = Arc::new(InternalTopic::new(
+            coordinator.topic_runtime(),
+            config.offsets_topic,
+        ));
+        let transaction_topic = Arc::new(InternalTopic::new(
+            transactions.topic_runtime(),
+            config.transaction_topic,
+        ));
         let request_memory = Arc::new(Semaphore::new(
             usize::try_from(config.queued_max_request_bytes)
                 .unwrap_or(usize::MAX)
@@ -128,7 +150,9 @@ impl Broker {
             runtime: watch::Sender::new(Arc::new(runtime)),
             partitions,
             coordinator,
-            offsets_topic_creation: tokio::sync::Mutex::new(()),
+            offsets_topic,
+            transactions,
+            transaction_topic,
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,
             request_memory,
@@ -232,9 +256,9 @@ impl Broker {
             let image = images.borrow_and_update().clone();
             let broker = self.clone();
             let _ = tokio::task::spawn_blocking(move || broker.apply_image(image)).await;
-            // The coordinator follows `__consumer_offsets` leadership (created elsewhere, or
-            // moved by a failover), so groups are served where their partition is led.
-            self.follow_offsets_leadership().await;
+            // The coordinators follow their internal topics' leadership (created elsewhere,
+            // or moved by a failover), so each key is served where its partition is led.
+            self.follow_internal_topics().await;
         }
     }
 
@@ -242,10 +266,8 @@ impl Broker {
     fn apply_image(&self, image: Arc<MetadataImage>) {
         self.partitions.sync(&image);
         self.follow_leaders(&image);
-        if image.topic(OFFSETS_TOPIC).is_none() && self.coordinator.partitions() > 0 {
-            tracing::warn!(target: "weir::groups", "{OFFSETS_TOPIC} was deleted: every group and committed offset is gone; it is created again on the next group request");
-            self.coordinator.reset();
-        }
+        self.offsets_topic.forget_if_deleted(&image);
+        self.transaction_topic.forget_if_deleted(&image);
         self.follow_runtime_settings(&image);
         self.applied.send_if_modified(|applied| {
             let newer = image.applied_count > applied.applied_count;
@@ -352,10 +374,10 @@ impl Broker {
         Ok(first)
     }
 
-    /// The group coordinator's background work: loads an existing `__consumer_offsets`, then
-    /// expires sessions and completes rebalances until shutdown.
+    /// The coordinators' background work: loads the existing internal topics' partitions led
+    /// here, then expires group sessions and completes rebalances until shutdown.
     pub async fn run_group_coordinator(self: Arc<Self>) {
-        self.follow_offsets_leadership().await;
+        self.follow_internal_topics().await;
         let mut shutdown = self.shutdown.clone();
         let stop = async move { stopping(&mut shutdown).await };
         self.coordinator.clone().run_timers(stop).await;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use weir_coordinator::transaction::TransactionSettings;
 use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits, MetadataBounds};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
@@ -180,16 +181,29 @@ pub struct BrokerConfig {
     pub fetch_session_cache_slots: usize,
     /// `log.flush.offset.checkpoint.interval.ms`.
     pub checkpoint_interval_ms: u64,
-    /// `offsets.topic.num.partitions`.
-    pub offsets_topic_partitions: i32,
-    /// `offsets.topic.segment.bytes`.
-    pub offsets_topic_segment_bytes: i64,
-    /// `offsets.topic.replication.factor` (at most the live brokers when it is created).
-    pub offsets_topic_replication_factor: i16,
+    /// `__consumer_offsets` as `offsets.topic.*` create it.
+    pub(crate) offsets_topic: InternalTopicSpec,
+    /// `__transaction_state` as `transaction.state.log.*` create it.
+    pub(crate) transaction_topic: InternalTopicSpec,
+    /// The transaction coordinator's limits (`transaction.max.timeout.ms`).
+    pub transactions: TransactionSettings,
     /// The group coordinator's limits (`group.*`, `offset.metadata.max.bytes`).
     pub coordinator: CoordinatorSettings,
     /// Topic settings with no topic override: the broker-level names, else Kafka's defaults.
     topic_defaults: TopicSettings,
+}
+
+/// How an internal topic is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InternalTopicSpec {
+    /// Partitions (`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`).
+    pub(crate) partitions: i32,
+    /// Replicas, at most the live brokers when it is created.
+    pub(crate) replication_factor: i16,
+    /// Its `segment.bytes`.
+    pub(crate) segment_bytes: i64,
+    /// Its `min.insync.replicas`, at most its replicas; `None`: the broker's default.
+    pub(crate) min_insync_replicas: Option<i16>,
 }
 
 /// A config key, its value and where the value came from.
@@ -320,9 +334,21 @@ impl BrokerConfig {
                 as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
-            offsets_topic_partitions: long("offsets.topic.num.partitions") as i32,
-            offsets_topic_segment_bytes: long("offsets.topic.segment.bytes"),
-            offsets_topic_replication_factor: long("offsets.topic.replication.factor") as i16,
+            offsets_topic: InternalTopicSpec {
+                partitions: long("offsets.topic.num.partitions") as i32,
+                replication_factor: long("offsets.topic.replication.factor") as i16,
+                segment_bytes: long("offsets.topic.segment.bytes"),
+                min_insync_replicas: None,
+            },
+            transaction_topic: InternalTopicSpec {
+                partitions: long("transaction.state.log.num.partitions") as i32,
+                replication_factor: long("transaction.state.log.replication.factor") as i16,
+                segment_bytes: long("transaction.state.log.segment.bytes"),
+                min_insync_replicas: Some(long("transaction.state.log.min.isr") as i16),
+            },
+            transactions: TransactionSettings {
+                max_timeout_ms: long("transaction.max.timeout.ms") as i32,
+            },
             coordinator: CoordinatorSettings {
                 limits: GroupLimits {
                     session_timeout_min_ms: long("group.min.session.timeout.ms") as i32,

@@ -1,14 +1,19 @@
 //! An internal topic as a coordinator runtime reads and writes it ([`CoordinatorLog`]): its
 //! records appended and read through the broker's partitions like any topic's, appends as
-//! durable as a producer's with `acks=all` before they count.
+//! durable as a producer's with `acks=all` before they count; and the topic with its runtime
+//! and how it is created ([`InternalTopic`]), which `internal_topics` creates and follows.
 
 use bytes::Bytes;
 use std::sync::Arc;
-use weir_coordinator::{Appended, CoordinatorLog, RecordVisitor, RuntimeError, StoredRecord};
+use weir_coordinator::{
+    Appended, CoordinatorLog, RecordVisitor, RuntimeError, StoredRecord, TopicRuntime,
+};
 use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
 use weir_log::records::for_each_stored_record;
 use weir_log::{validate, LogError, ValidationLimits};
+use weir_metadata::MetadataImage;
 
+use crate::config::InternalTopicSpec;
 use crate::partition::ReplicationWait;
 use crate::registry::PartitionRegistry;
 
@@ -147,6 +152,42 @@ impl CoordinatorLog for PartitionCoordinatorLog {
             if offset == before {
                 return Err(format!("no progress reading at offset {offset}"));
             }
+        }
+    }
+}
+
+/// An internal topic and the coordinator runtime that keeps its state in it.
+pub(crate) struct InternalTopic {
+    /// The runtime serving the topic's partitions led here.
+    pub(crate) runtime: Arc<dyn TopicRuntime>,
+    /// How it is created.
+    pub(crate) spec: InternalTopicSpec,
+    /// Held while the topic is created and first loaded, and while a partition is loaded or
+    /// unloaded, so these never run beside each other.
+    pub(crate) serial: tokio::sync::Mutex<()>,
+}
+
+impl InternalTopic {
+    /// `runtime`'s topic, created as `spec` says.
+    pub(crate) fn new(runtime: Arc<dyn TopicRuntime>, spec: InternalTopicSpec) -> InternalTopic {
+        InternalTopic {
+            runtime,
+            spec,
+            serial: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The topic's name.
+    pub(crate) fn name(&self) -> &'static str {
+        self.runtime.topic()
+    }
+
+    /// The topic is gone from `image` while its runtime still serves it: every shard is
+    /// dropped, and it is created again on the next request that needs it.
+    pub(crate) fn forget_if_deleted(&self, image: &MetadataImage) {
+        if image.topic(self.name()).is_none() && self.runtime.partitions() > 0 {
+            tracing::warn!(target: "weir::coordinator", topic = self.name(), "an internal topic was deleted: what its coordinator kept is gone; it is created again on the next request that needs it");
+            self.runtime.reset();
         }
     }
 }

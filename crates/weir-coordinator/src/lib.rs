@@ -1,11 +1,13 @@
-//! `weir-coordinator` is the consumer manager: Kafka's group coordinator for the classic
-//! protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and for the consumer group
+//! `weir-coordinator` holds Kafka's coordinators on one runtime: the group coordinator for the
+//! classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and for the consumer group
 //! protocol of KIP-848 (ConsumerGroupHeartbeat with server-side assignors), committed
-//! offsets, and the admin views of groups (list, describe, delete, delete offsets).
+//! offsets, and the admin views of groups (list, describe, delete, delete offsets); and the
+//! transaction coordinator ([`transaction`]: transactional producers' ids and epochs).
 //!
-//! It is a control plane beside the data path: produce and fetch never wait for it. Its state
-//! lives in the internal topic `__consumer_offsets`, in Kafka's record formats
-//! ([`records`]), which it reads and writes only through the [`CoordinatorLog`] trait — the
+//! It is a control plane beside the data path: produce and fetch never wait for it. Group
+//! state lives in the internal topic `__consumer_offsets`, in Kafka's record formats
+//! ([`records`]), transactions in `__transaction_state` ([`transaction::records`]); each is
+//! read and written only through the [`CoordinatorLog`] trait — the
 //! broker's partition API, as any client of the log would use it. A group belongs to
 //! partition `abs(javaHash(group)) % partitions` of that topic; the coordinator loads a
 //! partition into memory before serving its groups, answers from memory, and acknowledges a
@@ -24,6 +26,9 @@ pub mod records;
 mod runtime;
 pub mod state;
 mod subscription;
+#[cfg(test)]
+mod test_log;
+pub mod transaction;
 
 pub use consumer_group::{
     pattern_problem, ConsumerGroupDescription, ConsumerHeartbeat, ConsumerMemberDescription,
@@ -39,6 +44,7 @@ pub use group::{
 pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
 pub use runtime::{
     partition_for, Appended, CoordinatorLog, Pending, RecordVisitor, RuntimeError, StoredRecord,
+    TopicRuntime,
 };
 pub use state::GroupState;
 

@@ -89,9 +89,6 @@ pub(crate) trait Shard: Send + 'static {
     /// A record of the topic, decoded.
     type Record: Send;
 
-    /// What loading reports (counts for the log line).
-    type Loaded;
-
     /// Why an operation is refused, in the shard's protocol.
     type Error: From<RuntimeError> + Send;
 
@@ -122,8 +119,9 @@ pub(crate) trait Shard: Send + 'static {
     /// How many bytes `record` takes in a batch, about (batches are cut at [`BATCH_BYTES`]).
     fn size(record: &Self::Record) -> usize;
 
-    /// Every record is applied; the shard serves from now on.
-    fn finish_load(&mut self, now: Now) -> Self::Loaded;
+    /// Every record is applied; the shard serves from now on. Says what it holds, for the
+    /// log line ("3 groups, 12 committed offsets").
+    fn finish_load(&mut self, now: Now) -> String;
 
     /// When [`Shard::tick`] next has work, at the latest.
     fn next_deadline(&self) -> Option<Instant>;
@@ -254,6 +252,8 @@ pub(crate) struct Written<R, E> {
 pub(crate) struct Runtime<S> {
     log: Arc<dyn CoordinatorLog>,
     clock: Arc<dyn Clock>,
+    /// A shard with nothing in it yet, to load a partition into.
+    new_shard: Box<dyn Fn(Now) -> S + Send + Sync>,
     partitions: Mutex<Partitions<S>>,
     /// Wakes the timer's thread when a deadline may have moved earlier, or to stop.
     alarm: Mutex<Alarm>,
@@ -289,10 +289,15 @@ struct Alarm {
 impl<S: Shard> Runtime<S> {
     /// A runtime with no partitions yet: requests get COORDINATOR_NOT_AVAILABLE until
     /// [`Runtime::start`].
-    pub(crate) fn new(log: Arc<dyn CoordinatorLog>, clock: Arc<dyn Clock>) -> Runtime<S> {
+    pub(crate) fn new(
+        log: Arc<dyn CoordinatorLog>,
+        clock: Arc<dyn Clock>,
+        new_shard: impl Fn(Now) -> S + Send + Sync + 'static,
+    ) -> Runtime<S> {
         Runtime {
             log,
             clock,
+            new_shard: Box::new(new_shard),
             partitions: Mutex::new(Partitions {
                 count: 0,
                 slots: Vec::new(),
@@ -501,78 +506,6 @@ impl<S: Shard> Runtime<S> {
         }
     }
 
-    /// The topic exists with `count` partitions: each must be loaded before it serves.
-    pub(crate) fn start(&self, count: i32) {
-        let mut partitions = self.lock();
-        if partitions.count == 0 {
-            partitions.count = count;
-            partitions.slots = (0..count.max(0)).map(|_| Slot::Loading).collect();
-        }
-    }
-
-    /// Loads `partition` into `shard` by applying its records, then serves it (a partition
-    /// already served keeps the shard it has, which is at least as new as the log). Blocking.
-    pub(crate) fn load(&self, partition: i32, mut shard: S) -> Result<S::Loaded, String> {
-        let mut skipped = 0u64;
-        let now = self.clock.now();
-        self.log.load(
-            partition,
-            &mut |offset, key, value| match S::decode(key, value) {
-                Ok(Some(record)) => shard.apply(offset, record, now),
-                Ok(None) => {}
-                Err(_) => skipped += 1,
-            },
-        )?;
-        if skipped > 0 {
-            tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, skipped, "records of an internal topic that do not parse were skipped");
-        }
-        let loaded = shard.finish_load(self.clock.now());
-        let mut partitions = self.lock();
-        match usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get_mut(index))
-        {
-            Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded(shard),
-            Some(Slot::Loaded(_)) => {}
-            None => {
-                tracing::warn!(target: "weir::coordinator", partition, partitions = partitions.count, "a partition the coordinator does not know was loaded; it is not served");
-            }
-        }
-        drop(partitions);
-        self.wake();
-        Ok(loaded)
-    }
-
-    /// Another broker leads `partition` now (or this one stopped leading it): its shard is
-    /// dropped and its keys get NOT_COORDINATOR. Returns what the shard held, if it was loaded.
-    pub(crate) fn unload(&self, partition: i32) -> Option<usize> {
-        let mut partitions = self.lock();
-        let slot = usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get_mut(index))?;
-        match std::mem::replace(slot, Slot::Elsewhere) {
-            Slot::Loaded(shard) => Some(shard.len()),
-            Slot::Loading | Slot::Elsewhere => None,
-        }
-    }
-
-    /// Whether `partition` is loaded and served here.
-    pub(crate) fn is_loaded(&self, partition: i32) -> bool {
-        let partitions = self.lock();
-        usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get(index))
-            .is_some_and(|slot| matches!(slot, Slot::Loaded(_)))
-    }
-
-    /// The topic was deleted: every shard is dropped, and requests get
-    /// COORDINATOR_NOT_AVAILABLE until it is created and loaded again.
-    pub(crate) fn reset(&self) {
-        let mut partitions = self.lock();
-        partitions.count = 0;
-        partitions.slots.clear();
-    }
-
     /// Runs the work every shard has due now: under the lock, then what is too large for it
     /// without the lock, then its results under the lock again. The writes the work makes
     /// are applied once durable, on the broker's Tokio runtime.
@@ -717,5 +650,113 @@ impl<S: Shard> Runtime<S> {
             alarm.planned = None;
             alarm.woken = false;
         }
+    }
+}
+
+/// What the broker does with the runtime of an internal topic, whatever it coordinates: start
+/// it once the topic exists, load the partitions this broker leads and unload those another
+/// leads as leadership moves, and forget everything when the topic is deleted.
+pub trait TopicRuntime: Send + Sync {
+    /// The internal topic.
+    fn topic(&self) -> &'static str;
+
+    /// The topic exists with `count` partitions: each must be loaded before it serves.
+    fn start(&self, count: i32);
+
+    /// Partitions of the topic, or 0 before [`TopicRuntime::start`].
+    fn partitions(&self) -> i32;
+
+    /// Loads `partition` into a new shard by applying its records, then serves it (a
+    /// partition already served keeps the shard it has, which is at least as new as the
+    /// log); says what it holds. Blocking. A record that does not parse is skipped with a
+    /// warning.
+    fn load(&self, partition: i32) -> Result<String, String>;
+
+    /// Another broker leads `partition` now (or this one stopped leading it): its shard is
+    /// dropped and its keys get NOT_COORDINATOR, so clients find the new coordinator, which
+    /// loads them from the replicated log. Returns how many keys the shard held, if it was
+    /// loaded.
+    fn unload(&self, partition: i32) -> Option<usize>;
+
+    /// Whether `partition` is loaded and served here.
+    fn is_loaded(&self, partition: i32) -> bool;
+
+    /// The topic was deleted: every shard is dropped, and requests get
+    /// COORDINATOR_NOT_AVAILABLE until it is created and loaded again.
+    fn reset(&self);
+}
+
+impl<S: Shard> TopicRuntime for Runtime<S> {
+    fn topic(&self) -> &'static str {
+        S::TOPIC
+    }
+
+    fn partitions(&self) -> i32 {
+        self.lock().count()
+    }
+
+    fn start(&self, count: i32) {
+        let mut partitions = self.lock();
+        if partitions.count == 0 {
+            partitions.count = count;
+            partitions.slots = (0..count.max(0)).map(|_| Slot::Loading).collect();
+        }
+    }
+
+    fn load(&self, partition: i32) -> Result<String, String> {
+        let mut shard = (self.new_shard)(self.clock.now());
+        let mut skipped = 0u64;
+        let now = self.clock.now();
+        self.log.load(
+            partition,
+            &mut |offset, key, value| match S::decode(key, value) {
+                Ok(Some(record)) => shard.apply(offset, record, now),
+                Ok(None) => {}
+                Err(_) => skipped += 1,
+            },
+        )?;
+        if skipped > 0 {
+            tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, skipped, "records of an internal topic that do not parse were skipped");
+        }
+        let loaded = shard.finish_load(self.clock.now());
+        let mut partitions = self.lock();
+        match usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get_mut(index))
+        {
+            Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded(shard),
+            Some(Slot::Loaded(_)) => {}
+            None => {
+                tracing::warn!(target: "weir::coordinator", partition, partitions = partitions.count, "a partition the coordinator does not know was loaded; it is not served");
+            }
+        }
+        drop(partitions);
+        self.wake();
+        Ok(loaded)
+    }
+
+    fn unload(&self, partition: i32) -> Option<usize> {
+        let mut partitions = self.lock();
+        let slot = usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get_mut(index))?;
+        match std::mem::replace(slot, Slot::Elsewhere) {
+            Slot::Loaded(shard) => Some(shard.len()),
+            Slot::Loading | Slot::Elsewhere => None,
+        }
+    }
+
+    fn is_loaded(&self, partition: i32) -> bool {
+        let partitions = self.lock();
+        usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get(index))
+            .is_some_and(|slot| matches!(slot, Slot::Loaded(_)))
+    }
+
+    fn reset(&self) {
+        let mut partitions = self.lock();
+        partitions.count = 0;
+        partitions.slots.clear();
     }
 }

@@ -22,7 +22,7 @@ use weir_client::{
     Acks, ClientConfig, ClientError, Cluster, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec,
     Producer, ProducerConfig, ProducerRecord,
 };
-use weir_metadata::OFFSETS_TOPIC;
+use weir_metadata::is_internal_topic;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Fields, JsonBody, Object, PathParams, QueryParams};
@@ -317,10 +317,10 @@ pub async fn publish(
     JsonBody(PublishIn(records)): JsonBody<PublishIn>,
 ) -> Result<Json<PublishAnswer>, ApiError> {
     let acks = parse_acks(params.acks.as_deref())?;
-    if topic == OFFSETS_TOPIC {
+    if is_internal_topic(&topic) {
         // Refused by the broker too, but with acks=0 only by closing the connection.
         return Err(ApiError::invalid(format!(
-            "{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets and takes no records from clients"
+            "{topic} is internal: it holds a coordinator's state and takes no records from clients"
         )));
     }
     if records.is_empty() || records.len() > PUBLISH_RECORDS_MAX {

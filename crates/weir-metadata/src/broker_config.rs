@@ -264,6 +264,36 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "segment.bytes of __consumer_offsets (smaller segments make its cleaning cheaper).",
     ),
     setting(
+        "transaction.state.log.num.partitions",
+        "50",
+        int(1, 1_000),
+        "Partitions of __transaction_state when it is created (on the first FindCoordinator for a transactional id); a transactional id lives on partition abs(hash(id)) % this.",
+    ),
+    setting(
+        "transaction.state.log.replication.factor",
+        "3",
+        int(1, i16::MAX as i64),
+        "Replicas of each __transaction_state partition when it is created (fewer when fewer brokers are live), so transactions survive a broker's loss.",
+    ),
+    setting(
+        "transaction.state.log.min.isr",
+        "2",
+        int(1, i16::MAX as i64),
+        "min.insync.replicas of __transaction_state (at most its replicas): a transaction's state is acknowledged only once this many replicas hold it.",
+    ),
+    setting(
+        "transaction.state.log.segment.bytes",
+        "104857600",
+        int(1_048_576, 1_073_741_824),
+        "segment.bytes of __transaction_state (smaller segments make its cleaning cheaper).",
+    ),
+    setting(
+        "transaction.max.timeout.ms",
+        "900000",
+        int(1, i32::MAX as i64),
+        "Longest transaction.timeout.ms a transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT beyond).",
+    ),
+    setting(
         "offset.metadata.max.bytes",
         "4096",
         int(0, 1_048_576),

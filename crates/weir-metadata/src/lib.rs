@@ -30,6 +30,15 @@ pub use uuid::Uuid;
 /// The internal topic holding committed offsets and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
+/// The internal topic holding the transaction coordinator's state.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// Whether `topic` is one of the coordinators' internal topics, which clients cannot produce
+/// to, delete or grow.
+pub fn is_internal_topic(topic: &str) -> bool {
+    topic == OFFSETS_TOPIC || topic == TRANSACTION_STATE_TOPIC
+}
+
 /// Longest topic name Kafka accepts.
 pub const TOPIC_NAME_MAX_CHARS: usize = 249;
 

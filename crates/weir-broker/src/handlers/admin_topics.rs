@@ -13,9 +13,8 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
-use weir_coordinator::OFFSETS_TOPIC;
 use weir_metadata::requests::{CreatePartitions, CreateTopic, DeleteTopic};
-use weir_metadata::NewTopic;
+use weir_metadata::{is_internal_topic, NewTopic};
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
@@ -215,11 +214,12 @@ pub async fn delete_topics(
                 result.error_code = error.code();
                 result.error_message = Some(str_bytes(message));
             }
-            Some(topic_name) if topic_name == OFFSETS_TOPIC => {
-                // Kafka deletes it, and every group's committed offsets with it; Weir does not.
+            Some(topic_name) if is_internal_topic(&topic_name) => {
+                // Kafka deletes them, and every group's committed offsets or every
+                // transaction's state with them; Weir does not.
                 result.error_code = ResponseError::TopicDeletionDisabled.code();
                 result.error_message = Some(str_bytes(format!(
-                    "{OFFSETS_TOPIC} holds every group's committed offsets and is not deleted"
+                    "{topic_name} holds a coordinator's state and is not deleted"
                 )));
             }
             Some(topic_name) => {
@@ -267,12 +267,12 @@ pub async fn create_partitions(
             }
             Repeat::Once => {}
         }
-        if name == OFFSETS_TOPIC {
-            // Groups are placed on its partitions by their count: more partitions would move
-            // groups away from their committed offsets.
+        if is_internal_topic(&name) {
+            // Keys are placed on its partitions by their count: more partitions would move
+            // groups and transactional ids away from their state.
             result.error_code = ResponseError::InvalidPartitions.code();
             result.error_message = Some(str_bytes(format!(
-                "the partition count of {OFFSETS_TOPIC} is fixed: groups are placed on its partitions by that count"
+                "the partition count of {name} is fixed: its keys are placed on its partitions by that count"
             )));
             response.results.push(result);
             continue;

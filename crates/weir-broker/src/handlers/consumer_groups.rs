@@ -18,7 +18,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 use weir_coordinator::assignors::TopicPartitions;
-use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog, OFFSETS_TOPIC};
+use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog};
+use weir_metadata::is_internal_topic;
 use weir_metadata::MetadataImage;
 
 use crate::broker::Broker;
@@ -46,7 +47,7 @@ impl TopicCatalog for ImageCatalog {
     fn topic_names(&self) -> Vec<String> {
         self.0
             .topics()
-            .filter(|t| t.name != OFFSETS_TOPIC)
+            .filter(|t| !is_internal_topic(&t.name))
             .map(|t| t.name.clone())
             .collect()
     }

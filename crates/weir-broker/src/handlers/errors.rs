@@ -2,6 +2,7 @@
 //! boundary.
 
 use kafka_protocol::ResponseError;
+use weir_coordinator::transaction::TxnError;
 use weir_coordinator::GroupError;
 use weir_log::{BatchError, LogError, RecordError};
 use weir_metadata::ControllerError;
@@ -117,6 +118,20 @@ pub fn group_error(error: GroupError) -> ResponseError {
         GroupError::UnsupportedAssignor => ResponseError::UnsupportedAssignor,
         GroupError::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
         GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
+    }
+}
+
+/// The Kafka error for a transaction coordinator refusal.
+pub fn txn_error(error: TxnError) -> ResponseError {
+    match error {
+        TxnError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        TxnError::NotCoordinator => ResponseError::NotCoordinator,
+        TxnError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        TxnError::InvalidRequest => ResponseError::InvalidRequest,
+        TxnError::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout,
+        TxnError::ProducerFenced => ResponseError::ProducerFenced,
+        TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        TxnError::RecordTooLarge => ResponseError::RecordListTooLarge,
     }
 }
 

@@ -20,17 +20,18 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use weir_coordinator::transaction::TxnError;
 use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
-use weir_metadata::{MetadataImage, NO_LEADER};
+use weir_metadata::{MetadataImage, NO_LEADER, TRANSACTION_STATE_TOPIC};
 
 use crate::broker::Broker;
 use crate::endpoints::ClientEndpoint;
-use crate::handlers::errors::{group_code, group_error, INVALID_REQUEST_MESSAGE};
+use crate::handlers::errors::{group_code, group_error, txn_error, INVALID_REQUEST_MESSAGE};
 use crate::handlers::{operations, str_bytes};
 
 /// FindCoordinator key type of a consumer group.
 const KEY_TYPE_GROUP: i8 = 0;
-/// FindCoordinator key type of a transactional id (no coordinator yet).
+/// FindCoordinator key type of a transactional id.
 const KEY_TYPE_TRANSACTION: i8 = 1;
 /// FindCoordinator key type of a share group (KIP-932; none yet).
 const KEY_TYPE_SHARE: i8 = 2;
@@ -39,19 +40,55 @@ fn optional(s: &Option<StrBytes>) -> Option<&str> {
     s.as_ref().map(|s| s.as_str())
 }
 
-/// FindCoordinator: this broker coordinates every group (a single node leads every
-/// partition of `__consumer_offsets`), once the topic exists and the group's partition is
-/// loaded. Transactional ids have no coordinator yet.
-/// The broker leading the offsets partition that holds `group`, if it has a leader.
-fn group_leader(image: &MetadataImage, group: &str) -> Option<i32> {
-    let topic = image.topic(OFFSETS_TOPIC)?;
-    let partition = partition_for(group, topic.partition_count());
+/// Why a key has no coordinator to name: the error and its message.
+type Unlocated = (ResponseError, String);
+
+/// The broker leading the partition of `topic` that holds `key`, if it has a leader.
+fn key_leader(image: &MetadataImage, topic: &str, key: &str) -> Option<i32> {
+    let topic = image.topic(topic)?;
+    let partition = partition_for(key, topic.partition_count());
     topic
         .partition(partition)
         .map(|p| p.leader)
         .filter(|leader| *leader != NO_LEADER)
 }
 
+/// The coordinator of `key`: the leader of its partition of the internal topic, which, when
+/// it is this broker, must have loaded that partition.
+fn locate(
+    broker: &Broker,
+    image: &MetadataImage,
+    key_type: i8,
+    key: &str,
+) -> Result<i32, Unlocated> {
+    let topic = match key_type {
+        KEY_TYPE_GROUP => OFFSETS_TOPIC,
+        _ => TRANSACTION_STATE_TOPIC,
+    };
+    let unavailable = || {
+        let error = ResponseError::CoordinatorNotAvailable;
+        (error, format!("{topic} has no leader for this key"))
+    };
+    let leader = key_leader(image, topic, key).ok_or_else(unavailable)?;
+    if leader == broker.identity.node_id {
+        let served = match key_type {
+            KEY_TYPE_GROUP => broker
+                .coordinator
+                .check_served(key)
+                .map_err(|e| (group_error(e), e.to_string())),
+            _ => broker
+                .transactions
+                .check_served(key)
+                .map_err(|e| (txn_error(e), e.to_string())),
+        };
+        served?;
+    }
+    Ok(leader)
+}
+
+/// FindCoordinator: the broker leading the key's partition of `__consumer_offsets` (a group)
+/// or `__transaction_state` (a transactional id), once the topic exists and, here, the
+/// partition is loaded. Share groups have no coordinator yet.
 pub async fn find_coordinator(
     broker: &Arc<Broker>,
     request: FindCoordinatorRequest,
@@ -62,30 +99,43 @@ pub async fn find_coordinator(
     } else {
         vec![request.key]
     };
-    let ready = match request.key_type {
-        KEY_TYPE_GROUP => broker.ensure_offsets_topic().await,
-        KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE => Err(GroupError::CoordinatorNotAvailable),
-        _ => Err(GroupError::InvalidRequest),
+    let ready: Result<(), Unlocated> = match request.key_type {
+        KEY_TYPE_GROUP => broker
+            .ensure_internal_topic(&broker.offsets_topic)
+            .await
+            .map_err(|e| {
+                let error = GroupError::from(e);
+                (group_error(error), error.to_string())
+            }),
+        KEY_TYPE_TRANSACTION => broker
+            .ensure_internal_topic(&broker.transaction_topic)
+            .await
+            .map_err(|e| {
+                let error = TxnError::from(e);
+                (txn_error(error), error.to_string())
+            }),
+        KEY_TYPE_SHARE => Err((
+            ResponseError::CoordinatorNotAvailable,
+            "share groups are not supported yet".to_string(),
+        )),
+        _ => Err((
+            ResponseError::InvalidRequest,
+            INVALID_REQUEST_MESSAGE.to_string(),
+        )),
     };
     let image = broker.image();
     let coordinators: Vec<Coordinator> = keys
         .into_iter()
         .map(|key| {
-            // The coordinator is the leader of the group's partition of the offsets topic.
-            let result = ready.and_then(|()| match group_leader(&image, key.as_str()) {
-                Some(leader) if leader == broker.identity.node_id => broker
-                    .coordinator
-                    .check_served(key.as_str())
-                    .map(|()| leader),
-                Some(leader) => Ok(leader),
-                None => Err(GroupError::CoordinatorNotAvailable),
-            });
-            let endpoint = result.and_then(|leader| {
-                image
-                    .broker(leader)
-                    .and_then(ClientEndpoint::of)
-                    .ok_or(GroupError::CoordinatorNotAvailable)
-            });
+            let endpoint = ready
+                .clone()
+                .and_then(|()| locate(broker, &image, request.key_type, key.as_str()))
+                .and_then(|leader| {
+                    image.broker(leader).and_then(ClientEndpoint::of).ok_or((
+                        ResponseError::CoordinatorNotAvailable,
+                        "the coordinator has no client listener".to_string(),
+                    ))
+                });
             let mut c = Coordinator::default();
             c.key = key;
             match endpoint {
@@ -94,22 +144,11 @@ pub async fn find_coordinator(
                     c.host = str_bytes(endpoint.host);
                     c.port = i32::from(endpoint.port);
                 }
-                Err(error) => {
-                    let error = match (request.key_type, error) {
-                        (KEY_TYPE_TRANSACTION | KEY_TYPE_SHARE, _) => {
-                            ResponseError::CoordinatorNotAvailable
-                        }
-                        _ => group_error(error),
-                    };
+                Err((error, message)) => {
                     c.node_id = BrokerId(-1);
                     c.port = -1;
                     c.error_code = error.code();
-                    c.error_message = Some(str_bytes(match request.key_type {
-                        KEY_TYPE_GROUP => error.to_string(),
-                        KEY_TYPE_TRANSACTION => "transactions are not supported yet".to_string(),
-                        KEY_TYPE_SHARE => "share groups are not supported yet".to_string(),
-                        _ => INVALID_REQUEST_MESSAGE.to_string(),
-                    }));
+                    c.error_message = Some(str_bytes(message));
                 }
             }
             c

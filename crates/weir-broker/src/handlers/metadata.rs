@@ -8,7 +8,7 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
-use weir_coordinator::OFFSETS_TOPIC;
+use weir_metadata::is_internal_topic;
 use weir_metadata::requests::CreateTopic;
 use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
@@ -133,7 +133,7 @@ fn describe_topic(broker: &Arc<Broker>, topic: &TopicImage) -> MetadataResponseT
     let node_id = broker.identity.node_id;
     let mut result = error_topic(Some(topic.name.clone()), 0);
     result.topic_id = topic.topic_id;
-    result.is_internal = topic.name == OFFSETS_TOPIC;
+    result.is_internal = is_internal_topic(&topic.name);
     result.partitions = (0i32..)
         .zip(&topic.partitions)
         .map(|(index, assigned)| {

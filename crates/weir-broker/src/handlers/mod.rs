@@ -147,7 +147,7 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         }),
         RequestKind::InitProducerId(req) => Box::pin(async move {
             respond(ResponseKind::InitProducerId(
-                producer_id::handle(&broker, req).await,
+                producer_id::handle(&broker, req, version).await,
             ))
         }),
         RequestKind::OffsetForLeaderEpoch(req) => Box::pin(async move {

@@ -10,10 +10,10 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
-use weir_coordinator::OFFSETS_TOPIC;
 use weir_log::batch::BatchHeader;
 use weir_log::compress::recompress;
 use weir_log::{validate, AppendInfo, LogError, ValidationLimits};
+use weir_metadata::is_internal_topic;
 
 use crate::broker::Broker;
 use crate::config::TopicSettings;
@@ -269,7 +269,7 @@ fn check_partition(
             format!("acks must be -1, 0 or 1, got {acks}"),
         ));
     }
-    if topic == OFFSETS_TOPIC {
+    if is_internal_topic(topic) {
         return Err(ErrorReply::new(
             ResponseError::InvalidTopicException,
             format!("cannot append to internal topic {topic}"),

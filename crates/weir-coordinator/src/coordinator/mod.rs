@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use crate::group::{Group, MemberDescription};
 use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
-use crate::runtime::{CoordinatorLog, Partitions, Runtime};
+use crate::runtime::{CoordinatorLog, Partitions, Runtime, TopicRuntime};
 use crate::state::GroupState;
 use crate::GroupError;
-use weir_clock::{Clock, SystemClock};
+use weir_clock::{Clock, Now, SystemClock};
 
 use shard::GroupShard;
 
@@ -110,47 +110,16 @@ impl GroupCoordinator {
     ) -> GroupCoordinator {
         GroupCoordinator {
             settings,
-            runtime: Arc::new(Runtime::new(log, clock)),
+            runtime: Arc::new(Runtime::new(log, clock, move |now: Now| {
+                GroupShard::new(settings, now)
+            })),
         }
     }
 
-    /// The offsets topic exists with `partitions` partitions: each must be loaded
-    /// ([`GroupCoordinator::load`]) before its groups are served.
-    pub fn start(&self, partitions: i32) {
-        self.runtime.start(partitions);
-    }
-
-    /// Partitions of the offsets topic, or 0 before [`GroupCoordinator::start`].
-    pub fn partitions(&self) -> i32 {
-        self.runtime.lock().count()
-    }
-
-    /// Loads one partition of the offsets topic: replays its records into groups and offsets,
-    /// then serves them. Returns how many groups and committed offsets it holds. Blocking. A
-    /// record that does not parse is skipped with a warning.
-    pub fn load(&self, partition: i32) -> Result<(usize, usize), String> {
-        let shard = GroupShard::new(self.settings, self.runtime.now());
-        self.runtime.load(partition, shard)
-    }
-
-    /// Another broker leads `partition` of the offsets topic now (or this one stopped
-    /// leading it): its groups leave memory here and their requests get NOT_COORDINATOR,
-    /// so clients find the new coordinator, which loads them from the replicated log.
-    pub fn unload(&self, partition: i32) {
-        if let Some(groups) = self.runtime.unload(partition) {
-            tracing::info!(target: "weir::groups", partition, groups, "no longer coordinating the groups of this __consumer_offsets partition");
-        }
-    }
-
-    /// Whether `partition` of the offsets topic is loaded and served here.
-    pub fn is_loaded(&self, partition: i32) -> bool {
-        self.runtime.is_loaded(partition)
-    }
-
-    /// The offsets topic was deleted: every group is forgotten, and group requests get
-    /// COORDINATOR_NOT_AVAILABLE until it is created and loaded again.
-    pub fn reset(&self) {
-        self.runtime.reset();
+    /// The runtime of `__consumer_offsets`, which the broker starts, loads and unloads as the
+    /// topic's leadership moves.
+    pub fn topic_runtime(&self) -> Arc<dyn TopicRuntime> {
+        self.runtime.clone()
     }
 
     /// Checks that `group_id` can be served now (for FindCoordinator and OffsetFetch).

@@ -170,7 +170,6 @@ impl Shard for GroupShard {
     const TOPIC: &'static str = OFFSETS_TOPIC;
     type Record = GroupRecord;
     /// Groups and committed offsets loaded.
-    type Loaded = (usize, usize);
     type Error = GroupError;
     /// A consumer group's target assignment to compute, by group id.
     type Work = (String, AssignmentJob);
@@ -236,9 +235,9 @@ impl Shard for GroupShard {
         record.size()
     }
 
-    fn finish_load(&mut self, now: Now) -> (usize, usize) {
+    fn finish_load(&mut self, now: Now) -> String {
         let Some(loading) = self.loading.take() else {
-            return (0, 0);
+            return "nothing (loaded already)".to_string();
         };
         self.restore_classic(loading, now);
         // Groups whose records were all deleted go.
@@ -252,8 +251,8 @@ impl Shard for GroupShard {
             .groups
             .values()
             .map(|group| group.offsets.committed.len())
-            .sum();
-        (groups, offsets)
+            .sum::<usize>();
+        format!("{groups} groups, {offsets} committed offsets")
     }
 
     fn next_deadline(&self) -> Option<Instant> {

@@ -125,22 +125,23 @@ fn groups_of_an_unloaded_partition_wait_for_the_load() {
         coordinator.check_served("g"),
         Err(GroupError::CoordinatorNotAvailable)
     );
-    coordinator.start(1);
+    let runtime = coordinator.topic_runtime();
+    runtime.start(1);
     assert_eq!(
         coordinator.check_served("g"),
         Err(GroupError::CoordinatorLoadInProgress)
     );
-    coordinator.load(0).expect("load");
+    runtime.load(0).expect("load");
     assert_eq!(coordinator.check_served("g"), Ok(()));
     // Leadership of the partition moved away: the group is served elsewhere, until this
     // broker leads (and loads) it again.
-    coordinator.unload(0);
-    assert!(!coordinator.is_loaded(0));
+    runtime.unload(0);
+    assert!(!runtime.is_loaded(0));
     assert_eq!(
         coordinator.check_served("g"),
         Err(GroupError::NotCoordinator)
     );
-    coordinator.load(0).expect("load again");
+    runtime.load(0).expect("load again");
     assert_eq!(coordinator.check_served("g"), Ok(()));
     assert_eq!(
         coordinator.check_served(""),
@@ -151,7 +152,7 @@ fn groups_of_an_unloaded_partition_wait_for_the_load() {
         coordinator.heartbeat("", "m", None, 1),
         Err(GroupError::InvalidGroupId)
     );
-    coordinator.reset();
+    runtime.reset();
     assert_eq!(
         coordinator.check_served("g"),
         Err(GroupError::CoordinatorNotAvailable)

@@ -255,7 +255,7 @@ impl<'a> Reader<'a> {
 
     /// A compact array's length; every element takes at least `min_size` bytes, so a length
     /// beyond what is left is refused before anything is allocated.
-    fn compact_len(&mut self, min_size: usize) -> Result<usize, FormatError> {
+    pub(crate) fn compact_len(&mut self, min_size: usize) -> Result<usize, FormatError> {
         let n = self.unsigned_varint()?;
         if n == 0 {
             return Err(malformed("null where an array is required"));

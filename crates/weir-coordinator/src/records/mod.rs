@@ -27,7 +27,7 @@ const GROUP_VALUE_VERSION: i16 = 3;
 
 /// Why a stored record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed __consumer_offsets record: {0}")]
+#[error("malformed coordinator record: {0}")]
 pub struct FormatError(pub String);
 
 impl From<VarintError> for FormatError {
@@ -561,7 +561,7 @@ impl<'a> Reader<'a> {
         String::from_utf8(bytes.to_vec()).map_err(|_| malformed("string is not UTF-8"))
     }
 
-    fn string(&mut self) -> Result<String, FormatError> {
+    pub(crate) fn string(&mut self) -> Result<String, FormatError> {
         self.nullable_string()?
             .ok_or_else(|| malformed("null where a string is required"))
     }

@@ -29,6 +29,8 @@ scenarios! { "cluster";
         "FindCoordinator v3 (one key) and v4–6 (batched) for groups";
     find_coordinator_bad_keys: Expect::Same,
         "FindCoordinator with an empty group id and an unknown key type";
+    find_coordinator_transaction: Expect::Same,
+        "FindCoordinator v3 and v4 for transactional ids";
 }
 
 async fn api_versions_own_entry(cx: &mut Ctx) -> Result<()> {
@@ -123,13 +125,28 @@ async fn describe_cluster_controllers(cx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// FindCoordinator key type of a group.
+const KEY_TYPE_GROUP: i8 = 0;
+/// FindCoordinator key type of a transactional id.
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
 /// Waits (unrecorded) until the broker answers FindCoordinator for a group: Kafka makes its
 /// offsets topic on the first such request and says COORDINATOR_NOT_AVAILABLE until it has.
 pub async fn coordinator_ready(cx: &mut Ctx) -> Result<()> {
+    key_coordinator_ready(cx, KEY_TYPE_GROUP).await
+}
+
+/// [`coordinator_ready`] for transactional ids (`__transaction_state`).
+pub async fn transaction_coordinator_ready(cx: &mut Ctx) -> Result<()> {
+    key_coordinator_ready(cx, KEY_TYPE_TRANSACTION).await
+}
+
+async fn key_coordinator_ready(cx: &mut Ctx, key_type: i8) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let mut request = FindCoordinatorRequest::default();
         request.key = s(&cx.name("warm-up"));
+        request.key_type = key_type;
         let response: FindCoordinatorResponse =
             cx.quietly(ApiKey::FindCoordinator, 3, &request).await?;
         if response.error_code == 0 {
@@ -137,7 +154,7 @@ pub async fn coordinator_ready(cx: &mut Ctx) -> Result<()> {
         }
         if tokio::time::Instant::now() > deadline {
             bail!(
-                "no group coordinator within 60 s (error {})",
+                "no coordinator for key type {key_type} within 60 s (error {})",
                 response.error_code
             );
         }
@@ -157,6 +174,19 @@ async fn find_coordinator_group(cx: &mut Ctx) -> Result<()> {
             .answer(ApiKey::FindCoordinator, version, &batched)
             .await?;
     }
+    Ok(())
+}
+
+async fn find_coordinator_transaction(cx: &mut Ctx) -> Result<()> {
+    transaction_coordinator_ready(cx).await?;
+    let mut request = FindCoordinatorRequest::default();
+    request.key = s(&cx.name("txn1"));
+    request.key_type = KEY_TYPE_TRANSACTION;
+    let _: FindCoordinatorResponse = cx.answer(ApiKey::FindCoordinator, 3, &request).await?;
+    let mut batched = FindCoordinatorRequest::default();
+    batched.coordinator_keys = vec![s(&cx.name("txn1")), s(&cx.name("txn2"))];
+    batched.key_type = KEY_TYPE_TRANSACTION;
+    let _: FindCoordinatorResponse = cx.answer(ApiKey::FindCoordinator, 4, &batched).await?;
     Ok(())
 }
 

@@ -26,8 +26,8 @@ scenarios! { "offsets";
         "OffsetForLeaderEpoch v4: current, older and future epochs, unknown partition, fenced";
     init_producer_id_idempotent: Expect::Same,
         "InitProducerId v4 for an idempotent producer";
-    init_producer_id_transactional: Expect::Pending("transactions are not implemented yet"),
-        "InitProducerId v4 with a transactional id";
+    init_producer_id_transactional: Expect::Same,
+        "InitProducerId v4 with a transactional id (after a first, unrecorded): a second producer's epoch bump, a producer bumping its own epoch (KIP-360), a fenced one, a bad timeout";
 }
 
 /// A topic with three batches one second apart, the newest first in time order last.
@@ -123,12 +123,51 @@ async fn init_producer_id_idempotent(cx: &mut Ctx) -> Result<()> {
 }
 
 async fn init_producer_id_transactional(cx: &mut Ctx) -> Result<()> {
-    super::cluster::coordinator_ready(cx).await?;
+    super::cluster::transaction_coordinator_ready(cx).await?;
     let mut request = InitProducerIdRequest::default();
     request.transactional_id = Some(TransactionalId(s(&cx.name("txn"))));
     request.transaction_timeout_ms = 60_000;
     request.producer_id = ProducerId(-1);
     request.producer_epoch = -1;
-    let _: InitProducerIdResponse = cx.answer(ApiKey::InitProducerId, 4, &request).await?;
+    let first = first_init(cx, &request).await?;
+    // A second producer of the same id: the same producer id, the next epoch.
+    let second: InitProducerIdResponse = cx.answer(ApiKey::InitProducerId, 4, &request).await?;
+    // The current producer bumps its own epoch; the first, fenced, cannot (v4: PRODUCER_FENCED,
+    // v3: INVALID_PRODUCER_EPOCH).
+    let mut bump = request.clone();
+    bump.producer_id = second.producer_id;
+    bump.producer_epoch = second.producer_epoch;
+    let _: InitProducerIdResponse = cx.answer(ApiKey::InitProducerId, 4, &bump).await?;
+    let mut fenced = request.clone();
+    fenced.producer_id = first.producer_id;
+    fenced.producer_epoch = first.producer_epoch;
+    for version in [3, 4] {
+        let _: InitProducerIdResponse = cx.answer(ApiKey::InitProducerId, version, &fenced).await?;
+    }
+    let mut too_long = request.clone();
+    too_long.transaction_timeout_ms = 900_001;
+    let _: InitProducerIdResponse = cx.answer(ApiKey::InitProducerId, 4, &too_long).await?;
     Ok(())
+}
+
+/// The first InitProducerId of `request`'s transactional id (unrecorded), repeated until the
+/// coordinator has loaded the id's partition: Kafka names itself the coordinator before it
+/// has, and answers COORDINATOR_LOAD_IN_PROGRESS (or NOT_COORDINATOR) until then.
+async fn first_init(
+    cx: &mut Ctx,
+    request: &InitProducerIdRequest,
+) -> Result<InitProducerIdResponse> {
+    const NOT_READY: [i16; 3] = [14, 15, 16];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let response: InitProducerIdResponse =
+            cx.quietly(ApiKey::InitProducerId, 4, request).await?;
+        if !NOT_READY.contains(&response.error_code) {
+            return Ok(response);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("the transactional id's partition did not load within 60 s");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

@@ -1,0 +1,132 @@
+"""Transactions: the transaction coordinator, its internal topic `__transaction_state`, and
+InitProducerId for transactional ids, through librdkafka and raw requests.
+
+A transactional id's coordinator is the leader of its partition of `__transaction_state`
+(created on the first FindCoordinator for a transactional id). InitProducerId gives the id's
+producer its producer id and the next epoch, stored before it is answered: a second producer
+of the same id fences the first, a producer may bump its own epoch (KIP-360), and epochs go on
+after a restart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import NewPartitions
+
+import wire
+from clients import admin
+from harness import Deadline
+
+TRANSACTION_STATE = "__transaction_state"
+KEY_TYPE_TRANSACTION = 1
+COORDINATOR_NOT_READY = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TRANSACTION_TIMEOUT = 50
+PRODUCER_FENCED = 90
+
+_correlation = itertools.count(1)
+
+
+def unique_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def coordinator(bootstrap: str, transactional_id: str, timeout: float = 30) -> str:
+    """The coordinator of ``transactional_id``, once one is named."""
+    deadline = Deadline(timeout)
+    while True:
+        with wire.Connection(bootstrap) as conn:
+            conn.send(wire.find_coordinator_v3_request(next(_correlation), transactional_id, KEY_TYPE_TRANSACTION))
+            error, address = wire.parse_find_coordinator(3, conn.recv_frame())
+        if error == 0:
+            return address
+        assert error in COORDINATOR_NOT_READY, f"FindCoordinator for a transactional id: error {error}"
+        assert not deadline.expired(), f"no transaction coordinator within {timeout}s (error {error})"
+        time.sleep(0.2)
+
+
+def init_producer_id(bootstrap: str, transactional_id: str, version: int = 4, timeout_ms: int = 60000,
+                     current: tuple[int, int] = (-1, -1), timeout: float = 30) -> tuple[int, int, int]:
+    """(error, producer id, epoch) of an InitProducerId at the id's coordinator, retried while the
+    coordinator is not ready."""
+    deadline = Deadline(timeout)
+    while True:
+        address = coordinator(bootstrap, transactional_id)
+        with wire.Connection(address) as conn:
+            conn.send(wire.init_producer_id_request(next(_correlation), version, transactional_id, timeout_ms, *current))
+            answer = wire.parse_init_producer_id(version, conn.recv_frame())
+        if answer[0] not in COORDINATOR_NOT_READY or deadline.expired():
+            return answer
+        time.sleep(0.2)
+
+
+def test_init_transactions_fences_the_older_producer(bootstrap):
+    """librdkafka's init_transactions works; a second producer of the same transactional id
+    gets the same producer id at the next epoch, and the older epoch is fenced."""
+    transactional_id = unique_id("txn-fence")
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    error, producer_id, epoch = init_producer_id(bootstrap, transactional_id)
+    assert (error, epoch) == (0, 1), "the second producer of the id gets the next epoch"
+    assert producer_id >= 0
+    # The current producer bumps its own epoch (KIP-360): same id, next epoch.
+    assert init_producer_id(bootstrap, transactional_id, current=(producer_id, 1)) == (0, producer_id, 2)
+    # An older producer cannot: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v4).
+    assert init_producer_id(bootstrap, transactional_id, current=(producer_id, 0))[0] == PRODUCER_FENCED
+    assert init_producer_id(bootstrap, transactional_id, version=3, current=(producer_id, 0))[0] == INVALID_PRODUCER_EPOCH
+    # Another transactional id has its own producer id.
+    other = init_producer_id(bootstrap, unique_id("txn-other"))
+    assert other[0] == 0 and other[1] != producer_id and other[2] == 0
+
+
+def test_a_bad_timeout_is_refused(bootstrap):
+    """transaction.timeout.ms above transaction.max.timeout.ms (900000) or not positive is
+    INVALID_TRANSACTION_TIMEOUT, and librdkafka reports it."""
+    transactional_id = unique_id("txn-timeout")
+    for timeout_ms in (900001, 0):
+        assert init_producer_id(bootstrap, transactional_id, timeout_ms=timeout_ms)[0] == INVALID_TRANSACTION_TIMEOUT
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 900001})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(30)
+    assert "timeout" in str(refused.value).lower()
+
+
+def test_the_internal_topic_is_kept_from_clients(bootstrap):
+    """`__transaction_state` is listed as internal; clients cannot produce to it, delete it
+    or add partitions to it."""
+    init_producer_id(bootstrap, unique_id("txn-topic"))
+    client = admin(bootstrap)
+    metadata = client.list_topics(TRANSACTION_STATE, timeout=20)
+    assert metadata.topics[TRANSACTION_STATE].error is None
+    assert len(metadata.topics[TRANSACTION_STATE].partitions) == 50
+    with pytest.raises(KafkaException) as refused:
+        client.delete_topics([TRANSACTION_STATE], request_timeout=20)[TRANSACTION_STATE].result(timeout=30)
+    assert refused.value.args[0].name() == "TOPIC_DELETION_DISABLED"
+    with pytest.raises(KafkaException) as refused:
+        client.create_partitions([NewPartitions(TRANSACTION_STATE, 60)], request_timeout=20)[TRANSACTION_STATE].result(timeout=30)
+    assert refused.value.args[0].name() == "INVALID_PARTITIONS"
+    with wire.Connection(bootstrap) as conn:
+        batch = wire.record_batch([(b"k", b"v")], 0)
+        conn.send(wire.produce_request(9, next(_correlation), TRANSACTION_STATE, 0, batch))
+        answer = wire.parse_produce_response(9, conn.recv_frame())
+    assert answer["error_code"] == 17, answer  # INVALID_TOPIC_EXCEPTION
+
+
+def test_epochs_go_on_after_a_restart(restartable_weir):
+    """The producer id and epoch of a transactional id are in `__transaction_state`: after a
+    restart the next producer gets the same id at the next epoch, and the fenced one stays
+    fenced."""
+    bootstrap = restartable_weir.bootstrap
+    transactional_id = unique_id("txn-restart")
+    error, producer_id, epoch = init_producer_id(bootstrap, transactional_id)
+    assert (error, epoch) == (0, 0)
+    assert init_producer_id(bootstrap, transactional_id) == (0, producer_id, 1)
+    bootstrap = restartable_weir.restart()
+    assert init_producer_id(bootstrap, transactional_id, timeout=60) == (0, producer_id, 2)
+    assert init_producer_id(bootstrap, transactional_id, current=(producer_id, 1))[0] == PRODUCER_FENCED

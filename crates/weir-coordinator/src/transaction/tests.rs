@@ -1,0 +1,269 @@
+//! The transaction coordinator against a `__transaction_state` in memory.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::runtime::Shard;
+use crate::test_log::MemoryLog;
+
+const PARTITIONS: i32 = 3;
+const SETTINGS: TransactionSettings = TransactionSettings {
+    max_timeout_ms: 900_000,
+};
+
+/// A coordinator serving every partition of `log`.
+fn loaded(log: Arc<MemoryLog>) -> Arc<TransactionCoordinator> {
+    let coordinator = Arc::new(TransactionCoordinator::new(SETTINGS, log));
+    let runtime = coordinator.topic_runtime();
+    runtime.start(PARTITIONS);
+    for partition in 0..PARTITIONS {
+        runtime.load(partition).expect("load");
+    }
+    coordinator
+}
+
+fn request(id: &str, current: Option<(i64, i16)>) -> InitProducerId {
+    InitProducerId {
+        transactional_id: id.to_string(),
+        timeout_ms: 60_000,
+        current: current.map(|(producer_id, epoch)| ProducerIdAndEpoch { producer_id, epoch }),
+    }
+}
+
+/// InitProducerId as the broker makes it: asks, and hands out `next_id` when the coordinator
+/// needs a producer id.
+async fn init(
+    coordinator: &TransactionCoordinator,
+    request: &InitProducerId,
+    next_id: &mut i64,
+) -> Result<(i64, i16), TxnError> {
+    let mut fresh = None;
+    loop {
+        match coordinator.init_producer_id(request, fresh).await? {
+            InitOutcome::Ready(ready) => return Ok((ready.producer_id, ready.epoch)),
+            InitOutcome::NeedsProducerId => {
+                assert!(fresh.is_none(), "asked for a producer id twice");
+                fresh = Some(*next_id);
+                *next_id += 1;
+            }
+        }
+    }
+}
+
+/// What the coordinator holds of every transactional id, but the epochs before the current
+/// ones (kept in memory only).
+fn stored(coordinator: &TransactionCoordinator) -> Vec<(String, TxnValue)> {
+    let partitions = coordinator.runtime.lock();
+    let mut ids: Vec<(String, TxnValue)> = partitions
+        .shards()
+        .flat_map(|shard| shard.ids.iter())
+        .map(|(id, metadata)| (id.clone(), metadata.value.clone()))
+        .collect();
+    ids.sort_by(|a, b| a.0.cmp(&b.0));
+    ids
+}
+
+#[tokio::test]
+async fn a_new_transactional_id_gets_a_new_producer_id_and_each_init_a_new_epoch() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 1_000;
+    assert_eq!(
+        coordinator
+            .init_producer_id(&request("t", None), None)
+            .await,
+        Ok(InitOutcome::NeedsProducerId),
+        "a new transactional id needs a producer id"
+    );
+    assert!(log.records().is_empty(), "nothing is stored without one");
+    let first = init(&coordinator, &request("t", None), &mut next_id).await;
+    assert_eq!(first, Ok((1_000, 0)));
+    // A second producer with the same id (a restart, or a zombie's successor) fences the first.
+    let second = init(&coordinator, &request("t", None), &mut next_id).await;
+    assert_eq!(second, Ok((1_000, 1)));
+    let other = init(&coordinator, &request("u", None), &mut next_id).await;
+    assert_eq!(other, Ok((1_001, 0)));
+    assert_eq!(
+        next_id, 1_002,
+        "a known transactional id keeps its producer id"
+    );
+    assert_eq!(log.records().len(), 3, "one record per init");
+
+    let reloaded = loaded(log);
+    assert_eq!(
+        stored(&reloaded),
+        stored(&coordinator),
+        "a coordinator loading the log holds what the writes made"
+    );
+    let third = init(&reloaded, &request("t", None), &mut next_id).await;
+    assert_eq!(third, Ok((1_000, 2)), "epochs go on after a failover");
+}
+
+/// KIP-360: a producer naming its id and epoch bumps its own epoch; one naming an older epoch
+/// is fenced, unless it retries the bump whose answer it lost.
+#[tokio::test]
+async fn a_producer_bumps_its_own_epoch_and_an_older_one_is_fenced() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 7;
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Ok((7, 0))
+    );
+    assert_eq!(
+        init(&coordinator, &request("t", Some((7, 0))), &mut next_id).await,
+        Ok((7, 1))
+    );
+    let records = log.records().len();
+    assert_eq!(
+        init(&coordinator, &request("t", Some((7, 0))), &mut next_id).await,
+        Ok((7, 1)),
+        "a retry of the bump gets the same answer"
+    );
+    assert_eq!(log.records().len(), records, "and stores nothing");
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Ok((7, 2)),
+        "another producer fences it"
+    );
+    assert_eq!(
+        init(&coordinator, &request("t", Some((7, 1))), &mut next_id).await,
+        Err(TxnError::ProducerFenced),
+        "the fenced producer cannot bump its way back"
+    );
+    assert_eq!(
+        init(&coordinator, &request("t", Some((8, 2))), &mut next_id).await,
+        Err(TxnError::ProducerFenced),
+        "nor can a producer of another id"
+    );
+    assert_eq!(
+        init(&coordinator, &request("new", Some((99, 4))), &mut next_id).await,
+        Ok((8, 0)),
+        "a producer whose transactional id was forgotten starts again"
+    );
+}
+
+/// A producer id whose epoch is exhausted is replaced by a new one, at epoch 0; a producer
+/// that retries that bump is not fenced.
+#[tokio::test]
+async fn an_exhausted_epoch_moves_the_producer_to_a_new_id() {
+    let log = Arc::new(MemoryLog::default());
+    let exhausted = TxnRecord {
+        transactional_id: "t".to_string(),
+        value: Some(TxnValue {
+            producer_id: 5,
+            previous_producer_id: -1,
+            next_producer_id: -1,
+            producer_epoch: EPOCH_EXHAUSTED,
+            timeout_ms: 60_000,
+            state: TxnState::CompleteCommit,
+            partitions: TxnPartitions::new(),
+            last_update_ms: 0,
+            start_ms: -1,
+            client_transaction_version: 0,
+        }),
+        last_producer_epoch: -1,
+    };
+    let partition = crate::partition_for("t", PARTITIONS);
+    log.append(partition, vec![TransactionShard::encode(&exhausted)])
+        .expect("appended");
+    let coordinator = loaded(log);
+    let mut next_id = 50;
+    let asked = request("t", Some((5, EPOCH_EXHAUSTED)));
+    assert_eq!(init(&coordinator, &asked, &mut next_id).await, Ok((50, 0)));
+    let value = stored(&coordinator).remove(0).1;
+    assert_eq!((value.producer_id, value.previous_producer_id), (50, 5));
+    assert_eq!(
+        init(&coordinator, &asked, &mut next_id).await,
+        Ok((50, 0)),
+        "the retried bump gets the same answer"
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_and_store_nothing() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 1;
+    assert_eq!(
+        init(&coordinator, &request("", None), &mut next_id).await,
+        Err(TxnError::InvalidRequest)
+    );
+    for timeout_ms in [0, -1, SETTINGS.max_timeout_ms + 1] {
+        let mut asked = request("t", None);
+        asked.timeout_ms = timeout_ms;
+        assert_eq!(
+            init(&coordinator, &asked, &mut next_id).await,
+            Err(TxnError::InvalidTransactionTimeout),
+            "timeout {timeout_ms}"
+        );
+    }
+    assert!(log.records().is_empty());
+    log.refuse(1);
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Err(TxnError::CoordinatorNotAvailable),
+        "a write that fails is retried by the client"
+    );
+    assert!(stored(&coordinator).is_empty(), "and changes nothing");
+}
+
+/// Two InitProducerIds of one transactional id never decide from the same state: while one's
+/// record is being made durable, the other is told to retry.
+#[tokio::test]
+async fn a_second_init_waits_for_the_first() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 1;
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Ok((1, 0))
+    );
+    log.hold();
+    let first = tokio::spawn({
+        let coordinator = coordinator.clone();
+        async move {
+            coordinator
+                .init_producer_id(&request("t", None), None)
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(
+        coordinator
+            .init_producer_id(&request("t", None), None)
+            .await,
+        Err(TxnError::ConcurrentTransactions)
+    );
+    log.release();
+    assert_eq!(
+        first.await.expect("task"),
+        Ok(InitOutcome::Ready(ProducerIdAndEpoch {
+            producer_id: 1,
+            epoch: 1
+        }))
+    );
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Ok((1, 2))
+    );
+}
+
+#[test]
+fn a_transactional_id_is_served_only_where_its_partition_is_loaded() {
+    let coordinator = TransactionCoordinator::new(SETTINGS, Arc::new(MemoryLog::default()));
+    assert_eq!(
+        coordinator.check_served("t"),
+        Err(TxnError::CoordinatorNotAvailable)
+    );
+    let runtime = coordinator.topic_runtime();
+    runtime.start(1);
+    assert_eq!(
+        coordinator.check_served("t"),
+        Err(TxnError::CoordinatorLoadInProgress)
+    );
+    runtime.load(0).expect("load");
+    assert_eq!(coordinator.check_served("t"), Ok(()));
+    assert_eq!(runtime.unload(0), Some(0));
+    assert_eq!(coordinator.check_served("t"), Err(TxnError::NotCoordinator));
+}
