@@ -1,11 +1,13 @@
-"""Transactions: the transaction coordinator, its internal topic `__transaction_state`, and
-InitProducerId for transactional ids, through librdkafka and raw requests.
+"""Transactions: the transaction coordinator, its internal topic `__transaction_state`,
+InitProducerId for transactional ids, and transactions committed and aborted, through
+librdkafka, the Java client and raw requests.
 
 A transactional id's coordinator is the leader of its partition of `__transaction_state`
 (created on the first FindCoordinator for a transactional id). InitProducerId gives the id's
 producer its producer id and the next epoch, stored before it is answered: a second producer
-of the same id fences the first, a producer may bump its own epoch (KIP-360), and epochs go on
-after a restart.
+of the same id fences the first (aborting a transaction it left open), a producer may bump its
+own epoch (KIP-360), and epochs go on after a restart. AddPartitionsToTxn and EndTxn run a
+transaction; its end writes a marker (a control batch) on each of its partitions.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 import wire
-from clients import admin
+from clients import admin, create_topic, unique_topic
 from harness import Deadline
+from test_java import Java, compile_java
 
 TRANSACTION_STATE = "__transaction_state"
 KEY_TYPE_TRANSACTION = 1
@@ -130,3 +133,111 @@ def test_epochs_go_on_after_a_restart(restartable_weir):
     bootstrap = restartable_weir.restart()
     assert init_producer_id(bootstrap, transactional_id, timeout=60) == (0, producer_id, 2)
     assert init_producer_id(bootstrap, transactional_id, current=(producer_id, 1))[0] == PRODUCER_FENCED
+
+
+def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted",
+                timeout: float = 60) -> list[str]:
+    """Every value of ``topic`` up to its end, as a librdkafka consumer of ``isolation`` reads
+    them (markers are skipped by the client)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_id("txn-reader"),
+                         "enable.partition.eof": True, "isolation.level": isolation,
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        values, at_end = [], set()
+        deadline = Deadline(timeout)
+        while len(at_end) < partitions:
+            assert not deadline.expired(), f"read of {topic} incomplete after {timeout}s: {len(values)} values"
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                error = msg.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                elif error is not None:
+                    raise KafkaException(error)
+                else:
+                    values.append(msg.value().decode())
+        return values
+    finally:
+        consumer.close()
+
+
+def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_id("txn-hw")})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=20)[1]
+    finally:
+        consumer.close()
+
+
+def test_librdkafka_commits_and_aborts(bootstrap):
+    """librdkafka's transactional producer commits three transactions and aborts one whose
+    records were sent: every record is in the log, each transaction's end is one marker on its
+    partition, and a read_uncommitted consumer reads the records and skips the markers."""
+    topic = unique_topic("txn-rdk")
+    create_topic(bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-rdk")})
+    producer.init_transactions(30)
+    for t in range(3):
+        producer.begin_transaction()
+        for r in range(5):
+            producer.produce(topic, key=f"k{r}".encode(), value=f"c{t}-{r}".encode())
+        producer.commit_transaction(30)
+    producer.begin_transaction()
+    for r in range(5):
+        producer.produce(topic, key=f"k{r}".encode(), value=f"a-{r}".encode())
+    producer.flush(30)
+    producer.abort_transaction(30)
+    assert high_watermark(bootstrap, topic) == 4 * 5 + 4, "20 records and 4 markers"
+    values = read_values(bootstrap, topic, 1)
+    assert sorted(values) == sorted([f"c{t}-{r}" for t in range(3) for r in range(5)] + [f"a-{r}" for r in range(5)])
+
+
+def test_a_new_producer_aborts_the_transaction_of_the_one_it_fences(bootstrap):
+    """A zombie with an open transaction is fenced by a new producer of its transactional id:
+    its transaction is aborted (a marker at the next epoch), its commit fails with a fatal
+    fenced error, and the new producer's transaction commits."""
+    topic = unique_topic("txn-zombie")
+    create_topic(bootstrap, topic, partitions=2)
+    transactional_id = unique_id("txn-zombie")
+    zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for p in range(2):
+        zombie.produce(topic, value=b"zombie", partition=p)
+    zombie.flush(30)
+    successor = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    successor.init_transactions(30)
+    with pytest.raises(KafkaException) as refused:
+        zombie.commit_transaction(30)
+    assert refused.value.args[0].fatal(), refused.value
+    successor.begin_transaction()
+    successor.produce(topic, value=b"good", partition=0)
+    successor.commit_transaction(30)
+    # Each partition: the zombie's record and the abort marker; on 0 also the successor's record and
+    # its commit marker.
+    assert [high_watermark(bootstrap, topic, p) for p in range(2)] == [4, 2]
+
+
+@pytest.fixture(scope="module")
+def java(weir, tmp_path_factory) -> Java:
+    """The Java programs of compat/java, compiled once for this module."""
+    classes = tmp_path_factory.mktemp("java_classes")
+    return Java(compile_java(classes), classes, weir)
+
+
+def test_java_transactions_commit_abort_and_fence(bootstrap, java):
+    """The Java client's KafkaProducer commits three transactions, aborts two, then is fenced
+    by a second producer of its transactional id while a transaction is open: its commit
+    throws ProducerFencedException. Every record is in the log with one marker per
+    transaction, read back by librdkafka."""
+    topic = unique_topic("txn-java")
+    create_topic(bootstrap, topic, partitions=1)
+    out = java.program("TransactionalProduce", bootstrap, topic, unique_id("txn-java"), 3, 2, 4)
+    assert (out["committed"], out["aborted"], out["fenced"]) == (3, 2, True)
+    assert high_watermark(bootstrap, topic) == 6 * 4 + 6, "24 records and 6 markers"
+    values = read_values(bootstrap, topic, 1)
+    assert sorted(values) == sorted(
+        [f"c{t}-{r}" for t in range(3) for r in range(4)]
+        + [f"a{t}-{r}" for t in range(2) for r in range(4)]
+        + [f"z-{r}" for r in range(4)]
+    )

@@ -22,6 +22,7 @@ use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::shutdown::stopping;
+use crate::txn_markers::MarkerLinks;
 
 /// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
@@ -78,6 +79,8 @@ pub struct Broker {
     pub(crate) transactions: Arc<TransactionCoordinator>,
     /// `__transaction_state`, as the broker creates it and follows its leadership.
     pub(crate) transaction_topic: Arc<InternalTopic>,
+    /// Connections to the other brokers for transaction markers.
+    pub(crate) marker_links: MarkerLinks,
     producer_ids: Mutex<ProducerIdBlock>,
     /// Becomes true when the server is shutting down; long polls answer at once.
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -153,6 +156,7 @@ impl Broker {
             offsets_topic,
             transactions,
             transaction_topic,
+            marker_links: MarkerLinks::default(),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,
             request_memory,

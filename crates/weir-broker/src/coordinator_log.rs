@@ -82,19 +82,16 @@ impl CoordinatorLog for PartitionCoordinatorLog {
         let sync = settings.flush_policy.sync_before_ack(-1);
         let end = info.last_offset + 1;
         let durable: weir_coordinator::Pending = Box::pin(async move {
-            // The partition went away before the sync: nothing may be acknowledged.
-            if sync && !hosted.wait_durable(end).await {
-                return Err(RuntimeError::NotAvailable);
-            }
             // Acknowledged only once every in-sync replica has it, and those are at least
             // min.insync.replicas, so a write survives the coordinator's failover.
             let deadline =
                 tokio::time::Instant::now() + std::time::Duration::from_millis(WRITE_TIMEOUT_MS);
             match hosted
-                .wait_replicated(end, min_insync_replicas, deadline)
+                .wait_all_acked(end, sync, min_insync_replicas, deadline)
                 .await
             {
                 ReplicationWait::Replicated => Ok(()),
+                // (Also a partition that went away before its sync: nothing is acknowledged.)
                 ReplicationWait::NotLeader => Err(RuntimeError::NotCoordinator),
                 ReplicationWait::TimedOut | ReplicationWait::BelowMinIsr { .. } => {
                     Err(RuntimeError::NotAvailable)

@@ -17,6 +17,7 @@ mod endpoints;
 pub mod fetch_session;
 mod handlers;
 mod internal_topics;
+mod marker_writer;
 mod membership;
 pub mod metrics;
 pub mod partition;
@@ -27,6 +28,7 @@ pub mod replication;
 pub mod reply;
 pub mod server;
 mod shutdown;
+mod txn_markers;
 
 pub use broker::{Broker, BrokerIdentity};
 pub use config::{BrokerConfig, ConfigError, DynamicConfigs, FlushPolicy, TopicSettings};

@@ -297,6 +297,24 @@ impl Partition {
         }
     }
 
+    /// Waits until the records below `end_offset` are as safe as an `acks=all` produce makes
+    /// them: fsynced first when `sync` (the topic's flush policy), then held by every in-sync
+    /// replica, at least `min_insync_replicas` of them, by `deadline`. A partition that went
+    /// away before its sync is `NotLeader`.
+    pub async fn wait_all_acked(
+        &self,
+        end_offset: i64,
+        sync: bool,
+        min_insync_replicas: usize,
+        deadline: tokio::time::Instant,
+    ) -> ReplicationWait {
+        if sync && !self.wait_durable(end_offset).await {
+            return ReplicationWait::NotLeader;
+        }
+        self.wait_replicated(end_offset, min_insync_replicas, deadline)
+            .await
+    }
+
     /// Appends batches fetched from the leader, as the leader stored them, and takes the
     /// leader's high watermark (as far as this log reaches). Blocking. A write failure other
     /// than a lack of space stops the process, as for a leader's append.

@@ -9,8 +9,8 @@ use weir_codec::compression::Levels;
 use weir_codec::encode::{put_record, seal};
 pub use weir_codec::header::{BatchHeader, ProducerFields};
 use weir_codec::layout::{
-    put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, BASE_OFFSET_AT, CRC_AT, MAX_TIMESTAMP_AT,
-    PARTITION_LEADER_EPOCH_AT,
+    put_i32_at, put_i64_at, put_u32_at, ATTRIBUTES_AT, ATTR_CONTROL, ATTR_TRANSACTIONAL,
+    BASE_OFFSET_AT, CRC_AT, MAX_TIMESTAMP_AT, PARTITION_LEADER_EPOCH_AT,
 };
 pub use weir_codec::layout::{
     ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, BATCH_HEADER_BYTES, LOG_OVERHEAD_BYTES, MAGIC_V2,
@@ -240,6 +240,52 @@ pub fn build_keyed_batch(
     }
     let count = records.len() as i32;
     let header = BatchHeader::new(count, 0, base_timestamp, base_timestamp, producer);
+    seal(&header, &encoded, Levels::DEFAULT)
+}
+
+/// How a transaction ended on a partition: what its marker says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnResult {
+    /// The transaction's records are discarded (control type 0).
+    Abort,
+    /// The transaction's records are visible to read_committed consumers (control type 1).
+    Commit,
+}
+
+/// A transaction marker as Kafka writes it: a transactional control batch of `producer` with
+/// one record, key `(version 0, control type)` and value `(version 0, coordinator epoch)`,
+/// no sequence.
+pub fn build_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    result: TxnResult,
+    coordinator_epoch: i32,
+    timestamp: i64,
+) -> Vec<u8> {
+    let control_type: i16 = match result {
+        TxnResult::Abort => 0,
+        TxnResult::Commit => 1,
+    };
+    let mut key = 0i16.to_be_bytes().to_vec();
+    key.extend_from_slice(&control_type.to_be_bytes());
+    let mut value = 0i16.to_be_bytes().to_vec();
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let mut encoded = Vec::new();
+    put_record(
+        &mut encoded,
+        0,
+        0,
+        Some(&key),
+        Some(&value),
+        std::iter::empty(),
+    );
+    let producer = ProducerFields {
+        producer_id,
+        producer_epoch,
+        base_sequence: NO_SEQUENCE,
+    };
+    let attributes = ATTR_TRANSACTIONAL | ATTR_CONTROL;
+    let header = BatchHeader::new(1, attributes, timestamp, timestamp, producer);
     seal(&header, &encoded, Levels::DEFAULT)
 }
 

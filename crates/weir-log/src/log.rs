@@ -771,9 +771,6 @@ impl Log {
                 segment_bytes: self.config.segment_bytes,
             });
         }
-        if header.is_transactional() {
-            return Err(LogError::Unsupported("transactional batches"));
-        }
         match self.producers.check(&header) {
             SequenceCheck::Append => {}
             SequenceCheck::Duplicate(BatchMetadata {
@@ -897,9 +894,6 @@ impl Log {
                 bytes,
                 segment_bytes: self.config.segment_bytes,
             });
-        }
-        if header.is_transactional() {
-            return Err(LogError::Unsupported("transactional batches"));
         }
         let next_offset = header
             .base_offset

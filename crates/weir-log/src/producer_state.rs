@@ -78,6 +78,10 @@ impl ProducerStateTable {
         if header.producer_epoch < entry.epoch {
             return SequenceCheck::StaleEpoch;
         }
+        if header.is_control() {
+            // A transaction marker has no sequence: only its epoch counts.
+            return SequenceCheck::Append;
+        }
         if header.producer_epoch > entry.epoch {
             return if header.base_sequence == 0 {
                 SequenceCheck::Append
@@ -149,15 +153,18 @@ impl ProducerStateTable {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
         }
-        if entry.batches.len() == BATCHES_REMEMBERED {
-            entry.batches.pop_front();
+        // A transaction marker moves the epoch only: the producer's sequences go on after it.
+        if !header.is_control() {
+            if entry.batches.len() == BATCHES_REMEMBERED {
+                entry.batches.pop_front();
+            }
+            entry.batches.push_back(BatchMetadata {
+                first_sequence: header.base_sequence,
+                last_sequence: header.last_sequence(),
+                base_offset: header.base_offset,
+                last_offset: header.last_offset(),
+            });
         }
-        entry.batches.push_back(BatchMetadata {
-            first_sequence: header.base_sequence,
-            last_sequence: header.last_sequence(),
-            base_offset: header.base_offset,
-            last_offset: header.last_offset(),
-        });
         entry.last_append_ms = entry.last_append_ms.max(now_ms);
         self.by_age
             .insert((entry.last_append_ms, header.producer_id));

@@ -1,9 +1,9 @@
 //! A producer's batch checked whole before the log takes it: its header ([`crate::batch`]),
-//! then every record ([`crate::records`]).
+//! then every record ([`crate::records`]); and the transaction markers the broker writes.
 
 use bytes::Bytes;
 
-use crate::batch::{invalid, validate_header, BatchError, BatchHeader};
+use crate::batch::{build_marker, invalid, validate_header, BatchError, BatchHeader, TxnResult};
 use crate::records::{validate_records, ValidationLimits};
 
 /// A batch that passed every check, with the facts about it the log needs. Only
@@ -36,6 +36,31 @@ impl ValidBatch {
     /// True when the stored batch is stamped with the append time (LogAppendTime).
     pub fn log_append_time(&self) -> bool {
         self.log_append_time
+    }
+
+    /// A transaction marker the broker writes for the transaction coordinator
+    /// ([`build_marker`]): the one batch with the control flag the log takes from a leader.
+    pub fn marker(
+        producer_id: i64,
+        producer_epoch: i16,
+        result: TxnResult,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> ValidBatch {
+        let bytes = Bytes::from(build_marker(
+            producer_id,
+            producer_epoch,
+            result,
+            coordinator_epoch,
+            now_ms,
+        ));
+        let header = BatchHeader::parse(&bytes).expect("a built marker has a header");
+        ValidBatch {
+            bytes,
+            header,
+            max_timestamp: now_ms,
+            log_append_time: false,
+        }
     }
 
     /// Size in bytes.

@@ -9,10 +9,10 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use weir_codec::layout::BATCH_HEADER_BYTES;
 use weir_codec::varint::{next_in, read_varlong};
-use weir_log::batch::{build_batch, validate_header, ProducerFields};
+use weir_log::batch::{build_batch, validate_header, ProducerFields, TxnResult};
 use weir_log::{
-    validate, BatchHeader, Clock, Log, LogConfig, LogError, ManualClock, ValidationLimits,
-    RELATIVE_OFFSET_MAX,
+    validate, BatchHeader, Clock, Log, LogConfig, LogError, ManualClock, ValidBatch,
+    ValidationLimits, RELATIVE_OFFSET_MAX,
 };
 use weir_storage::{FileCache, FsStorage, MemoryStorage, Storage};
 
@@ -365,6 +365,69 @@ fn idempotent_duplicates_survive_restart() {
         10
     );
     assert_eq!(log.log_end_offset(), 11);
+}
+
+/// `bytes` marked transactional (attributes bit 4), its CRC made again.
+fn transactional(mut bytes: Vec<u8>) -> Vec<u8> {
+    let at = weir_codec::layout::ATTRIBUTES_AT;
+    let attributes = i16::from_be_bytes([bytes[at], bytes[at + 1]]) | 0x10;
+    bytes[at..at + 2].copy_from_slice(&attributes.to_be_bytes());
+    weir_codec::encode::write_crc(&mut bytes);
+    bytes
+}
+
+/// A transaction's batches and its marker are appended: the marker ends the transaction
+/// without a sequence (the producer's next batch goes on from its last sequence), a marker
+/// of an older epoch is refused, and a follower takes both kinds as the leader stored them.
+#[test]
+fn transactional_batches_and_their_markers_are_appended() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let producer = |epoch, seq| ProducerFields {
+        producer_id: 4,
+        producer_epoch: epoch,
+        base_sequence: seq,
+    };
+    let mut log = open(dir.path(), &clock, small_segments());
+    for seq in 0..2 {
+        let bytes = transactional(build_batch(&[b"t"], 0, producer(1, seq)));
+        append(&mut log, bytes).expect("transactional batch");
+    }
+    let marker = ValidBatch::marker(4, 1, TxnResult::Commit, 0, 0);
+    assert!(marker.header().is_control() && marker.header().is_transactional());
+    assert_eq!(log.append(&marker).expect("marker").base_offset, 2);
+    let next = transactional(build_batch(&[b"t"], 0, producer(1, 2)));
+    assert_eq!(append(&mut log, next).expect("next").base_offset, 3);
+    let stale = ValidBatch::marker(4, 0, TxnResult::Abort, 0, 0);
+    assert!(matches!(
+        log.append(&stale),
+        Err(LogError::InvalidProducerEpoch)
+    ));
+    let fencing = ValidBatch::marker(4, 2, TxnResult::Abort, 0, 0);
+    assert_eq!(log.append(&fencing).expect("newer epoch").base_offset, 4);
+    assert!(matches!(
+        append(
+            &mut log,
+            transactional(build_batch(&[b"t"], 0, producer(1, 3)))
+        ),
+        Err(LogError::InvalidProducerEpoch)
+    ));
+    assert_eq!(log.log_end_offset(), 5);
+
+    let copy_dir = tempfile::tempdir().expect("tempdir");
+    let mut follower = open(copy_dir.path(), &clock, small_segments());
+    follower.set_replicated(true);
+    let view = log
+        .read_view(0, log.log_end_offset())
+        .expect("view")
+        .expect("records");
+    let slice = view.slice(1 << 20, true).expect("slice").expect("bytes");
+    let bytes = slice.read().expect("read");
+    assert_eq!(
+        follower.append_replicated_batches(&bytes).expect("copied"),
+        5
+    );
+    assert_eq!(follower.log_end_offset(), 5);
 }
 
 #[test]

@@ -131,6 +131,8 @@ pub fn txn_error(error: TxnError) -> ResponseError {
         TxnError::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout,
         TxnError::ProducerFenced => ResponseError::ProducerFenced,
         TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
         TxnError::RecordTooLarge => ResponseError::RecordListTooLarge,
     }
 }

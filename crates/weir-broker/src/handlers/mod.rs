@@ -7,7 +7,7 @@ mod admin_topics;
 mod api_versions;
 mod cluster;
 mod consumer_groups;
-mod errors;
+pub(crate) mod errors;
 mod fetch;
 mod groups;
 mod list_offsets;
@@ -18,6 +18,7 @@ mod operations;
 mod produce;
 mod producer_id;
 mod reassignments;
+mod transactions;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -251,6 +252,21 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         RequestKind::ElectLeaders(req) => Box::pin(async move {
             respond(ResponseKind::ElectLeaders(
                 reassignments::elect(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::AddPartitionsToTxn(req) => Box::pin(async move {
+            respond(ResponseKind::AddPartitionsToTxn(
+                transactions::add_partitions(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::EndTxn(req) => Box::pin(async move {
+            respond(ResponseKind::EndTxn(
+                transactions::end(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::WriteTxnMarkers(req) => Box::pin(async move {
+            respond(ResponseKind::WriteTxnMarkers(
+                transactions::write_markers(&broker, req).await,
             ))
         }),
         other => {

@@ -75,6 +75,12 @@ async fn transactional(
                     .map_err(|error| ErrorReply::from(&error).code())?;
                 fresh_id = Some(id);
             }
+            // An older producer's open transaction is being aborted: the client retries once
+            // it is.
+            Ok(InitOutcome::Aborting(markers)) => {
+                broker.write_markers(markers);
+                return Err(ResponseError::ConcurrentTransactions.code());
+            }
             // The coordinator asked twice (the id it was given went to a concurrent request
             // and it needs another): the client retries.
             Ok(InitOutcome::NeedsProducerId) => {

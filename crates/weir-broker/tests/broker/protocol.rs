@@ -162,6 +162,7 @@ async fn every_advertised_version_answers() {
     let groups = [
         ("group.initial.rebalance.delay.ms", "0"),
         ("offsets.topic.num.partitions", "3"),
+        ("transaction.state.log.num.partitions", "3"),
     ];
     let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &groups).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
@@ -646,6 +647,43 @@ async fn every_advertised_version_answers() {
                     )
                     .await;
                     assert_eq!((r.error_code, r.topics.len()), (0, 0), "{what}");
+                }
+                ApiKey::AddPartitionsToTxn => {
+                    let id = format!("add-{v}");
+                    let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
+                    let r = add_partition_to_txn(&mut c, v, &id, producer_id, epoch).await;
+                    let code = r.results_by_topic_v3_and_below[0].results_by_partition[0]
+                        .partition_error_code;
+                    assert_eq!(code, 0, "{what}");
+                }
+                ApiKey::EndTxn => {
+                    let id = format!("end-{v}");
+                    let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
+                    add_partition_to_txn(&mut c, 3, &id, producer_id, epoch).await;
+                    let mut req = EndTxnRequest::default();
+                    req.transactional_id = TransactionalId(StrBytes::from_string(id));
+                    req.producer_id = ProducerId(producer_id);
+                    req.producer_epoch = epoch;
+                    req.committed = true;
+                    let r: EndTxnResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                }
+                ApiKey::WriteTxnMarkers => {
+                    use kafka_protocol::messages::write_txn_markers_request::{
+                        WritableTxnMarker, WritableTxnMarkerTopic,
+                    };
+                    let mut topic = WritableTxnMarkerTopic::default();
+                    topic.name = topic_name("good");
+                    topic.partition_indexes = vec![0];
+                    let mut marker = WritableTxnMarker::default();
+                    marker.producer_id = ProducerId(1_000_000);
+                    marker.producer_epoch = 0;
+                    marker.transaction_result = false;
+                    marker.topics = vec![topic];
+                    let mut req = WriteTxnMarkersRequest::default();
+                    req.markers = vec![marker];
+                    let r: WriteTxnMarkersResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.markers[0].topics[0].partitions[0].error_code, 0, "{what}");
                 }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
@@ -1298,4 +1336,52 @@ async fn connection_limits_change_at_runtime() {
         );
     }
     test.shutdown().await;
+}
+
+/// The producer id and epoch of a new producer of `transactional_id`, once its coordinator
+/// (this broker) has loaded its partition of `__transaction_state`.
+async fn transactional_producer(c: &mut TcpStream, transactional_id: &str) -> (i64, i16) {
+    use kafka_protocol::messages::*;
+    for _ in 0..100 {
+        let mut find = FindCoordinatorRequest::default();
+        find.key = StrBytes::from_string(transactional_id.to_string());
+        find.key_type = 1;
+        let found: FindCoordinatorResponse = call(c, ApiKey::FindCoordinator, 3, &find).await;
+        if found.error_code == 0 {
+            let mut init = InitProducerIdRequest::default();
+            init.transactional_id = Some(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            )));
+            init.transaction_timeout_ms = 60_000;
+            init.producer_id = ProducerId(-1);
+            init.producer_epoch = -1;
+            let r: InitProducerIdResponse = call(c, ApiKey::InitProducerId, 4, &init).await;
+            assert_eq!(r.error_code, 0, "InitProducerId of {transactional_id}");
+            return (r.producer_id.0, r.producer_epoch);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no transaction coordinator for {transactional_id}");
+}
+
+/// AddPartitionsToTxn of `good`-0 at `version`.
+async fn add_partition_to_txn(
+    c: &mut TcpStream,
+    version: i16,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+) -> kafka_protocol::messages::AddPartitionsToTxnResponse {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::*;
+    let mut topic = AddPartitionsToTxnTopic::default();
+    topic.name = topic_name("good");
+    topic.partitions = vec![0];
+    let mut req = AddPartitionsToTxnRequest::default();
+    req.v3_and_below_transactional_id =
+        TransactionalId(StrBytes::from_string(transactional_id.to_string()));
+    req.v3_and_below_producer_id = ProducerId(producer_id);
+    req.v3_and_below_producer_epoch = epoch;
+    req.v3_and_below_topics = vec![topic];
+    call(c, ApiKey::AddPartitionsToTxn, version, &req).await
 }

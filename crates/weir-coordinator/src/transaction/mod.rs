@@ -4,9 +4,13 @@
 //! partition `abs(javaHash(id)) % partitions`, and its coordinator is that partition's leader.
 //!
 //! InitProducerId for a transactional id gives its producer an id and a new epoch, which
-//! fences every older producer of the same id (KIP-98), and lets a producer that lost an
-//! answer or hit a fatal error bump its own epoch (KIP-360).
+//! fences every older producer of the same id (KIP-98, aborting a transaction it left open),
+//! and lets a producer that lost an answer or hit a fatal error bump its own epoch (KIP-360).
+//! AddPartitionsToTxn begins a transaction and adds to it; EndTxn prepares its commit or abort,
+//! after which the broker writes a marker on each of its partitions and completes it. Every
+//! change is stored in `__transaction_state` before it is answered.
 
+mod decide;
 pub mod records;
 mod shard;
 pub mod state;
@@ -17,9 +21,9 @@ use std::sync::Arc;
 
 use weir_clock::{Clock, Now, SystemClock};
 
-use crate::runtime::{CoordinatorLog, Decision, Runtime, RuntimeError, TopicRuntime};
-use records::{TxnPartitions, TxnValue};
-use shard::{TransactionShard, TxnRecord};
+use crate::runtime::{CoordinatorLog, Runtime, RuntimeError, TopicRuntime};
+use records::TxnPartitions;
+use shard::TransactionShard;
 use state::TxnState;
 
 /// An epoch past which a producer id is not bumped: it is replaced by a new one (Kafka's
@@ -62,6 +66,13 @@ pub enum TxnError {
     /// completed: retry.
     #[error("another request for the transactional id is under way")]
     ConcurrentTransactions,
+    /// The transactional id is unknown, or held by another producer id.
+    #[error("the producer id is not the transactional id's")]
+    InvalidProducerIdMapping,
+    /// The request does not fit the transaction's state (ending one not begun, committing one
+    /// being aborted).
+    #[error("the transaction is not in a state that allows this request")]
+    InvalidTxnState,
     /// The transaction's record is larger than `__transaction_state` takes.
     #[error("the transaction's record is larger than __transaction_state takes")]
     RecordTooLarge,
@@ -100,13 +111,44 @@ pub struct InitProducerId {
 }
 
 /// What an InitProducerId comes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InitOutcome {
     /// The producer's id and epoch, stored.
     Ready(ProducerIdAndEpoch),
     /// A producer id never used before is needed (a new transactional id, or an epoch
     /// exhausted): ask again with one.
     NeedsProducerId,
+    /// The transactional id's open transaction is being aborted at the next epoch (fencing its
+    /// producer): the broker writes these markers and completes it, and the producer retries
+    /// (CONCURRENT_TRANSACTIONS).
+    Aborting(TxnMarkers),
+}
+
+/// An EndTxn of a transactional producer.
+#[derive(Debug, Clone)]
+pub struct EndTxn {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// The producer ending its transaction.
+    pub producer: ProducerIdAndEpoch,
+    /// Commit (true) or abort.
+    pub commit: bool,
+}
+
+/// A prepared transaction's markers: the broker writes one on each of its partitions, then
+/// tells the coordinator ([`TransactionCoordinator::complete`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMarkers {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// The producer whose transaction it is.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// A commit marker (true) or an abort marker.
+    pub commit: bool,
+    /// The partitions to mark.
+    pub partitions: TxnPartitions,
 }
 
 /// The transaction coordinator of this broker.
@@ -154,7 +196,8 @@ impl TransactionCoordinator {
     /// from then on. A producer naming its current id and epoch (KIP-360) gets the next epoch;
     /// one naming an older epoch is fenced (PRODUCER_FENCED), unless it retries a bump whose
     /// answer it lost. `fresh_id` is a producer id never used, for when one is needed
-    /// ([`InitOutcome::NeedsProducerId`] otherwise).
+    /// ([`InitOutcome::NeedsProducerId`] otherwise). An open transaction of the older producer
+    /// is aborted first ([`InitOutcome::Aborting`]).
     pub async fn init_producer_id(
         &self,
         request: &InitProducerId,
@@ -169,138 +212,83 @@ impl TransactionCoordinator {
         let written = self
             .runtime
             .write(&request.transactional_id, |shard, now| {
-                init_decision(shard, request, fresh_id, now)
+                decide::init(shard, request, fresh_id, now)
             })
             .await?;
         written.stored?;
         Ok(written.answer)
     }
-}
 
-/// What an InitProducerId decides from the shard as it stands: Kafka's
-/// `prepareInitProducerIdTransit`.
-fn init_decision(
-    shard: &TransactionShard,
-    request: &InitProducerId,
-    fresh_id: Option<i64>,
-    now: Now,
-) -> Result<Decision<InitOutcome, TxnRecord>, TxnError> {
-    let id = &request.transactional_id;
-    if shard.is_pending(id) {
-        return Err(TxnError::ConcurrentTransactions);
+    /// AddPartitionsToTxn (versions 0–3, from the producer): `partitions` join the
+    /// producer's transaction, stored before the answer; the first of them begins it.
+    pub async fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &TxnPartitions,
+    ) -> Result<(), TxnError> {
+        let written = self
+            .runtime
+            .write(transactional_id, |shard, now| {
+                decide::add_partitions(shard, transactional_id, producer, partitions, now)
+            })
+            .await?;
+        written.stored
     }
-    let needs_id = Decision {
-        answer: InitOutcome::NeedsProducerId,
-        records: Vec::new(),
-    };
-    let current = match shard.ids.get(id) {
-        Some(metadata) => metadata.clone(),
-        None => {
-            // A new transactional id: a producer id with no epoch yet, bumped to 0 below.
-            let Some(producer_id) = fresh_id else {
-                return Ok(needs_id);
-            };
-            shard::TxnMetadata {
-                value: TxnValue {
-                    producer_id,
-                    previous_producer_id: -1,
-                    next_producer_id: -1,
-                    producer_epoch: NO_EPOCH,
-                    timeout_ms: request.timeout_ms,
-                    state: TxnState::Empty,
-                    partitions: TxnPartitions::new(),
-                    last_update_ms: now.wall_ms,
-                    start_ms: -1,
-                    client_transaction_version: 0,
-                },
-                last_producer_epoch: NO_EPOCH,
-            }
-        }
-    };
-    let value = &current.value;
-    if let Some(asked) = request.current {
-        // The producer names its id and epoch: it must be the current producer, or one
-        // retrying the bump that replaced an exhausted producer id.
-        let valid = value.producer_epoch == NO_EPOCH
-            || asked.producer_id == value.producer_id
-            || (asked.producer_id == value.previous_producer_id && asked.epoch >= EPOCH_EXHAUSTED);
-        if !valid {
-            return Err(TxnError::ProducerFenced);
-        }
+
+    /// EndTxn: prepares the producer's open transaction to commit or abort (stored before the
+    /// answer) and returns the markers the broker must write, then complete with
+    /// [`TransactionCoordinator::complete`]; `None` for a retry of an end already done.
+    pub async fn end(&self, request: &EndTxn) -> Result<Option<TxnMarkers>, TxnError> {
+        let written = self
+            .runtime
+            .write(&request.transactional_id, |shard, now| {
+                decide::end(shard, request, now)
+            })
+            .await?;
+        written.stored?;
+        Ok(written.answer)
     }
-    match value.state {
-        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {}
-        // Markers are being written, or (until transactions can be opened) a state this
-        // coordinator never enters: the client backs off and retries.
-        TxnState::Ongoing
-        | TxnState::PrepareCommit
-        | TxnState::PrepareAbort
-        | TxnState::PrepareEpochFence
-        | TxnState::Dead => return Err(TxnError::ConcurrentTransactions),
+
+    /// Every marker of a prepared transaction is written: stores it complete, so its producer
+    /// can go on. Returns false when the transactional id moved on meanwhile (nothing to do).
+    pub async fn complete(&self, markers: &TxnMarkers) -> Result<bool, TxnError> {
+        let written = self
+            .runtime
+            .write(&markers.transactional_id, |shard, now| {
+                decide::complete(shard, markers, now)
+            })
+            .await?;
+        written.stored?;
+        Ok(written.answer)
     }
-    let asked_epoch = request.current.map(|asked| asked.epoch);
-    let (producer_id, previous_producer_id, epoch, last_epoch) = if value.producer_epoch
-        >= EPOCH_EXHAUSTED
-        && asked_epoch.is_none_or(|asked| asked == value.producer_epoch)
-    {
-        // The epoch is exhausted: a new producer id, at epoch 0.
-        let Some(producer_id) = fresh_id else {
-            return Ok(needs_id);
+
+    /// The prepared transactions of `partition` (loaded here): the markers they still need.
+    /// A coordinator that takes over a partition writes them and completes each, as the one
+    /// before it would have.
+    pub fn prepared(&self, partition: i32) -> Vec<TxnMarkers> {
+        let partitions = self.runtime.lock();
+        let Some(shard) = partitions.shard(partition) else {
+            return Vec::new();
         };
-        let last_epoch = if asked_epoch.is_some() {
-            value.producer_epoch
-        } else {
-            NO_EPOCH
-        };
-        (producer_id, value.producer_id, 0, last_epoch)
-    } else if value.producer_epoch >= EPOCH_EXHAUSTED {
-        return Err(TxnError::ProducerFenced);
-    } else {
-        let bumped = value.producer_epoch + 1;
-        match asked_epoch {
-            None => (
-                value.producer_id,
-                value.previous_producer_id,
-                bumped,
-                NO_EPOCH,
-            ),
-            Some(asked) if value.producer_epoch == NO_EPOCH || asked == value.producer_epoch => (
-                value.producer_id,
-                value.previous_producer_id,
-                bumped,
-                value.producer_epoch,
-            ),
-            // A retry of a bump whose answer was lost: the same answer again.
-            Some(asked) if asked == current.last_producer_epoch => {
-                return Ok(Decision {
-                    answer: InitOutcome::Ready(ProducerIdAndEpoch {
-                        producer_id: value.producer_id,
-                        epoch: value.producer_epoch,
-                    }),
-                    records: Vec::new(),
-                });
-            }
-            Some(_) => return Err(TxnError::ProducerFenced),
-        }
-    };
-    let record = TxnRecord {
-        transactional_id: id.clone(),
-        value: Some(TxnValue {
-            producer_id,
-            previous_producer_id,
-            next_producer_id: -1,
-            producer_epoch: epoch,
-            timeout_ms: request.timeout_ms,
-            state: TxnState::Empty,
-            partitions: TxnPartitions::new(),
-            last_update_ms: now.wall_ms,
-            start_ms: -1,
-            client_transaction_version: value.client_transaction_version,
-        }),
-        last_producer_epoch: last_epoch,
-    };
-    Ok(Decision {
-        answer: InitOutcome::Ready(ProducerIdAndEpoch { producer_id, epoch }),
-        records: vec![record],
-    })
+        shard
+            .ids
+            .iter()
+            .filter_map(|(transactional_id, metadata)| {
+                let value = &metadata.value;
+                let commit = match value.state {
+                    TxnState::PrepareCommit => true,
+                    TxnState::PrepareAbort => false,
+                    _ => return None,
+                };
+                Some(TxnMarkers {
+                    transactional_id: transactional_id.clone(),
+                    producer_id: value.producer_id,
+                    producer_epoch: value.producer_epoch,
+                    commit,
+                    partitions: value.partitions.clone(),
+                })
+            })
+            .collect()
+    }
 }

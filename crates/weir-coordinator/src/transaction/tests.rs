@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+use super::records::TxnValue;
+use super::shard::TxnRecord;
+use super::state::TxnState;
 use super::*;
 use crate::runtime::Shard;
 use crate::test_log::MemoryLog;
@@ -46,6 +49,7 @@ async fn init(
                 fresh = Some(*next_id);
                 *next_id += 1;
             }
+            InitOutcome::Aborting(markers) => panic!("unexpected abort of {markers:?}"),
         }
     }
 }
@@ -266,4 +270,262 @@ fn a_transactional_id_is_served_only_where_its_partition_is_loaded() {
     assert_eq!(coordinator.check_served("t"), Ok(()));
     assert_eq!(runtime.unload(0), Some(0));
     assert_eq!(coordinator.check_served("t"), Err(TxnError::NotCoordinator));
+}
+
+fn partitions(list: &[(&str, i32)]) -> TxnPartitions {
+    let mut out = TxnPartitions::new();
+    for (topic, partition) in list {
+        out.entry(topic.to_string()).or_default().insert(*partition);
+    }
+    out
+}
+
+fn end(id: &str, producer: (i64, i16), commit: bool) -> EndTxn {
+    EndTxn {
+        transactional_id: id.to_string(),
+        producer: ProducerIdAndEpoch {
+            producer_id: producer.0,
+            epoch: producer.1,
+        },
+        commit,
+    }
+}
+
+fn state_of(coordinator: &TransactionCoordinator, id: &str) -> (TxnState, TxnPartitions) {
+    let value = stored(coordinator)
+        .into_iter()
+        .find(|(stored_id, _)| stored_id == id)
+        .expect("stored")
+        .1;
+    (value.state, value.partitions)
+}
+
+/// A transaction's life: partitions join it (Ongoing), EndTxn prepares it and names the
+/// markers to write, and once they are written it is complete; a retried EndTxn is answered
+/// as the first was, and the other ending or one not begun is INVALID_TXN_STATE.
+#[tokio::test]
+async fn a_transaction_is_begun_prepared_and_completed() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 3;
+    let (producer_id, epoch) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("init");
+    let producer = ProducerIdAndEpoch { producer_id, epoch };
+    assert_eq!(
+        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        Err(TxnError::InvalidTxnState),
+        "nothing to commit"
+    );
+    coordinator
+        .add_partitions("t", producer, &partitions(&[("a", 0), ("b", 1)]))
+        .await
+        .expect("added");
+    let records = log.records().len();
+    coordinator
+        .add_partitions("t", producer, &partitions(&[("a", 0)]))
+        .await
+        .expect("added again");
+    assert_eq!(
+        log.records().len(),
+        records,
+        "a partition already in it stores nothing"
+    );
+    coordinator
+        .add_partitions("t", producer, &partitions(&[("a", 2)]))
+        .await
+        .expect("added more");
+    assert_eq!(
+        state_of(&coordinator, "t"),
+        (
+            TxnState::Ongoing,
+            partitions(&[("a", 0), ("a", 2), ("b", 1)])
+        )
+    );
+
+    let markers = coordinator
+        .end(&end("t", (producer_id, epoch), true))
+        .await
+        .expect("prepared")
+        .expect("markers to write");
+    assert_eq!(
+        markers,
+        TxnMarkers {
+            transactional_id: "t".to_string(),
+            producer_id,
+            producer_epoch: epoch,
+            commit: true,
+            partitions: partitions(&[("a", 0), ("a", 2), ("b", 1)]),
+        }
+    );
+    assert_eq!(state_of(&coordinator, "t").0, TxnState::PrepareCommit);
+    assert_eq!(
+        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        Err(TxnError::ConcurrentTransactions),
+        "a retry while the markers are written waits"
+    );
+    assert_eq!(
+        coordinator
+            .end(&end("t", (producer_id, epoch), false))
+            .await,
+        Err(TxnError::InvalidTxnState),
+        "a commit being made cannot become an abort"
+    );
+    assert_eq!(
+        coordinator
+            .add_partitions("t", producer, &partitions(&[("c", 0)]))
+            .await,
+        Err(TxnError::ConcurrentTransactions),
+        "the next transaction waits for this one to complete"
+    );
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Err(TxnError::ConcurrentTransactions)
+    );
+    assert_eq!(coordinator.complete(&markers).await, Ok(true));
+    assert_eq!(
+        state_of(&coordinator, "t"),
+        (TxnState::CompleteCommit, TxnPartitions::new())
+    );
+    assert_eq!(
+        coordinator.complete(&markers).await,
+        Ok(false),
+        "completing twice stores nothing"
+    );
+    assert_eq!(
+        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        Ok(None),
+        "a retried commit is answered as done"
+    );
+    assert_eq!(
+        coordinator
+            .end(&end("t", (producer_id, epoch), false))
+            .await,
+        Err(TxnError::InvalidTxnState)
+    );
+
+    // The next transaction, aborted; a reload holds what the writes made.
+    coordinator
+        .add_partitions("t", producer, &partitions(&[("c", 0)]))
+        .await
+        .expect("next transaction");
+    let aborting = coordinator
+        .end(&end("t", (producer_id, epoch), false))
+        .await
+        .expect("prepared")
+        .expect("markers");
+    assert!(!aborting.commit);
+    let reloaded = loaded(log.clone());
+    assert_eq!(stored(&reloaded), stored(&coordinator));
+    let partition = crate::partition_for("t", PARTITIONS);
+    assert_eq!(
+        reloaded.prepared(partition),
+        vec![aborting.clone()],
+        "the coordinator taking over finds the transaction it must finish"
+    );
+    assert_eq!(reloaded.complete(&aborting).await, Ok(true));
+    assert!(reloaded.prepared(partition).is_empty());
+    assert_eq!(state_of(&reloaded, "t").0, TxnState::CompleteAbort);
+}
+
+/// Only the transactional id's current producer may add partitions or end its transaction.
+#[tokio::test]
+async fn only_the_current_producer_may_use_the_transaction() {
+    let coordinator = loaded(Arc::new(MemoryLog::default()));
+    let mut next_id = 10;
+    let (producer_id, _) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("init");
+    let (_, epoch) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("a newer producer");
+    let some = partitions(&[("a", 0)]);
+    let stale = ProducerIdAndEpoch {
+        producer_id,
+        epoch: epoch - 1,
+    };
+    assert_eq!(
+        coordinator.add_partitions("t", stale, &some).await,
+        Err(TxnError::ProducerFenced)
+    );
+    let stranger = ProducerIdAndEpoch {
+        producer_id: producer_id + 1,
+        epoch,
+    };
+    assert_eq!(
+        coordinator.add_partitions("t", stranger, &some).await,
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    let current = ProducerIdAndEpoch { producer_id, epoch };
+    assert_eq!(
+        coordinator.add_partitions("unknown", current, &some).await,
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        coordinator.add_partitions("", current, &some).await,
+        Err(TxnError::InvalidRequest)
+    );
+    coordinator
+        .add_partitions("t", current, &some)
+        .await
+        .expect("the current producer");
+    assert_eq!(
+        coordinator
+            .end(&end("t", (producer_id, epoch - 1), true))
+            .await,
+        Err(TxnError::ProducerFenced)
+    );
+}
+
+/// A new producer of a transactional id whose older producer left a transaction open fences
+/// it: the open transaction is prepared to abort at the next epoch (the markers fence the old
+/// producer on its partitions), the new producer retries until the abort is complete, then
+/// gets the epoch after.
+#[tokio::test]
+async fn a_new_producer_aborts_the_transaction_its_predecessor_left_open() {
+    let coordinator = loaded(Arc::new(MemoryLog::default()));
+    let mut next_id = 20;
+    let (producer_id, epoch) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("init");
+    let old = ProducerIdAndEpoch { producer_id, epoch };
+    coordinator
+        .add_partitions("t", old, &partitions(&[("a", 1)]))
+        .await
+        .expect("begun");
+    let outcome = coordinator
+        .init_producer_id(&request("t", None), None)
+        .await;
+    let Ok(InitOutcome::Aborting(markers)) = outcome else {
+        panic!("expected an abort, got {outcome:?}");
+    };
+    assert_eq!(
+        markers,
+        TxnMarkers {
+            transactional_id: "t".to_string(),
+            producer_id,
+            producer_epoch: epoch + 1,
+            commit: false,
+            partitions: partitions(&[("a", 1)]),
+        }
+    );
+    assert_eq!(state_of(&coordinator, "t").0, TxnState::PrepareAbort);
+    assert_eq!(
+        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        Err(TxnError::ProducerFenced),
+        "the old producer cannot commit"
+    );
+    assert_eq!(
+        coordinator
+            .init_producer_id(&request("t", None), None)
+            .await,
+        Err(TxnError::ConcurrentTransactions),
+        "the new producer waits for the abort"
+    );
+    assert_eq!(coordinator.complete(&markers).await, Ok(true));
+    assert_eq!(state_of(&coordinator, "t").0, TxnState::CompleteAbort);
+    assert_eq!(
+        init(&coordinator, &request("t", None), &mut next_id).await,
+        Ok((producer_id, epoch + 2))
+    );
 }

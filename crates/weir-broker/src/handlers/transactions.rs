@@ -1,0 +1,190 @@
+//! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), EndTxn (26, v0–4) and
+//! WriteTxnMarkers (27, v1, between brokers). The handlers translate; the transaction
+//! coordinator (`weir-coordinator`) decides, and `txn_markers` writes the markers.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use kafka_protocol::ResponseError;
+use weir_coordinator::transaction::records::TxnPartitions;
+use weir_coordinator::transaction::{EndTxn, ProducerIdAndEpoch, TxnError};
+use weir_log::batch::TxnResult;
+use weir_metadata::is_internal_topic;
+
+use crate::broker::Broker;
+use crate::handlers::errors::txn_error;
+use crate::txn_markers::Marker;
+
+/// The Kafka error for a coordinator refusal at `version`: clients of versions before 2 know
+/// a fenced producer as INVALID_PRODUCER_EPOCH.
+fn versioned_error(error: TxnError, version: i16) -> ResponseError {
+    match txn_error(error) {
+        ResponseError::ProducerFenced if version < 2 => ResponseError::InvalidProducerEpoch,
+        error => error,
+    }
+}
+
+/// AddPartitionsToTxn from a producer: every partition must exist (else it is
+/// UNKNOWN_TOPIC_OR_PARTITION, an internal topic's INVALID_TOPIC_EXCEPTION, and the others
+/// OPERATION_NOT_ATTEMPTED, as Kafka answers); then the coordinator adds them all or none.
+pub async fn add_partitions(
+    broker: &Arc<Broker>,
+    request: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    let image = broker.image();
+    let mut partitions = TxnPartitions::new();
+    let mut refused: Vec<(&str, i32, ResponseError)> = Vec::new();
+    for topic in &request.v3_and_below_topics {
+        let name = topic.name.0.as_str();
+        for index in &topic.partitions {
+            let known = image
+                .topic(name)
+                .is_some_and(|t| t.partition(*index).is_some());
+            if is_internal_topic(name) {
+                refused.push((name, *index, ResponseError::InvalidTopicException));
+            } else if !known {
+                refused.push((name, *index, ResponseError::UnknownTopicOrPartition));
+            } else {
+                partitions
+                    .entry(name.to_string())
+                    .or_default()
+                    .insert(*index);
+            }
+        }
+    }
+    let outcome = if refused.is_empty() {
+        let producer = ProducerIdAndEpoch {
+            producer_id: request.v3_and_below_producer_id.0,
+            epoch: request.v3_and_below_producer_epoch,
+        };
+        let transactional_id = request.v3_and_below_transactional_id.as_str();
+        broker
+            .transactions
+            .add_partitions(transactional_id, producer, &partitions)
+            .await
+            .map_err(|error| versioned_error(error, version))
+    } else {
+        Err(ResponseError::OperationNotAttempted)
+    };
+    let mut response = AddPartitionsToTxnResponse::default();
+    response.results_by_topic_v3_and_below = request
+        .v3_and_below_topics
+        .iter()
+        .map(|topic| {
+            let mut result = AddPartitionsToTxnTopicResult::default();
+            result.name = topic.name.clone();
+            result.results_by_partition = topic
+                .partitions
+                .iter()
+                .map(|index| {
+                    let own = refused
+                        .iter()
+                        .find(|(name, i, _)| *name == topic.name.0.as_str() && i == index)
+                        .map(|(_, _, error)| *error);
+                    let mut partition = AddPartitionsToTxnPartitionResult::default();
+                    partition.partition_index = *index;
+                    partition.partition_error_code = match (own, outcome) {
+                        (Some(error), _) | (None, Err(error)) => error.code(),
+                        (None, Ok(())) => 0,
+                    };
+                    partition
+                })
+                .collect();
+            result
+        })
+        .collect();
+    response
+}
+
+/// EndTxn (transaction protocol version 1): the coordinator prepares the commit or abort and
+/// it is answered once stored; the markers are written after, and the transactional id's
+/// next transaction waits (CONCURRENT_TRANSACTIONS) until they are.
+pub async fn end(broker: &Arc<Broker>, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let end = EndTxn {
+        transactional_id: request.transactional_id.to_string(),
+        producer: ProducerIdAndEpoch {
+            producer_id: request.producer_id.0,
+            epoch: request.producer_epoch,
+        },
+        commit: request.committed,
+    };
+    let mut response = EndTxnResponse::default();
+    match broker.transactions.end(&end).await {
+        Ok(Some(markers)) => broker.write_markers(markers),
+        Ok(None) => {}
+        Err(error) => response.error_code = versioned_error(error, version).code(),
+    }
+    response
+}
+
+/// WriteTxnMarkers from a transaction coordinator: each marker appended on each of its
+/// partitions this broker leads, answered once as safe as an `acks=all` write.
+pub async fn write_markers(
+    broker: &Arc<Broker>,
+    request: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    let mut response = WriteTxnMarkersResponse::default();
+    for writable in request.markers {
+        let marker = Marker {
+            producer_id: writable.producer_id.0,
+            producer_epoch: writable.producer_epoch,
+            result: if writable.transaction_result {
+                TxnResult::Commit
+            } else {
+                TxnResult::Abort
+            },
+            coordinator_epoch: writable.coordinator_epoch,
+        };
+        let partitions: Vec<(String, i32)> = writable
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                let name = topic.name.0.to_string();
+                topic
+                    .partition_indexes
+                    .iter()
+                    .map(move |index| (name.clone(), *index))
+            })
+            .collect();
+        let results = broker.write_marker_batch(&partitions, marker).await;
+        let mut result = WritableTxnMarkerResult::default();
+        result.producer_id = writable.producer_id;
+        let mut outcomes = partitions.iter().zip(results);
+        result.topics = writable
+            .topics
+            .iter()
+            .map(|topic| {
+                let mut topic_result = WritableTxnMarkerTopicResult::default();
+                topic_result.name = topic.name.clone();
+                topic_result.partitions = topic
+                    .partition_indexes
+                    .iter()
+                    .map(|index| {
+                        let outcome = outcomes.next().map(|(_, outcome)| outcome);
+                        let mut partition = WritableTxnMarkerPartitionResult::default();
+                        partition.partition_index = *index;
+                        partition.error_code = match outcome {
+                            Some(Ok(())) => 0,
+                            Some(Err(error)) => error.code(),
+                            None => ResponseError::UnknownServerError.code(),
+                        };
+                        partition
+                    })
+                    .collect();
+                topic_result
+            })
+            .collect();
+        response.markers.push(result);
+    }
+    response
+}

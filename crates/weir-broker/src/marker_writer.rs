@@ -1,0 +1,258 @@
+//! Writing transaction markers: the control batch that ends a transaction on each of its
+//! partitions. The leader of a partition appends it (for a WriteTxnMarkers request, or for the
+//! transaction coordinator on the same broker) as durably as an `acks=all` produce; the
+//! coordinator's broker sends each marker to its partition's leader until every one is
+//! written, across leader changes, then tells the coordinator the transaction is complete.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use kafka_protocol::ResponseError;
+use weir_coordinator::transaction::TxnMarkers;
+use weir_log::batch::TxnResult;
+use weir_log::ValidBatch;
+use weir_metadata::NO_LEADER;
+
+use crate::broker::Broker;
+use crate::endpoints::ClientEndpoint;
+use crate::handlers::errors::ErrorReply;
+use crate::shutdown::stopping;
+use crate::txn_markers::{AppendedMarker, Marker};
+
+/// First pause before markers that could not be written are tried again; it doubles up to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// Longest pause between tries.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The WriteTxnMarkers version brokers send.
+const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+
+impl Broker {
+    /// Appends `marker` to `topic`-`index`, which this broker must lead; the returned marker
+    /// is acknowledged once it is as safe as an `acks=all` write.
+    fn append_marker(
+        &self,
+        topic: &str,
+        index: i32,
+        marker: Marker,
+    ) -> Result<AppendedMarker, ResponseError> {
+        let partition = crate::handlers::led_partition(self, topic, index)?;
+        if partition.too_few_in_sync().is_some() {
+            return Err(ResponseError::NotEnoughReplicas);
+        }
+        let batch = ValidBatch::marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.result,
+            marker.coordinator_epoch,
+            self.partitions.clock().now_ms(),
+        );
+        let info = partition
+            .append(&batch)
+            .map_err(|error| ErrorReply::from(&error).error)?;
+        let settings = partition.settings();
+        Ok(AppendedMarker {
+            sync: settings.flush_policy.sync_before_ack(-1),
+            min_insync_replicas: partition.min_insync_replicas(),
+            end_offset: info.last_offset + 1,
+            partition,
+        })
+    }
+
+    /// Writes the markers of a prepared transaction on every one of its partitions, in a task
+    /// of its own, then completes the transaction in the coordinator.
+    pub(crate) fn write_markers(self: &Arc<Self>, markers: TxnMarkers) {
+        tokio::spawn(self.clone().mark_until_done(markers));
+    }
+
+    /// Sends each partition's marker to its current leader until every one is written (a
+    /// partition whose topic was deleted needs none), then completes the transaction. Gives
+    /// up at shutdown or once this broker no longer coordinates the transactional id: the
+    /// coordinator that loads it next finishes the job.
+    async fn mark_until_done(self: Arc<Self>, markers: TxnMarkers) {
+        let marker = Marker {
+            producer_id: markers.producer_id,
+            producer_epoch: markers.producer_epoch,
+            result: if markers.commit {
+                TxnResult::Commit
+            } else {
+                TxnResult::Abort
+            },
+            coordinator_epoch: 0,
+        };
+        let mut pending: Vec<(String, i32)> = markers
+            .partitions
+            .iter()
+            .flat_map(|(topic, partitions)| partitions.iter().map(move |p| (topic.clone(), *p)))
+            .collect();
+        let mut shutdown = self.shutdown.clone();
+        let mut pause = RETRY_FIRST;
+        loop {
+            pending = self.mark_once(&pending, marker).await;
+            if pending.is_empty() {
+                break;
+            }
+            if self
+                .transactions
+                .check_served(&markers.transactional_id)
+                .is_err()
+            {
+                tracing::info!(target: "weir::transactions", transactional_id = markers.transactional_id, "no longer the transaction's coordinator; its next coordinator writes the markers left");
+                return;
+            }
+            tracing::debug!(target: "weir::transactions", transactional_id = markers.transactional_id, partitions = pending.len(), "transaction markers not written yet; trying again");
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stopping(&mut shutdown) => return,
+            }
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+        loop {
+            match self.transactions.complete(&markers).await {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(target: "weir::transactions", transactional_id = markers.transactional_id, %error, "could not store the transaction as complete; trying again");
+                }
+            }
+            if self
+                .transactions
+                .check_served(&markers.transactional_id)
+                .is_err()
+            {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stopping(&mut shutdown) => return,
+            }
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// One round: each pending partition's marker to its leader (appended here when it is
+    /// this broker). Returns the partitions still without their marker.
+    async fn mark_once(&self, pending: &[(String, i32)], marker: Marker) -> Vec<(String, i32)> {
+        let image = self.image();
+        let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
+        let mut left = Vec::new();
+        for (topic, index) in pending {
+            match image.topic(topic).and_then(|t| t.partition(*index)) {
+                // Deleted with its topic: nothing to mark.
+                None => {}
+                Some(state) if state.leader == NO_LEADER => left.push((topic.clone(), *index)),
+                Some(state) => by_leader
+                    .entry(state.leader)
+                    .or_default()
+                    .push((topic.clone(), *index)),
+            }
+        }
+        for (leader, partitions) in by_leader {
+            let failed = if leader == self.identity.node_id {
+                self.mark_here(&partitions, marker).await
+            } else {
+                match image.broker(leader).and_then(ClientEndpoint::of) {
+                    Some(endpoint) => self.mark_at(&endpoint, &partitions, marker).await,
+                    None => partitions,
+                }
+            };
+            left.extend(failed);
+        }
+        left
+    }
+
+    /// Writes `marker` on `partitions`, led here; returns those where it failed.
+    async fn mark_here(&self, partitions: &[(String, i32)], marker: Marker) -> Vec<(String, i32)> {
+        let results = self.write_marker_batch(partitions, marker).await;
+        partitions
+            .iter()
+            .zip(results)
+            .filter(|(_, result)| result.is_err())
+            .map(|(partition, _)| partition.clone())
+            .collect()
+    }
+
+    /// Sends `marker` for `partitions` to their leader at `endpoint` in a WriteTxnMarkers
+    /// request; returns those it did not write.
+    async fn mark_at(
+        &self,
+        endpoint: &ClientEndpoint,
+        partitions: &[(String, i32)],
+        marker: Marker,
+    ) -> Vec<(String, i32)> {
+        let address = format!("{}:{}", endpoint.host, endpoint.port);
+        let client_id = format!("weir-txn-markers-{}", self.identity.node_id);
+        let mut request = WriteTxnMarkersRequest::default();
+        let mut writable = WritableTxnMarker::default();
+        writable.producer_id = ProducerId(marker.producer_id);
+        writable.producer_epoch = marker.producer_epoch;
+        writable.transaction_result = marker.result == TxnResult::Commit;
+        writable.coordinator_epoch = marker.coordinator_epoch;
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (topic, index) in partitions {
+            topics.entry(topic).or_default().push(*index);
+        }
+        writable.topics = topics
+            .into_iter()
+            .map(|(topic, indexes)| {
+                let mut t = WritableTxnMarkerTopic::default();
+                t.name = TopicName(crate::handlers::str_bytes(topic));
+                t.partition_indexes = indexes;
+                t
+            })
+            .collect();
+        request.markers = vec![writable];
+        let answer: Result<WriteTxnMarkersResponse, _> = async {
+            let connection = self.marker_links.to(&address, &client_id).await?;
+            connection
+                .call_at(ApiKey::WriteTxnMarkers, WRITE_TXN_MARKERS_VERSION, &request)
+                .await
+        }
+        .await;
+        let Ok(response) = answer else {
+            return partitions.to_vec();
+        };
+        let mut written = BTreeSet::new();
+        for result in &response.markers {
+            for topic in &result.topics {
+                for partition in &topic.partitions {
+                    if partition.error_code == 0 {
+                        written.insert((topic.name.0.to_string(), partition.partition_index));
+                    }
+                }
+            }
+        }
+        partitions
+            .iter()
+            .filter(|partition| !written.contains(*partition))
+            .cloned()
+            .collect()
+    }
+
+    /// Appends `marker` on each of `partitions` (led here), then waits for them all; one
+    /// result per partition, in order.
+    pub(crate) async fn write_marker_batch(
+        &self,
+        partitions: &[(String, i32)],
+        marker: Marker,
+    ) -> Vec<Result<(), ResponseError>> {
+        let appended: Vec<Result<AppendedMarker, ResponseError>> = partitions
+            .iter()
+            .map(|(topic, index)| self.append_marker(topic, *index, marker))
+            .collect();
+        let mut results = Vec::with_capacity(appended.len());
+        for append in appended {
+            results.push(match append {
+                Ok(appended) => appended.acknowledged().await,
+                Err(error) => Err(error),
+            });
+        }
+        results
+    }
+}

@@ -1,0 +1,101 @@
+//! Transaction markers as the broker writes them ([`Marker`], [`AppendedMarker`]) and the
+//! connections it sends them to other brokers on ([`MarkerLinks`]); `marker_writer` writes
+//! them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+use weir_client::{ClientError, Connection};
+use weir_log::batch::TxnResult;
+
+use crate::partition::{Partition, ReplicationWait};
+
+/// Longest a marker waits for the in-sync replicas of its partition.
+const MARKER_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a WriteTxnMarkers to another broker may take: its wait for the in-sync replicas,
+/// and the trip.
+const REMOTE_TIMEOUT: Duration = Duration::from_secs(35);
+
+/// Connections to the other brokers for WriteTxnMarkers, one per address (requests share it,
+/// pipelined), made on first use and again once closed; as many as brokers.
+#[derive(Default)]
+pub(crate) struct MarkerLinks {
+    links: std::sync::Mutex<HashMap<String, Arc<Connection>>>,
+}
+
+impl MarkerLinks {
+    /// The open connection to `address`, made now if there is none.
+    pub(crate) async fn to(
+        &self,
+        address: &str,
+        client_id: &str,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let open = self
+            .lock()
+            .get(address)
+            .filter(|link| !link.is_closed())
+            .cloned();
+        if let Some(link) = open {
+            return Ok(link);
+        }
+        let link = Connection::connect(address, client_id, REMOTE_TIMEOUT).await?;
+        let mut links = self.lock();
+        links.retain(|_, link| !link.is_closed());
+        links.insert(address.to_string(), link.clone());
+        Ok(link)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One marker: whose transaction, and how it ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Marker {
+    /// The producer whose transaction it ends.
+    pub(crate) producer_id: i64,
+    /// The producer's epoch: a marker of an older epoch than the partition knows is refused.
+    pub(crate) producer_epoch: i16,
+    /// Commit or abort.
+    pub(crate) result: TxnResult,
+    /// The epoch of the coordinator that wrote it.
+    pub(crate) coordinator_epoch: i32,
+}
+
+/// A marker in a partition's log, not yet as safe as an `acks=all` write.
+pub(crate) struct AppendedMarker {
+    /// The partition it was appended to.
+    pub(crate) partition: Arc<Partition>,
+    /// The offset after it.
+    pub(crate) end_offset: i64,
+    /// Whether the topic's flush policy fsyncs before an `acks=all` answer.
+    pub(crate) sync: bool,
+    /// The partition's `min.insync.replicas` when it was appended.
+    pub(crate) min_insync_replicas: usize,
+}
+
+impl AppendedMarker {
+    /// Waits until the marker is fsynced (as the topic's flush policy says) and held by every
+    /// in-sync replica.
+    pub(crate) async fn acknowledged(self) -> Result<(), ResponseError> {
+        let deadline = tokio::time::Instant::now() + MARKER_WRITE_TIMEOUT;
+        match self
+            .partition
+            .wait_all_acked(
+                self.end_offset,
+                self.sync,
+                self.min_insync_replicas,
+                deadline,
+            )
+            .await
+        {
+            ReplicationWait::Replicated => Ok(()),
+            ReplicationWait::NotLeader => Err(ResponseError::NotLeaderOrFollower),
+            ReplicationWait::TimedOut => Err(ResponseError::RequestTimedOut),
+            ReplicationWait::BelowMinIsr { .. } => Err(ResponseError::NotEnoughReplicasAfterAppend),
+        }
+    }
+}
