@@ -172,7 +172,8 @@ def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
 def test_librdkafka_commits_and_aborts(bootstrap):
     """librdkafka's transactional producer commits three transactions and aborts one whose
     records were sent: every record is in the log, each transaction's end is one marker on its
-    partition, and a read_uncommitted consumer reads the records and skips the markers."""
+    partition; a read_uncommitted consumer reads the records and skips the markers, a
+    read_committed one reads only the committed records."""
     topic = unique_topic("txn-rdk")
     create_topic(bootstrap, topic, partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-rdk")})
@@ -188,8 +189,10 @@ def test_librdkafka_commits_and_aborts(bootstrap):
     producer.flush(30)
     producer.abort_transaction(30)
     assert high_watermark(bootstrap, topic) == 4 * 5 + 4, "20 records and 4 markers"
+    committed = [f"c{t}-{r}" for t in range(3) for r in range(5)]
     values = read_values(bootstrap, topic, 1)
-    assert sorted(values) == sorted([f"c{t}-{r}" for t in range(3) for r in range(5)] + [f"a-{r}" for r in range(5)])
+    assert sorted(values) == sorted(committed + [f"a-{r}" for r in range(5)])
+    assert sorted(read_values(bootstrap, topic, 1, "read_committed")) == sorted(committed)
 
 
 def test_a_new_producer_aborts_the_transaction_of_the_one_it_fences(bootstrap):
@@ -229,15 +232,43 @@ def test_java_transactions_commit_abort_and_fence(bootstrap, java):
     """The Java client's KafkaProducer commits three transactions, aborts two, then is fenced
     by a second producer of its transactional id while a transaction is open: its commit
     throws ProducerFencedException. Every record is in the log with one marker per
-    transaction, read back by librdkafka."""
+    transaction, read back by librdkafka; read_committed, only the committed ones."""
     topic = unique_topic("txn-java")
     create_topic(bootstrap, topic, partitions=1)
     out = java.program("TransactionalProduce", bootstrap, topic, unique_id("txn-java"), 3, 2, 4)
     assert (out["committed"], out["aborted"], out["fenced"]) == (3, 2, True)
     assert high_watermark(bootstrap, topic) == 6 * 4 + 6, "24 records and 6 markers"
+    committed = [f"c{t}-{r}" for t in range(3) for r in range(4)]
     values = read_values(bootstrap, topic, 1)
     assert sorted(values) == sorted(
-        [f"c{t}-{r}" for t in range(3) for r in range(4)]
-        + [f"a{t}-{r}" for t in range(2) for r in range(4)]
-        + [f"z-{r}" for r in range(4)]
+        committed + [f"a{t}-{r}" for t in range(2) for r in range(4)] + [f"z-{r}" for r in range(4)]
     )
+    assert sorted(read_values(bootstrap, topic, 1, "read_committed")) == sorted(committed)
+
+
+def test_read_committed_stops_at_the_oldest_open_transaction(bootstrap):
+    """A transaction left open holds read_committed consumers at its first record (the last
+    stable offset), even past records written after it without a transaction; read_uncommitted
+    consumers read everything. Once it commits, read_committed consumers read on, and records
+    of an aborted transaction before it stay hidden."""
+    topic = unique_topic("txn-lso")
+    create_topic(bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-lso")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"c", partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"a", partition=0)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"o", partition=0)
+    producer.flush(30)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"n", partition=0)
+    plain.flush(30)
+    assert sorted(read_values(bootstrap, topic, 1)) == ["a", "c", "n", "o"]
+    assert read_values(bootstrap, topic, 1, "read_committed") == ["c"], "held at the open transaction"
+    producer.commit_transaction(30)
+    assert read_values(bootstrap, topic, 1, "read_committed") == ["c", "o", "n"]

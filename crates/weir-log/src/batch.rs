@@ -17,7 +17,7 @@ pub use weir_codec::layout::{
     NO_PRODUCER_ID, NO_SEQUENCE,
 };
 use weir_codec::records::RecordsError;
-use weir_codec::varint::VarintError;
+use weir_codec::varint::{next_in, read_varint, read_varlong, VarintError};
 
 /// Bytes at the start of a batch the broker may rewrite: baseOffset and partitionLeaderEpoch
 /// always, and — only when the producer understated it, as Kafka does — maxTimestamp with the
@@ -250,6 +250,26 @@ pub enum TxnResult {
     Abort,
     /// The transaction's records are visible to read_committed consumers (control type 1).
     Commit,
+}
+
+/// What the marker in `batch` (a control batch, never compressed) says: its control record's
+/// key is `(version, type)`, type 0 an abort and 1 a commit. `None` for another control record
+/// or bytes that do not parse.
+pub fn marker_result(batch: &[u8]) -> Option<TxnResult> {
+    let records = batch.get(BATCH_HEADER_BYTES..)?;
+    let mut at = 0usize;
+    let next = |at: &mut usize| next_in(records, at);
+    read_varint(|| next(&mut at)).ok()?; // record length
+    next(&mut at).ok()?; // attributes
+    read_varlong(|| next(&mut at)).ok()?; // timestamp delta
+    read_varint(|| next(&mut at)).ok()?; // offset delta
+    let key_length = usize::try_from(read_varint(|| next(&mut at)).ok()?).ok()?;
+    let key = records.get(at..at.checked_add(key_length)?)?;
+    match key {
+        [_, _, 0, 0] => Some(TxnResult::Abort),
+        [_, _, 0, 1] => Some(TxnResult::Commit),
+        _ => None,
+    }
 }
 
 /// A transaction marker as Kafka writes it: a transactional control batch of `producer` with

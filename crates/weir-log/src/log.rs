@@ -13,13 +13,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
-use crate::batch::{patched_head, validate_stored_header, BatchHeader, PATCHED_HEAD_BYTES};
+use crate::batch::{
+    marker_result, patched_head, validate_stored_header, BatchHeader, TxnResult, PATCHED_HEAD_BYTES,
+};
 use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
 };
 use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, SourceSegment};
-use crate::producer_state::{BatchMetadata, ProducerStateTable, SequenceCheck};
+use crate::producer_state::{AbortedTxn, BatchMetadata, ProducerStateTable, SequenceCheck};
 use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
     SEGMENT_BYTES_LIMIT,
@@ -594,10 +596,17 @@ impl Log {
             let file = segment.log_ref(files).resolve()?;
             let start = segment.offset_hint(from, files).resolve()?;
             let mut walker = HeaderWalker::new(file.as_ref(), start, segment.size_bytes);
-            while let Some((header, _)) = walker.next_batch()? {
+            while let Some((header, position)) = walker.next_batch()? {
                 if header.last_offset() >= from {
+                    let marker = if header.is_control() {
+                        let mut batch = vec![0u8; header.total_bytes() as usize];
+                        file.read_exact_at(&mut batch, position)?;
+                        marker_result(&batch)
+                    } else {
+                        None
+                    };
                     self.producers_evicted +=
-                        producers.record(&header, now_ms, producers_max) as u64;
+                        producers.record(&header, marker, now_ms, producers_max) as u64;
                 }
             }
         }
@@ -813,9 +822,12 @@ impl Log {
         let parts: [&[u8]; 2] = [&head, &batch.bytes()[PATCHED_HEAD_BYTES..]];
         self.active_mut()
             .append(&stored, &parts, interval, now_ms)?;
-        self.producers_evicted +=
-            self.producers
-                .record(&stored, now_ms, self.config.producer_ids_max) as u64;
+        self.producers_evicted += self.producers.record(
+            &stored,
+            marker_of(&stored, batch.bytes()),
+            now_ms,
+            self.config.producer_ids_max,
+        ) as u64;
         self.log_end_offset = next_offset;
         if !self.replicated {
             self.high_watermark = self.log_end_offset;
@@ -913,9 +925,12 @@ impl Log {
         let interval = self.config.index_interval_bytes;
         self.active_mut()
             .append(&header, &[batch], interval, now_ms)?;
-        self.producers_evicted +=
-            self.producers
-                .record(&header, now_ms, self.config.producer_ids_max) as u64;
+        self.producers_evicted += self.producers.record(
+            &header,
+            marker_of(&header, batch),
+            now_ms,
+            self.config.producer_ids_max,
+        ) as u64;
         self.log_end_offset = next_offset;
         Ok(AppendInfo {
             base_offset: header.base_offset,
@@ -1249,6 +1264,7 @@ impl Log {
         if !removals.is_empty() {
             let first = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
             self.log_start_offset = self.log_start_offset.max(first);
+            self.producers.forget_aborted_before(self.log_start_offset);
         }
         Ok(removals)
     }
@@ -1373,6 +1389,21 @@ impl Log {
         Ok(commit)
     }
 
+    /// The last stable offset: below it every transaction is decided (committed or aborted),
+    /// so a read_committed consumer reads up to it. The high watermark, or the first offset
+    /// of the oldest transaction still open if that is lower.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.producers
+            .first_unstable_offset()
+            .map_or(self.high_watermark, |first| first.min(self.high_watermark))
+    }
+
+    /// The transactions aborted whose records may lie in `[from, upper)`, for a read_committed
+    /// consumer to skip.
+    pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        self.producers.aborted_between(from, upper)
+    }
+
     /// Forgets idle producers; returns how many.
     pub fn expire_producers(&mut self, expiration_ms: i64) -> usize {
         self.producers.expire(self.clock.now_ms(), expiration_ms)
@@ -1470,6 +1501,15 @@ impl Log {
         self.storage()
             .write_atomic(&self.dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
         Ok(())
+    }
+}
+
+/// What a control batch's marker says (`None` for a data batch).
+fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<TxnResult> {
+    if header.is_control() {
+        marker_result(batch)
+    } else {
+        None
     }
 }
 

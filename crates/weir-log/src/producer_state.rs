@@ -3,13 +3,18 @@
 //!
 //! Producer ids are chosen by clients, so the table has a bound: past it, the producer that
 //! has been idle longest is forgotten first (its next batch is then accepted as from a new
-//! producer, as after `producer.id.expiration.ms`).
+//! producer, as after `producer.id.expiration.ms`) — never one with a transaction open here.
+//!
+//! Transactions: each producer's open transaction on this partition (its first offset), so
+//! the first offset of the oldest open one bounds what read_committed consumers may read (the
+//! last stable offset), and the transactions aborted here (producer, first offset, offset of
+//! the abort marker) that such consumers are told to skip.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::batch::BatchHeader;
+use crate::batch::{BatchHeader, TxnResult};
 
 /// Batches remembered per producer: Kafka clients keep at most five in flight per partition,
 /// so any retry is among the last five.
@@ -37,6 +42,21 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMetadata>,
     /// Broker clock time of the last append, for `producer.id.expiration.ms`.
     pub last_append_ms: i64,
+    /// The first offset of its transaction open on this partition.
+    #[serde(default)]
+    pub ongoing_first_offset: Option<i64>,
+}
+
+/// A transaction aborted on this partition: its records from `first_offset` up to its abort
+/// marker at `last_offset` are skipped by read_committed consumers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedTxn {
+    /// The producer whose transaction it was.
+    pub producer_id: i64,
+    /// Offset of its first record on this partition.
+    pub first_offset: i64,
+    /// Offset of its abort marker.
+    pub last_offset: i64,
 }
 
 /// How an idempotent batch relates to what the partition already has.
@@ -59,6 +79,12 @@ pub struct ProducerStateTable {
     /// `(last_append_ms, producer_id)` of every entry, oldest first: the eviction order.
     #[serde(skip)]
     by_age: BTreeSet<(i64, i64)>,
+    /// `(first_offset, producer_id)` of every open transaction, oldest first.
+    #[serde(skip)]
+    ongoing: BTreeSet<(i64, i64)>,
+    /// Transactions aborted here, by the offset of their marker.
+    #[serde(default)]
+    aborted: Vec<AbortedTxn>,
 }
 
 fn in_sequence(last_sequence: i32, next_first: i32) -> bool {
@@ -113,25 +139,50 @@ impl ProducerStateTable {
             .iter()
             .map(|(id, e)| (e.last_append_ms, *id))
             .collect();
+        self.ongoing = self
+            .producers
+            .iter()
+            .filter_map(|(id, e)| e.ongoing_first_offset.map(|first| (first, *id)))
+            .collect();
         self.evict_down_to(producers_max)
     }
 
+    /// Forgets the producers idle longest until at most `producers_max` are left, passing over
+    /// those with a transaction open (forgetting one would let read_committed consumers past
+    /// it).
     fn evict_down_to(&mut self, producers_max: usize) -> usize {
-        let mut evicted = 0;
-        while self.producers.len() > producers_max {
-            let Some((_, id)) = self.by_age.pop_first() else {
-                break;
-            };
-            self.producers.remove(&id);
-            evicted += 1;
+        let excess = self.producers.len().saturating_sub(producers_max);
+        let victims: Vec<(i64, i64)> = self
+            .by_age
+            .iter()
+            .filter(|(_, id)| {
+                self.producers
+                    .get(id)
+                    .is_some_and(|e| e.ongoing_first_offset.is_none())
+            })
+            .take(excess)
+            .copied()
+            .collect();
+        for victim in &victims {
+            self.by_age.remove(victim);
+            self.producers.remove(&victim.1);
         }
-        evicted
+        victims.len()
     }
 
     /// Records an appended (or recovered) batch. `header` carries its assigned offsets. A new
     /// producer beyond `producers_max` evicts the one idle longest; returns how many were
     /// evicted.
-    pub fn record(&mut self, header: &BatchHeader, now_ms: i64, producers_max: usize) -> usize {
+    ///
+    /// A transactional batch opens its producer's transaction here if none is open; a marker
+    /// (`marker`: what a control batch says) closes it, and an abort is remembered.
+    pub fn record(
+        &mut self,
+        header: &BatchHeader,
+        marker: Option<TxnResult>,
+        now_ms: i64,
+        producers_max: usize,
+    ) -> usize {
         if !header.has_producer_id() {
             return 0;
         }
@@ -146,12 +197,29 @@ impl ProducerStateTable {
                 epoch: header.producer_epoch,
                 batches: VecDeque::with_capacity(BATCHES_REMEMBERED),
                 last_append_ms: now_ms,
+                ongoing_first_offset: None,
             });
         self.by_age
             .remove(&(entry.last_append_ms, header.producer_id));
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
+        }
+        if header.is_control() {
+            if let Some(first_offset) = entry.ongoing_first_offset.take() {
+                self.ongoing.remove(&(first_offset, header.producer_id));
+                if marker == Some(TxnResult::Abort) {
+                    self.aborted.push(AbortedTxn {
+                        producer_id: header.producer_id,
+                        first_offset,
+                        last_offset: header.base_offset,
+                    });
+                }
+            }
+        } else if header.is_transactional() && entry.ongoing_first_offset.is_none() {
+            entry.ongoing_first_offset = Some(header.base_offset);
+            self.ongoing
+                .insert((header.base_offset, header.producer_id));
         }
         // A transaction marker moves the epoch only: the producer's sequences go on after it.
         if !header.is_control() {
@@ -171,18 +239,52 @@ impl ProducerStateTable {
         evicted
     }
 
-    /// Forgets producers idle for longer than `expiration_ms`; returns how many.
+    /// Forgets producers idle for longer than `expiration_ms`, but those with a transaction
+    /// open (its timeout ends it); returns how many.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
-        let mut expired = 0;
-        while let Some(&(last_append_ms, id)) = self.by_age.first() {
-            if now_ms.saturating_sub(last_append_ms) <= expiration_ms {
-                break;
-            }
-            self.by_age.pop_first();
-            self.producers.remove(&id);
-            expired += 1;
+        let expired: Vec<(i64, i64)> = self
+            .by_age
+            .iter()
+            .take_while(|(last_append_ms, _)| {
+                now_ms.saturating_sub(*last_append_ms) > expiration_ms
+            })
+            .filter(|(_, id)| {
+                self.producers
+                    .get(id)
+                    .is_some_and(|e| e.ongoing_first_offset.is_none())
+            })
+            .copied()
+            .collect();
+        for entry in &expired {
+            self.by_age.remove(entry);
+            self.producers.remove(&entry.1);
         }
-        expired
+        expired.len()
+    }
+
+    /// The first offset of the oldest transaction open here, if any.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|(first_offset, _)| *first_offset)
+    }
+
+    /// The aborted transactions whose records may lie in `[from, upper)`: marker at or after
+    /// `from`, first record before `upper`.
+    pub fn aborted_between(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        let start = self.aborted.partition_point(|txn| txn.last_offset < from);
+        self.aborted[start..]
+            .iter()
+            .filter(|txn| txn.first_offset < upper)
+            .copied()
+            .collect()
+    }
+
+    /// Forgets aborted transactions whose markers are below `log_start_offset` (their records
+    /// are gone).
+    pub fn forget_aborted_before(&mut self, log_start_offset: i64) {
+        let gone = self
+            .aborted
+            .partition_point(|txn| txn.last_offset < log_start_offset);
+        self.aborted.drain(..gone);
     }
 
     /// Number of producers tracked.
@@ -224,7 +326,7 @@ mod tests {
         let mut table = ProducerStateTable::default();
         let first = header(7, 0, 0, 3, 0);
         assert_eq!(table.check(&first), SequenceCheck::Append);
-        table.record(&first, 0, 10);
+        table.record(&first, None, 0, 10);
         let cases = [
             (header(7, 0, 3, 2, 3), SequenceCheck::Append),
             (
@@ -244,7 +346,7 @@ mod tests {
         for (i, (h, want)) in cases.iter().enumerate() {
             assert_eq!(table.check(h), *want, "case {i}");
         }
-        table.record(&header(7, 1, 0, 1, 3), 0, 10);
+        table.record(&header(7, 1, 0, 1, 3), None, 0, 10);
         assert_eq!(
             table.check(&header(7, 0, 3, 1, 4)),
             SequenceCheck::StaleEpoch
@@ -255,7 +357,7 @@ mod tests {
     fn remembers_five_and_expires() {
         let mut table = ProducerStateTable::default();
         for i in 0..6 {
-            table.record(&header(1, 0, i, 1, i64::from(i)), 100, 10);
+            table.record(&header(1, 0, i, 1, i64::from(i)), None, 100, 10);
         }
         assert_eq!(
             table.check(&header(1, 0, 0, 1, 9)),
@@ -274,11 +376,11 @@ mod tests {
     fn the_longest_idle_producer_is_evicted_first() {
         let mut table = ProducerStateTable::default();
         for id in 0..3 {
-            assert_eq!(table.record(&header(id, 0, 0, 1, id), 100 + id, 3), 0);
+            assert_eq!(table.record(&header(id, 0, 0, 1, id), None, 100 + id, 3), 0);
         }
         // Producer 0 writes again: producer 1 is now the one idle longest.
-        table.record(&header(0, 0, 1, 1, 3), 200, 3);
-        assert_eq!(table.record(&header(9, 0, 0, 1, 4), 300, 3), 1);
+        table.record(&header(0, 0, 1, 1, 3), None, 200, 3);
+        assert_eq!(table.record(&header(9, 0, 0, 1, 4), None, 300, 3), 1);
         assert_eq!(table.len(), 3);
         assert_eq!(
             table.check(&header(1, 0, 5, 1, 5)),

@@ -11,7 +11,7 @@ use weir_codec::layout::BATCH_HEADER_BYTES;
 use weir_codec::varint::{next_in, read_varlong};
 use weir_log::batch::{build_batch, validate_header, ProducerFields, TxnResult};
 use weir_log::{
-    validate, BatchHeader, Clock, Log, LogConfig, LogError, ManualClock, ValidBatch,
+    validate, AbortedTxn, BatchHeader, Clock, Log, LogConfig, LogError, ManualClock, ValidBatch,
     ValidationLimits, RELATIVE_OFFSET_MAX,
 };
 use weir_storage::{FileCache, FsStorage, MemoryStorage, Storage};
@@ -428,6 +428,69 @@ fn transactional_batches_and_their_markers_are_appended() {
         5
     );
     assert_eq!(follower.log_end_offset(), 5);
+}
+
+/// The last stable offset stops at the oldest open transaction, and aborted transactions are
+/// listed for the range asked; both are the same after a reopen that rescans the batches and
+/// after one that reads the producer snapshot.
+#[test]
+fn the_last_stable_offset_and_aborted_transactions_survive_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let producer = |id, seq| ProducerFields {
+        producer_id: id,
+        producer_epoch: 0,
+        base_sequence: seq,
+    };
+    let send = |log: &mut Log, id, seq| {
+        let bytes = transactional(build_batch(&[b"t"], 0, producer(id, seq)));
+        append(log, bytes).expect("transactional batch").base_offset
+    };
+    let mut log = open(dir.path(), &clock, small_segments());
+    assert_eq!(send(&mut log, 4, 0), 0);
+    assert_eq!(send(&mut log, 4, 1), 1);
+    assert_eq!(log.last_stable_offset(), 0, "4's transaction is open");
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 0, 0))
+        .expect("commit");
+    assert_eq!(log.last_stable_offset(), 3);
+    assert_eq!(send(&mut log, 5, 0), 3);
+    assert_eq!(send(&mut log, 4, 2), 4);
+    log.append(&ValidBatch::marker(5, 0, TxnResult::Abort, 0, 0))
+        .expect("abort");
+    let state = |log: &Log| {
+        (
+            log.last_stable_offset(),
+            log.aborted_transactions(0, log.log_end_offset()),
+        )
+    };
+    let aborted = AbortedTxn {
+        producer_id: 5,
+        first_offset: 3,
+        last_offset: 5,
+    };
+    assert_eq!(
+        state(&log),
+        (4, vec![aborted]),
+        "4's second transaction is open"
+    );
+    assert!(
+        log.aborted_transactions(6, 7).is_empty(),
+        "after its marker"
+    );
+    assert!(
+        log.aborted_transactions(0, 3).is_empty(),
+        "before its first record"
+    );
+    drop(log);
+    let log = open(dir.path(), &clock, small_segments());
+    assert_eq!(state(&log), (4, vec![aborted]), "rebuilt from the batches");
+    log.checkpoint().write().expect("checkpoint");
+    drop(log);
+    let mut log = open(dir.path(), &clock, small_segments());
+    assert_eq!(state(&log), (4, vec![aborted]), "read from the snapshot");
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 0, 0))
+        .expect("commit");
+    assert_eq!(state(&log), (7, vec![aborted]));
 }
 
 #[test]

@@ -15,9 +15,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::select_all;
 use kafka_protocol::messages::fetch_request::FetchPartition;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseKind, TopicName,
 };
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
@@ -313,8 +315,9 @@ fn read_once(
 }
 
 /// The response entry of one partition and, when there is something below the high watermark
-/// to read, a view of it. Memory only: the partition's lock is held for this and nothing else.
-/// Aborted transactions are listed (none yet) only to a read_committed consumer, as in Kafka.
+/// (for a read_committed consumer, the last stable offset) to read, a view of it. Memory
+/// only: the partition's lock is held for this and nothing else. Aborted transactions whose
+/// records the range may hold are listed only to a read_committed consumer, as in Kafka.
 fn plan_partition(target: &Target, version: i16, read_committed: bool) -> PartitionPlan {
     let mut data = PartitionData::default();
     data.partition_index = target.request.partition;
@@ -358,8 +361,8 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
     let log = partition.log();
     let high_watermark = log.high_watermark();
     data.high_watermark = high_watermark;
-    // Without transactions every record below the high watermark is committed.
-    data.last_stable_offset = high_watermark;
+    let last_stable_offset = log.last_stable_offset();
+    data.last_stable_offset = last_stable_offset;
     data.log_start_offset = log.log_start_offset();
     let current_epoch = log.leader_epoch();
     let requested_epoch = target.request.current_leader_epoch;
@@ -383,6 +386,20 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
             return plan(data, None);
         }
         log.log_end_offset()
+    } else if read_committed {
+        let fetch_offset = target.request.fetch_offset;
+        data.aborted_transactions = Some(
+            log.aborted_transactions(fetch_offset, last_stable_offset)
+                .into_iter()
+                .map(|txn| {
+                    let mut aborted = AbortedTransaction::default();
+                    aborted.producer_id = ProducerId(txn.producer_id);
+                    aborted.first_offset = txn.first_offset;
+                    aborted
+                })
+                .collect(),
+        );
+        last_stable_offset
     } else {
         high_watermark
     };

@@ -41,6 +41,8 @@ enum Plan {
 struct Search {
     lookup: Option<BatchLookup>,
     target: RecordTarget,
+    /// Offsets at or past this are not visible to the client (the high watermark, or the last
+    /// stable offset).
     high_watermark: i64,
     epoch: i32,
     decompressed_bytes_max: u64,
@@ -79,6 +81,7 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
             }
         }
     }
+    let read_committed = request.isolation_level == 1;
     let mut response = ListOffsetsResponse::default();
     for topic in &request.topics {
         let mut topic_response = ListOffsetsTopicResponse::default();
@@ -110,9 +113,17 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                             {
                                 Err(ResponseError::FencedLeaderEpoch.code())
                             } else {
+                                // A read_committed client sees up to the last stable
+                                // offset, as its fetches do.
+                                let upper = if read_committed {
+                                    log.last_stable_offset()
+                                } else {
+                                    log.high_watermark()
+                                };
                                 plan(
                                     &log,
                                     wanted.timestamp,
+                                    upper,
                                     partition.settings().decompressed_bytes_max(),
                                 )
                             }
@@ -140,19 +151,21 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
     response
 }
 
-fn plan(log: &Log, timestamp: i64, decompressed_bytes_max: u64) -> Result<Plan, i16> {
+/// What answers `timestamp` in `log`, for a client that may see offsets below `upper` (the
+/// high watermark, or the last stable offset for read_committed).
+fn plan(log: &Log, timestamp: i64, upper: i64, decompressed_bytes_max: u64) -> Result<Plan, i16> {
     let epoch = log.leader_epoch();
     let search = |lookup, target| {
         Plan::Search(Box::new(Search {
             lookup,
             target,
-            high_watermark: log.high_watermark(),
+            high_watermark: upper,
             epoch,
             decompressed_bytes_max,
         }))
     };
     match timestamp {
-        LATEST_TIMESTAMP => Ok(Plan::Answer(Some((log.high_watermark(), -1, epoch)))),
+        LATEST_TIMESTAMP => Ok(Plan::Answer(Some((upper, -1, epoch)))),
         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
             Ok(Plan::Answer(Some((log.log_start_offset(), -1, epoch))))
         }
