@@ -272,3 +272,30 @@ def test_read_committed_stops_at_the_oldest_open_transaction(bootstrap):
     assert read_values(bootstrap, topic, 1, "read_committed") == ["c"], "held at the open transaction"
     producer.commit_transaction(30)
     assert read_values(bootstrap, topic, 1, "read_committed") == ["c", "o", "n"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted(make_weir):
+    """A producer that leaves its transaction open past transaction.timeout.ms is aborted by the
+    coordinator at the next epoch: read_committed consumers go on past its records, which they
+    never see, and the producer's late commit fails as fenced."""
+    server = make_weir("txn-timeout", env={"WEIR_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "200"})
+    bootstrap = server.bootstrap
+    topic = unique_topic("txn-timeout")
+    create_topic(bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-timeout"),
+                         "transaction.timeout.ms": 1000, "message.timeout.ms": 1000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"late", partition=0)
+    producer.flush(30)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    deadline = Deadline(30)
+    while high_watermark(bootstrap, topic) < 3:
+        assert not deadline.expired(), "the timed-out transaction's abort marker was never written"
+        time.sleep(0.1)
+    assert read_values(bootstrap, topic, 1, "read_committed") == ["after"]
+    with pytest.raises(KafkaException) as refused:
+        producer.commit_transaction(30)
+    assert refused.value.args[0].fatal(), refused.value

@@ -22,7 +22,7 @@ use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::shutdown::stopping;
-use crate::txn_markers::MarkerLinks;
+use crate::txn_markers::{MarkerLinks, MarkersInFlight};
 
 /// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
@@ -81,6 +81,8 @@ pub struct Broker {
     pub(crate) transaction_topic: Arc<InternalTopic>,
     /// Connections to the other brokers for transaction markers.
     pub(crate) marker_links: MarkerLinks,
+    /// Prepared transactions whose markers are being written.
+    pub(crate) markers_in_flight: MarkersInFlight,
     producer_ids: Mutex<ProducerIdBlock>,
     /// Becomes true when the server is shutting down; long polls answer at once.
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -157,6 +159,7 @@ impl Broker {
             transactions,
             transaction_topic,
             marker_links: MarkerLinks::default(),
+            markers_in_flight: MarkersInFlight::default(),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,
             request_memory,
@@ -379,12 +382,20 @@ impl Broker {
     }
 
     /// The coordinators' background work: loads the existing internal topics' partitions led
-    /// here, then expires group sessions and completes rebalances until shutdown.
-    pub async fn run_group_coordinator(self: Arc<Self>) {
+    /// here, then until shutdown expires group sessions and completes rebalances, aborts
+    /// transactions past their timeouts, and writes the markers of prepared transactions.
+    pub async fn run_coordinators(self: Arc<Self>) {
         self.follow_internal_topics().await;
-        let mut shutdown = self.shutdown.clone();
-        let stop = async move { stopping(&mut shutdown).await };
-        self.coordinator.clone().run_timers(stop).await;
+        let (mut groups_stop, mut transactions_stop) =
+            (self.shutdown.clone(), self.shutdown.clone());
+        tokio::join!(
+            self.coordinator
+                .clone()
+                .run_timers(async move { stopping(&mut groups_stop).await }),
+            self.transactions
+                .run_timers(async move { stopping(&mut transactions_stop).await }),
+            self.clone().sweep_prepared_transactions(),
+        );
     }
 
     /// Background upkeep: retention and segment age every `log.retention.check.interval.ms`,

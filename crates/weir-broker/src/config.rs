@@ -348,6 +348,9 @@ impl BrokerConfig {
             },
             transactions: TransactionSettings {
                 max_timeout_ms: long("transaction.max.timeout.ms") as i32,
+                abort_check_interval_ms: long(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                ) as u64,
             },
             coordinator: CoordinatorSettings {
                 limits: GroupLimits {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use weir_coordinator::RuntimeError;
 use weir_metadata::requests::CreateTopic;
-use weir_metadata::{ControllerError, NewTopic, TRANSACTION_STATE_TOPIC};
+use weir_metadata::{ControllerError, NewTopic};
 
 use crate::broker::Broker;
 use crate::config::InternalTopicSpec;
@@ -93,10 +93,7 @@ impl Broker {
         let runtime = topic.runtime.clone();
         let loaded = tokio::task::spawn_blocking(move || runtime.load(partition)).await;
         match loaded {
-            Ok(Ok(held)) => {
-                self.resume_after_load(topic, partition);
-                held
-            }
+            Ok(Ok(held)) => held,
             Ok(Err(error)) => crate::partition::storage_failure(
                 std::path::Path::new(&format!("{}-{partition}", topic.name())),
                 &error,
@@ -105,18 +102,6 @@ impl Broker {
                 tracing::error!(target: "weir::coordinator", topic = topic.name(), partition, %error, "loading task failed");
                 String::new()
             }
-        }
-    }
-
-    /// What a coordinator that just took over `partition` of `topic` must finish: the
-    /// markers of the transactions the coordinator before it prepared.
-    fn resume_after_load(self: &Arc<Self>, topic: &InternalTopic, partition: i32) {
-        if topic.name() != TRANSACTION_STATE_TOPIC {
-            return;
-        }
-        for markers in self.transactions.prepared(partition) {
-            tracing::info!(target: "weir::transactions", transactional_id = markers.transactional_id, commit = markers.commit, partition, "finishing a transaction the previous coordinator prepared");
-            self.write_markers(markers);
         }
     }
 

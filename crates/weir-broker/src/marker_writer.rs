@@ -31,6 +31,8 @@ use crate::txn_markers::{AppendedMarker, Marker};
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// Longest pause between tries.
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How often prepared transactions nobody writes markers for are looked for.
+const PREPARED_SWEEP: Duration = Duration::from_secs(1);
 /// The WriteTxnMarkers version brokers send.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 
@@ -67,16 +69,41 @@ impl Broker {
     }
 
     /// Writes the markers of a prepared transaction on every one of its partitions, in a task
-    /// of its own, then completes the transaction in the coordinator.
+    /// of its own, then completes the transaction in the coordinator; nothing when a task
+    /// writes them already.
     pub(crate) fn write_markers(self: &Arc<Self>, markers: TxnMarkers) {
-        tokio::spawn(self.clone().mark_until_done(markers));
+        if !self.markers_in_flight.claim(&markers) {
+            return;
+        }
+        let broker = self.clone();
+        tokio::spawn(async move {
+            broker.mark_until_done(&markers).await;
+            broker.markers_in_flight.release(&markers);
+        });
+    }
+
+    /// Every [`PREPARED_SWEEP`], writes the markers of every prepared transaction nobody is
+    /// writing: those a timeout aborted, and those a coordinator that took a partition over
+    /// found prepared. Ends at shutdown.
+    pub(crate) async fn sweep_prepared_transactions(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.clone();
+        let mut tick = tokio::time::interval(PREPARED_SWEEP);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopping(&mut shutdown) => return,
+            }
+            for markers in self.transactions.prepared() {
+                self.write_markers(markers);
+            }
+        }
     }
 
     /// Sends each partition's marker to its current leader until every one is written (a
     /// partition whose topic was deleted needs none), then completes the transaction. Gives
     /// up at shutdown or once this broker no longer coordinates the transactional id: the
     /// coordinator that loads it next finishes the job.
-    async fn mark_until_done(self: Arc<Self>, markers: TxnMarkers) {
+    async fn mark_until_done(&self, markers: &TxnMarkers) {
         let marker = Marker {
             producer_id: markers.producer_id,
             producer_epoch: markers.producer_epoch,
@@ -115,7 +142,7 @@ impl Broker {
             pause = (pause * 2).min(RETRY_MAX);
         }
         loop {
-            match self.transactions.complete(&markers).await {
+            match self.transactions.complete(markers).await {
                 Ok(_) => return,
                 Err(error) => {
                     tracing::warn!(target: "weir::transactions", transactional_id = markers.transactional_id, %error, "could not store the transaction as complete; trying again");

@@ -1,13 +1,14 @@
-//! Transaction markers as the broker writes them ([`Marker`], [`AppendedMarker`]) and the
-//! connections it sends them to other brokers on ([`MarkerLinks`]); `marker_writer` writes
-//! them.
+//! Transaction markers as the broker writes them ([`Marker`], [`AppendedMarker`]), the
+//! connections it sends them to other brokers on ([`MarkerLinks`]) and the transactions whose
+//! markers are being written ([`MarkersInFlight`]); `marker_writer` writes them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use weir_client::{ClientError, Connection};
+use weir_coordinator::transaction::TxnMarkers;
 use weir_log::batch::TxnResult;
 
 use crate::partition::{Partition, ReplicationWait};
@@ -97,5 +98,35 @@ impl AppendedMarker {
             ReplicationWait::TimedOut => Err(ResponseError::RequestTimedOut),
             ReplicationWait::BelowMinIsr { .. } => Err(ResponseError::NotEnoughReplicasAfterAppend),
         }
+    }
+}
+
+/// The prepared transactions whose markers a task is writing now, so each has one writer.
+#[derive(Default)]
+pub(crate) struct MarkersInFlight {
+    writing: std::sync::Mutex<HashSet<(String, i64, i16)>>,
+}
+
+impl MarkersInFlight {
+    /// Claims `markers` for the caller: false when another task writes them already.
+    pub(crate) fn claim(&self, markers: &TxnMarkers) -> bool {
+        self.lock().insert(Self::key(markers))
+    }
+
+    /// The task writing `markers` ended.
+    pub(crate) fn release(&self, markers: &TxnMarkers) {
+        self.lock().remove(&Self::key(markers));
+    }
+
+    fn key(markers: &TxnMarkers) -> (String, i64, i16) {
+        (
+            markers.transactional_id.clone(),
+            markers.producer_id,
+            markers.producer_epoch,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(String, i64, i16)>> {
+        self.writing.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

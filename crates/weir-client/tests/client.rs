@@ -68,7 +68,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
     let broker = Broker::new(config, identity, control, registry, stopped);
     broker.join_cluster().await.expect("registered");
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
-    tokio::spawn(broker.run_group_coordinator());
+    tokio::spawn(broker.run_coordinators());
     TestServer {
         address: format!("127.0.0.1:{port}"),
         stop,

@@ -202,17 +202,6 @@ impl<S> Partitions<S> {
         }
     }
 
-    /// The shard of `partition`, if it is loaded here.
-    pub(crate) fn shard(&self, partition: i32) -> Option<&S> {
-        match usize::try_from(partition)
-            .ok()
-            .and_then(|index| self.slots.get(index))
-        {
-            Some(Slot::Loaded(shard)) => Some(shard),
-            _ => None,
-        }
-    }
-
     /// Every loaded shard.
     pub(crate) fn shards(&self) -> impl Iterator<Item = &S> {
         self.slots.iter().filter_map(|slot| match slot {

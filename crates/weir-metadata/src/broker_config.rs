@@ -294,6 +294,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "Longest transaction.timeout.ms a transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT beyond).",
     ),
     setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "10000",
+        int(1, i32::MAX as i64),
+        "How often open transactions are checked against their transaction.timeout.ms; one open longer is aborted (its producer fenced).",
+    ),
+    setting(
         "offset.metadata.max.bytes",
         "4096",
         int(0, 1_048_576),

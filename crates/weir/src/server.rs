@@ -359,7 +359,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         "weir ready"
     );
     let maintenance = tokio::spawn(broker.clone().run_log_maintenance());
-    let groups = tokio::spawn(broker.clone().run_group_coordinator());
+    let coordinators = tokio::spawn(broker.clone().run_coordinators());
     let cleaner = tokio::spawn(broker.clone().run_log_cleaner());
     let isr_checks = tokio::spawn(broker.clone().run_isr_checks());
     let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
@@ -383,7 +383,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let _ = isr_checks.await;
     leases.abort();
     let _ = maintenance.await;
-    let _ = groups.await;
+    let _ = coordinators.await;
     let _ = cleaner.await;
     tokio::task::block_in_place(|| broker.partitions().close_all());
     quorum.shutdown().await;

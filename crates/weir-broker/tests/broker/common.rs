@@ -129,7 +129,7 @@ async fn start_inner(
         tokio::task::block_in_place(|| Broker::new(config, identity, control, registry, stopped));
     broker.join_cluster().await.expect("registered");
     tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
-    tokio::spawn(broker.clone().run_group_coordinator());
+    tokio::spawn(broker.clone().run_coordinators());
     TestBroker {
         broker,
         controller,

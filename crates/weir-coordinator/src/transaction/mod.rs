@@ -17,7 +17,9 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use weir_clock::{Clock, Now, SystemClock};
 
@@ -39,6 +41,9 @@ pub struct TransactionSettings {
     /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a producer may ask
     /// for.
     pub max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often open
+    /// transactions are checked against their timeouts.
+    pub abort_check_interval_ms: u64,
 }
 
 /// Why a transaction request failed; each maps to the Kafka error of the same name.
@@ -172,8 +177,9 @@ impl TransactionCoordinator {
     ) -> Self {
         TransactionCoordinator {
             settings,
-            runtime: Arc::new(Runtime::new(log, clock, |_: Now| {
-                TransactionShard::default()
+            runtime: Arc::new(Runtime::new(log, clock, move |now: Now| {
+                let interval = Duration::from_millis(settings.abort_check_interval_ms.max(1));
+                TransactionShard::new(interval, now)
             })),
         }
     }
@@ -263,32 +269,30 @@ impl TransactionCoordinator {
         Ok(written.answer)
     }
 
-    /// The prepared transactions of `partition` (loaded here): the markers they still need.
-    /// A coordinator that takes over a partition writes them and completes each, as the one
-    /// before it would have.
-    pub fn prepared(&self, partition: i32) -> Vec<TxnMarkers> {
+    /// Every prepared transaction of the partitions loaded here, with the markers it still
+    /// needs: EndTxn's, the aborts of fenced or timed-out transactions, and those a
+    /// coordinator that took a partition over found. The broker writes them and completes each.
+    pub fn prepared(&self) -> Vec<TxnMarkers> {
         let partitions = self.runtime.lock();
-        let Some(shard) = partitions.shard(partition) else {
-            return Vec::new();
-        };
-        shard
-            .ids
-            .iter()
-            .filter_map(|(transactional_id, metadata)| {
-                let value = &metadata.value;
-                let commit = match value.state {
-                    TxnState::PrepareCommit => true,
-                    TxnState::PrepareAbort => false,
-                    _ => return None,
-                };
-                Some(TxnMarkers {
-                    transactional_id: transactional_id.clone(),
-                    producer_id: value.producer_id,
-                    producer_epoch: value.producer_epoch,
-                    commit,
-                    partitions: value.partitions.clone(),
+        partitions
+            .shards()
+            .flat_map(|shard| {
+                shard.prepared.iter().filter_map(|transactional_id| {
+                    let value = &shard.ids.get(transactional_id)?.value;
+                    Some(TxnMarkers {
+                        transactional_id: transactional_id.clone(),
+                        producer_id: value.producer_id,
+                        producer_epoch: value.producer_epoch,
+                        commit: value.state == TxnState::PrepareCommit,
+                        partitions: value.partitions.clone(),
+                    })
                 })
             })
             .collect()
+    }
+
+    /// Aborts transactions open longer than their timeouts, until `stop` resolves.
+    pub async fn run_timers(&self, stop: impl Future<Output = ()>) {
+        self.runtime.clone().run_timers(stop).await;
     }
 }

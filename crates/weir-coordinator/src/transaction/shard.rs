@@ -2,11 +2,12 @@
 //! its records make them.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use weir_clock::Now;
 
 use super::records::{decode_key, encode_key, TxnValue};
+use super::state::TxnState;
 use super::TxnError;
 use crate::runtime::{Shard, StoredRecord, TimerWrite};
 use weir_metadata::TRANSACTION_STATE_TOPIC;
@@ -34,7 +35,7 @@ pub(crate) struct TxnMetadata {
 }
 
 /// The transactional ids of one partition.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct TransactionShard {
     /// Each transactional id, as its last durable record left it.
     pub(crate) ids: HashMap<String, TxnMetadata>,
@@ -42,12 +43,79 @@ pub(crate) struct TransactionShard {
     /// CONCURRENT_TRANSACTIONS (clients retry) until it ends, so no two decisions are made
     /// from the same state.
     pending: HashSet<String>,
+    /// Transactional ids with a transaction open, which its timeout may abort.
+    ongoing: HashSet<String>,
+    /// Transactional ids with a transaction prepared, whose markers are still to be written.
+    pub(crate) prepared: HashSet<String>,
+    /// How often open transactions are checked against their timeouts.
+    abort_check_interval: Duration,
+    /// When they are checked next.
+    next_abort_check: Instant,
 }
 
 impl TransactionShard {
+    /// A shard with nothing loaded yet, checking timeouts every `abort_check_interval`.
+    pub(crate) fn new(abort_check_interval: Duration, now: Now) -> TransactionShard {
+        TransactionShard {
+            ids: HashMap::new(),
+            pending: HashSet::new(),
+            ongoing: HashSet::new(),
+            prepared: HashSet::new(),
+            abort_check_interval,
+            next_abort_check: now.instant + abort_check_interval,
+        }
+    }
+
     /// Whether a write for `transactional_id` is under way.
     pub(crate) fn is_pending(&self, transactional_id: &str) -> bool {
         self.pending.contains(transactional_id)
+    }
+
+    /// Keeps the open and prepared sets in step with `transactional_id`'s new state.
+    fn track(&mut self, transactional_id: &str, state: Option<TxnState>) {
+        let ongoing = state == Some(TxnState::Ongoing);
+        let prepared = matches!(
+            state,
+            Some(TxnState::PrepareCommit | TxnState::PrepareAbort)
+        );
+        for (set, member) in [(&mut self.ongoing, ongoing), (&mut self.prepared, prepared)] {
+            if member {
+                set.insert(transactional_id.to_string());
+            } else {
+                set.remove(transactional_id);
+            }
+        }
+    }
+
+    /// Aborts every open transaction older than its timeout, as its producer's successor
+    /// would: PrepareAbort at the next epoch, so the producer is fenced wherever the markers
+    /// go (Kafka's abort of a timed-out transaction).
+    fn abort_timed_out(&self, now: Now, writes: &mut Vec<TimerWrite<TxnRecord>>) {
+        for transactional_id in &self.ongoing {
+            let Some(metadata) = self.ids.get(transactional_id) else {
+                continue;
+            };
+            let value = &metadata.value;
+            let expires = value.start_ms.saturating_add(i64::from(value.timeout_ms));
+            if now.wall_ms <= expires || self.is_pending(transactional_id) {
+                continue;
+            }
+            tracing::info!(target: "weir::transactions", transactional_id, producer_id = value.producer_id, timeout_ms = value.timeout_ms, "aborting a transaction open longer than its timeout");
+            writes.push(TimerWrite {
+                key: transactional_id.clone(),
+                records: vec![TxnRecord {
+                    transactional_id: transactional_id.clone(),
+                    value: Some(TxnValue {
+                        producer_epoch: value.producer_epoch.saturating_add(1),
+                        state: TxnState::PrepareAbort,
+                        last_update_ms: now.wall_ms,
+                        ..value.clone()
+                    }),
+                    last_producer_epoch: -1,
+                }],
+                applied: false,
+            });
+        }
     }
 }
 
@@ -79,6 +147,8 @@ impl Shard for TransactionShard {
     }
 
     fn apply(&mut self, _offset: i64, record: TxnRecord, _now: Now) {
+        let state = record.value.as_ref().map(|value| value.state);
+        self.track(&record.transactional_id, state);
         match record.value {
             Some(value) => {
                 let metadata = TxnMetadata {
@@ -122,10 +192,14 @@ impl Shard for TransactionShard {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        None
+        Some(self.next_abort_check)
     }
 
-    fn tick(&mut self, _now: Now, _writes: &mut Vec<TimerWrite<TxnRecord>>) -> Vec<()> {
+    fn tick(&mut self, now: Now, writes: &mut Vec<TimerWrite<TxnRecord>>) -> Vec<()> {
+        if now.instant >= self.next_abort_check {
+            self.abort_timed_out(now, writes);
+            self.next_abort_check = now.instant + self.abort_check_interval;
+        }
         Vec::new()
     }
 

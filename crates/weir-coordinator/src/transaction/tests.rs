@@ -12,6 +12,7 @@ use crate::test_log::MemoryLog;
 const PARTITIONS: i32 = 3;
 const SETTINGS: TransactionSettings = TransactionSettings {
     max_timeout_ms: 900_000,
+    abort_check_interval_ms: 10_000,
 };
 
 /// A coordinator serving every partition of `log`.
@@ -417,14 +418,13 @@ async fn a_transaction_is_begun_prepared_and_completed() {
     assert!(!aborting.commit);
     let reloaded = loaded(log.clone());
     assert_eq!(stored(&reloaded), stored(&coordinator));
-    let partition = crate::partition_for("t", PARTITIONS);
     assert_eq!(
-        reloaded.prepared(partition),
+        reloaded.prepared(),
         vec![aborting.clone()],
         "the coordinator taking over finds the transaction it must finish"
     );
     assert_eq!(reloaded.complete(&aborting).await, Ok(true));
-    assert!(reloaded.prepared(partition).is_empty());
+    assert!(reloaded.prepared().is_empty());
     assert_eq!(state_of(&reloaded, "t").0, TxnState::CompleteAbort);
 }
 
@@ -528,4 +528,74 @@ async fn a_new_producer_aborts_the_transaction_its_predecessor_left_open() {
         init(&coordinator, &request("t", None), &mut next_id).await,
         Ok((producer_id, epoch + 2))
     );
+}
+
+/// A transaction open longer than its timeout is aborted by the timer at the next epoch
+/// (fencing its producer), and is then among the prepared transactions whose markers the
+/// broker writes; one within its timeout is left alone.
+#[tokio::test]
+async fn a_transaction_past_its_timeout_is_aborted() {
+    let log = Arc::new(MemoryLog::default());
+    let clock = Arc::new(weir_clock::ManualClock::new(0));
+    let coordinator = Arc::new(TransactionCoordinator::with_clock(
+        SETTINGS,
+        log,
+        clock.clone(),
+    ));
+    let runtime = coordinator.topic_runtime();
+    runtime.start(PARTITIONS);
+    for partition in 0..PARTITIONS {
+        runtime.load(partition).expect("load");
+    }
+    let mut next_id = 1;
+    let mut begin = |id: &'static str, timeout_ms: i32| {
+        let coordinator = coordinator.clone();
+        let fresh = next_id;
+        next_id += 1;
+        async move {
+            let mut asked = request(id, None);
+            asked.timeout_ms = timeout_ms;
+            let mut ids = fresh;
+            let (producer_id, epoch) = init(&coordinator, &asked, &mut ids).await.expect("init");
+            let producer = ProducerIdAndEpoch { producer_id, epoch };
+            coordinator
+                .add_partitions(id, producer, &partitions(&[("a", 0)]))
+                .await
+                .expect("begun");
+            producer
+        }
+    };
+    let slow = begin("slow", 5_000).await;
+    begin("patient", 60_000).await;
+    clock.advance(std::time::Duration::from_millis(10_001));
+    coordinator.runtime.tick();
+    // The timer's write is settled in a task of its own.
+    for _ in 0..100 {
+        if !coordinator.prepared().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let prepared = coordinator.prepared();
+    assert_eq!(
+        prepared,
+        vec![TxnMarkers {
+            transactional_id: "slow".to_string(),
+            producer_id: slow.producer_id,
+            producer_epoch: slow.epoch + 1,
+            commit: false,
+            partitions: partitions(&[("a", 0)]),
+        }]
+    );
+    assert_eq!(state_of(&coordinator, "patient").0, TxnState::Ongoing);
+    assert_eq!(
+        coordinator
+            .end(&end("slow", (slow.producer_id, slow.epoch), true))
+            .await,
+        Err(TxnError::ProducerFenced),
+        "its producer cannot commit it any more"
+    );
+    assert_eq!(coordinator.complete(&prepared[0]).await, Ok(true));
+    assert_eq!(state_of(&coordinator, "slow").0, TxnState::CompleteAbort);
+    assert!(coordinator.prepared().is_empty());
 }
