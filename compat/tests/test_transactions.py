@@ -23,7 +23,7 @@ from confluent_kafka.admin import NewPartitions
 import wire
 from clients import admin, create_topic, unique_topic
 from harness import Deadline
-from test_java import Java, compile_java
+from test_java import JARS_DIR, Java, compile_java
 
 TRANSACTION_STATE = "__transaction_state"
 KEY_TYPE_TRANSACTION = 1
@@ -299,3 +299,33 @@ def test_a_transaction_past_its_timeout_is_aborted(make_weir):
     with pytest.raises(KafkaException) as refused:
         producer.commit_transaction(30)
     assert refused.value.args[0].fatal(), refused.value
+
+
+def test_kafka_transactions_tool_lists_and_describes(bootstrap, java):
+    """Kafka's kafka-transactions tool (TransactionsCommand) lists the transactional ids and
+    describes one with an open transaction: its producer, epoch, state and partitions."""
+    topic = unique_topic("txn-tool")
+    create_topic(bootstrap, topic, partitions=1)
+    transactional_id = unique_id("txn-tool")
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=0)
+    producer.flush(30)
+
+    def tool(*args) -> list[list[str]]:
+        proc = java._run(f"{JARS_DIR}/*", "org.apache.kafka.tools.TransactionsCommand",
+                         ["--bootstrap-server", bootstrap, *args], None, 60)
+        assert proc.returncode == 0, f"kafka-transactions {' '.join(args)}: {proc.stdout}\n{proc.stderr[-3000:]}"
+        return [line.split() for line in proc.stdout.splitlines() if line.strip()]
+
+    listed = {row[0]: row for row in tool("list")[1:]}
+    assert listed[transactional_id][3] == "Ongoing", listed
+    header, row = tool("describe", "--transactional-id", transactional_id)
+    described = dict(zip(header, row))
+    assert described["TransactionState"] == "Ongoing"
+    assert described["ProducerEpoch"] == "0"
+    assert described["TopicPartitions"] == f"{topic}-0"
+    producer.commit_transaction(30)
+    header, row = tool("describe", "--transactional-id", transactional_id)
+    assert dict(zip(header, row))["TransactionState"] == "CompleteCommit"

@@ -351,6 +351,10 @@ impl BrokerConfig {
                 abort_check_interval_ms: long(
                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                 ) as u64,
+                id_expiration_ms: long("transactional.id.expiration.ms"),
+                id_expiration_check_interval_ms: long(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms",
+                ) as u64,
             },
             coordinator: CoordinatorSettings {
                 limits: GroupLimits {

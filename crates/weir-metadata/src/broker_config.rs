@@ -300,6 +300,18 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "How often open transactions are checked against their transaction.timeout.ms; one open longer is aborted (its producer fenced).",
     ),
     setting(
+        "transactional.id.expiration.ms",
+        "604800000",
+        int(1, i32::MAX as i64),
+        "A transactional id without a transaction open and unchanged this long is forgotten; its next producer gets a new producer id.",
+    ),
+    setting(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "3600000",
+        int(1, i32::MAX as i64),
+        "How often transactional ids past transactional.id.expiration.ms are looked for.",
+    ),
+    setting(
         "offset.metadata.max.bytes",
         "4096",
         int(0, 1_048_576),

@@ -264,6 +264,16 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
                 transactions::end(&broker, req, version).await,
             ))
         }),
+        RequestKind::DescribeTransactions(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeTransactions(transactions::describe(
+                &broker, req,
+            )))
+        }),
+        RequestKind::ListTransactions(req) => Box::pin(async move {
+            respond(ResponseKind::ListTransactions(transactions::list(
+                &broker, req, version,
+            )))
+        }),
         RequestKind::WriteTxnMarkers(req) => Box::pin(async move {
             respond(ResponseKind::WriteTxnMarkers(
                 transactions::write_markers(&broker, req).await,

@@ -1,28 +1,40 @@
-//! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), EndTxn (26, v0–4) and
-//! WriteTxnMarkers (27, v1, between brokers). The handlers translate; the transaction
-//! coordinator (`weir-coordinator`) decides, and `txn_markers` writes the markers.
+//! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), EndTxn (26, v0–4),
+//! WriteTxnMarkers (27, v1, between brokers), DescribeTransactions (65, v0) and
+//! ListTransactions (66, v0–2). The handlers translate; the transaction coordinator
+//! (`weir-coordinator`) decides, and `marker_writer` writes the markers.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
+use kafka_protocol::messages::describe_transactions_response::{
+    TopicData, TransactionState as DescribedTransaction,
+};
+use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
-    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
+    ListTransactionsResponse, ProducerId, TopicName, TransactionalId, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::records::TxnPartitions;
+use weir_coordinator::transaction::state::TxnState;
 use weir_coordinator::transaction::{EndTxn, ProducerIdAndEpoch, TxnError};
 use weir_log::batch::TxnResult;
 use weir_metadata::is_internal_topic;
 
 use crate::broker::Broker;
 use crate::handlers::errors::txn_error;
+use crate::handlers::str_bytes;
 use crate::txn_markers::Marker;
+
+/// Most memory a ListTransactions pattern may compile to.
+const PATTERN_BYTES_MAX: usize = 1 << 20;
 
 /// The Kafka error for a coordinator refusal at `version`: clients of versions before 2 know
 /// a fenced producer as INVALID_PRODUCER_EPOCH.
@@ -186,5 +198,123 @@ pub async fn write_markers(
             .collect();
         response.markers.push(result);
     }
+    response
+}
+
+/// DescribeTransactions: each transactional id as its coordinator (this broker) holds it;
+/// TRANSACTIONAL_ID_NOT_FOUND for one it does not know, NOT_COORDINATOR for one another broker
+/// coordinates.
+pub fn describe(
+    broker: &Broker,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let mut response = DescribeTransactionsResponse::default();
+    response.transaction_states = request
+        .transactional_ids
+        .into_iter()
+        .map(|transactional_id| {
+            let mut described = DescribedTransaction::default();
+            described.transaction_state = str_bytes("");
+            described.transaction_start_time_ms = -1;
+            described.producer_id = ProducerId(-1);
+            described.producer_epoch = -1;
+            match broker.transactions.describe(transactional_id.as_str()) {
+                Ok(Some(txn)) => {
+                    described.transaction_state = str_bytes(txn.state.name());
+                    described.transaction_timeout_ms = txn.timeout_ms;
+                    described.transaction_start_time_ms = txn.start_ms;
+                    described.producer_id = ProducerId(txn.producer_id);
+                    described.producer_epoch = txn.producer_epoch;
+                    described.topics = txn
+                        .partitions
+                        .into_iter()
+                        .map(|(topic, partitions)| {
+                            let mut data = TopicData::default();
+                            data.topic = TopicName(str_bytes(topic));
+                            data.partitions = partitions.into_iter().collect();
+                            data
+                        })
+                        .collect();
+                }
+                Ok(None) => {
+                    described.error_code = ResponseError::TransactionalIdNotFound.code();
+                }
+                Err(error) => described.error_code = txn_error(error).code(),
+            }
+            described.transactional_id = transactional_id;
+            described
+        })
+        .collect();
+    response
+}
+
+/// ListTransactions: the transactional ids this broker coordinates, filtered by state, producer
+/// id, how long their transaction has run (v1) and a pattern over the id (v2, a regular
+/// expression that must match the whole id, as Java's `matches`).
+pub fn list(
+    broker: &Broker,
+    request: ListTransactionsRequest,
+    version: i16,
+) -> ListTransactionsResponse {
+    let mut response = ListTransactionsResponse::default();
+    let mut states = Vec::new();
+    for name in &request.state_filters {
+        match TxnState::from_name(name.as_str()) {
+            Some(state) => states.push(state),
+            None => response.unknown_state_filters.push(name.clone()),
+        }
+    }
+    let pattern = match request
+        .transactional_id_pattern
+        .as_ref()
+        .filter(|_| version >= 2)
+    {
+        Some(pattern) if !pattern.is_empty() => {
+            // Compiled within a bound: a pattern is a client's input.
+            let compiled = regex::RegexBuilder::new(&format!("^(?:{})$", pattern.as_str()))
+                .size_limit(PATTERN_BYTES_MAX)
+                .build();
+            match compiled {
+                Ok(pattern) => Some(pattern),
+                Err(_) => {
+                    response.error_code = ResponseError::InvalidRegularExpression.code();
+                    return response;
+                }
+            }
+        }
+        _ => None,
+    };
+    let now_ms = broker.partitions.clock().now_ms();
+    let running_at_least =
+        (version >= 1 && request.duration_filter >= 0).then_some(request.duration_filter);
+    response.transaction_states = broker
+        .transactions
+        .list()
+        .into_iter()
+        .filter(|txn| states.is_empty() || states.contains(&txn.state))
+        .filter(|txn| {
+            request.producer_id_filters.is_empty()
+                || request
+                    .producer_id_filters
+                    .contains(&ProducerId(txn.producer_id))
+        })
+        .filter(|txn| {
+            running_at_least.is_none_or(|duration| {
+                txn.start_ms >= 0 && now_ms.saturating_sub(txn.start_ms) >= duration
+            })
+        })
+        .filter(|txn| {
+            pattern
+                .as_ref()
+                .is_none_or(|p| p.is_match(&txn.transactional_id))
+        })
+        .map(|txn| {
+            let mut listed = ListedTransaction::default();
+            listed.transactional_id = TransactionalId(str_bytes(txn.transactional_id));
+            listed.producer_id = ProducerId(txn.producer_id);
+            listed.transaction_state = str_bytes(txn.state.name());
+            listed
+        })
+        .collect();
     response
 }

@@ -685,6 +685,50 @@ async fn every_advertised_version_answers() {
                     let r: WriteTxnMarkersResponse = call(&mut c, api.key, v, &req).await;
                     assert_eq!(r.markers[0].topics[0].partitions[0].error_code, 0, "{what}");
                 }
+                ApiKey::DescribeTransactions => {
+                    let id = format!("describe-{v}");
+                    let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
+                    let mut req = DescribeTransactionsRequest::default();
+                    req.transactional_ids = vec![
+                        TransactionalId(StrBytes::from_string(id)),
+                        TransactionalId(StrBytes::from_static_str("unknown")),
+                    ];
+                    let r: DescribeTransactionsResponse = call(&mut c, api.key, v, &req).await;
+                    let known = &r.transaction_states[0];
+                    assert_eq!(
+                        (
+                            known.error_code,
+                            known.transaction_state.as_str(),
+                            known.producer_id.0,
+                            known.producer_epoch
+                        ),
+                        (0, "Empty", producer_id, epoch),
+                        "{what}"
+                    );
+                    assert_eq!(
+                        r.transaction_states[1].error_code, 105,
+                        "{what}: TRANSACTIONAL_ID_NOT_FOUND"
+                    );
+                }
+                ApiKey::ListTransactions => {
+                    let id = format!("list-{v}");
+                    transactional_producer(&mut c, &id).await;
+                    let mut req = ListTransactionsRequest::default();
+                    req.state_filters = vec![
+                        StrBytes::from_static_str("Empty"),
+                        StrBytes::from_static_str("Nonsense"),
+                    ];
+                    req.duration_filter = -1;
+                    let r: ListTransactionsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                    assert!(
+                        r.transaction_states
+                            .iter()
+                            .any(|t| t.transactional_id.as_str() == id),
+                        "{what}"
+                    );
+                    assert_eq!(r.unknown_state_filters.len(), 1, "{what}");
+                }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
         }

@@ -25,7 +25,7 @@ use weir_clock::{Clock, Now, SystemClock};
 
 use crate::runtime::{CoordinatorLog, Runtime, RuntimeError, TopicRuntime};
 use records::TxnPartitions;
-use shard::TransactionShard;
+use shard::{IdExpiry, TransactionShard};
 use state::TxnState;
 
 /// An epoch past which a producer id is not bumped: it is replaced by a new one (Kafka's
@@ -44,6 +44,12 @@ pub struct TransactionSettings {
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often open
     /// transactions are checked against their timeouts.
     pub abort_check_interval_ms: u64,
+    /// `transactional.id.expiration.ms`: a transactional id without a transaction and
+    /// unchanged this long is forgotten.
+    pub id_expiration_ms: i64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how often such ids are
+    /// looked for.
+    pub id_expiration_check_interval_ms: u64,
 }
 
 /// Why a transaction request failed; each maps to the Kafka error of the same name.
@@ -156,6 +162,36 @@ pub struct TxnMarkers {
     pub partitions: TxnPartitions,
 }
 
+/// A transactional id as DescribeTransactions shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnDescription {
+    /// Where its transaction is.
+    pub state: TxnState,
+    /// `transaction.timeout.ms`.
+    pub timeout_ms: i32,
+    /// When its transaction began, or -1.
+    pub start_ms: i64,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its producer's epoch.
+    pub producer_epoch: i16,
+    /// The partitions of its open or prepared transaction.
+    pub partitions: TxnPartitions,
+}
+
+/// A transactional id as ListTransactions lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnListing {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Where its transaction is.
+    pub state: TxnState,
+    /// When its transaction began, or -1.
+    pub start_ms: i64,
+}
+
 /// The transaction coordinator of this broker.
 pub struct TransactionCoordinator {
     settings: TransactionSettings,
@@ -179,7 +215,13 @@ impl TransactionCoordinator {
             settings,
             runtime: Arc::new(Runtime::new(log, clock, move |now: Now| {
                 let interval = Duration::from_millis(settings.abort_check_interval_ms.max(1));
-                TransactionShard::new(interval, now)
+                let expiry = IdExpiry {
+                    expiration_ms: settings.id_expiration_ms,
+                    check_interval: Duration::from_millis(
+                        settings.id_expiration_check_interval_ms.max(1),
+                    ),
+                };
+                TransactionShard::new(interval, expiry, now)
             })),
         }
     }
@@ -289,6 +331,42 @@ impl TransactionCoordinator {
                 })
             })
             .collect()
+    }
+
+    /// `transactional_id` as DescribeTransactions shows it: `None` when this coordinator has
+    /// no such id.
+    pub fn describe(&self, transactional_id: &str) -> Result<Option<TxnDescription>, TxnError> {
+        let partitions = self.runtime.lock();
+        let (_, shard) = partitions.served_ref(transactional_id)?;
+        Ok(shard.ids.get(transactional_id).map(|metadata| {
+            let value = &metadata.value;
+            TxnDescription {
+                state: value.state,
+                timeout_ms: value.timeout_ms,
+                start_ms: value.start_ms,
+                producer_id: value.producer_id,
+                producer_epoch: value.producer_epoch,
+                partitions: value.partitions.clone(),
+            }
+        }))
+    }
+
+    /// Every transactional id this broker coordinates, for ListTransactions (each broker lists
+    /// its own), in id order.
+    pub fn list(&self) -> Vec<TxnListing> {
+        let partitions = self.runtime.lock();
+        let mut listed: Vec<TxnListing> = partitions
+            .shards()
+            .flat_map(|shard| shard.ids.iter())
+            .map(|(transactional_id, metadata)| TxnListing {
+                transactional_id: transactional_id.clone(),
+                producer_id: metadata.value.producer_id,
+                state: metadata.value.state,
+                start_ms: metadata.value.start_ms,
+            })
+            .collect();
+        listed.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        listed
     }
 
     /// Aborts transactions open longer than their timeouts, until `stop` resolves.

@@ -51,11 +51,25 @@ pub(crate) struct TransactionShard {
     abort_check_interval: Duration,
     /// When they are checked next.
     next_abort_check: Instant,
+    /// What expires idle transactional ids.
+    expiry: IdExpiry,
+    /// When idle transactional ids are looked for next.
+    next_expiry_check: Instant,
+}
+
+/// `transactional.id.expiration.ms` and how often it is applied.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdExpiry {
+    /// A transactional id without a transaction and unchanged this long is forgotten.
+    pub(crate) expiration_ms: i64,
+    /// How often such ids are looked for.
+    pub(crate) check_interval: Duration,
 }
 
 impl TransactionShard {
-    /// A shard with nothing loaded yet, checking timeouts every `abort_check_interval`.
-    pub(crate) fn new(abort_check_interval: Duration, now: Now) -> TransactionShard {
+    /// A shard with nothing loaded yet, checking timeouts every `abort_check_interval` and
+    /// expiring idle ids as `expiry` says.
+    pub(crate) fn new(abort_check_interval: Duration, expiry: IdExpiry, now: Now) -> Self {
         TransactionShard {
             ids: HashMap::new(),
             pending: HashSet::new(),
@@ -63,6 +77,39 @@ impl TransactionShard {
             prepared: HashSet::new(),
             abort_check_interval,
             next_abort_check: now.instant + abort_check_interval,
+            expiry,
+            next_expiry_check: now.instant + expiry.check_interval,
+        }
+    }
+
+    /// Forgets transactional ids without a transaction (Empty, or their last one complete)
+    /// unchanged for `transactional.id.expiration.ms`: a tombstone each, as Kafka writes; a
+    /// producer starting with one of them later gets a new producer id.
+    fn expire_idle(&self, now: Now, writes: &mut Vec<TimerWrite<TxnRecord>>) {
+        for (transactional_id, metadata) in &self.ids {
+            let value = &metadata.value;
+            let idle = matches!(
+                value.state,
+                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            );
+            let expires = value
+                .last_update_ms
+                .saturating_add(self.expiry.expiration_ms);
+            if !idle || now.wall_ms <= expires || self.is_pending(transactional_id) {
+                continue;
+            }
+            writes.push(TimerWrite {
+                key: transactional_id.clone(),
+                records: vec![TxnRecord {
+                    transactional_id: transactional_id.clone(),
+                    value: None,
+                    last_producer_epoch: -1,
+                }],
+                applied: false,
+            });
+        }
+        if !writes.is_empty() {
+            tracing::info!(target: "weir::transactions", expired = writes.len(), "forgetting transactional ids idle longer than transactional.id.expiration.ms");
         }
     }
 
@@ -192,13 +239,19 @@ impl Shard for TransactionShard {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        Some(self.next_abort_check)
+        Some(self.next_abort_check.min(self.next_expiry_check))
     }
 
     fn tick(&mut self, now: Now, writes: &mut Vec<TimerWrite<TxnRecord>>) -> Vec<()> {
         if now.instant >= self.next_abort_check {
             self.abort_timed_out(now, writes);
             self.next_abort_check = now.instant + self.abort_check_interval;
+        }
+        if now.instant >= self.next_expiry_check {
+            let mut expired = Vec::new();
+            self.expire_idle(now, &mut expired);
+            writes.extend(expired);
+            self.next_expiry_check = now.instant + self.expiry.check_interval;
         }
         Vec::new()
     }

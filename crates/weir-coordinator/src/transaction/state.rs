@@ -1,5 +1,5 @@
 //! Where a transactional id's transaction is, with Kafka's codes (stored in
-//! `__transaction_state`).
+//! `__transaction_state`) and names (as DescribeTransactions and ListTransactions report them).
 
 /// The state of a transactional id's transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,5 +51,26 @@ impl TxnState {
             7 => TxnState::PrepareEpochFence,
             _ => return None,
         })
+    }
+
+    /// Kafka's name for the state, as DescribeTransactions and ListTransactions report it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::Dead => "Dead",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    /// The state Kafka names `name`.
+    pub fn from_name(name: &str) -> Option<TxnState> {
+        (0..=7)
+            .filter_map(TxnState::from_code)
+            .find(|state| state.name() == name)
     }
 }

@@ -13,6 +13,8 @@ const PARTITIONS: i32 = 3;
 const SETTINGS: TransactionSettings = TransactionSettings {
     max_timeout_ms: 900_000,
     abort_check_interval_ms: 10_000,
+    id_expiration_ms: 3_600_000,
+    id_expiration_check_interval_ms: 60_000,
 };
 
 /// A coordinator serving every partition of `log`.
@@ -598,4 +600,52 @@ async fn a_transaction_past_its_timeout_is_aborted() {
     assert_eq!(coordinator.complete(&prepared[0]).await, Ok(true));
     assert_eq!(state_of(&coordinator, "slow").0, TxnState::CompleteAbort);
     assert!(coordinator.prepared().is_empty());
+}
+
+/// A transactional id without a transaction, unchanged for transactional.id.expiration.ms, is
+/// forgotten (a tombstone): its next producer gets a new producer id. One with a transaction
+/// open is kept.
+#[tokio::test]
+async fn an_idle_transactional_id_expires() {
+    let log = Arc::new(MemoryLog::default());
+    let clock = Arc::new(weir_clock::ManualClock::new(0));
+    let coordinator = TransactionCoordinator::with_clock(SETTINGS, log.clone(), clock.clone());
+    let runtime = coordinator.topic_runtime();
+    runtime.start(PARTITIONS);
+    for partition in 0..PARTITIONS {
+        runtime.load(partition).expect("load");
+    }
+    let mut next_id = 1;
+    let idle = init(&coordinator, &request("idle", None), &mut next_id)
+        .await
+        .expect("init");
+    let mut long = request("busy", None);
+    long.timeout_ms = 900_000;
+    let (producer_id, epoch) = init(&coordinator, &long, &mut next_id).await.expect("init");
+    let busy = ProducerIdAndEpoch { producer_id, epoch };
+    coordinator
+        .add_partitions("busy", busy, &partitions(&[("a", 0)]))
+        .await
+        .expect("begun");
+    clock.advance(std::time::Duration::from_millis(3_600_001));
+    coordinator.runtime.tick();
+    for _ in 0..100 {
+        if stored(&coordinator).len() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let left: Vec<String> = stored(&coordinator).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(left, vec!["busy".to_string()]);
+    assert!(
+        log.records().iter().any(|(_, value)| value.is_none()),
+        "a tombstone is stored"
+    );
+    let again = init(&coordinator, &request("idle", None), &mut next_id)
+        .await
+        .expect("init");
+    assert_ne!(again.0, idle.0, "a new producer id");
+    assert_eq!(again.1, 0);
+    let reloaded = loaded(log);
+    assert_eq!(stored(&reloaded), stored(&coordinator));
 }
