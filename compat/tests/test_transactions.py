@@ -13,6 +13,7 @@ transaction; its end writes a marker (a control batch) on each of its partitions
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 import uuid
 
@@ -301,6 +302,15 @@ def test_a_transaction_past_its_timeout_is_aborted(make_weir):
     assert refused.value.args[0].fatal(), refused.value
 
 
+def kafka_transactions(java: Java, bootstrap: str, *args) -> list[list[str]]:
+    """Kafka's kafka-transactions tool (TransactionsCommand) with ``args``: its output's rows,
+    split on whitespace (the header first)."""
+    proc = java._run(f"{JARS_DIR}/*", "org.apache.kafka.tools.TransactionsCommand",
+                     ["--bootstrap-server", bootstrap, *args], None, 60)
+    assert proc.returncode == 0, f"kafka-transactions {' '.join(args)}: {proc.stdout}\n{proc.stderr[-3000:]}"
+    return [line.split() for line in proc.stdout.splitlines() if line.strip()]
+
+
 def test_kafka_transactions_tool_lists_and_describes(bootstrap, java):
     """Kafka's kafka-transactions tool (TransactionsCommand) lists the transactional ids and
     describes one with an open transaction: its producer, epoch, state and partitions."""
@@ -313,19 +323,39 @@ def test_kafka_transactions_tool_lists_and_describes(bootstrap, java):
     producer.produce(topic, value=b"open", partition=0)
     producer.flush(30)
 
-    def tool(*args) -> list[list[str]]:
-        proc = java._run(f"{JARS_DIR}/*", "org.apache.kafka.tools.TransactionsCommand",
-                         ["--bootstrap-server", bootstrap, *args], None, 60)
-        assert proc.returncode == 0, f"kafka-transactions {' '.join(args)}: {proc.stdout}\n{proc.stderr[-3000:]}"
-        return [line.split() for line in proc.stdout.splitlines() if line.strip()]
-
-    listed = {row[0]: row for row in tool("list")[1:]}
+    listed = {row[0]: row for row in kafka_transactions(java, bootstrap, "list")[1:]}
     assert listed[transactional_id][3] == "Ongoing", listed
-    header, row = tool("describe", "--transactional-id", transactional_id)
+    header, row = kafka_transactions(java, bootstrap, "describe", "--transactional-id", transactional_id)
     described = dict(zip(header, row))
     assert described["TransactionState"] == "Ongoing"
     assert described["ProducerEpoch"] == "0"
     assert described["TopicPartitions"] == f"{topic}-0"
     producer.commit_transaction(30)
-    header, row = tool("describe", "--transactional-id", transactional_id)
+    header, row = kafka_transactions(java, bootstrap, "describe", "--transactional-id", transactional_id)
     assert dict(zip(header, row))["TransactionState"] == "CompleteCommit"
+
+
+def test_a_hanging_transaction_is_found_and_aborted_with_kafka_transactions(bootstrap, java):
+    """A transactional batch written outside any transaction (a raw producer with a made-up
+    producer id) holds read_committed consumers back; `kafka-transactions find-hanging` finds
+    it through DescribeProducers, and `abort` ends it with an abort marker (WriteTxnMarkers to
+    the partition's leader), after which read_committed consumers read on without it."""
+    topic = unique_topic("txn-hanging")
+    create_topic(bootstrap, topic, partitions=1)
+    batch = wire.record_batch([(None, b"hanging")], int(time.time() * 1000))
+    batch = wire.patch(batch, 21, struct.pack(">h", 0x10))  # transactional
+    batch = wire.patch(batch, 43, struct.pack(">qhi", 4242, 0, 0))  # producer id, epoch, sequence
+    with wire.Connection(bootstrap) as conn:
+        conn.send(wire.produce_request(9, next(_correlation), topic, 0, batch))
+        assert wire.parse_produce_response(9, conn.recv_frame())["error_code"] == 0
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    assert read_values(bootstrap, topic, 1, "read_committed") == [], "held by the open transaction"
+
+    hanging = [row for row in kafka_transactions(java, bootstrap, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "0")[1:]
+               if row[0] == topic]
+    assert [(row[2], row[5]) for row in hanging] == [("4242", "0")], hanging
+    kafka_transactions(java, bootstrap, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert read_values(bootstrap, topic, 1, "read_committed") == ["after"]
+    assert sorted(read_values(bootstrap, topic, 1)) == ["after", "hanging"]

@@ -30,7 +30,7 @@ pub use crate::log::{
 };
 pub use batch::{BatchError, BatchHeader, RecordError, RECORD_ERRORS_MAX};
 pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
-pub use producer_state::AbortedTxn;
+pub use producer_state::{AbortedTxn, ActiveProducer};
 pub use records::ValidationLimits;
 pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};
 pub use validate::{validate, ValidBatch};

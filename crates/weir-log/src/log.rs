@@ -21,7 +21,9 @@ use crate::checkpoint::{
     LEADER_EPOCH_FILE, PRODUCER_SNAPSHOT_FILE, RECOVERY_CHECKPOINT_FILE,
 };
 use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, SourceSegment};
-use crate::producer_state::{AbortedTxn, BatchMetadata, ProducerStateTable, SequenceCheck};
+use crate::producer_state::{
+    AbortedTxn, ActiveProducer, BatchMetadata, ProducerStateTable, SequenceCheck,
+};
 use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
     SEGMENT_BYTES_LIMIT,
@@ -1402,6 +1404,11 @@ impl Log {
     /// consumer to skip.
     pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
         self.producers.aborted_between(from, upper)
+    }
+
+    /// Every producer the partition tracks (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.producers.active()
     }
 
     /// Forgets idle producers; returns how many.

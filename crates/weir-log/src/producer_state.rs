@@ -47,6 +47,21 @@ pub struct ProducerEntry {
     pub ongoing_first_offset: Option<i64>,
 }
 
+/// A producer as the partition knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    /// Its id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// The sequence of its last record here, or -1.
+    pub last_sequence: i32,
+    /// Broker time of its last append here.
+    pub last_append_ms: i64,
+    /// The first offset of its transaction open here.
+    pub ongoing_first_offset: Option<i64>,
+}
+
 /// A transaction aborted on this partition: its records from `first_offset` up to its abort
 /// marker at `last_offset` are skipped by read_committed consumers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,6 +275,23 @@ impl ProducerStateTable {
             self.producers.remove(&entry.1);
         }
         expired.len()
+    }
+
+    /// Every producer tracked, as DescribeProducers shows them, by producer id.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut active: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(id, entry)| ActiveProducer {
+                producer_id: *id,
+                epoch: entry.epoch,
+                last_sequence: entry.batches.back().map_or(-1, |b| b.last_sequence),
+                last_append_ms: entry.last_append_ms,
+                ongoing_first_offset: entry.ongoing_first_offset,
+            })
+            .collect();
+        active.sort_by_key(|producer| producer.producer_id);
+        active
     }
 
     /// The first offset of the oldest transaction open here, if any.

@@ -33,6 +33,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::AddPartitionsToTxn, 0, 3),
     range(ApiKey::EndTxn, 0, 4),
     range(ApiKey::WriteTxnMarkers, 1, 1),
+    range(ApiKey::DescribeProducers, 0, 0),
     range(ApiKey::DescribeTransactions, 0, 0),
     range(ApiKey::ListTransactions, 0, 2),
     range(ApiKey::OffsetForLeaderEpoch, 2, 4),

@@ -264,6 +264,11 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
                 transactions::end(&broker, req, version).await,
             ))
         }),
+        RequestKind::DescribeProducers(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeProducers(
+                transactions::describe_producers(&broker, req),
+            ))
+        }),
         RequestKind::DescribeTransactions(req) => Box::pin(async move {
             respond(ResponseKind::DescribeTransactions(transactions::describe(
                 &broker, req,

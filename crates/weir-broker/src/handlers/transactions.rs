@@ -1,12 +1,15 @@
 //! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), EndTxn (26, v0–4),
-//! WriteTxnMarkers (27, v1, between brokers), DescribeTransactions (65, v0) and
-//! ListTransactions (66, v0–2). The handlers translate; the transaction coordinator
+//! WriteTxnMarkers (27, v1, between brokers), DescribeProducers (61, v0),
+//! DescribeTransactions (65, v0) and ListTransactions (66, v0–2). The handlers translate; the transaction coordinator
 //! (`weir-coordinator`) decides, and `marker_writer` writes the markers.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
 };
 use kafka_protocol::messages::describe_transactions_response::{
     TopicData, TransactionState as DescribedTransaction,
@@ -16,10 +19,10 @@ use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ProducerId, TopicName, TransactionalId, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeProducersRequest,
+    DescribeProducersResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TopicName, TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::records::TxnPartitions;
@@ -314,6 +317,56 @@ pub fn list(
             listed.producer_id = ProducerId(txn.producer_id);
             listed.transaction_state = str_bytes(txn.state.name());
             listed
+        })
+        .collect();
+    response
+}
+
+/// DescribeProducers: the producers each partition (led here) tracks, with the first offset
+/// of a transaction each has open there, so `kafka-transactions find-hanging` finds
+/// transactions nobody will end and `abort` can end them with a marker.
+pub fn describe_producers(
+    broker: &Broker,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let mut response = DescribeProducersResponse::default();
+    response.topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let mut topic_response = TopicResponse::default();
+            topic_response.partitions = topic
+                .partition_indexes
+                .iter()
+                .map(|index| {
+                    let mut partition = PartitionResponse::default();
+                    partition.partition_index = *index;
+                    match super::led_partition(broker, topic.name.0.as_str(), *index) {
+                        Ok(led) => {
+                            partition.active_producers = led
+                                .log()
+                                .active_producers()
+                                .into_iter()
+                                .map(|producer| {
+                                    let mut state = ProducerState::default();
+                                    state.producer_id = ProducerId(producer.producer_id);
+                                    state.producer_epoch = i32::from(producer.epoch);
+                                    state.last_sequence = producer.last_sequence;
+                                    state.last_timestamp = producer.last_append_ms;
+                                    state.coordinator_epoch = -1;
+                                    state.current_txn_start_offset =
+                                        producer.ongoing_first_offset.unwrap_or(-1);
+                                    state
+                                })
+                                .collect();
+                        }
+                        Err(error) => partition.error_code = error.code(),
+                    }
+                    partition
+                })
+                .collect();
+            topic_response.name = topic.name;
+            topic_response
         })
         .collect();
     response

@@ -729,6 +729,25 @@ async fn every_advertised_version_answers() {
                     );
                     assert_eq!(r.unknown_state_filters.len(), 1, "{what}");
                 }
+                ApiKey::DescribeProducers => {
+                    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+                    let mut topic = TopicRequest::default();
+                    topic.name = topic_name("good");
+                    topic.partition_indexes = vec![0, 7];
+                    let mut req = DescribeProducersRequest::default();
+                    req.topics = vec![topic];
+                    let r: DescribeProducersResponse = call(&mut c, api.key, v, &req).await;
+                    let partitions = &r.topics[0].partitions;
+                    assert_eq!(partitions[0].error_code, 0, "{what}");
+                    assert!(
+                        partitions[0]
+                            .active_producers
+                            .iter()
+                            .any(|p| p.producer_id.0 == 1_000_000),
+                        "{what}: the producer of the marker WriteTxnMarkers wrote"
+                    );
+                    assert_eq!(partitions[1].error_code, 3, "{what}: no partition 7");
+                }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
         }
