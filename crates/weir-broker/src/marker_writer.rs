@@ -107,11 +107,7 @@ impl Broker {
         let marker = Marker {
             producer_id: markers.producer_id,
             producer_epoch: markers.producer_epoch,
-            result: if markers.commit {
-                TxnResult::Commit
-            } else {
-                TxnResult::Abort
-            },
+            result: TxnResult::of_commit(markers.commit),
             coordinator_epoch: 0,
         };
         let mut pending: Vec<(String, i32)> = markers
@@ -119,27 +115,16 @@ impl Broker {
             .iter()
             .flat_map(|(topic, partitions)| partitions.iter().map(move |p| (topic.clone(), *p)))
             .collect();
-        let mut shutdown = self.shutdown.clone();
-        let mut pause = RETRY_FIRST;
+        let mut retry = Retry::new(self, &markers.transactional_id);
         loop {
             pending = self.mark_once(&pending, marker).await;
             if pending.is_empty() {
                 break;
             }
-            if self
-                .transactions
-                .check_served(&markers.transactional_id)
-                .is_err()
-            {
-                tracing::info!(target: "weir::transactions", transactional_id = markers.transactional_id, "no longer the transaction's coordinator; its next coordinator writes the markers left");
+            tracing::debug!(target: "weir::transactions", transactional_id = markers.transactional_id, partitions = pending.len(), "transaction markers not written yet; trying again");
+            if !retry.pause().await {
                 return;
             }
-            tracing::debug!(target: "weir::transactions", transactional_id = markers.transactional_id, partitions = pending.len(), "transaction markers not written yet; trying again");
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stopping(&mut shutdown) => return,
-            }
-            pause = (pause * 2).min(RETRY_MAX);
         }
         loop {
             match self.transactions.complete(markers).await {
@@ -148,18 +133,9 @@ impl Broker {
                     tracing::warn!(target: "weir::transactions", transactional_id = markers.transactional_id, %error, "could not store the transaction as complete; trying again");
                 }
             }
-            if self
-                .transactions
-                .check_served(&markers.transactional_id)
-                .is_err()
-            {
+            if !retry.pause().await {
                 return;
             }
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stopping(&mut shutdown) => return,
-            }
-            pause = (pause * 2).min(RETRY_MAX);
         }
     }
 
@@ -281,5 +257,44 @@ impl Broker {
             });
         }
         results
+    }
+}
+
+/// The pause between a marker writer's tries: doubling from [`RETRY_FIRST`] to [`RETRY_MAX`],
+/// and over at shutdown or once this broker no longer coordinates the transactional id.
+struct Retry<'a> {
+    broker: &'a Broker,
+    transactional_id: &'a str,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    next: Duration,
+}
+
+impl<'a> Retry<'a> {
+    fn new(broker: &'a Broker, transactional_id: &'a str) -> Retry<'a> {
+        Retry {
+            broker,
+            transactional_id,
+            shutdown: broker.shutdown.clone(),
+            next: RETRY_FIRST,
+        }
+    }
+
+    /// Waits before the next try; false when there is none to make.
+    async fn pause(&mut self) -> bool {
+        if self
+            .broker
+            .transactions
+            .check_served(self.transactional_id)
+            .is_err()
+        {
+            tracing::info!(target: "weir::transactions", transactional_id = self.transactional_id, "no longer the transaction's coordinator; its next coordinator finishes it");
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(self.next) => {}
+            _ = stopping(&mut self.shutdown) => return false,
+        }
+        self.next = (self.next * 2).min(RETRY_MAX);
+        true
     }
 }

@@ -252,6 +252,17 @@ pub enum TxnResult {
     Commit,
 }
 
+impl TxnResult {
+    /// A commit when `commit`, else an abort.
+    pub fn of_commit(commit: bool) -> TxnResult {
+        if commit {
+            TxnResult::Commit
+        } else {
+            TxnResult::Abort
+        }
+    }
+}
+
 /// What the marker in `batch` (a control batch, never compressed) says: its control record's
 /// key is `(version, type)`, type 0 an abort and 1 a commit. `None` for another control record
 /// or bytes that do not parse.

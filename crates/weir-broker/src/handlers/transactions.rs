@@ -153,11 +153,7 @@ pub async fn write_markers(
         let marker = Marker {
             producer_id: writable.producer_id.0,
             producer_epoch: writable.producer_epoch,
-            result: if writable.transaction_result {
-                TxnResult::Commit
-            } else {
-                TxnResult::Abort
-            },
+            result: TxnResult::of_commit(writable.transaction_result),
             coordinator_epoch: writable.coordinator_epoch,
         };
         let partitions: Vec<(String, i32)> = writable
