@@ -16,17 +16,20 @@ import itertools
 import struct
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 import wire
-from clients import admin, create_topic, unique_topic
+from clients import admin, create_topic, unique_topic, wait_for_partitions
 from harness import Deadline
 from test_java import JARS_DIR, Java, compile_java
+from weir_cluster import DevCluster, free_base_port
 
 TRANSACTION_STATE = "__transaction_state"
+KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 COORDINATOR_NOT_READY = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 INVALID_PRODUCER_EPOCH = 47
@@ -40,16 +43,18 @@ def unique_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def coordinator(bootstrap: str, transactional_id: str, timeout: float = 30) -> str:
-    """The coordinator of ``transactional_id``, once one is named."""
+def coordinator(bootstrap: str, transactional_id: str, timeout: float = 30,
+                key_type: int = KEY_TYPE_TRANSACTION) -> str:
+    """The coordinator of ``transactional_id`` (of a group with ``key_type`` 0), once one is
+    named."""
     deadline = Deadline(timeout)
     while True:
-        with wire.Connection(bootstrap) as conn:
-            conn.send(wire.find_coordinator_v3_request(next(_correlation), transactional_id, KEY_TYPE_TRANSACTION))
+        with wire.Connection(bootstrap.split(",")[0]) as conn:
+            conn.send(wire.find_coordinator_v3_request(next(_correlation), transactional_id, key_type))
             error, address = wire.parse_find_coordinator(3, conn.recv_frame())
         if error == 0:
             return address
-        assert error in COORDINATOR_NOT_READY, f"FindCoordinator for a transactional id: error {error}"
+        assert error in COORDINATOR_NOT_READY, f"FindCoordinator (key type {key_type}): error {error}"
         assert not deadline.expired(), f"no transaction coordinator within {timeout}s (error {error})"
         time.sleep(0.2)
 
@@ -359,3 +364,126 @@ def test_a_hanging_transaction_is_found_and_aborted_with_kafka_transactions(boot
     kafka_transactions(java, bootstrap, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
     assert read_values(bootstrap, topic, 1, "read_committed") == ["after"]
     assert sorted(read_values(bootstrap, topic, 1)) == ["after", "hanging"]
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    """The offsets ``group`` has committed on ``topic`` (-1001 where none), as a librdkafka
+    consumer of read_uncommitted fetches them (one of read_committed, librdkafka's default,
+    requires stable offsets: it waits while a transaction with offsets of them is open)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": "read_uncommitted"})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return [tp.offset for tp in tps]
+    finally:
+        consumer.close()
+
+
+def test_java_read_process_write_is_exactly_once(bootstrap, java):
+    """The Java client's exactly-once loop (consume read_committed, produce, send the offsets to
+    the transaction, commit) over two partitions, with every third transaction aborted and its
+    records processed again from the group's committed offsets: the output holds each input
+    record exactly once (read_committed), the aborted attempts only read_uncommitted, and the
+    group's committed offsets are the input's end."""
+    source, sink = unique_topic("rpw-in"), unique_topic("rpw-out")
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(200):
+        producer.produce(source, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2)
+    producer.flush(30)
+    group = unique_id("rpw")
+    out = java.program("ReadProcessWrite", bootstrap, source, sink, group, unique_id("rpw"), 200, 3, timeout=150)
+    assert out["processed"] == 200, out
+    assert out["aborted"] >= 1, out
+    assert sorted(read_values(bootstrap, sink, 2, "read_committed")) == sorted(f"out-v{i}" for i in range(200))
+    assert len(read_values(bootstrap, sink, 2)) > 200, "the aborted attempts are in the log"
+    assert committed_offsets(bootstrap, group, source, 2) == [100, 100]
+
+
+def test_offsets_of_a_transaction_count_only_once_it_commits(bootstrap):
+    """librdkafka's send_offsets_to_transaction: offsets sent in an aborted transaction are never
+    committed; in a committed one they are, once it commits. While a transaction with offsets is
+    open, a read_committed consumer's fetch of them (require_stable) waits for it, and other
+    fetches see the offsets committed before."""
+    topic = unique_topic("txn-offsets")
+    create_topic(bootstrap, topic, partitions=1)
+    group = unique_id("txn-offsets")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-offsets")})
+    producer.init_transactions(30)
+    try:
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], consumer.consumer_group_metadata(), 30)
+        producer.abort_transaction(30)
+        assert committed_offsets(bootstrap, group, topic, 1) == [5], "aborted: not committed"
+
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 12)], consumer.consumer_group_metadata(), 30)
+        assert committed_offsets(bootstrap, group, topic, 1) == [5], "not before the commit"
+        stable = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                           "isolation.level": "read_committed"})
+        try:
+            with pytest.raises(KafkaException):
+                # librdkafka retries UNSTABLE_OFFSET_COMMIT until its timeout.
+                stable.committed([TopicPartition(topic, 0)], timeout=2)
+        finally:
+            stable.close()
+        producer.commit_transaction(30)
+        assert committed_offsets(bootstrap, group, topic, 1) == [12]
+    finally:
+        consumer.close()
+
+
+def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, java):
+    """The Java exactly-once loop on a three-node cluster, its group coordinated by another node
+    than its transactions (so the markers that settle its offsets travel between brokers), and
+    the group coordinator's node killed with SIGKILL while it runs, then restarted: the next
+    leader of the offsets partition loads the offsets of the open transaction from the
+    replicated log and settles them with its markers. Each input record is in the output
+    exactly once (read_committed) and the group's offsets are the input's end."""
+    cluster = DevCluster(tmp_path / "cluster", free_base_port())
+    cluster.start()
+    try:
+        bootstrap = cluster.bootstrap
+        source, sink = unique_topic("rpw-in"), unique_topic("rpw-out")
+        futures = admin(bootstrap).create_topics(
+            [NewTopic(name, num_partitions=3, replication_factor=3) for name in (source, sink)], request_timeout=30)
+        for future in futures.values():
+            future.result(timeout=40)
+        for name in (source, sink):
+            wait_for_partitions(bootstrap, name, 3)
+        records = 3000
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(records):
+            producer.produce(source, value=f"v{i}".encode(), partition=i % 3)
+        producer.flush(30)
+        # A group and a transactional id whose coordinators are different nodes.
+        transactional_id = unique_id("rpw-txn")
+        txn_node = coordinator(bootstrap, transactional_id)
+        group = next(g for g in (unique_id("rpw") for _ in range(100))
+                     if coordinator(bootstrap, g, key_type=KEY_TYPE_GROUP) != txn_node)
+        group_node = int(coordinator(bootstrap, group, key_type=KEY_TYPE_GROUP).rsplit(":", 1)[1]) - cluster.base_port + 1
+
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(java.program, "ReadProcessWrite", bootstrap, source, sink, group, transactional_id,
+                              records, 5, timeout=150)
+            deadline = Deadline(60)
+            while sum(max(o, 0) for o in committed_offsets(bootstrap, group, source, 3)) < records // 5:
+                assert not run.done(), run.result()
+                assert not deadline.expired(), "the loop committed nothing within 60 s"
+                time.sleep(0.1)
+            assert not run.done(), "killed while the loop runs"
+            cluster.kill_node(group_node)
+            time.sleep(2)
+            cluster.restart_node(group_node)
+            out = run.result(timeout=160)
+        assert out["processed"] == records, out
+        values = read_values(bootstrap, sink, 3, "read_committed")
+        assert len(values) == records and set(values) == {f"out-v{i}" for i in range(records)}, (
+            f"{len(values)} values, {len(set(values))} distinct")
+        assert committed_offsets(bootstrap, group, source, 3) == [records // 3] * 3
+    finally:
+        cluster.kill()

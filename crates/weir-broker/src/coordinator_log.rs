@@ -6,14 +6,18 @@
 use bytes::Bytes;
 use std::sync::Arc;
 use weir_coordinator::{
-    Appended, CoordinatorLog, RecordVisitor, RuntimeError, StoredRecord, TopicRuntime,
+    Appended, CoordinatorLog, LogEntry, ProducerIdAndEpoch, RecordVisitor, RuntimeError,
+    StoredRecord, TopicRuntime,
 };
-use weir_log::batch::{build_keyed_batch, BatchHeader, KeyValue, ProducerFields};
+use weir_log::batch::{
+    build_keyed_batch, build_transactional_batch, marker_result, BatchHeader, KeyValue,
+    ProducerFields, TxnResult,
+};
 use weir_log::records::for_each_stored_record;
-use weir_log::{validate, LogError, ValidationLimits};
+use weir_log::{validate, LogError, ValidBatch, ValidationLimits};
 use weir_metadata::MetadataImage;
 
-use crate::config::InternalTopicSpec;
+use crate::config::{InternalTopicSpec, TopicSettings};
 use crate::partition::ReplicationWait;
 use crate::registry::PartitionRegistry;
 
@@ -36,8 +40,14 @@ impl PartitionCoordinatorLog {
     }
 }
 
-impl CoordinatorLog for PartitionCoordinatorLog {
-    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, RuntimeError> {
+impl PartitionCoordinatorLog {
+    /// Appends the batch `build` makes (given the time and the topic's settings) to
+    /// `partition`, led here, and says when it is as durable as an `acks=all` write.
+    fn append_batch(
+        &self,
+        partition: i32,
+        build: impl FnOnce(i64, &TopicSettings) -> Result<ValidBatch, RuntimeError>,
+    ) -> Result<Appended, RuntimeError> {
         let topic = self.topic;
         let hosted = self
             .partitions
@@ -51,32 +61,12 @@ impl CoordinatorLog for PartitionCoordinatorLog {
         }
         let min_insync_replicas = hosted.min_insync_replicas();
         let settings = hosted.settings();
-        let now_ms = self.partitions.clock().now_ms();
-        let fields: Vec<KeyValue<'_>> = records
-            .iter()
-            .map(|(key, value)| (Some(key.as_slice()), value.as_deref()))
-            .collect();
-        let batch = build_keyed_batch(&fields, now_ms, ProducerFields::NONE);
-        if batch.len() as u64 > settings.log.max_message_bytes {
-            return Err(RuntimeError::TooLarge);
-        }
-        let limits = ValidationLimits {
-            decompressed_bytes_max: settings.decompressed_bytes_max(),
-            now_ms,
-            timestamp_before_max_ms: i64::MAX,
-            timestamp_after_max_ms: i64::MAX,
-            keys_required: true,
-            log_append_time: false,
-        };
-        // The coordinator's own bytes pass the same validation as any producer's.
-        let batch = validate(Bytes::from(batch), &limits).map_err(|error| {
-            tracing::error!(target: "weir::coordinator", topic, %error, "built an invalid batch for an internal topic");
-            RuntimeError::NotAvailable
-        })?;
+        let batch = build(self.partitions.clock().now_ms(), &settings)?;
         let info = hosted.append(&batch).map_err(|error| match error {
             LogError::MessageTooLarge { .. } | LogError::RecordListTooLarge { .. } => {
                 RuntimeError::TooLarge
             }
+            LogError::InvalidProducerEpoch => RuntimeError::ProducerFenced,
             _ => RuntimeError::NotAvailable,
         })?;
         let sync = settings.flush_policy.sync_before_ack(-1);
@@ -101,6 +91,72 @@ impl CoordinatorLog for PartitionCoordinatorLog {
         Ok(Appended {
             base_offset: info.base_offset,
             durable,
+        })
+    }
+}
+
+impl CoordinatorLog for PartitionCoordinatorLog {
+    fn append(
+        &self,
+        partition: i32,
+        records: Vec<StoredRecord>,
+        transactional: Option<ProducerIdAndEpoch>,
+    ) -> Result<Appended, RuntimeError> {
+        let topic = self.topic;
+        self.append_batch(partition, |now_ms, settings| {
+            let fields: Vec<KeyValue<'_>> = records
+                .iter()
+                .map(|(key, value)| (Some(key.as_slice()), value.as_deref()))
+                .collect();
+            let batch = match transactional {
+                None => build_keyed_batch(&fields, now_ms, ProducerFields::NONE),
+                Some(producer) => build_transactional_batch(
+                    &fields,
+                    now_ms,
+                    ProducerFields {
+                        producer_id: producer.producer_id,
+                        producer_epoch: producer.epoch,
+                        base_sequence: 0,
+                    },
+                ),
+            };
+            if batch.len() as u64 > settings.log.max_message_bytes {
+                return Err(RuntimeError::TooLarge);
+            }
+            let limits = ValidationLimits {
+                decompressed_bytes_max: settings.decompressed_bytes_max(),
+                now_ms,
+                timestamp_before_max_ms: i64::MAX,
+                timestamp_after_max_ms: i64::MAX,
+                keys_required: true,
+                log_append_time: false,
+            };
+            // The coordinator's own bytes pass the same validation as any producer's; its
+            // transactional writes carry no sequence of their own (only the epoch is checked).
+            validate(Bytes::from(batch), &limits)
+                .map(ValidBatch::from_coordinator)
+                .map_err(|error| {
+                    tracing::error!(target: "weir::coordinator", topic, %error, "built an invalid batch for an internal topic");
+                    RuntimeError::NotAvailable
+                })
+        })
+    }
+
+    fn append_marker(
+        &self,
+        partition: i32,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<Appended, RuntimeError> {
+        self.append_batch(partition, |now_ms, _| {
+            Ok(ValidBatch::marker(
+                producer.producer_id,
+                producer.epoch,
+                TxnResult::of_commit(commit),
+                coordinator_epoch,
+                now_ms,
+            ))
         })
     }
 
@@ -133,11 +189,27 @@ impl CoordinatorLog for PartitionCoordinatorLog {
                 if end > bytes.len() {
                     break;
                 }
-                if header.last_offset() >= offset && !header.is_control() {
-                    for_each_stored_record(&bytes[position..end], limit, &mut |at, record| {
+                let batch = &bytes[position..end];
+                if header.last_offset() < offset {
+                    // Read already.
+                } else if header.is_control() {
+                    if let Some(result) = marker_result(batch) {
+                        visit(LogEntry::Marker {
+                            producer_id: header.producer_id,
+                            commit: result == TxnResult::Commit,
+                        });
+                    }
+                } else {
+                    let transactional = header.is_transactional().then_some(header.producer_id);
+                    for_each_stored_record(batch, limit, &mut |at, record| {
                         if at >= offset {
                             if let Some(key) = record.key {
-                                visit(at, key, record.value);
+                                visit(LogEntry::Record {
+                                    offset: at,
+                                    transactional,
+                                    key,
+                                    value: record.value,
+                                });
                             }
                         }
                     })

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::TxnMarkers;
+use weir_coordinator::{GroupError, ProducerIdAndEpoch, OFFSETS_TOPIC};
 use weir_log::batch::TxnResult;
 use weir_log::ValidBatch;
 use weir_metadata::NO_LEADER;
@@ -239,24 +240,47 @@ impl Broker {
     }
 
     /// Appends `marker` on each of `partitions` (led here), then waits for them all; one
-    /// result per partition, in order.
+    /// result per partition, in order. A partition of `__consumer_offsets` gets its marker
+    /// through the group coordinator, which settles the offsets the transaction committed
+    /// there; while it does not serve the partition the marker is refused as
+    /// NOT_LEADER_OR_FOLLOWER, so the coordinator's broker tries again, as Kafka answers.
     pub(crate) async fn write_marker_batch(
         &self,
         partitions: &[(String, i32)],
         marker: Marker,
     ) -> Vec<Result<(), ResponseError>> {
-        let appended: Vec<Result<AppendedMarker, ResponseError>> = partitions
-            .iter()
-            .map(|(topic, index)| self.append_marker(topic, *index, marker))
-            .collect();
-        let mut results = Vec::with_capacity(appended.len());
-        for append in appended {
-            results.push(match append {
+        // Every append happens at the first poll, in order; then each waits for its replicas.
+        let writes = partitions.iter().map(|(topic, index)| async move {
+            if topic == OFFSETS_TOPIC {
+                return self.mark_offsets_partition(*index, marker).await;
+            }
+            match self.append_marker(topic, *index, marker) {
                 Ok(appended) => appended.acknowledged().await,
                 Err(error) => Err(error),
-            });
-        }
-        results
+            }
+        });
+        futures_util::future::join_all(writes).await
+    }
+
+    /// Ends the transaction of `marker` on partition `index` of `__consumer_offsets`.
+    async fn mark_offsets_partition(
+        &self,
+        index: i32,
+        marker: Marker,
+    ) -> Result<(), ResponseError> {
+        let producer = ProducerIdAndEpoch {
+            producer_id: marker.producer_id,
+            epoch: marker.producer_epoch,
+        };
+        let commit = marker.result == TxnResult::Commit;
+        self.coordinator
+            .complete_transaction(index, producer, commit, marker.coordinator_epoch)
+            .await
+            .map_err(|error| match error {
+                GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+                GroupError::InvalidCommitOffsetSize => ResponseError::RecordListTooLarge,
+                _ => ResponseError::NotLeaderOrFollower,
+            })
     }
 }
 

@@ -35,7 +35,8 @@ pub use consumer_group::{
     HeartbeatReply, TopicCatalog,
 };
 pub use coordinator::{
-    CommitEntry, CoordinatorSettings, GroupCoordinator, GroupListing, GroupSummary, OFFSETS_TOPIC,
+    CommitEntry, CoordinatorSettings, FetchedOffset, GroupCoordinator, GroupListing, GroupSummary,
+    TxnCommit, OFFSETS_TOPIC,
 };
 pub use group::{
     JoinOutcome, JoinRequest, JoinedMember, MemberDescription, SyncAssignment, SyncOutcome,
@@ -43,8 +44,8 @@ pub use group::{
 };
 pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
 pub use runtime::{
-    partition_for, Appended, CoordinatorLog, Pending, RecordVisitor, RuntimeError, StoredRecord,
-    TopicRuntime,
+    partition_for, Appended, CoordinatorLog, LogEntry, Pending, ProducerIdAndEpoch, RecordVisitor,
+    RuntimeError, StoredRecord, TopicRuntime,
 };
 pub use state::GroupState;
 
@@ -124,6 +125,14 @@ pub enum GroupError {
     /// A `SubscribedTopicRegex` that does not compile.
     #[error("invalid regular expression")]
     InvalidRegularExpression,
+    /// A transactional offset commit of a producer epoch older than the one the offsets
+    /// topic's partition knows: the producer was fenced.
+    #[error("the producer's epoch is fenced")]
+    InvalidProducerEpoch,
+    /// Offsets of a transaction not yet committed or aborted (OffsetFetch with
+    /// `require_stable`): try again once it ends.
+    #[error("the partition has offsets of a transaction still open")]
+    UnstableOffsetCommit,
 }
 
 impl From<RuntimeError> for GroupError {
@@ -133,6 +142,7 @@ impl From<RuntimeError> for GroupError {
             RuntimeError::NotCoordinator => GroupError::NotCoordinator,
             RuntimeError::LoadInProgress => GroupError::CoordinatorLoadInProgress,
             RuntimeError::TooLarge => GroupError::InvalidCommitOffsetSize,
+            RuntimeError::ProducerFenced => GroupError::InvalidProducerEpoch,
         }
     }
 }

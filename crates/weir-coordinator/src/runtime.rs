@@ -24,8 +24,41 @@ const TIMER_IDLE: Duration = Duration::from_secs(1);
 /// One record of the internal topic: key and value (`None`: a tombstone).
 pub type StoredRecord = (Vec<u8>, Option<Vec<u8>>);
 
-/// What [`CoordinatorLog::load`] hands each record to: its offset, key and value.
-pub type RecordVisitor<'a> = dyn FnMut(i64, &[u8], Option<&[u8]>) + 'a;
+/// What [`CoordinatorLog::load`] hands each entry of the log to.
+pub type RecordVisitor<'a> = dyn FnMut(LogEntry<'_>) + 'a;
+
+/// One entry of an internal topic as a load reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogEntry<'a> {
+    /// A record with a key.
+    Record {
+        /// Its offset.
+        offset: i64,
+        /// The producer whose transaction wrote it (a transactional batch), if any: it counts
+        /// only once that transaction commits.
+        transactional: Option<i64>,
+        /// Its key.
+        key: &'a [u8],
+        /// Its value (`None`: a tombstone).
+        value: Option<&'a [u8]>,
+    },
+    /// A transaction marker: `producer_id`'s transaction on this partition ends.
+    Marker {
+        /// The producer whose transaction it ends.
+        producer_id: i64,
+        /// Commit (else abort).
+        commit: bool,
+    },
+}
+
+/// A producer id with an epoch of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerIdAndEpoch {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+}
 
 /// Why the runtime cannot serve a key, or store a write, now; each shard's error type says
 /// it in its own protocol's terms.
@@ -43,6 +76,9 @@ pub enum RuntimeError {
     /// The records do not fit in one batch of the internal topic.
     #[error("the write is larger than the internal topic takes")]
     TooLarge,
+    /// A transactional write or marker of a producer epoch older than the partition knows.
+    #[error("the producer's epoch is fenced")]
+    ProducerFenced,
 }
 
 /// A future the runtime awaits.
@@ -60,13 +96,30 @@ pub struct Appended {
 /// A runtime's access to its internal topic (`__consumer_offsets` for the group
 /// coordinator): the broker's partition API.
 pub trait CoordinatorLog: Send + Sync + 'static {
-    /// Appends `records` as one batch to `partition`. Called under the coordinator's lock, so
-    /// records land in the order the coordinator decided them; must not wait for the disk
-    /// beyond a write to the page cache.
-    fn append(&self, partition: i32, records: Vec<StoredRecord>) -> Result<Appended, RuntimeError>;
+    /// Appends `records` as one batch to `partition`; a batch of `transactional`'s open
+    /// transaction when given (its records count once a commit marker follows). Called under
+    /// the coordinator's lock, so records land in the order the coordinator decided them;
+    /// must not wait for the disk beyond a write to the page cache.
+    fn append(
+        &self,
+        partition: i32,
+        records: Vec<StoredRecord>,
+        transactional: Option<ProducerIdAndEpoch>,
+    ) -> Result<Appended, RuntimeError>;
 
-    /// Reads every record of `partition` in offset order, handing `visit` each record's
-    /// offset, key and value. Blocking: called off the async workers.
+    /// Appends the marker that ends `producer`'s transaction on `partition` (a commit, else
+    /// an abort), written by the transaction coordinator of `coordinator_epoch`. As
+    /// [`CoordinatorLog::append`], under the coordinator's lock.
+    fn append_marker(
+        &self,
+        partition: i32,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<Appended, RuntimeError>;
+
+    /// Reads every record and transaction marker of `partition` in offset order, handing
+    /// each to `visit`. Blocking: called off the async workers.
     fn load(&self, partition: i32, visit: &mut RecordVisitor<'_>) -> Result<(), String>;
 }
 
@@ -104,6 +157,26 @@ pub(crate) trait Shard: Send + 'static {
     /// each record of a [`Runtime::write`] once it is durable, so the state a restart loads
     /// is the state the writes made.
     fn apply(&mut self, offset: i64, record: Self::Record, now: Now);
+
+    /// Applies a durable record of `producer_id`'s open transaction, which counts only once a
+    /// commit marker for it follows ([`Shard::apply_marker`]). A shard whose records are never
+    /// transactional applies it as any record.
+    fn apply_transactional(
+        &mut self,
+        offset: i64,
+        producer_id: i64,
+        record: Self::Record,
+        now: Now,
+    ) {
+        let _ = producer_id;
+        self.apply(offset, record, now);
+    }
+
+    /// A durable marker ends `producer_id`'s transaction on the partition: its records
+    /// count from now on (`commit`), or never.
+    fn apply_marker(&mut self, producer_id: i64, commit: bool) {
+        let _ = (producer_id, commit);
+    }
 
     /// A [`Runtime::write`] for `key` appended `records`, which are not durable yet.
     fn writing(&mut self, key: &str, records: &[Self::Record]);
@@ -190,6 +263,21 @@ impl<S> Partitions<S> {
         match self.slots.get_mut(partition as usize) {
             Some(Slot::Loaded(shard)) => Ok((partition, shard)),
             _ => Err(RuntimeError::LoadInProgress),
+        }
+    }
+
+    /// Checks that `partition` is loaded and served here.
+    pub(crate) fn loaded(&self, partition: i32) -> Result<(), RuntimeError> {
+        if self.count == 0 {
+            return Err(RuntimeError::NotAvailable);
+        }
+        match usize::try_from(partition)
+            .ok()
+            .and_then(|index| self.slots.get(index))
+        {
+            Some(Slot::Loaded(_)) => Ok(()),
+            Some(Slot::Elsewhere) | None => Err(RuntimeError::NotCoordinator),
+            Some(Slot::Loading) => Err(RuntimeError::LoadInProgress),
         }
     }
 
@@ -333,6 +421,28 @@ impl<S: Shard> Runtime<S> {
         key: &str,
         decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
     ) -> Result<Written<R, S::Error>, S::Error> {
+        self.write_as(key, None, decide).await
+    }
+
+    /// [`Runtime::write`] of records in `producer`'s open transaction: one transactional
+    /// batch, applied once durable with [`Shard::apply_transactional`], so they count only
+    /// once the transaction's commit marker follows. A producer epoch the partition knows a
+    /// newer one of is refused ([`RuntimeError::ProducerFenced`]).
+    pub(crate) async fn write_transactional<R: Send>(
+        &self,
+        key: &str,
+        producer: ProducerIdAndEpoch,
+        decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
+    ) -> Result<Written<R, S::Error>, S::Error> {
+        self.write_as(key, Some(producer), decide).await
+    }
+
+    async fn write_as<R: Send>(
+        &self,
+        key: &str,
+        transactional: Option<ProducerIdAndEpoch>,
+        decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
+    ) -> Result<Written<R, S::Error>, S::Error> {
         let (answer, records, appended) = {
             let mut partitions = self.lock();
             let now = self.clock.now();
@@ -344,7 +454,7 @@ impl<S: Shard> Runtime<S> {
                     stored: Ok(()),
                 });
             }
-            match self.append_decided(partition, shard, key, &records) {
+            match self.append_decided(partition, shard, key, &records, transactional) {
                 Ok(appended) => (answer, records, appended),
                 Err(error) => {
                     return Ok(Written {
@@ -355,11 +465,47 @@ impl<S: Shard> Runtime<S> {
             }
         };
         let stored = appended.durable.await;
-        self.settle(key, records, appended.base_offset, stored.is_ok());
+        let producer_id = transactional.map(|p| p.producer_id);
+        self.settle(
+            key,
+            records,
+            appended.base_offset,
+            producer_id,
+            stored.is_ok(),
+        );
         Ok(Written {
             answer,
             stored: stored.map_err(S::Error::from),
         })
+    }
+
+    /// Ends `producer`'s transaction on `partition` (served here): appends its marker (a
+    /// commit, else an abort) under the lock, and once it is durable tells the shard
+    /// ([`Shard::apply_marker`]). Refused with the runtime's error while the partition is
+    /// not served here, so the marker's writer tries again.
+    pub(crate) async fn complete_transaction(
+        &self,
+        partition: i32,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<(), RuntimeError> {
+        let appended = {
+            let partitions = self.lock();
+            partitions.loaded(partition)?;
+            self.log
+                .append_marker(partition, producer, commit, coordinator_epoch)?
+        };
+        appended.durable.await?;
+        let mut partitions = self.lock();
+        // A shard unloaded meanwhile takes nothing; one loaded again read the marker.
+        if let Some(Slot::Loaded(shard)) = usize::try_from(partition)
+            .ok()
+            .and_then(|index| partitions.slots.get_mut(index))
+        {
+            shard.apply_marker(producer.producer_id, commit);
+        }
+        Ok(())
     }
 
     /// The write path of an operation that changes the shards itself before its records are
@@ -413,10 +559,13 @@ impl<S: Shard> Runtime<S> {
         shard: &mut S,
         key: &str,
         records: &[S::Record],
+        transactional: Option<ProducerIdAndEpoch>,
     ) -> Result<Appended, RuntimeError> {
-        let appended = self
-            .log
-            .append(partition, records.iter().map(S::encode).collect())?;
+        let appended = self.log.append(
+            partition,
+            records.iter().map(S::encode).collect(),
+            transactional,
+        )?;
         shard.writing(key, records);
         Ok(appended)
     }
@@ -445,7 +594,7 @@ impl<S: Shard> Runtime<S> {
             let (batch, after) = rest.split_at(cut);
             match self
                 .log
-                .append(partition, batch.iter().map(S::encode).collect())
+                .append(partition, batch.iter().map(S::encode).collect(), None)
             {
                 Ok(appended) => durable.push(appended.durable),
                 Err(error) => {
@@ -463,8 +612,16 @@ impl<S: Shard> Runtime<S> {
         }))
     }
 
-    /// A write for `key` ended: its records, from `base_offset` on, are applied if `durable`.
-    fn settle(&self, key: &str, records: Vec<S::Record>, base_offset: i64, durable: bool) {
+    /// A write for `key` ended: its records, from `base_offset` on, are applied if `durable`
+    /// (as records of `transactional`'s open transaction when given).
+    fn settle(
+        &self,
+        key: &str,
+        records: Vec<S::Record>,
+        base_offset: i64,
+        transactional: Option<i64>,
+        durable: bool,
+    ) {
         let mut partitions = self.lock();
         // A shard unloaded meanwhile takes nothing; one loaded again read the records from
         // the log, and applying one twice changes nothing.
@@ -473,7 +630,12 @@ impl<S: Shard> Runtime<S> {
             shard.written(key, &records);
             if durable {
                 for (offset, record) in (base_offset..).zip(records) {
-                    shard.apply(offset, record, now);
+                    match transactional {
+                        Some(producer_id) => {
+                            shard.apply_transactional(offset, producer_id, record, now)
+                        }
+                        None => shard.apply(offset, record, now),
+                    }
                 }
             }
         }
@@ -573,7 +735,7 @@ impl<S: Shard> Runtime<S> {
             self.append_applied(partition, shard, &key, &records)
                 .map(|durable| (durable, None))
         } else {
-            self.append_decided(partition, shard, &key, &records)
+            self.append_decided(partition, shard, &key, &records, None)
                 .map(|appended| (appended.durable, Some(appended.base_offset)))
         };
         let (durable, base_offset) = match appended {
@@ -590,7 +752,9 @@ impl<S: Shard> Runtime<S> {
                 tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, key, %error, "a timer's write was not made durable; it is stored again later");
             }
             match base_offset {
-                Some(base_offset) => runtime.settle(&key, records, base_offset, stored.is_ok()),
+                Some(base_offset) => {
+                    runtime.settle(&key, records, base_offset, None, stored.is_ok())
+                }
                 None if stored.is_err() => runtime.unwritten(&key, &records),
                 None => {}
             }
@@ -707,14 +871,25 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
         let mut shard = (self.new_shard)(self.clock.now());
         let mut skipped = 0u64;
         let now = self.clock.now();
-        self.log.load(
-            partition,
-            &mut |offset, key, value| match S::decode(key, value) {
-                Ok(Some(record)) => shard.apply(offset, record, now),
-                Ok(None) => {}
-                Err(_) => skipped += 1,
+        self.log.load(partition, &mut |entry| match entry {
+            LogEntry::Record {
+                offset,
+                transactional,
+                key,
+                value,
+            } => match (S::decode(key, value), transactional) {
+                (Ok(Some(record)), None) => shard.apply(offset, record, now),
+                (Ok(Some(record)), Some(producer_id)) => {
+                    shard.apply_transactional(offset, producer_id, record, now)
+                }
+                (Ok(None), _) => {}
+                (Err(_), _) => skipped += 1,
             },
-        )?;
+            LogEntry::Marker {
+                producer_id,
+                commit,
+            } => shard.apply_marker(producer_id, commit),
+        })?;
         if skipped > 0 {
             tracing::warn!(target: "weir::coordinator", topic = S::TOPIC, partition, skipped, "records of an internal topic that do not parse were skipped");
         }

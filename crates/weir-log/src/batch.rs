@@ -234,12 +234,31 @@ pub fn build_keyed_batch(
     base_timestamp: i64,
     producer: ProducerFields,
 ) -> Vec<u8> {
+    keyed_batch(records, base_timestamp, producer, 0)
+}
+
+/// [`build_keyed_batch`] as a batch of `producer`'s open transaction (a coordinator's
+/// TxnOffsetCommit write).
+pub fn build_transactional_batch(
+    records: &[KeyValue<'_>],
+    base_timestamp: i64,
+    producer: ProducerFields,
+) -> Vec<u8> {
+    keyed_batch(records, base_timestamp, producer, ATTR_TRANSACTIONAL)
+}
+
+fn keyed_batch(
+    records: &[KeyValue<'_>],
+    base_timestamp: i64,
+    producer: ProducerFields,
+    attributes: i16,
+) -> Vec<u8> {
     let mut encoded = Vec::new();
     for (i, (key, value)) in records.iter().enumerate() {
         put_record(&mut encoded, i as i32, 0, *key, *value, std::iter::empty());
     }
     let count = records.len() as i32;
-    let header = BatchHeader::new(count, 0, base_timestamp, base_timestamp, producer);
+    let header = BatchHeader::new(count, attributes, base_timestamp, base_timestamp, producer);
     seal(&header, &encoded, Levels::DEFAULT)
 }
 

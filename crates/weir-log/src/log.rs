@@ -782,7 +782,12 @@ impl Log {
                 segment_bytes: self.config.segment_bytes,
             });
         }
-        match self.producers.check(&header) {
+        let check = if batch.is_from_coordinator() {
+            self.producers.check_epoch(&header)
+        } else {
+            self.producers.check(&header)
+        };
+        match check {
             SequenceCheck::Append => {}
             SequenceCheck::Duplicate(BatchMetadata {
                 base_offset,

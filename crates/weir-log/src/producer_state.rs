@@ -146,6 +146,17 @@ impl ProducerStateTable {
         }
     }
 
+    /// Decides whether a coordinator's batch ([`crate::ValidBatch::from_coordinator`]) may be
+    /// appended: only its epoch counts.
+    pub fn check_epoch(&self, header: &BatchHeader) -> SequenceCheck {
+        match self.producers.get(&header.producer_id) {
+            Some(entry) if header.has_producer_id() && header.producer_epoch < entry.epoch => {
+                SequenceCheck::StaleEpoch
+            }
+            _ => SequenceCheck::Append,
+        }
+    }
+
     /// Rebuilds the eviction order after loading a snapshot, and trims the table to
     /// `producers_max`; returns how many were evicted.
     pub fn restored(&mut self, producers_max: usize) -> usize {

@@ -14,9 +14,26 @@ pub struct ValidBatch {
     header: BatchHeader,
     max_timestamp: i64,
     log_append_time: bool,
+    /// Written by a coordinator of this broker (TxnOffsetCommit's transactional batch): its
+    /// producer's sequences are not checked, only its epoch, as Kafka appends with origin
+    /// `COORDINATOR`.
+    from_coordinator: bool,
 }
 
 impl ValidBatch {
+    /// The batch as a coordinator of this broker writes it to its internal topic: its
+    /// producer's epoch is checked, its sequence is not (the coordinator's writes for one
+    /// producer carry no sequence of their own).
+    pub fn from_coordinator(mut self) -> ValidBatch {
+        self.from_coordinator = true;
+        self
+    }
+
+    /// Whether [`ValidBatch::from_coordinator`] made it.
+    pub fn is_from_coordinator(&self) -> bool {
+        self.from_coordinator
+    }
+
     /// The bytes as the producer sent them.
     pub fn bytes(&self) -> &Bytes {
         &self.bytes
@@ -60,6 +77,7 @@ impl ValidBatch {
             header,
             max_timestamp: now_ms,
             log_append_time: false,
+            from_coordinator: false,
         }
     }
 
@@ -110,5 +128,6 @@ pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, B
             summary.max_timestamp
         },
         log_append_time: limits.log_append_time,
+        from_coordinator: false,
     })
 }

@@ -118,6 +118,8 @@ pub fn group_error(error: GroupError) -> ResponseError {
         GroupError::UnsupportedAssignor => ResponseError::UnsupportedAssignor,
         GroupError::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
         GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
+        GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
     }
 }
 

@@ -259,6 +259,16 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
                 transactions::add_partitions(&broker, req, version).await,
             ))
         }),
+        RequestKind::AddOffsetsToTxn(req) => Box::pin(async move {
+            respond(ResponseKind::AddOffsetsToTxn(
+                transactions::add_offsets(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::TxnOffsetCommit(req) => Box::pin(async move {
+            respond(ResponseKind::TxnOffsetCommit(
+                offsets::commit_transactional(&broker, req).await,
+            ))
+        }),
         RequestKind::EndTxn(req) => Box::pin(async move {
             respond(ResponseKind::EndTxn(
                 transactions::end(&broker, req, version).await,

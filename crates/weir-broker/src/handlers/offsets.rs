@@ -1,10 +1,14 @@
 //! Committed offsets: OffsetCommit (key 8, v2–9; from v9 the generation is a consumer-protocol
-//! member's epoch), OffsetFetch (key 9, v1–9, one group per request below v8, many from v8;
-//! v9 names the member) and OffsetDelete (key 47, v0). Offsets for partitions
+//! member's epoch), TxnOffsetCommit (key 28, v0–4: offsets in a producer's transaction),
+//! OffsetFetch (key 9, v1–9, one group per request below v8, many from v8; v9 names the
+//! member; from v7 `require_stable`) and OffsetDelete (key 47, v0). Offsets for partitions
 //! that do not exist are refused with UNKNOWN_TOPIC_OR_PARTITION and change nothing.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -15,12 +19,19 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
-    OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 use kafka_protocol::ResponseError;
-use weir_coordinator::{CommitEntry, GroupError};
+use weir_coordinator::{CommitEntry, FetchedOffset, GroupError, ProducerIdAndEpoch, TxnCommit};
 
 use crate::broker::Broker;
 use crate::handlers::errors::{group_code, group_error};
@@ -33,6 +44,123 @@ fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
         .is_some_and(|t| (0..t.partition_count()).contains(&partition))
 }
 
+/// A topic of an OffsetCommit or TxnOffsetCommit request.
+trait CommitTopic {
+    type Partition: CommitPartition;
+    fn name(&self) -> &TopicName;
+    fn partitions(&self) -> &[Self::Partition];
+}
+
+/// A partition of an OffsetCommit or TxnOffsetCommit request.
+trait CommitPartition {
+    /// Partition index, offset, leader epoch and metadata.
+    fn fields(&self) -> (i32, i64, i32, Option<&str>);
+}
+
+/// Implements [`CommitTopic`] and [`CommitPartition`] for a request's topic and partition
+/// types, which have the same fields.
+macro_rules! commit_request {
+    ($topic:ty, $partition:ty) => {
+        impl CommitTopic for $topic {
+            type Partition = $partition;
+            fn name(&self) -> &TopicName {
+                &self.name
+            }
+            fn partitions(&self) -> &[$partition] {
+                &self.partitions
+            }
+        }
+
+        impl CommitPartition for $partition {
+            fn fields(&self) -> (i32, i64, i32, Option<&str>) {
+                let metadata = self.committed_metadata.as_ref().map(|m| m.as_str());
+                (
+                    self.partition_index,
+                    self.committed_offset,
+                    self.committed_leader_epoch,
+                    metadata,
+                )
+            }
+        }
+    };
+}
+
+commit_request!(OffsetCommitRequestTopic, OffsetCommitRequestPartition);
+commit_request!(TxnOffsetCommitRequestTopic, TxnOffsetCommitRequestPartition);
+
+/// One partition of a commit request: its topic, its index, and the entry the coordinator
+/// takes for it (or why it was refused here).
+type CommitSlot = (TopicName, i32, Result<usize, ResponseError>);
+
+/// A commit request's partitions as the coordinator takes them: an entry for each that
+/// exists, and every partition in request order.
+struct CommitSlots {
+    entries: Vec<CommitEntry>,
+    slots: Vec<CommitSlot>,
+}
+
+impl CommitSlots {
+    /// Reads a request's `topics`: partitions that do not exist are refused with
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    fn read<T: CommitTopic>(broker: &Broker, topics: &[T]) -> CommitSlots {
+        let mut entries = Vec::new();
+        let mut slots = Vec::new();
+        for topic in topics {
+            let name = topic.name();
+            for partition in topic.partitions() {
+                let (index, offset, leader_epoch, metadata) = partition.fields();
+                if partition_exists(broker, name.as_str(), index) {
+                    slots.push((name.clone(), index, Ok(entries.len())));
+                    entries.push(CommitEntry {
+                        topic: name.to_string(),
+                        partition: index,
+                        offset,
+                        leader_epoch,
+                        metadata: metadata.unwrap_or_default().to_string(),
+                    });
+                } else {
+                    slots.push((
+                        name.clone(),
+                        index,
+                        Err(ResponseError::UnknownTopicOrPartition),
+                    ));
+                }
+            }
+        }
+        CommitSlots { entries, slots }
+    }
+
+    /// The answer's topics, each partition with its error code given what the coordinator
+    /// answered (`map` turns a refusal of the whole request into its error), in request
+    /// order; `topic` and `partition` make the response's types.
+    fn answer<T, P>(
+        self,
+        outcome: &Result<Vec<Result<(), GroupError>>, GroupError>,
+        map: impl Fn(GroupError) -> GroupError,
+        topic: impl Fn(TopicName, Vec<P>) -> T,
+        partition: impl Fn(i32, i16) -> P,
+    ) -> Vec<T> {
+        let mut topics: Vec<(TopicName, Vec<P>)> = Vec::new();
+        for (name, index, entry) in self.slots {
+            let code = match (entry, outcome) {
+                (Err(refused), _) => refused.code(),
+                (Ok(entry), Ok(results)) => group_code(results[entry]),
+                (Ok(_), Err(error)) => group_code(Err(map(*error))),
+            };
+            match topics.last_mut() {
+                Some((last, partitions)) if *last == name => {
+                    partitions.push(partition(index, code))
+                }
+                _ => topics.push((name, vec![partition(index, code)])),
+            }
+        }
+        topics
+            .into_iter()
+            .map(|(name, partitions)| topic(name, partitions))
+            .collect()
+    }
+}
+
 /// OffsetCommit: every known partition's offset is stored in one batch; the answer waits
 /// until it is durable.
 pub async fn commit(
@@ -40,60 +168,89 @@ pub async fn commit(
     request: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
-    let mut entries = Vec::new();
-    // (topic index, partition index in the response, entry index or the refusal)
-    let mut slots: Vec<(usize, usize, Result<usize, GroupError>)> = Vec::new();
+    let read = CommitSlots::read(broker, &request.topics);
+    let outcome = if read.entries.is_empty() {
+        Ok(Vec::new())
+    } else {
+        broker
+            .coordinator
+            .commit_offsets(
+                request.group_id.as_str(),
+                request.generation_id_or_member_epoch,
+                request.member_id.as_str(),
+                request.group_instance_id.as_ref().map(|s| s.as_str()),
+                &read.entries,
+                version,
+            )
+            .await
+    };
     let mut response = OffsetCommitResponse::default();
-    for (t, topic) in request.topics.iter().enumerate() {
-        let mut topic_response = OffsetCommitResponseTopic::default();
-        topic_response.name = topic.name.clone();
-        for (p, partition) in topic.partitions.iter().enumerate() {
-            let mut result = OffsetCommitResponsePartition::default();
-            result.partition_index = partition.partition_index;
-            if partition_exists(broker, topic.name.as_str(), partition.partition_index) {
-                slots.push((t, p, Ok(entries.len())));
-                entries.push(CommitEntry {
-                    topic: topic.name.to_string(),
-                    partition: partition.partition_index,
-                    offset: partition.committed_offset,
-                    leader_epoch: partition.committed_leader_epoch,
-                    metadata: partition
-                        .committed_metadata
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default(),
-                });
-            } else {
-                result.error_code = ResponseError::UnknownTopicOrPartition.code();
-            }
-            topic_response.partitions.push(result);
-        }
-        response.topics.push(topic_response);
-    }
-    if entries.is_empty() {
-        return response;
-    }
-    let outcome = broker
-        .coordinator
-        .commit_offsets(
-            request.group_id.as_str(),
-            request.generation_id_or_member_epoch,
-            request.member_id.as_str(),
-            request.group_instance_id.as_ref().map(|s| s.as_str()),
-            &entries,
-            version,
-        )
-        .await;
-    for (t, p, entry) in slots {
-        let Ok(entry) = entry else { continue };
-        let result = match &outcome {
-            Ok(results) => results[entry],
-            // A member's commit to a group that does not exist: GROUP_ID_NOT_FOUND from v9.
-            Err(GroupError::GroupIdNotFound) if version < 9 => Err(GroupError::IllegalGeneration),
-            Err(error) => Err(*error),
+    // A member's commit to a group that does not exist: GROUP_ID_NOT_FOUND from v9.
+    let map = |error| match error {
+        GroupError::GroupIdNotFound if version < 9 => GroupError::IllegalGeneration,
+        error => error,
+    };
+    response.topics = read.answer(
+        &outcome,
+        map,
+        |name, partitions| {
+            let mut t = OffsetCommitResponseTopic::default();
+            t.name = name;
+            t.partitions = partitions;
+            t
+        },
+        |index, code| {
+            let mut p = OffsetCommitResponsePartition::default();
+            p.partition_index = index;
+            p.error_code = code;
+            p
+        },
+    );
+    response
+}
+
+/// TxnOffsetCommit: the known partitions' offsets are stored in the producer's transaction in
+/// one batch, answered once durable; they count once the transaction commits.
+pub async fn commit_transactional(
+    broker: &Arc<Broker>,
+    request: TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let read = CommitSlots::read(broker, &request.topics);
+    let outcome = if read.entries.is_empty() {
+        Ok(Vec::new())
+    } else {
+        let commit = TxnCommit {
+            group_id: request.group_id.as_str(),
+            producer: ProducerIdAndEpoch {
+                producer_id: request.producer_id.0,
+                epoch: request.producer_epoch,
+            },
+            generation: request.generation_id,
+            member_id: request.member_id.as_str(),
+            instance_id: request.group_instance_id.as_ref().map(|s| s.as_str()),
         };
-        response.topics[t].partitions[p].error_code = group_code(result);
-    }
+        broker
+            .coordinator
+            .commit_transactional_offsets(commit, &read.entries)
+            .await
+    };
+    let mut response = TxnOffsetCommitResponse::default();
+    response.topics = read.answer(
+        &outcome,
+        |error| error,
+        |name, partitions| {
+            let mut t = TxnOffsetCommitResponseTopic::default();
+            t.name = name;
+            t.partitions = partitions;
+            t
+        },
+        |index, code| {
+            let mut p = TxnOffsetCommitResponsePartition::default();
+            p.partition_index = index;
+            p.error_code = code;
+            p
+        },
+    );
     response
 }
 
@@ -104,10 +261,12 @@ fn fetch_group(
     group_id: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(&str, i32)>,
+    require_stable: bool,
 ) -> (i16, Vec<(String, Vec<OffsetFetchResponsePartitions>)>) {
-    let fetched = broker
-        .coordinator
-        .fetch_offsets(group_id, topics.as_deref(), member);
+    let fetched =
+        broker
+            .coordinator
+            .fetch_offsets(group_id, topics.as_deref(), member, require_stable);
     let (error, rows) = match fetched {
         Ok(rows) => (0, rows),
         Err(error) => {
@@ -116,7 +275,7 @@ fn fetch_group(
             let rows = topics
                 .unwrap_or_default()
                 .into_iter()
-                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p, None)))
+                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p, Ok(None))))
                 .collect();
             return (code, group_rows(rows, code));
         }
@@ -125,7 +284,7 @@ fn fetch_group(
 }
 
 fn group_rows(
-    rows: Vec<(String, i32, Option<weir_coordinator::records::OffsetValue>)>,
+    rows: Vec<FetchedOffset>,
     error_code: i16,
 ) -> Vec<(String, Vec<OffsetFetchResponsePartitions>)> {
     let mut topics: Vec<(String, Vec<OffsetFetchResponsePartitions>)> = Vec::new();
@@ -133,6 +292,11 @@ fn group_rows(
         let mut p = OffsetFetchResponsePartitions::default();
         p.partition_index = partition;
         p.error_code = error_code;
+        // UNSTABLE_OFFSET_COMMIT: the partition's own error, offset -1.
+        let value = value.unwrap_or_else(|error| {
+            p.error_code = group_error(error).code();
+            None
+        });
         match value {
             Some(v) => {
                 p.committed_offset = v.offset;
@@ -175,8 +339,13 @@ pub fn fetch(
                     .member_id
                     .as_ref()
                     .map(|id| (id.as_str(), group.member_epoch));
-                let (error_code, rows) =
-                    fetch_group(broker, group.group_id.as_str(), topics, member);
+                let (error_code, rows) = fetch_group(
+                    broker,
+                    group.group_id.as_str(),
+                    topics,
+                    member,
+                    request.require_stable,
+                );
                 let mut result = OffsetFetchResponseGroup::default();
                 result.group_id = group.group_id;
                 result.error_code = error_code;
@@ -201,7 +370,13 @@ pub fn fetch(
             .map(|t| (t.name.to_string(), t.partition_indexes))
             .collect()
     });
-    let (error_code, rows) = fetch_group(broker, request.group_id.as_str(), topics, None);
+    let (error_code, rows) = fetch_group(
+        broker,
+        request.group_id.as_str(),
+        topics,
+        None,
+        request.require_stable,
+    );
     response.error_code = error_code;
     response.topics = rows
         .into_iter()

@@ -1,4 +1,5 @@
-//! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), EndTxn (26, v0–4),
+//! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), AddOffsetsToTxn (25,
+//! v0–4), EndTxn (26, v0–4),
 //! WriteTxnMarkers (27, v1, between brokers), DescribeProducers (61, v0),
 //! DescribeTransactions (65, v0) and ListTransactions (66, v0–2). The handlers translate; the transaction coordinator
 //! (`weir-coordinator`) decides, and `marker_writer` writes the markers.
@@ -19,15 +20,17 @@ use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeProducersRequest,
-    DescribeProducersResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
-    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
-    TopicName, TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeProducersRequest, DescribeProducersResponse,
+    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::records::TxnPartitions;
 use weir_coordinator::transaction::state::TxnState;
 use weir_coordinator::transaction::{EndTxn, ProducerIdAndEpoch, TxnError};
+use weir_coordinator::{partition_for, OFFSETS_TOPIC};
 use weir_log::batch::TxnResult;
 use weir_metadata::is_internal_topic;
 
@@ -118,6 +121,48 @@ pub async fn add_partitions(
             result
         })
         .collect();
+    response
+}
+
+/// AddOffsetsToTxn: the partition of `__consumer_offsets` that holds the group's offsets
+/// joins the producer's transaction (created first if the topic is not there yet), so its
+/// TxnOffsetCommit is settled by the transaction's markers like any partition of it.
+pub async fn add_offsets(
+    broker: &Arc<Broker>,
+    request: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let mut response = AddOffsetsToTxnResponse::default();
+    let group_id = request.group_id.as_str();
+    if group_id.is_empty() {
+        response.error_code = ResponseError::InvalidGroupId.code();
+        return response;
+    }
+    if broker
+        .ensure_internal_topic(&broker.offsets_topic)
+        .await
+        .is_err()
+    {
+        response.error_code = ResponseError::CoordinatorNotAvailable.code();
+        return response;
+    }
+    let partition = partition_for(group_id, broker.offsets_topic.runtime.partitions());
+    let mut partitions = TxnPartitions::new();
+    partitions
+        .entry(OFFSETS_TOPIC.to_string())
+        .or_default()
+        .insert(partition);
+    let producer = ProducerIdAndEpoch {
+        producer_id: request.producer_id.0,
+        epoch: request.producer_epoch,
+    };
+    let added = broker
+        .transactions
+        .add_partitions(request.transactional_id.as_str(), producer, &partitions)
+        .await;
+    if let Err(error) = added {
+        response.error_code = versioned_error(error, version).code();
+    }
     response
 }
 

@@ -656,6 +656,34 @@ async fn every_advertised_version_answers() {
                         .partition_error_code;
                     assert_eq!(code, 0, "{what}");
                 }
+                ApiKey::AddOffsetsToTxn => {
+                    let id = format!("add-offsets-{v}");
+                    let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
+                    let r = add_offsets_to_txn(&mut c, v, &id, producer_id, epoch).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                }
+                ApiKey::TxnOffsetCommit => {
+                    use kafka_protocol::messages::txn_offset_commit_request::{
+                        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+                    };
+                    let id = format!("txn-offsets-{v}");
+                    let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
+                    add_offsets_to_txn(&mut c, 4, &id, producer_id, epoch).await;
+                    let mut partition = TxnOffsetCommitRequestPartition::default();
+                    partition.committed_offset = 1;
+                    let mut topic = TxnOffsetCommitRequestTopic::default();
+                    topic.name = topic_name("good");
+                    topic.partitions = vec![partition];
+                    let mut req = TxnOffsetCommitRequest::default();
+                    req.transactional_id = TransactionalId(StrBytes::from_string(id.clone()));
+                    req.group_id = GroupId(StrBytes::from_string(id));
+                    req.producer_id = ProducerId(producer_id);
+                    req.producer_epoch = epoch;
+                    req.generation_id = -1;
+                    req.topics = vec![topic];
+                    let r: TxnOffsetCommitResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.topics[0].partitions[0].error_code, 0, "{what}");
+                }
                 ApiKey::EndTxn => {
                     let id = format!("end-{v}");
                     let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
@@ -1425,6 +1453,24 @@ async fn transactional_producer(c: &mut TcpStream, transactional_id: &str) -> (i
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("no transaction coordinator for {transactional_id}");
+}
+
+/// AddOffsetsToTxn of the group named `transactional_id` at `version`.
+async fn add_offsets_to_txn(
+    c: &mut TcpStream,
+    version: i16,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+) -> kafka_protocol::messages::AddOffsetsToTxnResponse {
+    use kafka_protocol::messages::*;
+    let id = StrBytes::from_string(transactional_id.to_string());
+    let mut req = AddOffsetsToTxnRequest::default();
+    req.transactional_id = TransactionalId(id.clone());
+    req.producer_id = ProducerId(producer_id);
+    req.producer_epoch = epoch;
+    req.group_id = GroupId(id);
+    call(c, ApiKey::AddOffsetsToTxn, version, &req).await
 }
 
 /// AddPartitionsToTxn of `good`-0 at `version`.

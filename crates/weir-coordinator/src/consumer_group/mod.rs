@@ -262,13 +262,9 @@ impl ConsumerGroup {
         member_epoch: i32,
         version: i16,
     ) -> Result<(), GroupError> {
-        if member_epoch < 0 && self.members.is_empty() {
+        let Some(member) = self.committing_member(member_id, member_epoch)? else {
             return Ok(());
-        }
-        let member = self
-            .members
-            .get(member_id)
-            .ok_or(GroupError::UnknownMemberId)?;
+        };
         if version < 9 {
             return Err(GroupError::UnsupportedVersion);
         }
@@ -276,6 +272,32 @@ impl ConsumerGroup {
             return Err(GroupError::StaleMemberEpoch);
         }
         Ok(())
+    }
+
+    /// Checks a TxnOffsetCommit: from a member with exactly its current epoch (else
+    /// ILLEGAL_GENERATION, as Kafka answers a transactional commit), at any version; or with
+    /// epoch -1 from outside the group while it is empty.
+    pub fn check_txn_commit(&self, member_id: &str, member_epoch: i32) -> Result<(), GroupError> {
+        match self.committing_member(member_id, member_epoch)? {
+            Some(member) if member_epoch != member.epoch => Err(GroupError::IllegalGeneration),
+            _ => Ok(()),
+        }
+    }
+
+    /// The member a commit names: `None` for a commit from outside the group (epoch -1)
+    /// while it is empty; UNKNOWN_MEMBER_ID when there is no such member.
+    fn committing_member(
+        &self,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Result<Option<&ConsumerMember>, GroupError> {
+        if member_epoch < 0 && self.members.is_empty() {
+            return Ok(None);
+        }
+        self.members
+            .get(member_id)
+            .map(Some)
+            .ok_or(GroupError::UnknownMemberId)
     }
 
     /// Checks an OffsetFetch that names a member or an epoch (v9): it must be in the group at

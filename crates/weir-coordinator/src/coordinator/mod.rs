@@ -12,6 +12,8 @@ mod shard;
 mod tests;
 #[cfg(test)]
 mod tests_support;
+#[cfg(test)]
+mod tests_txn;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use weir_clock::{Clock, Now, SystemClock};
 
 use shard::GroupShard;
 
+pub use offsets::{FetchedOffset, TxnCommit};
 pub use weir_metadata::OFFSETS_TOPIC;
 
 /// How long past its own timeouts a JoinGroup or SyncGroup waits at most: the group's timer

@@ -1,15 +1,85 @@
-//! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
+//! Committed offsets: OffsetCommit, TxnOffsetCommit (and the transaction markers that settle
+//! its offsets), OffsetFetch, OffsetDelete.
 
 use crate::group::Group;
 use crate::records::{GroupRecord, OffsetValue};
-use crate::runtime::{Decision, Written};
+use crate::runtime::{Decision, ProducerIdAndEpoch, Written};
 use crate::state::GroupState;
 use crate::GroupError;
+use weir_clock::Now;
 
 use super::{CommitEntry, GroupCoordinator};
 
 /// One result per entry of a request, or an error for the whole request.
 type EntryResults = Result<Vec<Result<(), GroupError>>, GroupError>;
+
+/// One partition as OffsetFetch answers it: its committed offset (`None`: nothing
+/// committed), or why it cannot be told (UNSTABLE_OFFSET_COMMIT).
+pub type FetchedOffset = (String, i32, Result<Option<OffsetValue>, GroupError>);
+
+/// A TxnOffsetCommit: offsets a transactional producer commits for a group in its open
+/// transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct TxnCommit<'a> {
+    /// The group.
+    pub group_id: &'a str,
+    /// The producer and its epoch: an epoch older than the partition knows is fenced.
+    pub producer: ProducerIdAndEpoch,
+    /// The member's generation (or consumer-protocol epoch), -1 when it names none.
+    pub generation: i32,
+    /// The member id, empty when it names none.
+    pub member_id: &'a str,
+    /// The static member's instance id.
+    pub instance_id: Option<&'a str>,
+}
+
+/// The records storing `entries` for `group_id` at `now`, with one result per entry (metadata
+/// longer than `metadata_max_bytes` is refused and not stored).
+fn commit_records(
+    group_id: &str,
+    entries: &[CommitEntry],
+    metadata_max_bytes: usize,
+    now: Now,
+) -> Decision<Vec<Result<(), GroupError>>, GroupRecord> {
+    let mut records = Vec::new();
+    let answer = entries
+        .iter()
+        .map(|entry| {
+            if entry.metadata.len() > metadata_max_bytes {
+                return Err(GroupError::OffsetMetadataTooLarge);
+            }
+            records.push(GroupRecord::Offset {
+                group: group_id.to_string(),
+                topic: entry.topic.clone(),
+                partition: entry.partition,
+                value: Some(OffsetValue {
+                    offset: entry.offset,
+                    leader_epoch: entry.leader_epoch,
+                    metadata: entry.metadata.clone(),
+                    commit_timestamp: now.wall_ms,
+                }),
+            });
+            Ok(())
+        })
+        .collect();
+    Decision { answer, records }
+}
+
+/// Each entry that was to be stored failed with `stored`'s error, if any.
+fn entry_results(
+    written: Written<Vec<Result<(), GroupError>>, GroupError>,
+) -> Vec<Result<(), GroupError>> {
+    let Written {
+        answer: mut results,
+        stored,
+    } = written;
+    if let Err(error) = stored {
+        for result in results.iter_mut().filter(|result| result.is_ok()) {
+            *result = Err(error);
+        }
+    }
+    results
+}
 
 impl GroupCoordinator {
     /// OffsetCommit: one result per entry, after the records are appended and durable.
@@ -34,56 +104,70 @@ impl GroupCoordinator {
                     // The handler answers ILLEGAL_GENERATION instead below OffsetCommit v9.
                     None => return Err(GroupError::GroupIdNotFound),
                 }
-                let mut records = Vec::new();
-                let results: Vec<Result<(), GroupError>> = entries
-                    .iter()
-                    .map(|entry| {
-                        if entry.metadata.len() > metadata_max_bytes {
-                            return Err(GroupError::OffsetMetadataTooLarge);
-                        }
-                        records.push(GroupRecord::Offset {
-                            group: group_id.to_string(),
-                            topic: entry.topic.clone(),
-                            partition: entry.partition,
-                            value: Some(OffsetValue {
-                                offset: entry.offset,
-                                leader_epoch: entry.leader_epoch,
-                                metadata: entry.metadata.clone(),
-                                commit_timestamp: now.wall_ms,
-                            }),
-                        });
-                        Ok(())
-                    })
-                    .collect();
-                Ok(Decision {
-                    answer: results,
-                    records,
-                })
+                Ok(commit_records(group_id, entries, metadata_max_bytes, now))
             })
             .await?;
-        let Written {
-            answer: mut results,
-            stored,
-        } = written;
-        if let Err(error) = stored {
-            // Each entry that was to be stored failed with it.
-            for result in results.iter_mut().filter(|result| result.is_ok()) {
-                *result = Err(error);
-            }
-        }
-        Ok(results)
+        Ok(entry_results(written))
+    }
+
+    /// TxnOffsetCommit: `entries` are stored in the producer's open transaction, one result
+    /// per entry once durable; they count (OffsetFetch shows them) only once the transaction
+    /// commits, and a fetch that requires stable offsets waits for it. A member is checked
+    /// against the group (KIP-447: a zombie of an older generation is refused); a group
+    /// nobody joined takes commits that name no generation.
+    pub async fn commit_transactional_offsets(
+        &self,
+        commit: TxnCommit<'_>,
+        entries: &[CommitEntry],
+    ) -> EntryResults {
+        let metadata_max_bytes = self.settings.offset_metadata_max_bytes;
+        let group_id = commit.group_id;
+        let written = self
+            .runtime
+            .write_transactional(group_id, commit.producer, |shard, now| {
+                match shard.groups.get(group_id) {
+                    Some(group) => group.check_txn_commit(
+                        commit.generation,
+                        commit.member_id,
+                        commit.instance_id,
+                    )?,
+                    None if commit.generation < 0 => {}
+                    None => return Err(GroupError::IllegalGeneration),
+                }
+                Ok(commit_records(group_id, entries, metadata_max_bytes, now))
+            })
+            .await?;
+        Ok(entry_results(written))
+    }
+
+    /// A transaction marker on `partition` of `__consumer_offsets` (WriteTxnMarkers): ends
+    /// `producer`'s transaction there, so the offsets it committed count (`commit`) or are
+    /// dropped, once the marker is durable. Refused while the partition is not served here.
+    pub async fn complete_transaction(
+        &self,
+        partition: i32,
+        producer: ProducerIdAndEpoch,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<(), GroupError> {
+        self.runtime
+            .complete_transaction(partition, producer, commit, coordinator_epoch)
+            .await?;
+        Ok(())
     }
 
     /// OffsetFetch: the committed offset of each requested partition (`None`: nothing
-    /// committed), or of every partition with one when `topics` is `None`.
-    /// A fetch that names a member (`member`: id and epoch, OffsetFetch v9) of a
-    /// consumer-protocol group is checked against its membership.
+    /// committed), or of every partition with one when `topics` is `None`; with
+    /// `require_stable`, UNSTABLE_OFFSET_COMMIT for a partition an open transaction committed
+    /// an offset of. A fetch that names a member (`member`: id and epoch, OffsetFetch v9) of
+    /// a consumer-protocol group is checked against its membership.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         topics: Option<&[(String, Vec<i32>)]>,
         member: Option<(&str, i32)>,
-    ) -> Result<Vec<(String, i32, Option<OffsetValue>)>, GroupError> {
+        require_stable: bool,
+    ) -> Result<Vec<FetchedOffset>, GroupError> {
         let partitions = self.runtime.lock();
         let (_, shard) = partitions.served_ref(group_id)?;
         let group = shard.groups.get(group_id);
@@ -93,12 +177,14 @@ impl GroupCoordinator {
             consumer.check_fetch(member_id, epoch)?;
         }
         let committed = |topic: &str, partition: i32| {
-            group.and_then(|g| {
-                g.offsets
-                    .committed
-                    .get(&(topic.to_string(), partition))
-                    .map(|c| c.value.clone())
-            })
+            let Some(group) = group else {
+                return Ok(None);
+            };
+            let key = (topic.to_string(), partition);
+            if require_stable && group.offsets.has_transactional(&key) {
+                return Err(GroupError::UnstableOffsetCommit);
+            }
+            Ok(group.offsets.committed.get(&key).map(|c| c.value.clone()))
         };
         Ok(match topics {
             Some(topics) => topics
@@ -114,8 +200,8 @@ impl GroupCoordinator {
                     .map(|g| {
                         g.offsets
                             .committed
-                            .iter()
-                            .map(|((topic, p), c)| (topic.clone(), *p, Some(c.value.clone())))
+                            .keys()
+                            .map(|(topic, p)| (topic.clone(), *p, committed(topic, *p)))
                             .collect()
                     })
                     .unwrap_or_default();

@@ -31,6 +31,9 @@ pub(crate) struct GroupShard {
     /// [`Shard::finish_load`] builds the classic groups from them; `None` once the shard
     /// serves. (Committed offsets and consumer group records are applied as they are read.)
     loading: Option<HashMap<String, Option<GroupValue>>>,
+    /// Groups each open transaction committed offsets of (TxnOffsetCommit), by producer id:
+    /// its marker settles them ([`Shard::apply_marker`]).
+    open_transactions: HashMap<i64, HashSet<String>>,
 }
 
 impl GroupShard {
@@ -43,6 +46,7 @@ impl GroupShard {
             next_recount: now.instant,
             next_retention: now.instant + retention_check_every(&settings),
             loading: Some(HashMap::new()),
+            open_transactions: HashMap::new(),
         }
     }
 
@@ -87,18 +91,22 @@ impl GroupShard {
                 continue;
             }
             let emptied_at = group.state_since_ms();
+            // An offset an open transaction committed too waits for it, as in Kafka.
             let expired: Vec<&(String, i32)> = group
                 .offsets
                 .committed
                 .iter()
-                .filter(|(_, c)| {
+                .filter(|(key, c)| {
                     let since = emptied_at.unwrap_or(c.value.commit_timestamp);
                     now_ms.saturating_sub(since) >= retention
+                        && !group.offsets.has_transactional(key)
                 })
                 .map(|(k, _)| k)
                 .collect();
             // Nothing left once these go (or nothing committed at all): the group goes too.
-            let records = if expired.len() == group.offsets.committed.len() {
+            let records = if expired.len() == group.offsets.committed.len()
+                && group.offsets.transactional.is_empty()
+            {
                 group.deletion_records()
             } else if expired.is_empty() {
                 continue;
@@ -207,6 +215,50 @@ impl Shard for GroupShard {
         }
     }
 
+    fn apply_transactional(
+        &mut self,
+        offset: i64,
+        producer_id: i64,
+        record: GroupRecord,
+        now: Now,
+    ) {
+        match record {
+            GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                value: Some(value),
+            } => {
+                self.group_or_new(&group).offsets.apply_transactional(
+                    producer_id,
+                    (topic, partition),
+                    value,
+                    offset,
+                );
+                self.open_transactions
+                    .entry(producer_id)
+                    .or_default()
+                    .insert(group);
+            }
+            // Only offset commits are written in transactions; anything else counts as written.
+            record => self.apply(offset, record, now),
+        }
+    }
+
+    fn apply_marker(&mut self, producer_id: i64, commit: bool) {
+        let Some(groups) = self.open_transactions.remove(&producer_id) else {
+            return;
+        };
+        for group_id in groups {
+            if let Some(group) = self.groups.get_mut(&group_id) {
+                group.offsets.end_transaction(producer_id, commit);
+            }
+            if self.loading.is_none() {
+                self.forget_if_untraced(&group_id);
+            }
+        }
+    }
+
     fn writing(&mut self, group_id: &str, records: &[GroupRecord]) {
         let group = self.group_or_new(group_id);
         group.offsets.pending_writes += 1;
@@ -252,7 +304,10 @@ impl Shard for GroupShard {
             .values()
             .map(|group| group.offsets.committed.len())
             .sum::<usize>();
-        format!("{groups} groups, {offsets} committed offsets")
+        let open = self.open_transactions.len();
+        format!(
+            "{groups} groups, {offsets} committed offsets, {open} open transactions with offsets"
+        )
     }
 
     fn next_deadline(&self) -> Option<Instant> {

@@ -64,10 +64,13 @@ async fn committed_offsets_and_groups_survive_a_reload_and_deletes_are_tombstone
     assert_eq!(synced.assignment, Bytes::from_static(b"asg"));
 
     let second = coordinator(log.clone());
-    let fetched = second.fetch_offsets("g", None, None).expect("fetch");
+    let fetched = second.fetch_offsets("g", None, None, false).expect("fetch");
     assert_eq!(fetched.len(), 1);
     assert_eq!(
-        (fetched[0].1, fetched[0].2.as_ref().map(|v| v.offset)),
+        (
+            fetched[0].1,
+            fetched[0].2.clone().ok().flatten().map(|v| v.offset)
+        ),
         (0, Some(11))
     );
     let h = second.describe_group("h").expect("served").expect("exists");
@@ -85,7 +88,7 @@ async fn committed_offsets_and_groups_survive_a_reload_and_deletes_are_tombstone
 
     let third = coordinator(log);
     assert_eq!(
-        third.fetch_offsets("g", None, None).expect("fetch"),
+        third.fetch_offsets("g", None, None, false).expect("fetch"),
         Vec::new()
     );
     assert!(third.list_groups().iter().all(|g| g.group_id != "g"));
@@ -180,7 +183,7 @@ async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
     first.tick();
     assert_eq!(
         first
-            .fetch_offsets("simple", None, None)
+            .fetch_offsets("simple", None, None, false)
             .expect("fetch")
             .len(),
         2,
@@ -191,14 +194,14 @@ async fn offsets_of_groups_without_members_expire_and_the_group_goes() {
     // The tombstones apply once durable, in a task of their own.
     tokio::task::yield_now().await;
     assert!(first
-        .fetch_offsets("simple", None, None)
+        .fetch_offsets("simple", None, None, false)
         .expect("fetch")
         .is_empty());
     assert!(first.list_groups().is_empty(), "the group is forgotten");
     let reloaded = coordinator(log);
     assert!(
         reloaded
-            .fetch_offsets("simple", None, None)
+            .fetch_offsets("simple", None, None, false)
             .expect("fetch")
             .is_empty(),
         "tombstoned"
@@ -782,10 +785,12 @@ mod replay {
             .iter()
             .map(|&group| {
                 let offsets = coordinator
-                    .fetch_offsets(group, None, None)
+                    .fetch_offsets(group, None, None, false)
                     .expect("served")
                     .into_iter()
-                    .map(|(topic, partition, value)| (topic, partition, value.map(|v| v.offset)))
+                    .map(|(topic, partition, value)| {
+                        (topic, partition, value.ok().flatten().map(|v| v.offset))
+                    })
                     .collect();
                 (
                     group,

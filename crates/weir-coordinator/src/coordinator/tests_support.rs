@@ -107,6 +107,26 @@ pub(super) fn entry(topic: &str, partition: i32, offset: i64, metadata: &str) ->
 }
 
 impl GroupCoordinator {
+    /// A classic member joins `group` alone and syncs its assignment (generation 1); its id.
+    pub(super) async fn join_and_sync(&self, group: &str) -> String {
+        let joined = self.join_group(group, classic_join(String::new())).await;
+        assert_eq!(joined.error, None);
+        self.sync_group(
+            group,
+            crate::group::SyncRequest {
+                member_id: &joined.member_id,
+                instance_id: None,
+                generation: 1,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: vec![(joined.member_id.clone(), bytes::Bytes::from_static(b"asg"))],
+            },
+        )
+        .await
+        .expect("synced");
+        joined.member_id
+    }
+
     /// Bytes of member metadata the groups hold, as admission counts them.
     pub(super) fn metadata_held(&self) -> usize {
         self.runtime

@@ -1128,6 +1128,32 @@ impl ClassicGroup {
         if self.state == GroupState::CompletingRebalance {
             return Err(GroupError::RebalanceInProgress);
         }
+        self.check_generation(generation, member_id, instance_id)
+    }
+
+    /// Checks a TxnOffsetCommit: one that names a member (or a generation) must come from a
+    /// member of the group's current generation, in any state; one that names none is taken
+    /// (TxnOffsetCommit before version 3 carries no member), as Kafka does.
+    pub fn check_txn_commit(
+        &self,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), GroupError> {
+        let outsider = generation < 0 && member_id.is_empty() && instance_id.is_none();
+        if outsider || (generation < 0 && self.state == GroupState::Empty) {
+            return Ok(());
+        }
+        self.check_generation(generation, member_id, instance_id)
+    }
+
+    /// The commit comes from a member of the current generation.
+    fn check_generation(
+        &self,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), GroupError> {
         self.known_member(member_id, instance_id)?;
         if generation != self.generation {
             return Err(GroupError::IllegalGeneration);

@@ -5,7 +5,7 @@
 //! Everything here is synchronous and takes the time as an argument, so the state machines
 //! are tested without a clock or a log.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -202,13 +202,14 @@ impl Group {
         })
     }
 
-    /// The records that delete the group from the log: tombstones of its committed offsets,
-    /// of its classic metadata and of its consumer group records.
+    /// The records that delete the group from the log: tombstones of its committed offsets
+    /// (and of those open transactions committed), of its classic metadata and of its
+    /// consumer group records.
     pub fn deletion_records(&self) -> Vec<GroupRecord> {
-        let offsets = self
-            .offsets
-            .committed
-            .keys()
+        let mut partitions: BTreeSet<&(String, i32)> = self.offsets.committed.keys().collect();
+        partitions.extend(self.offsets.transactional.values().flat_map(HashMap::keys));
+        let offsets = partitions
+            .into_iter()
             .map(|(topic, p)| GroupRecord::offset_tombstone(&self.id, topic, *p));
         let metadata = GroupRecord::Group {
             group: self.id.clone(),
@@ -428,6 +429,26 @@ impl Group {
                 classic.check_commit(generation, member_id, instance_id)
             }
             Membership::Consumer(consumer) => consumer.check_commit(member_id, generation, version),
+        }
+    }
+
+    /// Checks a TxnOffsetCommit (KIP-447 fencing of zombie members): a member names its
+    /// current generation (classic) or epoch (consumer protocol, ILLEGAL_GENERATION when it
+    /// is not the member's), whatever state the group is in; a commit that names no member
+    /// (versions before 3, or a producer outside the group) is taken as it is.
+    pub fn check_txn_commit(
+        &self,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), GroupError> {
+        match &self.membership {
+            Membership::Empty if generation < 0 => Ok(()),
+            Membership::Empty => Err(GroupError::UnknownMemberId),
+            Membership::Classic(classic) => {
+                classic.check_txn_commit(generation, member_id, instance_id)
+            }
+            Membership::Consumer(consumer) => consumer.check_txn_commit(member_id, generation),
         }
     }
 

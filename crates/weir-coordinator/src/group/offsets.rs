@@ -1,5 +1,6 @@
 //! A group's committed offsets as `__consumer_offsets` holds them: the newest commit of each
-//! partition, the newest tombstone of each, and the commits still on their way to the log.
+//! partition, the newest tombstone of each, the commits still on their way to the log, and
+//! those of transactions still open (TxnOffsetCommit), which count once theirs commits.
 
 use std::collections::HashMap;
 
@@ -26,12 +27,55 @@ pub struct Offsets {
     /// Writes of the group's offsets (commits, deletions) appended and not yet durable: the
     /// group is neither expired nor deleted meanwhile.
     pub pending_writes: usize,
+    /// Offsets committed in transactions still open, by producer id: each counts once its
+    /// transaction commits, and never if it aborts.
+    pub transactional: HashMap<i64, HashMap<(String, i32), CommittedOffset>>,
 }
 
 impl Offsets {
-    /// True when nothing is committed and no write is under way.
+    /// True when nothing is committed, no write is under way and no transaction holds any.
     pub fn is_empty(&self) -> bool {
-        self.committed.is_empty() && self.pending_writes == 0
+        self.committed.is_empty() && self.pending_writes == 0 && self.transactional.is_empty()
+    }
+
+    /// Whether an open transaction committed an offset of `key` (OffsetFetch with
+    /// `require_stable` answers UNSTABLE_OFFSET_COMMIT for it until the transaction ends).
+    pub fn has_transactional(&self, key: &(String, i32)) -> bool {
+        self.transactional
+            .values()
+            .any(|offsets| offsets.contains_key(key))
+    }
+
+    /// Applies a durable commit of `producer_id`'s open transaction: held until the
+    /// transaction ends ([`Offsets::end_transaction`]).
+    pub fn apply_transactional(
+        &mut self,
+        producer_id: i64,
+        key: (String, i32),
+        value: OffsetValue,
+        record_offset: i64,
+    ) {
+        self.transactional.entry(producer_id).or_default().insert(
+            key,
+            CommittedOffset {
+                value,
+                record_offset,
+            },
+        );
+    }
+
+    /// `producer_id`'s transaction ended: on commit its offsets count as committed where no
+    /// newer commit or tombstone of the same partition is in the log (Kafka keeps the newest
+    /// record when transactional and plain commits mix); on abort they are dropped.
+    pub fn end_transaction(&mut self, producer_id: i64, commit: bool) {
+        let Some(offsets) = self.transactional.remove(&producer_id) else {
+            return;
+        };
+        if commit {
+            for (key, offset) in offsets {
+                self.apply_commit(key, offset.value, offset.record_offset);
+            }
+        }
     }
 
     /// Applies a durable commit unless a newer commit or tombstone of the same partition is
@@ -64,6 +108,11 @@ impl Offsets {
         {
             self.committed.remove(&key);
         }
+        // The tombstone deletes what open transactions committed of it too, as in Kafka.
+        for offsets in self.transactional.values_mut() {
+            offsets.remove(&key);
+        }
+        self.transactional.retain(|_, offsets| !offsets.is_empty());
         let newest = self.deleted.entry(key).or_insert(record_offset);
         *newest = (*newest).max(record_offset);
     }

@@ -96,18 +96,12 @@ impl From<RuntimeError> for TxnError {
             RuntimeError::NotCoordinator => TxnError::NotCoordinator,
             RuntimeError::LoadInProgress => TxnError::CoordinatorLoadInProgress,
             RuntimeError::TooLarge => TxnError::RecordTooLarge,
+            RuntimeError::ProducerFenced => TxnError::ProducerFenced,
         }
     }
 }
 
-/// A producer id with an epoch of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerIdAndEpoch {
-    /// The producer id.
-    pub producer_id: i64,
-    /// Its epoch.
-    pub epoch: i16,
-}
+pub use crate::runtime::ProducerIdAndEpoch;
 
 /// An InitProducerId of a transactional producer.
 #[derive(Debug, Clone)]

@@ -172,7 +172,7 @@ async fn an_exhausted_epoch_moves_the_producer_to_a_new_id() {
         last_producer_epoch: -1,
     };
     let partition = crate::partition_for("t", PARTITIONS);
-    log.append(partition, vec![TransactionShard::encode(&exhausted)])
+    log.append(partition, vec![TransactionShard::encode(&exhausted)], None)
         .expect("appended");
     let coordinator = loaded(log);
     let mut next_id = 50;
