@@ -8,7 +8,10 @@
 //! change (a cleaned log has gaps); a batch keeps its base offset, last offset delta,
 //! producer fields and codec, and loses only the records a later record of the same key
 //! supersedes, and tombstones once `delete.retention.ms` has passed since their segment's
-//! newest record. Control batches are kept as they are.
+//! newest record. Control batches are kept as they are. Records of aborted transactions are
+//! removed and never supersede a record of their key (a read_committed consumer never saw
+//! them), and nothing at or past the last stable offset is cleaned: a transaction still open
+//! there may yet commit or abort.
 //!
 //! Crash safety: the cleaned copy of each group of segments is written as `N.*.cleaned` and
 //! synced; then `N.cleaning.json` names the segments it replaces (the commit point); the
@@ -93,6 +96,9 @@ pub struct CleaningPlan {
     pub(crate) index_interval_bytes: u64,
     pub(crate) decompressed_bytes_max: u64,
     pub(crate) now_ms: i64,
+    /// The transactions aborted among the sources, by producer id: each one's first offset
+    /// and the offset of its abort marker.
+    pub(crate) aborted: HashMap<i64, Vec<(i64, i64)>>,
 }
 
 /// A cleaned copy of consecutive segments, written and synced, waiting to be swapped in.
@@ -125,7 +131,7 @@ pub struct CleaningStats {
     pub bytes_written: u64,
     /// Records read.
     pub records_read: u64,
-    /// Records dropped (superseded, or expired tombstones).
+    /// Records dropped (superseded, expired tombstones, or of aborted transactions).
     pub records_dropped: u64,
 }
 
@@ -184,7 +190,7 @@ impl CleaningPlan {
             let mut full = false;
             each_batch(segment, &mut |header, bytes| {
                 pace(bytes.len() as u64);
-                if header.is_control() {
+                if header.is_control() || self.is_aborted(header) {
                     return Ok(());
                 }
                 for_each_stored_record(
@@ -250,6 +256,17 @@ impl CleaningPlan {
         }))
     }
 
+    /// Whether `header` is a batch of a transaction that aborted.
+    fn is_aborted(&self, header: &BatchHeader) -> bool {
+        header.is_transactional()
+            && !header.is_control()
+            && self.aborted.get(&header.producer_id).is_some_and(|ranges| {
+                ranges
+                    .iter()
+                    .any(|&(first, marker)| (first..marker).contains(&header.base_offset))
+            })
+    }
+
     /// Removes the manifests and copies of `groups` and the copy being written at `failed`,
     /// after a failed cleaning (best effort: what remains is withdrawn at the next open, or
     /// swapped in there, which is as correct).
@@ -286,6 +303,11 @@ impl CleaningPlan {
                 pace(bytes.len() as u64);
                 let rewritten = if header.is_control() {
                     None
+                } else if self.is_aborted(header) {
+                    let count = u64::try_from(header.record_count).unwrap_or(0);
+                    stats.records_read += count;
+                    stats.records_dropped += count;
+                    Some(None)
                 } else {
                     plain.clear();
                     let mut kept = 0usize;

@@ -5,7 +5,7 @@
 //! [`ReadView`], [`BatchLookup`], [`FlushTicket`], [`LogCheckpoint`], [`SegmentRemoval`] — that
 //! the caller runs after releasing the lock, off the async workers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -1292,11 +1292,14 @@ impl Log {
         }
         let now_ms = self.clock.now_ms();
         let active_base = self.active().base_offset;
+        // Nothing at or past the last stable offset: an open transaction there may yet abort.
+        let last_stable = self.last_stable_offset();
         let sources: Vec<SourceSegment> = self
             .segments
             .values()
             .take_while(|s| {
                 s.base_offset < active_base
+                    && s.next_offset <= last_stable
                     && now_ms.saturating_sub(s.retention_time_ms()) >= config.min_compaction_lag_ms
             })
             .map(|s| SourceSegment {
@@ -1326,6 +1329,15 @@ impl Log {
         if !(ratio_reached || overdue) {
             return None;
         }
+        let start = sources.first().map_or(0, |s| s.base_offset);
+        let end = sources.last().map_or(0, |s| s.next_offset);
+        let mut aborted: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for txn in self.aborted_transactions(start, end) {
+            aborted
+                .entry(txn.producer_id)
+                .or_default()
+                .push((txn.first_offset, txn.last_offset));
+        }
         Some(CleaningPlan {
             abandoned: self.deleted.clone(),
             dir: self.dir.clone(),
@@ -1337,6 +1349,7 @@ impl Log {
             index_interval_bytes: self.config.index_interval_bytes,
             decompressed_bytes_max,
             now_ms,
+            aborted,
         })
     }
 

@@ -12,10 +12,12 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use weir_codec::compression::Levels;
 use weir_codec::encode::{put_record, seal};
-use weir_log::batch::{BatchHeader, ProducerFields};
+use weir_log::batch::{
+    build_transactional_batch, BatchHeader, KeyValue, ProducerFields, TxnResult,
+};
 use weir_log::cleaner::CompactionConfig;
 use weir_log::records::for_each_stored_record;
-use weir_log::{validate, Clock, Log, LogConfig, ManualClock, ValidationLimits};
+use weir_log::{validate, Clock, Log, LogConfig, ManualClock, ValidBatch, ValidationLimits};
 use weir_storage::{FileCache, MemoryStorage, Storage};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
@@ -213,12 +215,16 @@ proptest! {
     }
 }
 
+/// A compacted log in memory with segments of 200 bytes, and the time its clock stays at.
+fn small_segments() -> (i64, Log) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(&MemoryStorage::new(), &clock, compacted(200));
+    (clock.now_ms(), log)
+}
+
 #[test]
 fn a_rebuilt_batch_carries_the_largest_timestamp_of_the_records_it_keeps() {
-    let storage = MemoryStorage::new();
-    let clock = ManualClock::new(1_700_000_000_000);
-    let t = clock.now_ms();
-    let mut log = open(&storage, &clock, compacted(200));
+    let (t, mut log) = small_segments();
     // Key 1 at t-1 and key 2 at t-7; key 1 is written again, so the batch keeps key 2 only
     // (a segment whose newest record is in the future waits for it: compaction lag).
     append(
@@ -441,5 +447,85 @@ fn a_read_planned_before_a_swap_finds_nothing_rather_than_the_new_file() {
     assert!(
         !read_from(&log, 0).is_empty(),
         "a fresh read sees the cleaned log"
+    );
+}
+
+/// A batch of `producer_id`'s transaction (epoch 0, its first sequence) of keyed records.
+fn transactional_batch(producer_id: i64, records: &[(&[u8], &[u8])], timestamp: i64) -> Vec<u8> {
+    let fields: Vec<KeyValue<'_>> = records.iter().map(|(k, v)| (Some(*k), Some(*v))).collect();
+    let producer = ProducerFields {
+        producer_id,
+        producer_epoch: 0,
+        base_sequence: 0,
+    };
+    build_transactional_batch(&fields, timestamp, producer)
+}
+
+/// Ends `producer_id`'s transaction on the log with its marker.
+fn end_transaction(log: &mut Log, producer_id: i64, result: TxnResult, now_ms: i64) {
+    let marker = ValidBatch::marker(producer_id, 0, result, 0, now_ms);
+    log.append(&marker).expect("marker appended");
+}
+
+#[test]
+fn aborted_records_are_removed_without_superseding_and_open_transactions_are_not_cleaned() {
+    let (t, mut log) = small_segments();
+    append(
+        &mut log,
+        keyed_batch(&[(key(1), Some(b"kept".to_vec()))], t, 0),
+    );
+    append(
+        &mut log,
+        transactional_batch(7, &[(&key(1), b"aborted"), (&key(2), b"aborted")], t),
+    );
+    end_transaction(&mut log, 7, TxnResult::Abort, t);
+    append(
+        &mut log,
+        transactional_batch(8, &[(&key(3), b"committed")], t),
+    );
+    end_transaction(&mut log, 8, TxnResult::Commit, t);
+    for _ in 0..4 {
+        append(
+            &mut log,
+            keyed_batch(&[(key(9), Some(b"filler".to_vec()))], t, 0),
+        );
+    }
+    // A transaction left open: nothing from its first record on is cleaned.
+    let open_at = log.log_end_offset();
+    append(&mut log, transactional_batch(9, &[(&key(1), b"open")], t));
+    for _ in 0..4 {
+        append(
+            &mut log,
+            keyed_batch(&[(key(9), Some(b"later".to_vec()))], t, 0),
+        );
+    }
+    assert_eq!(log.last_stable_offset(), open_at);
+    let before = read_from(&log, open_at);
+    assert!(log.segment_count() > 4);
+    assert!(clean(&mut log));
+
+    let cleaned: Vec<Stored> = read_from(&log, 0)
+        .into_iter()
+        .filter(|r| r.0 < open_at)
+        .collect();
+    let offsets: Vec<i64> = cleaned.iter().map(|r| r.0).collect();
+    assert_eq!(
+        &offsets[..4],
+        &[0, 3, 4, 5],
+        "the aborted records (1, 2) are gone; the markers (3, 5) stay"
+    );
+    assert_eq!(
+        (&cleaned[0].2, &cleaned[2].2),
+        (&Some(b"kept".to_vec()), &Some(b"committed".to_vec())),
+        "an aborted record supersedes nothing"
+    );
+    assert!(
+        cleaned.len() < 4 + 4,
+        "superseded fillers below the last stable offset were cleaned: {offsets:?}"
+    );
+    assert_eq!(
+        read_from(&log, open_at),
+        before,
+        "at and past the last stable offset: untouched"
     );
 }
