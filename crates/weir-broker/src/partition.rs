@@ -213,13 +213,14 @@ impl Partition {
         }
     }
 
-    /// A follower fetched from `fetch_offset` at `now`: its progress is recorded, the high
-    /// watermark moves if the ISR allows, and, when it has caught up while out of the ISR, the
-    /// ISR change to ask the controller for is returned.
+    /// A follower fetched from `fetch_offset`, its log starting at `log_start` (-1: unsaid),
+    /// at `now`: its progress is recorded, the high watermark moves if the ISR allows, and,
+    /// when it has caught up while out of the ISR, the ISR change to ask the controller for is
+    /// returned.
     pub fn replica_fetched(
         &self,
         replica: i32,
-        fetch_offset: i64,
+        (fetch_offset, log_start): (i64, i64),
         now: Instant,
     ) -> Result<Option<IsrRequest>, NotAReplica> {
         let mut replication = self.replication();
@@ -231,7 +232,7 @@ impl Partition {
                 .map_or(0, |(_, end)| end);
             (log.log_end_offset(), start)
         };
-        if !replication.record_fetch(replica, fetch_offset, log_end, now) {
+        if !replication.record_fetch(replica, fetch_offset, log_start, log_end, now) {
             return Err(NotAReplica);
         }
         self.advance_high_watermark(&replication);
@@ -242,6 +243,41 @@ impl Partition {
             self.advance_high_watermark(&replication);
         }
         Ok(expansion)
+    }
+
+    /// The low watermark: the smallest log start offset over this leader and its in-sync
+    /// followers, as their fetches said (DeleteRecords answers once it reaches the offset).
+    pub fn low_watermark(&self) -> i64 {
+        let node_id = self.node_id.load(Ordering::Acquire);
+        let log_start = self.log().log_start_offset();
+        self.replication().low_watermark(node_id, log_start)
+    }
+
+    /// DeleteRecords on the leader: the log starts at `offset` from now on (see
+    /// [`Log::advance_log_start_offset`]); the offset must be at most the high watermark
+    /// (OFFSET_OUT_OF_RANGE). Blocking: the new start is checkpointed.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
+        let mut log = self.log_mut();
+        let high_watermark = log.high_watermark();
+        if offset < 0 || offset > high_watermark {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: high_watermark,
+            });
+        }
+        log.advance_log_start_offset(offset)
+    }
+
+    /// A follower follows its leader's log start (`leader_log_start`, from a fetch answer):
+    /// records the leader deleted are deleted here too, as far as this log has them.
+    pub fn follow_log_start(&self, leader_log_start: i64) {
+        if leader_log_start <= self.log().log_start_offset() {
+            return;
+        }
+        if let Err(error) = self.log_mut().advance_log_start_offset(leader_log_start) {
+            tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, %error, "could not follow the leader's log start offset; tried again at the next fetch");
+        }
     }
 
     /// The ISR change to ask for when some follower has been behind for `lag_max` at `now`.

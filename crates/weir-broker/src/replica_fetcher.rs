@@ -332,7 +332,10 @@ fn apply_partition(partition: &Partition, data: PartitionData) -> bool {
     }
     let records = data.records.unwrap_or_default();
     match partition.append_replicated(&records, data.high_watermark) {
-        Ok(_) => true,
+        Ok(_) => {
+            partition.follow_log_start(data.log_start_offset);
+            true
+        }
         Err(error) => {
             tracing::warn!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "could not append what the leader sent");
             false

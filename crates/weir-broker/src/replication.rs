@@ -15,6 +15,9 @@ use weir_metadata::{ControllerError, MetadataImage, PartitionImage};
 struct Progress {
     /// The offset it asked for last: everything below is in its log. `None` until it fetches.
     log_end: Option<i64>,
+    /// Its log start offset as its last fetch said (`None` until it fetches, or when it
+    /// did not say).
+    log_start: Option<i64>,
     /// When its log end last reached the leader's.
     caught_up_at: Instant,
     /// The leader's log end and the time of its previous fetch.
@@ -64,6 +67,7 @@ impl Replication {
             && (self.image.leader != node_id || self.image.leader_epoch != image.leader_epoch);
         let fresh = Progress {
             log_end: None,
+            log_start: None,
             caught_up_at: now,
             previous_fetch: None,
         };
@@ -119,7 +123,20 @@ impl Replication {
         ends
     }
 
-    /// Records a fetch by follower `replica` at `fetch_offset` while the leader's log ends at
+    /// The low watermark (DeleteRecords): the smallest log start offset over the leader's
+    /// (`leader_log_start`) and the in-sync followers' as their fetches last said (one that
+    /// has not said is left out, as Kafka leaves out replicas whose start it does not know).
+    pub fn low_watermark(&self, node_id: i32, leader_log_start: i64) -> i64 {
+        self.image
+            .isr
+            .iter()
+            .filter(|id| **id != node_id)
+            .filter_map(|id| self.followers.get(id)?.log_start)
+            .fold(leader_log_start, i64::min)
+    }
+
+    /// Records a fetch by follower `replica` at `fetch_offset` (its log starting at
+    /// `log_start`, -1 when the fetch does not say) while the leader's log ends at
     /// `leader_log_end`. Caught up means at the leader's end now, or at least at the end the
     /// leader had at its previous fetch (it fetches continuously and keeps pace), as in Kafka.
     /// `false` when `replica` is not a replica of the partition.
@@ -127,6 +144,7 @@ impl Replication {
         &mut self,
         replica: i32,
         fetch_offset: i64,
+        log_start: i64,
         leader_log_end: i64,
         now: Instant,
     ) -> bool {
@@ -141,6 +159,7 @@ impl Replication {
             }
         }
         progress.log_end = Some(fetch_offset);
+        progress.log_start = (log_start >= 0).then_some(log_start);
         progress.previous_fetch = Some((leader_log_end, now));
         true
     }
@@ -324,21 +343,34 @@ mod tests {
     fn the_high_watermark_waits_for_every_in_sync_follower() {
         let (mut state, now) = led(vec![1, 2, 3], vec![1, 2, 3]);
         assert_eq!(state.high_watermark(1, 10), None, "positions unknown");
-        state.record_fetch(2, 7, 10, now);
+        state.record_fetch(2, 7, -1, 10, now);
         assert_eq!(state.high_watermark(1, 10), None);
-        state.record_fetch(3, 9, 10, now);
+        state.record_fetch(3, 9, -1, 10, now);
         assert_eq!(state.high_watermark(1, 10), Some(7));
-        assert!(!state.record_fetch(4, 10, 10, now), "not a replica");
+        assert!(!state.record_fetch(4, 10, -1, 10, now), "not a replica");
+    }
+
+    #[test]
+    fn the_low_watermark_is_the_smallest_start_the_in_sync_replicas_said() {
+        let (mut state, now) = led(vec![1, 2, 3], vec![1, 2]);
+        assert_eq!(state.low_watermark(1, 40), 40, "no follower said yet");
+        state.record_fetch(2, 50, 30, 50, now);
+        state.record_fetch(3, 50, 10, 50, now);
+        assert_eq!(state.low_watermark(1, 40), 30, "3 is not in sync");
+        state.record_fetch(2, 50, 45, 50, now);
+        assert_eq!(state.low_watermark(1, 40), 40);
+        state.record_fetch(2, 50, -1, 50, now);
+        assert_eq!(state.low_watermark(1, 40), 40, "a fetch that does not say");
     }
 
     #[test]
     fn a_follower_is_added_once_caught_up_and_counts_while_pending() {
         let (mut state, now) = led(vec![1, 2, 3], vec![1, 2]);
-        state.record_fetch(2, 10, 10, now);
-        state.record_fetch(3, 4, 10, now);
+        state.record_fetch(2, 10, -1, 10, now);
+        state.record_fetch(3, 4, -1, 10, now);
         assert_eq!(state.high_watermark(1, 10), Some(10));
         assert_eq!(state.expansion(3, 10, 0), None, "behind the high watermark");
-        state.record_fetch(3, 10, 12, now);
+        state.record_fetch(3, 10, -1, 12, now);
         let request = state.expansion(3, 10, 0).expect("expands");
         assert_eq!(
             (request.isr.clone(), request.partition_epoch),
@@ -346,7 +378,7 @@ mod tests {
         );
         assert_eq!(state.expansion(3, 10, 0), None, "one change at a time");
         // While pending, the high watermark waits for the follower being added.
-        state.record_fetch(2, 12, 12, now);
+        state.record_fetch(2, 12, -1, 12, now);
         assert_eq!(state.high_watermark(1, 12), Some(10));
         state.settle(&request);
         assert_eq!(state.high_watermark(1, 12), Some(12));
@@ -356,12 +388,12 @@ mod tests {
     fn a_follower_behind_for_longer_than_the_lag_leaves_the_isr() {
         let (mut state, now) = led(vec![1, 2, 3], vec![1, 2, 3]);
         let lag = Duration::from_secs(10);
-        state.record_fetch(2, 10, 10, now);
-        state.record_fetch(3, 5, 10, now);
+        state.record_fetch(2, 10, -1, 10, now);
+        state.record_fetch(3, 5, -1, 10, now);
         assert_eq!(state.shrink(1, lag, now + Duration::from_secs(5)), None);
         // Follower 2 keeps pace: at the end the leader had at its previous fetch.
-        state.record_fetch(2, 10, 20, now + Duration::from_secs(8));
-        state.record_fetch(2, 20, 30, now + Duration::from_secs(12));
+        state.record_fetch(2, 10, -1, 20, now + Duration::from_secs(8));
+        state.record_fetch(2, 20, -1, 30, now + Duration::from_secs(12));
         let request = state
             .shrink(1, lag, now + Duration::from_secs(12))
             .expect("shrinks");
@@ -371,14 +403,14 @@ mod tests {
     #[test]
     fn replicas_added_under_the_same_leadership_are_followed_and_removed_ones_forgotten() {
         let (mut state, now) = led(vec![1, 2], vec![1, 2]);
-        state.record_fetch(2, 10, 10, now);
+        state.record_fetch(2, 10, -1, 10, now);
         let mut image = state.image.clone();
         image.replicas = vec![1, 2, 3];
         image.adding = vec![3];
         image.partition_epoch += 1;
         state.update(&image, 1, now);
         assert!(
-            state.record_fetch(3, 4, 10, now),
+            state.record_fetch(3, 4, -1, 10, now),
             "the added replica is followed"
         );
         assert_eq!(
@@ -386,7 +418,7 @@ mod tests {
             Some(10),
             "not in the ISR: not waited for"
         );
-        state.record_fetch(3, 10, 10, now);
+        state.record_fetch(3, 10, -1, 10, now);
         assert!(
             state.expansion(3, 10, 0).is_some(),
             "caught up: proposed for the ISR"
@@ -397,7 +429,7 @@ mod tests {
         image.partition_epoch += 1;
         state.update(&image, 1, now);
         assert!(
-            !state.record_fetch(2, 10, 10, now),
+            !state.record_fetch(2, 10, -1, 10, now),
             "the removed replica is not"
         );
     }
@@ -405,7 +437,7 @@ mod tests {
     #[test]
     fn a_new_leadership_or_epoch_starts_progress_afresh() {
         let (mut state, now) = led(vec![1, 2], vec![1, 2]);
-        state.record_fetch(2, 10, 10, now);
+        state.record_fetch(2, 10, -1, 10, now);
         let mut image = state.image.clone();
         image.leader_epoch += 1;
         image.partition_epoch += 1;

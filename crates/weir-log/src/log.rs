@@ -1220,9 +1220,36 @@ impl Log {
         })
     }
 
+    /// Moves the log start offset up to `offset`, at most to the log end (DeleteRecords on a
+    /// leader, which allows no more than the high watermark; a follower following its
+    /// leader's start): records below it are no longer read, listed or replicated, and
+    /// retention deletes the segments wholly below it. The new start is checkpointed before
+    /// this returns, so a restart keeps it; when the checkpoint cannot be written nothing
+    /// changes. Returns the log start offset now.
+    pub fn advance_log_start_offset(&mut self, offset: i64) -> Result<i64, LogError> {
+        if self.is_deleted() {
+            return Err(LogError::Deleted);
+        }
+        let offset = offset.min(self.log_end_offset);
+        if offset <= self.log_start_offset {
+            return Ok(self.log_start_offset);
+        }
+        let before = self.log_start_offset;
+        self.log_start_offset = offset;
+        if let Err(error) = self.checkpoint().write() {
+            self.log_start_offset = before;
+            return Err(error);
+        }
+        self.high_watermark = self.high_watermark.max(offset);
+        self.producers.forget_aborted_before(offset);
+        tracing::info!(target: "weir::log", dir = %self.dir.display(), log_start_offset = offset, "log start offset advanced (records deleted)");
+        Ok(offset)
+    }
+
     /// Takes whole segments past `retention.ms` (by each segment's largest record timestamp, or
-    /// its last write when no record has a timestamp) or
-    /// beyond `retention.bytes` out of the log, oldest first, and advances the log start
+    /// its last write when no record has a timestamp),
+    /// beyond `retention.bytes`, or wholly below the log start offset (DeleteRecords) out of
+    /// the log, oldest first, and advances the log start
     /// offset. The returned files are deleted by the caller after releasing the lock.
     pub fn enforce_retention(&mut self) -> Result<Vec<SegmentRemoval>, LogError> {
         if self.is_deleted() || !self.config.retention_deletes {
@@ -1246,7 +1273,8 @@ impl Log {
             };
             let over_size = config.retention_bytes >= 0
                 && total_bytes - oldest.size_bytes >= config.retention_bytes as u64;
-            if !(expired(oldest) || over_size) {
+            let deleted_records = oldest.next_offset <= self.log_start_offset;
+            if !(expired(oldest) || over_size || deleted_records) {
                 break;
             }
             // Only what every in-sync replica has may go: a follower still fetching a segment

@@ -291,6 +291,45 @@ fn retention_by_time_and_size() {
 }
 
 #[test]
+fn deleted_records_stay_deleted_across_a_restart_and_their_segments_go() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(100 * HOUR_MS);
+    let mut log = open(dir.path(), &clock, small_segments());
+    for i in 0..60u8 {
+        append(&mut log, batch(&[i; 100], clock.now_ms())).expect("append");
+    }
+    assert_eq!(log.advance_log_start_offset(25).expect("advanced"), 25);
+    assert!(matches!(
+        log.read_view(24, 60),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(read_all(&log, 25).first().map(|(o, _)| *o), Some(25));
+    assert_eq!(
+        log.advance_log_start_offset(10).expect("unchanged"),
+        25,
+        "the start never moves back"
+    );
+    // Retention deletes the segments wholly below the start, however young.
+    let segments_before = log.segment_count();
+    for removal in log.enforce_retention().expect("retention") {
+        removal.remove().expect("delete files");
+    }
+    assert!(log.segment_count() < segments_before);
+    assert_eq!(log.log_start_offset(), 25);
+    drop(log);
+
+    // Checkpointed at once: a restart (even without a clean shutdown) keeps it.
+    let mut log = open(dir.path(), &clock, small_segments());
+    assert_eq!(log.log_start_offset(), 25);
+    assert_eq!(read_all(&log, 25).len(), 35);
+    assert_eq!(
+        log.advance_log_start_offset(1_000).expect("advanced"),
+        60,
+        "at most to the log end"
+    );
+}
+
+#[test]
 fn unclean_restart_truncates_torn_tail_and_rebuilds_index() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(0);

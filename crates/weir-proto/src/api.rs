@@ -29,6 +29,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ApiVersions, 0, 5),
     range(ApiKey::CreateTopics, 2, 7),
     range(ApiKey::DeleteTopics, 1, 6),
+    range(ApiKey::DeleteRecords, 0, 2),
     range(ApiKey::InitProducerId, 0, 4),
     range(ApiKey::AddPartitionsToTxn, 0, 3),
     range(ApiKey::AddOffsetsToTxn, 0, 4),

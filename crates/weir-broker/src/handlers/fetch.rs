@@ -266,7 +266,8 @@ fn follower_fetched(
     if diverged.is_some() {
         return Ok(partition);
     }
-    match partition.replica_fetched(replica, request.fetch_offset, std::time::Instant::now()) {
+    let fetched = (request.fetch_offset, request.log_start_offset);
+    match partition.replica_fetched(replica, fetched, std::time::Instant::now()) {
         Ok(Some(expansion)) => {
             broker.ask_isr_change(partition.clone(), expansion);
             Ok(partition)

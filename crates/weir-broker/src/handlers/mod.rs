@@ -7,6 +7,7 @@ mod admin_topics;
 mod api_versions;
 mod cluster;
 mod consumer_groups;
+mod delete_records;
 pub(crate) mod errors;
 mod fetch;
 mod groups;
@@ -252,6 +253,11 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         RequestKind::ElectLeaders(req) => Box::pin(async move {
             respond(ResponseKind::ElectLeaders(
                 reassignments::elect(&broker, req, version).await,
+            ))
+        }),
+        RequestKind::DeleteRecords(req) => Box::pin(async move {
+            respond(ResponseKind::DeleteRecords(
+                delete_records::handle(&broker, req).await,
             ))
         }),
         RequestKind::AddPartitionsToTxn(req) => Box::pin(async move {

@@ -284,6 +284,28 @@ async fn every_advertised_version_answers() {
                     let r: DeleteTopicsResponse = call(&mut c, api.key, v, &req).await;
                     assert_eq!(r.responses[0].error_code, 0, "{what}");
                 }
+                ApiKey::DeleteRecords => {
+                    use kafka_protocol::messages::delete_records_request::{
+                        DeleteRecordsPartition, DeleteRecordsTopic,
+                    };
+                    let name = format!("trimmed-{v}");
+                    assert_eq!(create_topic(&mut c, &name, 1, &[]).await, 0);
+                    for _ in 0..3 {
+                        let batch = build_batch(&[b"r"], 0, ProducerFields::NONE);
+                        assert_eq!(produce(&mut c, &name, 0, -1, batch).await.0, 0);
+                    }
+                    let mut p = DeleteRecordsPartition::default();
+                    p.offset = 2;
+                    let mut t = DeleteRecordsTopic::default();
+                    t.name = topic_name(&name);
+                    t.partitions = vec![p];
+                    let mut req = DeleteRecordsRequest::default();
+                    req.topics = vec![t];
+                    req.timeout_ms = 5000;
+                    let r: DeleteRecordsResponse = call(&mut c, api.key, v, &req).await;
+                    let p = &r.topics[0].partitions[0];
+                    assert_eq!((p.error_code, p.low_watermark), (0, 2), "{what}");
+                }
                 ApiKey::CreatePartitions => {
                     let name = format!("grown-{v}");
                     assert_eq!(create_topic(&mut c, &name, 1, &[]).await, 0);

@@ -958,7 +958,7 @@ impl Sim {
         }
         let diverged = divergence(&partition.log(), last_fetched_epoch, fetch_offset);
         if diverged.is_none() {
-            match partition.replica_fetched(follower, fetch_offset, self.instant()) {
+            match partition.replica_fetched(follower, (fetch_offset, -1), self.instant()) {
                 Err(_) => return FetchOutcome::Refused,
                 Ok(Some(expansion)) => self.ask_isr_change(leader, expansion),
                 Ok(None) => {}

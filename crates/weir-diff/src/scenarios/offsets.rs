@@ -1,4 +1,4 @@
-//! Offsets and producers: ListOffsets, OffsetForLeaderEpoch, InitProducerId.
+//! Offsets and producers: ListOffsets, OffsetForLeaderEpoch, InitProducerId, DeleteRecords.
 
 use anyhow::Result;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -26,6 +26,8 @@ scenarios! { "offsets";
         "OffsetForLeaderEpoch v4: current, older and future epochs, unknown partition, fenced";
     init_producer_id_idempotent: Expect::Same,
         "InitProducerId v4 for an idempotent producer";
+    delete_records: Expect::Same,
+        "DeleteRecords v2: below an offset, to the high watermark (-1), past it, an unknown partition, a compacted topic; then ListOffsets earliest and latest";
     init_producer_id_transactional: Expect::Same,
         "InitProducerId v4 with a transactional id (after a first, unrecorded): a second producer's epoch bump, a producer bumping its own epoch (KIP-360), a fenced one, a bad timeout";
 }
@@ -170,4 +172,44 @@ async fn first_init(
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+async fn delete_records(cx: &mut Ctx) -> Result<()> {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+    let ask = |topic: &TopicName, partitions: &[(i32, i64)]| {
+        let mut t = DeleteRecordsTopic::default();
+        t.name = topic.clone();
+        t.partitions = partitions
+            .iter()
+            .map(|(index, offset)| {
+                let mut p = DeleteRecordsPartition::default();
+                p.partition_index = *index;
+                p.offset = *offset;
+                p
+            })
+            .collect();
+        let mut request = DeleteRecordsRequest::default();
+        request.topics = vec![t];
+        request.timeout_ms = 10_000;
+        request
+    };
+    let topic = timed_topic(cx, "trimmed").await?;
+    for partitions in [&[(0, 1)][..], &[(0, 0)], &[(0, 99)], &[(0, -1)], &[(1, 0)]] {
+        let request = ask(&topic, partitions);
+        let _: DeleteRecordsResponse = cx.answer(ApiKey::DeleteRecords, 2, &request).await?;
+    }
+    for timestamp in [-2, -1] {
+        let request = list_offsets_request(&topic, &[(0, timestamp)], -1);
+        let _: ListOffsetsResponse = cx.answer(ApiKey::ListOffsets, 8, &request).await?;
+    }
+    let compacted =
+        create_topic(cx, "trimmed-compacted", 1, &[("cleanup.policy", "compact")]).await?;
+    let request = ask(&compacted, &[(0, 0)]);
+    let _: DeleteRecordsResponse = cx.answer(ApiKey::DeleteRecords, 2, &request).await?;
+    let request = ask(&cx.topic("nowhere"), &[(0, 0)]);
+    let _: DeleteRecordsResponse = cx.answer(ApiKey::DeleteRecords, 2, &request).await?;
+    Ok(())
 }
