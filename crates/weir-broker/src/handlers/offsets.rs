@@ -4,6 +4,7 @@
 //! member; from v7 `require_stable`) and OffsetDelete (key 47, v0). Offsets for partitions
 //! that do not exist are refused with UNKNOWN_TOPIC_OR_PARTITION and change nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::offset_commit_request::{
@@ -131,8 +132,9 @@ impl CommitSlots {
     }
 
     /// The answer's topics, each partition with its error code given what the coordinator
-    /// answered (`map` turns a refusal of the whole request into its error), in request
-    /// order; `topic` and `partition` make the response's types.
+    /// answered (`map` turns a refusal of the whole request into its error): the partitions
+    /// refused here first, then the others, each in request order and grouped by topic, as
+    /// Kafka answers; `topic` and `partition` make the response's types.
     fn answer<T, P>(
         self,
         outcome: &Result<Vec<Result<(), GroupError>>, GroupError>,
@@ -140,18 +142,23 @@ impl CommitSlots {
         topic: impl Fn(TopicName, Vec<P>) -> T,
         partition: impl Fn(i32, i16) -> P,
     ) -> Vec<T> {
+        let (refused, taken): (Vec<CommitSlot>, Vec<CommitSlot>) =
+            self.slots.into_iter().partition(|slot| slot.2.is_err());
         let mut topics: Vec<(TopicName, Vec<P>)> = Vec::new();
-        for (name, index, entry) in self.slots {
+        let mut positions: HashMap<TopicName, usize> = HashMap::new();
+        for (name, index, entry) in refused.into_iter().chain(taken) {
             let code = match (entry, outcome) {
                 (Err(refused), _) => refused.code(),
                 (Ok(entry), Ok(results)) => group_code(results[entry]),
                 (Ok(_), Err(error)) => group_code(Err(map(*error))),
             };
-            match topics.last_mut() {
-                Some((last, partitions)) if *last == name => {
-                    partitions.push(partition(index, code))
+            let answered = partition(index, code);
+            match positions.get(&name) {
+                Some(&at) => topics[at].1.push(answered),
+                None => {
+                    positions.insert(name.clone(), topics.len());
+                    topics.push((name, vec![answered]));
                 }
-                _ => topics.push((name, vec![partition(index, code)])),
             }
         }
         topics

@@ -1,4 +1,5 @@
-//! Offsets and producers: ListOffsets, OffsetForLeaderEpoch, InitProducerId, DeleteRecords.
+//! Offsets and producers: ListOffsets, OffsetForLeaderEpoch, InitProducerId, DeleteRecords,
+//! and offsets committed in a transaction (AddOffsetsToTxn, TxnOffsetCommit).
 
 use anyhow::Result;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -28,6 +29,8 @@ scenarios! { "offsets";
         "InitProducerId v4 for an idempotent producer";
     delete_records: Expect::Same,
         "DeleteRecords v2: below an offset, to the high watermark (-1), past it, an unknown partition, a compacted topic; then ListOffsets earliest and latest";
+    txn_offset_commit: Expect::Same,
+        "AddOffsetsToTxn v4 (also fenced) and TxnOffsetCommit v4 (an unknown topic, a member the group does not have), OffsetFetch v9 requiring stable offsets before and after EndTxn v4 commits";
     init_producer_id_transactional: Expect::Same,
         "InitProducerId v4 with a transactional id (after a first, unrecorded): a second producer's epoch bump, a producer bumping its own epoch (KIP-360), a fenced one, a bad timeout";
 }
@@ -211,5 +214,106 @@ async fn delete_records(cx: &mut Ctx) -> Result<()> {
     let _: DeleteRecordsResponse = cx.answer(ApiKey::DeleteRecords, 2, &request).await?;
     let request = ask(&cx.topic("nowhere"), &[(0, 0)]);
     let _: DeleteRecordsResponse = cx.answer(ApiKey::DeleteRecords, 2, &request).await?;
+    Ok(())
+}
+
+async fn txn_offset_commit(cx: &mut Ctx) -> Result<()> {
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, GroupId,
+        OffsetFetchRequest, OffsetFetchResponse, ProducerId, TransactionalId,
+        TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    };
+    /// UNSTABLE_OFFSET_COMMIT.
+    const UNSTABLE: i16 = 88;
+    super::cluster::coordinator_ready(cx).await?;
+    super::cluster::transaction_coordinator_ready(cx).await?;
+    let topic = create_topic(cx, "txn-offsets", 1, &[]).await?;
+    let transactional_id = TransactionalId(s(&cx.name("txn-offsets")));
+    let group = GroupId(s(&cx.name("txn-group")));
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(transactional_id.clone());
+    init.transaction_timeout_ms = 60_000;
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let producer = first_init(cx, &init).await?;
+
+    let mut add = AddOffsetsToTxnRequest::default();
+    add.transactional_id = transactional_id.clone();
+    add.producer_id = producer.producer_id;
+    add.producer_epoch = producer.producer_epoch + 1;
+    group.clone_into(&mut add.group_id);
+    let _: AddOffsetsToTxnResponse = cx.answer(ApiKey::AddOffsetsToTxn, 4, &add).await?;
+    add.producer_epoch = producer.producer_epoch;
+    let _: AddOffsetsToTxnResponse = cx.answer(ApiKey::AddOffsetsToTxn, 4, &add).await?;
+
+    let commit = |topics: &[(&TopicName, i64)], generation: i32, member: &str| {
+        let mut request = TxnOffsetCommitRequest::default();
+        request.transactional_id = transactional_id.clone();
+        request.group_id = group.clone();
+        request.producer_id = producer.producer_id;
+        request.producer_epoch = producer.producer_epoch;
+        request.generation_id = generation;
+        request.member_id = s(member);
+        request.topics = topics
+            .iter()
+            .map(|(name, offset)| {
+                let mut p = TxnOffsetCommitRequestPartition::default();
+                p.committed_offset = *offset;
+                let mut t = TxnOffsetCommitRequestTopic::default();
+                t.name = (*name).clone();
+                t.partitions = vec![p];
+                t
+            })
+            .collect();
+        request
+    };
+    let nowhere = cx.topic("nowhere");
+    let request = commit(&[(&topic, 3), (&nowhere, 1)], -1, "");
+    let _: TxnOffsetCommitResponse = cx.answer(ApiKey::TxnOffsetCommit, 4, &request).await?;
+    let stranger = commit(&[(&topic, 4)], 5, "stranger");
+    let _: TxnOffsetCommitResponse = cx.answer(ApiKey::TxnOffsetCommit, 4, &stranger).await?;
+
+    let mut fetch = OffsetFetchRequest::default();
+    let mut t = OffsetFetchRequestTopics::default();
+    t.name = topic.clone();
+    t.partition_indexes = vec![0];
+    let mut g = OffsetFetchRequestGroup::default();
+    g.group_id = group.clone();
+    g.member_epoch = -1;
+    g.topics = Some(vec![t]);
+    fetch.groups = vec![g];
+    fetch.require_stable = true;
+    let _: OffsetFetchResponse = cx.answer(ApiKey::OffsetFetch, 9, &fetch).await?;
+
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = transactional_id.clone();
+    end.producer_id = producer.producer_id;
+    end.producer_epoch = producer.producer_epoch;
+    end.committed = true;
+    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 4, &end).await?;
+    // The markers are written after EndTxn is answered: stable once they are.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let answer: OffsetFetchResponse = cx.quietly(ApiKey::OffsetFetch, 9, &fetch).await?;
+        let unstable = answer.groups.iter().any(|g| {
+            g.topics
+                .iter()
+                .any(|t| t.partitions.iter().any(|p| p.error_code == UNSTABLE))
+        });
+        if !unstable {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("the offsets stayed unstable 30 s after the commit");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _: OffsetFetchResponse = cx.answer(ApiKey::OffsetFetch, 9, &fetch).await?;
     Ok(())
 }
