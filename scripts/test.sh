@@ -13,7 +13,7 @@
 #
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
 # nodejs/npm, Debian's chromium for the console tests, a JDK and Maven when missing,
-# the Python venv in .venv, KafkaJS and playwright-core from compat/package-lock.json, the Kafka Java client and tools from compat/java/pom.xml
+# the Python venv in .venv, KafkaJS and playwright-core from compat/package-lock.json, the Kafka Java client, tools and Streams from compat/java/pom.xml
 # into .cache/kafka-jars, Apache Kafka's server (the differential suite's reference) into
 # .cache/kafka-reference-4.4.0, the franz-go program of compat/go (go.mod, go.sum) into
 # .cache/franz-go); when everything is already there it only checks.
@@ -190,7 +190,7 @@ else
 fi
 end
 
-begin "kafka java client and tools (compat/java/pom.xml) into .cache/kafka-jars"
+begin "kafka java client, tools and streams (compat/java/pom.xml) into .cache/kafka-jars"
 if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
   apt_install openjdk-17-jdk-headless
 fi
