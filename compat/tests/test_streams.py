@@ -14,12 +14,12 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from clients import create_topic, unique_topic
 from harness import Deadline
 from test_java import JARS_DIR, JVM_FLAGS, Java, compile_java
-from test_transactions import unique_id
+from test_transactions import read_records, unique_id
 
 PARTITIONS = 2
 LINES = 600
@@ -78,26 +78,7 @@ def produce_lines(bootstrap: str, topic: str, lines: list[str], pause: float = 0
 
 def read_committed_pairs(bootstrap: str, topic: str) -> list[tuple[str, str]]:
     """Every (key, value) of ``topic`` up to its end, as a read_committed consumer reads them."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_id("wc-reader"),
-                         "enable.partition.eof": True, "isolation.level": "read_committed",
-                         "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        pairs, at_end = [], set()
-        deadline = Deadline(60)
-        while len(at_end) < PARTITIONS:
-            assert not deadline.expired(), f"read of {topic} incomplete: {len(pairs)} records"
-            for msg in consumer.consume(num_messages=500, timeout=0.5):
-                error = msg.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                elif error is not None:
-                    raise KafkaException(error)
-                else:
-                    pairs.append((msg.key().decode(), msg.value().decode()))
-        return pairs
-    finally:
-        consumer.close()
+    return [(key.decode(), value.decode()) for key, value in read_records(bootstrap, topic, PARTITIONS, "read_committed")]
 
 
 def earliest_offsets(bootstrap: str, topic: str) -> list[int]:

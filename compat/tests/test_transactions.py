@@ -141,19 +141,19 @@ def test_epochs_go_on_after_a_restart(restartable_weir):
     assert init_producer_id(bootstrap, transactional_id, current=(producer_id, 1))[0] == PRODUCER_FENCED
 
 
-def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted",
-                timeout: float = 60) -> list[str]:
-    """Every value of ``topic`` up to its end, as a librdkafka consumer of ``isolation`` reads
-    them (markers are skipped by the client)."""
+def read_records(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted",
+                 timeout: float = 60) -> list[tuple[bytes | None, bytes]]:
+    """Every (key, value) of ``topic`` up to its end, as a librdkafka consumer of ``isolation``
+    reads them (markers are skipped by the client)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_id("txn-reader"),
                          "enable.partition.eof": True, "isolation.level": isolation,
                          "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        values, at_end = [], set()
+        records, at_end = [], set()
         deadline = Deadline(timeout)
         while len(at_end) < partitions:
-            assert not deadline.expired(), f"read of {topic} incomplete after {timeout}s: {len(values)} values"
+            assert not deadline.expired(), f"read of {topic} incomplete after {timeout}s: {len(records)} records"
             for msg in consumer.consume(num_messages=500, timeout=0.5):
                 error = msg.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
@@ -161,10 +161,16 @@ def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "r
                 elif error is not None:
                     raise KafkaException(error)
                 else:
-                    values.append(msg.value().decode())
-        return values
+                    records.append((msg.key(), msg.value()))
+        return records
     finally:
         consumer.close()
+
+
+def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted",
+                timeout: float = 60) -> list[str]:
+    """The values of :func:`read_records`, decoded."""
+    return [value.decode() for _, value in read_records(bootstrap, topic, partitions, isolation, timeout)]
 
 
 def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
