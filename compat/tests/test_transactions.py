@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
+import weir_cli
 import wire
 from clients import admin, create_topic, unique_topic, wait_for_partitions
 from harness import Deadline
@@ -322,17 +323,24 @@ def kafka_transactions(java: Java, bootstrap: str, *args) -> list[list[str]]:
     return [line.split() for line in proc.stdout.splitlines() if line.strip()]
 
 
-def test_kafka_transactions_tool_lists_and_describes(bootstrap, java):
-    """Kafka's kafka-transactions tool (TransactionsCommand) lists the transactional ids and
-    describes one with an open transaction: its producer, epoch, state and partitions."""
-    topic = unique_topic("txn-tool")
+def open_transaction(bootstrap: str, prefix: str) -> tuple[str, str, Producer]:
+    """A new one-partition topic, and a transactional producer of a new id with a transaction
+    open on it (one record, flushed): (topic, transactional id, producer)."""
+    topic = unique_topic(prefix)
     create_topic(bootstrap, topic, partitions=1)
-    transactional_id = unique_id("txn-tool")
+    transactional_id = unique_id(prefix)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce(topic, value=b"open", partition=0)
     producer.flush(30)
+    return topic, transactional_id, producer
+
+
+def test_kafka_transactions_tool_lists_and_describes(bootstrap, java):
+    """Kafka's kafka-transactions tool (TransactionsCommand) lists the transactional ids and
+    describes one with an open transaction: its producer, epoch, state and partitions."""
+    topic, transactional_id, producer = open_transaction(bootstrap, "txn-tool")
 
     listed = {row[0]: row for row in kafka_transactions(java, bootstrap, "list")[1:]}
     assert listed[transactional_id][3] == "Ongoing", listed
@@ -493,3 +501,34 @@ def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, j
         assert committed_offsets(bootstrap, group, source, 3) == [records // 3] * 3
     finally:
         cluster.kill()
+
+
+def test_weir_txn_lists_describes_and_aborts(bootstrap):
+    """`weir txn list` shows a transactional id with an open transaction, `describe` its
+    producer, epoch, state and partitions, and `abort` fences its producer: the transaction is
+    aborted (read_committed consumers never see its records, and read on past them), the
+    producer's commit fails as fenced, and an id the coordinators do not know is a clear error."""
+    topic, transactional_id, producer = open_transaction(bootstrap, "weir-txn")
+
+    listed = weir_cli.ok(["txn", "list"], bootstrap).stdout.splitlines()
+    assert listed[0].split() == ["TRANSACTIONAL-ID", "PRODUCER-ID", "STATE"]
+    row = next(line.split() for line in listed[1:] if line.split()[0] == transactional_id)
+    assert row[2] == "Ongoing", listed
+    described = dict(line.split(None, 1) if "  " not in line else [part.strip() for part in line.split("  ", 1)]
+                     for line in weir_cli.ok(["txn", "describe", transactional_id], bootstrap).stdout.splitlines())
+    assert described["state"] == "Ongoing", described
+    assert described["producer"] == f"{row[1]} epoch 0", described
+    assert described["partitions"] == f"{topic}-0", described
+
+    aborted = weir_cli.ok(["txn", "abort", transactional_id], bootstrap).stdout
+    # Epoch 1 aborts the open transaction (its markers fence the producer), epoch 2 is the fence's own.
+    assert aborted == f"{transactional_id}: aborted its open transaction; producer {row[1]} fenced at epoch 2\n"
+    with pytest.raises(KafkaException) as refused:
+        producer.commit_transaction(30)
+    assert refused.value.args[0].fatal(), refused.value
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    assert read_values(bootstrap, topic, 1, "read_committed") == ["after"]
+    error = weir_cli.runtime_error(["txn", "describe", unique_id("nobody")], bootstrap).stderr
+    assert "transactional" in error.lower(), error

@@ -158,11 +158,18 @@ impl Admin {
     /// A connection to `group`'s coordinator, waiting (within the request timeout) while the
     /// cluster answers COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS.
     async fn group_coordinator(&self, group: &str) -> Result<Arc<Connection>> {
+        self.coordinator(group, 0).await
+    }
+
+    /// A connection to the coordinator of `key` (`key_type` 0: a group, 1: a transactional
+    /// id), waiting as [`Admin::group_coordinator`] does.
+    pub(crate) async fn coordinator(&self, key: &str, key_type: i8) -> Result<Arc<Connection>> {
         let deadline = Instant::now() + self.cluster.config().request_timeout;
         loop {
             let connection = self.cluster.any_broker().await?;
             let mut request = FindCoordinatorRequest::default();
-            request.key = StrBytes::from_string(group.to_string());
+            request.key = StrBytes::from_string(key.to_string());
+            request.key_type = key_type;
             let response: FindCoordinatorResponse = connection
                 .call(ApiKey::FindCoordinator, 3, &request)
                 .await?;

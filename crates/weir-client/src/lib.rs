@@ -1,7 +1,7 @@
 //! `weir-client` is an async Rust client for Weir and any Kafka broker: a batching,
 //! compressing, idempotent [`Producer`]; a [`Consumer`] of assigned partitions with pipelined
 //! fetches; a [`GroupConsumer`] in a consumer group (subscribe, auto or manual commit,
-//! rebalance events, range and cooperative-sticky assignment); and an [`Admin`] client for topics, configs, offsets, consumer groups (with lag) and cluster
+//! rebalance events, range and cooperative-sticky assignment); and an [`Admin`] client for topics, configs, offsets, consumer groups (with lag), transactions and cluster
 //! status.
 //!
 //! It speaks only the public Kafka protocol (through `weir-proto`), so it never depends on
@@ -19,6 +19,7 @@ pub mod partitioner;
 mod producer;
 mod reassign;
 mod records;
+mod transactions;
 
 pub use admin::{
     Admin, ClusterStatus, ConfigEntry, PartitionHealth, QuorumInfo, QuorumVoter, TopicDescription,
@@ -36,3 +37,4 @@ pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use reassign::{Election, OngoingReassignment, PartitionResult};
+pub use transactions::{Fenced, TransactionDescription, TransactionListing};

@@ -1,5 +1,6 @@
-//! The `weir` binary: `weir server` runs a broker; `topic`, `produce`, `consume`, `cluster`,
-//! `partitions` and `bench` are the command line for any Kafka-compatible cluster.
+//! The `weir` binary: `weir server` runs a broker; `topic`, `produce`, `consume`, `group`,
+//! `txn`, `cluster`, `partitions` and `bench` are the command line for any Kafka-compatible
+//! cluster.
 
 mod cli;
 mod data_dir;
@@ -19,7 +20,7 @@ use clap::{Parser, Subcommand};
     version,
     about,
     long_about = None,
-    after_help = "The client commands (topic, produce, consume, group, cluster, partitions, bench) take \
+    after_help = "The client commands (topic, produce, consume, group, txn, cluster, partitions, bench) take \
         --brokers (env WEIR_BROKERS) and --timeout before or after their name."
 )]
 struct Cli {
@@ -41,6 +42,8 @@ enum Command {
     Consume(cli::consume::ConsumeArgs),
     /// List, describe (with lag), delete consumer groups and reset their offsets.
     Group(cli::group::GroupArgs),
+    /// List and describe transactions, and abort one by fencing its producer.
+    Txn(cli::txn::TxnArgs),
     /// Cluster status.
     Cluster(cli::cluster::ClusterArgs),
     /// Move replicas between brokers (reassignments) and elect leaders.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => cli::run(cli::produce::run(args)),
         Command::Consume(args) => cli::run(cli::consume::run(args)),
         Command::Group(args) => cli::run(cli::group::run(args)),
+        Command::Txn(args) => cli::run(cli::txn::run(args)),
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
         Command::Partitions(args) => cli::run(cli::partitions::run(args)),
         Command::Metadata(args) => cli::metadata::run(args),

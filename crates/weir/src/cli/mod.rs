@@ -25,6 +25,7 @@ pub mod metadata;
 pub mod partitions;
 pub mod produce;
 pub mod topic;
+pub mod txn;
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -74,6 +75,7 @@ const CLIENT_COMMANDS: &[&str] = &[
     "produce",
     "consume",
     "group",
+    "txn",
     "cluster",
     "partitions",
     "bench",
