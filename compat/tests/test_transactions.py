@@ -532,3 +532,27 @@ def test_weir_txn_lists_describes_and_aborts(bootstrap):
     assert read_values(bootstrap, topic, 1, "read_committed") == ["after"]
     error = weir_cli.runtime_error(["txn", "describe", unique_id("nobody")], bootstrap).stderr
     assert "transactional" in error.lower(), error
+
+
+def test_metrics_show_open_transactions(weir_only, bootstrap):
+    """/metrics shows a partition's open transactions and its last stable offset (below the
+    high watermark while one is open: what a hung transaction looks like), and both move on
+    once it commits."""
+    from test_http import metrics, sample
+
+    assert weir_only.http, "the server logged no http= address"
+    http = f"http://{weir_only.http}"
+    topic, _, producer = open_transaction(bootstrap, "txn-metrics")
+    samples = metrics(http)
+    assert sample(samples, "weir_partition_open_transactions", topic=topic, partition=0) == 1
+    assert sample(samples, "weir_partition_last_stable_offset", topic=topic, partition=0) == 0
+    assert sample(samples, "weir_partition_high_watermark", topic=topic, partition=0) == 1
+    producer.commit_transaction(30)
+    deadline = Deadline(30)
+    while True:
+        samples = metrics(http)
+        if (sample(samples, "weir_partition_open_transactions", topic=topic, partition=0),
+                sample(samples, "weir_partition_last_stable_offset", topic=topic, partition=0)) == (0, 2):
+            break
+        assert not deadline.expired(), "the committed transaction still shows in /metrics"
+        time.sleep(0.1)

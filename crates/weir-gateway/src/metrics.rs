@@ -229,7 +229,7 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
     }
     // Replication state and traffic are the leader's to report, once per partition.
     let leaders: Vec<&PartitionStats> = samples.iter().filter(|s| s.leader).collect();
-    let led: [(&str, &str, &str, Pick); 6] = [
+    let led: [(&str, &str, &str, Pick); 8] = [
         (
             "weir_partition_replicas",
             "gauge",
@@ -247,6 +247,18 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
             "gauge",
             "1 when the partition's ISR is smaller than its replica set (reported by its leader)",
             |s| f64::from(u8::from(s.isr < s.replicas)),
+        ),
+        (
+            "weir_partition_last_stable_offset",
+            "gauge",
+            "Offset below which read_committed consumers read: the first record of the oldest open transaction, or the high watermark (reported by its leader); one that stays below the high watermark for long is a hung transaction",
+            |s| s.last_stable_offset as f64,
+        ),
+        (
+            "weir_partition_open_transactions",
+            "gauge",
+            "Transactions open on the partition: records written, no commit or abort marker yet (reported by its leader)",
+            |s| s.open_transactions as f64,
         ),
         (
             "weir_partition_received_bytes_total",

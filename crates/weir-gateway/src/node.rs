@@ -90,6 +90,11 @@ pub struct PartitionStats {
     pub log_end: i64,
     /// Offset below which records are replicated to the ISR.
     pub high_watermark: i64,
+    /// Offset below which read_committed consumers read: the first record of the oldest
+    /// transaction open here, or the high watermark.
+    pub last_stable_offset: i64,
+    /// Transactions open here (records written, no marker yet).
+    pub open_transactions: usize,
     /// Bytes of its segments here.
     pub size_bytes: u64,
     /// Its replica count.

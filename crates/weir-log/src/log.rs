@@ -1446,6 +1446,12 @@ impl Log {
             .map_or(self.high_watermark, |first| first.min(self.high_watermark))
     }
 
+    /// How many transactions are open on the partition (their producers' records written, no
+    /// marker yet).
+    pub fn open_transactions(&self) -> usize {
+        self.producers.open_transactions()
+    }
+
     /// The transactions aborted whose records may lie in `[from, upper)`, for a read_committed
     /// consumer to skip.
     pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {

@@ -305,6 +305,11 @@ impl ProducerStateTable {
         active
     }
 
+    /// How many transactions are open here.
+    pub fn open_transactions(&self) -> usize {
+        self.ongoing.len()
+    }
+
     /// The first offset of the oldest transaction open here, if any.
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.first().map(|(first_offset, _)| *first_offset)

@@ -95,13 +95,14 @@ impl NodeView for ServerNode {
 /// One hosted partition now: its log's offsets and size (read under its log lock, released
 /// before anything else), its replication state and its traffic.
 fn partition_stats(partition: &Partition) -> PartitionStats {
-    let (log_start, log_end, high_watermark, size_bytes) = {
+    let (log_start, log_end, high_watermark, size_bytes, (last_stable_offset, open_transactions)) = {
         let log = partition.log();
         (
             log.log_start_offset(),
             log.log_end_offset(),
             log.high_watermark(),
             log.size_bytes(),
+            (log.last_stable_offset(), log.open_transactions()),
         )
     };
     let state = partition.state();
@@ -113,6 +114,8 @@ fn partition_stats(partition: &Partition) -> PartitionStats {
         log_start,
         log_end,
         high_watermark,
+        last_stable_offset,
+        open_transactions,
         size_bytes,
         replicas: state.replicas.len(),
         isr: state.isr.len(),
