@@ -269,17 +269,6 @@ impl Partition {
         log.advance_log_start_offset(offset)
     }
 
-    /// A follower follows its leader's log start (`leader_log_start`, from a fetch answer):
-    /// records the leader deleted are deleted here too, as far as this log has them.
-    pub fn follow_log_start(&self, leader_log_start: i64) {
-        if leader_log_start <= self.log().log_start_offset() {
-            return;
-        }
-        if let Err(error) = self.log_mut().advance_log_start_offset(leader_log_start) {
-            tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, %error, "could not follow the leader's log start offset; tried again at the next fetch");
-        }
-    }
-
     /// The ISR change to ask for when some follower has been behind for `lag_max` at `now`.
     pub fn lagging_followers(&self, lag_max: Duration, now: Instant) -> Option<IsrRequest> {
         let node_id = self.node_id.load(Ordering::Acquire);
@@ -352,12 +341,13 @@ impl Partition {
     }
 
     /// Appends batches fetched from the leader, as the leader stored them, and takes the
-    /// leader's high watermark (as far as this log reaches). Blocking. A write failure other
-    /// than a lack of space stops the process, as for a leader's append.
+    /// leader's high watermark and log start offset (records deleted there are deleted here
+    /// too), as far as this log reaches. Blocking. A write failure other than a lack of space
+    /// stops the process, as for a leader's append.
     pub fn append_replicated(
         &self,
         records: &[u8],
-        leader_high_watermark: i64,
+        (leader_high_watermark, leader_log_start): (i64, i64),
     ) -> Result<usize, LogError> {
         let mut log = self.log_mut();
         let appended = match log.append_replicated_batches(records) {
@@ -370,6 +360,11 @@ impl Partition {
         };
         let reach = leader_high_watermark.min(log.log_end_offset());
         log.set_high_watermark(reach);
+        if leader_log_start > log.log_start_offset() {
+            if let Err(error) = log.advance_log_start_offset(leader_log_start) {
+                tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, %error, "could not follow the leader's log start offset; tried again at the next fetch");
+            }
+        }
         let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
         drop(log);
         self.publish_log_end(log_end);

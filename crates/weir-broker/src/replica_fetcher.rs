@@ -331,11 +331,8 @@ fn apply_partition(partition: &Partition, data: PartitionData) -> bool {
             .is_ok();
     }
     let records = data.records.unwrap_or_default();
-    match partition.append_replicated(&records, data.high_watermark) {
-        Ok(_) => {
-            partition.follow_log_start(data.log_start_offset);
-            true
-        }
+    match partition.append_replicated(&records, (data.high_watermark, data.log_start_offset)) {
+        Ok(_) => true,
         Err(error) => {
             tracing::warn!(target: "weir::replication", topic = %partition.topic, partition = partition.index, %error, "could not append what the leader sent");
             false

@@ -266,15 +266,34 @@ impl<S> Partitions<S> {
         }
     }
 
+    /// The slot of `partition`, if the topic has it.
+    fn slot(&self, partition: i32) -> Option<&Slot<S>> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|index| self.slots.get(index))
+    }
+
+    /// [`Partitions::slot`], to change.
+    fn slot_mut(&mut self, partition: i32) -> Option<&mut Slot<S>> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|index| self.slots.get_mut(index))
+    }
+
+    /// The shard of `partition` if it is loaded here.
+    fn loaded_shard(&mut self, partition: i32) -> Option<&mut S> {
+        match self.slot_mut(partition) {
+            Some(Slot::Loaded(shard)) => Some(shard),
+            _ => None,
+        }
+    }
+
     /// Checks that `partition` is loaded and served here.
     pub(crate) fn loaded(&self, partition: i32) -> Result<(), RuntimeError> {
         if self.count == 0 {
             return Err(RuntimeError::NotAvailable);
         }
-        match usize::try_from(partition)
-            .ok()
-            .and_then(|index| self.slots.get(index))
-        {
+        match self.slot(partition) {
             Some(Slot::Loaded(_)) => Ok(()),
             Some(Slot::Elsewhere) | None => Err(RuntimeError::NotCoordinator),
             Some(Slot::Loading) => Err(RuntimeError::LoadInProgress),
@@ -499,10 +518,7 @@ impl<S: Shard> Runtime<S> {
         appended.durable.await?;
         let mut partitions = self.lock();
         // A shard unloaded meanwhile takes nothing; one loaded again read the marker.
-        if let Some(Slot::Loaded(shard)) = usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get_mut(index))
-        {
+        if let Some(shard) = partitions.loaded_shard(partition) {
             shard.apply_marker(producer.producer_id, commit);
         }
         Ok(())
@@ -702,10 +718,7 @@ impl<S: Shard> Runtime<S> {
         let mut partitions = self.lock();
         for (partition, done) in done {
             // A shard unloaded meanwhile takes nothing back; one loaded again checks.
-            if let Some(Slot::Loaded(shard)) = usize::try_from(partition)
-                .ok()
-                .and_then(|index| partitions.slots.get_mut(index))
-            {
+            if let Some(shard) = partitions.loaded_shard(partition) {
                 let mut writes = Vec::new();
                 shard.finish(done, now, &mut writes);
                 for write in writes {
@@ -895,10 +908,7 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
         }
         let loaded = shard.finish_load(self.clock.now());
         let mut partitions = self.lock();
-        match usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get_mut(index))
-        {
+        match partitions.slot_mut(partition) {
             Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded(shard),
             Some(Slot::Loaded(_)) => {}
             None => {
@@ -912,9 +922,7 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
 
     fn unload(&self, partition: i32) -> Option<usize> {
         let mut partitions = self.lock();
-        let slot = usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get_mut(index))?;
+        let slot = partitions.slot_mut(partition)?;
         match std::mem::replace(slot, Slot::Elsewhere) {
             Slot::Loaded(shard) => Some(shard.len()),
             Slot::Loading | Slot::Elsewhere => None,
@@ -922,10 +930,8 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
     }
 
     fn is_loaded(&self, partition: i32) -> bool {
-        let partitions = self.lock();
-        usize::try_from(partition)
-            .ok()
-            .and_then(|index| partitions.slots.get(index))
+        self.lock()
+            .slot(partition)
             .is_some_and(|slot| matches!(slot, Slot::Loaded(_)))
     }
 

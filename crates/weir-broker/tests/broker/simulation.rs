@@ -1060,7 +1060,7 @@ impl Sim {
                         true
                     }
                     FetchOutcome::Records(records, high_watermark) => {
-                        match partition.append_replicated(&records, high_watermark) {
+                        match partition.append_replicated(&records, (high_watermark, -1)) {
                             Ok(_) => !records.is_empty(),
                             Err(error) => panic!("node {id} could not append: {error}"),
                         }
