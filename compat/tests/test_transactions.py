@@ -354,18 +354,44 @@ def test_kafka_transactions_tool_lists_and_describes(bootstrap, java):
     assert dict(zip(header, row))["TransactionState"] == "CompleteCommit"
 
 
-def test_a_hanging_transaction_is_found_and_aborted_with_kafka_transactions(bootstrap, java):
-    """A transactional batch written outside any transaction (a raw producer with a made-up
-    producer id) holds read_committed consumers back; `kafka-transactions find-hanging` finds
-    it through DescribeProducers, and `abort` ends it with an abort marker (WriteTxnMarkers to
-    the partition's leader), after which read_committed consumers read on without it."""
-    topic = unique_topic("txn-hanging")
-    create_topic(bootstrap, topic, partitions=1)
+def hanging_batch() -> bytes:
+    """A transactional batch of a producer id no coordinator gave out (4242, epoch 0)."""
     batch = wire.record_batch([(None, b"hanging")], int(time.time() * 1000))
     batch = wire.patch(batch, 21, struct.pack(">h", 0x10))  # transactional
-    batch = wire.patch(batch, 43, struct.pack(">qhi", 4242, 0, 0))  # producer id, epoch, sequence
+    return wire.patch(batch, 43, struct.pack(">qhi", 4242, 0, 0))  # producer id, epoch, sequence
+
+
+def test_a_transactional_write_outside_any_transaction_is_refused(bootstrap):
+    """The leader verifies a transactional batch with the transaction coordinator before it
+    opens a transaction on the partition (KIP-890): a made-up producer's is refused
+    (INVALID_PRODUCER_ID_MAPPING, or TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a
+    transactional id), so nothing holds read_committed consumers back."""
+    topic = unique_topic("txn-unverified")
+    create_topic(bootstrap, topic, partitions=1)
+    # A coordinator to ask (the first transactional client creates __transaction_state).
+    Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("first")}).init_transactions(30)
     with wire.Connection(bootstrap) as conn:
-        conn.send(wire.produce_request(9, next(_correlation), topic, 0, batch))
+        conn.send(wire.produce_request(9, next(_correlation), topic, 0, hanging_batch()))
+        assert wire.parse_produce_response(9, conn.recv_frame())["error_code"] == 53
+        conn.send(wire.produce_request(9, next(_correlation), topic, 0, hanging_batch(), transactional_id=unique_id("made-up")))
+        assert wire.parse_produce_response(9, conn.recv_frame())["error_code"] == 49
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    assert read_values(bootstrap, topic, 1, "read_committed") == ["after"]
+
+
+def test_a_hanging_transaction_is_found_and_aborted_with_kafka_transactions(make_weir, java):
+    """With verification off (`transaction.partition.verification.enable=false`), a
+    transactional batch written outside any transaction (a raw producer with a made-up producer
+    id) holds read_committed consumers back; `kafka-transactions find-hanging` finds it through
+    DescribeProducers, and `abort` ends it with an abort marker (WriteTxnMarkers to the
+    partition's leader), after which read_committed consumers read on without it."""
+    bootstrap = make_weir("hanging", env={"WEIR_TRANSACTION_PARTITION_VERIFICATION_ENABLE": "false"}).bootstrap
+    topic = unique_topic("txn-hanging")
+    create_topic(bootstrap, topic, partitions=1)
+    with wire.Connection(bootstrap) as conn:
+        conn.send(wire.produce_request(9, next(_correlation), topic, 0, hanging_batch(), transactional_id="made-up"))
         assert wire.parse_produce_response(9, conn.recv_frame())["error_code"] == 0
     plain = Producer({"bootstrap.servers": bootstrap})
     plain.produce(topic, value=b"after", partition=0)

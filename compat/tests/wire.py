@@ -200,17 +200,18 @@ def produce_is_flexible(version: int) -> bool:
     return version >= 9
 
 
-def produce_request(version: int, correlation_id: int, topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30000) -> bytes:
+def produce_request(version: int, correlation_id: int, topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30000,
+                    transactional_id: str | None = None) -> bytes:
     if not 3 <= version <= 12:
         raise ValueError(f"Produce v{version} is not supported by this encoder")
     if produce_is_flexible(version):
-        body = compact_string(None) + int16(acks) + int32(timeout_ms)
+        body = compact_string(transactional_id) + int16(acks) + int32(timeout_ms)
         body += uvarint(2) + compact_string(topic)
         body += uvarint(2) + int32(partition) + compact_bytes(records) + EMPTY_TAGS
         body += EMPTY_TAGS  # topic tags
         body += EMPTY_TAGS  # request tags
     else:
-        body = string(None) + int16(acks) + int32(timeout_ms)
+        body = string(transactional_id) + int16(acks) + int32(timeout_ms)
         body += int32(1) + string(topic)
         body += int32(1) + int32(partition) + int32(len(records)) + records
     return request(API_PRODUCE, version, correlation_id, body, produce_is_flexible(version))

@@ -13,6 +13,7 @@ use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
 
+use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
 use crate::endpoints::CLIENT_LISTENER;
@@ -22,7 +23,7 @@ use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::shutdown::stopping;
-use crate::txn_markers::{MarkerLinks, MarkersInFlight};
+use crate::txn_markers::{MarkersInFlight, REMOTE_MARKER_TIMEOUT};
 
 /// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,
@@ -80,7 +81,10 @@ pub struct Broker {
     /// `__transaction_state`, as the broker creates it and follows its leadership.
     pub(crate) transaction_topic: Arc<InternalTopic>,
     /// Connections to the other brokers for transaction markers.
-    pub(crate) marker_links: MarkerLinks,
+    pub(crate) marker_links: BrokerLinks,
+    /// Connections to the other brokers for verifications that a transaction holds a
+    /// partition.
+    pub(crate) verification_links: BrokerLinks,
     /// Prepared transactions whose markers are being written.
     pub(crate) markers_in_flight: MarkersInFlight,
     producer_ids: Mutex<ProducerIdBlock>,
@@ -158,7 +162,8 @@ impl Broker {
             offsets_topic,
             transactions,
             transaction_topic,
-            marker_links: MarkerLinks::default(),
+            marker_links: BrokerLinks::new(REMOTE_MARKER_TIMEOUT),
+            verification_links: BrokerLinks::new(REMOTE_VERIFY_TIMEOUT),
             markers_in_flight: MarkersInFlight::default(),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,

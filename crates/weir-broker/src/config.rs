@@ -148,6 +148,9 @@ pub struct BrokerConfig {
     given: BTreeMap<String, String>,
     /// `auto.create.topics.enable`.
     pub auto_create_topics_enable: bool,
+    /// `transaction.partition.verification.enable`: transactional writes are verified with
+    /// their transaction coordinator.
+    pub transaction_partition_verification_enable: bool,
     /// `num.partitions`.
     pub num_partitions: i32,
     /// `default.replication.factor`.
@@ -316,6 +319,9 @@ impl BrokerConfig {
         let config = BrokerConfig {
             given: properties.clone(),
             auto_create_topics_enable: boolean("auto.create.topics.enable"),
+            transaction_partition_verification_enable: boolean(
+                "transaction.partition.verification.enable",
+            ),
             num_partitions: long("num.partitions") as i32,
             default_replication_factor: long("default.replication.factor") as i16,
             socket_request_max_bytes: long("socket.request.max.bytes") as u32,

@@ -7,14 +7,14 @@ use bytes::Bytes;
 use std::sync::Arc;
 use weir_coordinator::{
     Appended, CoordinatorLog, LogEntry, ProducerIdAndEpoch, RecordVisitor, RuntimeError,
-    StoredRecord, TopicRuntime,
+    StoredRecord, TopicRuntime, TxnAppend,
 };
 use weir_log::batch::{
     build_keyed_batch, build_transactional_batch, marker_result, BatchHeader, KeyValue,
     ProducerFields, TxnResult,
 };
 use weir_log::records::for_each_stored_record;
-use weir_log::{validate, LogError, ValidBatch, ValidationLimits};
+use weir_log::{validate, LogError, ValidBatch, ValidationLimits, VerificationGuard};
 use weir_metadata::MetadataImage;
 
 use crate::config::{InternalTopicSpec, TopicSettings};
@@ -67,6 +67,7 @@ impl PartitionCoordinatorLog {
                 RuntimeError::TooLarge
             }
             LogError::InvalidProducerEpoch => RuntimeError::ProducerFenced,
+            LogError::NotInTransaction => RuntimeError::NotInTransaction,
             _ => RuntimeError::NotAvailable,
         })?;
         let sync = settings.flush_policy.sync_before_ack(-1);
@@ -100,7 +101,7 @@ impl CoordinatorLog for PartitionCoordinatorLog {
         &self,
         partition: i32,
         records: Vec<StoredRecord>,
-        transactional: Option<ProducerIdAndEpoch>,
+        transactional: Option<TxnAppend>,
     ) -> Result<Appended, RuntimeError> {
         let topic = self.topic;
         self.append_batch(partition, |now_ms, settings| {
@@ -110,7 +111,7 @@ impl CoordinatorLog for PartitionCoordinatorLog {
                 .collect();
             let batch = match transactional {
                 None => build_keyed_batch(&fields, now_ms, ProducerFields::NONE),
-                Some(producer) => build_transactional_batch(
+                Some(TxnAppend { producer, .. }) => build_transactional_batch(
                     &fields,
                     now_ms,
                     ProducerFields {
@@ -133,8 +134,11 @@ impl CoordinatorLog for PartitionCoordinatorLog {
             };
             // The coordinator's own bytes pass the same validation as any producer's; its
             // transactional writes carry no sequence of their own (only the epoch is checked).
+            let verification = transactional
+                .and_then(|t| t.verification)
+                .map(VerificationGuard::from_value);
             validate(Bytes::from(batch), &limits)
-                .map(ValidBatch::from_coordinator)
+                .map(|batch| batch.from_coordinator().verified(verification))
                 .map_err(|error| {
                     tracing::error!(target: "weir::coordinator", topic, %error, "built an invalid batch for an internal topic");
                     RuntimeError::NotAvailable

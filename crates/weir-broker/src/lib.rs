@@ -9,6 +9,7 @@
 //! outside the partition locks.
 
 pub mod broker;
+mod broker_links;
 pub mod cleaner;
 pub mod config;
 pub mod connections;
@@ -29,6 +30,7 @@ pub mod reply;
 pub mod server;
 mod shutdown;
 mod txn_markers;
+mod txn_verification;
 
 pub use broker::{Broker, BrokerIdentity};
 pub use config::{BrokerConfig, ConfigError, DynamicConfigs, FlushPolicy, TopicSettings};

@@ -1,13 +1,12 @@
-//! Transaction markers as the broker writes them ([`Marker`], [`AppendedMarker`]), the
-//! connections it sends them to other brokers on ([`MarkerLinks`]) and the transactions whose
-//! markers are being written ([`MarkersInFlight`]); `marker_writer` writes them.
+//! Transaction markers as the broker writes them ([`Marker`], [`AppendedMarker`]) and the
+//! transactions whose markers are being written ([`MarkersInFlight`]); `marker_writer` writes
+//! them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::ResponseError;
-use weir_client::{ClientError, Connection};
 use weir_coordinator::transaction::TxnMarkers;
 use weir_log::batch::TxnResult;
 
@@ -17,41 +16,7 @@ use crate::partition::{Partition, ReplicationWait};
 const MARKER_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a WriteTxnMarkers to another broker may take: its wait for the in-sync replicas,
 /// and the trip.
-const REMOTE_TIMEOUT: Duration = Duration::from_secs(35);
-
-/// Connections to the other brokers for WriteTxnMarkers, one per address (requests share it,
-/// pipelined), made on first use and again once closed; as many as brokers.
-#[derive(Default)]
-pub(crate) struct MarkerLinks {
-    links: std::sync::Mutex<HashMap<String, Arc<Connection>>>,
-}
-
-impl MarkerLinks {
-    /// The open connection to `address`, made now if there is none.
-    pub(crate) async fn to(
-        &self,
-        address: &str,
-        client_id: &str,
-    ) -> Result<Arc<Connection>, ClientError> {
-        let open = self
-            .lock()
-            .get(address)
-            .filter(|link| !link.is_closed())
-            .cloned();
-        if let Some(link) = open {
-            return Ok(link);
-        }
-        let link = Connection::connect(address, client_id, REMOTE_TIMEOUT).await?;
-        let mut links = self.lock();
-        links.retain(|_, link| !link.is_closed());
-        links.insert(address.to_string(), link.clone());
-        Ok(link)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
-        self.links.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+pub(crate) const REMOTE_MARKER_TIMEOUT: Duration = Duration::from_secs(35);
 
 /// One marker: whose transaction, and how it ended.
 #[derive(Debug, Clone, Copy)]

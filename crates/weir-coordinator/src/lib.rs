@@ -45,7 +45,7 @@ pub use group::{
 pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
 pub use runtime::{
     partition_for, Appended, CoordinatorLog, LogEntry, Pending, ProducerIdAndEpoch, RecordVisitor,
-    RuntimeError, StoredRecord, TopicRuntime,
+    RuntimeError, StoredRecord, TopicRuntime, TxnAppend,
 };
 pub use state::GroupState;
 
@@ -133,6 +133,10 @@ pub enum GroupError {
     /// `require_stable`): try again once it ends.
     #[error("the partition has offsets of a transaction still open")]
     UnstableOffsetCommit,
+    /// A transactional offset commit whose producer's transaction does not hold the group's
+    /// partition of the offsets topic (it was never added, or the transaction ended).
+    #[error("the group's offsets partition is not in the producer's transaction")]
+    NotInTransaction,
 }
 
 impl From<RuntimeError> for GroupError {
@@ -143,6 +147,7 @@ impl From<RuntimeError> for GroupError {
             RuntimeError::LoadInProgress => GroupError::CoordinatorLoadInProgress,
             RuntimeError::TooLarge => GroupError::InvalidCommitOffsetSize,
             RuntimeError::ProducerFenced => GroupError::InvalidProducerEpoch,
+            RuntimeError::NotInTransaction => GroupError::NotInTransaction,
         }
     }
 }

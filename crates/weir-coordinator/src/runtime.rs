@@ -60,6 +60,17 @@ pub struct ProducerIdAndEpoch {
     pub epoch: i16,
 }
 
+/// A batch of a producer's open transaction: the producer, and the guard of the verification
+/// that its transaction holds the partition (the log's `VerificationGuard`, as its number),
+/// which the batch that opens the transaction on the partition needs (KIP-890).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnAppend {
+    /// The producer and its epoch.
+    pub producer: ProducerIdAndEpoch,
+    /// The verification's guard; `None` when the transaction is open on the partition.
+    pub verification: Option<u64>,
+}
+
 /// Why the runtime cannot serve a key, or store a write, now; each shard's error type says
 /// it in its own protocol's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +90,10 @@ pub enum RuntimeError {
     /// A transactional write or marker of a producer epoch older than the partition knows.
     #[error("the producer's epoch is fenced")]
     ProducerFenced,
+    /// A transactional write that would open its transaction on the partition without a
+    /// current verification that the transaction holds it.
+    #[error("the partition is not in the producer's transaction")]
+    NotInTransaction,
 }
 
 /// A future the runtime awaits.
@@ -96,15 +111,15 @@ pub struct Appended {
 /// A runtime's access to its internal topic (`__consumer_offsets` for the group
 /// coordinator): the broker's partition API.
 pub trait CoordinatorLog: Send + Sync + 'static {
-    /// Appends `records` as one batch to `partition`; a batch of `transactional`'s open
-    /// transaction when given (its records count once a commit marker follows). Called under
+    /// Appends `records` as one batch to `partition`; a batch of the producer's open
+    /// transaction when `transactional` is given (its records count once a commit marker follows). Called under
     /// the coordinator's lock, so records land in the order the coordinator decided them;
     /// must not wait for the disk beyond a write to the page cache.
     fn append(
         &self,
         partition: i32,
         records: Vec<StoredRecord>,
-        transactional: Option<ProducerIdAndEpoch>,
+        transactional: Option<TxnAppend>,
     ) -> Result<Appended, RuntimeError>;
 
     /// Appends the marker that ends `producer`'s transaction on `partition` (a commit, else
@@ -446,20 +461,22 @@ impl<S: Shard> Runtime<S> {
     /// [`Runtime::write`] of records in `producer`'s open transaction: one transactional
     /// batch, applied once durable with [`Shard::apply_transactional`], so they count only
     /// once the transaction's commit marker follows. A producer epoch the partition knows a
-    /// newer one of is refused ([`RuntimeError::ProducerFenced`]).
+    /// newer one of is refused ([`RuntimeError::ProducerFenced`]), as is a batch that would
+    /// open the transaction without the guard of a current verification
+    /// ([`RuntimeError::NotInTransaction`]).
     pub(crate) async fn write_transactional<R: Send>(
         &self,
         key: &str,
-        producer: ProducerIdAndEpoch,
+        transactional: TxnAppend,
         decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
     ) -> Result<Written<R, S::Error>, S::Error> {
-        self.write_as(key, Some(producer), decide).await
+        self.write_as(key, Some(transactional), decide).await
     }
 
     async fn write_as<R: Send>(
         &self,
         key: &str,
-        transactional: Option<ProducerIdAndEpoch>,
+        transactional: Option<TxnAppend>,
         decide: impl FnOnce(&S, Now) -> Result<Decision<R, S::Record>, S::Error> + Send,
     ) -> Result<Written<R, S::Error>, S::Error> {
         let (answer, records, appended) = {
@@ -484,7 +501,7 @@ impl<S: Shard> Runtime<S> {
             }
         };
         let stored = appended.durable.await;
-        let producer_id = transactional.map(|p| p.producer_id);
+        let producer_id = transactional.map(|t| t.producer.producer_id);
         self.settle(
             key,
             records,
@@ -575,7 +592,7 @@ impl<S: Shard> Runtime<S> {
         shard: &mut S,
         key: &str,
         records: &[S::Record],
-        transactional: Option<ProducerIdAndEpoch>,
+        transactional: Option<TxnAppend>,
     ) -> Result<Appended, RuntimeError> {
         let appended = self.log.append(
             partition,

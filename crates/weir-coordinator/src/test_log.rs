@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::runtime::{
     Appended, CoordinatorLog, LogEntry, ProducerIdAndEpoch, RecordVisitor, RuntimeError,
-    StoredRecord,
+    StoredRecord, TxnAppend,
 };
 
 /// One entry of a partition in memory.
@@ -119,8 +119,9 @@ impl CoordinatorLog for MemoryLog {
         &self,
         partition: i32,
         records: Vec<StoredRecord>,
-        transactional: Option<ProducerIdAndEpoch>,
+        transactional: Option<TxnAppend>,
     ) -> Result<Appended, RuntimeError> {
+        let transactional = transactional.map(|t| t.producer);
         let producer_id = transactional.map(|p| p.producer_id);
         let entries = records
             .into_iter()

@@ -190,11 +190,40 @@ pub fn producer_batch(
     producer_batch_with(timestamp_ms, Compression::None, producer, records)
 }
 
+/// One uncompressed batch of a transactional producer: `(producer id, epoch, base sequence)`.
+pub fn transactional_batch(
+    timestamp_ms: i64,
+    producer: (i64, i16, i32),
+    records: &[(Option<&str>, &str)],
+) -> Bytes {
+    sealed(
+        timestamp_ms,
+        Compression::None,
+        producer,
+        records,
+        ATTR_TRANSACTIONAL,
+    )
+}
+
+/// The attributes bit of a transactional batch.
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+
 fn producer_batch_with(
+    timestamp_ms: i64,
+    compression: Compression,
+    producer: (i64, i16, i32),
+    records: &[(Option<&str>, &str)],
+) -> Bytes {
+    sealed(timestamp_ms, compression, producer, records, 0)
+}
+
+/// A batch of `records` with `attributes` added to the compression's.
+fn sealed(
     timestamp_ms: i64,
     compression: Compression,
     (producer_id, producer_epoch, base_sequence): (i64, i16, i32),
     records: &[(Option<&str>, &str)],
+    attributes: i16,
 ) -> Bytes {
     let mut encoded = Vec::new();
     for (i, (key, value)) in records.iter().enumerate() {
@@ -214,13 +243,14 @@ fn producer_batch_with(
         base_sequence,
     };
     let count = records.len() as i32;
-    let header = BatchHeader::new(
+    let mut header = BatchHeader::new(
         count,
         compression as i16,
         timestamp_ms,
         timestamp_ms,
         producer,
     );
+    header.attributes |= attributes;
     Bytes::from(seal(&header, &encoded, Levels::DEFAULT))
 }
 

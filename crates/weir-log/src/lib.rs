@@ -30,7 +30,7 @@ pub use crate::log::{
 };
 pub use batch::{BatchError, BatchHeader, RecordError, RECORD_ERRORS_MAX};
 pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
-pub use producer_state::{AbortedTxn, ActiveProducer};
+pub use producer_state::{AbortedTxn, ActiveProducer, VerificationGuard};
 pub use records::ValidationLimits;
 pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};
 pub use validate::{validate, ValidBatch};
@@ -62,6 +62,10 @@ pub enum LogError {
     /// An idempotent batch from an older producer epoch.
     #[error("producer epoch is older than the current one")]
     InvalidProducerEpoch,
+    /// A transactional batch would open its producer's transaction here without the guard of
+    /// a verification that the transaction holds this partition (KIP-890).
+    #[error("the partition was not added to the transaction")]
+    NotInTransaction,
     /// A batch kind this version of Weir does not store yet.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),

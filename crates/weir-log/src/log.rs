@@ -22,7 +22,7 @@ use crate::checkpoint::{
 };
 use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, SourceSegment};
 use crate::producer_state::{
-    AbortedTxn, ActiveProducer, BatchMetadata, ProducerStateTable, SequenceCheck,
+    AbortedTxn, ActiveProducer, BatchMetadata, ProducerStateTable, SequenceCheck, VerificationGuard,
 };
 use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
@@ -763,6 +763,17 @@ impl Log {
         self.deleted.load(Ordering::Acquire)
     }
 
+    /// The guard a transactional batch of `producer_id` at `epoch` needs before it may open
+    /// the producer's transaction here, once the transaction coordinator confirmed the
+    /// partition is in it; `None` when the transaction is open here already.
+    pub fn start_txn_verification(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Option<VerificationGuard> {
+        self.producers.start_verification(producer_id, epoch)
+    }
+
     /// Checks the idempotent-producer sequence, assigns offsets and appends a validated batch:
     /// the stored bytes are the producer's, with only base offset and leader epoch patched.
     /// The high watermark moves to the new log end unless the log is replicated
@@ -804,6 +815,9 @@ impl Log {
             }
             SequenceCheck::OutOfOrder => return Err(LogError::OutOfOrderSequence),
             SequenceCheck::StaleEpoch => return Err(LogError::InvalidProducerEpoch),
+        }
+        if !self.producers.check_verified(&header, batch.verification()) {
+            return Err(LogError::NotInTransaction);
         }
         let base_offset = self.log_end_offset;
         let next_offset = base_offset

@@ -10,7 +10,8 @@
 //! last stable offset), and the transactions aborted here (producer, first offset, offset of
 //! the abort marker) that such consumers are told to skip.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -74,6 +75,38 @@ pub struct AbortedTxn {
     pub last_offset: i64,
 }
 
+/// Verifications in flight per partition: past it the oldest is withdrawn (its batch is then
+/// refused as not in the transaction, and its producer aborts and tries again).
+pub const VERIFICATIONS_MAX: usize = 10_000;
+
+/// Proof that the transaction coordinator was asked whether a producer's transaction holds
+/// this partition: taken with [`ProducerStateTable::start_verification`], handed back with the
+/// batch ([`crate::ValidBatch::verified`]), valid until a marker of the producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerificationGuard(u64);
+
+impl VerificationGuard {
+    /// The guard as a number, to carry through layers that do not know this type.
+    pub fn value(self) -> u64 {
+        self.0
+    }
+
+    /// The guard [`VerificationGuard::value`] gave.
+    pub fn from_value(value: u64) -> VerificationGuard {
+        VerificationGuard(value)
+    }
+}
+
+/// Source of guard values, unique in the process.
+static NEXT_GUARD: AtomicU64 = AtomicU64::new(1);
+
+/// A verification in flight: the producer's epoch and its guard.
+#[derive(Debug, Clone, Copy)]
+struct Verifying {
+    epoch: i16,
+    guard: VerificationGuard,
+}
+
 /// How an idempotent batch relates to what the partition already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SequenceCheck {
@@ -100,6 +133,12 @@ pub struct ProducerStateTable {
     /// Transactions aborted here, by the offset of their marker.
     #[serde(default)]
     aborted: Vec<AbortedTxn>,
+    /// Verifications in flight, by producer id.
+    #[serde(skip)]
+    verifying: HashMap<i64, Verifying>,
+    /// The same, by guard (oldest first): the withdrawal order past [`VERIFICATIONS_MAX`].
+    #[serde(skip)]
+    verifying_by_guard: BTreeMap<u64, i64>,
 }
 
 fn in_sequence(last_sequence: i32, next_first: i32) -> bool {
@@ -154,6 +193,65 @@ impl ProducerStateTable {
                 SequenceCheck::StaleEpoch
             }
             _ => SequenceCheck::Append,
+        }
+    }
+
+    /// Whether `producer_id` at `epoch` has a transaction open here (its next transactional
+    /// batch needs no verification).
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.epoch == epoch && e.ongoing_first_offset.is_some())
+    }
+
+    /// The guard a transactional batch of `producer_id` at `epoch` needs once its partition
+    /// is verified: `None` when its transaction is open here already. A verification in
+    /// flight for the same producer and epoch shares its guard.
+    pub fn start_verification(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Option<VerificationGuard> {
+        if self.in_transaction(producer_id, epoch) {
+            return None;
+        }
+        if let Some(v) = self.verifying.get(&producer_id) {
+            if v.epoch == epoch {
+                return Some(v.guard);
+            }
+        }
+        self.withdraw_verification(producer_id);
+        while self.verifying.len() >= VERIFICATIONS_MAX {
+            let Some((_, oldest)) = self.verifying_by_guard.pop_first() else {
+                break;
+            };
+            self.verifying.remove(&oldest);
+        }
+        let guard = VerificationGuard(NEXT_GUARD.fetch_add(1, Ordering::Relaxed));
+        self.verifying
+            .insert(producer_id, Verifying { epoch, guard });
+        self.verifying_by_guard.insert(guard.0, producer_id);
+        Some(guard)
+    }
+
+    /// Whether a transactional (non-control) batch may be appended: its transaction is open
+    /// here, or `guard` is the producer's verification in flight at the batch's epoch.
+    pub fn check_verified(&self, header: &BatchHeader, guard: Option<VerificationGuard>) -> bool {
+        if !header.is_transactional() || header.is_control() {
+            return true;
+        }
+        if self.in_transaction(header.producer_id, header.producer_epoch) {
+            return true;
+        }
+        self.verifying
+            .get(&header.producer_id)
+            .is_some_and(|v| v.epoch == header.producer_epoch && Some(v.guard) == guard)
+    }
+
+    /// Drops `producer_id`'s verification in flight, if any.
+    fn withdraw_verification(&mut self, producer_id: i64) {
+        if let Some(v) = self.verifying.remove(&producer_id) {
+            self.verifying_by_guard.remove(&v.guard.0);
         }
     }
 
@@ -230,6 +328,12 @@ impl ProducerStateTable {
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
+        }
+        if header.is_control() || header.is_transactional() {
+            // A marker ends what was verified; a batch that opens the transaction used it.
+            if let Some(v) = self.verifying.remove(&header.producer_id) {
+                self.verifying_by_guard.remove(&v.guard.0);
+            }
         }
         if header.is_control() {
             if let Some(first_offset) = entry.ongoing_first_offset.take() {

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use crate::batch::{build_marker, invalid, validate_header, BatchError, BatchHeader, TxnResult};
+use crate::producer_state::VerificationGuard;
 use crate::records::{validate_records, ValidationLimits};
 
 /// A batch that passed every check, with the facts about it the log needs. Only
@@ -18,6 +19,8 @@ pub struct ValidBatch {
     /// producer's sequences are not checked, only its epoch, as Kafka appends with origin
     /// `COORDINATOR`.
     from_coordinator: bool,
+    /// The guard of the verification that its transaction holds the partition.
+    verification: Option<VerificationGuard>,
 }
 
 impl ValidBatch {
@@ -27,6 +30,19 @@ impl ValidBatch {
     pub fn from_coordinator(mut self) -> ValidBatch {
         self.from_coordinator = true;
         self
+    }
+
+    /// The batch with the guard of the verification that its producer's transaction holds
+    /// the partition ([`crate::Log::start_txn_verification`]): a transactional batch that
+    /// opens its transaction on the partition is appended only with it.
+    pub fn verified(mut self, guard: Option<VerificationGuard>) -> ValidBatch {
+        self.verification = guard;
+        self
+    }
+
+    /// The guard [`ValidBatch::verified`] gave it.
+    pub fn verification(&self) -> Option<VerificationGuard> {
+        self.verification
     }
 
     /// Whether [`ValidBatch::from_coordinator`] made it.
@@ -78,6 +94,7 @@ impl ValidBatch {
             max_timestamp: now_ms,
             log_append_time: false,
             from_coordinator: false,
+            verification: None,
         }
     }
 
@@ -129,5 +146,6 @@ pub fn validate(bytes: Bytes, limits: &ValidationLimits) -> Result<ValidBatch, B
         },
         log_append_time: limits.log_append_time,
         from_coordinator: false,
+        verification: None,
     })
 }

@@ -85,7 +85,13 @@ fn append(log: &mut Log, batch: Vec<u8>) {
         &ValidationLimits::unbounded_time(DECOMPRESSED_MAX),
     )
     .expect("valid batch");
-    log.append(&valid).expect("append");
+    // A transactional batch here stands for one its transaction coordinator verified.
+    let header = *valid.header();
+    let guard = match header.is_transactional() {
+        true => log.start_txn_verification(header.producer_id, header.producer_epoch),
+        false => None,
+    };
+    log.append(&valid.verified(guard)).expect("append");
 }
 
 /// Every record readable from `from`, by fetching as a consumer does.

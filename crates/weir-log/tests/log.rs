@@ -51,7 +51,13 @@ fn append(log: &mut Log, bytes: Vec<u8>) -> Result<weir_log::AppendInfo, LogErro
         Bytes::from(bytes),
         &ValidationLimits::unbounded_time(1 << 20),
     )?;
-    log.append(&valid)
+    // A transactional batch here stands for one its transaction coordinator verified.
+    let header = *valid.header();
+    let guard = match header.is_transactional() {
+        true => log.start_txn_verification(header.producer_id, header.producer_epoch),
+        false => None,
+    };
+    log.append(&valid.verified(guard))
 }
 
 /// Whole batches in `bytes` (a trailing partial batch is dropped, as clients do).
@@ -467,6 +473,61 @@ fn transactional_batches_and_their_markers_are_appended() {
         5
     );
     assert_eq!(follower.log_end_offset(), 5);
+}
+
+/// A transactional batch opens its producer's transaction only with the guard of a
+/// verification in flight: none, a stale one (a marker came between the verification and the
+/// append) or another producer's is refused and changes nothing; once open, the transaction's
+/// next batches need none, and a retried batch is still a duplicate.
+#[test]
+fn a_transaction_opens_only_with_its_verification_guard() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let mut log = open(dir.path(), &clock, small_segments());
+    let txn_batch = |id, seq| {
+        let fields = ProducerFields {
+            producer_id: id,
+            producer_epoch: 0,
+            base_sequence: seq,
+        };
+        validate(
+            Bytes::from(transactional(build_batch(&[b"t"], 0, fields))),
+            &ValidationLimits::unbounded_time(1 << 20),
+        )
+        .expect("valid")
+    };
+    assert!(matches!(
+        log.append(&txn_batch(4, 0)),
+        Err(LogError::NotInTransaction)
+    ));
+    let stale = log.start_txn_verification(4, 0).expect("a guard");
+    assert_eq!(log.start_txn_verification(4, 0), Some(stale), "shared");
+    let other = log.start_txn_verification(5, 0).expect("a guard");
+    assert!(matches!(
+        log.append(&txn_batch(4, 0).verified(Some(other))),
+        Err(LogError::NotInTransaction)
+    ));
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Abort, 0, 0))
+        .expect("marker");
+    assert!(matches!(
+        log.append(&txn_batch(4, 0).verified(Some(stale))),
+        Err(LogError::NotInTransaction)
+    ));
+    assert_eq!(log.log_end_offset(), 1, "only the marker");
+    let guard = log.start_txn_verification(4, 0);
+    assert!(guard.is_some_and(|g| g != stale));
+    let first = log.append(&txn_batch(4, 0).verified(guard)).expect("opens");
+    assert_eq!(log.start_txn_verification(4, 0), None, "open here");
+    log.append(&txn_batch(4, 1))
+        .expect("inside the transaction");
+    let retry = log.append(&txn_batch(4, 0)).expect("retry");
+    assert!(retry.duplicate && retry.base_offset == first.base_offset);
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 0, 0))
+        .expect("commit");
+    assert!(matches!(
+        log.append(&txn_batch(4, 2).verified(guard)),
+        Err(LogError::NotInTransaction)
+    ));
 }
 
 /// The last stable offset stops at the oldest open transaction, and aborted transactions are

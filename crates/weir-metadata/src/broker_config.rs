@@ -288,6 +288,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "segment.bytes of __transaction_state (smaller segments make its cleaning cheaper).",
     ),
     setting(
+        "transaction.partition.verification.enable",
+        "true",
+        BOOLEAN,
+        "Before a transactional batch opens its transaction on a partition, ask the transaction coordinator whether the transaction holds that partition (KIP-890); refused otherwise. Off only to let old or broken producers leave transactions open.",
+    ),
+    setting(
         "transaction.max.timeout.ms",
         "900000",
         int(1, i32::MAX as i64),

@@ -31,7 +31,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::DeleteTopics, 1, 6),
     range(ApiKey::DeleteRecords, 0, 2),
     range(ApiKey::InitProducerId, 0, 4),
-    range(ApiKey::AddPartitionsToTxn, 0, 3),
+    range(ApiKey::AddPartitionsToTxn, 0, 5),
     range(ApiKey::AddOffsetsToTxn, 0, 4),
     range(ApiKey::EndTxn, 0, 4),
     range(ApiKey::TxnOffsetCommit, 0, 4),

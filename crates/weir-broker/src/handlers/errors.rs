@@ -50,6 +50,7 @@ impl From<&LogError> for ErrorReply {
             LogError::RecordListTooLarge { .. } => ResponseError::RecordListTooLarge,
             LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+            LogError::NotInTransaction => ResponseError::InvalidTxnState,
             LogError::OffsetOutOfRange { .. } | LogError::NonContiguous { .. } => {
                 ResponseError::OffsetOutOfRange
             }
@@ -120,6 +121,7 @@ pub fn group_error(error: GroupError) -> ResponseError {
         GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
         GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
         GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
+        GroupError::NotInTransaction => ResponseError::InvalidTxnState,
     }
 }
 
@@ -135,6 +137,7 @@ pub fn txn_error(error: TxnError) -> ResponseError {
         TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
         TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
         TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
+        TxnError::TransactionAbortable => ResponseError::TransactionAbortable,
         TxnError::RecordTooLarge => ResponseError::RecordListTooLarge,
     }
 }

@@ -44,7 +44,7 @@ fn optional(s: &Option<StrBytes>) -> Option<&str> {
 type Unlocated = (ResponseError, String);
 
 /// The broker leading the partition of `topic` that holds `key`, if it has a leader.
-fn key_leader(image: &MetadataImage, topic: &str, key: &str) -> Option<i32> {
+pub(crate) fn key_leader(image: &MetadataImage, topic: &str, key: &str) -> Option<i32> {
     let topic = image.topic(topic)?;
     let partition = partition_for(key, topic.partition_count());
     topic

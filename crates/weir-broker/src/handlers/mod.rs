@@ -10,7 +10,7 @@ mod consumer_groups;
 mod delete_records;
 pub(crate) mod errors;
 mod fetch;
-mod groups;
+pub(crate) mod groups;
 mod list_offsets;
 mod log_dirs;
 mod metadata;
@@ -272,7 +272,7 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         }),
         RequestKind::TxnOffsetCommit(req) => Box::pin(async move {
             respond(ResponseKind::TxnOffsetCommit(
-                offsets::commit_transactional(&broker, req).await,
+                offsets::commit_transactional(&broker, req, version).await,
             ))
         }),
         RequestKind::EndTxn(req) => Box::pin(async move {

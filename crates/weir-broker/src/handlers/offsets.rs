@@ -1,5 +1,6 @@
 //! Committed offsets: OffsetCommit (key 8, v2–9; from v9 the generation is a consumer-protocol
-//! member's epoch), TxnOffsetCommit (key 28, v0–4: offsets in a producer's transaction),
+//! member's epoch), TxnOffsetCommit (key 28, v0–4: offsets in a producer's transaction, verified with its
+//! transaction coordinator),
 //! OffsetFetch (key 9, v1–9, one group per request below v8, many from v8; v9 names the
 //! member; from v7 `require_stable`) and OffsetDelete (key 47, v0). Offsets for partitions
 //! that do not exist are refused with UNKNOWN_TOPIC_OR_PARTITION and change nothing.
@@ -32,7 +33,11 @@ use kafka_protocol::messages::{
     TxnOffsetCommitResponse,
 };
 use kafka_protocol::ResponseError;
-use weir_coordinator::{CommitEntry, FetchedOffset, GroupError, ProducerIdAndEpoch, TxnCommit};
+use weir_coordinator::{
+    partition_for, CommitEntry, FetchedOffset, GroupError, ProducerIdAndEpoch, TxnCommit,
+    OFFSETS_TOPIC,
+};
+use weir_log::VerificationGuard;
 
 use crate::broker::Broker;
 use crate::handlers::errors::{group_code, group_error};
@@ -132,13 +137,12 @@ impl CommitSlots {
     }
 
     /// The answer's topics, each partition with its error code given what the coordinator
-    /// answered (`map` turns a refusal of the whole request into its error): the partitions
+    /// answered (or the error refusing the whole request): the partitions
     /// refused here first, then the others, each in request order and grouped by topic, as
     /// Kafka answers; `topic` and `partition` make the response's types.
     fn answer<T, P>(
         self,
-        outcome: &Result<Vec<Result<(), GroupError>>, GroupError>,
-        map: impl Fn(GroupError) -> GroupError,
+        outcome: &Result<Vec<Result<(), GroupError>>, ResponseError>,
         topic: impl Fn(TopicName, Vec<P>) -> T,
         partition: impl Fn(i32, i16) -> P,
     ) -> Vec<T> {
@@ -150,7 +154,7 @@ impl CommitSlots {
             let code = match (entry, outcome) {
                 (Err(refused), _) => refused.code(),
                 (Ok(entry), Ok(results)) => group_code(results[entry]),
-                (Ok(_), Err(error)) => group_code(Err(map(*error))),
+                (Ok(_), Err(error)) => error.code(),
             };
             let answered = partition(index, code);
             match positions.get(&name) {
@@ -193,13 +197,12 @@ pub async fn commit(
     };
     let mut response = OffsetCommitResponse::default();
     // A member's commit to a group that does not exist: GROUP_ID_NOT_FOUND from v9.
-    let map = |error| match error {
-        GroupError::GroupIdNotFound if version < 9 => GroupError::IllegalGeneration,
-        error => error,
-    };
+    let outcome = outcome.map_err(|error| match error {
+        GroupError::GroupIdNotFound if version < 9 => ResponseError::IllegalGeneration,
+        error => group_error(error),
+    });
     response.topics = read.answer(
         &outcome,
-        map,
         |name, partitions| {
             let mut t = OffsetCommitResponseTopic::default();
             t.name = name;
@@ -217,34 +220,48 @@ pub async fn commit(
 }
 
 /// TxnOffsetCommit: the known partitions' offsets are stored in the producer's transaction in
-/// one batch, answered once durable; they count once the transaction commits.
+/// one batch, answered once durable; they count once the transaction commits. The batch that
+/// opens the transaction on the group's partition of `__consumer_offsets` is written only once
+/// the transaction coordinator confirmed the transaction holds that partition (KIP-890), so a
+/// producer that never added it cannot hold the group's offsets back.
 pub async fn commit_transactional(
     broker: &Arc<Broker>,
     request: TxnOffsetCommitRequest,
+    version: i16,
 ) -> TxnOffsetCommitResponse {
     let read = CommitSlots::read(broker, &request.topics);
+    let producer = ProducerIdAndEpoch {
+        producer_id: request.producer_id.0,
+        epoch: request.producer_epoch,
+    };
     let outcome = if read.entries.is_empty() {
         Ok(Vec::new())
     } else {
-        let commit = TxnCommit {
-            group_id: request.group_id.as_str(),
-            producer: ProducerIdAndEpoch {
-                producer_id: request.producer_id.0,
-                epoch: request.producer_epoch,
-            },
-            generation: request.generation_id,
-            member_id: request.member_id.as_str(),
-            instance_id: request.group_instance_id.as_ref().map(|s| s.as_str()),
-        };
-        broker
-            .coordinator
-            .commit_transactional_offsets(commit, &read.entries)
-            .await
+        match verify_offsets_partition(broker, &request, producer, version).await {
+            Err(error) => Err(error),
+            Ok(verification) => {
+                let commit = TxnCommit {
+                    group_id: request.group_id.as_str(),
+                    producer,
+                    generation: request.generation_id,
+                    member_id: request.member_id.as_str(),
+                    instance_id: request.group_instance_id.as_ref().map(|s| s.as_str()),
+                    verification: verification.map(VerificationGuard::value),
+                };
+                broker
+                    .coordinator
+                    .commit_transactional_offsets(commit, &read.entries)
+                    .await
+                    .map_err(|error| match error {
+                        GroupError::NotInTransaction => not_in_transaction(version),
+                        error => group_error(error),
+                    })
+            }
+        }
     };
     let mut response = TxnOffsetCommitResponse::default();
     response.topics = read.answer(
         &outcome,
-        |error| error,
         |name, partitions| {
             let mut t = TxnOffsetCommitResponseTopic::default();
             t.name = name;
@@ -259,6 +276,65 @@ pub async fn commit_transactional(
         },
     );
     response
+}
+
+/// Asks the transaction coordinator whether the producer's transaction holds the group's
+/// partition of `__consumer_offsets`, unless the transaction is open there already; returns
+/// the guard the commit's batch needs (`None`: none needed), or the error to answer with, as
+/// Kafka answers a client of `version`.
+async fn verify_offsets_partition(
+    broker: &Arc<Broker>,
+    request: &TxnOffsetCommitRequest,
+    producer: ProducerIdAndEpoch,
+    version: i16,
+) -> Result<Option<VerificationGuard>, ResponseError> {
+    let index = partition_for(
+        request.group_id.as_str(),
+        broker.offsets_topic.runtime.partitions(),
+    );
+    // Not led here: the coordinator refuses the commit as it stands.
+    let Ok(partition) = super::led_partition(broker, OFFSETS_TOPIC, index) else {
+        return Ok(None);
+    };
+    let guard = partition
+        .log_mut()
+        .start_txn_verification(producer.producer_id, producer.epoch);
+    let Some(guard) = guard else {
+        return Ok(None);
+    };
+    if !broker.config.transaction_partition_verification_enable {
+        return Ok(Some(guard));
+    }
+    let verified = broker
+        .verify_in_transaction(
+            request.transactional_id.as_str(),
+            producer,
+            &[(OFFSETS_TOPIC, index)],
+        )
+        .await;
+    match verified.into_iter().next().unwrap_or(Ok(())) {
+        Ok(()) => Ok(Some(guard)),
+        Err(ResponseError::TransactionAbortable) => Err(not_in_transaction(version)),
+        Err(ResponseError::ProducerFenced) => Err(ResponseError::InvalidProducerEpoch),
+        // The coordinator could not answer now: the client retries without a new lookup.
+        Err(
+            ResponseError::NetworkException
+            | ResponseError::ConcurrentTransactions
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::NotCoordinator
+            | ResponseError::CoordinatorLoadInProgress,
+        ) => Err(ResponseError::CoordinatorLoadInProgress),
+        Err(error) => Err(error),
+    }
+}
+
+/// A transactional commit whose transaction does not hold the group's partition:
+/// TRANSACTION_ABORTABLE for clients of version 4 on, INVALID_TXN_STATE before.
+fn not_in_transaction(version: i16) -> ResponseError {
+    match version {
+        4.. => ResponseError::TransactionAbortable,
+        _ => ResponseError::InvalidTxnState,
+    }
 }
 
 /// One group's committed offsets: the requested partitions (-1 where nothing is committed),

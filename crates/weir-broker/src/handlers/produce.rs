@@ -1,6 +1,8 @@
-//! Produce (key 0), v3–11: check and validate each partition's batch, append them in request
-//! order (on a blocking thread unless the request is small and uncompressed), then answer once
-//! the writes are as durable as `acks` and the topic's `flush.policy` require.
+//! Produce (key 0), v3–11: check and validate each partition's batch, verify with the
+//! transaction coordinator each transactional batch that would open its producer's
+//! transaction on its partition (`txn_verification`), append them in request order (on a
+//! blocking thread unless the request is small and uncompressed), then answer once the writes
+//! are as durable as `acks` and the topic's `flush.policy` require.
 
 use std::sync::Arc;
 
@@ -10,9 +12,10 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
+use weir_coordinator::ProducerIdAndEpoch;
 use weir_log::batch::BatchHeader;
 use weir_log::compress::recompress;
-use weir_log::{validate, AppendInfo, LogError, ValidationLimits};
+use weir_log::{validate, AppendInfo, LogError, ValidationLimits, VerificationGuard};
 use weir_metadata::is_internal_topic;
 
 use crate::broker::Broker;
@@ -112,6 +115,8 @@ struct Job {
     /// When the request was taken up, by the broker's clock (what timestamps are checked
     /// against).
     now_ms: i64,
+    /// The guard of the verification that the producer's transaction holds the partition.
+    verification: Option<VerificationGuard>,
 }
 
 type Outcome = Result<AppendInfo, ErrorReply>;
@@ -152,6 +157,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
                     partition,
                     records,
                     now_ms,
+                    verification: None,
                 }),
                 Err(error) => {
                     any_error = true;
@@ -162,6 +168,15 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         }
         topic_response.name = topic.name;
         response.responses.push(topic_response);
+    }
+    let transactional_id = request.transactional_id.as_ref().map(|id| id.as_str());
+    for (job, error) in verify_transactional(broker, transactional_id, &mut jobs, version).await {
+        any_error = true;
+        set_error(
+            &mut response.responses[job.topic].partition_responses[job.slot],
+            &error,
+            version,
+        );
     }
     // Decompressing or recompressing is CPU work, done off the connection's task.
     let compressed = jobs.iter().any(|j| {
@@ -233,6 +248,120 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         replicated,
         timeout,
         any_error,
+    }
+}
+
+/// Verifies with the transaction coordinator every transactional batch of `jobs` that would
+/// open its producer's transaction on its partition, and gives each its guard; returns the
+/// jobs refused (taken out of `jobs`) with their errors, worded as Kafka words them to a
+/// producer of `version`: a partition the transaction does not hold is TRANSACTION_ABORTABLE
+/// (INVALID_TXN_STATE before v11), a fenced producer INVALID_PRODUCER_EPOCH, and a coordinator
+/// that could not answer NOT_ENOUGH_REPLICAS, which every client retries.
+async fn verify_transactional(
+    broker: &Arc<Broker>,
+    transactional_id: Option<&str>,
+    jobs: &mut Vec<Job>,
+    version: i16,
+) -> Vec<(Job, ErrorReply)> {
+    let producers: Vec<ProducerIdAndEpoch> = jobs
+        .iter()
+        .filter_map(|job| BatchHeader::parse(&job.records))
+        .filter(|h| h.is_transactional() && h.has_producer_id())
+        .map(|h| ProducerIdAndEpoch {
+            producer_id: h.producer_id,
+            epoch: h.producer_epoch,
+        })
+        .collect();
+    let Some(producer) = producers.first().copied() else {
+        return Vec::new();
+    };
+    let refuse_all = |jobs: &mut Vec<Job>, error: ErrorReply| {
+        jobs.drain(..).map(|job| (job, error.clone())).collect()
+    };
+    let Some(transactional_id) = transactional_id.filter(|id| !id.is_empty()) else {
+        return refuse_all(
+            jobs,
+            ErrorReply::new(
+                ResponseError::TransactionalIdAuthorizationFailed,
+                "transactional records need the request's transactional id",
+            ),
+        );
+    };
+    if producers.iter().any(|p| *p != producer) {
+        return refuse_all(
+            jobs,
+            ErrorReply::new(
+                ResponseError::InvalidProducerIdMapping,
+                "transactional records of more than one producer id or epoch in one request",
+            ),
+        );
+    }
+    let mut unverified: Vec<(usize, VerificationGuard)> = Vec::new();
+    for (at, job) in jobs.iter().enumerate() {
+        let transactional = BatchHeader::parse(&job.records).is_some_and(|h| h.is_transactional());
+        let guard = transactional
+            .then(|| {
+                job.partition
+                    .log_mut()
+                    .start_txn_verification(producer.producer_id, producer.epoch)
+            })
+            .flatten();
+        if let Some(guard) = guard {
+            unverified.push((at, guard));
+        }
+    }
+    if unverified.is_empty() || !broker.config.transaction_partition_verification_enable {
+        for (at, guard) in unverified {
+            jobs[at].verification = Some(guard);
+        }
+        return Vec::new();
+    }
+    let partitions: Vec<(&str, i32)> = unverified
+        .iter()
+        .map(|(at, _)| {
+            (
+                jobs[*at].partition.topic.as_str(),
+                jobs[*at].partition.index,
+            )
+        })
+        .collect();
+    let results = broker
+        .verify_in_transaction(transactional_id, producer, &partitions)
+        .await;
+    let mut refused = Vec::new();
+    for ((at, guard), result) in unverified.iter().zip(results).rev() {
+        match result {
+            Ok(()) => jobs[*at].verification = Some(*guard),
+            Err(error) => refused.push((jobs.remove(*at), verification_error(error, version))),
+        }
+    }
+    refused
+}
+
+/// A verification's failure as Kafka answers it to a producer of `version`.
+fn verification_error(error: ResponseError, version: i16) -> ErrorReply {
+    match error {
+        ResponseError::TransactionAbortable if version < 11 => ErrorReply::new(
+            ResponseError::InvalidTxnState,
+            "the partition was not added to the transaction",
+        ),
+        ResponseError::TransactionAbortable => ErrorReply::new(
+            error,
+            "the partition was not added to the transaction",
+        ),
+        ResponseError::ProducerFenced => ErrorReply::new(
+            ResponseError::InvalidProducerEpoch,
+            "a newer producer with the same transactional id fenced this one",
+        ),
+        ResponseError::ConcurrentTransactions
+        | ResponseError::NetworkException
+        | ResponseError::CoordinatorLoadInProgress
+        | ResponseError::CoordinatorNotAvailable
+        | ResponseError::NotCoordinator => ErrorReply::new(
+            ResponseError::NotEnoughReplicas,
+            format!("unable to verify the partition has been added to the transaction; underlying error: {error:?}"),
+        ),
+        error => ErrorReply::new(error, "the transaction coordinator refused the verification"),
     }
 }
 
@@ -355,7 +484,9 @@ fn validate_and_append(job: &Job) -> Outcome {
         .map_err(|e| refused(e.into()))?;
         batch = validate(recompressed, &limits).map_err(|e| refused(e.into()))?;
     }
-    job.partition.append(&batch).map_err(refused)
+    job.partition
+        .append(&batch.verified(job.verification))
+        .map_err(refused)
 }
 
 /// Whether a topic's `compression.type` asks for another codec than the batch's.

@@ -1,13 +1,14 @@
-//! Transactions: AddPartitionsToTxn (key 24, v0–3, from producers), AddOffsetsToTxn (25,
-//! v0–4), EndTxn (26, v0–4),
+//! Transactions: AddPartitionsToTxn (key 24, v0–3 from producers, v4–5 from brokers: batched,
+//! and `verify_only`), AddOffsetsToTxn (25, v0–4), EndTxn (26, v0–4),
 //! WriteTxnMarkers (27, v1, between brokers), DescribeProducers (61, v0),
 //! DescribeTransactions (65, v0) and ListTransactions (66, v0–2). The handlers translate; the transaction coordinator
 //! (`weir-coordinator`) decides, and `marker_writer` writes the markers.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -51,18 +52,70 @@ fn versioned_error(error: TxnError, version: i16) -> ResponseError {
     }
 }
 
-/// AddPartitionsToTxn from a producer: every partition must exist (else it is
-/// UNKNOWN_TOPIC_OR_PARTITION, an internal topic's INVALID_TOPIC_EXCEPTION, and the others
-/// OPERATION_NOT_ATTEMPTED, as Kafka answers); then the coordinator adds them all or none.
+/// AddPartitionsToTxn. Versions 0–3 come from a producer, for its one transaction; 4 and 5
+/// from brokers, batched over transactions, each either verified only (KIP-890: whether the
+/// transaction holds the partitions, nothing changed) or added as a producer's are.
 pub async fn add_partitions(
     broker: &Arc<Broker>,
     request: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
+    let mut response = AddPartitionsToTxnResponse::default();
+    if version <= 3 {
+        let producer = ProducerIdAndEpoch {
+            producer_id: request.v3_and_below_producer_id.0,
+            epoch: request.v3_and_below_producer_epoch,
+        };
+        let transactional_id = request.v3_and_below_transactional_id.as_str();
+        response.results_by_topic_v3_and_below = add_to_transaction(
+            broker,
+            transactional_id,
+            producer,
+            &request.v3_and_below_topics,
+            version,
+        )
+        .await;
+        return response;
+    }
+    for transaction in &request.transactions {
+        let producer = ProducerIdAndEpoch {
+            producer_id: transaction.producer_id.0,
+            epoch: transaction.producer_epoch,
+        };
+        let transactional_id = transaction.transactional_id.as_str();
+        let mut result = AddPartitionsToTxnResult::default();
+        result.transactional_id = transaction.transactional_id.clone();
+        result.topic_results = if transaction.verify_only {
+            verify_in_transaction(broker, transactional_id, producer, &transaction.topics)
+        } else {
+            add_to_transaction(
+                broker,
+                transactional_id,
+                producer,
+                &transaction.topics,
+                version,
+            )
+            .await
+        };
+        response.results_by_transaction.push(result);
+    }
+    response
+}
+
+/// Adds `topics` to the producer's transaction: every partition must exist (else it is
+/// UNKNOWN_TOPIC_OR_PARTITION, an internal topic's INVALID_TOPIC_EXCEPTION, and the others
+/// OPERATION_NOT_ATTEMPTED, as Kafka answers); then the coordinator adds them all or none.
+async fn add_to_transaction(
+    broker: &Arc<Broker>,
+    transactional_id: &str,
+    producer: ProducerIdAndEpoch,
+    topics: &[AddPartitionsToTxnTopic],
+    version: i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
     let image = broker.image();
     let mut partitions = TxnPartitions::new();
     let mut refused: Vec<(&str, i32, ResponseError)> = Vec::new();
-    for topic in &request.v3_and_below_topics {
+    for topic in topics {
         let name = topic.name.0.as_str();
         for index in &topic.partitions {
             let known = image
@@ -81,11 +134,6 @@ pub async fn add_partitions(
         }
     }
     let outcome = if refused.is_empty() {
-        let producer = ProducerIdAndEpoch {
-            producer_id: request.v3_and_below_producer_id.0,
-            epoch: request.v3_and_below_producer_epoch,
-        };
-        let transactional_id = request.v3_and_below_transactional_id.as_str();
         broker
             .transactions
             .add_partitions(transactional_id, producer, &partitions)
@@ -94,9 +142,54 @@ pub async fn add_partitions(
     } else {
         Err(ResponseError::OperationNotAttempted)
     };
-    let mut response = AddPartitionsToTxnResponse::default();
-    response.results_by_topic_v3_and_below = request
-        .v3_and_below_topics
+    topic_results(topics, |topic, index| {
+        let own = refused
+            .iter()
+            .find(|(name, i, _)| *name == topic && *i == index)
+            .map(|(_, _, error)| *error);
+        match (own, outcome) {
+            (Some(error), _) | (None, Err(error)) => error.code(),
+            (None, Ok(())) => 0,
+        }
+    })
+}
+
+/// Whether the producer's open transaction holds each partition of `topics` (this broker
+/// must coordinate its transactional id): TRANSACTION_ABORTABLE for one it does not hold.
+fn verify_in_transaction(
+    broker: &Broker,
+    transactional_id: &str,
+    producer: ProducerIdAndEpoch,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let partitions: Vec<(&str, i32)> = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|index| (t.name.0.as_str(), *index)))
+        .collect();
+    let verified = broker
+        .transactions
+        .verify(transactional_id, producer, &partitions);
+    topic_results(topics, |topic, index| match &verified {
+        Err(error) => txn_error(*error).code(),
+        Ok(held) => {
+            let at = partitions
+                .iter()
+                .position(|p| *p == (topic, index))
+                .unwrap_or(0);
+            match held.get(at) {
+                Some(true) => 0,
+                _ => ResponseError::TransactionAbortable.code(),
+            }
+        }
+    })
+}
+
+/// The per-partition results of `topics`, each partition's code from `code(topic, index)`.
+fn topic_results(
+    topics: &[AddPartitionsToTxnTopic],
+    code: impl Fn(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
         .iter()
         .map(|topic| {
             let mut result = AddPartitionsToTxnTopicResult::default();
@@ -105,23 +198,15 @@ pub async fn add_partitions(
                 .partitions
                 .iter()
                 .map(|index| {
-                    let own = refused
-                        .iter()
-                        .find(|(name, i, _)| *name == topic.name.0.as_str() && i == index)
-                        .map(|(_, _, error)| *error);
                     let mut partition = AddPartitionsToTxnPartitionResult::default();
                     partition.partition_index = *index;
-                    partition.partition_error_code = match (own, outcome) {
-                        (Some(error), _) | (None, Err(error)) => error.code(),
-                        (None, Ok(())) => 0,
-                    };
+                    partition.partition_error_code = code(topic.name.0.as_str(), *index);
                     partition
                 })
                 .collect();
             result
         })
-        .collect();
-    response
+        .collect()
 }
 
 /// AddOffsetsToTxn: the partition of `__consumer_offsets` that holds the group's offsets

@@ -421,3 +421,107 @@ pub async fn commit_offset_as(
         call(stream, ApiKey::OffsetCommit, version, &request).await;
     response.topics[0].partitions[0].error_code
 }
+
+/// The producer id and epoch of a new producer of `transactional_id`, once its coordinator
+/// (this broker) has loaded its partition of `__transaction_state`.
+pub async fn transactional_producer(c: &mut TcpStream, transactional_id: &str) -> (i64, i16) {
+    use kafka_protocol::messages::*;
+    for _ in 0..100 {
+        let mut find = FindCoordinatorRequest::default();
+        find.key = StrBytes::from_string(transactional_id.to_string());
+        find.key_type = 1;
+        let found: FindCoordinatorResponse = call(c, ApiKey::FindCoordinator, 3, &find).await;
+        if found.error_code == 0 {
+            let mut init = InitProducerIdRequest::default();
+            init.transactional_id = Some(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            )));
+            init.transaction_timeout_ms = 60_000;
+            init.producer_id = ProducerId(-1);
+            init.producer_epoch = -1;
+            let r: InitProducerIdResponse = call(c, ApiKey::InitProducerId, 4, &init).await;
+            assert_eq!(r.error_code, 0, "InitProducerId of {transactional_id}");
+            return (r.producer_id.0, r.producer_epoch);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no transaction coordinator for {transactional_id}");
+}
+
+/// AddOffsetsToTxn of the group named `transactional_id` at `version`.
+pub async fn add_offsets_to_txn(
+    c: &mut TcpStream,
+    version: i16,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+) -> kafka_protocol::messages::AddOffsetsToTxnResponse {
+    use kafka_protocol::messages::*;
+    let id = StrBytes::from_string(transactional_id.to_string());
+    let mut req = AddOffsetsToTxnRequest::default();
+    req.transactional_id = TransactionalId(id.clone());
+    req.producer_id = ProducerId(producer_id);
+    req.producer_epoch = epoch;
+    req.group_id = GroupId(id);
+    call(c, ApiKey::AddOffsetsToTxn, version, &req).await
+}
+
+/// AddPartitionsToTxn of `good`-0 at `version` (from 4 on, one transaction, not only
+/// verified).
+pub async fn add_partition_to_txn(
+    c: &mut TcpStream,
+    version: i16,
+    transactional_id: &str,
+    producer_id: i64,
+    epoch: i16,
+) -> kafka_protocol::messages::AddPartitionsToTxnResponse {
+    add_partitions_to_txn(
+        c,
+        version,
+        (transactional_id, producer_id, epoch),
+        &[("good", 0)],
+        false,
+    )
+    .await
+}
+
+/// AddPartitionsToTxn of `partitions` to the transaction of `(transactional_id, producer id,
+/// epoch)` at `version`; from 4 on, `verify_only` asks only whether it holds them.
+pub async fn add_partitions_to_txn(
+    c: &mut TcpStream,
+    version: i16,
+    (transactional_id, producer_id, epoch): (&str, i64, i16),
+    partitions: &[(&str, i32)],
+    verify_only: bool,
+) -> kafka_protocol::messages::AddPartitionsToTxnResponse {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::*;
+    let topics: Vec<AddPartitionsToTxnTopic> = partitions
+        .iter()
+        .map(|(name, index)| {
+            let mut topic = AddPartitionsToTxnTopic::default();
+            topic.name = topic_name(name);
+            topic.partitions = vec![*index];
+            topic
+        })
+        .collect();
+    let id = TransactionalId(StrBytes::from_string(transactional_id.to_string()));
+    let mut req = AddPartitionsToTxnRequest::default();
+    if version <= 3 {
+        req.v3_and_below_transactional_id = id;
+        req.v3_and_below_producer_id = ProducerId(producer_id);
+        req.v3_and_below_producer_epoch = epoch;
+        req.v3_and_below_topics = topics;
+    } else {
+        let mut txn = AddPartitionsToTxnTransaction::default();
+        txn.transactional_id = id;
+        txn.producer_id = ProducerId(producer_id);
+        txn.producer_epoch = epoch;
+        txn.verify_only = verify_only;
+        txn.topics = topics;
+        req.transactions = vec![txn];
+    }
+    call(c, ApiKey::AddPartitionsToTxn, version, &req).await
+}

@@ -9,3 +9,4 @@ mod hostile;
 mod protocol;
 mod replication;
 mod simulation;
+mod transactions;

@@ -674,8 +674,11 @@ async fn every_advertised_version_answers() {
                     let id = format!("add-{v}");
                     let (producer_id, epoch) = transactional_producer(&mut c, &id).await;
                     let r = add_partition_to_txn(&mut c, v, &id, producer_id, epoch).await;
-                    let code = r.results_by_topic_v3_and_below[0].results_by_partition[0]
-                        .partition_error_code;
+                    let topics = match v {
+                        0..=3 => &r.results_by_topic_v3_and_below,
+                        _ => &r.results_by_transaction[0].topic_results,
+                    };
+                    let code = topics[0].results_by_partition[0].partition_error_code;
                     assert_eq!(code, 0, "{what}");
                 }
                 ApiKey::AddOffsetsToTxn => {
@@ -1449,70 +1452,4 @@ async fn connection_limits_change_at_runtime() {
         );
     }
     test.shutdown().await;
-}
-
-/// The producer id and epoch of a new producer of `transactional_id`, once its coordinator
-/// (this broker) has loaded its partition of `__transaction_state`.
-async fn transactional_producer(c: &mut TcpStream, transactional_id: &str) -> (i64, i16) {
-    use kafka_protocol::messages::*;
-    for _ in 0..100 {
-        let mut find = FindCoordinatorRequest::default();
-        find.key = StrBytes::from_string(transactional_id.to_string());
-        find.key_type = 1;
-        let found: FindCoordinatorResponse = call(c, ApiKey::FindCoordinator, 3, &find).await;
-        if found.error_code == 0 {
-            let mut init = InitProducerIdRequest::default();
-            init.transactional_id = Some(TransactionalId(StrBytes::from_string(
-                transactional_id.to_string(),
-            )));
-            init.transaction_timeout_ms = 60_000;
-            init.producer_id = ProducerId(-1);
-            init.producer_epoch = -1;
-            let r: InitProducerIdResponse = call(c, ApiKey::InitProducerId, 4, &init).await;
-            assert_eq!(r.error_code, 0, "InitProducerId of {transactional_id}");
-            return (r.producer_id.0, r.producer_epoch);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no transaction coordinator for {transactional_id}");
-}
-
-/// AddOffsetsToTxn of the group named `transactional_id` at `version`.
-async fn add_offsets_to_txn(
-    c: &mut TcpStream,
-    version: i16,
-    transactional_id: &str,
-    producer_id: i64,
-    epoch: i16,
-) -> kafka_protocol::messages::AddOffsetsToTxnResponse {
-    use kafka_protocol::messages::*;
-    let id = StrBytes::from_string(transactional_id.to_string());
-    let mut req = AddOffsetsToTxnRequest::default();
-    req.transactional_id = TransactionalId(id.clone());
-    req.producer_id = ProducerId(producer_id);
-    req.producer_epoch = epoch;
-    req.group_id = GroupId(id);
-    call(c, ApiKey::AddOffsetsToTxn, version, &req).await
-}
-
-/// AddPartitionsToTxn of `good`-0 at `version`.
-async fn add_partition_to_txn(
-    c: &mut TcpStream,
-    version: i16,
-    transactional_id: &str,
-    producer_id: i64,
-    epoch: i16,
-) -> kafka_protocol::messages::AddPartitionsToTxnResponse {
-    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-    use kafka_protocol::messages::*;
-    let mut topic = AddPartitionsToTxnTopic::default();
-    topic.name = topic_name("good");
-    topic.partitions = vec![0];
-    let mut req = AddPartitionsToTxnRequest::default();
-    req.v3_and_below_transactional_id =
-        TransactionalId(StrBytes::from_string(transactional_id.to_string()));
-    req.v3_and_below_producer_id = ProducerId(producer_id);
-    req.v3_and_below_producer_epoch = epoch;
-    req.v3_and_below_topics = vec![topic];
-    call(c, ApiKey::AddPartitionsToTxn, version, &req).await
 }

@@ -3,7 +3,7 @@
 
 use crate::group::Group;
 use crate::records::{GroupRecord, OffsetValue};
-use crate::runtime::{Decision, ProducerIdAndEpoch, Written};
+use crate::runtime::{Decision, ProducerIdAndEpoch, TxnAppend, Written};
 use crate::state::GroupState;
 use crate::GroupError;
 use weir_clock::Now;
@@ -31,6 +31,9 @@ pub struct TxnCommit<'a> {
     pub member_id: &'a str,
     /// The static member's instance id.
     pub instance_id: Option<&'a str>,
+    /// The guard of the verification that the producer's transaction holds the group's
+    /// partition of the offsets topic, when the transaction is not open there yet.
+    pub verification: Option<u64>,
 }
 
 /// The records storing `entries` for `group_id` at `now`, with one result per entry (metadata
@@ -122,9 +125,13 @@ impl GroupCoordinator {
     ) -> EntryResults {
         let metadata_max_bytes = self.settings.offset_metadata_max_bytes;
         let group_id = commit.group_id;
+        let transactional = TxnAppend {
+            producer: commit.producer,
+            verification: commit.verification,
+        };
         let written = self
             .runtime
-            .write_transactional(group_id, commit.producer, |shard, now| {
+            .write_transactional(group_id, transactional, |shard, now| {
                 match shard.groups.get(group_id) {
                     Some(group) => group.check_txn_commit(
                         commit.generation,

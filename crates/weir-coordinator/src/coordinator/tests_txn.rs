@@ -21,6 +21,7 @@ fn outsider(group_id: &str) -> TxnCommit<'_> {
         generation: -1,
         member_id: "",
         instance_id: None,
+        verification: None,
     }
 }
 

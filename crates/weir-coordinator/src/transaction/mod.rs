@@ -84,6 +84,10 @@ pub enum TxnError {
     /// being aborted).
     #[error("the transaction is not in a state that allows this request")]
     InvalidTxnState,
+    /// The partition is not in the producer's open transaction (a verification refused): the
+    /// producer aborts the transaction.
+    #[error("the partition is not in the producer's transaction")]
+    TransactionAbortable,
     /// The transaction's record is larger than `__transaction_state` takes.
     #[error("the transaction's record is larger than __transaction_state takes")]
     RecordTooLarge,
@@ -97,6 +101,7 @@ impl From<RuntimeError> for TxnError {
             RuntimeError::LoadInProgress => TxnError::CoordinatorLoadInProgress,
             RuntimeError::TooLarge => TxnError::RecordTooLarge,
             RuntimeError::ProducerFenced => TxnError::ProducerFenced,
+            RuntimeError::NotInTransaction => TxnError::TransactionAbortable,
         }
     }
 }
@@ -276,6 +281,49 @@ impl TransactionCoordinator {
             })
             .await?;
         written.stored
+    }
+
+    /// AddPartitionsToTxn with `verify_only` (versions 4+, from a partition's leader,
+    /// KIP-890): for each of `partitions`, whether it is in the producer's open transaction;
+    /// nothing changes. A producer that is not the id's current one is refused whole, as is a
+    /// transaction being completed (CONCURRENT_TRANSACTIONS: the leader asks again).
+    pub fn verify(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdAndEpoch,
+        partitions: &[(&str, i32)],
+    ) -> Result<Vec<bool>, TxnError> {
+        if transactional_id.is_empty() {
+            return Err(TxnError::InvalidRequest);
+        }
+        let loaded = self.runtime.lock();
+        let (_, shard) = loaded.served_ref(transactional_id)?;
+        let value = &shard
+            .ids
+            .get(transactional_id)
+            .ok_or(TxnError::InvalidProducerIdMapping)?
+            .value;
+        if value.producer_id != producer.producer_id {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        if value.producer_epoch != producer.epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        match value.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
+                Err(TxnError::ConcurrentTransactions)
+            }
+            TxnState::Ongoing => Ok(partitions
+                .iter()
+                .map(|(topic, index)| {
+                    value
+                        .partitions
+                        .get(*topic)
+                        .is_some_and(|held| held.contains(index))
+                })
+                .collect()),
+            _ => Ok(vec![false; partitions.len()]),
+        }
     }
 
     /// EndTxn: prepares the producer's open transaction to commit or abort (stored before the

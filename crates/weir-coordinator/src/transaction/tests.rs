@@ -649,3 +649,73 @@ async fn an_idle_transactional_id_expires() {
     let reloaded = loaded(log);
     assert_eq!(stored(&reloaded), stored(&coordinator));
 }
+
+/// Verification (AddPartitionsToTxn `verify_only`) says which partitions the open transaction
+/// holds and changes nothing; an unknown id or producer, an older epoch and a transaction
+/// being ended are refused whole, and a transaction ended holds nothing.
+#[tokio::test]
+async fn verification_names_the_partitions_the_open_transaction_holds() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 5;
+    let (producer_id, epoch) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("init");
+    let producer = ProducerIdAndEpoch { producer_id, epoch };
+    let asked = [("a", 0), ("a", 1), ("b", 0)];
+    assert_eq!(
+        coordinator.verify("t", producer, &asked),
+        Ok(vec![false; 3]),
+        "no transaction yet"
+    );
+    coordinator
+        .add_partitions("t", producer, &partitions(&[("a", 0), ("b", 0)]))
+        .await
+        .expect("added");
+    let records = log.records().len();
+    assert_eq!(
+        coordinator.verify("t", producer, &asked),
+        Ok(vec![true, false, true])
+    );
+    assert_eq!(log.records().len(), records, "verification stores nothing");
+    let stranger = ProducerIdAndEpoch {
+        producer_id: producer_id + 100,
+        epoch,
+    };
+    assert_eq!(
+        coordinator.verify("t", stranger, &asked),
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        coordinator.verify("nobody", producer, &asked),
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        coordinator.verify("", producer, &asked),
+        Err(TxnError::InvalidRequest)
+    );
+    let older = ProducerIdAndEpoch {
+        producer_id,
+        epoch: epoch - 1,
+    };
+    assert_eq!(
+        coordinator.verify("t", older, &asked),
+        Err(TxnError::ProducerFenced)
+    );
+    let markers = coordinator
+        .end(&end("t", (producer_id, epoch), true))
+        .await
+        .expect("prepared")
+        .expect("markers");
+    assert_eq!(
+        coordinator.verify("t", producer, &asked),
+        Err(TxnError::ConcurrentTransactions),
+        "being committed"
+    );
+    assert!(coordinator.complete(&markers).await.expect("complete"));
+    assert_eq!(
+        coordinator.verify("t", producer, &asked),
+        Ok(vec![false; 3]),
+        "ended"
+    );
+}

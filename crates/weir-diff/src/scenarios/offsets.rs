@@ -14,7 +14,10 @@ use kafka_protocol::records::Compression;
 
 use super::{scenarios, Expect};
 use crate::session::Ctx;
-use crate::setup::{batch_with, create_topic, list_offsets_request, produce, s};
+use crate::setup::{
+    batch_with, create_topic, list_offsets_request, produce, produce_request, s,
+    transactional_batch,
+};
 
 scenarios! { "offsets";
     list_offsets_specials: Expect::Same,
@@ -31,6 +34,8 @@ scenarios! { "offsets";
         "DeleteRecords v2: below an offset, to the high watermark (-1), past it, an unknown partition, a compacted topic; then ListOffsets earliest and latest";
     txn_offset_commit: Expect::Same,
         "AddOffsetsToTxn v4 (also fenced) and TxnOffsetCommit v4 (an unknown topic, a member the group does not have), OffsetFetch v9 requiring stable offsets before and after EndTxn v4 commits";
+    txn_verification: Expect::Same,
+        "Produce v11 and v9 of a transactional batch to a partition its transaction does not hold, of a made-up producer, without a transactional id, then after AddPartitionsToTxn v3; TxnOffsetCommit v4 and v3 before AddOffsetsToTxn; AddPartitionsToTxn v4 verify_only; ListOffsets read_committed";
     init_producer_id_transactional: Expect::Same,
         "InitProducerId v4 with a transactional id (after a first, unrecorded): a second producer's epoch bump, a producer bumping its own epoch (KIP-360), a fenced one, a bad timeout";
 }
@@ -177,6 +182,21 @@ async fn first_init(
     }
 }
 
+/// A transactional id named after `base` and its first producer (unrecorded).
+async fn new_transactional_producer(
+    cx: &mut Ctx,
+    base: &str,
+) -> Result<(TransactionalId, InitProducerIdResponse)> {
+    let transactional_id = TransactionalId(s(&cx.name(base)));
+    let mut init = InitProducerIdRequest::default();
+    init.transactional_id = Some(transactional_id.clone());
+    init.transaction_timeout_ms = 60_000;
+    init.producer_id = ProducerId(-1);
+    init.producer_epoch = -1;
+    let producer = first_init(cx, &init).await?;
+    Ok((transactional_id, producer))
+}
+
 async fn delete_records(cx: &mut Ctx) -> Result<()> {
     use kafka_protocol::messages::delete_records_request::{
         DeleteRecordsPartition, DeleteRecordsTopic,
@@ -226,22 +246,15 @@ async fn txn_offset_commit(cx: &mut Ctx) -> Result<()> {
     };
     use kafka_protocol::messages::{
         AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, EndTxnRequest, EndTxnResponse, GroupId,
-        OffsetFetchRequest, OffsetFetchResponse, ProducerId, TransactionalId,
-        TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+        OffsetFetchRequest, OffsetFetchResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
     };
     /// UNSTABLE_OFFSET_COMMIT.
     const UNSTABLE: i16 = 88;
     super::cluster::coordinator_ready(cx).await?;
     super::cluster::transaction_coordinator_ready(cx).await?;
     let topic = create_topic(cx, "txn-offsets", 1, &[]).await?;
-    let transactional_id = TransactionalId(s(&cx.name("txn-offsets")));
+    let (transactional_id, producer) = new_transactional_producer(cx, "txn-offsets").await?;
     let group = GroupId(s(&cx.name("txn-group")));
-    let mut init = InitProducerIdRequest::default();
-    init.transactional_id = Some(transactional_id.clone());
-    init.transaction_timeout_ms = 60_000;
-    init.producer_id = ProducerId(-1);
-    init.producer_epoch = -1;
-    let producer = first_init(cx, &init).await?;
 
     let mut add = AddOffsetsToTxnRequest::default();
     add.transactional_id = transactional_id.clone();
@@ -315,5 +328,100 @@ async fn txn_offset_commit(cx: &mut Ctx) -> Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let _: OffsetFetchResponse = cx.answer(ApiKey::OffsetFetch, 9, &fetch).await?;
+    Ok(())
+}
+
+async fn txn_verification(cx: &mut Ctx) -> Result<()> {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, GroupId, ProduceResponse,
+        TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    };
+    cx.ignore("error_message");
+    super::cluster::coordinator_ready(cx).await?;
+    super::cluster::transaction_coordinator_ready(cx).await?;
+    let topic = create_topic(cx, "txn-verified", 2, &[]).await?;
+    produce(
+        cx,
+        &topic,
+        0,
+        batch_with(1_000, Compression::None, &[(None, "plain")]),
+    )
+    .await?;
+    let (transactional_id, producer) = new_transactional_producer(cx, "txn-verified").await?;
+    let me = (producer.producer_id.0, producer.producer_epoch);
+
+    let send =
+        |id: Option<&TransactionalId>, (producer_id, epoch): (i64, i16), sequence, partition| {
+            let batch = transactional_batch(2_000, (producer_id, epoch, sequence), &[(None, "t")]);
+            let mut request = produce_request(topic.clone(), partition, -1, batch);
+            request.transactional_id = id.cloned();
+            request
+        };
+    for version in [11, 9] {
+        let request = send(Some(&transactional_id), me, 0, 0);
+        let _: ProduceResponse = cx.answer(ApiKey::Produce, version, &request).await?;
+    }
+    let request = send(None, me, 0, 0);
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 9, &request).await?;
+    let stranger = (me.0 + 1_000, 0);
+    let request = send(Some(&transactional_id), stranger, 0, 0);
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 9, &request).await?;
+
+    let group = GroupId(s(&cx.name("txn-verified-group")));
+    let mut commit = TxnOffsetCommitRequest::default();
+    commit.transactional_id = transactional_id.clone();
+    commit.group_id = group;
+    commit.producer_id = producer.producer_id;
+    commit.producer_epoch = producer.producer_epoch;
+    commit.generation_id = -1;
+    let mut p = TxnOffsetCommitRequestPartition::default();
+    p.committed_offset = 1;
+    let mut t = TxnOffsetCommitRequestTopic::default();
+    t.name = topic.clone();
+    t.partitions = vec![p];
+    commit.topics = vec![t];
+    for version in [4, 3] {
+        let _: TxnOffsetCommitResponse =
+            cx.answer(ApiKey::TxnOffsetCommit, version, &commit).await?;
+    }
+
+    let partitions = |indexes: Vec<i32>| {
+        let mut t = AddPartitionsToTxnTopic::default();
+        t.name = topic.clone();
+        t.partitions = indexes;
+        vec![t]
+    };
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = transactional_id.clone();
+    add.v3_and_below_producer_id = producer.producer_id;
+    add.v3_and_below_producer_epoch = producer.producer_epoch;
+    add.v3_and_below_topics = partitions(vec![0]);
+    let _: AddPartitionsToTxnResponse = cx.answer(ApiKey::AddPartitionsToTxn, 3, &add).await?;
+    let mut verify = AddPartitionsToTxnRequest::default();
+    let mut txn = AddPartitionsToTxnTransaction::default();
+    txn.transactional_id = transactional_id.clone();
+    txn.producer_id = producer.producer_id;
+    txn.producer_epoch = producer.producer_epoch;
+    txn.verify_only = true;
+    txn.topics = partitions(vec![0, 1]);
+    verify.transactions = vec![txn];
+    let _: AddPartitionsToTxnResponse = cx.answer(ApiKey::AddPartitionsToTxn, 4, &verify).await?;
+
+    let request = send(Some(&transactional_id), me, 0, 0);
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 11, &request).await?;
+    let request = send(Some(&transactional_id), me, 1, 1);
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 11, &request).await?;
+    let request = list_offsets_request(&topic, &[(0, -1), (1, -1)], -1);
+    let mut committed = request.clone();
+    committed.isolation_level = 1;
+    for request in [request, committed] {
+        let _: ListOffsetsResponse = cx.answer(ApiKey::ListOffsets, 8, &request).await?;
+    }
     Ok(())
 }
