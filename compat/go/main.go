@@ -8,6 +8,13 @@
 //	weir-franz-go consume       BOOTSTRAP TOPIC          (every partition, start to high watermark)
 //	weir-franz-go group-consume BOOTSTRAP TOPIC GROUP CLIENT_ID
 //	weir-franz-go admin         BOOTSTRAP GROUP TOPIC
+//	weir-franz-go transact      BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID COUNT
+//
+// transact is a GroupTransactSession read-process-write loop: it consumes SOURCE
+// (read_committed) in GROUP and, in one transaction per poll of at most 20 records, produces "out-"+value of each
+// record to SINK and commits the group's offsets, until COUNT records are committed; every
+// third transaction is aborted instead (its records are consumed again). It prints
+// {"processed", "aborted", "committed_transactions"}.
 //
 // group-consume is a long-lived member: it prints one JSON event a line (assigned,
 // revoked, lost, consumed, committed, error, done) and reads commands a line on stdin:
@@ -36,7 +43,7 @@ const timeout = 90 * time.Second
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: weir-franz-go produce|consume|group-consume|admin ARGS...")
+		fail("usage: weir-franz-go produce|consume|group-consume|admin|transact ARGS...")
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	var err error
@@ -49,6 +56,8 @@ func main() {
 		err = groupConsume(args[0], args[1], args[2], args[3])
 	case cmd == "admin" && len(args) == 3:
 		err = admin(args[0], args[1], args[2])
+	case cmd == "transact" && len(args) == 6:
+		err = transact(args[0], args[1], args[2], args[3], args[4], args[5])
 	default:
 		fail(fmt.Sprintf("bad arguments for %q: %q", cmd, args))
 	}
@@ -686,5 +695,88 @@ func admin(bootstrap, group, topic string) error {
 		"versions": versions(), "listGroups": groups, "listGroupsStable": stable.Groups(), "describe": description,
 		"fetchOffsets": offsets, "endOffsets": endOffsets, "calculatedLag": calculated,
 		"lag": map[string]any{"state": gl.State, "total": gl.Lag.Total(), "partitions": lag, "error": errText(gl.Error())},
+	})
+}
+
+// transact runs the read-process-write loop of the package comment.
+func transact(bootstrap, source, sink, group, txnID, countText string) error {
+	var count int
+	if _, err := fmt.Sscan(countText, &count); err != nil {
+		return fmt.Errorf("count %q: %w", countText, err)
+	}
+	sess, err := kgo.NewGroupTransactSession(
+		seedBrokers(bootstrap),
+		kgo.TransactionalID(txnID),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(source),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.ClientID("weir-franz-go-transact"),
+		logOpt(),
+	)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	processed, aborted, committed, attempt := 0, 0, 0, 0
+	for processed < count {
+		fetches := sess.PollRecords(ctx, 20)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("after %d records: %w", processed, err)
+		}
+		var fetchErr error
+		fetches.EachError(func(_ string, _ int32, err error) { fetchErr = err })
+		if fetchErr != nil {
+			return fetchErr
+		}
+		records := fetches.Records()
+		if len(records) == 0 {
+			continue
+		}
+		if err := sess.Begin(); err != nil {
+			return err
+		}
+		var failed sync.Once
+		var produceErr error
+		for _, r := range records {
+			out := &kgo.Record{Topic: sink, Key: r.Key, Value: append([]byte("out-"), r.Value...), Partition: r.Partition}
+			sess.Produce(ctx, out, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.Do(func() { produceErr = err })
+				}
+			})
+		}
+		if err := sess.Client().Flush(ctx); err != nil {
+			return err
+		}
+		attempt++
+		abort := attempt%3 == 0
+		end := kgo.TryCommit
+		if abort || produceErr != nil {
+			// A record that failed must not have its input's offset committed.
+			end = kgo.TryAbort
+		}
+		ok, err := sess.End(ctx, end)
+		if err != nil {
+			return err
+		}
+		switch {
+		case produceErr != nil:
+			fmt.Fprintln(os.Stderr, "weir-franz-go: transact: a record failed; aborted:", produceErr)
+			aborted++
+		case abort:
+			aborted++
+		case ok:
+			committed++
+			processed += len(records)
+		}
+	}
+	return printJSON(map[string]any{
+		"versions":               versions(),
+		"processed":              processed,
+		"aborted":                aborted,
+		"committed_transactions": committed,
 	})
 }

@@ -13,7 +13,9 @@ transaction; its end writes a marker (a control batch) on each of its partitions
 from __future__ import annotations
 
 import itertools
+import json
 import struct
+import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +28,7 @@ import weir_cli
 import wire
 from clients import admin, create_topic, unique_topic, wait_for_partitions
 from harness import Deadline
+from test_franz_go import build_franz_go
 from test_java import JARS_DIR, Java, compile_java
 from weir_cluster import DevCluster, free_base_port
 
@@ -241,14 +244,14 @@ def java(weir, tmp_path_factory) -> Java:
     return Java(compile_java(classes), classes, weir)
 
 
-def test_java_transactions_commit_abort_and_fence(bootstrap, java):
-    """The Java client's KafkaProducer commits three transactions, aborts two, then is fenced
-    by a second producer of its transactional id while a transaction is open: its commit
-    throws ProducerFencedException. Every record is in the log with one marker per
-    transaction, read back by librdkafka; read_committed, only the committed ones."""
+def java_commits_aborts_and_is_fenced(bootstrap: str, java) -> str:
+    """Runs TransactionalProduce (three commits, two aborts, fenced with a transaction open)
+    and checks the log as librdkafka reads it; returns the producer epoch the transactional id
+    ends at, as `kafka-transactions describe` shows it."""
     topic = unique_topic("txn-java")
     create_topic(bootstrap, topic, partitions=1)
-    out = java.program("TransactionalProduce", bootstrap, topic, unique_id("txn-java"), 3, 2, 4)
+    transactional_id = unique_id("txn-java")
+    out = java.program("TransactionalProduce", bootstrap, topic, transactional_id, 3, 2, 4)
     assert (out["committed"], out["aborted"], out["fenced"]) == (3, 2, True)
     assert high_watermark(bootstrap, topic) == 6 * 4 + 6, "24 records and 6 markers"
     committed = [f"c{t}-{r}" for t in range(3) for r in range(4)]
@@ -257,6 +260,27 @@ def test_java_transactions_commit_abort_and_fence(bootstrap, java):
         committed + [f"a{t}-{r}" for t in range(2) for r in range(4)] + [f"z-{r}" for r in range(4)]
     )
     assert sorted(read_values(bootstrap, topic, 1, "read_committed")) == sorted(committed)
+    header, row = kafka_transactions(java, bootstrap, "describe", "--transactional-id", transactional_id)
+    return dict(zip(header, row))["ProducerEpoch"]
+
+
+def test_java_transactions_commit_abort_and_fence(bootstrap, java):
+    """The Java client's KafkaProducer commits three transactions, aborts two, then is fenced
+    by a second producer of its transactional id while a transaction is open: its commit
+    throws ProducerFencedException. Every record is in the log with one marker per
+    transaction, read back by librdkafka; read_committed, only the committed ones. It runs
+    transaction protocol version 2 (the broker reports `transaction.version` 2): each of the
+    five transactions bumped the epoch (0 to 5), the fence's abort one more and the successor's
+    init another (7)."""
+    assert java_commits_aborts_and_is_fenced(bootstrap, java) == "7"
+
+
+def test_java_transactions_on_protocol_version_1(make_weir, java):
+    """With `transaction.version=1` the Java client stays on transaction protocol version 1
+    (AddPartitionsToTxn, EndTxn v4): the same run, and the epoch moves only with the fence (1)
+    and the successor's init (2)."""
+    bootstrap = make_weir("txn-v1", env={"WEIR_TRANSACTION_VERSION": "1"}).bootstrap
+    assert java_commits_aborts_and_is_fenced(bootstrap, java) == "2"
 
 
 def test_read_committed_stops_at_the_oldest_open_transaction(bootstrap):
@@ -475,6 +499,32 @@ def test_offsets_of_a_transaction_count_only_once_it_commits(bootstrap):
         assert committed_offsets(bootstrap, group, topic, 1) == [12]
     finally:
         consumer.close()
+
+
+def test_franz_go_group_transact_session_is_exactly_once(bootstrap, java):
+    """franz-go's GroupTransactSession (read_committed, require stable offsets) consumes two
+    partitions, produces each record transformed in a transaction with the group's offsets,
+    and aborts every third transaction (its records are consumed again): the output holds each
+    input record exactly once (read_committed) and the offsets are the input's end. franz-go
+    runs transaction protocol version 2 (it sees `transaction.version` 2): every EndTxn bumped
+    the epoch, so the id's epoch is the number of transactions ended."""
+    source, sink = unique_topic("franz-rpw-in"), unique_topic("franz-rpw-out")
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(300):
+        producer.produce(source, value=f"v{i}".encode(), partition=i % 2)
+    producer.flush(30)
+    group, transactional_id = unique_id("franz-rpw"), unique_id("franz-rpw-txn")
+    proc = subprocess.run([str(build_franz_go()), "transact", bootstrap, source, sink, group, transactional_id, "300"],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = json.loads(proc.stdout)
+    assert out["processed"] == 300 and out["aborted"] >= 1, out
+    assert sorted(read_values(bootstrap, sink, 2, "read_committed")) == sorted(f"out-v{i}" for i in range(300))
+    assert committed_offsets(bootstrap, group, source, 2) == [150, 150]
+    header, row = kafka_transactions(java, bootstrap, "describe", "--transactional-id", transactional_id)
+    assert int(dict(zip(header, row))["ProducerEpoch"]) == out["committed_transactions"] + out["aborted"], out
 
 
 def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, java):

@@ -148,6 +148,8 @@ pub struct BrokerConfig {
     given: BTreeMap<String, String>,
     /// `auto.create.topics.enable`.
     pub auto_create_topics_enable: bool,
+    /// `transaction.version`: the transaction protocol version reported as finalized.
+    pub transaction_version: i16,
     /// `transaction.partition.verification.enable`: transactional writes are verified with
     /// their transaction coordinator.
     pub transaction_partition_verification_enable: bool,
@@ -319,6 +321,7 @@ impl BrokerConfig {
         let config = BrokerConfig {
             given: properties.clone(),
             auto_create_topics_enable: boolean("auto.create.topics.enable"),
+            transaction_version: long("transaction.version") as i16,
             transaction_partition_verification_enable: boolean(
                 "transaction.partition.verification.enable",
             ),

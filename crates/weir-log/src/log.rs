@@ -763,6 +763,12 @@ impl Log {
         self.deleted.load(Ordering::Acquire)
     }
 
+    /// Whether `producer_id` at `epoch` has a transaction open here (its transactional batches
+    /// need no verification).
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.in_transaction(producer_id, epoch)
+    }
+
     /// The guard a transactional batch of `producer_id` at `epoch` needs before it may open
     /// the producer's transaction here, once the transaction coordinator confirmed the
     /// partition is in it; `None` when the transaction is open here already.

@@ -288,6 +288,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "segment.bytes of __transaction_state (smaller segments make its cleaning cheaper).",
     ),
     setting(
+        "transaction.version",
+        "2",
+        int(0, 2),
+        "The transaction protocol version reported as finalized in ApiVersions (Kafka's transaction.version feature): at 2, Kafka 4 clients let the brokers add partitions to transactions and bump the producer epoch with every transaction (KIP-890); at 0 or 1 they stay on version 1.",
+    ),
+    setting(
         "transaction.partition.verification.enable",
         "true",
         BOOLEAN,

@@ -22,7 +22,7 @@ const fn range(key: ApiKey, min: i16, max: i16) -> ApiRange {
 /// KafkaJS, the Java client) negotiate. Adding an entry here is a promise: its handler must
 /// serve every version in the range.
 pub const SUPPORTED_APIS: &[ApiRange] = &[
-    range(ApiKey::Produce, 3, 11),
+    range(ApiKey::Produce, 3, 12),
     range(ApiKey::Fetch, 4, 16),
     range(ApiKey::ListOffsets, 1, 8),
     range(ApiKey::Metadata, 1, 12),
@@ -33,8 +33,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::InitProducerId, 0, 4),
     range(ApiKey::AddPartitionsToTxn, 0, 5),
     range(ApiKey::AddOffsetsToTxn, 0, 4),
-    range(ApiKey::EndTxn, 0, 4),
-    range(ApiKey::TxnOffsetCommit, 0, 4),
+    range(ApiKey::EndTxn, 0, 5),
+    range(ApiKey::TxnOffsetCommit, 0, 5),
     range(ApiKey::WriteTxnMarkers, 1, 1),
     range(ApiKey::DescribeProducers, 0, 0),
     range(ApiKey::DescribeTransactions, 0, 0),

@@ -1,6 +1,9 @@
-//! ApiVersions (key 18), v0–5: what Weir serves, from `weir_proto::SUPPORTED_APIS`.
+//! ApiVersions (key 18), v0–5: what Weir serves, from `weir_proto::SUPPORTED_APIS`, and from
+//! v3 the `transaction.version` feature.
 
+use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 use weir_proto::api::api_versions_response;
 
 use crate::broker::Broker;
@@ -56,7 +59,36 @@ pub fn handle(broker: &Broker, request: &ApiVersionsRequest, version: i16) -> Ap
     }
     let mut response = api_versions_response(0);
     response.finalized_features_epoch = -1;
+    if version >= 3 {
+        add_features(&mut response, broker.config.transaction_version);
+    }
     response
+}
+
+/// Kafka's feature flag for the transaction protocol.
+const TRANSACTION_VERSION: &str = "transaction.version";
+/// The highest transaction protocol version Weir serves.
+const TRANSACTION_VERSION_MAX: i16 = 2;
+/// The epoch of the finalized features: they never change while a broker runs.
+const FEATURES_EPOCH: i64 = 1;
+
+/// The features (v3+): `transaction.version` supported up to 2 and finalized at `level`
+/// (`transaction.version`; a level of 0 is not finalized, as Kafka reports it), which is what
+/// makes a Kafka 4 client choose transaction protocol version 2.
+fn add_features(response: &mut ApiVersionsResponse, level: i16) {
+    let mut supported = SupportedFeatureKey::default();
+    supported.name = StrBytes::from_static_str(TRANSACTION_VERSION);
+    supported.min_version = 0;
+    supported.max_version = TRANSACTION_VERSION_MAX;
+    response.supported_features = vec![supported];
+    response.finalized_features_epoch = FEATURES_EPOCH;
+    if level > 0 {
+        let mut finalized = FinalizedFeatureKey::default();
+        finalized.name = StrBytes::from_static_str(TRANSACTION_VERSION);
+        finalized.min_version_level = level;
+        finalized.max_version_level = level;
+        response.finalized_features = vec![finalized];
+    }
 }
 
 #[cfg(test)]

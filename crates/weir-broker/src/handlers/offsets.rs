@@ -1,6 +1,6 @@
 //! Committed offsets: OffsetCommit (key 8, v2–9; from v9 the generation is a consumer-protocol
-//! member's epoch), TxnOffsetCommit (key 28, v0–4: offsets in a producer's transaction, verified with its
-//! transaction coordinator),
+//! member's epoch), TxnOffsetCommit (key 28, v0–5: offsets in a producer's transaction, verified with its
+//! transaction coordinator; from v5 added to the transaction by it),
 //! OffsetFetch (key 9, v1–9, one group per request below v8, many from v8; v9 names the
 //! member; from v7 `require_stable`) and OffsetDelete (key 47, v0). Offsets for partitions
 //! that do not exist are refused with UNKNOWN_TOPIC_OR_PARTITION and change nothing.
@@ -42,6 +42,7 @@ use weir_log::VerificationGuard;
 use crate::broker::Broker;
 use crate::handlers::errors::{group_code, group_error};
 use crate::handlers::str_bytes;
+use crate::txn_verification::{guard_after, guard_before, GuardBefore, TxnCheck};
 
 fn partition_exists(broker: &Broker, topic: &str, partition: i32) -> bool {
     broker
@@ -296,24 +297,29 @@ async fn verify_offsets_partition(
     let Ok(partition) = super::led_partition(broker, OFFSETS_TOPIC, index) else {
         return Ok(None);
     };
-    let guard = partition
-        .log_mut()
-        .start_txn_verification(producer.producer_id, producer.epoch);
-    let Some(guard) = guard else {
-        return Ok(None);
+    // TxnOffsetCommit v5 (transaction protocol version 2): no AddOffsetsToTxn came first.
+    let check = match version {
+        5.. => TxnCheck::Add,
+        _ => TxnCheck::Verify,
+    };
+    let guard = match guard_before(&partition, producer, check) {
+        GuardBefore::InTransaction => return Ok(None),
+        GuardBefore::Taken(guard) => Some(guard),
+        GuardBefore::After => None,
     };
     if !broker.config.transaction_partition_verification_enable {
-        return Ok(Some(guard));
+        return Ok(guard.or_else(|| guard_after(&partition, producer)));
     }
     let verified = broker
-        .verify_in_transaction(
+        .check_in_transaction(
             request.transactional_id.as_str(),
             producer,
             &[(OFFSETS_TOPIC, index)],
+            check,
         )
         .await;
     match verified.into_iter().next().unwrap_or(Ok(())) {
-        Ok(()) => Ok(Some(guard)),
+        Ok(()) => Ok(guard.or_else(|| guard_after(&partition, producer))),
         Err(ResponseError::TransactionAbortable) => Err(not_in_transaction(version)),
         Err(ResponseError::ProducerFenced) => Err(ResponseError::InvalidProducerEpoch),
         // The coordinator could not answer now: the client retries without a new lookup.

@@ -1,6 +1,7 @@
-//! Produce (key 0), v3–11: check and validate each partition's batch, verify with the
+//! Produce (key 0), v3–12: check and validate each partition's batch, verify with the
 //! transaction coordinator each transactional batch that would open its producer's
-//! transaction on its partition (`txn_verification`), append them in request order (on a
+//! transaction on its partition (`txn_verification`; from v12 the coordinator adds the
+//! partition to the transaction instead), append them in request order (on a
 //! blocking thread unless the request is small and uncompressed), then answer once the writes
 //! are as durable as `acks` and the topic's `flush.policy` require.
 
@@ -25,6 +26,7 @@ use crate::handlers::str_bytes;
 use crate::partition::{Partition, ReplicationWait};
 use crate::rate_limit::warn_bad_input;
 use crate::reply::Reply;
+use crate::txn_verification::{guard_after, guard_before, GuardBefore, TxnCheck};
 
 /// A request whose batches are uncompressed and total at most this is validated and appended
 /// on the connection's task: that is microseconds of CPU and a write into the page cache, less
@@ -296,23 +298,28 @@ async fn verify_transactional(
             ),
         );
     }
-    let mut unverified: Vec<(usize, VerificationGuard)> = Vec::new();
+    // Produce v12 (transaction protocol version 2): the client added no partition itself.
+    let check = match version {
+        12.. => TxnCheck::Add,
+        _ => TxnCheck::Verify,
+    };
+    let mut unverified: Vec<(usize, Option<VerificationGuard>)> = Vec::new();
     for (at, job) in jobs.iter().enumerate() {
-        let transactional = BatchHeader::parse(&job.records).is_some_and(|h| h.is_transactional());
-        let guard = transactional
-            .then(|| {
-                job.partition
-                    .log_mut()
-                    .start_txn_verification(producer.producer_id, producer.epoch)
-            })
-            .flatten();
-        if let Some(guard) = guard {
-            unverified.push((at, guard));
+        if !BatchHeader::parse(&job.records).is_some_and(|h| h.is_transactional()) {
+            continue;
+        }
+        match guard_before(&job.partition, producer, check) {
+            GuardBefore::Taken(guard) => unverified.push((at, Some(guard))),
+            GuardBefore::After => unverified.push((at, None)),
+            GuardBefore::InTransaction => {}
         }
     }
-    if unverified.is_empty() || !broker.config.transaction_partition_verification_enable {
+    if unverified.is_empty() {
+        return Vec::new();
+    }
+    if !broker.config.transaction_partition_verification_enable {
         for (at, guard) in unverified {
-            jobs[at].verification = Some(guard);
+            jobs[at].verification = guard.or_else(|| guard_after(&jobs[at].partition, producer));
         }
         return Vec::new();
     }
@@ -326,12 +333,15 @@ async fn verify_transactional(
         })
         .collect();
     let results = broker
-        .verify_in_transaction(transactional_id, producer, &partitions)
+        .check_in_transaction(transactional_id, producer, &partitions, check)
         .await;
     let mut refused = Vec::new();
     for ((at, guard), result) in unverified.iter().zip(results).rev() {
         match result {
-            Ok(()) => jobs[*at].verification = Some(*guard),
+            Ok(()) => {
+                jobs[*at].verification =
+                    guard.or_else(|| guard_after(&jobs[*at].partition, producer))
+            }
             Err(error) => refused.push((jobs.remove(*at), verification_error(error, version))),
         }
     }

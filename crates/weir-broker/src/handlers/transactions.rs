@@ -1,5 +1,5 @@
 //! Transactions: AddPartitionsToTxn (key 24, v0–3 from producers, v4–5 from brokers: batched,
-//! and `verify_only`), AddOffsetsToTxn (25, v0–4), EndTxn (26, v0–4),
+//! and `verify_only`), AddOffsetsToTxn (25, v0–4), EndTxn (26, v0–5; v5 bumps the epoch),
 //! WriteTxnMarkers (27, v1, between brokers), DescribeProducers (61, v0),
 //! DescribeTransactions (65, v0) and ListTransactions (66, v0–2). The handlers translate; the transaction coordinator
 //! (`weir-coordinator`) decides, and `marker_writer` writes the markers.
@@ -30,7 +30,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::records::TxnPartitions;
 use weir_coordinator::transaction::state::TxnState;
-use weir_coordinator::transaction::{EndTxn, ProducerIdAndEpoch, TxnError};
+use weir_coordinator::transaction::{EndOutcome, EndTxn, ProducerIdAndEpoch, TxnError};
 use weir_coordinator::{partition_for, OFFSETS_TOPIC};
 use weir_log::batch::TxnResult;
 use weir_metadata::is_internal_topic;
@@ -121,7 +121,9 @@ async fn add_to_transaction(
             let known = image
                 .topic(name)
                 .is_some_and(|t| t.partition(*index).is_some());
-            if is_internal_topic(name) {
+            // A broker adds the group's offsets partition for TxnOffsetCommit v5.
+            let internal_allowed = version >= 4 && name == OFFSETS_TOPIC;
+            if is_internal_topic(name) && !internal_allowed {
                 refused.push((name, *index, ResponseError::InvalidTopicException));
             } else if !known {
                 refused.push((name, *index, ResponseError::UnknownTopicOrPartition));
@@ -262,14 +264,47 @@ pub async fn end(broker: &Arc<Broker>, request: EndTxnRequest, version: i16) -> 
             epoch: request.producer_epoch,
         },
         commit: request.committed,
+        bump_epoch: version >= 5,
     };
     let mut response = EndTxnResponse::default();
-    match broker.transactions.end(&end).await {
-        Ok(Some(markers)) => broker.write_markers(markers),
-        Ok(None) => {}
+    match end_transaction(broker, &end).await {
+        Ok(producer) if version >= 5 => {
+            response.producer_id = ProducerId(producer.producer_id);
+            response.producer_epoch = producer.epoch;
+        }
+        Ok(_) => {}
         Err(error) => response.error_code = versioned_error(error, version).code(),
     }
     response
+}
+
+/// Ends the transaction as `end` asks, hands its markers to the writer, and returns the
+/// producer's id and epoch from now on; a new producer id is reserved when the coordinator
+/// needs one (an exhausted epoch bumped).
+async fn end_transaction(
+    broker: &Arc<Broker>,
+    end: &EndTxn,
+) -> Result<ProducerIdAndEpoch, TxnError> {
+    let mut fresh_id = None;
+    loop {
+        match broker.transactions.end(end, fresh_id).await? {
+            EndOutcome::Ended { markers, producer } => {
+                if let Some(markers) = markers {
+                    broker.write_markers(markers);
+                }
+                return Ok(producer);
+            }
+            EndOutcome::NeedsProducerId if fresh_id.is_none() => {
+                let id = broker.next_producer_id().await.map_err(|error| {
+                    tracing::warn!(target: "weir::transactions", %error, "no producer id for an exhausted epoch");
+                    TxnError::CoordinatorNotAvailable
+                })?;
+                fresh_id = Some(id);
+            }
+            // The id it was given went to a concurrent request: the client retries.
+            EndOutcome::NeedsProducerId => return Err(TxnError::ConcurrentTransactions),
+        }
+    }
 }
 
 /// WriteTxnMarkers from a transaction coordinator: each marker appended on each of its

@@ -300,3 +300,85 @@ async fn a_transactional_offset_commit_outside_the_transaction_is_refused() {
     );
     test.shutdown().await;
 }
+
+/// Transaction protocol version 2 (KIP-890), as a Kafka 4 client runs it once ApiVersions
+/// reports `transaction.version` 2: Produce v12 and TxnOffsetCommit v5 add their partitions
+/// themselves, EndTxn v5 answers the bumped epoch, and a late write of the old epoch is fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_version_2_adds_partitions_and_bumps_the_epoch() {
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    let test = start_fs(&[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    let mut ask = ApiVersionsRequest::default();
+    ask.client_software_name = StrBytes::from_static_str("t");
+    ask.client_software_version = StrBytes::from_static_str("1");
+    let versions: ApiVersionsResponse = call(&mut c, ApiKey::ApiVersions, 3, &ask).await;
+    let finalized: Vec<(&str, i16)> = versions
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.as_str(), f.max_version_level))
+        .collect();
+    assert_eq!(finalized, [("transaction.version", 2)]);
+    assert!(versions.finalized_features_epoch >= 0);
+
+    assert_eq!(create_topic(&mut c, "good", 1, &[]).await, 0);
+    let (producer_id, epoch) = transactional_producer(&mut c, "v2").await;
+    await_group_coordinator(&mut c, "v2-group").await;
+    assert_eq!(
+        produce_txn(&mut c, 12, Some("v2"), (producer_id, epoch, 0), 0).await,
+        0,
+        "added by the leader"
+    );
+    let mut partition = TxnOffsetCommitRequestPartition::default();
+    partition.committed_offset = 1;
+    let mut topic = TxnOffsetCommitRequestTopic::default();
+    topic.name = topic_name("good");
+    topic.partitions = vec![partition];
+    let mut commit = TxnOffsetCommitRequest::default();
+    commit.transactional_id = id("v2");
+    commit.group_id = GroupId(StrBytes::from_static_str("v2-group"));
+    commit.producer_id = ProducerId(producer_id);
+    commit.producer_epoch = epoch;
+    commit.generation_id = -1;
+    commit.topics = vec![topic];
+    let r: TxnOffsetCommitResponse = call(&mut c, ApiKey::TxnOffsetCommit, 5, &commit).await;
+    assert_eq!(
+        r.topics[0].partitions[0].error_code, 0,
+        "added by the coordinator"
+    );
+
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = id("v2");
+    end.producer_id = ProducerId(producer_id);
+    end.producer_epoch = epoch;
+    end.committed = true;
+    let r: EndTxnResponse = call(&mut c, ApiKey::EndTxn, 5, &end).await;
+    assert_eq!(
+        (r.error_code, r.producer_id.0, r.producer_epoch),
+        (0, producer_id, epoch + 1)
+    );
+    await_state(&mut c, "v2", "CompleteCommit").await;
+    assert_eq!(
+        stable_and_high(&mut c, 0).await,
+        (2, 2),
+        "one record and its marker"
+    );
+    assert_eq!(
+        produce_txn(&mut c, 12, Some("v2"), (producer_id, epoch, 1), 0).await,
+        INVALID_PRODUCER_EPOCH,
+        "a late write of the ended transaction's epoch"
+    );
+    let r: EndTxnResponse = call(&mut c, ApiKey::EndTxn, 5, &end).await;
+    assert_eq!(
+        (r.error_code, r.producer_epoch),
+        (0, epoch + 1),
+        "a retried EndTxn is answered as done"
+    );
+    assert_eq!(
+        produce_txn(&mut c, 12, Some("v2"), (producer_id, epoch + 1, 0), 0).await,
+        0,
+        "the next transaction, at the bumped epoch"
+    );
+    assert_eq!(stable_and_high(&mut c, 0).await, (2, 3));
+    test.shutdown().await;
+}

@@ -8,8 +8,8 @@ use super::records::{TxnPartitions, TxnValue};
 use super::shard::{TransactionShard, TxnMetadata, TxnRecord};
 use super::state::TxnState;
 use super::{
-    EndTxn, InitOutcome, InitProducerId, ProducerIdAndEpoch, TxnError, TxnMarkers, EPOCH_EXHAUSTED,
-    NO_EPOCH,
+    EndOutcome, EndTxn, InitOutcome, InitProducerId, ProducerIdAndEpoch, TxnError, TxnMarkers,
+    EPOCH_EXHAUSTED, NO_EPOCH,
 };
 use crate::runtime::Decision;
 
@@ -278,12 +278,15 @@ pub(super) fn end(
     shard: &TransactionShard,
     request: &EndTxn,
     now: Now,
-) -> Result<Decision<Option<TxnMarkers>, TxnRecord>, TxnError> {
+) -> Result<Decision<EndOutcome, TxnRecord>, TxnError> {
     let metadata = current_producer(shard, &request.transactional_id, request.producer)?;
     let value = &metadata.value;
-    let nothing = |answer| {
+    let nothing = |markers| {
         Ok(Decision {
-            answer,
+            answer: EndOutcome::Ended {
+                markers,
+                producer: request.producer,
+            },
             records: Vec::new(),
         })
     };
@@ -303,13 +306,16 @@ pub(super) fn end(
                 now,
             );
             Ok(Decision {
-                answer: Some(TxnMarkers {
-                    transactional_id: request.transactional_id.clone(),
-                    producer_id: value.producer_id,
-                    producer_epoch: value.producer_epoch,
-                    commit,
-                    partitions: value.partitions.clone(),
-                }),
+                answer: EndOutcome::Ended {
+                    markers: Some(TxnMarkers {
+                        transactional_id: request.transactional_id.clone(),
+                        producer_id: value.producer_id,
+                        producer_epoch: value.producer_epoch,
+                        commit,
+                        partitions: value.partitions.clone(),
+                    }),
+                    producer: request.producer,
+                },
                 records: vec![record],
             })
         }
@@ -321,6 +327,165 @@ pub(super) fn end(
         (TxnState::PrepareEpochFence | TxnState::Dead, _) => Err(TxnError::ConcurrentTransactions),
         _ => Err(TxnError::InvalidTxnState),
     }
+}
+
+/// The transaction protocol version Kafka records for a transaction ended with an epoch bump.
+const TRANSACTION_VERSION_2: i16 = 2;
+
+/// EndTxn under transaction protocol version 2 (KIP-890, Kafka's table in
+/// `TransactionCoordinator.endTransaction`): preparing bumps the producer's epoch (a new
+/// producer id at epoch 0 once it is exhausted, taking effect on completion), so a late
+/// EndTxn of an earlier transaction can never end a later one. A retry names the epoch before
+/// the bump (or, after a new producer id, the exhausted epoch of the previous id) and is
+/// answered as done once the transaction is complete (the bumped epoch waits while the
+/// markers are written); an abort of no transaction (Empty, or
+/// one already complete) prepares an abort of nothing, which bumps the epoch too.
+pub(super) fn end_bumping(
+    shard: &TransactionShard,
+    request: &EndTxn,
+    fresh_id: Option<i64>,
+    now: Now,
+) -> Result<Decision<EndOutcome, TxnRecord>, TxnError> {
+    let id = &request.transactional_id;
+    if id.is_empty() {
+        return Err(TxnError::InvalidRequest);
+    }
+    let metadata = shard
+        .ids
+        .get(id)
+        .ok_or(TxnError::InvalidProducerIdMapping)?;
+    let value = &metadata.value;
+    let asked = request.producer;
+    let retry_after_new_id = value.previous_producer_id == asked.producer_id
+        && asked.epoch == EPOCH_EXHAUSTED
+        && value.producer_epoch == 0;
+    let retry_after_bump = asked.epoch.checked_add(1) == Some(value.producer_epoch);
+    let preparing = matches!(
+        value.state,
+        TxnState::PrepareCommit | TxnState::PrepareAbort
+    );
+    // The producer already holds the bumped epoch while the markers are written: it waits
+    // (CONCURRENT_TRANSACTIONS), as Kafka 4.4 answers.
+    if preparing && value.producer_id == asked.producer_id && asked.epoch == value.producer_epoch {
+        return Err(TxnError::ConcurrentTransactions);
+    }
+    let valid_epoch = match value.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort => retry_after_bump,
+        TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            retry_after_bump || retry_after_new_id || asked.epoch == value.producer_epoch
+        }
+        _ => asked.epoch == value.producer_epoch,
+    };
+    if value.producer_id != asked.producer_id && !retry_after_new_id {
+        return Err(TxnError::InvalidProducerIdMapping);
+    }
+    if !valid_epoch {
+        return Err(TxnError::ProducerFenced);
+    }
+    if shard.is_pending(id) {
+        return Err(TxnError::ConcurrentTransactions);
+    }
+    let is_retry = retry_after_bump || retry_after_new_id;
+    let done = || {
+        Ok(Decision {
+            answer: EndOutcome::Ended {
+                markers: None,
+                producer: ProducerIdAndEpoch {
+                    producer_id: value.producer_id,
+                    epoch: value.producer_epoch,
+                },
+            },
+            records: Vec::new(),
+        })
+    };
+    let prepare = |commit: bool, nothing_added: bool| {
+        bump_and_prepare(id, metadata, commit, nothing_added, fresh_id, now)
+    };
+    match (value.state, request.commit) {
+        (TxnState::Ongoing, commit) => prepare(commit, false),
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if is_retry => done(),
+        (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
+            if !is_retry =>
+        {
+            prepare(false, true)
+        }
+        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+            Err(TxnError::ConcurrentTransactions)
+        }
+        (TxnState::PrepareEpochFence | TxnState::Dead, _) => Err(TxnError::ConcurrentTransactions),
+        _ => Err(TxnError::InvalidTxnState),
+    }
+}
+
+/// The record preparing `metadata`'s transaction to commit or abort at the next epoch (a new
+/// producer id once the epoch is exhausted), with its markers and the producer's next id and
+/// epoch; an abort with `nothing_added` ends a transaction that holds no partition.
+fn bump_and_prepare(
+    transactional_id: &str,
+    metadata: &TxnMetadata,
+    commit: bool,
+    nothing_added: bool,
+    fresh_id: Option<i64>,
+    now: Now,
+) -> Result<Decision<EndOutcome, TxnRecord>, TxnError> {
+    let value = &metadata.value;
+    let (next_producer_id, next) = if value.producer_epoch >= EPOCH_EXHAUSTED {
+        let Some(fresh) = fresh_id else {
+            return Ok(Decision {
+                answer: EndOutcome::NeedsProducerId,
+                records: Vec::new(),
+            });
+        };
+        let next = ProducerIdAndEpoch {
+            producer_id: fresh,
+            epoch: 0,
+        };
+        (fresh, next)
+    } else {
+        let next = ProducerIdAndEpoch {
+            producer_id: value.producer_id,
+            epoch: value.producer_epoch + 1,
+        };
+        (-1, next)
+    };
+    let state = if commit {
+        TxnState::PrepareCommit
+    } else {
+        TxnState::PrepareAbort
+    };
+    let (partitions, start_ms) = if nothing_added {
+        (TxnPartitions::new(), now.wall_ms)
+    } else {
+        (value.partitions.clone(), value.start_ms)
+    };
+    let bumped = value.producer_epoch.saturating_add(1);
+    let record = TxnRecord {
+        transactional_id: transactional_id.to_string(),
+        value: Some(TxnValue {
+            state,
+            producer_epoch: bumped,
+            next_producer_id,
+            partitions: partitions.clone(),
+            start_ms,
+            last_update_ms: now.wall_ms,
+            client_transaction_version: TRANSACTION_VERSION_2,
+            ..value.clone()
+        }),
+        last_producer_epoch: value.producer_epoch,
+    };
+    Ok(Decision {
+        answer: EndOutcome::Ended {
+            markers: Some(TxnMarkers {
+                transactional_id: transactional_id.to_string(),
+                producer_id: value.producer_id,
+                producer_epoch: bumped,
+                commit,
+                partitions,
+            }),
+            producer: next,
+        },
+        records: vec![record],
+    })
 }
 
 /// Every marker of a prepared transaction is written: it is complete. Nothing is stored when
@@ -359,7 +524,7 @@ pub(super) fn complete(
     } else {
         TxnState::CompleteAbort
     };
-    let record = transition(
+    let mut record = transition(
         &markers.transactional_id,
         metadata,
         state,
@@ -367,6 +532,18 @@ pub(super) fn complete(
         value.start_ms,
         now,
     );
+    // An exhausted epoch was bumped to a new producer id (transaction protocol version 2):
+    // the producer goes on with it, at epoch 0.
+    if let Some(completed) = record
+        .value
+        .as_mut()
+        .filter(|_| value.next_producer_id != -1)
+    {
+        completed.previous_producer_id = value.producer_id;
+        completed.producer_id = value.next_producer_id;
+        completed.next_producer_id = -1;
+        completed.producer_epoch = 0;
+    }
     Ok(Decision {
         answer: true,
         records: vec![record],

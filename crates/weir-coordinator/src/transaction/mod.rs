@@ -143,6 +143,26 @@ pub struct EndTxn {
     pub producer: ProducerIdAndEpoch,
     /// Commit (true) or abort.
     pub commit: bool,
+    /// Transaction protocol version 2 (EndTxn v5, KIP-890): the producer's epoch is bumped
+    /// with every transaction it ends, and the answer names the producer's next id and epoch.
+    pub bump_epoch: bool,
+}
+
+/// What an EndTxn comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndOutcome {
+    /// Stored (or a retry of an end already made): the markers the broker must write, then
+    /// complete, if any; and the producer id and epoch its producer goes on with (the bumped
+    /// ones under transaction protocol version 2, else its own).
+    Ended {
+        /// The prepared transaction's markers; `None` for a retry.
+        markers: Option<TxnMarkers>,
+        /// The producer's id and epoch from now on.
+        producer: ProducerIdAndEpoch,
+    },
+    /// The producer's epoch is exhausted and the bump needs a producer id never used: ask
+    /// again with one.
+    NeedsProducerId,
 }
 
 /// A prepared transaction's markers: the broker writes one on each of its partitions, then
@@ -328,12 +348,22 @@ impl TransactionCoordinator {
 
     /// EndTxn: prepares the producer's open transaction to commit or abort (stored before the
     /// answer) and returns the markers the broker must write, then complete with
-    /// [`TransactionCoordinator::complete`]; `None` for a retry of an end already done.
-    pub async fn end(&self, request: &EndTxn) -> Result<Option<TxnMarkers>, TxnError> {
+    /// [`TransactionCoordinator::complete`] (none for a retry of an end already done). Under
+    /// transaction protocol version 2 the epoch is bumped: to a new producer id (`fresh_id`,
+    /// asked for with [`EndOutcome::NeedsProducerId`]) once it is exhausted.
+    pub async fn end(
+        &self,
+        request: &EndTxn,
+        fresh_id: Option<i64>,
+    ) -> Result<EndOutcome, TxnError> {
         let written = self
             .runtime
             .write(&request.transactional_id, |shard, now| {
-                decide::end(shard, request, now)
+                if request.bump_epoch {
+                    decide::end_bumping(shard, request, fresh_id, now)
+                } else {
+                    decide::end(shard, request, now)
+                }
             })
             .await?;
         written.stored?;

@@ -291,6 +291,20 @@ fn end(id: &str, producer: (i64, i16), commit: bool) -> EndTxn {
             epoch: producer.1,
         },
         commit,
+        bump_epoch: false,
+    }
+}
+
+impl TransactionCoordinator {
+    /// EndTxn of transaction protocol version 1: the markers to write, if any.
+    async fn end_v1(&self, request: &EndTxn) -> Result<Option<TxnMarkers>, TxnError> {
+        match self.end(request, None).await? {
+            EndOutcome::Ended { markers, producer } => {
+                assert_eq!(producer, request.producer, "version 1 keeps the epoch");
+                Ok(markers)
+            }
+            EndOutcome::NeedsProducerId => panic!("version 1 never bumps the epoch"),
+        }
     }
 }
 
@@ -316,7 +330,9 @@ async fn a_transaction_is_begun_prepared_and_completed() {
         .expect("init");
     let producer = ProducerIdAndEpoch { producer_id, epoch };
     assert_eq!(
-        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        coordinator
+            .end_v1(&end("t", (producer_id, epoch), true))
+            .await,
         Err(TxnError::InvalidTxnState),
         "nothing to commit"
     );
@@ -347,7 +363,7 @@ async fn a_transaction_is_begun_prepared_and_completed() {
     );
 
     let markers = coordinator
-        .end(&end("t", (producer_id, epoch), true))
+        .end_v1(&end("t", (producer_id, epoch), true))
         .await
         .expect("prepared")
         .expect("markers to write");
@@ -363,13 +379,15 @@ async fn a_transaction_is_begun_prepared_and_completed() {
     );
     assert_eq!(state_of(&coordinator, "t").0, TxnState::PrepareCommit);
     assert_eq!(
-        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        coordinator
+            .end_v1(&end("t", (producer_id, epoch), true))
+            .await,
         Err(TxnError::ConcurrentTransactions),
         "a retry while the markers are written waits"
     );
     assert_eq!(
         coordinator
-            .end(&end("t", (producer_id, epoch), false))
+            .end_v1(&end("t", (producer_id, epoch), false))
             .await,
         Err(TxnError::InvalidTxnState),
         "a commit being made cannot become an abort"
@@ -396,13 +414,15 @@ async fn a_transaction_is_begun_prepared_and_completed() {
         "completing twice stores nothing"
     );
     assert_eq!(
-        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        coordinator
+            .end_v1(&end("t", (producer_id, epoch), true))
+            .await,
         Ok(None),
         "a retried commit is answered as done"
     );
     assert_eq!(
         coordinator
-            .end(&end("t", (producer_id, epoch), false))
+            .end_v1(&end("t", (producer_id, epoch), false))
             .await,
         Err(TxnError::InvalidTxnState)
     );
@@ -413,7 +433,7 @@ async fn a_transaction_is_begun_prepared_and_completed() {
         .await
         .expect("next transaction");
     let aborting = coordinator
-        .end(&end("t", (producer_id, epoch), false))
+        .end_v1(&end("t", (producer_id, epoch), false))
         .await
         .expect("prepared")
         .expect("markers");
@@ -473,7 +493,7 @@ async fn only_the_current_producer_may_use_the_transaction() {
         .expect("the current producer");
     assert_eq!(
         coordinator
-            .end(&end("t", (producer_id, epoch - 1), true))
+            .end_v1(&end("t", (producer_id, epoch - 1), true))
             .await,
         Err(TxnError::ProducerFenced)
     );
@@ -513,7 +533,9 @@ async fn a_new_producer_aborts_the_transaction_its_predecessor_left_open() {
     );
     assert_eq!(state_of(&coordinator, "t").0, TxnState::PrepareAbort);
     assert_eq!(
-        coordinator.end(&end("t", (producer_id, epoch), true)).await,
+        coordinator
+            .end_v1(&end("t", (producer_id, epoch), true))
+            .await,
         Err(TxnError::ProducerFenced),
         "the old producer cannot commit"
     );
@@ -592,7 +614,7 @@ async fn a_transaction_past_its_timeout_is_aborted() {
     assert_eq!(state_of(&coordinator, "patient").0, TxnState::Ongoing);
     assert_eq!(
         coordinator
-            .end(&end("slow", (slow.producer_id, slow.epoch), true))
+            .end_v1(&end("slow", (slow.producer_id, slow.epoch), true))
             .await,
         Err(TxnError::ProducerFenced),
         "its producer cannot commit it any more"
@@ -703,7 +725,7 @@ async fn verification_names_the_partitions_the_open_transaction_holds() {
         Err(TxnError::ProducerFenced)
     );
     let markers = coordinator
-        .end(&end("t", (producer_id, epoch), true))
+        .end_v1(&end("t", (producer_id, epoch), true))
         .await
         .expect("prepared")
         .expect("markers");
@@ -717,5 +739,159 @@ async fn verification_names_the_partitions_the_open_transaction_holds() {
         coordinator.verify("t", producer, &asked),
         Ok(vec![false; 3]),
         "ended"
+    );
+}
+
+fn end_bumping(id: &str, producer: ProducerIdAndEpoch, commit: bool) -> EndTxn {
+    EndTxn {
+        bump_epoch: true,
+        ..end(id, (producer.producer_id, producer.epoch), commit)
+    }
+}
+
+/// EndTxn `bump_epoch` (protocol version 2, KIP-890): each end bumps the epoch (markers carry
+/// the new one), a retry with the old epoch is answered as done once complete, a late end of
+/// the earlier transaction is fenced, an abort with nothing open bumps too, and an exhausted
+/// epoch moves the producer to a new id (answered at once; stored on completion).
+#[tokio::test]
+async fn ending_a_transaction_bumps_the_epoch_under_protocol_version_2() {
+    let log = Arc::new(MemoryLog::default());
+    let coordinator = loaded(log.clone());
+    let mut next_id = 70;
+    let (producer_id, epoch) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("init");
+    let first = ProducerIdAndEpoch { producer_id, epoch };
+    coordinator
+        .add_partitions("t", first, &partitions(&[("a", 0)]))
+        .await
+        .expect("added");
+    let EndOutcome::Ended { markers, producer } = coordinator
+        .end(&end_bumping("t", first, true), None)
+        .await
+        .expect("prepared")
+    else {
+        panic!("no producer id needed yet");
+    };
+    let markers = markers.expect("markers");
+    let second = ProducerIdAndEpoch {
+        producer_id,
+        epoch: epoch + 1,
+    };
+    assert_eq!(producer, second, "the next epoch");
+    assert_eq!(
+        markers.producer_epoch,
+        epoch + 1,
+        "markers fence the old epoch"
+    );
+    assert_eq!(
+        coordinator.end(&end_bumping("t", first, true), None).await,
+        Err(TxnError::ConcurrentTransactions),
+        "a retry while the markers are written waits"
+    );
+    assert_eq!(
+        coordinator
+            .end(&end_bumping("t", second, false), None)
+            .await,
+        Err(TxnError::ConcurrentTransactions),
+        "so does the next transaction's end"
+    );
+    assert!(coordinator.complete(&markers).await.expect("complete"));
+    assert_eq!(
+        coordinator.end(&end_bumping("t", first, true), None).await,
+        Ok(EndOutcome::Ended {
+            markers: None,
+            producer: second
+        }),
+        "a retry after completion is answered as done, with the bumped epoch"
+    );
+    assert_eq!(
+        coordinator.end(&end_bumping("t", first, false), None).await,
+        Err(TxnError::InvalidTxnState),
+        "the committed transaction cannot become an abort"
+    );
+    assert_eq!(
+        coordinator.end(&end_bumping("t", second, true), None).await,
+        Err(TxnError::InvalidTxnState),
+        "nothing open to commit"
+    );
+    let EndOutcome::Ended { markers, producer } = coordinator
+        .end(&end_bumping("t", second, false), None)
+        .await
+        .expect("an abort of nothing")
+    else {
+        panic!("no producer id needed yet");
+    };
+    let markers = markers.expect("markers");
+    assert!(markers.partitions.is_empty());
+    assert_eq!(producer.epoch, epoch + 2);
+    assert!(coordinator.complete(&markers).await.expect("complete"));
+    assert_eq!(
+        coordinator.end(&end_bumping("t", first, false), None).await,
+        Err(TxnError::ProducerFenced),
+        "a late end of an earlier transaction is fenced"
+    );
+
+    // The epoch runs out: the next end moves the producer to a new id at epoch 0.
+    let exhausted = ProducerIdAndEpoch {
+        producer_id,
+        epoch: EPOCH_EXHAUSTED,
+    };
+    {
+        let mut loaded = coordinator.runtime.lock();
+        let (_, shard) = loaded.served("t").expect("served");
+        let metadata = shard.ids.get_mut("t").expect("known");
+        metadata.value.producer_epoch = EPOCH_EXHAUSTED;
+    }
+    coordinator
+        .add_partitions("t", exhausted, &partitions(&[("a", 0)]))
+        .await
+        .expect("added");
+    assert_eq!(
+        coordinator
+            .end(&end_bumping("t", exhausted, true), None)
+            .await,
+        Ok(EndOutcome::NeedsProducerId)
+    );
+    let EndOutcome::Ended { markers, producer } = coordinator
+        .end(&end_bumping("t", exhausted, true), Some(900))
+        .await
+        .expect("prepared")
+    else {
+        panic!("given an id");
+    };
+    let markers = markers.expect("markers");
+    assert_eq!(
+        (markers.producer_id, markers.producer_epoch),
+        (producer_id, i16::MAX)
+    );
+    assert_eq!(
+        producer,
+        ProducerIdAndEpoch {
+            producer_id: 900,
+            epoch: 0
+        }
+    );
+    assert!(coordinator.complete(&markers).await.expect("complete"));
+    let (state, _) = state_of(&coordinator, "t");
+    assert_eq!(state, TxnState::CompleteCommit);
+    let value = stored(&coordinator).remove(0).1;
+    assert_eq!(
+        (
+            value.producer_id,
+            value.producer_epoch,
+            value.previous_producer_id
+        ),
+        (900, 0, producer_id)
+    );
+    assert_eq!(
+        coordinator
+            .end(&end_bumping("t", exhausted, true), None)
+            .await,
+        Ok(EndOutcome::Ended {
+            markers: None,
+            producer
+        }),
+        "a retry with the exhausted epoch of the old id is answered as done"
     );
 }

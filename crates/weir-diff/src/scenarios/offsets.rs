@@ -34,6 +34,8 @@ scenarios! { "offsets";
         "DeleteRecords v2: below an offset, to the high watermark (-1), past it, an unknown partition, a compacted topic; then ListOffsets earliest and latest";
     txn_offset_commit: Expect::Same,
         "AddOffsetsToTxn v4 (also fenced) and TxnOffsetCommit v4 (an unknown topic, a member the group does not have), OffsetFetch v9 requiring stable offsets before and after EndTxn v4 commits";
+    txn_protocol_v2: Expect::Same,
+        "Transaction protocol version 2: Produce v12 and TxnOffsetCommit v5 add their partitions, EndTxn v5 bumps the epoch (then a retry with the old epoch, an abort of what was committed, an abort of nothing), a late Produce v12 of the old epoch; ListOffsets read_committed";
     txn_verification: Expect::Same,
         "Produce v11 and v9 of a transactional batch to a partition its transaction does not hold, of a made-up producer, without a transactional id, then after AddPartitionsToTxn v3; TxnOffsetCommit v4 and v3 before AddOffsetsToTxn; AddPartitionsToTxn v4 verify_only; ListOffsets read_committed";
     init_producer_id_transactional: Expect::Same,
@@ -180,6 +182,50 @@ async fn first_init(
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// The start of a transactional scenario (error messages not compared): the coordinators
+/// ready, a topic named after `base` of `partitions` with one plain record on partition 0,
+/// and a transactional id named after it with its first producer (unrecorded).
+async fn transactional_setup(
+    cx: &mut Ctx,
+    base: &str,
+    partitions: i32,
+) -> Result<(TopicName, TransactionalId, InitProducerIdResponse)> {
+    cx.ignore("error_message");
+    super::cluster::coordinator_ready(cx).await?;
+    super::cluster::transaction_coordinator_ready(cx).await?;
+    let topic = create_topic(cx, base, partitions, &[]).await?;
+    let plain = batch_with(1_000, Compression::None, &[(None, "plain")]);
+    produce(cx, &topic, 0, plain).await?;
+    let (transactional_id, producer) = new_transactional_producer(cx, base).await?;
+    Ok((topic, transactional_id, producer))
+}
+
+/// A TxnOffsetCommit of offset 1 on `topic`-0 for `group`, by `producer` from outside the
+/// group (no generation, no member).
+fn outsider_commit(
+    transactional_id: &TransactionalId,
+    group: kafka_protocol::messages::GroupId,
+    producer: &InitProducerIdResponse,
+    topic: &TopicName,
+) -> kafka_protocol::messages::TxnOffsetCommitRequest {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    let mut commit = kafka_protocol::messages::TxnOffsetCommitRequest::default();
+    commit.transactional_id = transactional_id.clone();
+    commit.group_id = group;
+    commit.producer_id = producer.producer_id;
+    commit.producer_epoch = producer.producer_epoch;
+    commit.generation_id = -1;
+    let mut p = TxnOffsetCommitRequestPartition::default();
+    p.committed_offset = 1;
+    let mut t = TxnOffsetCommitRequestTopic::default();
+    t.name = topic.clone();
+    t.partitions = vec![p];
+    commit.topics = vec![t];
+    commit
 }
 
 /// A transactional id named after `base` and its first producer (unrecorded).
@@ -335,25 +381,11 @@ async fn txn_verification(cx: &mut Ctx) -> Result<()> {
     use kafka_protocol::messages::add_partitions_to_txn_request::{
         AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
     };
-    use kafka_protocol::messages::txn_offset_commit_request::{
-        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
-    };
     use kafka_protocol::messages::{
         AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, GroupId, ProduceResponse,
-        TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+        TxnOffsetCommitResponse,
     };
-    cx.ignore("error_message");
-    super::cluster::coordinator_ready(cx).await?;
-    super::cluster::transaction_coordinator_ready(cx).await?;
-    let topic = create_topic(cx, "txn-verified", 2, &[]).await?;
-    produce(
-        cx,
-        &topic,
-        0,
-        batch_with(1_000, Compression::None, &[(None, "plain")]),
-    )
-    .await?;
-    let (transactional_id, producer) = new_transactional_producer(cx, "txn-verified").await?;
+    let (topic, transactional_id, producer) = transactional_setup(cx, "txn-verified", 2).await?;
     let me = (producer.producer_id.0, producer.producer_epoch);
 
     let send =
@@ -374,18 +406,7 @@ async fn txn_verification(cx: &mut Ctx) -> Result<()> {
     let _: ProduceResponse = cx.answer(ApiKey::Produce, 9, &request).await?;
 
     let group = GroupId(s(&cx.name("txn-verified-group")));
-    let mut commit = TxnOffsetCommitRequest::default();
-    commit.transactional_id = transactional_id.clone();
-    commit.group_id = group;
-    commit.producer_id = producer.producer_id;
-    commit.producer_epoch = producer.producer_epoch;
-    commit.generation_id = -1;
-    let mut p = TxnOffsetCommitRequestPartition::default();
-    p.committed_offset = 1;
-    let mut t = TxnOffsetCommitRequestTopic::default();
-    t.name = topic.clone();
-    t.partitions = vec![p];
-    commit.topics = vec![t];
+    let commit = outsider_commit(&transactional_id, group, &producer, &topic);
     for version in [4, 3] {
         let _: TxnOffsetCommitResponse =
             cx.answer(ApiKey::TxnOffsetCommit, version, &commit).await?;
@@ -403,21 +424,86 @@ async fn txn_verification(cx: &mut Ctx) -> Result<()> {
     add.v3_and_below_producer_epoch = producer.producer_epoch;
     add.v3_and_below_topics = partitions(vec![0]);
     let _: AddPartitionsToTxnResponse = cx.answer(ApiKey::AddPartitionsToTxn, 3, &add).await?;
-    let mut verify = AddPartitionsToTxnRequest::default();
-    let mut txn = AddPartitionsToTxnTransaction::default();
-    txn.transactional_id = transactional_id.clone();
-    txn.producer_id = producer.producer_id;
-    txn.producer_epoch = producer.producer_epoch;
-    txn.verify_only = true;
-    txn.topics = partitions(vec![0, 1]);
-    verify.transactions = vec![txn];
-    let _: AddPartitionsToTxnResponse = cx.answer(ApiKey::AddPartitionsToTxn, 4, &verify).await?;
+    // One partition per request: Kafka answers a verification's partitions in no fixed order.
+    for partition in [0, 1] {
+        let mut verify = AddPartitionsToTxnRequest::default();
+        let mut txn = AddPartitionsToTxnTransaction::default();
+        txn.transactional_id = transactional_id.clone();
+        txn.producer_id = producer.producer_id;
+        txn.producer_epoch = producer.producer_epoch;
+        txn.verify_only = true;
+        txn.topics = partitions(vec![partition]);
+        verify.transactions = vec![txn];
+        let _: AddPartitionsToTxnResponse =
+            cx.answer(ApiKey::AddPartitionsToTxn, 4, &verify).await?;
+    }
 
     let request = send(Some(&transactional_id), me, 0, 0);
     let _: ProduceResponse = cx.answer(ApiKey::Produce, 11, &request).await?;
     let request = send(Some(&transactional_id), me, 1, 1);
     let _: ProduceResponse = cx.answer(ApiKey::Produce, 11, &request).await?;
-    let request = list_offsets_request(&topic, &[(0, -1), (1, -1)], -1);
+    // One partition per request: Kafka answers a request's partitions in no fixed order.
+    for partition in [0, 1] {
+        let request = list_offsets_request(&topic, &[(partition, -1)], -1);
+        let mut committed = request.clone();
+        committed.isolation_level = 1;
+        for request in [request, committed] {
+            let _: ListOffsetsResponse = cx.answer(ApiKey::ListOffsets, 8, &request).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn txn_protocol_v2(cx: &mut Ctx) -> Result<()> {
+    use kafka_protocol::messages::{
+        EndTxnRequest, EndTxnResponse, GroupId, ProduceResponse, TxnOffsetCommitResponse,
+    };
+    /// CONCURRENT_TRANSACTIONS.
+    const CONCURRENT: i16 = 51;
+    let (topic, transactional_id, producer) = transactional_setup(cx, "txn-v2", 1).await?;
+    let pid = producer.producer_id.0;
+    let epoch = producer.producer_epoch;
+    let send = |epoch: i16, sequence: i32| {
+        let batch = transactional_batch(2_000, (pid, epoch, sequence), &[(None, "t")]);
+        let mut request = produce_request(topic.clone(), 0, -1, batch);
+        request.transactional_id = Some(transactional_id.clone());
+        request
+    };
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 12, &send(epoch, 0)).await?;
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 12, &send(epoch, 1)).await?;
+
+    let group = GroupId(s(&cx.name("txn-v2-group")));
+    let commit = outsider_commit(&transactional_id, group, &producer, &topic);
+    let _: TxnOffsetCommitResponse = cx.answer(ApiKey::TxnOffsetCommit, 5, &commit).await?;
+
+    let end = |epoch: i16, committed: bool| {
+        let mut request = EndTxnRequest::default();
+        request.transactional_id = transactional_id.clone();
+        request.producer_id = producer.producer_id;
+        request.producer_epoch = epoch;
+        request.committed = committed;
+        request
+    };
+    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch, true)).await?;
+    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch + 1, false)).await?;
+    // The markers are written after the answer: a retry waits (CONCURRENT_TRANSACTIONS) until
+    // the transaction is complete, then is answered as done.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let retry: EndTxnResponse = cx.quietly(ApiKey::EndTxn, 5, &end(epoch, true)).await?;
+        if retry.error_code != CONCURRENT {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("the transaction did not complete within 30 s");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch, true)).await?;
+    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch, false)).await?;
+    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch + 1, false)).await?;
+    let _: ProduceResponse = cx.answer(ApiKey::Produce, 12, &send(epoch, 2)).await?;
+    let request = list_offsets_request(&topic, &[(0, -1)], -1);
     let mut committed = request.clone();
     committed.isolation_level = 1;
     for request in [request, committed] {
