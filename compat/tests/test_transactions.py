@@ -12,6 +12,7 @@ transaction; its end writes a marker (a control batch) on each of its partitions
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import struct
@@ -525,6 +526,98 @@ def test_franz_go_group_transact_session_is_exactly_once(bootstrap, java):
     assert committed_offsets(bootstrap, group, source, 2) == [150, 150]
     header, row = kafka_transactions(java, bootstrap, "describe", "--transactional-id", transactional_id)
     assert int(dict(zip(header, row))["ProducerEpoch"]) == out["committed_transactions"] + out["aborted"], out
+
+
+def kafka_python_rows(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[list]:
+    """(partition, offset, value) of every record a kafka-python consumer of ``isolation``
+    reads from ``topic``, start to end (positions move past markers and aborted records)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaPythonPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                             group_id=None, value_deserializer=bytes.decode)
+    try:
+        tps = [KafkaPythonPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        rows, deadline = [], Deadline(60)
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert not deadline.expired(), f"kafka-python read incomplete: {len(rows)} records, ends {ends}"
+            for tp, messages in consumer.poll(timeout_ms=200).items():
+                rows.extend([tp.partition, m.offset, m.value] for m in messages)
+        return sorted(rows)
+    finally:
+        consumer.close()
+
+
+def librdkafka_rows(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[list]:
+    """(partition, offset, value) of every record a librdkafka consumer of ``isolation`` reads."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_id("txn-rows"),
+                         "enable.partition.eof": True, "isolation.level": isolation, "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        rows, at_end, deadline = [], set(), Deadline(60)
+        while len(at_end) < partitions:
+            assert not deadline.expired(), f"librdkafka read incomplete: {len(rows)} records"
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                if msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                elif msg.error() is not None:
+                    raise KafkaException(msg.error())
+                else:
+                    rows.append([msg.partition(), msg.offset(), msg.value().decode()])
+        return sorted(rows)
+    finally:
+        consumer.close()
+
+
+def test_four_clients_read_the_same_committed_records(bootstrap, java):
+    """A three-partition topic holding plain records, the Java client's committed, aborted and
+    fenced transactions and librdkafka's committed and aborted ones: librdkafka, the Java
+    client, kafka-python and franz-go read it record for record alike (partition, offset,
+    value), read_committed (the committed and plain records only) and read_uncommitted."""
+    topic = unique_topic("txn-agree")
+    create_topic(bootstrap, topic, partitions=3)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(6):
+        plain.produce(topic, value=f"p{i}".encode(), partition=i % 3)
+    plain.flush(30)
+    java.program("TransactionalProduce", bootstrap, topic, unique_id("txn-agree-java"), 3, 2, 4)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-agree-rdk")})
+    producer.init_transactions(30)
+    for t, commit in enumerate([True, False, True]):
+        producer.begin_transaction()
+        for r in range(6):
+            producer.produce(topic, value=f"r{t}-{r}".encode(), partition=r % 3)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    for i in range(6, 9):
+        plain.produce(topic, value=f"p{i}".encode(), partition=i % 3)
+    plain.flush(30)
+
+    franz = build_franz_go()
+    for isolation in ("read_committed", "read_uncommitted"):
+        by_librdkafka = librdkafka_rows(bootstrap, topic, 3, isolation)
+        by_java = sorted(java.program("ReadTopic", bootstrap, topic, isolation)["records"])
+        by_kafka_python = kafka_python_rows(bootstrap, topic, 3, isolation)
+        proc = subprocess.run([str(franz), "consume", bootstrap, topic, isolation], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        by_franz_go = sorted([row[0], row[1], base64.b64decode(row[3]).decode()]
+                             for row in json.loads(proc.stdout)["records"])
+        assert by_java == by_librdkafka, isolation
+        assert by_kafka_python == by_librdkafka, isolation
+        assert by_franz_go == by_librdkafka, isolation
+        values = sorted(value for _, _, value in by_librdkafka)
+        committed = sorted([f"p{i}" for i in range(9)] + [f"c{t}-{r}" for t in range(3) for r in range(4)]
+                           + [f"r{t}-{r}" for t in (0, 2) for r in range(6)])
+        aborted = [f"a{t}-{r}" for t in range(2) for r in range(4)] + [f"z-{r}" for r in range(4)] + [
+            f"r1-{r}" for r in range(6)]
+        expected = committed if isolation == "read_committed" else sorted(committed + aborted)
+        assert values == expected, isolation
 
 
 def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, java):
