@@ -487,6 +487,8 @@ def test_listed_topic_config_differences(tool_topic_configs):
 WEIR_OWN_BROKER_CONFIGS = {
     "log.flush.policy", "producer.id.max.per.partition",
     "group.member.metadata.max.bytes", "group.metadata.max.bytes", "group.coordinator.metadata.max.bytes",
+    # Kafka finalizes transaction.version as a cluster feature (kafka-features); Weir sets it per broker.
+    "transaction.version",
 }
 WEIR_BOUNDED_DEFAULTS = {"max.connections", "max.connections.per.ip", "queued.max.request.bytes"}
 # Kafka's listen backlog is 50; Weir's absorbs a reconnect storm.
