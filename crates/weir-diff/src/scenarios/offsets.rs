@@ -485,7 +485,6 @@ async fn txn_protocol_v2(cx: &mut Ctx) -> Result<()> {
         request
     };
     let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch, true)).await?;
-    let _: EndTxnResponse = cx.answer(ApiKey::EndTxn, 5, &end(epoch + 1, false)).await?;
     // The markers are written after the answer: a retry waits (CONCURRENT_TRANSACTIONS) until
     // the transaction is complete, then is answered as done.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
