@@ -104,6 +104,19 @@ def partitions_of(bootstrap: str, topic: str):
     return client.describe_topics(TopicCollection([topic]))[topic].result(timeout=10).partitions
 
 
+def wait_for_placement(bootstrap: str, topic: str, want: dict, told: str) -> None:
+    """Waits until the metadata shows each partition's (replicas, sorted ISR) of `want`. A move
+    reported done is done on the broker asked; the one this client asks may apply the move's
+    last image a heartbeat later."""
+    deadline = Deadline(5)
+    while True:
+        seen = {p.id: ([r.id for r in p.replicas], sorted(r.id for r in p.isr)) for p in partitions_of(bootstrap, topic)}
+        if seen == want:
+            return
+        assert not deadline.expired(), (seen, want, told)
+        time.sleep(0.1)
+
+
 def node_logs(data_dir: Path, node: int, topic: str) -> list[str]:
     logs = data_dir / f"node-{node}" / "logs"
     return sorted(p.name for p in logs.glob(f"{topic}-*")) if logs.exists() else []
@@ -151,10 +164,8 @@ def test_reassignment_onto_a_fourth_broker_under_load_loses_nothing(four_nodes):
     assert producer_was_writing_during(moved, delivered)
 
     # The new placement: node 4 where node 1 was, every replica in sync, nothing left moving.
-    for p in partitions_of(bootstrap, topic):
-        want = [4 if r == 1 else r for r in placement[p.id]]
-        assert [r.id for r in p.replicas] == want, (p.id, p.replicas)
-        assert sorted(r.id for r in p.isr) == sorted(want), (p.id, p.isr)
+    want = {p: [4 if r == 1 else r for r in placement[p]] for p in range(PARTITIONS)}
+    wait_for_placement(bootstrap, topic, {p: (w, sorted(w)) for p, w in want.items()}, moved.stdout)
     listed = weir(bootstrap, "partitions", "reassignments")
     assert listed.returncode == 0 and "no reassignment in progress" in listed.stdout, listed.stdout + listed.stderr
     deadline = Deadline(30)
@@ -198,8 +209,7 @@ def test_a_new_replica_starts_at_the_leaders_log_start_when_retention_deleted_th
     start = low_watermark(bootstrap, topic)
     moved = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "1,3", "--wait-timeout", "60")
     assert moved.returncode == 0, moved.stdout + moved.stderr
-    p = partitions_of(bootstrap, topic)[0]
-    assert ([r.id for r in p.replicas], sorted(r.id for r in p.isr)) == ([1, 3], [1, 3])
+    wait_for_placement(bootstrap, topic, {0: ([1, 3], [1, 3])}, moved.stdout)
     # Node 3 now leads alone with node 1 out of the way: it serves from the leader's start.
     elected = weir(bootstrap, "partitions", "reassign", topic, "--replicas", "3", "--allow-replication-factor-change")
     assert elected.returncode == 0, elected.stdout + elected.stderr
@@ -256,7 +266,7 @@ def test_kafkas_reassignment_and_election_tools_move_a_partition(four_nodes, tmp
             break
         assert not deadline.expired(), verified.stdout
         time.sleep(0.5)
-    assert [r.id for r in partitions_of(bootstrap, topic)[0].replicas] == [3, 4]
+    wait_for_placement(bootstrap, topic, {0: ([3, 4], [3, 4])}, verified.stdout)
     elected = kafka_tool("org.apache.kafka.tools.LeaderElectionCommand", bootstrap, "--election-type", "preferred", "--topic", topic, "--partition", "0")
     assert elected.returncode == 0, elected.stdout + elected.stderr
     deadline = Deadline(30)

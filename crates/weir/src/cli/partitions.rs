@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
-use weir_client::{Admin, Election, OngoingReassignment, PartitionResult};
+use weir_client::{Admin, Election, OngoingReassignment, PartitionInfo, PartitionResult};
 
 use super::{id_list, within, ConnectArgs};
 
@@ -256,51 +256,67 @@ async fn run_reassign(
     if args.no_wait || args.cancel {
         return Ok(());
     }
+    let targets: Vec<Target> = moves
+        .into_iter()
+        .filter_map(|(topic, partition, replicas)| {
+            let key = (topic, partition);
+            (started.contains(&key)).then_some((key, replicas.unwrap_or_default()))
+        })
+        .collect();
     wait_for_moves(
         admin,
         connect,
-        &started,
+        &targets,
         Duration::from_secs_f64(args.wait_timeout.max(0.0)),
     )
     .await
 }
 
+/// A partition being moved and the replicas it is moving to.
+type Target = ((String, i32), Vec<i32>);
+
 /// Shows each partition's move as it progresses (replicas being added, which are in sync)
-/// until none of `partitions` is moving, or `timeout`.
+/// until every partition of `targets` is done, or `timeout`. A move is done when no
+/// reassignment of the partition is listed and its metadata shows the target replicas: the
+/// brokers asked may apply the controller's images at different moments, so one that has not
+/// yet applied the start of a move would otherwise pass for one that applied its end.
 async fn wait_for_moves(
     admin: &Admin,
     connect: &ConnectArgs,
-    partitions: &[(String, i32)],
+    targets: &[Target],
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let began = Instant::now();
+    let partitions: Vec<(String, i32)> = targets.iter().map(|(key, _)| key.clone()).collect();
     let mut shown: BTreeMap<(String, i32), String> = BTreeMap::new();
     loop {
-        let ongoing = within(connect, admin.list_reassignments(Some(partitions))).await?;
-        let mut leader_isr: BTreeMap<(String, i32), (i32, Vec<i32>)> = BTreeMap::new();
-        for (topic, _) in partitions {
-            if !leader_isr.keys().any(|(t, _)| t == topic) {
+        let ongoing = within(connect, admin.list_reassignments(Some(&partitions))).await?;
+        let mut described: BTreeMap<(String, i32), PartitionInfo> = BTreeMap::new();
+        for (topic, _) in &partitions {
+            if !described.keys().any(|(t, _)| t == topic) {
                 let info = within(connect, admin.describe_topic(topic)).await?.info;
                 for p in info.partitions {
-                    leader_isr.insert((topic.clone(), p.partition), (p.leader, p.isr));
+                    described.insert((topic.clone(), p.partition), p);
                 }
             }
         }
-        let sizes = copy_progress(admin, connect, &ongoing, &leader_isr).await;
+        let sizes = copy_progress(admin, connect, &ongoing, &described).await;
         let elapsed = began.elapsed().as_secs_f64();
-        for (topic, partition) in partitions {
-            let key = (topic.clone(), *partition);
-            let isr = leader_isr
-                .get(&key)
-                .map(|(_, isr)| isr.clone())
+        let mut moving = 0;
+        for (key, target) in targets {
+            let (topic, partition) = key;
+            let (isr, replicas) = described
+                .get(key)
+                .map(|p| (p.isr.clone(), p.replicas.clone()))
                 .unwrap_or_default();
             let state = match ongoing
                 .iter()
                 .find(|m| m.topic == *topic && m.partition == *partition)
             {
                 Some(m) => {
+                    moving += 1;
                     let synced = m.adding.iter().filter(|id| isr.contains(id)).count();
-                    let copied = sizes.get(&key).map_or_else(String::new, |(copied, total)| {
+                    let copied = sizes.get(key).map_or_else(String::new, |(copied, total)| {
                         format!(", {:.1} of {:.1} MiB copied", mib(*copied), mib(*total))
                     });
                     format!(
@@ -310,14 +326,22 @@ async fn wait_for_moves(
                         id_list(&isr)
                     )
                 }
+                None if replicas != *target => {
+                    moving += 1;
+                    format!(
+                        "replicas {}, moving to {}",
+                        id_list(&replicas),
+                        id_list(target)
+                    )
+                }
                 None => format!("done: isr {}", id_list(&isr)),
             };
-            if shown.get(&key) != Some(&state) {
+            if shown.get(key) != Some(&state) {
                 outln!("[{elapsed:7.1}s] {topic}-{partition}: {state}");
-                shown.insert(key, state);
+                shown.insert(key.clone(), state);
             }
         }
-        if ongoing.is_empty() {
+        if moving == 0 {
             outln!(
                 "reassigned {} partitions in {elapsed:.1} s",
                 partitions.len()
@@ -326,8 +350,7 @@ async fn wait_for_moves(
         }
         if began.elapsed() >= timeout {
             bail!(
-                "{} partitions still moving after {:.0} s (they go on; follow them with `weir partitions reassignments`)",
-                ongoing.len(),
+                "{moving} partitions still moving after {:.0} s (they go on; follow them with `weir partitions reassignments`)",
                 timeout.as_secs_f64()
             );
         }
@@ -346,15 +369,15 @@ async fn copy_progress(
     admin: &Admin,
     connect: &ConnectArgs,
     ongoing: &[OngoingReassignment],
-    leader_isr: &BTreeMap<(String, i32), (i32, Vec<i32>)>,
+    described: &BTreeMap<(String, i32), PartitionInfo>,
 ) -> BTreeMap<(String, i32), (u64, u64)> {
     let mut asked: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
     for m in ongoing {
         let key = (m.topic.clone(), m.partition);
-        let Some((leader, _)) = leader_isr.get(&key) else {
+        let Some(leader) = described.get(&key).map(|p| p.leader) else {
             continue;
         };
-        for node in m.adding.iter().chain(std::iter::once(leader)) {
+        for node in m.adding.iter().chain(std::iter::once(&leader)) {
             asked.entry(*node).or_default().push(key.clone());
         }
     }
@@ -370,8 +393,8 @@ async fn copy_progress(
         .iter()
         .filter_map(|m| {
             let key = (m.topic.clone(), m.partition);
-            let (leader, _) = leader_isr.get(&key)?;
-            let total = size_on(*leader, &key)?;
+            let leader = described.get(&key)?.leader;
+            let total = size_on(leader, &key)?;
             let copied = m
                 .adding
                 .iter()
