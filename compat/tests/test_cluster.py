@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from clients import (
     unique_group,
     unique_topic,
 )
+import wire
 from harness import Deadline, weir_binary
 
 # The cluster code is shared with the fault harness and the failover benchmark (weir_cluster.py);
@@ -198,3 +200,39 @@ def test_killing_the_active_controller_twenty_times(cluster, tmp_path):
     (tmp_path / "failover.txt").write_text(report + "\n" + " ".join(f"{t:.2f}" for t in failovers) + "\n")
     print(report)
     assert ordered[-1] < 10, report
+
+
+def test_every_node_creating_the_internal_topics_at_once_stalls_no_node(cluster):
+    """The first FindCoordinator of a group and of a transactional id creates
+    ``__consumer_offsets`` and ``__transaction_state``. Asked of every node at once, each node
+    but one finds the topic already created; none may stop applying metadata while it waits for
+    the creation to reach it (each node then stalled for 30 s: its FindCoordinator unanswered,
+    its Metadata stale, replicas restarted elsewhere refused as posing)."""
+    cluster.start()
+    addresses = cluster.bootstrap.split(",")
+
+    def find(address: str, key_type: int) -> tuple[int, float]:
+        started = time.monotonic()
+        with wire.Connection(address) as conn:
+            conn.send(wire.find_coordinator_v3_request(1, f"first-{key_type}", key_type))
+            error, _ = wire.parse_find_coordinator(3, conn.recv_frame(timeout=20))
+        return error, time.monotonic() - started
+
+    asks = [(address, key_type) for address in addresses for key_type in (0, 1)]
+    with ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(lambda ask: find(*ask), asks))
+    # Answered at once: the coordinator, or "not yet" (retriable) while a partition loads.
+    assert all(error in (0, 14, 15) and seconds < 5 for error, seconds in answers), answers
+
+    def knows(address: str, topic: str) -> bool:
+        with wire.Connection(address) as conn:
+            conn.send(wire.metadata_request(2, topic))
+            described = wire.parse_metadata_v1(conn.recv_frame(timeout=5))
+        return described is not None and described[0] == 0 and all(leader >= 0 for _, leader in described[1])
+
+    deadline = Deadline(5)
+    for address in addresses:
+        for topic in ("__consumer_offsets", "__transaction_state"):
+            while not knows(address, topic):
+                assert not deadline.expired(), f"{address} does not show {topic} led 5 s after it was created"
+                time.sleep(0.1)

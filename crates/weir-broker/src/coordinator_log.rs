@@ -235,8 +235,9 @@ pub(crate) struct InternalTopic {
     pub(crate) runtime: Arc<dyn TopicRuntime>,
     /// How it is created.
     pub(crate) spec: InternalTopicSpec,
-    /// Held while the topic is created and first loaded, and while a partition is loaded or
-    /// unloaded, so these never run beside each other.
+    /// Held while the topic is first loaded, and while a partition is loaded or unloaded, so
+    /// these never run beside each other (never while waiting for metadata: the task applying
+    /// images takes it).
     pub(crate) serial: tokio::sync::Mutex<()>,
 }
 

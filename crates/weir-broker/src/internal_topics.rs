@@ -29,7 +29,12 @@ impl Broker {
 
     /// Makes sure `topic`'s coordinator can serve: creates the topic on the first request
     /// that needs it (as Kafka does), then loads its partitions. Concurrent callers wait for
-    /// the one doing it.
+    /// the one loading them.
+    ///
+    /// The creation holds no lock: it waits until this broker applies the image holding it,
+    /// and the task applying images takes `topic.serial` to follow the topic's leadership, so
+    /// a creation under that lock would stall every later image here until the wait expired
+    /// (brokers creating the topic at once, one refused as it already exists, saw 30 s).
     pub(crate) async fn ensure_internal_topic(
         self: &Arc<Self>,
         topic: &Arc<InternalTopic>,
@@ -37,10 +42,20 @@ impl Broker {
         if topic.runtime.partitions() > 0 {
             return Ok(());
         }
-        let _creating = topic.serial.lock().await;
+        self.create_internal_topic(topic).await?;
+        let _loading = topic.serial.lock().await;
         if topic.runtime.partitions() > 0 {
             return Ok(());
         }
+        self.load_internal_topic(topic).await;
+        Ok(())
+    }
+
+    /// Creates `topic` unless the image applied here holds it; already existing is fine.
+    async fn create_internal_topic(
+        self: &Arc<Self>,
+        topic: &Arc<InternalTopic>,
+    ) -> Result<(), RuntimeError> {
         let name = topic.name();
         if self.image().topic(name).is_none() {
             let spec = &topic.spec;
@@ -79,7 +94,6 @@ impl Broker {
                 }
             }
         }
-        self.load_internal_topic(topic).await;
         Ok(())
     }
 
