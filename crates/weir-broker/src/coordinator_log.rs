@@ -71,14 +71,13 @@ impl PartitionCoordinatorLog {
             _ => RuntimeError::NotAvailable,
         })?;
         let sync = settings.flush_policy.sync_before_ack(-1);
-        let end = info.last_offset + 1;
         let durable: weir_coordinator::Pending = Box::pin(async move {
             // Acknowledged only once every in-sync replica has it, and those are at least
             // min.insync.replicas, so a write survives the coordinator's failover.
             let deadline =
                 tokio::time::Instant::now() + std::time::Duration::from_millis(WRITE_TIMEOUT_MS);
             match hosted
-                .wait_all_acked(end, sync, min_insync_replicas, deadline)
+                .wait_all_acked(&info, sync, min_insync_replicas, deadline)
                 .await
             {
                 ReplicationWait::Replicated => Ok(()),

@@ -64,7 +64,7 @@ impl Broker {
         Ok(AppendedMarker {
             sync: settings.flush_policy.sync_before_ack(-1),
             min_insync_replicas: partition.min_insync_replicas(),
-            end_offset: info.last_offset + 1,
+            appended: info,
             partition,
         })
     }

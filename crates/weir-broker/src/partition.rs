@@ -65,6 +65,9 @@ pub struct Partition {
     checkpoint_lock: Mutex<()>,
     /// This broker leads the partition (per the metadata image last applied).
     leader: AtomicBool,
+    /// The log's leader epoch while this broker leads, else `NO_LEADER`: a write waiting for
+    /// the in-sync replicas is acknowledged only while it is the epoch it was appended at.
+    led_epoch: AtomicI32,
     /// This broker's node id, once the partition follows an image.
     node_id: AtomicI32,
     /// The partition's replicas and ISR, and what its leader knows of the followers. Taken
@@ -121,6 +124,7 @@ impl Partition {
             writes_refused: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
             leader: AtomicBool::new(false),
+            led_epoch: AtomicI32::new(NO_LEADER),
             node_id: AtomicI32::new(NO_LEADER),
             replication: Mutex::new(Replication::new(PartitionImage::new(Vec::new(), |_| false))),
             log_end: watch::Sender::new(log_end),
@@ -287,27 +291,37 @@ impl Partition {
         self.advance_high_watermark(&replication);
     }
 
-    /// Waits until the high watermark passes `end_offset` on at least `min_insync_replicas`
-    /// in-sync replicas (the count when the write was appended), this broker stops leading,
-    /// or `deadline`.
+    /// Whether this broker leads the partition at leader epoch `epoch`.
+    fn leads_at(&self, epoch: i32) -> bool {
+        self.is_leader() && self.led_epoch.load(Ordering::Acquire) == epoch
+    }
+
+    /// Waits until the high watermark passes the `appended` write on at least
+    /// `min_insync_replicas` in-sync replicas (the count when the write was appended), this
+    /// broker stops leading at the epoch the write was appended at, or `deadline`. The
+    /// leadership is checked after the watermark: a leader that lost its place truncates the
+    /// write and, as a follower, takes the new leader's watermark, which may pass the write's
+    /// offset with other records there.
     pub async fn wait_replicated(
         &self,
-        end_offset: i64,
+        appended: &AppendInfo,
         min_insync_replicas: usize,
         deadline: tokio::time::Instant,
     ) -> ReplicationWait {
+        let end_offset = appended.last_offset + 1;
         let mut high_watermark = self.high_watermark.subscribe();
         loop {
-            if *high_watermark.borrow_and_update() >= end_offset {
+            let reached = *high_watermark.borrow_and_update() >= end_offset;
+            if !self.leads_at(appended.leader_epoch) {
+                return ReplicationWait::NotLeader;
+            }
+            if reached {
                 return match self.isr_count() {
                     in_sync if in_sync < min_insync_replicas => {
                         ReplicationWait::BelowMinIsr { in_sync }
                     }
                     _ => ReplicationWait::Replicated,
                 };
-            }
-            if !self.is_leader() {
-                return ReplicationWait::NotLeader;
             }
             tokio::select! {
                 changed = high_watermark.changed() => {
@@ -322,21 +336,21 @@ impl Partition {
         }
     }
 
-    /// Waits until the records below `end_offset` are as safe as an `acks=all` produce makes
-    /// them: fsynced first when `sync` (the topic's flush policy), then held by every in-sync
-    /// replica, at least `min_insync_replicas` of them, by `deadline`. A partition that went
-    /// away before its sync is `NotLeader`.
+    /// Waits until the `appended` write is as safe as an `acks=all` produce makes it: fsynced
+    /// first when `sync` (the topic's flush policy), then held by every in-sync replica, at
+    /// least `min_insync_replicas` of them, by `deadline`, this broker leading throughout. A
+    /// partition that went away before its sync is `NotLeader`.
     pub async fn wait_all_acked(
         &self,
-        end_offset: i64,
+        appended: &AppendInfo,
         sync: bool,
         min_insync_replicas: usize,
         deadline: tokio::time::Instant,
     ) -> ReplicationWait {
-        if sync && !self.wait_durable(end_offset).await {
+        if sync && !self.wait_durable(appended.last_offset + 1).await {
             return ReplicationWait::NotLeader;
         }
-        self.wait_replicated(end_offset, min_insync_replicas, deadline)
+        self.wait_replicated(appended, min_insync_replicas, deadline)
             .await
     }
 
@@ -453,6 +467,7 @@ impl Partition {
         replication.update(image, node_id, now);
         self.log_mut().set_replicated(image.replicas.len() > 1);
         let mut leads = image.leader == node_id;
+        let mut led_epoch = NO_LEADER;
         if leads {
             let mut log = self.log_mut();
             if image.leader_epoch > log.leader_epoch() {
@@ -469,8 +484,20 @@ impl Partition {
                     }
                 }
             }
+            if leads {
+                led_epoch = log.leader_epoch();
+            }
         }
-        if self.leader.swap(leads, Ordering::AcqRel) != leads {
+        // Leading is given up before its epoch, and taken after it.
+        let led = if leads {
+            self.led_epoch.store(led_epoch, Ordering::Release);
+            self.leader.swap(true, Ordering::AcqRel)
+        } else {
+            let led = self.leader.swap(false, Ordering::AcqRel);
+            self.led_epoch.store(NO_LEADER, Ordering::Release);
+            led
+        };
+        if led != leads {
             tracing::info!(target: "weir::broker", topic = %self.topic, partition = self.index, leader = image.leader, leader_epoch = image.leader_epoch, role = if leads { "leader" } else { "follower" }, "partition role");
         }
         // A smaller ISR (or leading alone) may let the high watermark move at once.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::TxnMarkers;
 use weir_log::batch::TxnResult;
+use weir_log::AppendInfo;
 
 use crate::partition::{Partition, ReplicationWait};
 
@@ -35,8 +36,8 @@ pub(crate) struct Marker {
 pub(crate) struct AppendedMarker {
     /// The partition it was appended to.
     pub(crate) partition: Arc<Partition>,
-    /// The offset after it.
-    pub(crate) end_offset: i64,
+    /// Where, and at which leader epoch, it was appended.
+    pub(crate) appended: AppendInfo,
     /// Whether the topic's flush policy fsyncs before an `acks=all` answer.
     pub(crate) sync: bool,
     /// The partition's `min.insync.replicas` when it was appended.
@@ -51,7 +52,7 @@ impl AppendedMarker {
         match self
             .partition
             .wait_all_acked(
-                self.end_offset,
+                &self.appended,
                 self.sync,
                 self.min_insync_replicas,
                 deadline,

@@ -90,6 +90,9 @@ pub struct AppendInfo {
     pub log_start_offset: i64,
     /// The time the batch was stamped with, for a LogAppendTime topic; otherwise -1.
     pub log_append_time_ms: i64,
+    /// The log's leader epoch when the batch was appended (or found already written): an
+    /// `acks=all` write is acknowledged only while its leader still leads at that epoch.
+    pub leader_epoch: i32,
 }
 
 /// What recovery found and did when the log was opened.
@@ -817,6 +820,7 @@ impl Log {
                     duplicate: true,
                     log_start_offset: self.log_start_offset,
                     log_append_time_ms: -1,
+                    leader_epoch: self.leader_epoch,
                 });
             }
             SequenceCheck::OutOfOrder => return Err(LogError::OutOfOrderSequence),
@@ -869,6 +873,7 @@ impl Log {
             } else {
                 -1
             },
+            leader_epoch: self.leader_epoch,
         })
     }
 
@@ -969,6 +974,7 @@ impl Log {
             } else {
                 -1
             },
+            leader_epoch: self.leader_epoch,
         })
     }
 

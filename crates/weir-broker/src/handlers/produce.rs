@@ -53,8 +53,9 @@ pub struct PendingProduce {
 /// An `acks=all` write waiting for its in-sync replicas.
 struct ReplicatedWrite {
     partition: Arc<Partition>,
-    /// The offset after the write: the high watermark must reach it.
-    end_offset: i64,
+    /// Where, and at which leader epoch, the write was appended: the high watermark must
+    /// pass it while that epoch leads.
+    appended: AppendInfo,
     /// The topic's `min.insync.replicas` when the write was appended.
     min_insync_replicas: usize,
     /// Where its result is in the response: topic and partition index.
@@ -79,7 +80,7 @@ impl PendingProduce {
         for write in &self.replicated {
             let partition = &write.partition;
             let wait =
-                partition.wait_replicated(write.end_offset, write.min_insync_replicas, deadline);
+                partition.wait_replicated(&write.appended, write.min_insync_replicas, deadline);
             let (error, message) = match wait.await {
                 ReplicationWait::Replicated => continue,
                 ReplicationWait::BelowMinIsr { in_sync } => (
@@ -227,7 +228,7 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
                     replicated.push(ReplicatedWrite {
                         min_insync_replicas: job.partition.min_insync_replicas(),
                         partition: job.partition,
-                        end_offset: info.last_offset + 1,
+                        appended: info,
                         slot: (job.topic, job.slot),
                     });
                 }

@@ -3,7 +3,8 @@
 //! would. Followers copy the leader, a crashed leader is replaced by an in-sync replica without
 //! losing an acknowledged write, a divergent old leader truncates to the new leader's log, and
 //! a leader cut off from the controller stops acknowledging `acks=all` writes once it is
-//! replaced, and a write whose ISR shrinks below `min.insync.replicas` is not acknowledged.
+//! replaced, and a write whose ISR shrinks below `min.insync.replicas` is not acknowledged,
+//! nor one its leader truncated on losing its place, whatever high watermark it then follows.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -577,4 +578,98 @@ fn limits() -> weir_log::ValidationLimits {
         keys_required: false,
         log_append_time: false,
     }
+}
+
+/// A partition of its own on `node`, opened in `root`.
+fn lone_partition(root: &Path, node: i32) -> Arc<weir_broker::partition::Partition> {
+    let config = BrokerConfig::from_properties(&BTreeMap::new()).expect("config");
+    let settings = config.topic_settings(
+        weir_broker::config::DynamicConfigs::none(),
+        &BTreeMap::new(),
+    );
+    let dir = root.join(format!("node-{node}")).join("moved-0");
+    std::fs::create_dir_all(&dir).expect("partition dir");
+    let files = FileCache::new(Arc::new(weir_storage::FsStorage), 64);
+    let (log, _) =
+        weir_log::Log::open(&dir, files, Arc::new(SystemClock), settings.log).expect("open log");
+    Arc::new(weir_broker::partition::Partition::new(
+        "moved".into(),
+        uuid::Uuid::from_u128(7),
+        0,
+        dir,
+        log,
+        settings,
+    ))
+}
+
+fn led_by(leader: i32, leader_epoch: i32) -> PartitionImage {
+    let mut image = PartitionImage::new(vec![1, 2], |_| true);
+    image.leader = leader;
+    image.leader_epoch = leader_epoch;
+    image
+}
+
+fn append(
+    partition: &Arc<weir_broker::partition::Partition>,
+    value: &[u8],
+) -> weir_log::AppendInfo {
+    let batch = weir_log::validate(bytes::Bytes::from(batch(value)), &limits()).expect("valid");
+    partition.append(&batch).expect("appended")
+}
+
+/// A leader paused past its lease (SIGSTOP) takes a produce from its socket when it resumes,
+/// appends it and waits for the in-sync replicas. The metadata it then applies makes it a
+/// follower of the leader elected meanwhile: it truncates the write and takes that leader's
+/// records and high watermark, which passes the write's offset with other records there. The
+/// write must be answered NOT_LEADER_OR_FOLLOWER, never acknowledged (it was, and a
+/// transaction's committed record vanished in a fault run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_truncated_when_its_leader_lost_its_place_is_never_acknowledged() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let stale = lone_partition(root.path(), 1);
+    let elected = lone_partition(root.path(), 2);
+    let now = std::time::Instant::now();
+    stale.follow(&led_by(1, 1), 1, now);
+    let lost = append(&stale, b"appended by the stale leader");
+    let waiting = {
+        let stale = stale.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            stale.wait_replicated(&lost, 1, deadline).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !waiting.is_finished(),
+        "acknowledged before any replica had it"
+    );
+
+    elected.follow(&led_by(2, 2), 2, now);
+    append(&elected, b"the new leader's first");
+    append(&elected, b"the new leader's second");
+    stale.follow(&led_by(2, 2), 1, now);
+    stale.truncate_to(0).expect("truncated");
+    let records = {
+        let log = elected.log();
+        let view = log
+            .read_view(0, log.log_end_offset())
+            .expect("view")
+            .expect("records");
+        drop(log);
+        view.slice(1 << 20, true)
+            .expect("slice")
+            .expect("records")
+            .read()
+            .expect("read")
+    };
+    stale
+        .append_replicated(&records, (2, 0))
+        .expect("replicated");
+    assert_eq!(stale.log().high_watermark(), 2);
+
+    let answer = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("answered")
+        .expect("joined");
+    assert_eq!(answer, weir_broker::partition::ReplicationWait::NotLeader);
 }
