@@ -2,11 +2,14 @@
 # Jepsen-style fault runs against a three-node Weir cluster (compat/faults/jepsen.py):
 # producers, a consumer group and a nemesis (kill -9, SIGTERM, SIGSTOP of nodes and leaders;
 # network partitions when the nodes run in network namespaces), then a checker for lost,
-# duplicated or reordered records and lost commits.
+# duplicated or reordered records and lost commits. --workload txn runs transactional writers,
+# a read-process-write processor and a read_committed consumer instead, checked for aborted and
+# uncommitted reads, torn transactions and offsets committed without their records
+# (compat/faults/txn.py).
 #
 #   scripts/faults.sh --runs 50 --seed 7 [--duration 60] [--keep DIR] [--rate N] [--keep-data]
 #                     [--netns auto|on|off] [--faults all|process|partition]
-#                     [--first-fault ACTION[:SECONDS]] [--hostile]
+#                     [--first-fault ACTION[:SECONDS]] [--hostile] [--workload append|txn]
 #
 # --netns auto (the default) runs the nodes in network namespaces of their own on a private
 # bridge (10.213.0.0/24, inside the namespaces only; deleted afterwards) when it runs as root

@@ -1,8 +1,8 @@
 """Command line of the fault harness: ``python compat/faults/harness.py --runs N --seed S
 [--duration SECONDS] [--keep DIR] [--netns auto|on|off] [--faults all|process|partition]
-[--first-fault ACTION[:SECONDS]] [--hostile]`` (``--help`` lists them all). The harness itself (nemesis,
-clients, checker) is ``jepsen.py`` next to this file; see its docstring for what a run does and
-checks.
+[--first-fault ACTION[:SECONDS]] [--hostile] [--workload append|txn]`` (``--help`` lists them
+all). The harness itself (nemesis, clients, checker) is ``jepsen.py`` next to this file, the
+transactional workload ``txn.py``; see their docstrings for what a run does and checks.
 """
 
 import sys

@@ -44,6 +44,16 @@ The checker compares that final log with the history of the run:
   died without being killed, and a cluster that does not heal (full ISRs within 90 s, producers
   flushed, the consumer caught up).
 
+With ``--workload txn`` the clients are transactional instead (``txn.py``): two writers
+committing and aborting transactions over the partitions, a read-process-write processor
+copying the topic to ``TOPIC-out`` with its offsets in each transaction, and the group consumer
+reading read_committed; the nemesis may also kill -9 the node coordinating one of their
+transactional ids (``kill-txn-coordinator``). Its checker (``txn.check``) finds aborted and
+uncommitted reads, torn transactions, lost committed writes, duplicates, a writer's records out
+of order, an output that is not its input exactly once, and offsets committed without their
+records or the reverse; the group consumer's checks stay (never moving backwards, no lost
+commit, no committed record skipped).
+
 With ``--hostile`` a hostile client attacks beside the faults (``hostile.py``: forged replica
 fetches, controller-port floods, join storms); the checker adds a forged fetch answered, an
 oversized join accepted and a broker fenced while no fault touched it.
@@ -52,7 +62,7 @@ Run it from the repository root (or through ``scripts/faults.sh``)::
 
     .venv/bin/python compat/faults/harness.py --runs 10 --seed 7 [--duration 60] [--keep DIR]
         [--netns auto|on|off] [--faults all|process|partition] [--first-fault ACTION[:SECONDS]]
-        [--hostile]
+        [--hostile] [--workload append|txn]
 
 Run ``i`` uses ``random.Random(seed + i)`` for every nemesis decision, so ``--runs 1 --seed S``
 (with the same ``--netns`` and ``--faults``) repeats the schedule of a run printed with seed
@@ -95,8 +105,9 @@ for shared in (REPO_ROOT / "compat" / "tests", REPO_ROOT / "compat" / "faults"):
         sys.path.insert(0, str(shared))
 
 import weir_netns  # noqa: E402
+import txn  # noqa: E402
 from hostile import Hostile, fenced_while_alive, server_logs, topic_id_bytes  # noqa: E402
-from weir_cluster import DevCluster, NamespacedCluster, free_base_port  # noqa: E402
+from weir_cluster import Deadline, DevCluster, NamespacedCluster, free_base_port  # noqa: E402
 
 NODES = 3
 PARTITIONS = 3
@@ -134,17 +145,6 @@ def default_binary() -> Path:
 def utc_now() -> str:
     """A UTC timestamp in the format of the server logs (2026-01-02T03:04:05.678901Z)."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class Deadline:
-    def __init__(self, seconds: float):
-        self.end = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self.end - time.monotonic())
-
-    def expired(self) -> bool:
-        return time.monotonic() >= self.end
 
 
 class History:
@@ -203,6 +203,20 @@ def parse_value(value: bytes | None):
         return int(head[1:]), int(seq)
     except Exception:  # noqa: BLE001 - anything else is not ours
         return None
+
+
+TRANSACTION_STATE = "__transaction_state"
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of an internal topic that coordinates ``key`` (a transactional id, a
+    group), as Kafka places it: ``abs(key.hashCode()) % partitions`` with Java's hash over
+    UTF-16 code units."""
+    data = key.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (h * 31 + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % max(partitions, 1)
 
 
 def short(value) -> str:
@@ -456,9 +470,13 @@ class GroupReader(threading.Thread):
     offsets only go up; the first offset after a rebalance is never below the last commit the
     broker acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, history: History, logger: logging.Logger, debug: str | None = None):
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, history: History, logger: logging.Logger, debug: str | None = None,
+        isolation: str = "read_uncommitted",
+    ):
         super().__init__(name="group-consumer", daemon=True)
         self.debug = debug
+        self.isolation = isolation
         self.bootstrap = bootstrap
         self.topic = topic
         self.group = group
@@ -574,6 +592,7 @@ class GroupReader(threading.Thread):
             {
                 "bootstrap.servers": self.bootstrap,
                 "group.id": self.group,
+                "isolation.level": self.isolation,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
@@ -620,16 +639,19 @@ class GroupReader(threading.Thread):
                 pass
 
 
-def read_all(bootstrap: str, topic: str, logger: logging.Logger, history: History, timeout: float = 120):
+def read_all(bootstrap: str, topic: str, logger: logging.Logger, history: History, timeout: float = 120, isolation: str = "read_uncommitted"):
     """Every partition from offset 0 to its high watermark, read by a fresh consumer outside
-    any group. Returns ({partition: {offset: value}}, {partition: (low, high)}, complete)."""
+    any group. Returns ({partition: {offset: value}}, {partition: (low, high)}, complete).
+    With ``read_committed`` a partition is read once the consumer's end of it (the last
+    stable offset) reaches the high watermark: every transaction in it has ended."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"weir-faults-final-{os.getpid()}-{time.monotonic_ns()}",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
+            "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 100,
             "log.connection.close": False,
@@ -661,6 +683,10 @@ def read_all(bootstrap: str, topic: str, logger: logging.Logger, history: Histor
                 return log, marks, False
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 err = msg.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    # Past the last record: control batches and aborted transactions.
+                    next_offset[msg.partition()] = max(next_offset[msg.partition()], msg.offset())
+                    continue
                 if err is not None:
                     history.record("final-read-error", error=str(err))
                     continue
@@ -692,6 +718,147 @@ def watermarks(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, int
         consumer.close()
 
 
+def group_offsets(bootstrap: str, topic: str, group: str, timeout: float = 60) -> dict[int, int] | None:
+    """The committed offsets of ``group`` on ``topic`` (waiting for pending transactional ones,
+    as a read_committed consumer asks), or None if they cannot be read within ``timeout``."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed", "log_level": 0, "log.connection.close": False, "error_cb": lambda err: None}
+    )
+    try:
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                tps = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=15)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException:
+                if deadline.expired():
+                    return None
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
+class TxnWorkload:
+    """The transactional workload (``txn.py``): two ``TxnWriter``s on the run's topic, a
+    ``Processor`` copying it to ``TOPIC-out`` and the group consumer reading it
+    read_committed. ``finish`` ends them once the cluster healed and checks the run."""
+
+    WRITERS = 2
+
+    def __init__(self, bootstrap: str, admin: Admin, topic: str, group: str, seed: int, history: History, logger: logging.Logger):
+        self.bootstrap = bootstrap
+        self.admin = admin
+        self.topic = topic
+        self.sink = f"{topic}-out"
+        self.processor_group = f"{group}-processor"
+        self.history = history
+        self.logger = logger
+        admin.create_topic(self.sink)
+        full, state = admin.wait_full_isr(self.sink, 60)
+        if not full:
+            raise RuntimeError(f"the output topic's ISRs never filled: {state}")
+        self.writers = [
+            txn.TxnWriter(i, bootstrap, topic, PARTITIONS, random.Random(seed * 7907 + i), history, logger) for i in range(self.WRITERS)
+        ]
+        self.processor = txn.Processor(bootstrap, topic, self.sink, self.processor_group, random.Random(seed * 7907 + 97), history, logger)
+        self.reader = GroupReader(bootstrap, topic, group, history, logger, debug=CLIENT_DEBUG, isolation="read_committed")
+
+    def threads(self) -> list[threading.Thread]:
+        return [*self.writers, self.processor, self.reader]
+
+    def transactional_ids(self) -> tuple[str, ...]:
+        return tuple(t.transactional_id for t in (*self.writers, self.processor))
+
+    def start(self):
+        for thread in self.threads():
+            thread.start()
+
+    def _catch_up(self, name: str, position, ends: dict[int, int], alive, anomalies: dict) -> None:
+        """Waits (bounded) until ``position(p)`` reaches ``ends[p]`` on every partition."""
+        deadline = Deadline(120)
+        while any(position(p) < ends[p] for p in range(PARTITIONS)) and alive() and not deadline.expired():
+            time.sleep(0.5)
+        behind = [{"partition": p, "position": position(p), "end": ends[p]} for p in range(PARTITIONS) if position(p) < ends[p]]
+        if behind:
+            anomalies[f"{name}-did-not-catch-up"] = behind
+
+    def finish(self, nemesis: "Nemesis", anomalies: dict, notes: list, result: dict, phase) -> None:
+        full, state = self.admin.wait_full_isr(self.sink, 90)
+        if not full:
+            anomalies["isr-not-full-after-heal"] = [{"topic": self.sink, "state": state}]
+        for writer in self.writers:
+            writer.stop_event.set()
+        for writer in self.writers:
+            writer.join(txn.END_BUDGET + 60)
+            if writer.is_alive():
+                anomalies.setdefault("producer-not-flushed", []).append({"producer": writer.index, "alive": True})
+        phase("producers-stopped")
+
+        # Every transaction has ended (the coordinator aborts one a dead producer left open)
+        # once the last stable offsets reach the high watermarks.
+        nemesis.check_nodes("final-read")
+        final_in, marks, complete = read_all(self.bootstrap, self.topic, self.logger, self.history, isolation="read_committed")
+        if not complete:
+            anomalies["final-read-incomplete"] = [{"topic": self.topic, "watermarks": marks, "read": {p: len(v) for p, v in final_in.items()}}]
+        ends = txn.last_offsets(final_in)
+        committed: dict[int, int] = {}
+
+        def processed(p: int) -> int:
+            if p not in committed or committed[p] < ends[p]:
+                committed.update(group_offsets(self.bootstrap, self.topic, self.processor_group, timeout=10) or {})
+            return committed.get(p, 0)
+
+        self._catch_up("processor", processed, ends, self.processor.is_alive, anomalies)
+        self._catch_up("consumer", self.reader.position, ends, self.reader.is_alive, anomalies)
+        for thread in (self.processor, self.reader):
+            thread.stop_event.set()
+        for thread in (self.processor, self.reader):
+            thread.join(150)
+            if thread.is_alive():
+                stack = "".join(traceback.format_stack(sys._current_frames()[thread.ident]))
+                anomalies.setdefault("client-stuck", []).append({"thread": thread.name, "stack": stack})
+                self.history.record("client-stuck", thread=thread.name, stack=stack)
+        for thread in (*self.writers, self.processor):
+            if thread.failure:
+                raise RuntimeError(f"{thread.name} failed:\n{thread.failure}")
+        if self.reader.failure:
+            raise RuntimeError(f"the group consumer failed:\n{self.reader.failure}")
+        phase("consumers-caught-up")
+
+        final_out, marks_out, complete = read_all(self.bootstrap, self.sink, self.logger, self.history, isolation="read_committed")
+        if not complete:
+            anomalies["final-read-incomplete"] = [{"topic": self.sink, "watermarks": marks_out, "read": {p: len(v) for p, v in final_out.items()}}]
+        processor_committed = group_offsets(self.bootstrap, self.topic, self.processor_group)
+        if processor_committed is None:
+            notes.append("the processor group's committed offsets could not be read: its offsets are not checked")
+        phase("final-read")
+
+        transactions = [t for w in self.writers for t in w.transactions]
+        anomalies.update(txn.check(transactions, final_in, final_out, self.reader.reads, processor_committed))
+        reader = self.reader
+        anomalies.update(group_anomalies(reader.reads, final_in, reader.backwards, reader.acked_commit, reader.final_committed, reader.max_next))
+        if reader.final_committed is None:
+            notes.append(f"the group's committed offsets could not be read: {reader.final_committed_error}")
+        outcomes = Counter(t.outcome for t in transactions)
+        for thread in (*self.writers, self.processor):
+            if thread.replaced:
+                notes.append(f"{thread.name}: producer replaced {thread.replaced} times; errors {dict(thread.errors.most_common(3))}")
+        result.update(
+            acked=sum(len(t.values) for t in transactions if t.outcome == "committed"),
+            read=len(reader.reads),
+            transactions=dict(outcomes),
+            processed_batches={"committed": self.processor.committed_batches, "aborted": self.processor.aborted_batches, "unknown": self.processor.unknown_batches},
+            final_records={"input": sum(len(v) for v in final_in.values()), "output": sum(len(v) for v in final_out.values())},
+            watermarks={p: marks[p] for p in marks},
+            processor_committed=processor_committed,
+            commits_acked=reader.commits_acked,
+            commits_failed=reader.commits_failed,
+            final_committed=reader.final_committed,
+            rebalances=reader.rebalances,
+            consume_errors=dict(reader.consume_errors),
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # The nemesis
 # ---------------------------------------------------------------------------------------------
@@ -699,10 +866,14 @@ def watermarks(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, int
 PROCESS_FAULTS = ("kill-leader", "kill-node", "term-node", "pause-node")
 ACTIONS = PROCESS_FAULTS  # the loopback nemesis (no network namespaces)
 PARTITION_FAULTS = ("partition-leader", "partition-controller", "partition-node", "bridge")
+# With the transactional workload, beside the process faults: kill -9 the node coordinating a
+# transactional id (the leader of its partition of __transaction_state).
+TXN_FAULTS = ("kill-txn-coordinator",)
 # Who the clients reach while one node is cut off: every node, the majority only, the cut node
 # only. Drawn with these weights.
 CLIENT_SIDES = ("all", "all", "majority", "minority")
 FAULT_SETS = ("all", "process", "partition")
+WORKLOADS = ("append", "txn")
 
 
 def fault_actions(faults: str, network: bool) -> tuple[str, ...]:
@@ -721,8 +892,9 @@ def parse_first_fault(spec: str | None) -> tuple[str, float | None] | None:
     if not spec:
         return None
     what, _, seconds = spec.partition(":")
-    if what not in PROCESS_FAULTS + PARTITION_FAULTS:
-        raise ValueError(f"unknown fault {what!r}: one of {', '.join(PROCESS_FAULTS + PARTITION_FAULTS)}")
+    known = PROCESS_FAULTS + PARTITION_FAULTS + TXN_FAULTS
+    if what not in known:
+        raise ValueError(f"unknown fault {what!r}: one of {', '.join(known)}")
     return what, (float(seconds) if seconds else None)
 
 
@@ -738,8 +910,12 @@ class Nemesis:
     or a bridge: one node sees both others, which do not see each other. Each lasts 2-7 s (less
     than the 9 s broker lease) or 11-20 s (more), half the time each."""
 
-    def __init__(self, cluster, admin: Admin, topic: str, rng: random.Random, history: History, network=None, actions: tuple[str, ...] = ACTIONS, first: tuple[str, float | None] | None = None):
+    def __init__(
+        self, cluster, admin: Admin, topic: str, rng: random.Random, history: History, network=None, actions: tuple[str, ...] = ACTIONS,
+        first: tuple[str, float | None] | None = None, transactional_ids: tuple[str, ...] = (),
+    ):
         self.cluster = cluster
+        self.transactional_ids = transactional_ids
         self.admin = admin
         self.topic = topic
         self.rng = rng
@@ -785,6 +961,13 @@ class Nemesis:
             raise LookupError("no leader")
         return leader.id
 
+    def txn_coordinator_of(self, transactional_id: str) -> int:
+        state = self.admin.describe(TRANSACTION_STATE, timeout=10).partitions
+        leader = state[coordinator_partition(transactional_id, len(state))].leader
+        if leader is None or leader.id not in self.cluster.node_ids():
+            raise LookupError("no coordinator")
+        return leader.id
+
     def act(self, what: str, node: int, partition: int, down_for: float, cut_for: float = 0.0, clients: str = "all", pause_for: float = PAUSE_SECONDS):
         if what in PARTITION_FAULTS:
             self.partition(what, node, partition, cut_for, clients)
@@ -796,6 +979,13 @@ class Nemesis:
                 record["node"] = node = self.leader_of(partition)
             except Exception as exc:  # noqa: BLE001 - falls back to the random node
                 record["leader_unknown"] = repr(exc)
+        elif what == "kill-txn-coordinator" and self.transactional_ids:
+            transactional_id = self.transactional_ids[partition % len(self.transactional_ids)]
+            record["transactional_id"] = transactional_id
+            try:
+                record["node"] = node = self.txn_coordinator_of(transactional_id)
+            except Exception as exc:  # noqa: BLE001 - falls back to the random node
+                record["coordinator_unknown"] = repr(exc)
         pid = self.cluster.pid(node)
         record["pid"] = pid
         if what == "pause-node":
@@ -988,6 +1178,15 @@ def check(acked, group_reads, final, marks, backwards, acked_commit, final_commi
         if found != v:
             anomalies["read-disagreement"].append({"partition": p, "offset": o, "group_read": short(v), "final_read": short(found)})
 
+    for kind, examples in group_anomalies(group_reads, final, backwards, acked_commit, final_committed, max_next).items():
+        anomalies[kind].extend(examples)
+    return {kind: examples for kind, examples in anomalies.items() if examples}
+
+
+def group_anomalies(group_reads, final, backwards, acked_commit, final_committed, max_next) -> dict[str, list]:
+    """What the group consumer (a ``GroupReader``) did wrong against the ``final`` log: moved
+    backwards, lost an acknowledged commit, or skipped records below its position."""
+    anomalies: dict[str, list] = defaultdict(list)
     # (e) Consumer position moving backwards.
     anomalies["consumer-went-backwards"].extend(backwards)
 
@@ -997,7 +1196,8 @@ def check(acked, group_reads, final, marks, backwards, acked_commit, final_commi
         if now is None or now < offset:
             anomalies["lost-commit"].append({"partition": p, "acknowledged": offset, "final_committed": now})
 
-    # Records below the group's position it never received.
+    # Records below the group's position it never received (under read_committed: committed
+    # records it skipped).
     read_at = defaultdict(set)
     for p, o, _ in group_reads:
         read_at[p].add(o)
@@ -1005,7 +1205,6 @@ def check(acked, group_reads, final, marks, backwards, acked_commit, final_commi
         skipped = [o for o in sorted(log) if o < max_next.get(p, 0) and o not in read_at[p]]
         if skipped:
             anomalies["never-delivered-to-group"].append({"partition": p, "count": len(skipped), "first": skipped[:10]})
-
     return {kind: examples for kind, examples in anomalies.items() if examples}
 
 
@@ -1026,6 +1225,7 @@ def run_once(
     faults: str = "all",
     first_fault: str | None = None,
     hostile: bool = False,
+    workload: str = "append",
 ) -> dict:
     """One run with ``random.Random(seed)``; returns its result (also written to
     ``run_dir/result.json``).
@@ -1035,29 +1235,40 @@ def run_once(
     without it the cluster is a ``weir dev-cluster`` on loopback. ``faults``: the nemesis's
     actions, ``all`` (process faults, and partitions with a network), ``process`` or
     ``partition``. ``first_fault`` (``ACTION[:SECONDS]``) forces the first fault. ``hostile``
-    adds the hostile client (``hostile.py``) beside the faults."""
+    adds the hostile client (``hostile.py``) beside the faults. ``workload``: ``append``
+    (idempotent producers and a group consumer) or ``txn`` (``TxnWorkload``)."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload}: one of {', '.join(WORKLOADS)}")
+    transactional = workload == "txn"
     actions = fault_actions(faults, network is not None)
+    if transactional and "kill-node" in actions:
+        actions += TXN_FAULTS
     first = parse_first_fault(first_fault)
+    if first is not None and first[0] in TXN_FAULTS and not transactional:
+        raise ValueError(f"{first[0]} needs the txn workload")
     if first is not None and first[0] in PARTITION_FAULTS and network is None:
         raise ValueError(f"{first[0]} needs network namespaces")
     if network is None:
-        return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, None, actions, first, hostile)
+        return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, None, actions, first, hostile, transactional)
     network.heal()
     try:
         with network.inside():
-            return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, network, actions, first, hostile)
+            return _run_once(index, seed, duration, run_dir, binary, rate, keep_data, network, actions, first, hostile, transactional)
     finally:
         network.heal()
 
 
-def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_data, network, actions, first, hostile=False) -> dict:
+def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_data, network, actions, first, hostile=False, transactional=False) -> dict:
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     history = History(run_dir / "history.jsonl")
     logger = client_logger(run_dir / "clients.log", f"weir-faults-{index}-{seed}-{time.monotonic_ns()}")
     started = time.monotonic()
     phases: dict[str, float] = {}
-    result: dict = {"run": index, "seed": seed, "duration": duration, "run_dir": str(run_dir), "netns": network is not None, "faults": list(actions)}
+    result: dict = {
+        "run": index, "seed": seed, "duration": duration, "run_dir": str(run_dir), "netns": network is not None, "faults": list(actions),
+        "workload": "txn" if transactional else "append",
+    }
     anomalies: dict[str, list] = {}
     notes: list[str] = []
     if network is None:
@@ -1067,6 +1278,7 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
     admin = None
     writers: list[Writer] = []
     reader = None
+    workload: TxnWorkload | None = None
     nemesis = None
     attacker = None
     history.record(
@@ -1092,10 +1304,14 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
             raise RuntimeError(f"the new topic's ISRs never filled: {state}\n{cluster.log_tails()}")
         phase("topic-in-sync")
 
-        writers = [Writer(i, cluster.bootstrap, topic, rate, history, logger) for i in range(2)]
-        reader = GroupReader(cluster.bootstrap, topic, group, history, logger, debug=CLIENT_DEBUG)
-        for thread in (*writers, reader):
-            thread.start()
+        if transactional:
+            workload = TxnWorkload(cluster.bootstrap, admin, topic, group, seed, history, logger)
+            workload.start()
+        else:
+            writers = [Writer(i, cluster.bootstrap, topic, rate, history, logger) for i in range(2)]
+            reader = GroupReader(cluster.bootstrap, topic, group, history, logger, debug=CLIENT_DEBUG)
+            for thread in (*writers, reader):
+                thread.start()
         if hostile:
             # Its own generator, so a seed's nemesis schedule is the same with and without it.
             topic_id = topic_id_bytes(admin.describe(topic).topic_id)
@@ -1103,7 +1319,10 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
             attacker.start()
         time.sleep(2)
 
-        nemesis = Nemesis(cluster, admin, topic, rng, history, network=network, actions=actions, first=first)
+        nemesis = Nemesis(
+            cluster, admin, topic, rng, history, network=network, actions=actions, first=first,
+            transactional_ids=workload.transactional_ids() if workload else (),
+        )
         nemesis.run(duration)
         if attacker is not None:
             attacker.stop_event.set()
@@ -1117,55 +1336,78 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
         if not full:
             anomalies["isr-not-full-after-heal"] = [{"state": state}]
         phase("healed")
+        if workload is not None:
+            workload.finish(nemesis, anomalies, notes, result, phase)
+        else:
+            for writer in writers:
+                writer.stop_event.set()
+            for writer in writers:
+                writer.join(writer.flush_timeout + 30)
+                if writer.is_alive() or writer.unflushed:
+                    anomalies.setdefault("producer-not-flushed", []).append({"producer": writer.index, "unflushed": writer.unflushed, "alive": writer.is_alive()})
+            phase("producers-flushed")
 
-        for writer in writers:
-            writer.stop_event.set()
-        for writer in writers:
-            writer.join(writer.flush_timeout + 30)
-            if writer.is_alive() or writer.unflushed:
-                anomalies.setdefault("producer-not-flushed", []).append({"producer": writer.index, "unflushed": writer.unflushed, "alive": writer.is_alive()})
-        phase("producers-flushed")
+            ends = watermarks(cluster.bootstrap, topic)
+            deadline = Deadline(120)
+            while any(reader.position(p) < ends[p] for p in range(PARTITIONS)) and reader.is_alive() and not deadline.expired():
+                time.sleep(0.2)
+            behind = {p: (reader.position(p), ends[p]) for p in range(PARTITIONS) if reader.position(p) < ends[p]}
+            if behind:
+                anomalies["consumer-did-not-catch-up"] = [{"partition": p, "position": pos, "high_watermark": hw} for p, (pos, hw) in behind.items()]
+            reader.stop_event.set()
+            reader.join(150)
+            if reader.failure:
+                raise RuntimeError(f"the group consumer failed:\n{reader.failure}")
+            phase("consumer-caught-up")
 
-        ends = watermarks(cluster.bootstrap, topic)
-        deadline = Deadline(120)
-        while any(reader.position(p) < ends[p] for p in range(PARTITIONS)) and reader.is_alive() and not deadline.expired():
-            time.sleep(0.2)
-        behind = {p: (reader.position(p), ends[p]) for p in range(PARTITIONS) if reader.position(p) < ends[p]}
-        if behind:
-            anomalies["consumer-did-not-catch-up"] = [{"partition": p, "position": pos, "high_watermark": hw} for p, (pos, hw) in behind.items()]
-        reader.stop_event.set()
-        reader.join(150)
-        if reader.failure:
-            raise RuntimeError(f"the group consumer failed:\n{reader.failure}")
-        phase("consumer-caught-up")
+            nemesis.check_nodes("final-read")
+            final, marks, complete = read_all(cluster.bootstrap, topic, logger, history)
+            if not complete:
+                anomalies["final-read-incomplete"] = [{"watermarks": marks, "read": {p: len(v) for p, v in final.items()}}]
+            if marks and any(marks[p][1] != ends[p] for p in range(PARTITIONS)):
+                notes.append(f"high watermarks moved after the producers stopped: {ends} then {marks}")
+            phase("final-read")
 
-        nemesis.check_nodes("final-read")
-        final, marks, complete = read_all(cluster.bootstrap, topic, logger, history)
-        if not complete:
-            anomalies["final-read-incomplete"] = [{"watermarks": marks, "read": {p: len(v) for p, v in final.items()}}]
-        if marks and any(marks[p][1] != ends[p] for p in range(PARTITIONS)):
-            notes.append(f"high watermarks moved after the producers stopped: {ends} then {marks}")
-        phase("final-read")
-
-        acked = [a for w in writers for a in w.acked]
-        anomalies.update(
-            check(acked, reader.reads, final, marks, reader.backwards, reader.acked_commit, reader.final_committed, reader.max_next)
-        )
-        # Each lost write with when it was acknowledged and the fault in effect then.
-        ack_t = {short(v): t for w in writers for v, t in w.ack_t.items()}
-        for example in anomalies.get("lost-acknowledged-write", []):
-            t = ack_t.get(example["value"])
-            example["acked_at_t"] = t
-            example["fault"] = nemesis.during(t) if t is not None else None
-        # Availability, for the record (not an anomaly): the longest time without any
-        # acknowledged write while the producers ran.
-        gap = longest_gap(sorted(ack_t.values()))
-        if gap is not None:
-            result["longest_ack_gap"] = {**gap, "fault": nemesis.during(gap["from_t"])}
-            if gap["seconds"] >= STALL_NOTE_SECONDS:
-                notes.append(f"no write acknowledged for {gap['seconds']:.1f} s (t={gap['from_t']} to t={gap['to_t']}); fault: {result['longest_ack_gap']['fault']}")
-        if reader.final_committed is None:
-            notes.append(f"the group's committed offsets could not be read: {reader.final_committed_error}")
+            acked = [a for w in writers for a in w.acked]
+            anomalies.update(
+                check(acked, reader.reads, final, marks, reader.backwards, reader.acked_commit, reader.final_committed, reader.max_next)
+            )
+            # Each lost write with when it was acknowledged and the fault in effect then.
+            ack_t = {short(v): t for w in writers for v, t in w.ack_t.items()}
+            for example in anomalies.get("lost-acknowledged-write", []):
+                t = ack_t.get(example["value"])
+                example["acked_at_t"] = t
+                example["fault"] = nemesis.during(t) if t is not None else None
+            # Availability, for the record (not an anomaly): the longest time without any
+            # acknowledged write while the producers ran.
+            gap = longest_gap(sorted(ack_t.values()))
+            if gap is not None:
+                result["longest_ack_gap"] = {**gap, "fault": nemesis.during(gap["from_t"])}
+                if gap["seconds"] >= STALL_NOTE_SECONDS:
+                    notes.append(f"no write acknowledged for {gap['seconds']:.1f} s (t={gap['from_t']} to t={gap['to_t']}); fault: {result['longest_ack_gap']['fault']}")
+            if reader.final_committed is None:
+                notes.append(f"the group's committed offsets could not be read: {reader.final_committed_error}")
+            for writer in writers:
+                if writer.errors:
+                    kinds = Counter(e["error"] for e in writer.errors)
+                    notes.append(f"producer {writer.index}: {len(writer.errors)} delivery errors {dict(kinds.most_common(3))}")
+                if writer.fatal:
+                    notes.append(f"producer {writer.index}: fatal errors {writer.fatal[:3]}")
+            result.update(
+                acked=len(acked),
+                sent=sum(w.sent for w in writers),
+                delivery_errors=sum(len(w.errors) for w in writers),
+                read=len(reader.reads),
+                final_records=sum(len(v) for v in final.values()),
+                watermarks={p: marks[p] for p in marks},
+                commits_acked=reader.commits_acked,
+                commits_failed=reader.commits_failed,
+                last_acked_commit=reader.acked_commit,
+                final_committed=reader.final_committed,
+                rebalances=reader.rebalances,
+                consume_errors=dict(reader.consume_errors),
+            )
+        result["nemesis"] = nemesis.actions
         if nemesis.crashes:
             anomalies["node-crashed"] = nemesis.crashes
         if attacker is not None:
@@ -1174,32 +1416,12 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
             if unexplained:
                 anomalies["fenced-while-alive"] = unexplained
         notes.extend(nemesis.notes)
-        for writer in writers:
-            if writer.errors:
-                kinds = Counter(e["error"] for e in writer.errors)
-                notes.append(f"producer {writer.index}: {len(writer.errors)} delivery errors {dict(kinds.most_common(3))}")
-            if writer.fatal:
-                notes.append(f"producer {writer.index}: fatal errors {writer.fatal[:3]}")
-        result.update(
-            acked=len(acked),
-            sent=sum(w.sent for w in writers),
-            delivery_errors=sum(len(w.errors) for w in writers),
-            read=len(reader.reads),
-            final_records=sum(len(v) for v in final.values()),
-            watermarks={p: marks[p] for p in marks},
-            commits_acked=reader.commits_acked,
-            commits_failed=reader.commits_failed,
-            last_acked_commit=reader.acked_commit,
-            final_committed=reader.final_committed,
-            rebalances=reader.rebalances,
-            consume_errors=dict(reader.consume_errors),
-            nemesis=nemesis.actions,
-        )
     except Exception as exc:  # noqa: BLE001 - a run that could not finish is a failed run
         anomalies["harness-error"] = [{"error": repr(exc), "traceback": traceback.format_exc()}]
         history.record("harness-error", error=repr(exc))
     finally:
-        for thread in (*writers, *([reader] if reader else []), *([attacker] if attacker else [])):
+        clients = [*writers, *([reader] if reader else []), *(workload.threads() if workload else [])]
+        for thread in (*clients, *([attacker] if attacker else [])):
             thread.abort.set()
             thread.stop_event.set()
         if nemesis is not None and cluster.paused:
@@ -1208,7 +1430,7 @@ def _run_once(index, seed, duration, run_dir: Path, binary: Path, rate, keep_dat
                     cluster.send(node, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
-        for thread in (*writers, *([reader] if reader else [])):
+        for thread in clients:
             if thread.is_alive():
                 thread.join(10)
         cluster.kill_everything()
@@ -1323,6 +1545,13 @@ def main(argv: list[str] | None = None) -> int:
         "(compat/faults/hostile.py); a forged fetch answered, an oversized join accepted or a live broker fenced is an anomaly",
     )
     parser.add_argument(
+        "--workload", choices=WORKLOADS, default="append",
+        help="append (default): idempotent producers and a group consumer, checked for lost, duplicated or reordered "
+        "records and lost commits; txn: transactional writers committing and aborting, a read-process-write processor "
+        "and a read_committed group consumer, checked for aborted and uncommitted reads, torn transactions, lost "
+        "committed writes and offsets committed without their records (compat/faults/txn.py)",
+    )
+    parser.add_argument(
         "--client-debug", metavar="CONTEXTS", default=None,
         help="librdkafka debug contexts for the group consumer (e.g. topic,fetch,cgrp), written to each run's clients.log",
     )
@@ -1344,13 +1573,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    if first is not None and first[0] in TXN_FAULTS and args.workload != "txn":
+        print(f"{first[0]} needs --workload txn", file=sys.stderr)
+        return 2
     if first is not None and first[0] in PARTITION_FAULTS and reason:
         print(f"{first[0]} needs network namespaces, not available: {reason}", file=sys.stderr)
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     keep = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="weir-faults-"))
     keep.mkdir(parents=True, exist_ok=True)
-    print(f"weir faults: {args.runs} run(s), seed {seed}, {args.duration:.0f} s of faults each, binary {binary}", flush=True)
+    print(f"weir faults: {args.runs} run(s) of the {args.workload} workload, seed {seed}, {args.duration:.0f} s of faults each, binary {binary}", flush=True)
     if reason:
         print(f"nodes on loopback, process faults only (no network partitions: {reason})", flush=True)
     else:
@@ -1387,17 +1619,20 @@ def run_all(args, seed: int, keep: Path, binary: Path, network=None) -> int:
     flags += f" --first-fault {args.first_fault}" if args.first_fault else ""
     flags += f" --rate {args.rate:g}" if args.rate != 150.0 else ""
     flags += " --hostile" if args.hostile else ""
+    flags += f" --workload {args.workload}" if args.workload != "append" else ""
     try:
         for index in range(args.runs):
             run_seed = seed + index
             print(f"run {index} seed {run_seed}: starting", flush=True)
             result = run_once(
                 index, run_seed, args.duration, keep / f"run-{index}", binary, rate=args.rate, keep_data=args.keep_data,
-                network=network, faults=args.faults, first_fault=args.first_fault, hostile=args.hostile,
+                network=network, faults=args.faults, first_fault=args.first_fault, hostile=args.hostile, workload=args.workload,
             )
             done += 1
             print(summary(result), flush=True)
             print(f"  {result['elapsed']:.0f} s, {result.get('rebalances', 0)} rebalances, {result.get('commits_acked', 0)} commits acknowledged", flush=True)
+            if "transactions" in result:
+                print(f"  transactions {result['transactions']}, processor batches {result.get('processed_batches')}", flush=True)
             if "hostile" in result:
                 print(f"  hostile client: {result['hostile']}", flush=True)
             for note in result.get("notes", []):

@@ -6,8 +6,12 @@ the nodes run in them and the first fault cuts the leader of a partition off fro
 nodes for 12 s, past its broker lease, while the clients still reach it (a stale leader that
 must not acknowledge what it cannot replicate). Longer runs: scripts/faults.sh.
 
+A short run of the transactional workload (``--workload txn``, compat/faults/txn.py) through
+process faults, the first a kill -9 of a transaction coordinator's node, finds no anomaly either.
+
 Besides: the cut and heal of links between namespaces, checked with plain TCP connections (skipped,
-saying why, where namespaces cannot be made), and the checker reporting each kind of anomaly.
+saying why, where namespaces cannot be made), and the checker reporting each kind of anomaly,
+of both workloads.
 """
 
 from __future__ import annotations
@@ -67,6 +71,27 @@ def test_a_short_fault_run_has_no_anomalies(tmp_path):
         first = result["nemesis"][0]
         assert first["action"] == "partition-leader" and first["clients"] == "all", first
     assert result["acked"] > 0 and result["read"] > 0, line
+    assert not result["anomalies"], f"{line}\nhistory and server logs in {tmp_path / 'run-0'}"
+
+
+@pytest.mark.timeout(400)
+def test_a_short_transactional_fault_run_has_no_anomalies(tmp_path):
+    """``--workload txn``: transactional writers, a read-process-write processor and a
+    read_committed group consumer through ~20 s of process faults, the first a kill -9 of the
+    node coordinating one of their transactional ids; the checker finds no aborted or
+    uncommitted read, torn transaction, lost committed write or offsets without their records."""
+    if external_bootstrap():
+        pytest.skip("starts its own cluster; the broker is external (COMPAT_BOOTSTRAP)")
+    faults = load_faults()
+    result = faults.run_once(
+        0, 20261206, 20.0, tmp_path / "run-0", weir_binary(), faults="process", first_fault="kill-txn-coordinator", workload="txn"
+    )
+    line = faults.summary(result)
+    print(line, result.get("transactions"), result.get("processed_batches"))
+    first = result["nemesis"][0] if result["nemesis"] else {}
+    assert first.get("action") == "kill-txn-coordinator" and "coordinator_unknown" not in first, first
+    assert result["transactions"].get("committed", 0) > 0 and result["transactions"].get("aborted", 0) > 0, result["transactions"]
+    assert result["processed_batches"]["committed"] > 0, result["processed_batches"]
     assert not result["anomalies"], f"{line}\nhistory and server logs in {tmp_path / 'run-0'}"
 
 
@@ -223,3 +248,55 @@ def test_the_checker_reports_each_kind_of_anomaly():
     # A clean history has none.
     clean = {0: {0: b"p0-0"}}
     assert faults.check([(0, 0, b"p0-0")], [(0, 0, b"p0-0")], clean, {0: (0, 1)}, [], {0: 1}, {0: 1}, {0: 1}) == {}
+
+
+def test_the_transactional_checker_reports_each_kind_of_anomaly():
+    load_faults()
+    import txn
+
+    def transaction(writer, number, partitions, outcome, delivered=None):
+        t = txn.Transaction(writer, number, partitions)
+        t.outcome = outcome
+        t.delivered = delivered or {}
+        return t
+
+    committed = transaction(0, 0, [0, 1], "committed", {b"t0-0-0": (0, 0), b"t0-0-1": (1, 0)})
+    aborted = transaction(0, 1, [0], "aborted")
+    torn = transaction(0, 2, [0, 2], "unknown")
+    lost = transaction(1, 0, [1, 2], "committed", {b"t1-0-0": (1, 1), b"t1-0-1": (2, 5)})
+    later = transaction(1, 1, [2], "committed", {b"t1-1-0": (2, 0)})
+    never = transaction(1, 2, [2], "unknown")
+    final_in = {
+        0: {0: b"t0-0-0", 2: b"t0-1-0", 4: b"t0-2-0"},  # aborted t0-1-0 visible; t0-2 torn
+        1: {0: b"t0-0-1", 1: b"t1-0-0", 3: b"t0-0-1"},  # t0-0-1 twice
+        2: {0: b"t1-1-0", 1: b"t1-0-1", 2: b"x"},  # t1-0-1 not where delivered; t1-1 before t1-0
+    }
+    final_out = {
+        0: {0: b"t0-0-0", 1: b"t0-0-0"},  # twice
+        1: {0: b"t1-0-0", 1: b"t9-9-9"},  # not an input record
+        2: {0: b"t0-0-1"},  # input partition 1
+    }
+    reads = [(0, 2, b"t0-1-0"), (2, 3, b"t1-2-0")]
+    anomalies = txn.check([committed, aborted, torn, lost, later, never], final_in, final_out, reads, {0: 3, 1: 1, 2: 0})
+    assert [a["value"] for a in anomalies["lost-committed-write"]] == ["t1-0-1"]
+    assert anomalies["torn-transaction"][0]["visible"] == ["t0-2-0"]
+    assert sorted((a["reader"], a["value"]) for a in anomalies["aborted-read"]) == [("final", "t0-1-0"), ("group", "t0-1-0")]
+    assert anomalies["uncommitted-read"] == [{"value": "t1-2-0", "at": (2, 3), "outcome": "unknown"}]
+    assert sorted((a["topic"], a["value"]) for a in anomalies["duplicate"]) == [("input", "t0-0-1"), ("output", "t0-0-0")]
+    assert [a["value"] for a in anomalies["reordered"]] == ["t1-0-1"]
+    assert [a["value"] for a in anomalies["unknown-value"]] == ["x", "t9-9-9"]
+    assert {a["value"] for a in anomalies["output-missing"]} == {"t0-1-0", "t0-2-0", "t1-1-0", "t1-0-1", "x"}
+    assert [a["value"] for a in anomalies["output-wrong-partition"]] == ["t0-0-1"]
+    assert [a["value"] for a in anomalies["output-not-in-input"]] == ["t9-9-9"]
+    # The processor's offsets cover partition 0 below 3 and partition 1 below 1: t0-1-0 (0, 2)
+    # is covered with no output, t1-0-0 (1, 1) has output and is not covered.
+    assert [a["value"] for a in anomalies["offsets-without-records"]] == ["t0-1-0"]
+    assert [a["value"] for a in anomalies["records-without-offsets"]] == ["t1-0-0"]
+    # Offsets that could not be read are not checked.
+    unread = txn.check([committed, aborted, torn, lost, later, never], final_in, final_out, reads, None)
+    assert "offsets-without-records" not in unread and "records-without-offsets" not in unread
+    # A clean history has none.
+    clean = transaction(0, 0, [0], "committed", {b"t0-0-0": (0, 0)})
+    gone = transaction(0, 1, [0, 1], "aborted")
+    final = {0: {0: b"t0-0-0"}, 1: {}}
+    assert txn.check([clean, gone], final, final, [(0, 0, b"t0-0-0")], {0: 1}) == {}
