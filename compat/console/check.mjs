@@ -8,6 +8,7 @@
 //   lag           the group page of ARG (GROUP:MIN) shows a total lag of at least MIN
 //   hot           the hot-partition view marks partition ARG (TOPIC/PARTITION) hot, alone
 //   browse        the record browser shows topic ARG's records as text, JSON and hex
+//   hung          the overview lists a hung transaction on partition ARG (TOPIC/PARTITION)
 //
 // Prints one JSON line: {"ok": bool, "errors": [...], "screenshots": [...], ...}; exits 1 on
 // failure. Console errors, page errors and failed requests count as errors.
@@ -108,6 +109,14 @@ try {
     result.summary = (await text('#hot-summary')).trim();
     await shot('hot-flooded');
     result.ok = hot.length === 1 && hot[0] === arg;
+  } else if (scenario === 'hung') {
+    await page.goto(`${base}/`, { waitUntil: 'load' });
+    await page.waitForSelector(`#hung-transactions tr[data-partition="${arg}"]`);
+    result.hung = (await text('#hung-count')).trim();
+    result.health = (await text('#cluster-health')).trim();
+    result.row = await page.$$eval(`#hung-transactions tr[data-partition="${arg}"] td`, (cells) => cells.map((c) => c.textContent));
+    await shot('hung-transaction');
+    result.ok = true;
   } else if (scenario === 'browse') {
     await open(`#/browse/${encodeURIComponent(arg)}`, '#records tbody tr[data-offset]');
     result.rows = await page.$$eval('#records tbody tr[data-offset]', (rows) => rows.length);

@@ -634,7 +634,8 @@ def test_cluster_status(bootstrap, weir):
         m = re.match(r"^  (\d+)  (\S+)$", line)
         assert m, f"unexpected cluster status line {line!r} in\n{out}"
         brokers.append((int(m.group(1)), m.group(2)))
-    assert list(fields) == ["cluster id", "controller", "brokers", "topics", "partitions", "under-replicated"], out
+    assert list(fields) == ["cluster id", "controller", "brokers", "topics", "partitions", "under-replicated",
+                            "hung transactions"], out
     # The metadata quorum: one voter, leading, holding every committed entry.
     assert quorum is not None and len(voters) >= 1, out
     leader, _term, commit_index = quorum
@@ -654,6 +655,7 @@ def test_cluster_status(bootstrap, weir):
     assert int(fields["topics"]) == len(counts)
     assert int(fields["partitions"]) == sum(counts.values())
     assert fields["under-replicated"] == "0"
+    assert fields["hung transactions"] == "0"
 
 
 # ---------------------------------------------------------------------------------

@@ -431,6 +431,68 @@ def test_a_hanging_transaction_is_found_and_aborted_with_kafka_transactions(make
     assert sorted(read_values(bootstrap, topic, 1)) == ["after", "hanging"]
 
 
+def test_a_hung_transaction_shows_in_cluster_status_the_console_and_metrics(make_weir):
+    """A transaction open at a partition whose producer has been idle there for longer than the
+    broker's `transaction.max.timeout.ms` (3 s here) is hung: no coordinator will end it, and
+    read_committed consumers stop at it. `weir cluster status`, GET /cluster (the console's
+    overview, its health degraded) and /metrics' `weir_partition_hung_transactions` show it;
+    none shows it before the limit, nor once `weir txn abort --topic --partition
+    --start-offset` ends it with an abort marker (after which read_committed consumers read on;
+    an offset where no transaction opened is a clear error)."""
+    import requests
+    from test_console import Check
+    from test_http import metrics, sample
+
+    server = make_weir("hung", env={"WEIR_TRANSACTION_PARTITION_VERIFICATION_ENABLE": "false",
+                                    "WEIR_TRANSACTION_MAX_TIMEOUT_MS": "3000"})
+    bootstrap, http = server.bootstrap, f"http://{server.http}"
+    topic = unique_topic("txn-hung")
+    create_topic(bootstrap, topic, partitions=2)
+
+    def shown() -> tuple[list[str], dict, float | None]:
+        status = weir_cli.ok(["cluster", "status"], bootstrap).stdout.splitlines()
+        hung = status[next(i for i, line in enumerate(status) if line.startswith("hung transactions:")):]
+        cluster = requests.get(f"{http}/cluster", timeout=10).json()
+        return hung, cluster, sample(metrics(http), "weir_partition_hung_transactions", topic=topic, partition=1)
+
+    with wire.Connection(bootstrap) as conn:
+        conn.send(wire.produce_request(9, next(_correlation), topic, 1, hanging_batch(), transactional_id="made-up"))
+        assert wire.parse_produce_response(9, conn.recv_frame())["error_code"] == 0
+    written = time.monotonic()
+    hung, cluster, metric = shown()
+    assert time.monotonic() - written < 3, "looked only after the limit"
+    assert (hung, cluster["hung_transactions"], cluster["health"], metric) == (
+        ["hung transactions:        0"], [], "healthy", 0)
+
+    time.sleep(max(0.0, written + 3.5 - time.monotonic()))
+    hung, cluster, metric = shown()
+    assert hung[0] == "hung transactions:        1", hung
+    assert hung[1].split()[:10] == [f"{topic}-1", "leader", "1", "producer", "4242", "epoch", "0", "open", "from", "offset"], hung
+    assert "transaction.max.timeout.ms 3000" in hung[1], hung
+    assert f"abort --topic {topic} --partition 1 --start-offset 0" in hung[2], hung
+    assert [(t["topic"], t["partition"], t["leader"], t["producer_id"], t["producer_epoch"], t["start_offset"],
+             t["max_timeout_ms"]) for t in cluster["hung_transactions"]] == [(topic, 1, 1, 4242, 0, 0, 3000)]
+    assert cluster["hung_transactions"][0]["idle_ms"] > 3000
+    assert (cluster["health"], cluster["leaders_not_asked"], metric) == ("degraded", [], 1)
+    console = Check(http, "hung", f"{topic}/1").result()
+    assert (console["hung"], console["health"], console["row"][:6]) == (
+        "1", "degraded", [topic, "1", "1", "4242", "0", "0"]), console
+
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"after", partition=1)
+    plain.flush(30)
+    assert read_values(bootstrap, topic, 2, "read_committed") == [], "held by the hung transaction"
+    error = weir_cli.runtime_error(["txn", "abort", "--topic", topic, "--partition", "1", "--start-offset", "1"],
+                                   bootstrap).stderr
+    assert f"no transaction is open at offset 1 of {topic}-1" in error, error
+    aborted = weir_cli.ok(["txn", "abort", "--topic", topic, "--partition", "1", "--start-offset", "0"], bootstrap)
+    assert aborted.stdout == f"{topic}-1: aborted the transaction open from offset 0; producer 4242 epoch 0\n"
+    hung, cluster, metric = shown()
+    assert (hung, cluster["hung_transactions"], cluster["health"], metric) == (
+        ["hung transactions:        0"], [], "healthy", 0)
+    assert read_values(bootstrap, topic, 2, "read_committed") == ["after"]
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int, stable: bool = True) -> list[int]:
     """The offsets ``group`` has committed on ``topic`` (-1001 where none), as a librdkafka
     consumer fetches them. ``stable`` (read_committed, librdkafka's default) requires stable

@@ -184,6 +184,12 @@ impl Broker {
         self.identity.node_id
     }
 
+    /// `transaction.max.timeout.ms`: no transaction runs longer, so one open at a partition
+    /// whose producer has been idle there longer is hung.
+    pub fn transaction_max_timeout_ms(&self) -> i64 {
+        i64::from(self.config.transactions.max_timeout_ms)
+    }
+
     /// The partitions hosted here.
     pub fn partitions(&self) -> &PartitionRegistry {
         &self.partitions

@@ -15,6 +15,7 @@ mod consumer;
 mod error;
 mod group_consumer;
 mod groups;
+mod hung;
 pub mod partitioner;
 mod producer;
 mod reassign;
@@ -32,6 +33,7 @@ pub use group_consumer::{GroupConsumer, GroupConsumerConfig, RebalanceEvent, Reb
 pub use groups::{
     GroupDescription, GroupListing, GroupMember, OffsetChange, OffsetReset, PartitionLag,
 };
+pub use hung::{AbortedHung, HungTransaction, HungTransactions};
 pub use kafka_protocol::records::Compression;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,

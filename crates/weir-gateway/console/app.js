@@ -141,7 +141,9 @@ function overviewPage() {
   const cards = h('div', { class: 'cards' });
   const brokers = h('div');
   const unhealthy = h('div');
-  fill(view, h('h1', {}, 'Cluster'), cards, h('h2', {}, 'Brokers'), brokers, h('h2', {}, 'Partitions not fully replicated'), unhealthy);
+  const hung = h('div');
+  fill(view, h('h1', {}, 'Cluster'), cards, h('h2', {}, 'Brokers'), brokers, h('h2', {}, 'Partitions not fully replicated'), unhealthy,
+    h('h2', {}, 'Hung transactions'), hung);
   return async () => {
     const c = await api('/cluster');
     const kind = { healthy: 'ok', degraded: 'warn', partitions_offline: 'bad' }[c.health] || 'warn';
@@ -154,6 +156,7 @@ function overviewPage() {
       card('Partitions', c.partitions),
       card('Under-replicated', c.under_replicated.length, 'under-replicated'),
       card('Offline', c.offline_partitions),
+      card('Hung transactions', c.hung_transactions.length, 'hung-count'),
       card('Quorum epoch', c.quorum ? c.quorum.epoch : '—'));
     fill(brokers, table(
       [['Node'], ['Address'], ['Rack'], ['State'], ['Quorum log end', 'num']],
@@ -173,6 +176,20 @@ function overviewPage() {
         h('td', { class: 'num' }, p.leader < 0 ? 'none' : p.leader),
         h('td', {}, p.replicas.join(', ')), h('td', {}, p.isr.join(', ')))),
       { empty: 'every partition has its full ISR' }));
+    fill(hung, table(
+      [['Topic'], ['Partition', 'num'], ['Leader', 'num'], ['Producer', 'num'], ['Epoch', 'num'], ['Open from offset', 'num'], ['Idle', 'num']],
+      c.hung_transactions.map((t) => h('tr', { 'data-partition': `${t.topic}/${t.partition}` },
+        h('td', {}, h('a', { href: `#/topics/${encodeURIComponent(t.topic)}` }, t.topic)),
+        h('td', { class: 'num' }, t.partition),
+        h('td', { class: 'num' }, t.leader),
+        h('td', { class: 'num' }, t.producer_id),
+        h('td', { class: 'num' }, t.producer_epoch),
+        h('td', { class: 'num' }, num(t.start_offset)),
+        h('td', { class: 'num' }, `${(t.idle_ms / 1000).toFixed(1)} s`))),
+      { id: 'hung-transactions', empty: 'no transaction is open past transaction.max.timeout.ms' }),
+      c.hung_transactions.length ? h('p', { class: 'message muted' },
+        'read_committed consumers stop at each; end one with an abort marker: weir txn abort --topic TOPIC --partition P --start-offset OFFSET') : null,
+      ...c.leaders_not_asked.map((why) => h('p', { class: 'message muted' }, `leader ${why} (not asked)`)));
   };
 }
 

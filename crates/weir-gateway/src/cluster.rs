@@ -78,6 +78,20 @@ struct PartitionHealthView {
     isr: Vec<i32>,
 }
 
+/// A transaction open at a partition whose producer has been idle there for longer than the
+/// leader's `transaction.max.timeout.ms` ([`weir_client::HungTransaction`]).
+#[derive(Serialize)]
+struct HungTransactionView {
+    topic: String,
+    partition: i32,
+    leader: i32,
+    producer_id: i64,
+    producer_epoch: i32,
+    start_offset: i64,
+    idle_ms: i64,
+    max_timeout_ms: i64,
+}
+
 /// The metadata quorum as its leader describes it.
 #[derive(Serialize)]
 struct QuorumView {
@@ -99,24 +113,29 @@ pub struct ClusterView {
     cluster_id: String,
     /// The active controller: the metadata quorum's leader.
     controller: i32,
-    /// `healthy`, `degraded` (a broker fenced or a partition under-replicated) or
-    /// `partitions_offline` (a partition has no leader).
+    /// `healthy`, `degraded` (a broker fenced, a partition under-replicated or a transaction
+    /// hung) or `partitions_offline` (a partition has no leader).
     health: &'static str,
     brokers: Vec<BrokerView>,
     topics: usize,
     partitions: usize,
     under_replicated: Vec<PartitionHealthView>,
     offline_partitions: usize,
+    /// Transactions holding read_committed consumers back until aborted.
+    hung_transactions: Vec<HungTransactionView>,
+    /// Leaders that could not be asked for hung transactions, with why.
+    leaders_not_asked: Vec<String>,
     /// Null when the quorum could not be described.
     quorum: Option<QuorumView>,
     /// The node whose gateway answered.
     served_by: i32,
 }
 
-/// `GET /cluster`: brokers with their health, the controller, the metadata quorum, and the
-/// partitions that are under-replicated or offline.
+/// `GET /cluster`: brokers with their health, the controller, the metadata quorum, the
+/// partitions that are under-replicated or offline, and hung transactions.
 pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterView>, ApiError> {
     let status = gateway.admin.cluster_status().await?;
+    let hung = gateway.admin.hung_transactions().await?;
     let image = gateway.node.image();
     let brokers: Vec<BrokerView> = image
         .brokers()
@@ -137,7 +156,10 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterV
         .count();
     let health = if offline > 0 {
         "partitions_offline"
-    } else if !status.under_replicated.is_empty() || brokers.iter().any(|b| b.fenced) {
+    } else if !status.under_replicated.is_empty()
+        || brokers.iter().any(|b| b.fenced)
+        || !hung.found.is_empty()
+    {
         "degraded"
     } else {
         "healthy"
@@ -182,6 +204,25 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterV
         partitions: status.partitions,
         under_replicated,
         offline_partitions: offline,
+        hung_transactions: hung
+            .found
+            .into_iter()
+            .map(|t| HungTransactionView {
+                topic: t.topic,
+                partition: t.partition,
+                leader: t.leader,
+                producer_id: t.producer_id,
+                producer_epoch: t.producer_epoch,
+                start_offset: t.start_offset,
+                idle_ms: t.idle_ms,
+                max_timeout_ms: t.max_timeout_ms,
+            })
+            .collect(),
+        leaders_not_asked: hung
+            .unasked
+            .into_iter()
+            .map(|(leader, why)| format!("{leader}: {why}"))
+            .collect(),
         quorum,
         served_by: gateway.node.node_id(),
     }))

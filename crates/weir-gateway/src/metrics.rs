@@ -229,7 +229,7 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
     }
     // Replication state and traffic are the leader's to report, once per partition.
     let leaders: Vec<&PartitionStats> = samples.iter().filter(|s| s.leader).collect();
-    let led: [(&str, &str, &str, Pick); 8] = [
+    let led: [(&str, &str, &str, Pick); 9] = [
         (
             "weir_partition_replicas",
             "gauge",
@@ -259,6 +259,12 @@ fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {
             "gauge",
             "Transactions open on the partition: records written, no commit or abort marker yet (reported by its leader)",
             |s| s.open_transactions as f64,
+        ),
+        (
+            "weir_partition_hung_transactions",
+            "gauge",
+            "Transactions open on the partition whose producer has not written there for longer than transaction.max.timeout.ms: no coordinator will end them, and read_committed consumers stop at the first until it is aborted (kafka-transactions abort; reported by its leader)",
+            |s| s.hung_transactions as f64,
         ),
         (
             "weir_partition_received_bytes_total",

@@ -95,6 +95,9 @@ pub struct PartitionStats {
     pub last_stable_offset: i64,
     /// Transactions open here (records written, no marker yet).
     pub open_transactions: usize,
+    /// Of those, the ones whose producer has not written here for longer than
+    /// `transaction.max.timeout.ms`: hung, holding the last stable offset until aborted.
+    pub hung_transactions: usize,
     /// Bytes of its segments here.
     pub size_bytes: u64,
     /// Its replica count.

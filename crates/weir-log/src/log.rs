@@ -1478,6 +1478,14 @@ impl Log {
         self.producers.open_transactions()
     }
 
+    /// How many transactions open on the partition are hung: their producer has not appended
+    /// here for longer than `max_timeout_ms` (the broker's `transaction.max.timeout.ms`), by
+    /// when its coordinator would have ended any transaction it knows.
+    pub fn hung_transactions(&self, max_timeout_ms: i64) -> usize {
+        self.producers
+            .open_transactions_idle_longer_than(self.clock.now_ms(), max_timeout_ms)
+    }
+
     /// The transactions aborted whose records may lie in `[from, upper)`, for a read_committed
     /// consumer to skip.
     pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {

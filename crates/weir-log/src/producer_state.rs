@@ -414,6 +414,19 @@ impl ProducerStateTable {
         self.ongoing.len()
     }
 
+    /// How many transactions open here have a producer that has not appended here for longer
+    /// than `idle_ms` (as of `now_ms`): past the broker's `transaction.max.timeout.ms`, hung.
+    pub fn open_transactions_idle_longer_than(&self, now_ms: i64, idle_ms: i64) -> usize {
+        self.ongoing
+            .iter()
+            .filter(|(_, id)| {
+                self.producers
+                    .get(id)
+                    .is_some_and(|e| now_ms.saturating_sub(e.last_append_ms) > idle_ms)
+            })
+            .count()
+    }
+
     /// The first offset of the oldest transaction open here, if any.
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.first().map(|(first_offset, _)| *first_offset)

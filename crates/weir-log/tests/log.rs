@@ -475,6 +475,59 @@ fn transactional_batches_and_their_markers_are_appended() {
     assert_eq!(follower.log_end_offset(), 5);
 }
 
+/// A transaction open on the partition counts as hung once its producer has not appended
+/// there for longer than the limit given (the broker's `transaction.max.timeout.ms`): a
+/// producer that keeps writing is not hung, and a marker ends a hung one.
+#[test]
+fn an_open_transaction_idle_past_the_limit_is_hung_until_its_marker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_000_000);
+    let producer = |id, seq| ProducerFields {
+        producer_id: id,
+        producer_epoch: 0,
+        base_sequence: seq,
+    };
+    let mut log = open(dir.path(), &clock, small_segments());
+    for id in [1, 2] {
+        append(
+            &mut log,
+            transactional(build_batch(&[b"t"], 0, producer(id, 0))),
+        )
+        .expect("open");
+    }
+    append(&mut log, batch(b"plain", 0)).expect("plain");
+    assert_eq!(
+        (log.open_transactions(), log.hung_transactions(1_000)),
+        (2, 0)
+    );
+    clock.advance(Duration::from_millis(1_000));
+    assert_eq!(
+        log.hung_transactions(1_000),
+        0,
+        "idle for exactly the limit"
+    );
+    append(
+        &mut log,
+        transactional(build_batch(&[b"t"], 0, producer(2, 1))),
+    )
+    .expect("more");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        log.hung_transactions(1_000),
+        1,
+        "producer 1 idle past the limit"
+    );
+    clock.advance(Duration::from_millis(1_000));
+    assert_eq!(log.hung_transactions(1_000), 2);
+    log.append(&ValidBatch::marker(1, 0, TxnResult::Abort, 0, 0))
+        .expect("abort marker");
+    assert_eq!(
+        (log.open_transactions(), log.hung_transactions(1_000)),
+        (1, 1)
+    );
+    assert_eq!(log.hung_transactions(60_000), 0, "a longer limit");
+}
+
 /// A transactional batch opens its producer's transaction only with the guard of a
 /// verification in flight: none, a stale one (a marker came between the verification and the
 /// append) or another producer's is refused and changes nothing; once open, the transaction's

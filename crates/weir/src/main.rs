@@ -42,7 +42,8 @@ enum Command {
     Consume(cli::consume::ConsumeArgs),
     /// List, describe (with lag), delete consumer groups and reset their offsets.
     Group(cli::group::GroupArgs),
-    /// List and describe transactions, and abort one by fencing its producer.
+    /// List and describe transactions, and abort one: by fencing its producer, or a hung one
+    /// with an abort marker.
     Txn(cli::txn::TxnArgs),
     /// Cluster status.
     Cluster(cli::cluster::ClusterArgs),

@@ -67,12 +67,19 @@ impl NodeView for ServerNode {
 
     fn partitions(&self) -> Vec<PartitionStats> {
         let hosted = self.broker.partitions().all();
-        hosted.iter().map(|p| partition_stats(p)).collect()
+        let max_timeout_ms = self.broker.transaction_max_timeout_ms();
+        hosted
+            .iter()
+            .map(|p| partition_stats(p, max_timeout_ms))
+            .collect()
     }
 
     fn partition(&self, topic: &str, index: i32) -> Option<PartitionStats> {
         let hosted = self.broker.partitions().get(topic, index)?;
-        Some(partition_stats(&hosted))
+        Some(partition_stats(
+            &hosted,
+            self.broker.transaction_max_timeout_ms(),
+        ))
     }
 
     fn coordinated_groups(&self) -> Vec<String> {
@@ -92,19 +99,25 @@ impl NodeView for ServerNode {
     }
 }
 
-/// One hosted partition now: its log's offsets and size (read under its log lock, released
-/// before anything else), its replication state and its traffic.
-fn partition_stats(partition: &Partition) -> PartitionStats {
-    let (log_start, log_end, high_watermark, size_bytes, (last_stable_offset, open_transactions)) = {
+/// One hosted partition now: its log's offsets, size and transactions (read under its log
+/// lock, released before anything else; a transaction idle past `max_timeout_ms` is hung),
+/// its replication state and its traffic.
+fn partition_stats(partition: &Partition, max_timeout_ms: i64) -> PartitionStats {
+    let (log_start, log_end, high_watermark, size_bytes, transactions) = {
         let log = partition.log();
         (
             log.log_start_offset(),
             log.log_end_offset(),
             log.high_watermark(),
             log.size_bytes(),
-            (log.last_stable_offset(), log.open_transactions()),
+            (
+                log.last_stable_offset(),
+                log.open_transactions(),
+                log.hung_transactions(max_timeout_ms),
+            ),
         )
     };
+    let (last_stable_offset, open_transactions, hung_transactions) = transactions;
     let state = partition.state();
     let counters = &partition.counters;
     PartitionStats {
@@ -116,6 +129,7 @@ fn partition_stats(partition: &Partition) -> PartitionStats {
         high_watermark,
         last_stable_offset,
         open_transactions,
+        hung_transactions,
         size_bytes,
         replicas: state.replicas.len(),
         isr: state.isr.len(),

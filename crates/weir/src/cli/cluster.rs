@@ -20,7 +20,9 @@ pub struct ClusterArgs {
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
     /// Controllers (leader, term, commit index), brokers, topic and partition counts,
-    /// under-replicated partitions.
+    /// under-replicated partitions, and hung transactions: open at a partition, their
+    /// producer idle there for longer than the leader's transaction.max.timeout.ms, holding
+    /// read_committed consumers back until aborted.
     Status,
 }
 
@@ -84,6 +86,38 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             id_list(&p.replicas),
             id_list(&p.isr)
         );
+    }
+    let hung = match within(&args.connect, admin.hung_transactions()).await {
+        Ok(hung) => hung,
+        Err(error) => {
+            outln!("hung transactions:        unknown ({error:#})");
+            return Ok(());
+        }
+    };
+    outln!("hung transactions:        {}", hung.found.len());
+    for t in &hung.found {
+        outln!(
+            "  {}-{}  leader {}  producer {} epoch {}  open from offset {}  idle {:.1}s (transaction.max.timeout.ms {})",
+            t.topic,
+            t.partition,
+            t.leader,
+            t.producer_id,
+            t.producer_epoch,
+            t.start_offset,
+            t.idle_ms as f64 / 1000.0,
+            t.max_timeout_ms
+        );
+    }
+    if let Some(t) = hung.found.first() {
+        outln!(
+            "  read_committed consumers stop at each; end one with an abort marker: weir txn abort --topic {} --partition {} --start-offset {}",
+            t.topic,
+            t.partition,
+            t.start_offset
+        );
+    }
+    for (leader, why) in &hung.unasked {
+        outln!("  leader {leader} not asked: {why}");
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use super::{within, ConnectArgs};
 /// Transactions of transactional producers.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "EXAMPLES:\n  weir txn list\n  weir txn describe payments-1\n  weir txn abort payments-1\n\nA transaction the coordinators do not know (a producer that wrote transactional records outside any transaction) is ended with Kafka's kafka-transactions find-hanging and abort."
+    after_help = "EXAMPLES:\n  weir txn list\n  weir txn describe payments-1\n  weir txn abort payments-1\n  weir txn abort --topic orders --partition 3 --start-offset 1200\n\nA transaction the coordinators do not know (a producer that wrote transactional records outside any transaction) hangs: read_committed consumers stop at it. weir cluster status lists hung transactions; abort with --topic, --partition and --start-offset ends one."
 )]
 pub struct TxnArgs {
     #[command(subcommand)]
@@ -32,10 +32,23 @@ enum TxnCommand {
     },
     /// Abort a transactional id's open transaction: its producer is fenced (the next epoch),
     /// so it can neither commit nor write again, and the coordinator aborts what it left
-    /// open. A new producer of the id starts afresh, as after any restart.
+    /// open. A new producer of the id starts afresh, as after any restart. Or, with --topic,
+    /// --partition and --start-offset, end the transaction open at that offset of a partition
+    /// (a hung one, as `weir cluster status` lists them) with an abort marker its leader
+    /// writes, as kafka-transactions abort does.
     Abort {
         /// Transactional id.
-        transactional_id: String,
+        #[arg(required_unless_present = "topic")]
+        transactional_id: Option<String>,
+        /// Topic of the partition whose transaction to end.
+        #[arg(long, conflicts_with = "transactional_id", requires_all = ["partition", "start_offset"])]
+        topic: Option<String>,
+        /// That partition.
+        #[arg(long, requires = "topic")]
+        partition: Option<i32>,
+        /// Offset of the transaction's first record on it.
+        #[arg(long, requires = "topic")]
+        start_offset: Option<i64>,
     },
 }
 
@@ -95,7 +108,27 @@ pub async fn run(args: TxnArgs) -> anyhow::Result<()> {
                 }
             );
         }
-        TxnCommand::Abort { transactional_id } => {
+        TxnCommand::Abort {
+            topic: Some(topic),
+            partition: Some(partition),
+            start_offset: Some(start_offset),
+            ..
+        } => {
+            let aborted = within(
+                connect,
+                admin.abort_hung_transaction(&topic, partition, start_offset),
+            )
+            .await?;
+            outln!(
+                "{topic}-{partition}: aborted the transaction open from offset {start_offset}; producer {} epoch {}",
+                aborted.producer_id,
+                aborted.producer_epoch
+            );
+        }
+        TxnCommand::Abort {
+            transactional_id: Some(transactional_id),
+            ..
+        } => {
             let before = within(connect, admin.describe_transaction(&transactional_id)).await?;
             let fenced = within(connect, admin.abort_transaction(&transactional_id)).await?;
             let what = if before.state == "Ongoing" {
@@ -108,6 +141,9 @@ pub async fn run(args: TxnArgs) -> anyhow::Result<()> {
                 fenced.producer_id,
                 fenced.producer_epoch
             );
+        }
+        TxnCommand::Abort { .. } => {
+            anyhow::bail!("give a transactional id, or --topic, --partition and --start-offset")
         }
     }
     Ok(())
