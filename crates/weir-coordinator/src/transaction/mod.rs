@@ -21,6 +21,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use weir_clock::{Clock, Now, SystemClock};
 
 use crate::runtime::{CoordinatorLog, Runtime, RuntimeError, TopicRuntime};
@@ -211,10 +212,18 @@ pub struct TxnListing {
     pub start_ms: i64,
 }
 
+/// Longest AddPartitionsToTxn waits for the producer's last transaction to complete (its
+/// markers written) before it answers CONCURRENT_TRANSACTIONS. Markers take a few
+/// milliseconds; a client told to retry waits 20 ms (librdkafka, the Java client) first, which
+/// one transaction in ten met when it began right after its predecessor's commit.
+const COMPLETION_WAIT: Duration = Duration::from_millis(50);
+
 /// The transaction coordinator of this broker.
 pub struct TransactionCoordinator {
     settings: TransactionSettings,
     runtime: Arc<Runtime<TransactionShard>>,
+    /// Woken whenever a transaction is stored complete.
+    completed: Notify,
 }
 
 impl TransactionCoordinator {
@@ -242,6 +251,7 @@ impl TransactionCoordinator {
                 };
                 TransactionShard::new(interval, expiry, now)
             })),
+            completed: Notify::new(),
         }
     }
 
@@ -287,20 +297,34 @@ impl TransactionCoordinator {
     }
 
     /// AddPartitionsToTxn (versions 0–3, from the producer): `partitions` join the
-    /// producer's transaction, stored before the answer; the first of them begins it.
+    /// producer's transaction, stored before the answer; the first of them begins it. While
+    /// its last transaction is being completed, the answer waits for that (at most
+    /// [`COMPLETION_WAIT`]) rather than sending the client off to retry.
     pub async fn add_partitions(
         &self,
         transactional_id: &str,
         producer: ProducerIdAndEpoch,
         partitions: &TxnPartitions,
     ) -> Result<(), TxnError> {
-        let written = self
-            .runtime
-            .write(transactional_id, |shard, now| {
-                decide::add_partitions(shard, transactional_id, producer, partitions, now)
-            })
-            .await?;
-        written.stored
+        let deadline = tokio::time::Instant::now() + COMPLETION_WAIT;
+        loop {
+            // Listening before trying: a completion between the two is not missed.
+            let completed = self.completed.notified();
+            tokio::pin!(completed);
+            completed.as_mut().enable();
+            let written = self
+                .runtime
+                .write(transactional_id, |shard, now| {
+                    decide::add_partitions(shard, transactional_id, producer, partitions, now)
+                })
+                .await;
+            let result = written.and_then(|w| w.stored);
+            if result != Err(TxnError::ConcurrentTransactions)
+                || tokio::time::timeout_at(deadline, completed).await.is_err()
+            {
+                return result;
+            }
+        }
     }
 
     /// AddPartitionsToTxn with `verify_only` (versions 4+, from a partition's leader,
@@ -380,6 +404,9 @@ impl TransactionCoordinator {
             })
             .await?;
         written.stored?;
+        if written.answer {
+            self.completed.notify_waiters();
+        }
         Ok(written.answer)
     }
 

@@ -317,6 +317,49 @@ fn state_of(coordinator: &TransactionCoordinator, id: &str) -> (TxnState, TxnPar
     (value.state, value.partitions)
 }
 
+/// A coordinator whose transactional id "t" has a producer (id `producer_id`, epoch 0) with
+/// a transaction open on `open`: (the coordinator, the producer).
+async fn open_transaction(
+    producer_id: i64,
+    open: &[(&str, i32)],
+) -> (Arc<TransactionCoordinator>, ProducerIdAndEpoch) {
+    let coordinator = loaded(Arc::new(MemoryLog::default()));
+    let mut next_id = producer_id;
+    let (producer_id, epoch) = init(&coordinator, &request("t", None), &mut next_id)
+        .await
+        .expect("init");
+    let producer = ProducerIdAndEpoch { producer_id, epoch };
+    coordinator
+        .add_partitions("t", producer, &partitions(open))
+        .await
+        .expect("added");
+    (coordinator, producer)
+}
+
+/// AddPartitionsToTxn for the next transaction, sent while the last one's markers are being
+/// written, waits for them to be stored complete and then begins it, rather than sending the
+/// client off to retry (it is refused only when they take longer than the wait, as above).
+#[tokio::test]
+async fn the_next_transaction_waits_for_the_last_to_complete() {
+    let (coordinator, producer) = open_transaction(3, &[("a", 0)]).await;
+    let markers = coordinator
+        .end_v1(&end("t", (producer.producer_id, producer.epoch), true))
+        .await
+        .expect("prepared")
+        .expect("markers to write");
+    let next = partitions(&[("b", 1)]);
+    let (added, completed) =
+        tokio::join!(coordinator.add_partitions("t", producer, &next), async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            coordinator.complete(&markers).await
+        });
+    assert_eq!((added, completed), (Ok(()), Ok(true)));
+    assert_eq!(
+        state_of(&coordinator, "t"),
+        (TxnState::Ongoing, partitions(&[("b", 1)]))
+    );
+}
+
 /// A transaction's life: partitions join it (Ongoing), EndTxn prepares it and names the
 /// markers to write, and once they are written it is complete; a retried EndTxn is answered
 /// as the first was, and the other ending or one not begun is INVALID_TXN_STATE.
@@ -755,17 +798,8 @@ fn end_bumping(id: &str, producer: ProducerIdAndEpoch, commit: bool) -> EndTxn {
 /// epoch moves the producer to a new id (answered at once; stored on completion).
 #[tokio::test]
 async fn ending_a_transaction_bumps_the_epoch_under_protocol_version_2() {
-    let log = Arc::new(MemoryLog::default());
-    let coordinator = loaded(log.clone());
-    let mut next_id = 70;
-    let (producer_id, epoch) = init(&coordinator, &request("t", None), &mut next_id)
-        .await
-        .expect("init");
-    let first = ProducerIdAndEpoch { producer_id, epoch };
-    coordinator
-        .add_partitions("t", first, &partitions(&[("a", 0)]))
-        .await
-        .expect("added");
+    let (coordinator, first) = open_transaction(70, &[("a", 0)]).await;
+    let (producer_id, epoch) = (first.producer_id, first.epoch);
     let EndOutcome::Ended { markers, producer } = coordinator
         .end(&end_bumping("t", first, true), None)
         .await
