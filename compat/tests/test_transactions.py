@@ -245,13 +245,14 @@ def java(weir, tmp_path_factory) -> Java:
     return Java(compile_java(classes), classes, weir)
 
 
-def java_commits_aborts_and_is_fenced(bootstrap: str, java) -> str:
+def java_commits_aborts_and_is_fenced(bootstrap: str, java, transactional_id: str | None = None) -> str:
     """Runs TransactionalProduce (three commits, two aborts, fenced with a transaction open)
-    and checks the log as librdkafka reads it; returns the producer epoch the transactional id
-    ends at, as `kafka-transactions describe` shows it."""
+    with ``transactional_id`` (a new one by default) and checks the log as librdkafka reads it;
+    returns the producer epoch the transactional id ends at, as `kafka-transactions describe`
+    shows it."""
     topic = unique_topic("txn-java")
     create_topic(bootstrap, topic, partitions=1)
-    transactional_id = unique_id("txn-java")
+    transactional_id = transactional_id or unique_id("txn-java")
     out = java.program("TransactionalProduce", bootstrap, topic, transactional_id, 3, 2, 4)
     assert (out["committed"], out["aborted"], out["fenced"]) == (3, 2, True)
     assert high_watermark(bootstrap, topic) == 6 * 4 + 6, "24 records and 6 markers"
@@ -263,6 +264,32 @@ def java_commits_aborts_and_is_fenced(bootstrap: str, java) -> str:
     assert sorted(read_values(bootstrap, topic, 1, "read_committed")) == sorted(committed)
     header, row = kafka_transactions(java, bootstrap, "describe", "--transactional-id", transactional_id)
     return dict(zip(header, row))["ProducerEpoch"]
+
+
+def test_a_producer_whose_epoch_runs_out_goes_on_under_a_new_producer_id(bootstrap, java):
+    """A transactional id's producer epoch grows with every InitProducerId and, under transaction
+    protocol version 2 (KIP-890), with every transaction's end; at 32766 it is exhausted and the
+    coordinator moves the id to a new producer id at epoch 0. Brought to 32765 by
+    InitProducerIds, the id is taken by the Java client: its init takes the last epoch, the
+    EndTxn of its first commit moves it to a new producer id, and it goes on as any producer
+    does (three commits, two aborts, fenced by a successor), read back exactly. The old
+    producer id is fenced."""
+    # A coordinator to ask (the first transactional client creates __transaction_state).
+    Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("first")}).init_transactions(30)
+    transactional_id = unique_id("txn-exhausted")
+    with wire.Connection(bootstrap) as conn:
+        for correlation in range(32766):
+            conn.send(wire.init_producer_id_request(correlation, 4, transactional_id))
+            error, producer_id, epoch = wire.parse_init_producer_id(4, conn.recv_frame())
+            assert (error, epoch) == (0, correlation), "each InitProducerId bumps the epoch"
+        exhausted_id = producer_id
+        assert java_commits_aborts_and_is_fenced(bootstrap, java, transactional_id) == "6", (
+            "epoch 0 of the new id: five transactions, the fence's abort and the successor's init")
+        described = weir_cli.ok(["txn", "describe", transactional_id], bootstrap).stdout
+        producer = next(line.split()[1] for line in described.splitlines() if line.startswith("producer "))
+        assert int(producer) != exhausted_id, described
+        conn.send(wire.init_producer_id_request(0, 4, transactional_id, producer_id=exhausted_id, producer_epoch=32765))
+        assert wire.parse_init_producer_id(4, conn.recv_frame())[0] == 90, "PRODUCER_FENCED"
 
 
 def test_java_transactions_commit_abort_and_fence(bootstrap, java):
