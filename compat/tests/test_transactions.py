@@ -536,6 +536,19 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int, s
         consumer.close()
 
 
+def committed_so_far(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """The sum of the offsets ``group`` has committed on ``topic`` so far (read_uncommitted),
+    0 while its coordinator is not available yet (found, or loading its partition)."""
+    transient = (KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                 KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+    try:
+        return sum(max(offset, 0) for offset in committed_offsets(bootstrap, group, topic, partitions, stable=False))
+    except KafkaException as error:
+        if error.args[0].code() not in transient:
+            raise
+        return 0
+
+
 def test_java_read_process_write_is_exactly_once(bootstrap, java):
     """The Java client's exactly-once loop (consume read_committed, produce, send the offsets to
     the transaction, commit) over two partitions, with every third transaction aborted and its
@@ -746,7 +759,7 @@ def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, j
             run = pool.submit(java.program, "ReadProcessWrite", bootstrap, source, sink, group, transactional_id,
                               records, 5, timeout=150)
             deadline = Deadline(60)
-            while sum(max(o, 0) for o in committed_offsets(bootstrap, group, source, 3, stable=False)) < records // 5:
+            while committed_so_far(bootstrap, group, source, 3) < records // 5:
                 assert not run.done(), run.result()
                 assert not deadline.expired(), "the loop committed nothing within 60 s"
                 time.sleep(0.1)

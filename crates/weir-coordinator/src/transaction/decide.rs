@@ -181,7 +181,7 @@ fn current_producer<'a>(
         .get(transactional_id)
         .ok_or(TxnError::InvalidProducerIdMapping)?;
     if metadata.value.producer_id != producer.producer_id {
-        return Err(TxnError::InvalidProducerIdMapping);
+        return Err(other_producer(&metadata.value, producer.producer_id));
     }
     if metadata.value.producer_epoch != producer.epoch {
         return Err(TxnError::ProducerFenced);
@@ -190,6 +190,22 @@ fn current_producer<'a>(
         return Err(TxnError::ConcurrentTransactions);
     }
     Ok(metadata)
+}
+
+/// The refusal of a request naming `producer_id` when `value`'s current producer is another:
+/// CONCURRENT_TRANSACTIONS for the new id an exhausted epoch's EndTxn answered with, until its
+/// markers are written and it is stored (its producer waits, as for any transaction being
+/// completed), else INVALID_PRODUCER_ID_MAPPING.
+pub(super) fn other_producer(value: &TxnValue, producer_id: i64) -> TxnError {
+    let rotating = value.next_producer_id == producer_id
+        && matches!(
+            value.state,
+            TxnState::PrepareCommit | TxnState::PrepareAbort
+        );
+    match rotating {
+        true => TxnError::ConcurrentTransactions,
+        false => TxnError::InvalidProducerIdMapping,
+    }
 }
 
 /// A record of `metadata`'s transactional id moving to `state` with `partitions`.

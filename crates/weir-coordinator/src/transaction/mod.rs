@@ -348,7 +348,7 @@ impl TransactionCoordinator {
             .ok_or(TxnError::InvalidProducerIdMapping)?
             .value;
         if value.producer_id != producer.producer_id {
-            return Err(TxnError::InvalidProducerIdMapping);
+            return Err(decide::other_producer(value, producer.producer_id));
         }
         if value.producer_epoch != producer.epoch {
             return Err(TxnError::ProducerFenced);

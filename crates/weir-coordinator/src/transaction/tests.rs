@@ -906,6 +906,19 @@ async fn ending_a_transaction_bumps_the_epoch_under_protocol_version_2() {
             epoch: 0
         }
     );
+    // The new id, used before the markers are written, is told to wait (never
+    // INVALID_PRODUCER_ID_MAPPING, fatal to the client).
+    assert_eq!(
+        coordinator.verify("t", producer, &[("a", 0)]),
+        Err(TxnError::ConcurrentTransactions)
+    );
+    assert_eq!(
+        coordinator
+            .add_partitions("t", producer, &partitions(&[("b", 0)]))
+            .await,
+        Err(TxnError::ConcurrentTransactions),
+        "after waiting for markers that were never written"
+    );
     assert!(coordinator.complete(&markers).await.expect("complete"));
     let (state, _) = state_of(&coordinator, "t");
     assert_eq!(state, TxnState::CompleteCommit);
