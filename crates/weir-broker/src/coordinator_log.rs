@@ -10,7 +10,7 @@ use weir_coordinator::{
     StoredRecord, TopicRuntime, TxnAppend,
 };
 use weir_log::batch::{
-    build_keyed_batch, build_transactional_batch, marker_result, BatchHeader, KeyValue,
+    build_keyed_batch, build_transactional_batch, parse_marker, BatchHeader, KeyValue,
     ProducerFields, TxnResult,
 };
 use weir_log::records::for_each_stored_record;
@@ -68,6 +68,7 @@ impl PartitionCoordinatorLog {
             }
             LogError::InvalidProducerEpoch => RuntimeError::ProducerFenced,
             LogError::NotInTransaction => RuntimeError::NotInTransaction,
+            LogError::CoordinatorFenced { .. } => RuntimeError::CoordinatorFenced,
             _ => RuntimeError::NotAvailable,
         })?;
         let sync = settings.flush_policy.sync_before_ack(-1);
@@ -196,10 +197,10 @@ impl CoordinatorLog for PartitionCoordinatorLog {
                 if header.last_offset() < offset {
                     // Read already.
                 } else if header.is_control() {
-                    if let Some(result) = marker_result(batch) {
+                    if let Some(marker) = parse_marker(batch) {
                         visit(LogEntry::Marker {
                             producer_id: header.producer_id,
-                            commit: result == TxnResult::Commit,
+                            commit: marker.result == TxnResult::Commit,
                         });
                     }
                 } else {

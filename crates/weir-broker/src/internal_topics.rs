@@ -97,15 +97,17 @@ impl Broker {
         Ok(())
     }
 
-    /// Loads one partition of `topic`. A partition that cannot be read stops the process:
+    /// Loads one partition of `topic`, led here at `leader_epoch`. A partition that cannot be read stops the process:
     /// what its coordinator kept would otherwise silently restart from nothing.
     async fn load_internal_partition(
         self: &Arc<Self>,
         topic: &Arc<InternalTopic>,
         partition: i32,
+        leader_epoch: i32,
     ) -> String {
         let runtime = topic.runtime.clone();
-        let loaded = tokio::task::spawn_blocking(move || runtime.load(partition)).await;
+        let loaded =
+            tokio::task::spawn_blocking(move || runtime.load(partition, leader_epoch)).await;
         match loaded {
             Ok(Ok(held)) => held,
             Ok(Err(error)) => crate::partition::storage_failure(
@@ -137,7 +139,14 @@ impl Broker {
             let mut still = Vec::new();
             for partition in waiting {
                 if self.partitions.get(name, partition).is_some() {
-                    let held = self.load_internal_partition(&topic, partition).await;
+                    let leader_epoch = self
+                        .image()
+                        .topic(name)
+                        .and_then(|t| t.partition(partition))
+                        .map_or(0, |p| p.leader_epoch);
+                    let held = self
+                        .load_internal_partition(&topic, partition, leader_epoch)
+                        .await;
                     tracing::info!(target: "weir::coordinator", topic = name, partition, held, "loaded an internal topic's partition once it opened");
                 } else {
                     still.push(partition);
@@ -160,11 +169,9 @@ impl Broker {
         let mut loaded = 0;
         let mut waiting = Vec::new();
         for partition in 0..image_topic.partition_count() {
+            let state = image_topic.partition(partition);
             // Another broker leads it: that broker coordinates its keys.
-            if image_topic
-                .partition(partition)
-                .is_some_and(|p| p.leader != self.identity.node_id)
-            {
+            if state.is_some_and(|p| p.leader != self.identity.node_id) {
                 continue;
             }
             if self.partitions.get(name, partition).is_none() {
@@ -172,7 +179,10 @@ impl Broker {
                 waiting.push(partition);
                 continue;
             }
-            let held = self.load_internal_partition(topic, partition).await;
+            let leader_epoch = state.map_or(0, |p| p.leader_epoch);
+            let held = self
+                .load_internal_partition(topic, partition, leader_epoch)
+                .await;
             tracing::debug!(target: "weir::coordinator", topic = name, partition, held, "loaded an internal topic's partition");
             loaded += 1;
         }
@@ -212,9 +222,11 @@ impl Broker {
                     .partitions
                     .get(name, index)
                     .is_some_and(|p| p.is_leader());
-            match (led, topic.runtime.is_loaded(index)) {
-                (true, false) => {
-                    let held = self.load_internal_partition(topic, index).await;
+            match (led, topic.runtime.loaded_epoch(index)) {
+                (true, None) => {
+                    let held = self
+                        .load_internal_partition(topic, index, state.leader_epoch)
+                        .await;
                     tracing::info!(target: "weir::coordinator", topic = name, partition = index, held, leader_epoch = state.leader_epoch, "now coordinating the keys of this internal topic partition");
                 }
                 (false, _) => {
@@ -222,7 +234,10 @@ impl Broker {
                         tracing::info!(target: "weir::coordinator", topic = name, partition = index, keys, "no longer coordinating the keys of this internal topic partition");
                     }
                 }
-                (true, true) => {}
+                (true, Some(epoch)) if epoch < state.leader_epoch => {
+                    topic.runtime.elected_again(index, state.leader_epoch);
+                }
+                (true, Some(_)) => {}
             }
         }
     }

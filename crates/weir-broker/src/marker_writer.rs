@@ -105,11 +105,18 @@ impl Broker {
     /// up at shutdown or once this broker no longer coordinates the transactional id: the
     /// coordinator that loads it next finishes the job.
     async fn mark_until_done(&self, markers: &TxnMarkers) {
+        let Ok(coordinator_epoch) = self
+            .transactions
+            .coordinator_epoch(&markers.transactional_id)
+        else {
+            tracing::info!(target: "weir::transactions", transactional_id = markers.transactional_id, "no longer the transaction's coordinator; its next coordinator writes its markers");
+            return;
+        };
         let marker = Marker {
             producer_id: markers.producer_id,
             producer_epoch: markers.producer_epoch,
             result: TxnResult::of_commit(markers.commit),
-            coordinator_epoch: 0,
+            coordinator_epoch,
         };
         let mut pending: Vec<(String, i32)> = markers
             .partitions
@@ -118,7 +125,12 @@ impl Broker {
             .collect();
         let mut retry = Retry::new(self, &markers.transactional_id);
         loop {
-            pending = self.mark_once(&pending, marker).await;
+            let round = self.mark_once(&pending, marker).await;
+            if round.fenced {
+                tracing::warn!(target: "weir::transactions", transactional_id = markers.transactional_id, coordinator_epoch, "a partition has a marker of this producer from a newer transaction coordinator: this broker no longer coordinates the transaction, and its next coordinator finishes it");
+                return;
+            }
+            pending = round.partitions;
             if pending.is_empty() {
                 break;
             }
@@ -142,15 +154,17 @@ impl Broker {
 
     /// One round: each pending partition's marker to its leader (appended here when it is
     /// this broker). Returns the partitions still without their marker.
-    async fn mark_once(&self, pending: &[(String, i32)], marker: Marker) -> Vec<(String, i32)> {
+    async fn mark_once(&self, pending: &[(String, i32)], marker: Marker) -> Unwritten {
         let image = self.image();
         let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
-        let mut left = Vec::new();
+        let mut left = Unwritten::default();
         for (topic, index) in pending {
             match image.topic(topic).and_then(|t| t.partition(*index)) {
                 // Deleted with its topic: nothing to mark.
                 None => {}
-                Some(state) if state.leader == NO_LEADER => left.push((topic.clone(), *index)),
+                Some(state) if state.leader == NO_LEADER => {
+                    left.partitions.push((topic.clone(), *index))
+                }
                 Some(state) => by_leader
                     .entry(state.leader)
                     .or_default()
@@ -163,23 +177,29 @@ impl Broker {
             } else {
                 match image.broker(leader).and_then(ClientEndpoint::of) {
                     Some(endpoint) => self.mark_at(&endpoint, &partitions, marker).await,
-                    None => partitions,
+                    None => Unwritten {
+                        partitions,
+                        fenced: false,
+                    },
                 }
             };
-            left.extend(failed);
+            left.partitions.extend(failed.partitions);
+            left.fenced |= failed.fenced;
         }
         left
     }
 
     /// Writes `marker` on `partitions`, led here; returns those where it failed.
-    async fn mark_here(&self, partitions: &[(String, i32)], marker: Marker) -> Vec<(String, i32)> {
+    async fn mark_here(&self, partitions: &[(String, i32)], marker: Marker) -> Unwritten {
         let results = self.write_marker_batch(partitions, marker).await;
-        partitions
-            .iter()
-            .zip(results)
-            .filter(|(_, result)| result.is_err())
-            .map(|(partition, _)| partition.clone())
-            .collect()
+        let mut failed = Unwritten::default();
+        for (partition, result) in partitions.iter().zip(results) {
+            if let Err(error) = result {
+                failed.fenced |= error == ResponseError::TransactionCoordinatorFenced;
+                failed.partitions.push(partition.clone());
+            }
+        }
+        failed
     }
 
     /// Sends `marker` for `partitions` to their leader at `endpoint` in a WriteTxnMarkers
@@ -189,7 +209,7 @@ impl Broker {
         endpoint: &ClientEndpoint,
         partitions: &[(String, i32)],
         marker: Marker,
-    ) -> Vec<(String, i32)> {
+    ) -> Unwritten {
         let address = format!("{}:{}", endpoint.host, endpoint.port);
         let client_id = format!("weir-txn-markers-{}", self.identity.node_id);
         let mut request = WriteTxnMarkersRequest::default();
@@ -220,23 +240,32 @@ impl Broker {
         }
         .await;
         let Ok(response) = answer else {
-            return partitions.to_vec();
+            return Unwritten {
+                partitions: partitions.to_vec(),
+                fenced: false,
+            };
         };
         let mut written = BTreeSet::new();
+        let mut fenced = false;
         for result in &response.markers {
             for topic in &result.topics {
                 for partition in &topic.partitions {
                     if partition.error_code == 0 {
                         written.insert((topic.name.0.to_string(), partition.partition_index));
                     }
+                    fenced |=
+                        partition.error_code == ResponseError::TransactionCoordinatorFenced.code();
                 }
             }
         }
-        partitions
-            .iter()
-            .filter(|partition| !written.contains(*partition))
-            .cloned()
-            .collect()
+        Unwritten {
+            partitions: partitions
+                .iter()
+                .filter(|partition| !written.contains(*partition))
+                .cloned()
+                .collect(),
+            fenced,
+        }
     }
 
     /// Appends `marker` on each of `partitions` (led here), then waits for them all; one
@@ -278,10 +307,21 @@ impl Broker {
             .await
             .map_err(|error| match error {
                 GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+                GroupError::TransactionCoordinatorFenced => {
+                    ResponseError::TransactionCoordinatorFenced
+                }
                 GroupError::InvalidCommitOffsetSize => ResponseError::RecordListTooLarge,
                 _ => ResponseError::NotLeaderOrFollower,
             })
     }
+}
+
+/// What a round of marker writes left: the partitions without their marker, and whether one
+/// was refused because a newer transaction coordinator wrote a marker there.
+#[derive(Default)]
+struct Unwritten {
+    partitions: Vec<(String, i32)>,
+    fenced: bool,
 }
 
 /// The pause between a marker writer's tries: doubling from [`RETRY_FIRST`] to [`RETRY_MAX`],

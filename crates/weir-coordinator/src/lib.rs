@@ -137,6 +137,10 @@ pub enum GroupError {
     /// partition of the offsets topic (it was never added, or the transaction ended).
     #[error("the group's offsets partition is not in the producer's transaction")]
     NotInTransaction,
+    /// A transaction marker from an older transaction coordinator than the one that wrote
+    /// the producer's last marker on the group's offsets partition.
+    #[error("the marker's transaction coordinator is fenced")]
+    TransactionCoordinatorFenced,
 }
 
 impl From<RuntimeError> for GroupError {
@@ -148,6 +152,7 @@ impl From<RuntimeError> for GroupError {
             RuntimeError::TooLarge => GroupError::InvalidCommitOffsetSize,
             RuntimeError::ProducerFenced => GroupError::InvalidProducerEpoch,
             RuntimeError::NotInTransaction => GroupError::NotInTransaction,
+            RuntimeError::CoordinatorFenced => GroupError::TransactionCoordinatorFenced,
         }
     }
 }

@@ -94,6 +94,10 @@ pub enum RuntimeError {
     /// current verification that the transaction holds it.
     #[error("the partition is not in the producer's transaction")]
     NotInTransaction,
+    /// A marker from an older transaction coordinator than the one that wrote the
+    /// producer's last marker on the partition.
+    #[error("the marker's transaction coordinator is fenced")]
+    CoordinatorFenced,
 }
 
 /// A future the runtime awaits.
@@ -239,8 +243,9 @@ pub(crate) trait Shard: Send + 'static {
 enum Slot<S> {
     /// Not loaded yet: requests wait (COORDINATOR_LOAD_IN_PROGRESS).
     Loading,
-    /// Loaded and served.
-    Loaded(S),
+    /// Loaded and served, as the coordinator of `epoch`: the partition's leader epoch when
+    /// this broker took it over, which the markers it writes carry.
+    Loaded { shard: S, epoch: i32 },
     /// Another broker leads it (NOT_COORDINATOR).
     Elsewhere,
 }
@@ -266,9 +271,18 @@ impl<S> Partitions<S> {
         }
         let partition = partition_for(key, self.count);
         match self.slots.get(partition as usize) {
-            Some(Slot::Loaded(_)) => Ok(partition),
+            Some(Slot::Loaded { .. }) => Ok(partition),
             Some(Slot::Elsewhere) => Err(RuntimeError::NotCoordinator),
             Some(Slot::Loading) | None => Err(RuntimeError::LoadInProgress),
+        }
+    }
+
+    /// The coordinator epoch of the partition serving `key`, if this broker serves it now.
+    pub(crate) fn served_epoch(&self, key: &str) -> Result<i32, RuntimeError> {
+        let partition = self.served_partition(key)?;
+        match self.slot(partition) {
+            Some(Slot::Loaded { epoch, .. }) => Ok(*epoch),
+            _ => Err(RuntimeError::LoadInProgress),
         }
     }
 
@@ -276,7 +290,7 @@ impl<S> Partitions<S> {
     pub(crate) fn served(&mut self, key: &str) -> Result<(i32, &mut S), RuntimeError> {
         let partition = self.served_partition(key)?;
         match self.slots.get_mut(partition as usize) {
-            Some(Slot::Loaded(shard)) => Ok((partition, shard)),
+            Some(Slot::Loaded { shard, .. }) => Ok((partition, shard)),
             _ => Err(RuntimeError::LoadInProgress),
         }
     }
@@ -298,7 +312,7 @@ impl<S> Partitions<S> {
     /// The shard of `partition` if it is loaded here.
     fn loaded_shard(&mut self, partition: i32) -> Option<&mut S> {
         match self.slot_mut(partition) {
-            Some(Slot::Loaded(shard)) => Some(shard),
+            Some(Slot::Loaded { shard, .. }) => Some(shard),
             _ => None,
         }
     }
@@ -309,7 +323,7 @@ impl<S> Partitions<S> {
             return Err(RuntimeError::NotAvailable);
         }
         match self.slot(partition) {
-            Some(Slot::Loaded(_)) => Ok(()),
+            Some(Slot::Loaded { .. }) => Ok(()),
             Some(Slot::Elsewhere) | None => Err(RuntimeError::NotCoordinator),
             Some(Slot::Loading) => Err(RuntimeError::LoadInProgress),
         }
@@ -319,7 +333,7 @@ impl<S> Partitions<S> {
     pub(crate) fn served_ref(&self, key: &str) -> Result<(i32, &S), RuntimeError> {
         let partition = self.served_partition(key)?;
         match self.slots.get(partition as usize) {
-            Some(Slot::Loaded(shard)) => Ok((partition, shard)),
+            Some(Slot::Loaded { shard, .. }) => Ok((partition, shard)),
             _ => Err(RuntimeError::LoadInProgress),
         }
     }
@@ -327,7 +341,7 @@ impl<S> Partitions<S> {
     /// Every loaded shard.
     pub(crate) fn shards(&self) -> impl Iterator<Item = &S> {
         self.slots.iter().filter_map(|slot| match slot {
-            Slot::Loaded(shard) => Some(shard),
+            Slot::Loaded { shard, .. } => Some(shard),
             _ => None,
         })
     }
@@ -337,7 +351,7 @@ impl<S> Partitions<S> {
         (0i32..)
             .zip(&mut self.slots)
             .filter_map(|(p, slot)| match slot {
-                Slot::Loaded(shard) => Some((p, shard)),
+                Slot::Loaded { shard, .. } => Some((p, shard)),
                 _ => None,
             })
     }
@@ -860,11 +874,11 @@ pub trait TopicRuntime: Send + Sync {
     /// Partitions of the topic, or 0 before [`TopicRuntime::start`].
     fn partitions(&self) -> i32;
 
-    /// Loads `partition` into a new shard by applying its records, then serves it (a
-    /// partition already served keeps the shard it has, which is at least as new as the
-    /// log); says what it holds. Blocking. A record that does not parse is skipped with a
-    /// warning.
-    fn load(&self, partition: i32) -> Result<String, String>;
+    /// Loads `partition` into a new shard by applying its records, then serves it as the
+    /// coordinator of `epoch`, the partition's leader epoch (a partition already served keeps
+    /// the shard it has, which is at least as new as the log, and takes a newer epoch); says
+    /// what it holds. Blocking. A record that does not parse is skipped with a warning.
+    fn load(&self, partition: i32, epoch: i32) -> Result<String, String>;
 
     /// Another broker leads `partition` now (or this one stopped leading it): its shard is
     /// dropped and its keys get NOT_COORDINATOR, so clients find the new coordinator, which
@@ -872,8 +886,13 @@ pub trait TopicRuntime: Send + Sync {
     /// loaded.
     fn unload(&self, partition: i32) -> Option<usize>;
 
-    /// Whether `partition` is loaded and served here.
-    fn is_loaded(&self, partition: i32) -> bool;
+    /// The coordinator epoch `partition` is served at, if it is loaded and served here.
+    fn loaded_epoch(&self, partition: i32) -> Option<i32>;
+
+    /// This broker, which serves `partition`, was elected its leader again at `epoch` (as
+    /// when the controller moved on without another leader in between): the shard stays,
+    /// the markers it writes from now on carry the newer epoch.
+    fn elected_again(&self, partition: i32, epoch: i32);
 
     /// The topic was deleted: every shard is dropped, and requests get
     /// COORDINATOR_NOT_AVAILABLE until it is created and loaded again.
@@ -897,7 +916,7 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
         }
     }
 
-    fn load(&self, partition: i32) -> Result<String, String> {
+    fn load(&self, partition: i32, epoch: i32) -> Result<String, String> {
         let mut shard = (self.new_shard)(self.clock.now());
         let mut skipped = 0u64;
         let now = self.clock.now();
@@ -926,8 +945,10 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
         let loaded = shard.finish_load(self.clock.now());
         let mut partitions = self.lock();
         match partitions.slot_mut(partition) {
-            Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded(shard),
-            Some(Slot::Loaded(_)) => {}
+            Some(slot @ (Slot::Loading | Slot::Elsewhere)) => *slot = Slot::Loaded { shard, epoch },
+            // Served here all along: its shard is at least as new as the log; a newer leader
+            // epoch (elected again) is taken.
+            Some(Slot::Loaded { epoch: served, .. }) => *served = (*served).max(epoch),
             None => {
                 tracing::warn!(target: "weir::coordinator", partition, partitions = partitions.count, "a partition the coordinator does not know was loaded; it is not served");
             }
@@ -941,15 +962,22 @@ impl<S: Shard> TopicRuntime for Runtime<S> {
         let mut partitions = self.lock();
         let slot = partitions.slot_mut(partition)?;
         match std::mem::replace(slot, Slot::Elsewhere) {
-            Slot::Loaded(shard) => Some(shard.len()),
+            Slot::Loaded { shard, .. } => Some(shard.len()),
             Slot::Loading | Slot::Elsewhere => None,
         }
     }
 
-    fn is_loaded(&self, partition: i32) -> bool {
-        self.lock()
-            .slot(partition)
-            .is_some_and(|slot| matches!(slot, Slot::Loaded(_)))
+    fn loaded_epoch(&self, partition: i32) -> Option<i32> {
+        match self.lock().slot(partition) {
+            Some(Slot::Loaded { epoch, .. }) => Some(*epoch),
+            _ => None,
+        }
+    }
+
+    fn elected_again(&self, partition: i32, epoch: i32) {
+        if let Some(Slot::Loaded { epoch: served, .. }) = self.lock().slot_mut(partition) {
+            *served = (*served).max(epoch);
+        }
     }
 
     fn reset(&self) {

@@ -282,10 +282,20 @@ impl TxnResult {
     }
 }
 
+/// A transaction marker as its control record says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarker {
+    /// How the transaction ended.
+    pub result: TxnResult,
+    /// The epoch of the transaction coordinator that wrote it (its leader epoch of the
+    /// `__transaction_state` partition); a marker of an older coordinator is fenced.
+    pub coordinator_epoch: i32,
+}
+
 /// What the marker in `batch` (a control batch, never compressed) says: its control record's
-/// key is `(version, type)`, type 0 an abort and 1 a commit. `None` for another control record
-/// or bytes that do not parse.
-pub fn marker_result(batch: &[u8]) -> Option<TxnResult> {
+/// key is `(version, type)`, type 0 an abort and 1 a commit, and its value `(version,
+/// coordinator epoch)`. `None` for another control record or a key that does not parse.
+pub fn parse_marker(batch: &[u8]) -> Option<TxnMarker> {
     let records = batch.get(BATCH_HEADER_BYTES..)?;
     let mut at = 0usize;
     let next = |at: &mut usize| next_in(records, at);
@@ -295,11 +305,26 @@ pub fn marker_result(batch: &[u8]) -> Option<TxnResult> {
     read_varint(|| next(&mut at)).ok()?; // offset delta
     let key_length = usize::try_from(read_varint(|| next(&mut at)).ok()?).ok()?;
     let key = records.get(at..at.checked_add(key_length)?)?;
-    match key {
-        [_, _, 0, 0] => Some(TxnResult::Abort),
-        [_, _, 0, 1] => Some(TxnResult::Commit),
-        _ => None,
-    }
+    let result = match key {
+        [_, _, 0, 0] => TxnResult::Abort,
+        [_, _, 0, 1] => TxnResult::Commit,
+        _ => return None,
+    };
+    at += key_length;
+    // A value that does not parse leaves the epoch unknown (-1), which fences nothing.
+    let coordinator_epoch = read_varint(|| next(&mut at))
+        .ok()
+        .and_then(|length| usize::try_from(length).ok())
+        .and_then(|length| records.get(at..at.checked_add(length)?))
+        .and_then(|value| match value {
+            [_, _, a, b, c, d, ..] => Some(i32::from_be_bytes([*a, *b, *c, *d])),
+            _ => None,
+        })
+        .unwrap_or(-1);
+    Some(TxnMarker {
+        result,
+        coordinator_epoch,
+    })
 }
 
 /// A transaction marker as Kafka writes it: a transactional control batch of `producer` with

@@ -66,6 +66,15 @@ pub enum LogError {
     /// a verification that the transaction holds this partition (KIP-890).
     #[error("the partition was not added to the transaction")]
     NotInTransaction,
+    /// A transaction marker from an older transaction coordinator than the one that wrote
+    /// the producer's last marker here.
+    #[error("the marker's coordinator epoch {coordinator_epoch} is older than the partition's {current} for this producer")]
+    CoordinatorFenced {
+        /// The marker's coordinator epoch.
+        coordinator_epoch: i32,
+        /// The coordinator epoch of the producer's last marker here.
+        current: i32,
+    },
     /// A batch kind this version of Weir does not store yet.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use weir_storage::{FileCache, FileRef, Storage, StorageFile};
 
 use crate::batch::{
-    marker_result, patched_head, validate_stored_header, BatchHeader, TxnResult, PATCHED_HEAD_BYTES,
+    parse_marker, patched_head, validate_stored_header, BatchHeader, TxnMarker, PATCHED_HEAD_BYTES,
 };
 use crate::checkpoint::{
     read_json, write_json, EpochEntry, ProducerSnapshot, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE,
@@ -606,7 +606,7 @@ impl Log {
                     let marker = if header.is_control() {
                         let mut batch = vec![0u8; header.total_bytes() as usize];
                         file.read_exact_at(&mut batch, position)?;
-                        marker_result(&batch)
+                        parse_marker(&batch)
                     } else {
                         None
                     };
@@ -829,6 +829,21 @@ impl Log {
         if !self.producers.check_verified(&header, batch.verification()) {
             return Err(LogError::NotInTransaction);
         }
+        let marker = marker_of(&header, batch.bytes());
+        if let Some(TxnMarker {
+            coordinator_epoch, ..
+        }) = marker
+        {
+            if let Some(current) = self
+                .producers
+                .fenced_coordinator(header.producer_id, coordinator_epoch)
+            {
+                return Err(LogError::CoordinatorFenced {
+                    coordinator_epoch,
+                    current,
+                });
+            }
+        }
         let base_offset = self.log_end_offset;
         let next_offset = base_offset
             .checked_add(i64::from(header.record_count))
@@ -853,12 +868,9 @@ impl Log {
         let parts: [&[u8]; 2] = [&head, &batch.bytes()[PATCHED_HEAD_BYTES..]];
         self.active_mut()
             .append(&stored, &parts, interval, now_ms)?;
-        self.producers_evicted += self.producers.record(
-            &stored,
-            marker_of(&stored, batch.bytes()),
-            now_ms,
-            self.config.producer_ids_max,
-        ) as u64;
+        self.producers_evicted +=
+            self.producers
+                .record(&stored, marker, now_ms, self.config.producer_ids_max) as u64;
         self.log_end_offset = next_offset;
         if !self.replicated {
             self.high_watermark = self.log_end_offset;
@@ -1598,9 +1610,9 @@ impl Log {
 }
 
 /// What a control batch's marker says (`None` for a data batch).
-fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<TxnResult> {
+fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<TxnMarker> {
     if header.is_control() {
-        marker_result(batch)
+        parse_marker(batch)
     } else {
         None
     }

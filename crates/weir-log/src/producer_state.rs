@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::batch::{BatchHeader, TxnResult};
+use crate::batch::{BatchHeader, TxnMarker, TxnResult};
 
 /// Batches remembered per producer: Kafka clients keep at most five in flight per partition,
 /// so any retry is among the last five.
@@ -46,6 +46,16 @@ pub struct ProducerEntry {
     /// The first offset of its transaction open on this partition.
     #[serde(default)]
     pub ongoing_first_offset: Option<i64>,
+    /// The epoch of the transaction coordinator that wrote its last marker here, or -1: a
+    /// marker of an older coordinator (a zombie that lost its partition of
+    /// `__transaction_state`) is refused.
+    #[serde(default = "no_coordinator_epoch")]
+    pub coordinator_epoch: i32,
+}
+
+/// The coordinator epoch of a producer no marker was written for.
+fn no_coordinator_epoch() -> i32 {
+    -1
 }
 
 /// A producer as the partition knows it.
@@ -61,6 +71,8 @@ pub struct ActiveProducer {
     pub last_append_ms: i64,
     /// The first offset of its transaction open here.
     pub ongoing_first_offset: Option<i64>,
+    /// The epoch of the coordinator that wrote its last marker here, or -1.
+    pub coordinator_epoch: i32,
 }
 
 /// A transaction aborted on this partition: its records from `first_offset` up to its abort
@@ -196,6 +208,16 @@ impl ProducerStateTable {
         }
     }
 
+    /// The coordinator epoch of `producer_id`'s last marker here when a marker written by
+    /// the coordinator of `coordinator_epoch` comes from an older one: a coordinator that lost
+    /// its partition of `__transaction_state` must not end a later transaction.
+    pub fn fenced_coordinator(&self, producer_id: i64, coordinator_epoch: i32) -> Option<i32> {
+        self.producers
+            .get(&producer_id)
+            .map(|entry| entry.coordinator_epoch)
+            .filter(|current| coordinator_epoch < *current)
+    }
+
     /// Whether `producer_id` at `epoch` has a transaction open here (its next transactional
     /// batch needs no verification).
     pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
@@ -299,11 +321,12 @@ impl ProducerStateTable {
     /// evicted.
     ///
     /// A transactional batch opens its producer's transaction here if none is open; a marker
-    /// (`marker`: what a control batch says) closes it, and an abort is remembered.
+    /// (`marker`: what a control batch says) closes it, an abort is remembered, and its
+    /// coordinator's epoch kept.
     pub fn record(
         &mut self,
         header: &BatchHeader,
-        marker: Option<TxnResult>,
+        marker: Option<TxnMarker>,
         now_ms: i64,
         producers_max: usize,
     ) -> usize {
@@ -322,6 +345,7 @@ impl ProducerStateTable {
                 batches: VecDeque::with_capacity(BATCHES_REMEMBERED),
                 last_append_ms: now_ms,
                 ongoing_first_offset: None,
+                coordinator_epoch: no_coordinator_epoch(),
             });
         self.by_age
             .remove(&(entry.last_append_ms, header.producer_id));
@@ -336,9 +360,12 @@ impl ProducerStateTable {
             }
         }
         if header.is_control() {
+            if let Some(marker) = marker {
+                entry.coordinator_epoch = entry.coordinator_epoch.max(marker.coordinator_epoch);
+            }
             if let Some(first_offset) = entry.ongoing_first_offset.take() {
                 self.ongoing.remove(&(first_offset, header.producer_id));
-                if marker == Some(TxnResult::Abort) {
+                if marker.is_some_and(|m| m.result == TxnResult::Abort) {
                     self.aborted.push(AbortedTxn {
                         producer_id: header.producer_id,
                         first_offset,
@@ -403,6 +430,7 @@ impl ProducerStateTable {
                 last_sequence: entry.batches.back().map_or(-1, |b| b.last_sequence),
                 last_append_ms: entry.last_append_ms,
                 ongoing_first_offset: entry.ongoing_first_offset,
+                coordinator_epoch: entry.coordinator_epoch,
             })
             .collect();
         active.sort_by_key(|producer| producer.producer_id);

@@ -475,6 +475,68 @@ fn transactional_batches_and_their_markers_are_appended() {
     assert_eq!(follower.log_end_offset(), 5);
 }
 
+/// A marker carries the epoch of the transaction coordinator that wrote it, and the partition
+/// keeps the newest per producer: a marker from an older coordinator (one that lost its
+/// partition of `__transaction_state` but still writes) is refused, so it cannot end the
+/// producer's next transaction; the epoch is rebuilt from the log and kept in the snapshot.
+#[test]
+fn a_marker_of_an_older_transaction_coordinator_is_fenced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let producer = |seq| ProducerFields {
+        producer_id: 4,
+        producer_epoch: 0,
+        base_sequence: seq,
+    };
+    let send = |log: &mut Log, seq| {
+        let bytes = transactional(build_batch(&[b"t"], 0, producer(seq)));
+        append(log, bytes).expect("transactional batch").base_offset
+    };
+    let coordinator_epoch = |log: &Log| {
+        log.active_producers()
+            .iter()
+            .find(|p| p.producer_id == 4)
+            .map(|p| p.coordinator_epoch)
+    };
+    let mut log = open(dir.path(), &clock, small_segments());
+    send(&mut log, 0);
+    assert_eq!(coordinator_epoch(&log), Some(-1), "no marker yet");
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 3, 0))
+        .expect("commit of coordinator 3");
+    assert_eq!(coordinator_epoch(&log), Some(3));
+    assert_eq!(send(&mut log, 1), 2, "the next transaction");
+    let zombie = ValidBatch::marker(4, 0, TxnResult::Abort, 2, 0);
+    assert!(matches!(
+        log.append(&zombie),
+        Err(LogError::CoordinatorFenced {
+            coordinator_epoch: 2,
+            current: 3
+        })
+    ));
+    assert_eq!(
+        (log.log_end_offset(), log.last_stable_offset()),
+        (3, 2),
+        "nothing written, the transaction still open"
+    );
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Abort, 3, 0))
+        .expect("the same coordinator");
+    send(&mut log, 2);
+    log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 5, 0))
+        .expect("a newer coordinator");
+    drop(log);
+    let log = open(dir.path(), &clock, small_segments());
+    assert_eq!(coordinator_epoch(&log), Some(5), "rebuilt from the batches");
+    log.checkpoint().write().expect("checkpoint");
+    drop(log);
+    let mut log = open(dir.path(), &clock, small_segments());
+    assert_eq!(coordinator_epoch(&log), Some(5), "read from the snapshot");
+    send(&mut log, 3);
+    assert!(matches!(
+        log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 4, 0)),
+        Err(LogError::CoordinatorFenced { .. })
+    ));
+}
+
 /// A transaction open on the partition counts as hung once its producer has not appended
 /// there for longer than the limit given (the broker's `transaction.max.timeout.ms`): a
 /// producer that keeps writing is not hung, and a marker ends a hung one.

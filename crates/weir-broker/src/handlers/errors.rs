@@ -51,6 +51,7 @@ impl From<&LogError> for ErrorReply {
             LogError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
             LogError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
             LogError::NotInTransaction => ResponseError::InvalidTxnState,
+            LogError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
             LogError::OffsetOutOfRange { .. } | LogError::NonContiguous { .. } => {
                 ResponseError::OffsetOutOfRange
             }
@@ -122,6 +123,7 @@ pub fn group_error(error: GroupError) -> ResponseError {
         GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
         GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
         GroupError::NotInTransaction => ResponseError::InvalidTxnState,
+        GroupError::TransactionCoordinatorFenced => ResponseError::TransactionCoordinatorFenced,
     }
 }
 

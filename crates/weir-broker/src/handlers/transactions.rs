@@ -514,7 +514,7 @@ pub fn describe_producers(
                                     state.producer_epoch = i32::from(producer.epoch);
                                     state.last_sequence = producer.last_sequence;
                                     state.last_timestamp = producer.last_append_ms;
-                                    state.coordinator_epoch = -1;
+                                    state.coordinator_epoch = producer.coordinator_epoch;
                                     state.current_txn_start_offset =
                                         producer.ongoing_first_offset.unwrap_or(-1);
                                     state

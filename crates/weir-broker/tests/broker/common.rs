@@ -423,7 +423,7 @@ pub async fn commit_offset_as(
 }
 
 /// The producer id and epoch of a new producer of `transactional_id`, once its coordinator
-/// (this broker) has loaded its partition of `__transaction_state`.
+/// (the broker `c` reaches) serves its partition of `__transaction_state`.
 pub async fn transactional_producer(c: &mut TcpStream, transactional_id: &str) -> (i64, i16) {
     use kafka_protocol::messages::*;
     for _ in 0..100 {
@@ -440,8 +440,12 @@ pub async fn transactional_producer(c: &mut TcpStream, transactional_id: &str) -
             init.producer_id = ProducerId(-1);
             init.producer_epoch = -1;
             let r: InitProducerIdResponse = call(c, ApiKey::InitProducerId, 4, &init).await;
-            assert_eq!(r.error_code, 0, "InitProducerId of {transactional_id}");
-            return (r.producer_id.0, r.producer_epoch);
+            // COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR: a broker that
+            // has not applied the newest leadership yet; a client asks again.
+            if ![14, 15, 16].contains(&r.error_code) {
+                assert_eq!(r.error_code, 0, "InitProducerId of {transactional_id}");
+                return (r.producer_id.0, r.producer_epoch);
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

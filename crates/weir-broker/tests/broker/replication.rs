@@ -569,6 +569,203 @@ async fn a_reassignment_copies_then_switches_and_the_old_replica_is_deleted() {
     first.shutdown().await;
 }
 
+/// The broker coordinating `transactional_id`, asked through `c`: its node id and address.
+async fn transaction_coordinator(c: &mut TcpStream, transactional_id: &str) -> (i32, SocketAddr) {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    for _ in 0..200 {
+        let mut find = FindCoordinatorRequest::default();
+        find.key = transactional_id.to_string().into();
+        find.key_type = 1;
+        let found: FindCoordinatorResponse = call(
+            c,
+            kafka_protocol::messages::ApiKey::FindCoordinator,
+            3,
+            &find,
+        )
+        .await;
+        if found.error_code == 0 {
+            let address = format!("{}:{}", found.host.as_str(), found.port);
+            return (found.node_id.0, address.parse().expect("address"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no coordinator for {transactional_id}");
+}
+
+/// Moves the leadership of `topic`-`partition` to `order[0]`: its replicas put in `order`,
+/// then a preferred election.
+async fn lead_from(first: &TestBroker, topic: &str, partition: i32, order: Vec<i32>) {
+    let leader = order[0];
+    let outcomes = first
+        .broker
+        .change_metadata(first.broker.controller().ask(AlterPartitionReassignments {
+            reassignments: vec![Reassignment {
+                topic: topic.into(),
+                partition,
+                target: Some(order),
+            }],
+            allow_replication_factor_change: false,
+        }))
+        .await
+        .expect("reordered");
+    assert_eq!(outcomes[0].refusal, None);
+    let elected = first
+        .broker
+        .change_metadata(first.broker.controller().ask(ElectLeaders {
+            election: ElectionType::Preferred,
+            partitions: Some(vec![(topic.into(), partition)]),
+        }))
+        .await
+        .expect("decided");
+    assert_eq!(elected[0].refusal, None);
+    let controller = first.controller.clone();
+    eventually("the new leader", || {
+        controller
+            .image()
+            .topic(topic)
+            .and_then(|t| t.partition(partition))
+            .is_some_and(|p| p.leader == leader)
+    })
+    .await;
+}
+
+/// Adds `good`-0 to the transaction of `z`'s `producer` at its coordinator, then writes the
+/// record of `sequence` there through the partition's leader.
+async fn write_in_transaction(
+    to_coordinator: &mut TcpStream,
+    to_leader: &mut TcpStream,
+    (producer_id, epoch): (i64, i16),
+    sequence: i32,
+) {
+    use crate::transactions::produce_txn;
+    let added = add_partition_to_txn(to_coordinator, 3, "z", producer_id, epoch).await;
+    assert_eq!(
+        added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        0
+    );
+    let written = produce_txn(to_leader, 9, Some("z"), (producer_id, epoch, sequence), 0).await;
+    assert_eq!(written, 0);
+}
+
+/// Commits the transaction of `z`'s `producer` and waits until its markers are written.
+async fn commit_transaction(to_coordinator: &mut TcpStream, (producer_id, epoch): (i64, i16)) {
+    use crate::transactions::{await_state, id};
+    use kafka_protocol::messages::{ApiKey, EndTxnRequest, EndTxnResponse, ProducerId};
+    let mut end = EndTxnRequest::default();
+    end.transactional_id = id("z");
+    end.producer_id = ProducerId(producer_id);
+    end.producer_epoch = epoch;
+    end.committed = true;
+    let ended: EndTxnResponse = call(to_coordinator, ApiKey::EndTxn, 3, &end).await;
+    assert_eq!(ended.error_code, 0);
+    await_state(to_coordinator, "z", "CompleteCommit").await;
+}
+
+/// A transaction coordinator's markers carry its coordinator epoch, the leader epoch of its
+/// `__transaction_state` partition when it took the partition over: after the partition's
+/// leadership went to another broker and came back, the marker of a committed transaction
+/// carries the new epoch (DescribeProducers shows it), and a marker of an older coordinator
+/// epoch, as a coordinator that lost the partition would send, is refused with
+/// TRANSACTION_COORDINATOR_FENCED without ending the producer's next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markers_carry_the_coordinator_epoch_and_an_older_coordinators_are_fenced() {
+    use crate::transactions::stable_and_high;
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::*;
+    const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+    let (first, members, _dirs) = cluster().await;
+    let controller = first.controller.clone();
+    create_replicated(&first, "good", &[1, 2, 3]).await;
+    eventually("a full ISR", || {
+        partition(&controller, "good").isr.len() == 3
+    })
+    .await;
+    let mut to_leader = TcpStream::connect(first.addr).await.expect("connect");
+    let (coordinator, _) = transaction_coordinator(&mut to_leader, "z").await;
+    let index = weir_coordinator::partition_for("z", 50);
+    let replicas = |node: i32| {
+        let mut order = vec![node];
+        order.extend([1, 2, 3].into_iter().filter(|n| *n != node));
+        order
+    };
+    let other = if coordinator == 2 { 3 } else { 2 };
+    lead_from(&first, "__transaction_state", index, replicas(other)).await;
+    lead_from(&first, "__transaction_state", index, replicas(coordinator)).await;
+    let epoch = controller
+        .image()
+        .topic("__transaction_state")
+        .and_then(|t| t.partition(index))
+        .expect("partition")
+        .leader_epoch;
+    assert!(
+        epoch >= 2,
+        "led by two more brokers since its creation: {epoch}"
+    );
+
+    let (node, address) = transaction_coordinator(&mut to_leader, "z").await;
+    assert_eq!(node, coordinator);
+    let mut to_coordinator = TcpStream::connect(address).await.expect("connect");
+    let (producer_id, producer_epoch) = transactional_producer(&mut to_coordinator, "z").await;
+    let producer = (producer_id, producer_epoch);
+    write_in_transaction(&mut to_coordinator, &mut to_leader, producer, 0).await;
+    commit_transaction(&mut to_coordinator, producer).await;
+    write_in_transaction(&mut to_coordinator, &mut to_leader, producer, 1).await;
+    let mut topic = TopicRequest::default();
+    topic.name = topic_name("good");
+    topic.partition_indexes = vec![0];
+    let mut describe = DescribeProducersRequest::default();
+    describe.topics = vec![topic];
+    let described: DescribeProducersResponse =
+        call(&mut to_leader, ApiKey::DescribeProducers, 0, &describe).await;
+    let state = described.topics[0].partitions[0]
+        .active_producers
+        .iter()
+        .find(|p| p.producer_id.0 == producer_id)
+        .expect("the producer")
+        .clone();
+    assert_eq!(
+        (state.coordinator_epoch, state.current_txn_start_offset),
+        (epoch, 2),
+        "the commit marker's coordinator epoch; the next transaction open"
+    );
+
+    let mut marker = WritableTxnMarker::default();
+    marker.producer_id = ProducerId(producer_id);
+    marker.producer_epoch = producer_epoch;
+    marker.transaction_result = false;
+    marker.coordinator_epoch = epoch - 1;
+    let mut marked = WritableTxnMarkerTopic::default();
+    marked.name = topic_name("good");
+    marked.partition_indexes = vec![0];
+    marker.topics = vec![marked];
+    let mut zombie = WriteTxnMarkersRequest::default();
+    zombie.markers = vec![marker];
+    let refused: WriteTxnMarkersResponse =
+        call(&mut to_leader, ApiKey::WriteTxnMarkers, 1, &zombie).await;
+    assert_eq!(
+        refused.markers[0].topics[0].partitions[0].error_code,
+        TRANSACTION_COORDINATOR_FENCED
+    );
+    assert_eq!(
+        stable_and_high(&mut to_leader, 0).await,
+        (2, 3),
+        "still open"
+    );
+    commit_transaction(&mut to_coordinator, producer).await;
+    assert_eq!(
+        stable_and_high(&mut to_leader, 0).await,
+        (4, 4),
+        "committed"
+    );
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}
+
 fn limits() -> weir_log::ValidationLimits {
     weir_log::ValidationLimits {
         decompressed_bytes_max: 1 << 20,

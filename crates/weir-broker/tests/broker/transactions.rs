@@ -27,13 +27,13 @@ const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 const TRANSACTION_ABORTABLE: i16 = 120;
 
-fn id(s: &str) -> TransactionalId {
+pub(crate) fn id(s: &str) -> TransactionalId {
     TransactionalId(StrBytes::from_string(s.to_string()))
 }
 
 /// The error code of a transactional batch of `(producer id, epoch, sequence)` produced to
 /// `good`-`partition` at `version`, naming `transactional_id`.
-async fn produce_txn(
+pub(crate) async fn produce_txn(
     c: &mut TcpStream,
     version: i16,
     transactional_id: Option<&str>,
@@ -54,7 +54,7 @@ async fn produce_txn(
 
 /// `good`-`partition`'s latest offset for read_committed consumers (the last stable offset)
 /// and for read_uncommitted ones (the high watermark).
-async fn stable_and_high(c: &mut TcpStream, partition: i32) -> (i64, i64) {
+pub(crate) async fn stable_and_high(c: &mut TcpStream, partition: i32) -> (i64, i64) {
     let mut offsets = [0; 2];
     for (isolation, offset) in offsets.iter_mut().enumerate() {
         let mut p = ListOffsetsPartition::default();
@@ -91,7 +91,7 @@ async fn await_group_coordinator(c: &mut TcpStream, group: &str) {
 }
 
 /// Waits until `transactional_id`'s transaction is complete (its markers written).
-async fn await_state(c: &mut TcpStream, transactional_id: &str, state: &str) {
+pub(crate) async fn await_state(c: &mut TcpStream, transactional_id: &str, state: &str) {
     for _ in 0..200 {
         let mut req = DescribeTransactionsRequest::default();
         req.transactional_ids = vec![id(transactional_id)];

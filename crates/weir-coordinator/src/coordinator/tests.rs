@@ -134,17 +134,17 @@ fn groups_of_an_unloaded_partition_wait_for_the_load() {
         coordinator.check_served("g"),
         Err(GroupError::CoordinatorLoadInProgress)
     );
-    runtime.load(0).expect("load");
+    runtime.load(0, 0).expect("load");
     assert_eq!(coordinator.check_served("g"), Ok(()));
     // Leadership of the partition moved away: the group is served elsewhere, until this
     // broker leads (and loads) it again.
     runtime.unload(0);
-    assert!(!runtime.is_loaded(0));
+    assert_eq!(runtime.loaded_epoch(0), None);
     assert_eq!(
         coordinator.check_served("g"),
         Err(GroupError::NotCoordinator)
     );
-    runtime.load(0).expect("load again");
+    runtime.load(0, 0).expect("load again");
     assert_eq!(coordinator.check_served("g"), Ok(()));
     assert_eq!(
         coordinator.check_served(""),

@@ -57,7 +57,7 @@ fn loaded(coordinator: GroupCoordinator) -> GroupCoordinator {
     let runtime = coordinator.topic_runtime();
     runtime.start(PARTITIONS);
     for p in 0..PARTITIONS {
-        runtime.load(p).expect("load");
+        runtime.load(p, 0).expect("load");
     }
     coordinator
 }

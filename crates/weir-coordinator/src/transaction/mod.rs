@@ -103,6 +103,8 @@ impl From<RuntimeError> for TxnError {
             RuntimeError::TooLarge => TxnError::RecordTooLarge,
             RuntimeError::ProducerFenced => TxnError::ProducerFenced,
             RuntimeError::NotInTransaction => TxnError::TransactionAbortable,
+            // Only markers are fenced so, and the transaction coordinator writes none to its log.
+            RuntimeError::CoordinatorFenced => TxnError::NotCoordinator,
         }
     }
 }
@@ -265,6 +267,14 @@ impl TransactionCoordinator {
     pub fn check_served(&self, transactional_id: &str) -> Result<(), TxnError> {
         self.runtime.lock().served_partition(transactional_id)?;
         Ok(())
+    }
+
+    /// The coordinator epoch this broker serves `transactional_id` at: the leader epoch of
+    /// its `__transaction_state` partition when this broker took it over. Every marker it
+    /// writes carries it, so a partition refuses the markers of a coordinator that lost the
+    /// partition (TRANSACTION_COORDINATOR_FENCED) once its successor has written one.
+    pub fn coordinator_epoch(&self, transactional_id: &str) -> Result<i32, TxnError> {
+        Ok(self.runtime.lock().served_epoch(transactional_id)?)
     }
 
     /// InitProducerId with a transactional id: a new id at epoch 0 for an id seen for the

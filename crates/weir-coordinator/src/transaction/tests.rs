@@ -23,7 +23,7 @@ fn loaded(log: Arc<MemoryLog>) -> Arc<TransactionCoordinator> {
     let runtime = coordinator.topic_runtime();
     runtime.start(PARTITIONS);
     for partition in 0..PARTITIONS {
-        runtime.load(partition).expect("load");
+        runtime.load(partition, 0).expect("load");
     }
     coordinator
 }
@@ -269,10 +269,43 @@ fn a_transactional_id_is_served_only_where_its_partition_is_loaded() {
         coordinator.check_served("t"),
         Err(TxnError::CoordinatorLoadInProgress)
     );
-    runtime.load(0).expect("load");
+    runtime.load(0, 0).expect("load");
     assert_eq!(coordinator.check_served("t"), Ok(()));
     assert_eq!(runtime.unload(0), Some(0));
     assert_eq!(coordinator.check_served("t"), Err(TxnError::NotCoordinator));
+}
+
+/// The coordinator epoch of a transactional id is the leader epoch its partition was loaded
+/// at; this broker elected again takes the newer epoch, never an older one, and a partition
+/// loaded anew starts from the epoch it is loaded at.
+#[test]
+fn a_transactional_id_is_coordinated_at_its_partitions_leader_epoch() {
+    let coordinator = TransactionCoordinator::new(SETTINGS, Arc::new(MemoryLog::default()));
+    let runtime = coordinator.topic_runtime();
+    runtime.start(1);
+    assert_eq!(
+        coordinator.coordinator_epoch("t"),
+        Err(TxnError::CoordinatorLoadInProgress)
+    );
+    runtime.load(0, 4).expect("load");
+    assert_eq!(coordinator.coordinator_epoch("t"), Ok(4));
+    assert_eq!(runtime.loaded_epoch(0), Some(4));
+    runtime.elected_again(0, 6);
+    runtime.elected_again(0, 5);
+    assert_eq!(coordinator.coordinator_epoch("t"), Ok(6));
+    runtime.unload(0);
+    assert_eq!(
+        coordinator.coordinator_epoch("t"),
+        Err(TxnError::NotCoordinator)
+    );
+    runtime.elected_again(0, 9);
+    assert_eq!(
+        runtime.loaded_epoch(0),
+        None,
+        "not served: nothing to elect"
+    );
+    runtime.load(0, 8).expect("load again");
+    assert_eq!(coordinator.coordinator_epoch("t"), Ok(8));
 }
 
 fn partitions(list: &[(&str, i32)]) -> TxnPartitions {
@@ -612,7 +645,7 @@ async fn a_transaction_past_its_timeout_is_aborted() {
     let runtime = coordinator.topic_runtime();
     runtime.start(PARTITIONS);
     for partition in 0..PARTITIONS {
-        runtime.load(partition).expect("load");
+        runtime.load(partition, 0).expect("load");
     }
     let mut next_id = 1;
     let mut begin = |id: &'static str, timeout_ms: i32| {
@@ -678,7 +711,7 @@ async fn an_idle_transactional_id_expires() {
     let runtime = coordinator.topic_runtime();
     runtime.start(PARTITIONS);
     for partition in 0..PARTITIONS {
-        runtime.load(partition).expect("load");
+        runtime.load(partition, 0).expect("load");
     }
     let mut next_id = 1;
     let idle = init(&coordinator, &request("idle", None), &mut next_id)
