@@ -69,6 +69,7 @@ impl PartitionCoordinatorLog {
             LogError::InvalidProducerEpoch => RuntimeError::ProducerFenced,
             LogError::NotInTransaction => RuntimeError::NotInTransaction,
             LogError::CoordinatorFenced { .. } => RuntimeError::CoordinatorFenced,
+            LogError::NotLeader => RuntimeError::NotCoordinator,
             _ => RuntimeError::NotAvailable,
         })?;
         let sync = settings.flush_policy.sync_before_ack(-1);

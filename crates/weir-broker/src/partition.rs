@@ -535,13 +535,20 @@ impl Partition {
         self.log_mut().set_config(settings.log);
     }
 
-    /// Appends one validated batch and wakes waiting fetchers. Runs on a blocking thread (the
+    /// Appends one validated batch as the partition's leader (refused `NotLeader` on a
+    /// follower) and wakes waiting fetchers. Runs on a blocking thread (the
     /// write may wait on the disk). When the append rolled a segment, the old segment is
     /// fsynced in the background, off the produce path. A write that failed for lack of space
     /// is refused (the log is unchanged); any other write failure stops the process.
     pub fn append(self: &Arc<Self>, batch: &ValidBatch) -> Result<AppendInfo, LogError> {
         let appended = {
             let mut log = self.log_mut();
+            // Checked under the log's lock: a follower's copies of the new leader's records
+            // take that lock too, so a write that passed its leadership check before an await
+            // can never land after them, at an offset of the new leader's epoch.
+            if !self.is_leader() {
+                return Err(LogError::NotLeader);
+            }
             log.append(batch).map(|info| {
                 (
                     info,

@@ -75,6 +75,11 @@ pub enum LogError {
         /// The coordinator epoch of the producer's last marker here.
         current: i32,
     },
+    /// A write for the partition's leader on a replica that does not lead it now: it checked
+    /// its leadership before an await (a transaction's verification), and another broker was
+    /// elected meanwhile.
+    #[error("this broker no longer leads the partition")]
+    NotLeader,
     /// A batch kind this version of Weir does not store yet.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),

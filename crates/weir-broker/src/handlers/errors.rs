@@ -56,6 +56,7 @@ impl From<&LogError> for ErrorReply {
                 ResponseError::OffsetOutOfRange
             }
             LogError::Deleted => ResponseError::UnknownTopicOrPartition,
+            LogError::NotLeader => ResponseError::NotLeaderOrFollower,
             LogError::Corrupt { .. } | LogError::OutOfResources(_) | LogError::Io(_) => {
                 ResponseError::KafkaStorageError
             }

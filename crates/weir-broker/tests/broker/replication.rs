@@ -814,6 +814,21 @@ fn append(
     partition.append(&batch).expect("appended")
 }
 
+/// `partition`'s records from `offset` to its log end, as a follower would fetch them.
+fn records_from(partition: &weir_broker::partition::Partition, offset: i64) -> bytes::Bytes {
+    let log = partition.log();
+    let view = log
+        .read_view(offset, log.log_end_offset())
+        .expect("view")
+        .expect("records");
+    drop(log);
+    view.slice(1 << 20, true)
+        .expect("slice")
+        .expect("records")
+        .read()
+        .expect("read")
+}
+
 /// A leader paused past its lease (SIGSTOP) takes a produce from its socket when it resumes,
 /// appends it and waits for the in-sync replicas. The metadata it then applies makes it a
 /// follower of the leader elected meanwhile: it truncates the write and takes that leader's
@@ -846,19 +861,7 @@ async fn a_write_truncated_when_its_leader_lost_its_place_is_never_acknowledged(
     append(&elected, b"the new leader's second");
     stale.follow(&led_by(2, 2), 1, now);
     stale.truncate_to(0).expect("truncated");
-    let records = {
-        let log = elected.log();
-        let view = log
-            .read_view(0, log.log_end_offset())
-            .expect("view")
-            .expect("records");
-        drop(log);
-        view.slice(1 << 20, true)
-            .expect("slice")
-            .expect("records")
-            .read()
-            .expect("read")
-    };
+    let records = records_from(&elected, 0);
     stale
         .append_replicated(&records, (2, 0))
         .expect("replicated");
@@ -869,4 +872,35 @@ async fn a_write_truncated_when_its_leader_lost_its_place_is_never_acknowledged(
         .expect("answered")
         .expect("joined");
     assert_eq!(answer, weir_broker::partition::ReplicationWait::NotLeader);
+}
+
+/// A produce checks its leadership before it awaits the transaction coordinator's
+/// verification; if its broker meanwhile follows a new leader and copies that leader's
+/// records, the write must be refused, not appended: it would take an offset of the new
+/// leader's epoch, stamped with that epoch, where the leader holds another record, which the
+/// follower's epoch-based truncation can never find. Once that follower led, an acknowledged
+/// record was gone (a fault run lost a committed transactional write so, a retried batch
+/// duplicated in its place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_finds_its_broker_following_is_refused() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let follower = lone_partition(root.path(), 1);
+    let leader = lone_partition(root.path(), 2);
+    let now = std::time::Instant::now();
+    follower.follow(&led_by(1, 0), 1, now);
+    append(&follower, b"written while it led");
+    leader.follow(&led_by(2, 1), 2, now);
+    append(&leader, b"written while it led");
+    append(&leader, b"the new leader's");
+    follower.follow(&led_by(2, 1), 1, now);
+    let records = records_from(&leader, 1);
+    follower
+        .append_replicated(&records, (2, 0))
+        .expect("replicated");
+    let late = weir_log::validate(bytes::Bytes::from(batch(b"late")), &limits()).expect("valid");
+    assert!(matches!(
+        follower.append(&late),
+        Err(weir_log::LogError::NotLeader)
+    ));
+    assert_eq!(follower.log().log_end_offset(), 2, "nothing appended");
 }
