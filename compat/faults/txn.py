@@ -65,6 +65,11 @@ CALL_TIMEOUT = 30.0
 END_BUDGET = 90.0
 ABORT_RATIO = 0.2
 MAX_RECORDS = 6
+# A call this long past its own timeout is stuck in the client: librdkafka's
+# ``send_offsets_to_transaction`` never returns once the broker it cached as the group's
+# coordinator left the metadata (stopped or fenced, as Kafka leaves such brokers out too) and
+# its handle was decommissioned (librdkafka issues 5511 and 5456).
+STUCK_AFTER = CALL_TIMEOUT + 30.0
 
 
 def txn_value(writer: int, txn: int, k: int) -> bytes:
@@ -110,12 +115,13 @@ class _Transactional(threading.Thread):
     retried), replacement after a fatal error, and the end of a transaction retried within
     ``END_BUDGET``."""
 
-    def __init__(self, name: str, bootstrap: str, transactional_id: str, history, logger: logging.Logger):
+    def __init__(self, name: str, bootstrap: str, transactional_id: str, history, logger: logging.Logger, debug: str | None = None):
         super().__init__(name=name, daemon=True)
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.history = history
         self.logger = logger
+        self.debug = {"debug": debug} if debug else {}  # librdkafka debug contexts, to ``logger``
         self.errors = Counter()
         self.replaced = 0
         self.stop_event = threading.Event()
@@ -135,6 +141,7 @@ class _Transactional(threading.Thread):
                     "log.connection.close": False,
                     "logger": self.logger,
                     "error_cb": lambda err: self.errors.update([err.name()]),
+                    **self.debug,
                 }
             )
             try:
@@ -247,8 +254,10 @@ class Processor(_Transactional):
     written to the same partitions of ``sink`` and its offsets given to the transaction, which
     commits both or neither; one batch in ten is aborted (decided by ``rng``) and read again."""
 
-    def __init__(self, bootstrap: str, source: str, sink: str, group: str, rng: random.Random, history, logger: logging.Logger):
-        super().__init__("txn-processor", bootstrap, f"{sink}-processor", history, logger)
+    def __init__(
+        self, bootstrap: str, source: str, sink: str, group: str, rng: random.Random, history, logger: logging.Logger, debug: str | None = None
+    ):
+        super().__init__("txn-processor", bootstrap, f"{sink}-processor", history, logger, debug)
         self.rng = rng
         self.source = source
         self.sink = sink
@@ -257,6 +266,34 @@ class Processor(_Transactional):
         self.aborted_batches = 0
         self.unknown_batches = 0
         self.committed_offsets: dict[int, int] = {}  # the last acknowledged, per input partition
+        self.consumer: Consumer | None = None
+        self.calling: tuple[str, float] | None = None  # the client call under way, since when
+        self.abandoned = threading.Event()  # stuck in the client and replaced: ends quietly
+
+    def successor(self) -> "Processor":
+        """A processor to take over from this one: the same transactional id (its
+        ``init_transactions`` fences this one's producer and aborts its transaction) and group."""
+        return Processor(self.bootstrap, self.source, self.sink, self.group, self.rng, self.history, self.logger, self.debug.get("debug"))
+
+    def stuck(self) -> tuple[str, float] | None:
+        """The client call this processor has been in for longer than ``STUCK_AFTER``, and for how
+        long, if any."""
+        calling = self.calling
+        if calling is None:
+            return None
+        seconds = time.monotonic() - calling[1]
+        return (calling[0], seconds) if seconds > STUCK_AFTER else None
+
+    def abandon(self):
+        """Gives this (stuck) processor up: its consumer leaves the group, so the partitions go
+        to its successor, and the thread ends without a word if its call ever returns."""
+        self.abandoned.set()
+        consumer = self.consumer
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001 - closed either way
+                pass
 
     def _consumer(self) -> Consumer:
         return Consumer(
@@ -272,6 +309,7 @@ class Processor(_Transactional):
                 "log.connection.close": False,
                 "logger": self.logger,
                 "error_cb": lambda err: self.errors.update(["consumer: " + err.name()]),
+                **self.debug,
             }
         )
 
@@ -301,9 +339,13 @@ class Processor(_Transactional):
             for msg in batch:
                 producer.produce(self.sink, value=msg.value(), partition=msg.partition())
                 offsets[msg.partition()] = msg.offset() + 1
-            producer.send_offsets_to_transaction(
-                [TopicPartition(self.source, p, o) for p, o in offsets.items()], consumer.consumer_group_metadata(), CALL_TIMEOUT
-            )
+            self.calling = ("send_offsets_to_transaction", time.monotonic())
+            try:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(self.source, p, o) for p, o in offsets.items()], consumer.consumer_group_metadata(), CALL_TIMEOUT
+                )
+            finally:
+                self.calling = None
         except (KafkaException, BufferError) as exc:
             self.history.record("processor-batch-failed", error=str(exc))
             outcome, usable = self._end(producer, False)
@@ -322,13 +364,15 @@ class Processor(_Transactional):
         consumer = None
         try:
             producer = self._new_producer()
-            consumer = self._consumer()
+            consumer = self.consumer = self._consumer()
             consumer.subscribe([self.source])
             while producer is not None and not self.stop_event.is_set():
                 batch = [m for m in consumer.consume(num_messages=200, timeout=0.2) if m.error() is None]
                 if not batch:
                     continue
                 outcome, usable = self._process(producer, consumer, batch)
+                if self.abandoned.is_set():
+                    return
                 if outcome == "committed":
                     self.committed_batches += 1
                 else:
@@ -336,9 +380,10 @@ class Processor(_Transactional):
                     self.unknown_batches += outcome == "unknown"
                     if not usable:
                         producer = self._replace(producer, f"a batch ended {outcome}")
-                    consumer = self._rewind(consumer)
+                    consumer = self.consumer = self._rewind(consumer)
         except Exception:  # noqa: BLE001 - reported as a harness failure
-            self.failure = traceback.format_exc()
+            if not self.abandoned.is_set():
+                self.failure = traceback.format_exc()
         finally:
             if consumer is not None:
                 try:

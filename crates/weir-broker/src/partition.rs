@@ -356,14 +356,19 @@ impl Partition {
 
     /// Appends batches fetched from the leader, as the leader stored them, and takes the
     /// leader's high watermark and log start offset (records deleted there are deleted here
-    /// too), as far as this log reaches. Blocking. A write failure other than a lack of space
-    /// stops the process, as for a leader's append.
+    /// too), as far as this log reaches; nothing (0 batches) once this broker leads, as when a
+    /// fetch sent to the old leader is answered after this broker's election. Blocking. A write
+    /// failure other than a lack of space stops the process, as for a leader's append.
     pub fn append_replicated(
         &self,
         records: &[u8],
         (leader_high_watermark, leader_log_start): (i64, i64),
     ) -> Result<usize, LogError> {
         let mut log = self.log_mut();
+        // Under the log's lock, as a leader's appends check the reverse.
+        if self.is_leader() {
+            return Ok(0);
+        }
         let appended = match log.append_replicated_batches(records) {
             Err(LogError::Io(error)) => {
                 drop(log);

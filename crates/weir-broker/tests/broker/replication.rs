@@ -880,9 +880,10 @@ async fn a_write_truncated_when_its_leader_lost_its_place_is_never_acknowledged(
 /// leader's epoch, stamped with that epoch, where the leader holds another record, which the
 /// follower's epoch-based truncation can never find. Once that follower led, an acknowledged
 /// record was gone (a fault run lost a committed transactional write so, a retried batch
-/// duplicated in its place).
+/// duplicated in its place). The other way round, records of the old leader that a fetch
+/// brings after this broker's election are dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_that_finds_its_broker_following_is_refused() {
+async fn a_replica_appends_only_as_its_role_allows() {
     let root = tempfile::tempdir().expect("tempdir");
     let follower = lone_partition(root.path(), 1);
     let leader = lone_partition(root.path(), 2);
@@ -902,5 +903,17 @@ async fn a_write_that_finds_its_broker_following_is_refused() {
         follower.append(&late),
         Err(weir_log::LogError::NotLeader)
     ));
+    assert_eq!(follower.log().log_end_offset(), 2, "nothing appended");
+
+    // The other way round: a fetch the old leader answers after this broker's election.
+    append(&leader, b"the old leader's last");
+    follower.follow(&led_by(1, 3), 1, now);
+    let answered_late = records_from(&leader, 2);
+    assert_eq!(
+        follower
+            .append_replicated(&answered_late, (3, 0))
+            .expect("dropped"),
+        0
+    );
     assert_eq!(follower.log().log_end_offset(), 2, "nothing appended");
 }
