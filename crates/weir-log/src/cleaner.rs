@@ -34,6 +34,7 @@ use crate::batch::BatchHeader;
 use crate::compress::{rebuilt_batch, Levels};
 use crate::records::for_each_stored_record;
 use crate::segment::{HeaderWalker, Segment, SegmentPaths, RELATIVE_OFFSET_MAX};
+use crate::txn_index::AbortedLookup;
 use crate::LogError;
 
 /// Suffix of a cleaned copy being written.
@@ -96,10 +97,13 @@ pub struct CleaningPlan {
     pub(crate) index_interval_bytes: u64,
     pub(crate) decompressed_bytes_max: u64,
     pub(crate) now_ms: i64,
-    /// The transactions aborted among the sources, by producer id: each one's first offset
-    /// and the offset of its abort marker.
-    pub(crate) aborted: HashMap<i64, Vec<(i64, i64)>>,
+    /// The transactions aborted among the sources, read from their indexes when the
+    /// cleaning runs.
+    pub(crate) aborted: AbortedLookup,
 }
+
+/// Aborted transactions by producer id: each one's first offset and its abort marker's.
+type AbortedRanges = HashMap<i64, Vec<(i64, i64)>>;
 
 /// A cleaned copy of consecutive segments, written and synced, waiting to be swapped in.
 pub(crate) struct CleanedGroup {
@@ -154,6 +158,17 @@ fn key_hash(key: &[u8]) -> u128 {
     (u128::from(digest(0)) << 64) | u128::from(digest(1))
 }
 
+/// Whether `header` is a batch of a transaction that aborted.
+fn is_aborted(aborted: &AbortedRanges, header: &BatchHeader) -> bool {
+    header.is_transactional()
+        && !header.is_control()
+        && aborted.get(&header.producer_id).is_some_and(|ranges| {
+            ranges
+                .iter()
+                .any(|&(first, marker)| (first..marker).contains(&header.base_offset))
+        })
+}
+
 /// What [`each_batch`] hands every batch to.
 type BatchVisitor<'a> = dyn FnMut(&BatchHeader, &[u8]) -> Result<(), LogError> + 'a;
 
@@ -180,6 +195,13 @@ impl CleaningPlan {
         pace: &mut dyn FnMut(u64),
     ) -> Result<Option<CleanedLog>, LogError> {
         let mut stats = CleaningStats::default();
+        let mut aborted = AbortedRanges::new();
+        for txn in self.aborted.collect()? {
+            aborted
+                .entry(txn.producer_id)
+                .or_default()
+                .push((txn.first_offset, txn.last_offset));
+        }
         let mut latest: HashMap<u128, i64> = HashMap::new();
         let mut mapped_until = self.dirty_start;
         for segment in self
@@ -190,7 +212,7 @@ impl CleaningPlan {
             let mut full = false;
             each_batch(segment, &mut |header, bytes| {
                 pace(bytes.len() as u64);
-                if header.is_control() || self.is_aborted(header) {
+                if header.is_control() || is_aborted(&aborted, header) {
                     return Ok(());
                 }
                 for_each_stored_record(
@@ -235,6 +257,7 @@ impl CleaningPlan {
             let cleaned = self.clean_group(
                 &to_clean[start..end],
                 &latest,
+                &aborted,
                 mapped_until,
                 &mut stats,
                 pace,
@@ -256,17 +279,6 @@ impl CleaningPlan {
         }))
     }
 
-    /// Whether `header` is a batch of a transaction that aborted.
-    fn is_aborted(&self, header: &BatchHeader) -> bool {
-        header.is_transactional()
-            && !header.is_control()
-            && self.aborted.get(&header.producer_id).is_some_and(|ranges| {
-                ranges
-                    .iter()
-                    .any(|&(first, marker)| (first..marker).contains(&header.base_offset))
-            })
-    }
-
     /// Removes the manifests and copies of `groups` and the copy being written at `failed`,
     /// after a failed cleaning (best effort: what remains is withdrawn at the next open, or
     /// swapped in there, which is as correct).
@@ -284,6 +296,7 @@ impl CleaningPlan {
         &self,
         sources: &[&SourceSegment],
         latest: &HashMap<u128, i64>,
+        aborted: &AbortedRanges,
         mapped_until: i64,
         stats: &mut CleaningStats,
         pace: &mut dyn FnMut(u64),
@@ -303,7 +316,7 @@ impl CleaningPlan {
                 pace(bytes.len() as u64);
                 let rewritten = if header.is_control() {
                     None
-                } else if self.is_aborted(header) {
+                } else if is_aborted(aborted, header) {
                     let count = u64::try_from(header.record_count).unwrap_or(0);
                     stats.records_read += count;
                     stats.records_dropped += count;

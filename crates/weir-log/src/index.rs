@@ -15,6 +15,9 @@ use weir_storage::StorageFile;
 /// active segment's index even with `index.interval.bytes=0` and tiny batches.
 pub const INDEX_ENTRIES_MAX: usize = 10 * 1024 * 1024 / OffsetEntry::BYTES;
 
+/// The largest [`IndexEntry::BYTES`] of any index.
+pub const ENTRY_BYTES_MAX: usize = 64;
+
 /// One fixed-size entry of an index file.
 pub trait IndexEntry: Copy + std::fmt::Debug {
     /// Encoded size.
@@ -51,7 +54,8 @@ fn be_u32(bytes: &[u8]) -> u32 {
     u32::from_be_bytes(word)
 }
 
-fn be_i64(bytes: &[u8]) -> i64 {
+/// The big-endian `i64` at the start of `bytes`.
+pub(crate) fn be_i64(bytes: &[u8]) -> i64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&bytes[..8]);
     i64::from_be_bytes(word)
@@ -185,7 +189,7 @@ pub fn file_partition_point<E: IndexEntry>(
 ) -> std::io::Result<(usize, Option<E>)> {
     let count = usize::try_from(file.len()?).unwrap_or(usize::MAX) / E::BYTES;
     let read = |i: usize| -> std::io::Result<E> {
-        let mut bytes = [0u8; 16];
+        let mut bytes = [0u8; ENTRY_BYTES_MAX];
         file.read_exact_at(&mut bytes[..E::BYTES], (i * E::BYTES) as u64)?;
         Ok(E::decode(&bytes[..E::BYTES]))
     };

@@ -1,8 +1,8 @@
 //! `weir-log` owns one partition's storage: segment files of Kafka v2 record batches with a
 //! sparse offset index and a time index, validation of every batch and record before it is
 //! appended, offset assignment, reads by offset and by timestamp, time- and size-based
-//! retention, idempotent-producer state, and crash recovery (recovery point, torn-tail
-//! truncation, index rebuild, clean-shutdown marker).
+//! retention, idempotent-producer state, the aborted-transaction index of each segment, and
+//! crash recovery (recovery point, torn-tail truncation, index rebuild, clean-shutdown marker).
 //!
 //! It never changes a batch's bytes beyond base offset and leader epoch, never knows about
 //! topics, networking or the Kafka protocol beyond the record format, and never decides when to
@@ -22,6 +22,7 @@ mod log;
 pub mod producer_state;
 pub mod records;
 mod segment;
+pub mod txn_index;
 pub mod validate;
 
 pub use crate::log::{
@@ -30,9 +31,10 @@ pub use crate::log::{
 };
 pub use batch::{BatchError, BatchHeader, RecordError, RECORD_ERRORS_MAX};
 pub use cleaner::{CleanedLog, CleaningPlan, CleaningStats, CompactionConfig};
-pub use producer_state::{AbortedTxn, ActiveProducer, VerificationGuard};
+pub use producer_state::{ActiveProducer, VerificationGuard};
 pub use records::ValidationLimits;
 pub use segment::{RELATIVE_OFFSET_MAX, SEGMENT_BYTES_LIMIT};
+pub use txn_index::{AbortedLookup, AbortedTxn};
 pub use validate::{validate, ValidBatch};
 pub use weir_clock::{Clock, ManualClock, SystemClock};
 

@@ -2,10 +2,10 @@
 //!
 //! Everything here runs under the partition's lock and touches only memory, except appends
 //! (the write itself) and segment creation. Disk reads and fsyncs are handed out as values —
-//! [`ReadView`], [`BatchLookup`], [`FlushTicket`], [`LogCheckpoint`], [`SegmentRemoval`] — that
-//! the caller runs after releasing the lock, off the async workers.
+//! [`ReadView`], [`BatchLookup`], [`AbortedLookup`], [`FlushTicket`], [`LogCheckpoint`],
+//! [`SegmentRemoval`] — that the caller runs after releasing the lock, off the async workers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,12 +22,14 @@ use crate::checkpoint::{
 };
 use crate::cleaner::{recover_swaps, CleanedLog, CleaningPlan, CompactionConfig, SourceSegment};
 use crate::producer_state::{
-    AbortedTxn, ActiveProducer, BatchMetadata, ProducerStateTable, SequenceCheck, VerificationGuard,
+    ActiveProducer, BatchMetadata, LegacyAbortedTxn, ProducerStateTable, SequenceCheck,
+    VerificationGuard,
 };
 use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
     SEGMENT_BYTES_LIMIT,
 };
+use crate::txn_index::{AbortedLookup, AbortedTxn};
 use crate::validate::ValidBatch;
 use crate::LogError;
 use weir_clock::Clock;
@@ -148,6 +150,12 @@ pub struct LogCheckpoint {
     skip: bool,
     storage: Arc<dyn Storage>,
     dir: PathBuf,
+    /// Synced before the snapshot, which may name offsets past aborted-transaction index
+    /// entries only once they are durable: the active segment's index and the files of
+    /// rolled segments not yet synced (their indexes among them).
+    sync_first: Vec<Arc<dyn StorageFile>>,
+    /// Also sync the directory (a segment or an index file was created since its last sync).
+    sync_dir: bool,
     snapshot: ProducerSnapshot,
     checkpoint: RecoveryCheckpoint,
     /// The log's truncation count when this was taken, and the live count: after a
@@ -163,6 +171,12 @@ impl LogCheckpoint {
     pub fn write(&self) -> Result<(), LogError> {
         if self.skip || self.truncations.load(Ordering::Acquire) != self.truncations_taken {
             return Ok(());
+        }
+        for file in &self.sync_first {
+            file.sync()?;
+        }
+        if self.sync_dir {
+            self.storage.sync_dir(&self.dir)?;
         }
         write_json(
             self.storage.as_ref(),
@@ -569,6 +583,8 @@ impl Log {
 
     /// Rebuilds the producer table from `snapshot` (when it is not past the log end) and the
     /// batch headers after it; `clean` skips the scan when the snapshot is at the log end.
+    /// The aborted-transaction indexes are cut to the entries below where the scan starts, and
+    /// the scan appends the aborts it meets.
     fn restore_producer_state(
         &mut self,
         snapshot: Option<ProducerSnapshot>,
@@ -590,14 +606,22 @@ impl Log {
             None => self.log_start_offset,
         };
         self.producers_evicted += self.producers.restored(self.config.producer_ids_max) as u64;
-        if clean && from == self.log_end_offset {
+        let legacy_aborted = self.producers.take_legacy_aborted();
+        if clean && from == self.log_end_offset && legacy_aborted.is_empty() {
             return Ok(());
+        }
+        let storage = self.storage().clone();
+        for segment in self.segments.values_mut().filter(|s| s.next_offset >= from) {
+            segment.txn_index.retain_below(storage.as_ref(), from)?;
+        }
+        for legacy in legacy_aborted {
+            self.index_legacy_abort(legacy, from)?;
         }
         let now_ms = self.clock.now_ms();
         let from = from.max(self.log_start_offset);
         let producers_max = self.config.producer_ids_max;
         let (files, producers) = (&self.files, &mut self.producers);
-        for segment in self.segments.values().filter(|s| s.next_offset > from) {
+        for segment in self.segments.values_mut().filter(|s| s.next_offset > from) {
             let file = segment.log_ref(files).resolve()?;
             let start = segment.offset_hint(from, files).resolve()?;
             let mut walker = HeaderWalker::new(file.as_ref(), start, segment.size_bytes);
@@ -610,10 +634,50 @@ impl Log {
                     } else {
                         None
                     };
+                    if let Some(aborted) = producers.aborted_by(&header, marker) {
+                        let keep_open = segment.is_active();
+                        if segment
+                            .txn_index
+                            .append(storage.as_ref(), &aborted, keep_open)?
+                        {
+                            self.dir_changes += 1;
+                        }
+                    }
                     self.producers_evicted +=
                         producers.record(&header, marker, now_ms, producers_max) as u64;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Writes an abort a snapshot of an earlier version listed to the index of the segment
+    /// holding its marker, unless the index has it (a crash before the next snapshot).
+    fn index_legacy_abort(&mut self, legacy: LegacyAbortedTxn, from: i64) -> Result<(), LogError> {
+        if legacy.last_offset < self.log_start_offset || legacy.last_offset >= from {
+            return Ok(());
+        }
+        let storage = self.storage().clone();
+        let Some((_, segment)) = self.segments.range_mut(..=legacy.last_offset).next_back() else {
+            return Ok(());
+        };
+        let indexed = segment.txn_index.entries(storage.as_ref())?;
+        if indexed.iter().any(|e| e.last_offset == legacy.last_offset) {
+            return Ok(());
+        }
+        let txn = AbortedTxn {
+            producer_id: legacy.producer_id,
+            first_offset: legacy.first_offset,
+            last_offset: legacy.last_offset,
+            // Unknown: a search reads on past it.
+            last_stable_offset: -1,
+        };
+        let keep_open = segment.is_active();
+        if segment
+            .txn_index
+            .append(storage.as_ref(), &txn, keep_open)?
+        {
+            self.dir_changes += 1;
         }
         Ok(())
     }
@@ -864,10 +928,8 @@ impl Log {
         if batch.log_append_time() {
             stored.attributes |= crate::batch::ATTR_LOG_APPEND_TIME;
         }
-        let interval = self.config.index_interval_bytes;
         let parts: [&[u8]; 2] = [&head, &batch.bytes()[PATCHED_HEAD_BYTES..]];
-        self.active_mut()
-            .append(&stored, &parts, interval, now_ms)?;
+        self.append_to_active(&stored, &parts, marker, now_ms)?;
         self.producers_evicted +=
             self.producers
                 .record(&stored, marker, now_ms, self.config.producer_ids_max) as u64;
@@ -966,15 +1028,11 @@ impl Log {
             });
             self.replace_epoch_cache(cache)?;
         }
-        let interval = self.config.index_interval_bytes;
-        self.active_mut()
-            .append(&header, &[batch], interval, now_ms)?;
-        self.producers_evicted += self.producers.record(
-            &header,
-            marker_of(&header, batch),
-            now_ms,
-            self.config.producer_ids_max,
-        ) as u64;
+        let marker = marker_of(&header, batch);
+        self.append_to_active(&header, &[batch], marker, now_ms)?;
+        self.producers_evicted +=
+            self.producers
+                .record(&header, marker, now_ms, self.config.producer_ids_max) as u64;
         self.log_end_offset = next_offset;
         Ok(AppendInfo {
             base_offset: header.base_offset,
@@ -988,6 +1046,36 @@ impl Log {
             },
             leader_epoch: self.leader_epoch,
         })
+    }
+
+    /// Appends a batch (`stored`: its header as stored, `marker`: what it says if it is a
+    /// control batch) to the active segment. An abort marker's entry goes to the segment's
+    /// aborted-transaction index first, so a full disk refuses the marker with nothing
+    /// changed, and the entry is withdrawn if the batch cannot be written.
+    fn append_to_active(
+        &mut self,
+        stored: &BatchHeader,
+        parts: &[&[u8]],
+        marker: Option<TxnMarker>,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let interval = self.config.index_interval_bytes;
+        let aborted = self.producers.aborted_by(stored, marker);
+        if let Some(aborted) = &aborted {
+            let storage = self.storage().clone();
+            if self
+                .active_mut()
+                .txn_index
+                .append(storage.as_ref(), aborted, true)?
+            {
+                self.dir_changes += 1;
+            }
+        }
+        let appended = self.active_mut().append(stored, parts, interval, now_ms);
+        if appended.is_err() && aborted.is_some() {
+            self.active_mut().txn_index.withdraw_last()?;
+        }
+        appended
     }
 
     /// Removes every record at `offset` and above: a follower whose log diverged from its new
@@ -1279,7 +1367,6 @@ impl Log {
             return Err(error);
         }
         self.high_watermark = self.high_watermark.max(offset);
-        self.producers.forget_aborted_before(offset);
         tracing::info!(target: "weir::log", dir = %self.dir.display(), log_start_offset = offset, "log start offset advanced (records deleted)");
         Ok(offset)
     }
@@ -1337,7 +1424,6 @@ impl Log {
         if !removals.is_empty() {
             let first = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
             self.log_start_offset = self.log_start_offset.max(first);
-            self.producers.forget_aborted_before(self.log_start_offset);
         }
         Ok(removals)
     }
@@ -1397,13 +1483,6 @@ impl Log {
         }
         let start = sources.first().map_or(0, |s| s.base_offset);
         let end = sources.last().map_or(0, |s| s.next_offset);
-        let mut aborted: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-        for txn in self.aborted_transactions(start, end) {
-            aborted
-                .entry(txn.producer_id)
-                .or_default()
-                .push((txn.first_offset, txn.last_offset));
-        }
         Some(CleaningPlan {
             abandoned: self.deleted.clone(),
             dir: self.dir.clone(),
@@ -1415,7 +1494,7 @@ impl Log {
             index_interval_bytes: self.config.index_interval_bytes,
             decompressed_bytes_max,
             now_ms,
-            aborted,
+            aborted: self.aborted_lookup(start, end),
         })
     }
 
@@ -1456,8 +1535,12 @@ impl Log {
             let mut segment = group.segment;
             segment.paths = target;
             for b in &group.sources {
-                if let Some(old) = self.segments.remove(b) {
-                    if *b != base {
+                if let Some(mut old) = self.segments.remove(b) {
+                    if *b == base {
+                        // Kept: entries of transactions whose records the copy dropped tell a
+                        // consumer to skip what is not there, which is harmless.
+                        std::mem::swap(&mut segment.txn_index, &mut old.txn_index);
+                    } else {
                         commit.removals.push(SegmentRemoval {
                             paths: old.paths,
                             files: self.files.clone(),
@@ -1498,10 +1581,26 @@ impl Log {
             .open_transactions_idle_longer_than(self.clock.now_ms(), max_timeout_ms)
     }
 
-    /// The transactions aborted whose records may lie in `[from, upper)`, for a read_committed
-    /// consumer to skip.
-    pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
-        self.producers.aborted_between(from, upper)
+    /// A search for the transactions aborted whose records may lie in `[from, upper)`, for a
+    /// read_committed consumer to skip: the aborted-transaction indexes that hold entries,
+    /// from the segment holding `from` on. Memory only: [`AbortedLookup::collect`] reads them.
+    pub fn aborted_lookup(&self, from: i64, upper: i64) -> AbortedLookup {
+        let start = self
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(i64::MIN, |(base, _)| *base);
+        AbortedLookup {
+            from,
+            upper,
+            indexes: self
+                .segments
+                .range(start..)
+                .map(|(_, segment)| &segment.txn_index)
+                .filter(|index| !index.is_empty())
+                .map(|index| index.file_ref(&self.files))
+                .collect(),
+        }
     }
 
     /// Every producer the partition tracks (DescribeProducers).
@@ -1575,6 +1674,13 @@ impl Log {
             skip: self.is_deleted(),
             storage: self.storage().clone(),
             dir: self.dir.clone(),
+            sync_first: self
+                .rolled_unsynced
+                .iter()
+                .flat_map(|(_, files)| files.iter().cloned())
+                .chain(self.active().txn_index.file())
+                .collect(),
+            sync_dir: self.dir_changes > self.dir_changes_synced,
             snapshot: ProducerSnapshot {
                 offset: self.log_end_offset,
                 producers: self.producers.clone(),

@@ -7,8 +7,9 @@
 //!
 //! Transactions: each producer's open transaction on this partition (its first offset), so
 //! the first offset of the oldest open one bounds what read_committed consumers may read (the
-//! last stable offset), and the transactions aborted here (producer, first offset, offset of
-//! the abort marker) that such consumers are told to skip.
+//! last stable offset), and what an abort marker ends ([`ProducerStateTable::aborted_by`]):
+//! the entry of the segment's aborted-transaction index ([`crate::txn_index`]) that tells
+//! such consumers what to skip.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{BatchHeader, TxnMarker, TxnResult};
+use crate::txn_index::AbortedTxn;
 
 /// Batches remembered per producer: Kafka clients keep at most five in flight per partition,
 /// so any retry is among the last five.
@@ -75,10 +77,10 @@ pub struct ActiveProducer {
     pub coordinator_epoch: i32,
 }
 
-/// A transaction aborted on this partition: its records from `first_offset` up to its abort
-/// marker at `last_offset` are skipped by read_committed consumers.
+/// An aborted transaction as snapshots of earlier versions listed them (the segments' indexes
+/// hold them now): read once, to write them to the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AbortedTxn {
+pub struct LegacyAbortedTxn {
     /// The producer whose transaction it was.
     pub producer_id: i64,
     /// Offset of its first record on this partition.
@@ -142,9 +144,9 @@ pub struct ProducerStateTable {
     /// `(first_offset, producer_id)` of every open transaction, oldest first.
     #[serde(skip)]
     ongoing: BTreeSet<(i64, i64)>,
-    /// Transactions aborted here, by the offset of their marker.
-    #[serde(default)]
-    aborted: Vec<AbortedTxn>,
+    /// Transactions aborted here, as a snapshot of an earlier version listed them.
+    #[serde(default, rename = "aborted", skip_serializing)]
+    legacy_aborted: Vec<LegacyAbortedTxn>,
     /// Verifications in flight, by producer id.
     #[serde(skip)]
     verifying: HashMap<i64, Verifying>,
@@ -316,13 +318,45 @@ impl ProducerStateTable {
         victims.len()
     }
 
+    /// The transaction the control batch `header` (its offsets assigned) ends as an abort,
+    /// when `marker` says abort and its producer has a transaction open here: what the
+    /// aborted-transaction index is to hold once the marker is appended.
+    pub fn aborted_by(
+        &self,
+        header: &BatchHeader,
+        marker: Option<TxnMarker>,
+    ) -> Option<AbortedTxn> {
+        if !header.is_control() || marker.is_none_or(|m| m.result != TxnResult::Abort) {
+            return None;
+        }
+        let first_offset = self
+            .producers
+            .get(&header.producer_id)?
+            .ongoing_first_offset?;
+        let last_stable_offset = self
+            .ongoing
+            .iter()
+            .find(|(_, id)| *id != header.producer_id)
+            .map_or(header.base_offset + 1, |(first, _)| *first);
+        Some(AbortedTxn {
+            producer_id: header.producer_id,
+            first_offset,
+            last_offset: header.base_offset,
+            last_stable_offset,
+        })
+    }
+
+    /// Takes the aborted transactions a snapshot of an earlier version listed.
+    pub fn take_legacy_aborted(&mut self) -> Vec<LegacyAbortedTxn> {
+        std::mem::take(&mut self.legacy_aborted)
+    }
+
     /// Records an appended (or recovered) batch. `header` carries its assigned offsets. A new
     /// producer beyond `producers_max` evicts the one idle longest; returns how many were
     /// evicted.
     ///
     /// A transactional batch opens its producer's transaction here if none is open; a marker
-    /// (`marker`: what a control batch says) closes it, an abort is remembered, and its
-    /// coordinator's epoch kept.
+    /// (`marker`: what a control batch says) closes it and its coordinator's epoch is kept.
     pub fn record(
         &mut self,
         header: &BatchHeader,
@@ -365,13 +399,6 @@ impl ProducerStateTable {
             }
             if let Some(first_offset) = entry.ongoing_first_offset.take() {
                 self.ongoing.remove(&(first_offset, header.producer_id));
-                if marker.is_some_and(|m| m.result == TxnResult::Abort) {
-                    self.aborted.push(AbortedTxn {
-                        producer_id: header.producer_id,
-                        first_offset,
-                        last_offset: header.base_offset,
-                    });
-                }
             }
         } else if header.is_transactional() && entry.ongoing_first_offset.is_none() {
             entry.ongoing_first_offset = Some(header.base_offset);
@@ -458,26 +485,6 @@ impl ProducerStateTable {
     /// The first offset of the oldest transaction open here, if any.
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.first().map(|(first_offset, _)| *first_offset)
-    }
-
-    /// The aborted transactions whose records may lie in `[from, upper)`: marker at or after
-    /// `from`, first record before `upper`.
-    pub fn aborted_between(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
-        let start = self.aborted.partition_point(|txn| txn.last_offset < from);
-        self.aborted[start..]
-            .iter()
-            .filter(|txn| txn.first_offset < upper)
-            .copied()
-            .collect()
-    }
-
-    /// Forgets aborted transactions whose markers are below `log_start_offset` (their records
-    /// are gone).
-    pub fn forget_aborted_before(&mut self, log_start_offset: i64) {
-        let gone = self
-            .aborted
-            .partition_point(|txn| txn.last_offset < log_start_offset);
-        self.aborted.drain(..gone);
     }
 
     /// Number of producers tracked.

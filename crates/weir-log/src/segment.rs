@@ -1,4 +1,5 @@
-//! One segment: a `.log` file of record batches plus its sparse `.index` and `.timeindex`.
+//! One segment: a `.log` file of record batches plus its sparse `.index` and `.timeindex`,
+//! and a `.txnindex` of the transactions it aborted ([`crate::txn_index`]).
 //!
 //! Only the active (last) segment keeps its files open and its indexes in memory; the others
 //! are reopened through the [`FileCache`] when read, so neither open files nor memory grow with
@@ -15,6 +16,7 @@ use crate::batch::{
 use crate::index::{
     file_partition_point, memory_floor, truncate_file, ActiveIndex, OffsetEntry, TimeEntry,
 };
+use crate::txn_index::TxnIndex;
 use crate::LogError;
 
 /// Largest segment file Weir writes: positions in the offset index are `u32`, and a batch
@@ -26,12 +28,15 @@ pub const RELATIVE_OFFSET_MAX: i64 = i32::MAX as i64;
 /// Bytes read at once when walking batch headers or checking a stored batch's CRC.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-/// The three files of the segment starting at `base_offset`.
+/// The files of the segment starting at `base_offset`.
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentPaths {
     pub log: Arc<Path>,
     pub index: Arc<Path>,
     pub time_index: Arc<Path>,
+    /// The aborted-transaction index, present once the segment holds an abort marker; never
+    /// rewritten by the cleaner (whose copies take over the first source's).
+    pub txn_index: Arc<Path>,
 }
 
 impl SegmentPaths {
@@ -52,6 +57,7 @@ impl SegmentPaths {
             log: path("log"),
             index: path("index"),
             time_index: path("timeindex"),
+            txn_index: path("txnindex"),
         }
     }
 
@@ -62,7 +68,7 @@ impl SegmentPaths {
 
     /// Deletes the segment's files, dropping their cached handles before and after.
     pub fn remove(&self, files: &FileCache) -> std::io::Result<()> {
-        for path in self.all() {
+        for path in self.all().into_iter().chain([&self.txn_index]) {
             files.forget(path);
             files.storage().remove(path)?;
             files.forget(path);
@@ -78,20 +84,23 @@ struct ActiveFiles {
     time_index: ActiveIndex<TimeEntry>,
 }
 
-/// A segment's three files, opened.
+/// A segment's files, opened.
 struct SegmentFiles {
     log: Arc<dyn StorageFile>,
     index: Arc<dyn StorageFile>,
     time_index: Arc<dyn StorageFile>,
+    txn_index: TxnIndex,
 }
 
 impl SegmentFiles {
-    /// Opens the existing log file at `paths` and its indexes (created when missing).
+    /// Opens the existing log file at `paths` and its indexes (created when missing, but the
+    /// aborted-transaction index, created with its first entry).
     fn open(storage: &dyn Storage, paths: &SegmentPaths) -> Result<SegmentFiles, LogError> {
         Ok(SegmentFiles {
             log: storage.open(&paths.log, false)?,
             index: storage.open(&paths.index, true)?,
             time_index: storage.open(&paths.time_index, true)?,
+            txn_index: TxnIndex::open(storage, paths.txn_index.clone())?,
         })
     }
 }
@@ -127,6 +136,8 @@ pub(crate) struct Segment {
     /// Inactive segments: the identities of the log, offset index and time index files, so a
     /// reader planned on them never reads files swapped in at the same paths (the cleaner's).
     identities: [Option<FileIdentity>; 3],
+    /// The transactions aborted by markers in this segment.
+    pub txn_index: TxnIndex,
 }
 
 /// Where a scan for an offset may start: known from memory, or to be found by searching an
@@ -278,6 +289,7 @@ impl Segment {
         base_offset: i64,
         paths: SegmentPaths,
         files: ActiveFiles,
+        txn_index: TxnIndex,
         now_ms: i64,
     ) -> Segment {
         Segment {
@@ -291,6 +303,7 @@ impl Segment {
             created_ms: now_ms,
             last_write_ms: now_ms,
             identities: [None; 3],
+            txn_index,
         }
     }
 
@@ -319,6 +332,8 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment, LogError> {
         let opened = (|| -> std::io::Result<ActiveFiles> {
+            // A new segment aborted nothing yet, whatever a file left at its path says.
+            storage.remove(&paths.txn_index)?;
             let log = storage.open(&paths.log, true)?;
             log.truncate(0)?;
             Ok(ActiveFiles {
@@ -328,7 +343,16 @@ impl Segment {
             })
         })();
         match opened {
-            Ok(files) => Ok(Segment::with_files(base_offset, paths, files, now_ms)),
+            Ok(files) => {
+                let txn_index = TxnIndex::empty(paths.txn_index.clone());
+                Ok(Segment::with_files(
+                    base_offset,
+                    paths,
+                    files,
+                    txn_index,
+                    now_ms,
+                ))
+            }
             Err(error) => {
                 for path in paths.all() {
                     let _ = storage.remove(path);
@@ -375,7 +399,9 @@ impl Segment {
             log,
             index: index_file,
             time_index: time_file,
+            txn_index,
         } = files;
+        let mut txn_index = Some(txn_index);
         let size_bytes = log.len()?;
         let last_write_ms = log.modified_ms().unwrap_or(now_ms);
         if trusted {
@@ -388,12 +414,22 @@ impl Segment {
                     index,
                     time_index,
                 };
-                let mut segment = Segment::with_files(base_offset, paths.clone(), files, now_ms);
+                let mut segment = Segment::with_files(
+                    base_offset,
+                    paths.clone(),
+                    files,
+                    txn_index.take().expect("taken once"),
+                    now_ms,
+                );
                 segment.size_bytes = size_bytes;
                 segment.last_write_ms = last_write_ms;
                 if segment.scan_tail().is_ok() {
                     return Ok((segment, 0));
                 }
+                txn_index = Some(std::mem::replace(
+                    &mut segment.txn_index,
+                    TxnIndex::empty(paths.txn_index.clone()),
+                ));
                 tracing::error!(target: "weir::log", segment = %paths.log.display(), "segment below the recovery point is inconsistent; validating it");
             } else {
                 tracing::warn!(target: "weir::log", segment = %paths.log.display(), "index damaged or missing, rebuilding");
@@ -404,7 +440,8 @@ impl Segment {
             index: ActiveIndex::empty(index_file)?,
             time_index: ActiveIndex::empty(time_file)?,
         };
-        let mut segment = Segment::with_files(base_offset, paths, files, now_ms);
+        let txn_index = txn_index.unwrap_or_else(|| TxnIndex::empty(paths.txn_index.clone()));
+        let mut segment = Segment::with_files(base_offset, paths, files, txn_index, now_ms);
         segment.last_write_ms = last_write_ms;
         let cut = segment.recover(index_interval_bytes)?;
         Ok((segment, cut))
@@ -719,7 +756,13 @@ impl Segment {
         let mut handles = vec![files.log];
         handles.extend(files.index.file());
         handles.extend(files.time_index.file());
+        handles.extend(self.txn_index.deactivate());
         handles
+    }
+
+    /// True for the active segment, whose files stay open.
+    pub fn is_active(&self) -> bool {
+        self.active.is_some()
     }
 
     /// Makes the active segment's files durable (inactive ones were synced when they rolled).
@@ -731,6 +774,7 @@ impl Segment {
                 .file()
                 .into_iter()
                 .chain(files.time_index.file())
+                .chain(self.txn_index.file())
             {
                 file.sync()?;
             }

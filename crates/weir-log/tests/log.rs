@@ -675,27 +675,22 @@ fn the_last_stable_offset_and_aborted_transactions_survive_a_reopen() {
     let state = |log: &Log| {
         (
             log.last_stable_offset(),
-            log.aborted_transactions(0, log.log_end_offset()),
+            aborted_in(log, 0, log.log_end_offset()),
         )
     };
     let aborted = AbortedTxn {
         producer_id: 5,
         first_offset: 3,
         last_offset: 5,
+        last_stable_offset: 4,
     };
     assert_eq!(
         state(&log),
         (4, vec![aborted]),
         "4's second transaction is open"
     );
-    assert!(
-        log.aborted_transactions(6, 7).is_empty(),
-        "after its marker"
-    );
-    assert!(
-        log.aborted_transactions(0, 3).is_empty(),
-        "before its first record"
-    );
+    assert!(aborted_in(&log, 6, 7).is_empty(), "after its marker");
+    assert!(aborted_in(&log, 0, 3).is_empty(), "before its first record");
     drop(log);
     let log = open(dir.path(), &clock, small_segments());
     assert_eq!(state(&log), (4, vec![aborted]), "rebuilt from the batches");
@@ -706,6 +701,257 @@ fn the_last_stable_offset_and_aborted_transactions_survive_a_reopen() {
     log.append(&ValidBatch::marker(4, 0, TxnResult::Commit, 0, 0))
         .expect("commit");
     assert_eq!(state(&log), (7, vec![aborted]));
+}
+
+/// The aborted transactions the segments' indexes list for `[from, upper)`.
+fn aborted_in(log: &Log, from: i64, upper: i64) -> Vec<AbortedTxn> {
+    log.aborted_lookup(from, upper)
+        .collect()
+        .expect("read the aborted-transaction indexes")
+}
+
+/// The first and marker offsets of aborted transactions.
+fn spans(listed: &[AbortedTxn]) -> Vec<(i64, i64)> {
+    listed
+        .iter()
+        .map(|t| (t.first_offset, t.last_offset))
+        .collect()
+}
+
+/// A transactional batch of `producer_id` at `sequence`, appended as its verified transaction.
+fn send_transactional(log: &mut Log, producer_id: i64, sequence: i32, value: &[u8]) -> i64 {
+    let fields = ProducerFields {
+        producer_id,
+        producer_epoch: 0,
+        base_sequence: sequence,
+    };
+    let bytes = transactional(build_batch(&[value], 0, fields));
+    append(log, bytes).expect("transactional batch").base_offset
+}
+
+/// Appends `producer_id`'s marker; returns its offset.
+fn end_transaction(log: &mut Log, producer_id: i64, result: TxnResult) -> i64 {
+    log.append(&ValidBatch::marker(producer_id, 0, result, 0, 0))
+        .expect("marker")
+        .base_offset
+}
+
+/// What an index must answer for `[from, upper)`, from the aborts a test made: markers at or
+/// after `from`, first records before `upper`, markers below `end` (what the log still holds).
+fn expected_aborts(
+    made: &[(i64, i64, i64)],
+    from: i64,
+    upper: i64,
+    end: i64,
+) -> Vec<(i64, i64, i64)> {
+    made.iter()
+        .filter(|(_, first, last)| *last >= from && *first < upper && *last < end)
+        .copied()
+        .collect()
+}
+
+/// Every `[from, upper)` over the log, answered as the aborts made say.
+fn assert_aborts_listed(log: &Log, made: &[(i64, i64, i64)], context: &str) {
+    let end = log.log_end_offset();
+    for from in (log.log_start_offset()..=end).step_by(3) {
+        for upper in (from..=end + 1).step_by(5) {
+            let listed: Vec<(i64, i64, i64)> = aborted_in(log, from, upper)
+                .iter()
+                .map(|t| (t.producer_id, t.first_offset, t.last_offset))
+                .collect();
+            assert_eq!(
+                listed,
+                expected_aborts(made, from, upper, end),
+                "{context}: aborts listed for [{from}, {upper})"
+            );
+        }
+    }
+}
+
+/// Aborted transactions are kept in an index file per segment (the one holding the marker):
+/// a read_committed range lists every transaction aborted in it, also one that began before
+/// another transaction which is still open and ended after it began (the search reads on
+/// past an abort whose last stable offset is below the range's end); the snapshot lists none;
+/// the indexes come back exact after a reopen, after a power loss, after being deleted, and
+/// after a truncation, and go with their segments.
+#[test]
+fn aborted_transactions_are_indexed_per_segment_and_rebuilt() {
+    let (storage, dir, clock) = (MemoryStorage::new(), Path::new("/p"), ManualClock::new(0));
+    let config = small_segments();
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, config);
+    let mut made = Vec::new();
+    let filler = |log: &mut Log, n: usize| {
+        for _ in 0..n {
+            append(log, batch(&[7; 100], 0)).expect("filler");
+        }
+    };
+    // 1 and 2 begin, then 3, which stays open; 1 and 2 abort after 3 began.
+    let first_1 = send_transactional(&mut log, 1, 0, b"a");
+    filler(&mut log, 3);
+    let first_2 = send_transactional(&mut log, 2, 0, b"b");
+    let open_first = send_transactional(&mut log, 3, 0, b"open");
+    filler(&mut log, 12);
+    made.push((1, first_1, end_transaction(&mut log, 1, TxnResult::Abort)));
+    // A segment's worth: 1's marker and 2's are in different segments.
+    filler(&mut log, 7);
+    made.push((2, first_2, end_transaction(&mut log, 2, TxnResult::Abort)));
+    assert_eq!(log.last_stable_offset(), open_first);
+    let listed = aborted_in(&log, first_1, open_first);
+    assert_eq!(
+        listed.iter().map(|t| t.producer_id).collect::<Vec<_>>(),
+        vec![1, 2],
+        "both began below the last stable offset"
+    );
+    assert_eq!(listed[0].last_stable_offset, first_2, "2 was still open");
+    assert_eq!(listed[1].last_stable_offset, open_first, "3 was still open");
+    // More transactions, committed and aborted, over several segments.
+    for (i, producer) in (4..10).enumerate() {
+        let first = send_transactional(&mut log, producer, 0, b"t");
+        filler(&mut log, i % 3 * 5);
+        let result = match producer % 2 {
+            0 => TxnResult::Abort,
+            _ => TxnResult::Commit,
+        };
+        let marker = end_transaction(&mut log, producer, result);
+        if result == TxnResult::Abort {
+            made.push((producer, first, marker));
+        }
+        filler(&mut log, 6);
+    }
+    made.push((
+        3,
+        open_first,
+        end_transaction(&mut log, 3, TxnResult::Abort),
+    ));
+    assert!(log.segment_count() > 5, "the test spans segments");
+    assert_aborts_listed(&log, &made, "live");
+    // Index files holding entries (a reopen may leave one whose entries it cut empty).
+    let index_files = || {
+        storage
+            .list(dir)
+            .expect("list")
+            .into_iter()
+            .filter(|name| name.ends_with(".txnindex"))
+            .filter(|name| !storage.read(&dir.join(name)).expect("read").is_empty())
+            .count()
+    };
+    let with_aborts = index_files();
+    assert!(
+        (2..log.segment_count()).contains(&with_aborts),
+        "an index for each segment with an abort marker, and only those: {with_aborts}"
+    );
+    // Synced and checkpointed: the power loss below keeps the snapshot, which names offsets
+    // past the entries, so those must be durable too.
+    let done = log.flush_ticket().sync().expect("sync");
+    log.flush_done(done);
+    log.checkpoint().write().expect("checkpoint");
+    let snapshot = storage
+        .read(&dir.join("producer-state.json"))
+        .expect("snapshot");
+    assert!(
+        !String::from_utf8_lossy(&snapshot).contains("aborted"),
+        "the snapshot does not list aborts"
+    );
+
+    // Written after the checkpoint and never synced: a power loss takes it, and its index
+    // entry, whatever reached the disk of either.
+    let first = send_transactional(&mut log, 20, 0, b"lost");
+    made.push((20, first, end_transaction(&mut log, 20, TxnResult::Abort)));
+    assert_aborts_listed(&log, &made, "before the power loss");
+    drop(log);
+    storage.power_loss();
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, config);
+    assert_aborts_listed(&log, &made, "after the power loss");
+    log.close().expect("close");
+    drop(log);
+    let log = open_with(dir, &cache(storage.clone()), &clock, config);
+    assert_aborts_listed(&log, &made, "after a clean reopen");
+    drop(log);
+
+    // Every index and the snapshot deleted: rebuilt from the batches.
+    let before_rebuild = index_files();
+    for name in storage.list(dir).expect("list") {
+        if name.ends_with(".txnindex") || name == "producer-state.json" || name == "clean-shutdown"
+        {
+            storage.remove(&dir.join(name)).expect("remove");
+        }
+    }
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, config);
+    assert_aborts_listed(&log, &made, "rebuilt");
+    assert_eq!(index_files(), before_rebuild, "the same index files");
+
+    // A truncation takes the entries of the markers it cuts, retention the files.
+    let (_, _, second_last) = made[made.len() - 3];
+    log.truncate_to(second_last).expect("truncate");
+    assert_aborts_listed(&log, &made, "truncated");
+    let start = made[1].2 + 1;
+    log.set_high_watermark(log.log_end_offset());
+    log.advance_log_start_offset(start).expect("delete records");
+    for removal in log.enforce_retention().expect("retention") {
+        removal.remove().expect("remove");
+    }
+    assert!(index_files() < with_aborts, "retention deleted indexes");
+    assert_aborts_listed(&log, &made, "after retention");
+}
+
+/// A full disk refuses an abort marker with nothing changed, whether its index entry or the
+/// marker itself did not fit, and the marker goes in once there is room.
+#[test]
+fn a_full_disk_refuses_an_abort_marker_and_its_index_entry_together() {
+    let (storage, dir, clock) = (MemoryStorage::new(), Path::new("/p"), ManualClock::new(0));
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, small_segments());
+    let first = send_transactional(&mut log, 1, 0, b"t");
+    for room in [10, 40] {
+        storage.set_capacity(Some(storage.used_bytes() + room));
+        assert!(
+            matches!(
+                log.append(&ValidBatch::marker(1, 0, TxnResult::Abort, 0, 0)),
+                Err(LogError::OutOfResources(_))
+            ),
+            "room for {room} bytes"
+        );
+        assert_eq!(log.last_stable_offset(), first, "still open");
+        assert!(aborted_in(&log, 0, 10).is_empty(), "nothing indexed");
+    }
+    storage.set_capacity(None);
+    let marker = end_transaction(&mut log, 1, TxnResult::Abort);
+    let listed = aborted_in(&log, 0, marker + 1);
+    assert_eq!(spans(&listed), vec![(first, marker)], "one entry");
+}
+
+/// A snapshot written before aborts were indexed per segment lists them itself: opening the
+/// log writes them to the indexes, once.
+#[test]
+fn aborts_a_snapshot_of_an_earlier_version_lists_are_indexed() {
+    let (storage, dir, clock) = (MemoryStorage::new(), Path::new("/p"), ManualClock::new(0));
+    let mut log = open_with(dir, &cache(storage.clone()), &clock, small_segments());
+    let first = send_transactional(&mut log, 1, 0, b"t");
+    let marker = end_transaction(&mut log, 1, TxnResult::Abort);
+    log.close().expect("close");
+    drop(log);
+    let snapshot_path = dir.join("producer-state.json");
+    let mut snapshot: serde_json::Value =
+        serde_json::from_slice(&storage.read(&snapshot_path).expect("snapshot")).expect("json");
+    snapshot["producers"]["aborted"] = serde_json::json!([
+        {"producer_id": 1, "first_offset": first, "last_offset": marker}
+    ]);
+    storage
+        .write_atomic(
+            &snapshot_path,
+            &serde_json::to_vec(&snapshot).expect("json"),
+        )
+        .expect("write");
+    for name in storage.list(dir).expect("list") {
+        if name.ends_with(".txnindex") {
+            storage.remove(&dir.join(name)).expect("remove");
+        }
+    }
+    for reopen in 0..2 {
+        let log = open_with(dir, &cache(storage.clone()), &clock, small_segments());
+        let listed = aborted_in(&log, 0, marker + 1);
+        assert_eq!(spans(&listed), vec![(first, marker)], "reopen {reopen}");
+        drop(log);
+    }
 }
 
 #[test]

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
 use weir_codec::varint::put_uvarint;
-use weir_log::{ReadSlice, ReadView};
+use weir_log::{AbortedLookup, ReadSlice, ReadView};
 
 use crate::broker::Broker;
 use crate::fetch_session::{PartitionKey, Reported};
@@ -74,6 +74,8 @@ struct PartitionRead {
 struct PartitionPlan {
     data: PartitionData,
     view: Option<ReadView>,
+    /// For a read_committed consumer: the aborted transactions of the range, to list.
+    aborted: Option<AbortedLookup>,
     partition_max_bytes: u64,
 }
 
@@ -318,7 +320,8 @@ fn read_once(
 /// The response entry of one partition and, when there is something below the high watermark
 /// (for a read_committed consumer, the last stable offset) to read, a view of it. Memory
 /// only: the partition's lock is held for this and nothing else. Aborted transactions whose
-/// records the range may hold are listed only to a read_committed consumer, as in Kafka.
+/// records the range may hold are listed only to a read_committed consumer, as in Kafka (read
+/// from the segments' indexes with the records).
 fn plan_partition(target: &Target, version: i16, read_committed: bool) -> PartitionPlan {
     let mut data = PartitionData::default();
     data.partition_index = target.request.partition;
@@ -329,7 +332,8 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
     data.aborted_transactions = read_committed.then(Vec::new);
     data.records = Some(Bytes::new());
     let partition_max_bytes = u64::try_from(target.request.partition_max_bytes).unwrap_or(0);
-    let plan = |mut data: PartitionData, view| {
+    let mut aborted = None;
+    let plan = |mut data: PartitionData, view, aborted| {
         if data.error_code != 0 {
             // A refused partition says nothing of its log, as in Kafka.
             data.high_watermark = -1;
@@ -339,6 +343,7 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
         PartitionPlan {
             data,
             view,
+            aborted,
             partition_max_bytes,
         }
     };
@@ -352,11 +357,11 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
             } else {
                 ResponseError::UnknownTopicOrPartition.code()
             };
-            return plan(data, None);
+            return plan(data, None, None);
         }
         Err(error) => {
             data.error_code = error.code();
-            return plan(data, None);
+            return plan(data, None, None);
         }
     };
     let log = partition.log();
@@ -369,11 +374,11 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
     let requested_epoch = target.request.current_leader_epoch;
     if requested_epoch > current_epoch {
         data.error_code = ResponseError::UnknownLeaderEpoch.code();
-        return plan(data, None);
+        return plan(data, None, None);
     }
     if requested_epoch >= 0 && requested_epoch < current_epoch {
         data.error_code = ResponseError::FencedLeaderEpoch.code();
-        return plan(data, None);
+        return plan(data, None, None);
     }
     let upper = if target.from_replica {
         // A follower whose last batch's epoch ends earlier here diverged: it is told where
@@ -384,31 +389,20 @@ fn plan_partition(target: &Target, version: i16, read_committed: bool) -> Partit
         {
             data.diverging_epoch.epoch = epoch;
             data.diverging_epoch.end_offset = end;
-            return plan(data, None);
+            return plan(data, None, None);
         }
         log.log_end_offset()
     } else if read_committed {
-        let fetch_offset = target.request.fetch_offset;
-        data.aborted_transactions = Some(
-            log.aborted_transactions(fetch_offset, last_stable_offset)
-                .into_iter()
-                .map(|txn| {
-                    let mut aborted = AbortedTransaction::default();
-                    aborted.producer_id = ProducerId(txn.producer_id);
-                    aborted.first_offset = txn.first_offset;
-                    aborted
-                })
-                .collect(),
-        );
+        aborted = Some(log.aborted_lookup(target.request.fetch_offset, last_stable_offset));
         last_stable_offset
     } else {
         high_watermark
     };
     match log.read_view(target.request.fetch_offset, upper) {
-        Ok(view) => plan(data, view),
+        Ok(view) => plan(data, view, aborted),
         Err(error) => {
             data.error_code = ErrorReply::from(&error).code();
-            plan(data, None)
+            plan(data, None, None)
         }
     }
 }
@@ -417,11 +411,33 @@ fn read_partition(plan: PartitionPlan, budget: u64, first: bool) -> PartitionRea
     let PartitionPlan {
         mut data,
         view,
+        aborted,
         partition_max_bytes,
     } = plan;
     let Some(view) = view else {
         return PartitionRead { data, slice: None };
     };
+    if let Some(lookup) = aborted {
+        match lookup.collect() {
+            Ok(found) => {
+                data.aborted_transactions = Some(
+                    found
+                        .into_iter()
+                        .map(|txn| {
+                            let mut aborted = AbortedTransaction::default();
+                            aborted.producer_id = ProducerId(txn.producer_id);
+                            aborted.first_offset = txn.first_offset;
+                            aborted
+                        })
+                        .collect(),
+                );
+            }
+            Err(error) => {
+                data.error_code = ErrorReply::from(&error).code();
+                return PartitionRead { data, slice: None };
+            }
+        }
+    }
     let limit = partition_max_bytes.min(budget);
     if limit == 0 && !first {
         return PartitionRead { data, slice: None };
