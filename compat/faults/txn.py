@@ -64,6 +64,8 @@ CALL_TIMEOUT = 30.0
 # the producer is replaced.
 END_BUDGET = 90.0
 ABORT_RATIO = 0.2
+# Aborted transactions whose records reach the logs first (the others never write any).
+FLUSHED_ABORT_RATIO = 0.5
 MAX_RECORDS = 6
 # A call this long past its own timeout is stuck in the client: librdkafka's
 # ``send_offsets_to_transaction`` never returns once the broker it cached as the group's
@@ -192,7 +194,8 @@ class _Transactional(threading.Thread):
 
 class TxnWriter(_Transactional):
     """Transactions one after another, each of 1-6 records to random partitions; four in five
-    committed, the rest aborted (decided by ``rng``)."""
+    committed, the rest aborted (decided by ``rng``), half of those once their records were
+    written (the others before: the client drops what it has not sent)."""
 
     def __init__(self, index: int, bootstrap: str, topic: str, partitions: int, rng: random.Random, history, logger: logging.Logger):
         super().__init__(f"txn-writer-{index}", bootstrap, f"{topic}-writer-{index}", history, logger)
@@ -226,6 +229,9 @@ class TxnWriter(_Transactional):
                     for value, partition in zip(txn.values, txn.partitions):
                         producer.produce(self.topic, value=value, partition=partition, on_delivery=self._report(txn))
                     producer.poll(0)
+                    if not commit and self.rng.random() < FLUSHED_ABORT_RATIO:
+                        # Its records in the logs before the abort, for readers to skip.
+                        producer.flush(CALL_TIMEOUT)
                 except (KafkaException, BufferError) as exc:
                     self.history.record("txn-produce-failed", client=self.name, txn=txn.number, error=str(exc))
                     commit = False
