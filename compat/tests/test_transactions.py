@@ -744,7 +744,9 @@ def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, j
         for name in (source, sink):
             wait_for_partitions(bootstrap, name, 3)
         records = 3000
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        # Idempotent: a batch retried after a timeout must not put input records in twice
+        # (the loop would rightly process them twice).
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
         for i in range(records):
             producer.produce(source, value=f"v{i}".encode(), partition=i % 3)
         producer.flush(30)

@@ -183,15 +183,17 @@ impl Partition {
         self.log_end.subscribe()
     }
 
-    fn publish_log_end(&self, log_end: i64) {
+    /// Tells those waiting on the log end and the high watermark what `log` holds now. Called
+    /// under the log's lock, so the watches move in the order the log did: values read under
+    /// the lock and published after it could land after a newer writer's, setting a watch
+    /// back, and a produce waiting for the watermark would wait for a move that had happened.
+    fn publish(&self, log: &Log) {
+        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
         self.log_end.send_if_modified(|end| {
             let moved = *end != log_end;
             *end = log_end;
             moved
         });
-    }
-
-    fn publish_high_watermark(&self, high_watermark: i64) {
         self.high_watermark.send_if_modified(|hw| {
             let moved = *hw != high_watermark;
             *hw = high_watermark;
@@ -211,9 +213,7 @@ impl Partition {
         };
         if allowed > log.high_watermark() {
             log.set_high_watermark(allowed);
-            let high_watermark = log.high_watermark();
-            drop(log);
-            self.publish_high_watermark(high_watermark);
+            self.publish(&log);
         }
     }
 
@@ -329,11 +329,25 @@ impl Partition {
                         return ReplicationWait::NotLeader;
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => return ReplicationWait::TimedOut,
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.log_replication_timeout(end_offset);
+                    return ReplicationWait::TimedOut;
+                }
                 // Leadership can go without the watermark moving.
                 _ = tokio::time::sleep(Duration::from_millis(LEADERSHIP_RECHECK_MS)) => {}
             }
         }
+    }
+
+    /// Says why a write ending at `end_offset` was not replicated in time: the high
+    /// watermark, the ISR, and where each follower's last fetch said its log ends.
+    fn log_replication_timeout(&self, end_offset: i64) {
+        let (high_watermark, log_end) = {
+            let log = self.log();
+            (log.high_watermark(), log.log_end_offset())
+        };
+        let replication = self.replication();
+        tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, end_offset, high_watermark, log_end, isr = ?replication.image.isr, followers = ?replication.follower_log_ends(), "a write was not replicated by its deadline");
     }
 
     /// Waits until the `appended` write is as safe as an `acks=all` produce makes it: fsynced
@@ -384,10 +398,7 @@ impl Partition {
                 tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, %error, "could not follow the leader's log start offset; tried again at the next fetch");
             }
         }
-        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
-        drop(log);
-        self.publish_log_end(log_end);
-        self.publish_high_watermark(high_watermark);
+        self.publish(&log);
         appended
     }
 
@@ -444,14 +455,13 @@ impl Partition {
         Ok(())
     }
 
-    /// After a follower cut its log back (from `before`): logs `why` and wakes those waiting on
-    /// the log end and high watermark, with the lock released.
+    /// After a follower cut its log back (from `before`): wakes those waiting on the log end
+    /// and high watermark, then logs `why` with the lock released.
     fn publish_rewritten(&self, log: LogWriteGuard<'_>, before: i64, why: &str) {
-        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
+        self.publish(&log);
+        let log_end = log.log_end_offset();
         drop(log);
         tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "{why}");
-        self.publish_log_end(log_end);
-        self.publish_high_watermark(high_watermark);
     }
 
     /// Whether this broker leads the partition: only the leader takes writes and serves
@@ -470,7 +480,12 @@ impl Partition {
         self.node_id.store(node_id, Ordering::Release);
         let mut replication = self.replication();
         replication.update(image, node_id, now);
-        self.log_mut().set_replicated(image.replicas.len() > 1);
+        {
+            // A partition left without followers commits its whole log at once.
+            let mut log = self.log_mut();
+            log.set_replicated(image.replicas.len() > 1);
+            self.publish(&log);
+        }
         let mut leads = image.leader == node_id;
         let mut led_epoch = NO_LEADER;
         if leads {
@@ -555,14 +570,11 @@ impl Partition {
                 return Err(LogError::NotLeader);
             }
             log.append(batch).map(|info| {
-                (
-                    info,
-                    (log.log_end_offset(), log.high_watermark()),
-                    (log.has_unsynced_rolled(), log.is_replicated()),
-                )
+                self.publish(&log);
+                (info, (log.has_unsynced_rolled(), log.is_replicated()))
             })
         };
-        let (info, (log_end, high_watermark), (rolled, replicated)) = match appended {
+        let (info, (rolled, replicated)) = match appended {
             Ok(appended) => appended,
             Err(LogError::Io(error)) => {
                 self.failed(&error);
@@ -598,8 +610,6 @@ impl Partition {
                 Ordering::Relaxed,
             );
         }
-        self.publish_log_end(log_end);
-        self.publish_high_watermark(high_watermark);
         // A log without followers moved its high watermark itself; with followers, an ISR of
         // the leader alone lets it move at once. Unreplicated appends skip the ISR's lock.
         if replicated && !info.duplicate {

@@ -917,3 +917,70 @@ async fn a_replica_appends_only_as_its_role_allows() {
     );
     assert_eq!(follower.log().log_end_offset(), 2, "nothing appended");
 }
+
+/// Appends and followers' fetches that move the high watermark race: each read the log's
+/// values under its lock and published them after, so one that published last could put an
+/// older watermark over a newer one, and a produce waiting for the watermark waited for a move
+/// that had already happened, until its deadline (30 s, then REQUEST_TIMED_OUT: transactions'
+/// commits timed out so in the compat suite, and writes of the group coordinator). Watchers
+/// must see the watermark and the log end only move forward (nothing truncates here) and end
+/// where the log does.
+#[test]
+fn watchers_never_see_the_high_watermark_or_log_end_move_back() {
+    const APPENDS: i64 = 20_000;
+    let root = tempfile::tempdir().expect("tempdir");
+    let leader = lone_partition(root.path(), 1);
+    leader.follow(&led_by(1, 1), 1, std::time::Instant::now());
+    let done = Arc::new(AtomicBool::new(false));
+    let follower = {
+        let (leader, done) = (leader.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Acquire) {
+                let end = leader.log().log_end_offset();
+                leader
+                    .replica_fetched(2, (end, -1), std::time::Instant::now())
+                    .expect("a replica");
+            }
+        })
+    };
+    let watcher = {
+        let (leader, done) = (leader.clone(), done.clone());
+        std::thread::spawn(move || {
+            let (high_watermark, log_end) = (leader.watch_high_watermark(), leader.watch_log_end());
+            let (mut seen_high_watermark, mut seen_log_end) = (0, 0);
+            let mut backwards = 0;
+            while !done.load(Ordering::Acquire) {
+                let (now_high_watermark, now_log_end) =
+                    (*high_watermark.borrow(), *log_end.borrow());
+                backwards += usize::from(
+                    now_high_watermark < seen_high_watermark || now_log_end < seen_log_end,
+                );
+                (seen_high_watermark, seen_log_end) = (
+                    now_high_watermark.max(seen_high_watermark),
+                    now_log_end.max(seen_log_end),
+                );
+            }
+            backwards
+        })
+    };
+    for _ in 0..APPENDS {
+        append(&leader, b"raced");
+    }
+    while leader.log().high_watermark() < APPENDS {
+        std::thread::yield_now();
+    }
+    done.store(true, Ordering::Release);
+    follower.join().expect("follower");
+    assert_eq!(
+        watcher.join().expect("watcher"),
+        0,
+        "times the watermark or the log end was seen moving back"
+    );
+    assert_eq!(
+        (
+            *leader.watch_high_watermark().borrow(),
+            *leader.watch_log_end().borrow()
+        ),
+        (APPENDS, APPENDS)
+    );
+}
