@@ -725,13 +725,16 @@ def test_four_clients_read_the_same_committed_records(bootstrap, java):
         assert values == expected, isolation
 
 
-def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, java):
+@pytest.mark.parametrize("victim", ["group coordinator", "transaction coordinator", "partition leader"])
+def test_read_process_write_survives_a_node_kill(tmp_path, java, victim):
     """The Java exactly-once loop on a three-node cluster, its group coordinated by another node
     than its transactions (so the markers that settle its offsets travel between brokers), and
-    the group coordinator's node killed with SIGKILL while it runs, then restarted: the next
-    leader of the offsets partition loads the offsets of the open transaction from the
-    replicated log and settles them with its markers. Each input record is in the output
-    exactly once (read_committed) and the group's offsets are the input's end."""
+    one node killed with SIGKILL while it runs, then restarted: the group coordinator's (the
+    next leader of the offsets partition loads the offsets of the open transaction from the
+    replicated log and settles them with its markers), the transaction coordinator's (the next
+    one loads the transaction's state and ends it), or the third, which leads only input and
+    output partitions. Each input record is in the output exactly once (read_committed) and
+    the group's offsets are the input's end."""
     cluster = DevCluster(tmp_path / "cluster", free_base_port())
     cluster.start()
     try:
@@ -755,7 +758,13 @@ def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, j
         txn_node = coordinator(bootstrap, transactional_id)
         group = next(g for g in (unique_id("rpw") for _ in range(100))
                      if coordinator(bootstrap, g, key_type=KEY_TYPE_GROUP) != txn_node)
-        group_node = int(coordinator(bootstrap, group, key_type=KEY_TYPE_GROUP).rsplit(":", 1)[1]) - cluster.base_port + 1
+
+        def node_of(address: str) -> int:
+            return int(address.rsplit(":", 1)[1]) - cluster.base_port + 1
+
+        group_node = node_of(coordinator(bootstrap, group, key_type=KEY_TYPE_GROUP))
+        victim_node = {"group coordinator": group_node, "transaction coordinator": node_of(txn_node),
+                       "partition leader": ({1, 2, 3} - {group_node, node_of(txn_node)}).pop()}[victim]
 
         with ThreadPoolExecutor(1) as pool:
             run = pool.submit(java.program, "ReadProcessWrite", bootstrap, source, sink, group, transactional_id,
@@ -766,9 +775,9 @@ def test_read_process_write_survives_the_group_coordinators_failover(tmp_path, j
                 assert not deadline.expired(), "the loop committed nothing within 60 s"
                 time.sleep(0.1)
             assert not run.done(), "killed while the loop runs"
-            cluster.kill_node(group_node)
+            cluster.kill_node(victim_node)
             time.sleep(2)
-            cluster.restart_node(group_node)
+            cluster.restart_node(victim_node)
             out = run.result(timeout=160)
         assert out["processed"] == records, out
         values = read_values(bootstrap, sink, 3, "read_committed")
