@@ -7,7 +7,7 @@
 //! is never served.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -75,8 +75,21 @@ pub struct Partition {
     replication: Mutex<Replication>,
     /// The log end offset; replica fetches waiting for data watch it.
     log_end: watch::Sender<i64>,
+    /// Changes made to the log's end or high watermark so far, counted under its write lock.
+    changes: AtomicU64,
+    /// The newest change published to the watches: one published late is dropped.
+    published: Mutex<u64>,
     /// Bytes and records in and out, for `/metrics`.
     pub counters: PartitionCounters,
+}
+
+/// A partition's log end and high watermark after a change to its log, and the change's
+/// number ([`Partition::publish`] drops one published after a later one).
+#[derive(Debug, Clone, Copy)]
+struct LogPositions {
+    change: u64,
+    log_end: i64,
+    high_watermark: i64,
 }
 
 /// Why an `acks=all` write was not answered as replicated.
@@ -128,6 +141,8 @@ impl Partition {
             node_id: AtomicI32::new(NO_LEADER),
             replication: Mutex::new(Replication::new(PartitionImage::new(Vec::new(), |_| false))),
             log_end: watch::Sender::new(log_end),
+            changes: AtomicU64::new(0),
+            published: Mutex::new(0),
             counters: PartitionCounters::default(),
         }
     }
@@ -183,20 +198,34 @@ impl Partition {
         self.log_end.subscribe()
     }
 
-    /// Tells those waiting on the log end and the high watermark what `log` holds now. Called
-    /// under the log's lock, so the watches move in the order the log did: values read under
-    /// the lock and published after it could land after a newer writer's, setting a watch
-    /// back, and a produce waiting for the watermark would wait for a move that had happened.
-    fn publish(&self, log: &Log) {
-        let (log_end, high_watermark) = (log.log_end_offset(), log.high_watermark());
+    /// The log end and high watermark of `log` after a change, numbered in the order the
+    /// changes were made: called under the log's write lock (hence `&mut`).
+    fn positions(&self, log: &mut Log) -> LogPositions {
+        LogPositions {
+            change: self.changes.fetch_add(1, Ordering::AcqRel) + 1,
+            log_end: log.log_end_offset(),
+            high_watermark: log.high_watermark(),
+        }
+    }
+
+    /// Tells those waiting on the log end and the high watermark, after the log's lock is
+    /// released, what a change left: unless a later change was published first, whose newer
+    /// values an older one would set back (a produce waiting for the watermark would then
+    /// wait for a move that had already happened).
+    fn publish(&self, positions: LogPositions) {
+        let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        if positions.change <= *published {
+            return;
+        }
+        *published = positions.change;
         self.log_end.send_if_modified(|end| {
-            let moved = *end != log_end;
-            *end = log_end;
+            let moved = *end != positions.log_end;
+            *end = positions.log_end;
             moved
         });
         self.high_watermark.send_if_modified(|hw| {
-            let moved = *hw != high_watermark;
-            *hw = high_watermark;
+            let moved = *hw != positions.high_watermark;
+            *hw = positions.high_watermark;
             moved
         });
     }
@@ -213,7 +242,9 @@ impl Partition {
         };
         if allowed > log.high_watermark() {
             log.set_high_watermark(allowed);
-            self.publish(&log);
+            let positions = self.positions(&mut log);
+            drop(log);
+            self.publish(positions);
         }
     }
 
@@ -398,7 +429,9 @@ impl Partition {
                 tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, %error, "could not follow the leader's log start offset; tried again at the next fetch");
             }
         }
-        self.publish(&log);
+        let positions = self.positions(&mut log);
+        drop(log);
+        self.publish(positions);
         appended
     }
 
@@ -455,12 +488,13 @@ impl Partition {
         Ok(())
     }
 
-    /// After a follower cut its log back (from `before`): wakes those waiting on the log end
-    /// and high watermark, then logs `why` with the lock released.
-    fn publish_rewritten(&self, log: LogWriteGuard<'_>, before: i64, why: &str) {
-        self.publish(&log);
-        let log_end = log.log_end_offset();
+    /// After a follower cut its log back (from `before`): logs `why` and wakes those waiting on
+    /// the log end and high watermark, with the lock released.
+    fn publish_rewritten(&self, mut log: LogWriteGuard<'_>, before: i64, why: &str) {
+        let positions = self.positions(&mut log);
         drop(log);
+        self.publish(positions);
+        let log_end = positions.log_end;
         tracing::warn!(target: "weir::replication", topic = %self.topic, partition = self.index, from = before, to = log_end, "{why}");
     }
 
@@ -484,7 +518,9 @@ impl Partition {
             // A partition left without followers commits its whole log at once.
             let mut log = self.log_mut();
             log.set_replicated(image.replicas.len() > 1);
-            self.publish(&log);
+            let positions = self.positions(&mut log);
+            drop(log);
+            self.publish(positions);
         }
         let mut leads = image.leader == node_id;
         let mut led_epoch = NO_LEADER;
@@ -570,11 +606,11 @@ impl Partition {
                 return Err(LogError::NotLeader);
             }
             log.append(batch).map(|info| {
-                self.publish(&log);
-                (info, (log.has_unsynced_rolled(), log.is_replicated()))
+                let flags = (log.has_unsynced_rolled(), log.is_replicated());
+                (info, self.positions(&mut log), flags)
             })
         };
-        let (info, (rolled, replicated)) = match appended {
+        let (info, positions, (rolled, replicated)) = match appended {
             Ok(appended) => appended,
             Err(LogError::Io(error)) => {
                 self.failed(&error);
@@ -610,6 +646,7 @@ impl Partition {
                 Ordering::Relaxed,
             );
         }
+        self.publish(positions);
         // A log without followers moved its high watermark itself; with followers, an ISR of
         // the leader alone lets it move at once. Unreplicated appends skip the ISR's lock.
         if replicated && !info.duplicate {
