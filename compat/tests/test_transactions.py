@@ -759,12 +759,9 @@ def test_read_process_write_survives_a_node_kill(tmp_path, java, victim):
         group = next(g for g in (unique_id("rpw") for _ in range(100))
                      if coordinator(bootstrap, g, key_type=KEY_TYPE_GROUP) != txn_node)
 
-        def node_of(address: str) -> int:
-            return int(address.rsplit(":", 1)[1]) - cluster.base_port + 1
-
-        group_node = node_of(coordinator(bootstrap, group, key_type=KEY_TYPE_GROUP))
-        victim_node = {"group coordinator": group_node, "transaction coordinator": node_of(txn_node),
-                       "partition leader": ({1, 2, 3} - {group_node, node_of(txn_node)}).pop()}[victim]
+        group_node = cluster.node_at(coordinator(bootstrap, group, key_type=KEY_TYPE_GROUP))
+        victim_node = {"group coordinator": group_node, "transaction coordinator": cluster.node_at(txn_node),
+                       "partition leader": ({1, 2, 3} - {group_node, cluster.node_at(txn_node)}).pop()}[victim]
 
         with ThreadPoolExecutor(1) as pool:
             run = pool.submit(java.program, "ReadProcessWrite", bootstrap, source, sink, group, transactional_id,

@@ -162,6 +162,10 @@ class DevCluster:
     def controller_address(self, node: int) -> str:
         return f"127.0.0.1:{self.base_port + 100 + node - 1}"
 
+    def node_at(self, address: str) -> int:
+        """The node whose Kafka listener is ``address`` (``host:port``)."""
+        return next(node for node in self.node_ids() if self.address(node) == address)
+
     def http_base_port(self) -> int:
         """HTTP port of node 1 (node i's is this + i - 1): clear of the Kafka and controller
         ports, and of the default 8080 another test's server may hold."""
