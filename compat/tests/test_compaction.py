@@ -2,17 +2,22 @@
 per key and tombstones, read from the beginning by librdkafka and kafka-python after the
 cleaner ran, holds exactly the latest value per key (offsets kept, gaps between them);
 tombstones stay readable for `delete.retention.ms` and are gone after; keyless records are
-refused; `__consumer_offsets` is compacted.
+refused; `__consumer_offsets` is compacted. On a topic written by transactions the aborted
+records go, and each transaction's marker once none of its records is left and
+`delete.retention.ms` has passed.
 """
 
 from __future__ import annotations
 
+import struct
 import time
+from pathlib import Path
 
 from confluent_kafka import KafkaError, Producer
 
 from clients import Rec, admin, create_topic, produce_confluent, read_confluent, read_kafka_python, unique_topic
 from harness import wait_until
+from test_transactions import read_records, unique_id
 
 KEYS = 40
 ROUNDS = 8
@@ -55,12 +60,14 @@ def compacted_view(records) -> dict[bytes, bytes | None]:
     return seen
 
 
-def test_a_compacted_topic_keeps_the_latest_value_per_key_and_drops_old_tombstones(make_weir):
-    weir = make_weir("compaction", env={"WEIR_LOG_CLEANER_BACKOFF_MS": "200"})
-    bootstrap = weir.bootstrap
-    topic = unique_topic("compacted")
+def compacted_topic(make_weir, name: str):
+    """A server whose cleaner looks every 200 ms, and a compacted topic of one partition on it
+    that rolls a segment every SEGMENT_MS, cleans at any dirty ratio and keeps tombstones
+    (and spent transaction markers) 4 s: (server, topic)."""
+    weir = make_weir(name, env={"WEIR_LOG_CLEANER_BACKOFF_MS": "200"})
+    topic = unique_topic(name)
     create_topic(
-        bootstrap,
+        weir.bootstrap,
         topic,
         partitions=1,
         config={
@@ -70,6 +77,12 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key_and_drops_old_tombston
             "delete.retention.ms": "4000",
         },
     )
+    return weir, topic
+
+
+def test_a_compacted_topic_keeps_the_latest_value_per_key_and_drops_old_tombstones(make_weir):
+    weir, topic = compacted_topic(make_weir, "compacted")
+    bootstrap = weir.bootstrap
     latest = write_rounds(bootstrap, topic)
     roll(bootstrap, topic, "first")
     written = ROUNDS * KEYS - KEYS + len(TOMBSTONED) + 1
@@ -176,3 +189,71 @@ def test_kill_9_while_cleaning_loses_nothing_and_reads_compacted(make_weir):
         return records if len(records) <= len(latest) + 200 else None
 
     wait_until(compacted, 30, what="the cleaning to finish after the restarts")
+
+
+def control_batches(partition_dir: Path) -> list[int] | None:
+    """Base offsets of the control batches (transaction markers) in a partition's segments as
+    the disk holds them; None when a segment went while it was read (a cleaning's swap)."""
+    found = []
+    try:
+        for segment in sorted(partition_dir.glob("*.log")):
+            data = segment.read_bytes()
+            at = 0
+            while at + 23 <= len(data):
+                base, length = struct.unpack_from(">qi", data, at)
+                if length <= 0:
+                    break
+                (attributes,) = struct.unpack_from(">h", data, at + 21)
+                if attributes & 0x20:
+                    found.append(base)
+                at += 12 + length
+    except FileNotFoundError:
+        return None
+    return found
+
+
+def test_transactions_on_a_compacted_topic_lose_aborted_records_then_spent_markers(make_weir):
+    """A compacted topic written by a transactional producer: one transaction commits ten keys,
+    the next writes all ten and aborts, a third commits five of them again. Once cleaned,
+    read_committed and read_uncommitted consumers alike read the latest committed value of
+    each key (the aborted records are gone) and every marker is still on disk; after
+    `delete.retention.ms` the aborted transaction's marker goes, and the committed ones stay,
+    as records of each remain."""
+    weir, topic = compacted_topic(make_weir, "compacted-txn")
+    bootstrap = weir.bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("compacted-txn")})
+    producer.init_transactions(30)
+    for values, keys, commit in (("old", range(10), True), ("aborted", range(10), False), ("new", range(5), True)):
+        producer.begin_transaction()
+        for k in keys:
+            producer.produce(topic, key=key(k), value=values.encode())
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+        time.sleep(SEGMENT_MS * 1.5 / 1000)
+    roll(bootstrap, topic, "first")
+    expected = {key(k): (b"new" if k < 5 else b"old") for k in range(10)} | {b"zz-roll": b"first"}
+    partition_dir = next(weir.data_dir.rglob(f"{topic}-0"))
+
+    def cleaned():
+        records = read_confluent(bootstrap, topic, [0])[0]
+        return records if len(records) == len(expected) else None
+
+    records = wait_until(cleaned, 30, what="the cleaner to remove the aborted and superseded records")
+    assert compacted_view(records) == expected, "read_uncommitted reads aborted or superseded records"
+    assert dict(read_records(bootstrap, topic, 1, "read_committed")) == expected
+    assert len(control_batches(partition_dir) or []) == 3, "every marker stays before delete.retention.ms"
+
+    # Past delete.retention.ms, the next cleaning finds no record of the aborted transaction
+    # (the last one removed them) and removes its marker.
+    time.sleep(4.5)
+    roll(bootstrap, topic, "second")
+    markers = wait_until(lambda: (found := control_batches(partition_dir)) is not None and len(found) == 2 and found,
+                         30, what="the aborted transaction's marker to be removed")
+    expected[b"zz-roll"] = b"second"
+    assert dict(read_records(bootstrap, topic, 1, "read_committed")) == expected
+    assert {r.key: r.value for r in read_kafka_python(bootstrap, topic, [0])[0]} == expected
+    first, last = markers
+    assert first == 10 and last > first, f"the two commit markers stay: {markers}"

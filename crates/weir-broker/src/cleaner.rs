@@ -107,6 +107,7 @@ impl Partition {
             written_bytes = stats.bytes_written,
             records = stats.records_read,
             dropped = stats.records_dropped,
+            markers_removed = stats.markers_removed,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "cleaned"
         );

@@ -8,10 +8,17 @@
 //! change (a cleaned log has gaps); a batch keeps its base offset, last offset delta,
 //! producer fields and codec, and loses only the records a later record of the same key
 //! supersedes, and tombstones once `delete.retention.ms` has passed since their segment's
-//! newest record. Control batches are kept as they are. Records of aborted transactions are
-//! removed and never supersede a record of their key (a read_committed consumer never saw
-//! them), and nothing at or past the last stable offset is cleaned: a transaction still open
-//! there may yet commit or abort.
+//! newest record. Records of aborted transactions are removed and never supersede a record of
+//! their key (a read_committed consumer never saw them), and nothing at or past the last
+//! stable offset is cleaned: a transaction still open there may yet commit or abort.
+//!
+//! A transaction's marker (a control batch) stays as long as a batch of its transaction does,
+//! and goes in a cleaning that finds none left (as in Kafka, one after the cleaning that
+//! removed the last, whose swap may yet be discarded) once its segment is past
+//! `delete.retention.ms`, as tombstones do. The cleaned copy carries its own
+//! aborted-transaction index: the entries of the abort markers it kept, from all the segments
+//! it replaces (an entry without its marker would have a read_committed consumer skip that
+//! producer's later records).
 //!
 //! Crash safety: the cleaned copy of each group of segments is written as `N.*.cleaned` and
 //! synced; then `N.cleaning.json` names the segments it replaces (the commit point); the
@@ -20,7 +27,7 @@
 //! at any point leaves either the old segments or the cleaned ones, never a mix a consumer
 //! could see.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,7 +41,7 @@ use crate::batch::BatchHeader;
 use crate::compress::{rebuilt_batch, Levels};
 use crate::records::for_each_stored_record;
 use crate::segment::{HeaderWalker, Segment, SegmentPaths, RELATIVE_OFFSET_MAX};
-use crate::txn_index::AbortedLookup;
+use crate::txn_index::{AbortedLookup, AbortedTxn, TxnIndex};
 use crate::LogError;
 
 /// Suffix of a cleaned copy being written.
@@ -105,6 +112,61 @@ pub struct CleaningPlan {
 /// Aborted transactions by producer id: each one's first offset and its abort marker's.
 type AbortedRanges = HashMap<i64, Vec<(i64, i64)>>;
 
+/// The transactions a cleaning read and the aborted ones it knows, to tell which markers may
+/// go and which index entries the copies keep.
+struct Transactions {
+    /// Every transaction aborted among the sources, in marker order.
+    aborted: Vec<AbortedTxn>,
+    /// The same by producer.
+    ranges: AbortedRanges,
+    /// Producers with a transactional batch read since their last marker (in offset order,
+    /// across the groups).
+    read_since_marker: HashSet<i64>,
+}
+
+impl Transactions {
+    fn new(aborted: Vec<AbortedTxn>) -> Transactions {
+        let mut ranges = AbortedRanges::new();
+        for txn in &aborted {
+            ranges
+                .entry(txn.producer_id)
+                .or_default()
+                .push((txn.first_offset, txn.last_offset));
+        }
+        Transactions {
+            aborted,
+            ranges,
+            read_since_marker: HashSet::new(),
+        }
+    }
+
+    /// Notes a batch read in offset order; for a marker, whether it may be removed: no batch
+    /// of its transaction was read (every one went in an earlier cleaning) and its segment
+    /// is past the delete horizon (`expired`).
+    fn marker_removable(&mut self, header: &BatchHeader, expired: bool) -> bool {
+        if !header.is_transactional() {
+            return false;
+        }
+        if header.is_control() {
+            let read = self.read_since_marker.remove(&header.producer_id);
+            return !read && expired;
+        }
+        self.read_since_marker.insert(header.producer_id);
+        false
+    }
+
+    /// The entries of the abort markers in `[from, until)` that were not removed.
+    fn kept_entries(&self, from: i64, until: i64, removed: &HashSet<i64>) -> Vec<AbortedTxn> {
+        self.aborted
+            .iter()
+            .filter(|txn| {
+                (from..until).contains(&txn.last_offset) && !removed.contains(&txn.last_offset)
+            })
+            .copied()
+            .collect()
+    }
+}
+
 /// A cleaned copy of consecutive segments, written and synced, waiting to be swapped in.
 pub(crate) struct CleanedGroup {
     /// Base offsets of the segments it replaces (the first is its own).
@@ -137,6 +199,9 @@ pub struct CleaningStats {
     pub records_read: u64,
     /// Records dropped (superseded, expired tombstones, or of aborted transactions).
     pub records_dropped: u64,
+    /// Transaction markers removed (their transactions left no batch, and
+    /// `delete.retention.ms` passed).
+    pub markers_removed: u64,
 }
 
 /// The manifest of a committed swap.
@@ -195,13 +260,7 @@ impl CleaningPlan {
         pace: &mut dyn FnMut(u64),
     ) -> Result<Option<CleanedLog>, LogError> {
         let mut stats = CleaningStats::default();
-        let mut aborted = AbortedRanges::new();
-        for txn in self.aborted.collect()? {
-            aborted
-                .entry(txn.producer_id)
-                .or_default()
-                .push((txn.first_offset, txn.last_offset));
-        }
+        let mut transactions = Transactions::new(self.aborted.collect()?);
         let mut latest: HashMap<u128, i64> = HashMap::new();
         let mut mapped_until = self.dirty_start;
         for segment in self
@@ -212,7 +271,7 @@ impl CleaningPlan {
             let mut full = false;
             each_batch(segment, &mut |header, bytes| {
                 pace(bytes.len() as u64);
-                if header.is_control() || is_aborted(&aborted, header) {
+                if header.is_control() || is_aborted(&transactions.ranges, header) {
                     return Ok(());
                 }
                 for_each_stored_record(
@@ -257,7 +316,7 @@ impl CleaningPlan {
             let cleaned = self.clean_group(
                 &to_clean[start..end],
                 &latest,
-                &aborted,
+                &mut transactions,
                 mapped_until,
                 &mut stats,
                 pace,
@@ -296,7 +355,7 @@ impl CleaningPlan {
         &self,
         sources: &[&SourceSegment],
         latest: &HashMap<u128, i64>,
-        aborted: &AbortedRanges,
+        transactions: &mut Transactions,
         mapped_until: i64,
         stats: &mut CleaningStats,
         pace: &mut dyn FnMut(u64),
@@ -308,15 +367,21 @@ impl CleaningPlan {
         let tombstone_horizon = self.now_ms.saturating_sub(self.config.delete_retention_ms);
         // The records of the batch being rewritten that stay, framed, and their count.
         let mut plain = Vec::new();
+        let mut removed_markers = HashSet::new();
         for source in sources {
             stats.segments += 1;
             stats.bytes_read += source.size_bytes;
             let expired_tombstones = source.retention_time_ms < tombstone_horizon;
             each_batch(source, &mut |header, bytes| {
                 pace(bytes.len() as u64);
+                let removable = transactions.marker_removable(header, expired_tombstones);
                 let rewritten = if header.is_control() {
-                    None
-                } else if is_aborted(aborted, header) {
+                    removable.then(|| {
+                        stats.markers_removed += 1;
+                        removed_markers.insert(header.base_offset);
+                        None
+                    })
+                } else if is_aborted(&transactions.ranges, header) {
                     let count = u64::try_from(header.record_count).unwrap_or(0);
                     stats.records_read += count;
                     stats.records_dropped += count;
@@ -365,6 +430,12 @@ impl CleaningPlan {
                 Ok(())
             })?;
         }
+        let until = sources.last().map_or(base, |s| s.next_offset);
+        segment.txn_index = TxnIndex::write_new(
+            storage.as_ref(),
+            segment.paths.txn_index.clone(),
+            &transactions.kept_entries(base, until, &removed_markers),
+        )?;
         segment.sync_all()?;
         segment.deactivate();
         // The copies' directory entries are durable before the manifest makes them the truth.
@@ -453,7 +524,11 @@ pub(crate) fn recover_swaps(
         let target = SegmentPaths::new(dir, base);
         // Each copy not yet renamed is renamed now: a crash between the renames of the log
         // and of its indexes must not leave the old indexes beside the cleaned log.
-        for (from, to) in cleaned.all().into_iter().zip(target.all()) {
+        for (from, to) in cleaned
+            .with_txn_index()
+            .into_iter()
+            .zip(target.with_txn_index())
+        {
             files.forget(to);
             if storage.exists(from) {
                 storage.rename(from, to)?;

@@ -29,7 +29,7 @@ use crate::segment::{
     HeaderWalker, PositionHint, Segment, SegmentCut, SegmentPaths, RELATIVE_OFFSET_MAX,
     SEGMENT_BYTES_LIMIT,
 };
-use crate::txn_index::{AbortedLookup, AbortedTxn};
+use crate::txn_index::{AbortedLookup, AbortedTxn, TxnIndex};
 use crate::validate::ValidBatch;
 use crate::LogError;
 use weir_clock::Clock;
@@ -1527,20 +1527,30 @@ impl Log {
             }
             let base = group.sources[0];
             let target = SegmentPaths::new(&self.dir, base);
-            for (from, to) in group.segment.paths.all().into_iter().zip(target.all()) {
+            for (from, to) in group
+                .segment
+                .paths
+                .with_txn_index()
+                .into_iter()
+                .zip(target.with_txn_index())
+            {
                 self.files.forget(to);
                 storage.rename(from, to)?;
                 self.files.forget(to);
             }
             let mut segment = group.segment;
+            // The copy's own aborted-transaction index replaced the first source's; an empty
+            // one goes (a crash before leaves an empty file, which reads as none).
+            segment.txn_index = if segment.txn_index.is_empty() {
+                storage.remove(&target.txn_index)?;
+                TxnIndex::empty(target.txn_index.clone())
+            } else {
+                TxnIndex::open(storage.as_ref(), target.txn_index.clone())?
+            };
             segment.paths = target;
             for b in &group.sources {
-                if let Some(mut old) = self.segments.remove(b) {
-                    if *b == base {
-                        // Kept: entries of transactions whose records the copy dropped tell a
-                        // consumer to skip what is not there, which is harmless.
-                        std::mem::swap(&mut segment.txn_index, &mut old.txn_index);
-                    } else {
+                if let Some(old) = self.segments.remove(b) {
+                    if *b != base {
                         commit.removals.push(SegmentRemoval {
                             paths: old.paths,
                             files: self.files.clone(),

@@ -34,8 +34,8 @@ pub(crate) struct SegmentPaths {
     pub log: Arc<Path>,
     pub index: Arc<Path>,
     pub time_index: Arc<Path>,
-    /// The aborted-transaction index, present once the segment holds an abort marker; never
-    /// rewritten by the cleaner (whose copies take over the first source's).
+    /// The aborted-transaction index, present once the segment holds an abort marker (the
+    /// cleaner's copy always has one, written whole, with the entries of the markers it kept).
     pub txn_index: Arc<Path>,
 }
 
@@ -66,9 +66,14 @@ impl SegmentPaths {
         [&self.log, &self.index, &self.time_index]
     }
 
+    /// Every file's path: the log, offset index, time index and aborted-transaction index.
+    pub fn with_txn_index(&self) -> [&Arc<Path>; 4] {
+        [&self.log, &self.index, &self.time_index, &self.txn_index]
+    }
+
     /// Deletes the segment's files, dropping their cached handles before and after.
     pub fn remove(&self, files: &FileCache) -> std::io::Result<()> {
-        for path in self.all().into_iter().chain([&self.txn_index]) {
+        for path in self.with_txn_index() {
             files.forget(path);
             files.storage().remove(path)?;
             files.forget(path);

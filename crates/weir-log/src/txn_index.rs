@@ -108,6 +108,32 @@ impl TxnIndex {
         }
     }
 
+    /// Writes a new index of `entries` (in marker order) at `path`, synced; the file is
+    /// created even with none, so that its presence says it was written (the cleaner's copy,
+    /// whose swap renames it over the index it replaces). The file is not kept open.
+    pub fn write_new(
+        storage: &dyn Storage,
+        path: Arc<Path>,
+        entries: &[AbortedTxn],
+    ) -> Result<TxnIndex, LogError> {
+        let mut bytes = vec![0u8; entries.len() * AbortedTxn::BYTES];
+        for (entry, out) in entries
+            .iter()
+            .zip(bytes.chunks_exact_mut(AbortedTxn::BYTES))
+        {
+            entry.encode(out);
+        }
+        let file = storage.open(&path, true)?;
+        file.truncate(0)?;
+        file.append(&[&bytes])?;
+        file.sync()?;
+        Ok(TxnIndex {
+            path,
+            entries: entries.len() as u64,
+            file: None,
+        })
+    }
+
     /// True when the index has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries == 0

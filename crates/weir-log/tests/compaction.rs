@@ -223,8 +223,7 @@ proptest! {
 
 /// A compacted log in memory with segments of 200 bytes, and the time its clock stays at.
 fn small_segments() -> (i64, Log) {
-    let clock = ManualClock::new(1_700_000_000_000);
-    let log = open(&MemoryStorage::new(), &clock, compacted(200));
+    let (_, clock, log) = small_segments_and_clock();
     (clock.now_ms(), log)
 }
 
@@ -533,5 +532,172 @@ fn aborted_records_are_removed_without_superseding_and_open_transactions_are_not
         read_from(&log, open_at),
         before,
         "at and past the last stable offset: untouched"
+    );
+}
+
+/// The aborted transactions a read_committed fetch of the whole log is told to skip, as
+/// (producer, marker offset).
+fn aborted_listed(log: &Log) -> Vec<(i64, i64)> {
+    log.aborted_lookup(0, log.log_end_offset())
+        .collect()
+        .expect("aborted transactions")
+        .iter()
+        .map(|txn| (txn.producer_id, txn.last_offset))
+        .collect()
+}
+
+/// Appends keyed fillers at `now_ms` until `count` more segments rolled: dirty data for the
+/// next cleaning.
+fn dirty_fillers(log: &mut Log, now_ms: i64, count: usize) {
+    let until = log.segment_count() + count;
+    while log.segment_count() < until {
+        append(
+            log,
+            keyed_batch(&[(key(9), Some(b"filler".to_vec()))], now_ms, 0),
+        );
+    }
+}
+
+/// A compacted log in memory with segments of 200 bytes, its storage and its clock.
+fn small_segments_and_clock() -> (MemoryStorage, ManualClock, Log) {
+    let storage = MemoryStorage::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let log = open(&storage, &clock, compacted(200));
+    (storage, clock, log)
+}
+
+/// Producer 7's transaction of one record, `fillers` segments of other records, then its abort
+/// marker and two more segments; returns the marker's offset.
+fn aborted_transaction(log: &mut Log, now_ms: i64, fillers: usize) -> i64 {
+    append(
+        log,
+        transactional_batch(7, &[(&key(1), b"aborted")], now_ms),
+    );
+    dirty_fillers(log, now_ms, fillers);
+    let marker = log.log_end_offset();
+    end_transaction(log, 7, TxnResult::Abort, now_ms);
+    dirty_fillers(log, now_ms, 2);
+    marker
+}
+
+#[test]
+fn markers_go_once_their_transactions_left_nothing_and_delete_retention_passed() {
+    let (storage, clock, mut log) = small_segments_and_clock();
+    let t = clock.now_ms();
+    let mut markers = Vec::new();
+    let mut transaction = |log: &mut Log, producer: i64, key_byte: u8, result: TxnResult| {
+        append(
+            log,
+            transactional_batch(producer, &[(&key(key_byte), b"txn")], t),
+        );
+        markers.push(log.log_end_offset());
+        end_transaction(log, producer, result, t);
+        dirty_fillers(log, t, 1);
+    };
+    // 7 and 10 abort; 8 commits a record a later one supersedes; 9 commits one that stays.
+    transaction(&mut log, 7, 1, TxnResult::Abort);
+    transaction(&mut log, 8, 2, TxnResult::Commit);
+    transaction(&mut log, 9, 3, TxnResult::Commit);
+    transaction(&mut log, 10, 4, TxnResult::Abort);
+    append(
+        &mut log,
+        keyed_batch(&[(key(2), Some(b"newer".to_vec()))], t, 0),
+    );
+    dirty_fillers(&mut log, t, 2);
+    let [abort_7, commit_8, commit_9, abort_10] = markers[..] else {
+        panic!("four markers: {markers:?}")
+    };
+    let offsets = |log: &Log| -> Vec<i64> { read_from(log, 0).iter().map(|r| r.0).collect() };
+    let holds = |log: &Log, offset: i64| offsets(log).contains(&offset);
+
+    // Cleaned before delete.retention.ms passed: the aborted and superseded records go, every
+    // marker stays. Cleaned again with larger segments, all of them merge into one copy, which
+    // lists both aborts (a copy carries the entries of every segment it replaces).
+    assert!(clean(&mut log));
+    assert!(!holds(&log, abort_7 - 1) && !holds(&log, commit_8 - 1) && !holds(&log, abort_10 - 1));
+    assert!(
+        holds(&log, commit_9 - 1),
+        "a committed record no later one supersedes stays"
+    );
+    dirty_fillers(&mut log, t, 2);
+    log.set_config(compacted(4096));
+    assert!(clean(&mut log));
+    assert_eq!(log.segment_count(), 2, "one copy and the active segment");
+    for marker in [abort_7, commit_8, commit_9, abort_10] {
+        assert!(
+            holds(&log, marker),
+            "marker {marker} stays before the delete horizon"
+        );
+    }
+    assert_eq!(aborted_listed(&log), [(7, abort_7), (10, abort_10)]);
+
+    // Past the delete horizon, the first cleaning still reads no batch of the transactions
+    // (they went in the last one) and removes the markers of 7, 8 and 10 with the entries;
+    // 9's marker stays with its record.
+    clock.advance(Duration::from_millis(2 * DAY_MS as u64));
+    dirty_fillers(&mut log, clock.now_ms(), 2);
+    assert!(clean(&mut log));
+    for marker in [abort_7, commit_8, abort_10] {
+        assert!(
+            !holds(&log, marker),
+            "marker {marker} removed: {:?}",
+            offsets(&log)
+        );
+    }
+    assert!(holds(&log, commit_9) && holds(&log, commit_9 - 1));
+    assert_eq!(aborted_listed(&log), []);
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+
+    // A restart reads the same log and lists no aborted transaction either.
+    let before = read_from(&log, 0);
+    drop(log);
+    let log = open(&storage, &clock, compacted(200));
+    assert_eq!(read_from(&log, 0), before);
+    assert_eq!(aborted_listed(&log), []);
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+}
+
+#[test]
+fn a_marker_stays_while_a_batch_of_its_transaction_does() {
+    let (_, clock, mut log) = small_segments_and_clock();
+    let t = clock.now_ms();
+    // Aborted in the same cleaning that first sees it past the delete horizon: the data goes,
+    // the marker waits for a cleaning that finds none of it (the copy with the data may yet be
+    // discarded while the one with the marker is swapped in).
+    let marker = aborted_transaction(&mut log, t, 1);
+    clock.advance(Duration::from_millis(2 * DAY_MS as u64));
+    assert!(clean(&mut log));
+    let offsets: Vec<i64> = read_from(&log, 0).iter().map(|r| r.0).collect();
+    assert!(
+        !offsets.contains(&0) && offsets.contains(&marker),
+        "{offsets:?}"
+    );
+    assert_eq!(aborted_listed(&log), [(7, marker)]);
+}
+
+#[test]
+fn a_crash_after_the_manifest_swaps_in_the_copys_aborted_transaction_index_too() {
+    let (storage, clock, mut log) = small_segments_and_clock();
+    let t = clock.now_ms();
+    let marker = aborted_transaction(&mut log, t, 0);
+    assert!(clean(&mut log));
+    assert_eq!(aborted_listed(&log), [(7, marker)]);
+    // The next cleaning, past the delete horizon, removes the marker; its swap is committed
+    // (the manifest written) but not done when the process dies.
+    clock.advance(Duration::from_millis(2 * DAY_MS as u64));
+    dirty_fillers(&mut log, clock.now_ms(), 2);
+    let plan = log.cleaning_plan(DECOMPRESSED_MAX).expect("a cleaning");
+    let cleaned = plan.clean(1 << 20, &mut |_| {}).expect("clean");
+    assert_eq!(cleaned.expect("cleaned").stats.markers_removed, 1);
+    // Below the recovery point: the indexes the open finds are trusted, not rebuilt.
+    log.checkpoint().write().expect("checkpoint");
+    drop(log);
+    let reopened = open(&storage, &clock, compacted(200));
+    let offsets: Vec<i64> = read_from(&reopened, 0).iter().map(|r| r.0).collect();
+    assert!(!offsets.contains(&marker), "{offsets:?}");
+    assert_eq!(
+        aborted_listed(&reopened),
+        [],
+        "the old index went with the marker"
     );
 }

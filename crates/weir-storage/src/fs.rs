@@ -25,7 +25,12 @@ impl StorageFile for FsFile {
     }
 
     fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
-        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        // Empty parts are skipped: a write of nothing would read as a device that took nothing.
+        let mut slices: Vec<IoSlice<'_>> = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| IoSlice::new(p))
+            .collect();
         let mut remaining: &mut [IoSlice<'_>] = &mut slices;
         // The file is opened with O_APPEND, so every write lands at the end.
         while !remaining.is_empty() {
@@ -176,6 +181,8 @@ mod tests {
         let file = FsStorage.open(&path, true).expect("open");
         file.append(&[b"ab", b"", b"cde"]).expect("append");
         file.append(&[b"f"]).expect("append");
+        file.append(&[b""]).expect("appending nothing is no error");
+        file.append(&[]).expect("appending nothing is no error");
         let mut buf = [0u8; 6];
         file.read_exact_at(&mut buf, 0).expect("read");
         assert_eq!(&buf, b"abcdef");
