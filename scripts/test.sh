@@ -14,7 +14,8 @@
 # On a fresh Debian machine it installs what it needs (kcat, python3-venv,
 # nodejs/npm, Debian's chromium for the console tests, a JDK and Maven when missing,
 # the Python venv in .venv, KafkaJS and playwright-core from compat/package-lock.json, the Kafka Java client, tools and Streams from compat/java/pom.xml
-# into .cache/kafka-jars, Apache Kafka's server (the differential suite's reference) into
+# into .cache/kafka-jars, Kafka Connect 4.3.1 (compat/connect/pom.xml) into .cache/connect-jars,
+# Apache Kafka's server (the differential suite's reference) into
 # .cache/kafka-reference-4.4.0, the franz-go program of compat/go (go.mod, go.sum) into
 # .cache/franz-go); when everything is already there it only checks.
 # Respects CARGO_TARGET_DIR.
@@ -198,25 +199,34 @@ if ! command -v mvn >/dev/null; then
   apt_install maven
 fi
 echo "java:   $(java -version 2>&1 | head -1)"
-KAFKA_JARS="$ROOT/.cache/kafka-jars"
-want="$(fingerprint compat/java/pom.xml)"
-if [[ "$(cat "$KAFKA_JARS/.compat-pom" 2>/dev/null || true)" != "$want" ]]; then
-  rm -rf "$KAFKA_JARS"
+
+# fetch_jars POM DIR PROPERTY: the jars POM names (and what they need at run time) into DIR
+# (passed to Maven as -DPROPERTY=DIR), again only when POM changed.
+fetch_jars() {
+  local pom="$1" dir="$2" property="$3" want mvn_log
+  want="$(fingerprint "$pom")"
+  if [[ "$(cat "$dir/.compat-pom" 2>/dev/null || true)" == "$want" ]]; then
+    echo "pom unchanged; already fetched"
+    return
+  fi
+  rm -rf "$dir"
   # Quiet unless it fails (Debian's Maven 3.8 prints stray colour codes even with -q -B).
   mvn_log="$(mktemp)"
-  if ! mvn -q -B -f compat/java/pom.xml dependency:copy-dependencies \
-      -Dkafka.jars="$KAFKA_JARS" >"$mvn_log" 2>&1; then
+  if ! mvn -q -B -f "$pom" dependency:copy-dependencies "-D$property=$dir" >"$mvn_log" 2>&1; then
     sed 's/\x1b\[[0-9;]*m//g' "$mvn_log" >&2
     rm -f "$mvn_log"
-    echo "could not fetch the jars named in compat/java/pom.xml from Maven Central (mvn output above)" >&2
+    echo "could not fetch the jars named in $pom from Maven Central (mvn output above)" >&2
     exit 1
   fi
   rm -f "$mvn_log"
-  echo "$want" > "$KAFKA_JARS/.compat-pom"
-  echo "fetched $(ls "$KAFKA_JARS" | grep -c '\.jar$') jars"
-else
-  echo "pom unchanged; already fetched"
-fi
+  echo "$want" > "$dir/.compat-pom"
+  echo "fetched $(ls "$dir" | grep -c '\.jar$') jars"
+}
+fetch_jars compat/java/pom.xml "$ROOT/.cache/kafka-jars" kafka.jars
+end
+
+begin "Kafka Connect 4.3.1 (compat/connect/pom.xml) into .cache/connect-jars"
+fetch_jars compat/connect/pom.xml "$ROOT/.cache/connect-jars" connect.jars
 end
 
 begin "Apache Kafka 4.4.0 server (the differential suite's reference) into .cache/kafka-reference-4.4.0"
