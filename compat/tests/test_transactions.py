@@ -725,10 +725,26 @@ def test_four_clients_read_the_same_committed_records(bootstrap, java):
         assert values == expected, isolation
 
 
+def run_read_process_write(client: str, java, bootstrap: str, source: str, sink: str, group: str,
+                           transactional_id: str, records: int) -> dict:
+    """The exactly-once loop of ``client`` over ``records`` input records: the Java client's
+    (a transaction every 5 records) or franz-go's GroupTransactSession (up to 20 records a
+    transaction, every third aborted on purpose); its JSON report."""
+    if client == "java":
+        return java.program("ReadProcessWrite", bootstrap, source, sink, group, transactional_id, records, 5,
+                            timeout=150)
+    proc = subprocess.run([str(build_franz_go()), "transact", bootstrap, source, sink, group, transactional_id,
+                           str(records)], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return json.loads(proc.stdout)
+
+
 @pytest.mark.parametrize("victim", ["group coordinator", "transaction coordinator", "partition leader"])
-def test_read_process_write_survives_a_node_kill(tmp_path, java, victim):
-    """The Java exactly-once loop on a three-node cluster, its group coordinated by another node
-    than its transactions (so the markers that settle its offsets travel between brokers), and
+@pytest.mark.parametrize("client", ["java", "franz-go"])
+def test_read_process_write_survives_a_node_kill(tmp_path, java, client, victim):
+    """The exactly-once loop of the Java client or of franz-go on a three-node cluster, its
+    group coordinated by another node than its transactions (so the markers that settle its
+    offsets travel between brokers), and
     one node killed with SIGKILL while it runs, then restarted: the group coordinator's (the
     next leader of the offsets partition loads the offsets of the open transaction from the
     replicated log and settles them with its markers), the transaction coordinator's (the next
@@ -764,8 +780,8 @@ def test_read_process_write_survives_a_node_kill(tmp_path, java, victim):
                        "partition leader": ({1, 2, 3} - {group_node, cluster.node_at(txn_node)}).pop()}[victim]
 
         with ThreadPoolExecutor(1) as pool:
-            run = pool.submit(java.program, "ReadProcessWrite", bootstrap, source, sink, group, transactional_id,
-                              records, 5, timeout=150)
+            run = pool.submit(run_read_process_write, client, java, bootstrap, source, sink, group,
+                              transactional_id, records)
             deadline = Deadline(60)
             while committed_so_far(bootstrap, group, source, 3) < records // 5:
                 assert not run.done(), run.result()
