@@ -155,13 +155,14 @@ impl Transactions {
         false
     }
 
-    /// The entries of the abort markers in `[from, until)` that were not removed.
+    /// The entries of the abort markers in `[from, until)` that were not removed (found by
+    /// bisection: the entries are in marker order, and every group asks for its own range).
     fn kept_entries(&self, from: i64, until: i64, removed: &HashSet<i64>) -> Vec<AbortedTxn> {
-        self.aborted
+        let start = self.aborted.partition_point(|txn| txn.last_offset < from);
+        let end = self.aborted.partition_point(|txn| txn.last_offset < until);
+        self.aborted[start..end.max(start)]
             .iter()
-            .filter(|txn| {
-                (from..until).contains(&txn.last_offset) && !removed.contains(&txn.last_offset)
-            })
+            .filter(|txn| !removed.contains(&txn.last_offset))
             .copied()
             .collect()
     }
