@@ -107,7 +107,7 @@ for shared in (REPO_ROOT / "compat" / "tests", REPO_ROOT / "compat" / "faults"):
 import weir_netns  # noqa: E402
 import txn  # noqa: E402
 from hostile import Hostile, fenced_while_alive, server_logs, topic_id_bytes  # noqa: E402
-from weir_cluster import Deadline, DevCluster, NamespacedCluster, free_base_port  # noqa: E402
+from weir_cluster import Deadline, DevCluster, NamespacedCluster, coordinator_partition, free_base_port  # noqa: E402
 
 NODES = 3
 PARTITIONS = 3
@@ -206,17 +206,6 @@ def parse_value(value: bytes | None):
 
 
 TRANSACTION_STATE = "__transaction_state"
-
-
-def coordinator_partition(key: str, partitions: int) -> int:
-    """The partition of an internal topic that coordinates ``key`` (a transactional id, a
-    group), as Kafka places it: ``abs(key.hashCode()) % partitions`` with Java's hash over
-    UTF-16 code units."""
-    data = key.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (h * 31 + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % max(partitions, 1)
 
 
 def short(value) -> str:

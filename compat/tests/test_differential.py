@@ -8,6 +8,8 @@ that the comparison replaces by ``<run>``), through a real client:
 
 - librdkafka's AdminClient (confluent-kafka): CreateTopics refusals, DescribeConfigs of a new
   topic, and ListGroups/DescribeGroups of a group that committed an offset;
+- librdkafka's transactional producer writing committed, aborted and fenced transactions, and
+  librdkafka's and kafka-python's consumers reading them back both ways;
 - kafka-python's KafkaAdminClient: DescribeConfigs, CreateTopics with validate_only, ListGroups;
 - Kafka's own kafka-configs tool (ConfigCommand of kafka-tools): ``--describe --all`` of a
   topic and of the broker, and ``--alter --entity-default`` of a broker default;
@@ -31,7 +33,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, ResourceType
 
 from clients import Rec, admin, committed, create_topic, describe_group, drop_admin_client, produce_confluent
@@ -39,6 +41,7 @@ from clients import wait_for_partitions
 from harness import REPO_ROOT, Deadline, wait_until, weir_binary
 from kafka_reference import KafkaReference
 from test_java import JARS_DIR, JVM_FLAGS
+from test_transactions import commit_abort_commit, kafka_python_rows, librdkafka_rows
 
 DIFF_TIMEOUT_S = 600
 CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
@@ -289,6 +292,56 @@ def test_librdkafka_lists_and_describes_a_simple_group(brokers):
             "committed": committed(bootstrap, group, topic, [0]),
         }
     assert_same(flat_diff(seen["kafka"], seen["weir"]), "a simple group through librdkafka's admin client")
+
+
+# ---------------------------------------------------------------------------------
+# librdkafka and kafka-python: a topic holding transactions, read both ways
+# ---------------------------------------------------------------------------------
+
+def write_transactions(bootstrap: str, topic: str, transactional_id: str) -> None:
+    """On a three-partition ``topic``: plain records, then a librdkafka transactional producer's
+    committed, aborted, committed transactions over every partition, a second producer of the
+    same id fencing the first with a transaction open (the fence aborts it), then plain records."""
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        plain.produce(topic, value=f"p{i}".encode(), partition=i % 3)
+    plain.flush(30)
+    first = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    first.init_transactions(60)
+    commit_abort_commit(first, topic, "t", 4)
+    first.begin_transaction()
+    first.produce(topic, value=b"fenced", partition=0)
+    first.flush(30)
+    second = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    second.init_transactions(60)
+    second.begin_transaction()
+    second.produce(topic, value=b"successor", partition=1)
+    second.commit_transaction(30)
+    for i in range(3, 6):
+        plain.produce(topic, value=f"p{i}".encode(), partition=i % 3)
+    plain.flush(30)
+
+
+def test_transactions_read_the_same(brokers):
+    """librdkafka writes plain records and committed, aborted and fenced transactions to both
+    brokers; librdkafka and kafka-python consumers then read the same records at the same
+    offsets from each, read_committed and read_uncommitted (the markers take the same offsets)."""
+    run = Run()
+    topic = run.name("txn-read")
+    seen = {}
+    for broker, bootstrap in brokers.items():
+        create_topic(bootstrap, topic, partitions=3)
+        write_transactions(bootstrap, topic, run.name("txn-writer"))
+        seen[broker] = {
+            (client, isolation): read(bootstrap, topic, 3, isolation)
+            for client, read in (("librdkafka", librdkafka_rows), ("kafka-python", kafka_python_rows))
+            for isolation in ("read_committed", "read_uncommitted")
+        }
+    for key in seen["kafka"]:
+        assert seen["weir"][key] == seen["kafka"][key], f"{key}: kafka {seen['kafka'][key]}, weir {seen['weir'][key]}"
+    committed = sorted(v for _, _, v in seen["kafka"][("librdkafka", "read_committed")])
+    assert committed == sorted([f"p{i}" for i in range(6)] + [f"t{t}-{r}" for t in (0, 2) for r in range(4)]
+                               + ["successor"])
 
 
 # ---------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from clients import (
     unique_topic,
 )
 from harness import Deadline, wait_until
+from weir_cluster import coordinator_partition
 
 COMPAT_DIR = Path(__file__).resolve().parents[1]
 GROUP_CONSUMER = Path(__file__).resolve().with_name("group_consumer.py")
@@ -738,15 +739,6 @@ def nbytes(b: bytes | None) -> bytes:
     return wire.int32(-1) if b is None else wire.int32(len(b)) + b
 
 
-def java_partition_for(group: str, partitions: int) -> int:
-    """Kafka's placement of a group: abs(String.hashCode) % partitions (UTF-16 code units)."""
-    units = group.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
-
-
 def subscription(topic: str) -> bytes:
     """ConsumerProtocolSubscription v0."""
     return wire.int16(0) + wire.int32(1) + wire.string(topic) + nbytes(None)
@@ -963,7 +955,7 @@ def test_bad_group_requests_get_kafka_errors_and_change_nothing(fast):
         assert raw.describe_v5(unknown) == {
             "error": NONE, "group": unknown, "state": "Dead", "protocol_type": "", "protocol": "", "members": []}
 
-        offsets_partition = java_partition_for(group, OFFSETS_TOPIC_PARTITIONS)
+        offsets_partition = coordinator_partition(group, OFFSETS_TOPIC_PARTITIONS)
         offsets_end = high_watermarks(bootstrap, OFFSETS_TOPIC, [offsets_partition])
         assert offsets_end[offsets_partition] > 0, "the group's commits are not on its partition of __consumer_offsets"
         batch = wire.record_batch([(b"k", b"forged offset commit")], base_timestamp=1_700_000_000_000)

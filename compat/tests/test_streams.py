@@ -1,8 +1,8 @@
 """Kafka Streams with processing.guarantee=exactly_once_v2: a word count (a repartition topic,
 a changelog topic, output through transactions that also commit the consumed offsets). Every
 word's counts reach the output exactly once, in order, also when the application is killed
-with SIGKILL mid-stream and started again, and on three nodes when the node of its transaction
-coordinator or of a partition leader is killed; Streams trims its repartition topic with
+with SIGKILL mid-stream and started again, and on three nodes when the application, the node
+of its transaction coordinator or of a partition leader is killed; Streams trims its repartition topic with
 DeleteRecords as it goes.
 """
 
@@ -171,14 +171,16 @@ def streams_transactional_id(bootstrap: str, application: str) -> str:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("victim", ["transaction coordinator", "partition leader"])
-def test_word_count_on_three_nodes_is_exactly_once_through_a_node_kill(tmp_path, java, victim):
+@pytest.mark.parametrize("victim", ["transaction coordinator", "partition leader", "application instance"])
+def test_word_count_on_three_nodes_is_exactly_once_through_a_kill(tmp_path, java, victim):
     """The word count on a three-node cluster (every topic three partitions, three replicas),
-    input fed at a steady rate, and one node killed with SIGKILL while the application runs,
-    restarted 2 s later: the node of the application's transaction coordinator (the next
-    leader of its `__transaction_state` partition takes the open transaction over), or a node
-    that coordinates neither its transactions nor its group and so only leads partitions of the
-    input, the output and Streams' internal topics. Each word's counts are exactly 1, 2, ...,
+    input fed at a steady rate, and one process killed with SIGKILL while the application runs:
+    the node of the application's transaction coordinator (the next leader of its
+    `__transaction_state` partition takes the open transaction over), or a node that
+    coordinates neither its transactions nor its group and so only leads partitions of the
+    input, the output and Streams' internal topics, either restarted 2 s later; or the
+    application itself, started again on its state directory (its new producer fences the
+    dead one's and aborts its open transaction). Each word's counts are exactly 1, 2, ...,
     its total; the changelog and repartition topics are the ones Streams created, with the
     configs it asked for."""
     partitions = 3
@@ -214,10 +216,16 @@ def test_word_count_on_three_nodes_is_exactly_once_through_a_node_kill(tmp_path,
         feeding.start()
         try:
             time.sleep(0.5)
-            cluster.kill_node(victim_node)
-            assert feeding.is_alive(), "the kill must land while input arrives"
-            time.sleep(2)
-            cluster.restart_node(victim_node)
+            if victim == "application instance":
+                app.stop(signal.SIGKILL)
+                assert feeding.is_alive(), "the kill must land while input arrives"
+                app = WordCount(java, bootstrap, source, sink, application, tmp_path / "state", 3)
+                app.wait_running(120)
+            else:
+                cluster.kill_node(victim_node)
+                assert feeding.is_alive(), "the kill must land while input arrives"
+                time.sleep(2)
+                cluster.restart_node(victim_node)
         finally:
             feeding.join(120)
         assert app.proc.poll() is None, "the application died:\n" + "".join(app.stderr)

@@ -676,6 +676,20 @@ def librdkafka_rows(bootstrap: str, topic: str, partitions: int, isolation: str)
         consumer.close()
 
 
+def commit_abort_commit(producer: Producer, topic: str, prefix: str, records: int) -> None:
+    """Three transactions of ``producer`` (initialised), each of ``records`` values
+    ``{prefix}{t}-{r}`` spread over three partitions: committed, aborted, committed."""
+    for t, commit in enumerate([True, False, True]):
+        producer.begin_transaction()
+        for r in range(records):
+            producer.produce(topic, value=f"{prefix}{t}-{r}".encode(), partition=r % 3)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+
+
 def test_four_clients_read_the_same_committed_records(bootstrap, java):
     """A three-partition topic holding plain records, the Java client's committed, aborted and
     fenced transactions and librdkafka's committed and aborted ones: librdkafka, the Java
@@ -690,15 +704,7 @@ def test_four_clients_read_the_same_committed_records(bootstrap, java):
     java.program("TransactionalProduce", bootstrap, topic, unique_id("txn-agree-java"), 3, 2, 4)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_id("txn-agree-rdk")})
     producer.init_transactions(30)
-    for t, commit in enumerate([True, False, True]):
-        producer.begin_transaction()
-        for r in range(6):
-            producer.produce(topic, value=f"r{t}-{r}".encode(), partition=r % 3)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.flush(30)
-            producer.abort_transaction(30)
+    commit_abort_commit(producer, topic, "r", 6)
     for i in range(6, 9):
         plain.produce(topic, value=f"p{i}".encode(), partition=i % 3)
     plain.flush(30)

@@ -82,6 +82,18 @@ def free_base_port(nodes: int = NODES, host: str = "127.0.0.1") -> int:
     raise ClusterError("no free port range for the cluster")
 
 
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The partition of an internal topic that coordinates ``key`` (a group, a transactional
+    id), as Kafka places it: ``abs(key.hashCode()) % partitions``, with Java's hash over UTF-16
+    code units and Kafka's ``Utils.abs`` (the absolute value; 0 for the smallest int)."""
+    data = key.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (h * 31 + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % max(partitions, 1)
+
+
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` is a live (not zombie) process."""
     try:

@@ -144,13 +144,14 @@ pub trait CoordinatorLog: Send + Sync + 'static {
 
 /// Kafka's placement of a key (a group id, a transactional id) on its internal topic:
 /// `abs(key.hashCode()) % partitions`, with Java's `String.hashCode` over UTF-16 code units
-/// and Kafka's `Utils.abs` (`& 0x7fffffff`).
+/// and Kafka's `Utils.abs`: the absolute value, 0 for `i32::MIN` (not the partitioner's
+/// `& 0x7fffffff`, which differs for every negative hash).
 pub fn partition_for(key: &str, partitions: i32) -> i32 {
     let mut hash: i32 = 0;
     for unit in key.encode_utf16() {
         hash = hash.wrapping_mul(31).wrapping_add(i32::from(unit));
     }
-    (hash & 0x7fff_ffff) % partitions.max(1)
+    hash.checked_abs().unwrap_or(0) % partitions.max(1)
 }
 
 /// The state of one partition of an internal topic.

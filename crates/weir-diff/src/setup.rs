@@ -326,7 +326,9 @@ pub fn fetch_request(topic: TopicName, partition: i32, offset: i64) -> FetchRequ
 }
 
 /// What a client reads from a record set: per batch its base offset, timestamp type and
-/// compression, per record its offset, timestamp, key and value.
+/// compression, per record its offset, timestamp, key and value; a transactional batch's
+/// records say so with the producer epoch, and a transaction marker is shown by its type and
+/// epoch (its timestamp and coordinator epoch are each broker's own).
 pub fn describe_records(records: Option<&Bytes>) -> String {
     let Some(records) = records else {
         return "null".into();
@@ -350,15 +352,28 @@ pub fn describe_records(records: Option<&Bytes>) -> String {
         } else {
             "Creation"
         };
+        let epoch = header.producer_epoch;
         let walked = each_record::<true, false, _>(batch, &header, 1 << 30, &mut |record| {
+            let offset = header.base_offset + i64::from(record.index);
+            if header.is_control() {
+                out.push(format!(
+                    "offset {offset} {} marker, epoch {epoch}",
+                    marker_type(record.key)
+                ));
+                return Ok(ControlFlow::Continue(()));
+            }
+            let transactional = if header.is_transactional() {
+                format!(" in a transaction, epoch {epoch}")
+            } else {
+                String::new()
+            };
             let timestamp = if header.is_log_append_time() {
                 "<append time>".to_string()
             } else {
                 record.timestamp.to_string()
             };
             out.push(format!(
-                "offset {} {time_type} ts {timestamp} {codec} key {:?} value {:?} ({:?})",
-                header.base_offset + i64::from(record.index),
+                "offset {offset} {time_type} ts {timestamp} {codec} key {:?} value {:?} ({:?}){transactional}",
                 record.key.map(String::from_utf8_lossy),
                 record.value.map(String::from_utf8_lossy),
                 record.headers().count(),
@@ -374,5 +389,14 @@ pub fn describe_records(records: Option<&Bytes>) -> String {
         "no records".into()
     } else {
         out.join("\n")
+    }
+}
+
+/// The type a transaction marker's key names (version and type, two big-endian i16s).
+fn marker_type(key: Option<&[u8]>) -> String {
+    match key {
+        Some([_, _, 0, 0]) => "ABORT".into(),
+        Some([_, _, 0, 1]) => "COMMIT".into(),
+        other => format!("unknown control record (key {other:?})"),
     }
 }

@@ -45,6 +45,10 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMetadata>,
     /// Broker clock time of the last append, for `producer.id.expiration.ms`.
     pub last_append_ms: i64,
+    /// The largest timestamp of its last batch or marker, as stored (Kafka's `lastTimestamp`,
+    /// which DescribeProducers reports), or -1.
+    #[serde(default = "no_timestamp")]
+    pub last_timestamp: i64,
     /// The first offset of its transaction open on this partition.
     #[serde(default)]
     pub ongoing_first_offset: Option<i64>,
@@ -60,6 +64,11 @@ fn no_coordinator_epoch() -> i32 {
     -1
 }
 
+/// The last timestamp of a producer loaded from a snapshot that did not keep it.
+fn no_timestamp() -> i64 {
+    -1
+}
+
 /// A producer as the partition knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveProducer {
@@ -69,8 +78,8 @@ pub struct ActiveProducer {
     pub epoch: i16,
     /// The sequence of its last record here, or -1.
     pub last_sequence: i32,
-    /// Broker time of its last append here.
-    pub last_append_ms: i64,
+    /// The largest timestamp of its last batch or marker here, or -1.
+    pub last_timestamp: i64,
     /// The first offset of its transaction open here.
     pub ongoing_first_offset: Option<i64>,
     /// The epoch of the coordinator that wrote its last marker here, or -1.
@@ -378,6 +387,7 @@ impl ProducerStateTable {
                 epoch: header.producer_epoch,
                 batches: VecDeque::with_capacity(BATCHES_REMEMBERED),
                 last_append_ms: now_ms,
+                last_timestamp: no_timestamp(),
                 ongoing_first_offset: None,
                 coordinator_epoch: no_coordinator_epoch(),
             });
@@ -417,6 +427,7 @@ impl ProducerStateTable {
                 last_offset: header.last_offset(),
             });
         }
+        entry.last_timestamp = header.max_timestamp;
         entry.last_append_ms = entry.last_append_ms.max(now_ms);
         self.by_age
             .insert((entry.last_append_ms, header.producer_id));
@@ -455,7 +466,7 @@ impl ProducerStateTable {
                 producer_id: *id,
                 epoch: entry.epoch,
                 last_sequence: entry.batches.back().map_or(-1, |b| b.last_sequence),
-                last_append_ms: entry.last_append_ms,
+                last_timestamp: entry.last_timestamp,
                 ongoing_first_offset: entry.ongoing_first_offset,
                 coordinator_epoch: entry.coordinator_epoch,
             })
@@ -551,6 +562,28 @@ mod tests {
             table.check(&header(7, 0, 3, 1, 4)),
             SequenceCheck::StaleEpoch
         );
+    }
+
+    #[test]
+    fn last_timestamp_is_the_batch_time_and_expiry_the_broker_clock() {
+        let mut table = ProducerStateTable::default();
+        let mut first = header(3, 0, 0, 1, 0);
+        first.max_timestamp = 1_000;
+        table.record(&first, None, 50_000, 10);
+        let [producer] = table.active()[..] else {
+            panic!("one producer")
+        };
+        assert_eq!(
+            (producer.last_timestamp, producer.last_sequence),
+            (1_000, 0)
+        );
+        // A batch stamped long ago does not expire it: the broker's clock does.
+        assert_eq!(table.expire(50_005, 10), 0);
+        let mut later = header(3, 0, 1, 1, 1);
+        later.max_timestamp = 900;
+        table.record(&later, None, 50_010, 10);
+        assert_eq!(table.active()[0].last_timestamp, 900);
+        assert_eq!(table.expire(50_021, 10), 1);
     }
 
     #[test]

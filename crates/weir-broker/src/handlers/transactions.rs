@@ -377,11 +377,8 @@ pub fn describe(
         .transactional_ids
         .into_iter()
         .map(|transactional_id| {
+            // An id refused is answered with its error and zeros, as Kafka answers it.
             let mut described = DescribedTransaction::default();
-            described.transaction_state = str_bytes("");
-            described.transaction_start_time_ms = -1;
-            described.producer_id = ProducerId(-1);
-            described.producer_epoch = -1;
             match broker.transactions.describe(transactional_id.as_str()) {
                 Ok(Some(txn)) => {
                     described.transaction_state = str_bytes(txn.state.name());
@@ -413,7 +410,7 @@ pub fn describe(
 }
 
 /// ListTransactions: the transactional ids this broker coordinates, filtered by state, producer
-/// id, how long their transaction has run (v1) and a pattern over the id (v2, a regular
+/// id, how long their transaction has run (v1: longer than the filter) and a pattern over the id (v2, a regular
 /// expression that must match the whole id, as Java's `matches`).
 pub fn list(
     broker: &Broker,
@@ -449,7 +446,7 @@ pub fn list(
         _ => None,
     };
     let now_ms = broker.partitions.clock().now_ms();
-    let running_at_least =
+    let running_longer_than =
         (version >= 1 && request.duration_filter >= 0).then_some(request.duration_filter);
     response.transaction_states = broker
         .transactions
@@ -462,10 +459,11 @@ pub fn list(
                     .producer_id_filters
                     .contains(&ProducerId(txn.producer_id))
         })
+        // As Kafka filters: an id with no transaction begun (start -1) counts as running
+        // since ever.
         .filter(|txn| {
-            running_at_least.is_none_or(|duration| {
-                txn.start_ms >= 0 && now_ms.saturating_sub(txn.start_ms) >= duration
-            })
+            running_longer_than
+                .is_none_or(|duration| now_ms.saturating_sub(txn.start_ms) > duration)
         })
         .filter(|txn| {
             pattern
@@ -513,7 +511,7 @@ pub fn describe_producers(
                                     state.producer_id = ProducerId(producer.producer_id);
                                     state.producer_epoch = i32::from(producer.epoch);
                                     state.last_sequence = producer.last_sequence;
-                                    state.last_timestamp = producer.last_append_ms;
+                                    state.last_timestamp = producer.last_timestamp;
                                     state.coordinator_epoch = producer.coordinator_epoch;
                                     state.current_txn_start_offset =
                                         producer.ongoing_first_offset.unwrap_or(-1);

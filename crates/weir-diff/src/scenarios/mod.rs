@@ -15,6 +15,7 @@ mod groups;
 mod offsets;
 mod produce_fetch;
 mod topics;
+mod transactions;
 
 /// What the runner expects of a scenario's two transcripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +68,7 @@ pub fn all() -> Vec<Scenario> {
         configs::scenarios(),
         produce_fetch::scenarios(),
         offsets::scenarios(),
+        transactions::scenarios(),
         groups::scenarios(),
         consumer_groups::scenarios(),
     ]
