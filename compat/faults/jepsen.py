@@ -45,7 +45,7 @@ The checker compares that final log with the history of the run:
   flushed, the consumer caught up).
 
 With ``--workload txn`` the clients are transactional instead (``txn.py``): two writers
-committing and aborting transactions over the partitions, a read-process-write processor
+(librdkafka, and franz-go in a process of its own) committing and aborting transactions over the partitions, a read-process-write processor
 copying the topic to ``TOPIC-out`` with its offsets in each transaction, and the group consumer
 reading read_committed; the nemesis may also kill -9 the node coordinating one of their
 transactional ids (``kill-txn-coordinator``). Its checker (``txn.check``) finds aborted and
@@ -728,11 +728,9 @@ def group_offsets(bootstrap: str, topic: str, group: str, timeout: float = 60) -
 
 
 class TxnWorkload:
-    """The transactional workload (``txn.py``): two ``TxnWriter``s on the run's topic, a
+    """The transactional workload (``txn.py``): a ``TxnWriter`` and a ``FranzTxnWriter`` on the run's topic, a
     ``Processor`` copying it to ``TOPIC-out`` and the group consumer reading it
     read_committed. ``finish`` ends them once the cluster healed and checks the run."""
-
-    WRITERS = 2
 
     def __init__(self, bootstrap: str, admin: Admin, topic: str, group: str, seed: int, history: History, logger: logging.Logger):
         self.bootstrap = bootstrap
@@ -746,8 +744,10 @@ class TxnWorkload:
         full, state = admin.wait_full_isr(self.sink, 60)
         if not full:
             raise RuntimeError(f"the output topic's ISRs never filled: {state}")
+        # One writer of each client: librdkafka in this process, franz-go in a process of its own.
         self.writers = [
-            txn.TxnWriter(i, bootstrap, topic, PARTITIONS, random.Random(seed * 7907 + i), history, logger) for i in range(self.WRITERS)
+            txn.TxnWriter(0, bootstrap, topic, PARTITIONS, random.Random(seed * 7907), history, logger),
+            txn.FranzTxnWriter(1, bootstrap, topic, PARTITIONS, seed * 7907 + 1, txn.franz_go_binary(), history, logger),
         ]
         # Every processor the run had, the one at work last; one stuck in the client is replaced.
         self.processors = [
@@ -861,6 +861,7 @@ class TxnWorkload:
             acked=sum(len(t.values) for t in transactions if t.outcome == "committed"),
             read=len(reader.reads),
             transactions=dict(outcomes),
+            transactions_by_writer={w.name: dict(Counter(t.outcome for t in w.transactions)) for w in self.writers},
             processed_batches={
                 outcome: sum(getattr(p, f"{outcome}_batches") for p in self.processors) for outcome in ("committed", "aborted", "unknown")
             },

@@ -3,7 +3,8 @@ manner of Jepsen's Kafka test.
 
 Clients, while the nemesis hurts the cluster:
 
-* ``TxnWriter``: transactional producers (librdkafka, ``transactional.id`` of their own), each
+* ``TxnWriter``: transactional producers (librdkafka, ``transactional.id`` of their own; and
+  ``FranzTxnWriter``, the same in franz-go, a process of its own), each
   running transactions one after another of 1-6 records ``t{writer}-{txn}-{k}`` to random
   partitions of the input topic, committing four in five and aborting the rest. Every outcome
   is kept: committed (``commit_transaction`` returned), aborted (``abort_transaction``
@@ -44,12 +45,15 @@ one, which ``reordered`` checks).
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import subprocess
 import threading
 import time
 import traceback
 from collections import Counter, defaultdict
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -253,6 +257,88 @@ class TxnWriter(_Transactional):
                     producer.flush(0 if self.abort.is_set() else 30)
                 except KafkaException as exc:
                     self.history.record("txn-flush-failed", client=self.name, error=str(exc))
+
+
+FRANZ_GO_INSTALL = Path(__file__).resolve().parents[1] / "go" / "install.sh"
+
+
+def franz_go_binary() -> str:
+    """The franz-go program of compat/go, built by its install.sh (a no-op when current)."""
+    proc = subprocess.run(["bash", str(FRANZ_GO_INSTALL)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{FRANZ_GO_INSTALL} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr[-4000:]}")
+    return str(FRANZ_GO_INSTALL.parents[2] / ".cache" / "franz-go" / "weir-franz-go")
+
+
+class FranzTxnWriter(threading.Thread):
+    """A ``TxnWriter`` in franz-go: ``weir-franz-go txn-writer`` (compat/go/txn_writer.go), a
+    process of its own running the same transactions with the same bounds and reporting each
+    as a JSON line. A transaction it began and never reported the end of (the process died)
+    is unknown."""
+
+    def __init__(self, index: int, bootstrap: str, topic: str, partitions: int, seed: int, binary: str, history, logger: logging.Logger):
+        super().__init__(name=f"txn-writer-{index}", daemon=True)
+        self.index = index
+        self.transactional_id = f"{topic}-writer-{index}"
+        self.argv = [binary, "txn-writer", bootstrap, topic, str(partitions), self.transactional_id, str(index), str(seed)]
+        self.history = history
+        self.logger = logger
+        self.transactions: list[Transaction] = []
+        self.errors = Counter()
+        self.replaced = 0
+        self.stop_event = threading.Event()
+        self.abort = threading.Event()  # stop at once
+        self.failure: str | None = None
+
+    def _stop_when_asked(self, proc: subprocess.Popen):
+        while not (self.stop_event.wait(0.2) or self.abort.is_set()):
+            pass
+        if self.abort.is_set():
+            proc.kill()
+            return
+        try:
+            proc.stdin.write("stop\n")
+            proc.stdin.close()
+        except OSError:  # it has ended
+            pass
+
+    def _log(self, stream):
+        for line in stream:
+            self.logger.info("%s: %s", self.name, line.rstrip())
+
+    def _event(self, event: dict, by_number: dict[int, Transaction]):
+        if "begin" in event:
+            txn = Transaction(self.index, event["begin"], event["partitions"])
+            txn.outcome = "unknown"  # until it reports the end
+            by_number[txn.number] = txn
+            self.transactions.append(txn)
+        elif "txn" in event:
+            txn = by_number[event["txn"]]
+            txn.outcome = event["outcome"]
+            txn.delivered = {v.encode(): tuple(po) for v, po in event["delivered"].items()}
+            self.history.record("txn", **txn.summary(), delivered=event["delivered"])
+        elif "reason" in event:
+            self.replaced = event["replaced"]
+            self.errors.update([event["reason"].split(": ", 1)[-1][:80]])
+            self.history.record("txn-producer-replaced", client=self.name, reason=event["reason"])
+
+    def run(self):
+        try:
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except OSError:
+            self.failure = traceback.format_exc()
+            return
+        threading.Thread(target=self._stop_when_asked, args=(proc,), daemon=True).start()
+        threading.Thread(target=self._log, args=(proc.stderr,), daemon=True).start()
+        by_number: dict[int, Transaction] = {}
+        try:
+            for line in proc.stdout:
+                self._event(json.loads(line), by_number)
+            if proc.wait() != 0 and not self.abort.is_set():
+                self.failure = f"{' '.join(self.argv)} exited {proc.returncode} (its log is in the harness log)"
+        except Exception:  # noqa: BLE001 - reported as a harness failure
+            self.failure = traceback.format_exc()
+            proc.kill()
 
 
 class Processor(_Transactional):

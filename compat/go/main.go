@@ -12,6 +12,8 @@
 //	weir-franz-go group-consume BOOTSTRAP TOPIC GROUP CLIENT_ID
 //	weir-franz-go admin         BOOTSTRAP GROUP TOPIC
 //	weir-franz-go transact      BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID COUNT
+//	weir-franz-go txn-writer    BOOTSTRAP TOPIC PARTITIONS TRANSACTIONAL_ID WRITER SEED
+//	                            (the fault harness's transactional writer: txn_writer.go)
 //
 // transact is a GroupTransactSession read-process-write loop: it consumes SOURCE
 // (read_committed) in GROUP and, in one transaction per poll of at most 20 records, produces "out-"+value of each
@@ -46,7 +48,7 @@ const timeout = 90 * time.Second
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: weir-franz-go produce|consume|group-consume|admin|transact ARGS...")
+		fail("usage: weir-franz-go produce|consume|group-consume|admin|transact|txn-writer ARGS...")
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	var err error
@@ -63,6 +65,8 @@ func main() {
 		err = admin(args[0], args[1], args[2])
 	case cmd == "transact" && len(args) == 6:
 		err = transact(args[0], args[1], args[2], args[3], args[4], args[5])
+	case cmd == "txn-writer" && len(args) == 6:
+		err = txnWriter(args[0], args[1], args[2], args[3], args[4], args[5])
 	default:
 		fail(fmt.Sprintf("bad arguments for %q: %q", cmd, args))
 	}

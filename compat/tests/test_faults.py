@@ -91,6 +91,8 @@ def test_a_short_transactional_fault_run_has_no_anomalies(tmp_path):
     first = result["nemesis"][0] if result["nemesis"] else {}
     assert first.get("action") == "kill-txn-coordinator" and "coordinator_unknown" not in first, first
     assert result["transactions"].get("committed", 0) > 0 and result["transactions"].get("aborted", 0) > 0, result["transactions"]
+    for writer, outcomes in result["transactions_by_writer"].items():  # librdkafka's and franz-go's
+        assert outcomes.get("committed", 0) > 0 and outcomes.get("aborted", 0) > 0, (writer, outcomes)
     assert result["processed_batches"]["committed"] > 0, result["processed_batches"]
     assert not result["anomalies"], f"{line}\nhistory and server logs in {tmp_path / 'run-0'}"
 
