@@ -33,8 +33,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, ResourceType
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, OffsetSpec, ResourceType
 
 from clients import Rec, admin, committed, create_topic, describe_group, drop_admin_client, produce_confluent
 from clients import wait_for_partitions
@@ -298,6 +298,18 @@ def test_librdkafka_lists_and_describes_a_simple_group(brokers):
 # librdkafka and kafka-python: a topic holding transactions, read both ways
 # ---------------------------------------------------------------------------------
 
+def wait_transactions_complete(bootstrap: str, topic: str, partitions: int) -> None:
+    """Waits (30 s at most) until no transaction is open on ``topic``: the last stable offset
+    of every partition is its high watermark (ListOffsets read_committed and read_uncommitted)."""
+    def latest(isolation: IsolationLevel) -> dict[int, int]:
+        specs = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+        answers = admin(bootstrap).list_offsets(specs, isolation_level=isolation, request_timeout=20)
+        return {tp.partition: future.result(timeout=30).offset for tp, future in answers.items()}
+
+    wait_until(lambda: latest(IsolationLevel.READ_COMMITTED) == latest(IsolationLevel.READ_UNCOMMITTED), 30, 0.05,
+               f"{topic}: transactions complete")
+
+
 def write_transactions(bootstrap: str, topic: str, transactional_id: str) -> None:
     """On a three-partition ``topic``: plain records, then a librdkafka transactional producer's
     committed, aborted, committed transactions over every partition, a second producer of the
@@ -317,6 +329,8 @@ def write_transactions(bootstrap: str, topic: str, transactional_id: str) -> Non
     second.begin_transaction()
     second.produce(topic, value=b"successor", partition=1)
     second.commit_transaction(30)
+    # Both brokers write a commit's markers after answering it: the plain records go after them.
+    wait_transactions_complete(bootstrap, topic, 3)
     for i in range(3, 6):
         plain.produce(topic, value=f"p{i}".encode(), partition=i % 3)
     plain.flush(30)
