@@ -16,7 +16,6 @@ use weir_metadata::{
 use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
-use crate::endpoints::CLIENT_LISTENER;
 use crate::fetch_session::FetchSessions;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
@@ -35,6 +34,9 @@ const METADATA_APPLY_WAIT_MS: u64 = 30_000;
 /// How often partitions that could not open (no space, no file descriptors) are tried again.
 const PENDING_OPEN_RETRY_MS: u64 = 5_000;
 
+/// Kafka's name of the listener a broker has by default.
+pub const PLAINTEXT_LISTENER: &str = "PLAINTEXT";
+
 /// Identity of this broker as clients see it.
 #[derive(Debug, Clone)]
 pub struct BrokerIdentity {
@@ -42,10 +44,28 @@ pub struct BrokerIdentity {
     pub node_id: i32,
     /// The cluster id written at first start.
     pub cluster_id: String,
-    /// Host clients are told to connect to.
-    pub advertised_host: String,
-    /// Port clients are told to connect to.
-    pub advertised_port: u16,
+    /// The Kafka listeners as clients are told to reach them (advertised), registered with
+    /// the controller under their names.
+    pub listeners: Vec<BrokerListener>,
+    /// The listener of the other brokers this one connects to (`inter.broker.listener.name`).
+    pub inter_broker_listener: String,
+}
+
+impl BrokerIdentity {
+    /// A broker with one PLAINTEXT listener, advertised as `host:port`, which the other
+    /// brokers reach it on too.
+    pub fn plaintext(node_id: i32, cluster_id: &str, host: &str, port: u16) -> BrokerIdentity {
+        BrokerIdentity {
+            node_id,
+            cluster_id: cluster_id.to_string(),
+            listeners: vec![BrokerListener {
+                name: PLAINTEXT_LISTENER.to_string(),
+                host: host.to_string(),
+                port,
+            }],
+            inter_broker_listener: PLAINTEXT_LISTENER.to_string(),
+        }
+    }
 }
 
 /// Producer ids reserved from the controller and not yet handed out.
@@ -117,6 +137,7 @@ impl Broker {
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Broker> {
         let identity_node_id = identity.node_id;
+        let inter_broker_listener = identity.inter_broker_listener.clone();
         let images = controller.images();
         let image = images.borrow().clone();
         partitions.sync(&image);
@@ -170,7 +191,11 @@ impl Broker {
             request_memory,
             compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
-            replica_fetchers: ReplicaFetchers::new(identity_node_id, broker_epoch.clone()),
+            replica_fetchers: ReplicaFetchers::new(
+                identity_node_id,
+                &inter_broker_listener,
+                broker_epoch.clone(),
+            ),
             broker_epoch,
             metrics: BrokerMetrics::default(),
             config,
@@ -341,11 +366,7 @@ impl Broker {
     /// broker short of space still starts and serves reads.
     pub(crate) async fn register(&self) -> Result<BrokerRegistration, ControllerError> {
         let node_id = self.identity.node_id;
-        let listeners = vec![BrokerListener {
-            name: CLIENT_LISTENER.to_string(),
-            host: self.identity.advertised_host.clone(),
-            port: self.identity.advertised_port,
-        }];
+        let listeners = self.identity.listeners.clone();
         let registration = self.controller.ask(RegisterBroker {
             node_id,
             listeners: listeners.clone(),

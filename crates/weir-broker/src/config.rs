@@ -18,6 +18,7 @@ use weir_metadata::topic_config::{
 };
 use weir_metadata::MetadataImage;
 
+use crate::listeners::{is_per_listener_setting, Listeners};
 use crate::rate_limit::LineLimit;
 
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
@@ -146,6 +147,8 @@ pub struct ConfigError(pub String);
 pub struct BrokerConfig {
     /// The properties as given (file, environment, flags), for DescribeConfigs.
     given: BTreeMap<String, String>,
+    /// The listeners (`listeners`, `advertised.listeners`, and the settings around them).
+    pub listeners: Listeners,
     /// `auto.create.topics.enable`.
     pub auto_create_topics_enable: bool,
     /// `transaction.version`: the transaction protocol version reported as finalized.
@@ -307,7 +310,7 @@ impl BrokerConfig {
                 check_kind(name, def.kind, value)?;
             } else if let Some(setting) = broker_setting(name) {
                 setting.check(value).map_err(ConfigError)?;
-            } else {
+            } else if !is_per_listener_setting(name) {
                 return Err(ConfigError(format!("unknown broker setting {name:?}; see `weir server --help` for the supported ones")));
             }
         }
@@ -318,8 +321,15 @@ impl BrokerConfig {
             group_max_bytes: long("group.metadata.max.bytes") as usize,
             coordinator_max_bytes: long("group.coordinator.metadata.max.bytes") as usize,
         };
+        let listeners = Listeners::resolve(&|name| {
+            properties
+                .get(name)
+                .cloned()
+                .or_else(|| broker_setting(name).map(|s| s.default.to_string()))
+        })?;
         let config = BrokerConfig {
             given: properties.clone(),
+            listeners,
             auto_create_topics_enable: boolean("auto.create.topics.enable"),
             transaction_version: long("transaction.version") as i16,
             transaction_partition_verification_enable: boolean(

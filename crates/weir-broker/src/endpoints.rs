@@ -1,18 +1,11 @@
-//! Where clients reach the brokers: the listener they connect to and each live broker's
-//! advertised endpoint, as Metadata, DescribeCluster, FindCoordinator and the replica fetchers
-//! read them from the metadata image.
+//! Where clients reach the brokers: each live broker's advertised endpoint on a listener, as
+//! Metadata, DescribeCluster and FindCoordinator name them to a client (on the listener its
+//! request came in on, as Kafka answers) and the replica fetchers and inter-broker links read
+//! them (on the inter-broker listener) from the metadata image.
 
-use weir_metadata::{BrokerListener, BrokerRegistration, MetadataImage};
+use weir_metadata::{BrokerRegistration, MetadataImage};
 
-/// Name of the listener clients connect to, as registered with the controller.
-pub const CLIENT_LISTENER: &str = "PLAINTEXT";
-
-/// The listener of `broker` that clients connect to.
-fn client_listener(broker: &BrokerRegistration) -> Option<&BrokerListener> {
-    broker.listeners.iter().find(|l| l.name == CLIENT_LISTENER)
-}
-
-/// Where clients reach one broker: what Metadata, DescribeCluster and FindCoordinator name.
+/// Where a client reaches one broker: what Metadata, DescribeCluster and FindCoordinator name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientEndpoint {
     /// The broker id.
@@ -26,9 +19,10 @@ pub struct ClientEndpoint {
 }
 
 impl ClientEndpoint {
-    /// The client endpoint of a registered broker; `None` without a client listener.
-    pub fn of(broker: &BrokerRegistration) -> Option<ClientEndpoint> {
-        let listener = client_listener(broker)?;
+    /// The endpoint of a registered broker on listener `listener`; `None` when it has no
+    /// listener of that name.
+    pub fn on(broker: &BrokerRegistration, listener: &str) -> Option<ClientEndpoint> {
+        let listener = broker.listeners.iter().find(|l| l.name == listener)?;
         Some(ClientEndpoint {
             node_id: broker.node_id,
             host: listener.host.clone(),
@@ -38,16 +32,18 @@ impl ClientEndpoint {
     }
 }
 
-/// The client endpoints of every live (registered, unfenced) broker in `image`, by broker id,
-/// as `answering` (this broker) tells clients: a fenced broker leads nothing, so clients are
-/// not told of it, as in Kafka; the broker answering is listed whatever its state (it is
-/// evidently up, and clients must never get an empty list, as while it shuts down).
-pub fn client_endpoints(
-    image: &MetadataImage,
+/// The endpoints on `listener` of every live (registered, unfenced) broker in `image`, by
+/// broker id, as `answering` (this broker) tells clients: a fenced broker leads nothing, so
+/// clients are not told of it, as in Kafka; the broker answering is listed whatever its state
+/// (it is evidently up, and clients must never get an empty list, as while it shuts down). A
+/// broker without that listener is left out, as Kafka leaves it out.
+pub fn client_endpoints<'a>(
+    image: &'a MetadataImage,
     answering: i32,
-) -> impl Iterator<Item = ClientEndpoint> + '_ {
+    listener: &'a str,
+) -> impl Iterator<Item = ClientEndpoint> + 'a {
     image
         .brokers()
         .filter(move |b| !b.fenced || b.node_id == answering)
-        .filter_map(ClientEndpoint::of)
+        .filter_map(move |b| ClientEndpoint::on(b, listener))
 }

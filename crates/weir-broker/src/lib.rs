@@ -18,6 +18,7 @@ mod endpoints;
 pub mod fetch_session;
 mod handlers;
 mod internal_topics;
+pub mod listeners;
 mod marker_writer;
 mod membership;
 pub mod metrics;
@@ -37,4 +38,4 @@ pub use config::{BrokerConfig, ConfigError, DynamicConfigs, FlushPolicy, TopicSe
 pub use connections::{connection_limits, ConnectionLimits};
 pub use partition::EXIT_CODE_STORAGE_FAILURE;
 pub use registry::PartitionRegistry;
-pub use server::serve;
+pub use server::{serve, BoundListener, RequestContext};

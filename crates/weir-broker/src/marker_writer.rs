@@ -175,7 +175,11 @@ impl Broker {
             let failed = if leader == self.identity.node_id {
                 self.mark_here(&partitions, marker).await
             } else {
-                match image.broker(leader).and_then(ClientEndpoint::of) {
+                let listener = &self.identity.inter_broker_listener;
+                match image
+                    .broker(leader)
+                    .and_then(|b| ClientEndpoint::on(b, listener))
+                {
                     Some(endpoint) => self.mark_at(&endpoint, &partitions, marker).await,
                     None => Unwritten {
                         partitions,

@@ -94,6 +94,8 @@ pub struct BrokerMetrics {
     pub connections_refused: AtomicU64,
     /// Connections closed for bad input (a malformed or oversized frame, an unknown API).
     pub bad_requests: AtomicU64,
+    /// Connections to SSL listeners closed because their TLS handshake failed or timed out.
+    pub tls_handshakes_failed: AtomicU64,
 }
 
 impl Default for BrokerMetrics {
@@ -106,6 +108,7 @@ impl Default for BrokerMetrics {
             connections_accepted: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
+            tls_handshakes_failed: AtomicU64::new(0),
         }
     }
 }

@@ -47,16 +47,19 @@ struct LeaderFetcher {
 /// The replica fetchers of this broker, one per leader it follows.
 pub struct ReplicaFetchers {
     node_id: i32,
+    listener: Arc<str>,
     broker_epoch: Arc<AtomicU64>,
     by_leader: Mutex<HashMap<i32, LeaderFetcher>>,
 }
 
 impl ReplicaFetchers {
     /// No fetchers yet; `node_id` is this broker's id, sent as the replica id with the broker
-    /// epoch of its current registration (`broker_epoch`, 0 until registered).
-    pub fn new(node_id: i32, broker_epoch: Arc<AtomicU64>) -> ReplicaFetchers {
+    /// epoch of its current registration (`broker_epoch`, 0 until registered); leaders are
+    /// reached on their listener named `listener` (the inter-broker one).
+    pub fn new(node_id: i32, listener: &str, broker_epoch: Arc<AtomicU64>) -> ReplicaFetchers {
         ReplicaFetchers {
             node_id,
+            listener: listener.into(),
             broker_epoch,
             by_leader: Mutex::new(HashMap::new()),
         }
@@ -98,6 +101,7 @@ impl ReplicaFetchers {
                     let task = tokio::spawn(fetch_from(
                         Replica {
                             node_id: self.node_id,
+                            listener: self.listener.clone(),
                             broker_epoch: self.broker_epoch.clone(),
                         },
                         leader,
@@ -129,6 +133,8 @@ impl ReplicaFetchers {
 /// Who this broker is to its leaders.
 struct Replica {
     node_id: i32,
+    /// The leaders' listener fetched from.
+    listener: Arc<str>,
     broker_epoch: Arc<AtomicU64>,
 }
 
@@ -146,7 +152,10 @@ async fn fetch_from(
         if *shutdown.borrow() {
             return;
         }
-        let endpoint = images.borrow().broker(leader).and_then(ClientEndpoint::of);
+        let endpoint = images
+            .borrow()
+            .broker(leader)
+            .and_then(|b| ClientEndpoint::on(b, &replica.listener));
         let Some(endpoint) = endpoint else {
             tokio::time::sleep(backoff).await;
             continue;

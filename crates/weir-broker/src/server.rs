@@ -8,8 +8,13 @@
 //! `connections.max.idle.ms` without a byte moving before it is closed. Broker-wide:
 //! `max.connections`, `max.connections.per.ip`, and `queued.max.request.bytes` of large
 //! requests in memory. When a connection closes, its unfinished requests are cancelled.
+//!
+//! A node serves several listeners alike (`BoundListener`); on an SSL listener a client has
+//! [`TLS_HANDSHAKE_MS`] to finish its TLS handshake before anything is read, and each
+//! request knows the listener it came on ([`RequestContext`]), whose endpoints it is answered
+//! with.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -26,6 +30,7 @@ use tokio::time::Instant;
 use weir_log::ReadSlice;
 use weir_proto::api::api_versions_response;
 use weir_proto::{decode_request, encode_response, read_frame_length, DecodeError, FrameError};
+use weir_tls::{ServerTls, RELOAD_CHECK_INTERVAL};
 
 use crate::broker::Broker;
 use crate::config::DynamicConfigs;
@@ -56,6 +61,8 @@ pub const FRAME_STALL_MS: u64 = 15_000;
 pub const STREAM_CHUNK_BYTES: usize = 64 * 1024;
 /// Small responses are gathered into one write up to this size.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
+/// Time a client on an SSL listener has to finish its TLS handshake.
+pub const TLS_HANDSHAKE_MS: u64 = 10_000;
 /// Time given to connections to finish their in-flight requests at shutdown.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 
@@ -104,13 +111,76 @@ async fn follow_connection_settings(broker: Arc<Broker>, limits: Arc<ConnectionL
     }
 }
 
-/// Accepts connections until shutdown, then waits (bounded) for open ones to drain.
-pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<ConnectionLimits>) {
-    let mut shutdown = broker.shutdown.clone();
+/// A bound Kafka listener, ready to serve.
+pub struct BoundListener {
+    /// The listener's name: requests that come in on it are answered with the other brokers'
+    /// endpoints on the listener of the same name.
+    pub name: Arc<str>,
+    /// The bound socket.
+    pub socket: TcpListener,
+    /// The TLS of an SSL listener.
+    pub tls: Option<Arc<ServerTls>>,
+}
+
+impl BoundListener {
+    /// A PLAINTEXT listener of Kafka's default name.
+    pub fn plaintext(socket: TcpListener) -> BoundListener {
+        BoundListener {
+            name: crate::broker::PLAINTEXT_LISTENER.into(),
+            socket,
+            tls: None,
+        }
+    }
+}
+
+/// What a request handler knows of the connection a request came on.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    /// The client's address.
+    pub peer: IpAddr,
+    /// The name of the listener the connection came in on.
+    pub listener: Arc<str>,
+}
+
+/// Accepts connections on every listener until shutdown, then waits (bounded) for open ones
+/// to drain. The connection limits count the connections of all listeners together.
+pub async fn serve(
+    broker: Arc<Broker>,
+    listeners: Vec<BoundListener>,
+    limits: Arc<ConnectionLimits>,
+) {
     tokio::spawn(follow_connection_settings(broker.clone(), limits.clone()));
+    let accepting: Vec<_> = listeners
+        .into_iter()
+        .map(|listener| tokio::spawn(accept(broker.clone(), listener, limits.clone())))
+        .collect();
+    for listener in accepting {
+        let _ = listener.await;
+    }
+    let drained = tokio::time::timeout(
+        Duration::from_millis(SHUTDOWN_DRAIN_MS),
+        limits.all_closed(),
+    )
+    .await;
+    if drained.is_err() {
+        tracing::warn!(target: "weir::server", open = limits.open(), "connections still open after the shutdown drain period");
+    }
+}
+
+/// Accepts one listener's connections until shutdown; an SSL listener's certificates are
+/// reloaded when their files change meanwhile.
+async fn accept(broker: Arc<Broker>, listener: BoundListener, limits: Arc<ConnectionLimits>) {
+    let mut shutdown = broker.shutdown.clone();
+    if let Some(tls) = &listener.tls {
+        tokio::spawn(tls.clone().watch(
+            listener.name.to_string(),
+            RELOAD_CHECK_INTERVAL,
+            broker.shutdown.clone(),
+        ));
+    }
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = listener.socket.accept() => accepted,
             _ = crate::shutdown::stopping(&mut shutdown) => break,
         };
         match accepted {
@@ -120,7 +190,18 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<Conne
                         .metrics
                         .connections_accepted
                         .fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(handle_connection(broker.clone(), stream, peer, slot));
+                    let context = RequestContext {
+                        peer: peer.ip(),
+                        listener: listener.name.clone(),
+                    };
+                    tokio::spawn(handle_connection(
+                        broker.clone(),
+                        stream,
+                        peer,
+                        context,
+                        listener.tls.clone(),
+                        slot,
+                    ));
                 }
                 Err(refusal) => {
                     drop(stream);
@@ -129,26 +210,17 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, limits: Arc<Conne
                         .connections_refused
                         .fetch_add(1, Ordering::Relaxed);
                     if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
-                        tracing::warn!(target: "weir::connections", %peer, suppressed, "refused connection: {refusal}");
+                        tracing::warn!(target: "weir::connections", %peer, listener = %listener.name, suppressed, "refused connection: {refusal}");
                     }
                 }
             },
             Err(error) => {
                 if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
-                    tracing::warn!(target: "weir::connections", %error, suppressed, "accept failed");
+                    tracing::warn!(target: "weir::connections", %error, listener = %listener.name, suppressed, "accept failed");
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(
-        Duration::from_millis(SHUTDOWN_DRAIN_MS),
-        limits.all_closed(),
-    )
-    .await;
-    if drained.is_err() {
-        tracing::warn!(target: "weir::server", open = limits.open(), "connections still open after the shutdown drain period");
     }
 }
 
@@ -253,16 +325,60 @@ enum Ending {
     Close,
 }
 
+/// Serves one accepted connection, after its TLS handshake on an SSL listener.
 async fn handle_connection(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
+    context: RequestContext,
+    tls: Option<Arc<ServerTls>>,
     _slot: ConnectionSlot,
 ) {
-    tracing::debug!(target: "weir::server", %peer, "connection opened");
+    tracing::debug!(target: "weir::server", %peer, listener = %context.listener, "connection opened");
     let _open = OpenConnection::count(&broker);
     let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+    match tls {
+        None => {
+            let (reader, writer) = stream.into_split();
+            serve_connection(broker, reader, writer, peer, context).await;
+        }
+        Some(tls) => {
+            let deadline = Duration::from_millis(TLS_HANDSHAKE_MS);
+            match tls.accept(stream, deadline).await {
+                Ok(stream) => {
+                    let (reader, writer) = tokio::io::split(stream);
+                    serve_connection(broker, reader, writer, peer, context).await;
+                }
+                Err(error) => {
+                    broker
+                        .metrics
+                        .tls_handshakes_failed
+                        .fetch_add(1, Ordering::Relaxed);
+                    warn_bad_input(
+                        &peer.to_string(),
+                        &format!(
+                            "closing connection on listener {}: TLS handshake failed: {error}",
+                            context.listener
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    tracing::debug!(target: "weir::server", %peer, "connection closed");
+}
+
+/// Reads requests and writes responses on one connection until it ends.
+async fn serve_connection<R, W>(
+    broker: Arc<Broker>,
+    mut reader: R,
+    writer: W,
+    peer: SocketAddr,
+    context: RequestContext,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::new());
     let gates = Gates {
         requests: ByteGate::new(CONNECTION_REQUEST_BYTES_MAX),
@@ -277,7 +393,7 @@ async fn handle_connection(
     ));
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     let ending = tokio::select! {
-        ending = read_requests(&broker, &mut reader, &peer, &queue, &activity, &gates) => ending,
+        ending = read_requests(&broker, &mut reader, &peer, &context, &queue, &activity, &gates) => ending,
         _ = activity.idle_for(idle) => {
             tracing::debug!(target: "weir::server", %peer, idle_ms = idle.as_millis() as u64, "closing idle connection");
             Ending::Close
@@ -293,7 +409,6 @@ async fn handle_connection(
         }
         Ending::Close => writer_task.abort(),
     }
-    tracing::debug!(target: "weir::server", %peer, "connection closed");
 }
 
 /// Counts a connection as open for as long as it lives.
@@ -330,6 +445,7 @@ async fn read_requests(
     broker: &Arc<Broker>,
     reader: &mut (impl AsyncRead + Unpin),
     peer: &SocketAddr,
+    context: &RequestContext,
     queue: &mpsc::Sender<ReplyTask>,
     activity: &Arc<Activity>,
     gates: &Gates,
@@ -363,7 +479,7 @@ async fn read_requests(
         let pending: PendingReply = match decode_request(frame) {
             Ok(request) => {
                 api = Some(request.api_key);
-                handlers::dispatch(broker, request, peer.ip()).await
+                handlers::dispatch(broker, request, context).await
             }
             Err(DecodeError::UnsupportedApiVersionsVersion {
                 correlation_id,
@@ -472,8 +588,9 @@ async fn read_frame(
 }
 
 /// Writes `bytes` fully, noting progress as it goes (a client that reads slowly is not idle).
+/// A TLS stream may keep encrypted bytes back until flushed, so every write ends with one.
 async fn write_tracked(
-    writer: &mut OwnedWriteHalf,
+    writer: &mut (impl AsyncWrite + Unpin),
     bytes: &[u8],
     activity: &Activity,
 ) -> std::io::Result<()> {
@@ -486,13 +603,13 @@ async fn write_tracked(
         written += n;
         activity.touch();
     }
-    Ok(())
+    writer.flush().await
 }
 
 /// Streams a fetch's records from its segment file: a chunk is read on a blocking thread, then
 /// written, so at most one chunk per connection is in memory.
 async fn stream_slice(
-    writer: &mut OwnedWriteHalf,
+    writer: &mut (impl AsyncWrite + Unpin),
     slice: ReadSlice,
     chunk: &mut Vec<u8>,
     activity: &Activity,
@@ -525,7 +642,7 @@ async fn stream_slice(
 /// answers before it) or nothing else is queued.
 async fn write_responses(
     broker: Arc<Broker>,
-    mut writer: OwnedWriteHalf,
+    mut writer: impl AsyncWrite + Unpin,
     mut pending: mpsc::Receiver<ReplyTask>,
     activity: Arc<Activity>,
 ) {

@@ -182,7 +182,11 @@ impl Broker {
                 Err(error) => all(txn_error(error)),
             };
         }
-        let Some(endpoint) = image.broker(coordinator).and_then(ClientEndpoint::of) else {
+        let listener = &self.identity.inter_broker_listener;
+        let endpoint = image
+            .broker(coordinator)
+            .and_then(|b| ClientEndpoint::on(b, listener));
+        let Some(endpoint) = endpoint else {
             return all(ResponseError::CoordinatorNotAvailable);
         };
         let address = format!("{}:{}", endpoint.host, endpoint.port);

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
+use weir_broker::{
+    connection_limits, BoundListener, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry,
+};
 use weir_client::{
     Admin, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig, GroupConsumer,
     GroupConsumerConfig, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
@@ -56,18 +58,17 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let identity = BrokerIdentity {
-        node_id: 1,
-        cluster_id: "client-test".into(),
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: port,
-    };
+    let identity = BrokerIdentity::plaintext(1, "client-test", "127.0.0.1", port);
     let (stop, stopped) = watch::channel(false);
     let limits = connection_limits(&config).await.expect("limits");
     let control = Arc::new(LocalControl::new(controller));
     let broker = Broker::new(config, identity, control, registry, stopped);
     broker.join_cluster().await.expect("registered");
-    tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    tokio::spawn(weir_broker::serve(
+        broker.clone(),
+        vec![BoundListener::plaintext(listener)],
+        limits,
+    ));
     tokio::spawn(broker.run_coordinators());
     TestServer {
         address: format!("127.0.0.1:{port}"),

@@ -178,6 +178,12 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         "Connections closed for a malformed, oversized or unsupported request",
         stats.bad_requests as f64,
     );
+    text.single(
+        "weir_tls_handshakes_failed_total",
+        "counter",
+        "Connections to SSL listeners closed because their TLS handshake failed or timed out",
+        stats.tls_handshakes_failed as f64,
+    );
 }
 
 fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {

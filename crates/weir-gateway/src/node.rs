@@ -51,6 +51,8 @@ pub struct BrokerStats {
     pub connections_refused: u64,
     /// Connections closed for a malformed, oversized or unsupported request.
     pub bad_requests: u64,
+    /// Connections to SSL listeners whose TLS handshake failed or timed out.
+    pub tls_handshakes_failed: u64,
 }
 
 /// One API's requests.

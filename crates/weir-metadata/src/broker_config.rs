@@ -78,6 +78,17 @@ const fn setting(
     }
 }
 
+/// A free-text setting read at startup (its value is checked where it is used).
+const fn text(name: &'static str, default: &'static str, doc: &'static str) -> BrokerSetting {
+    BrokerSetting {
+        name,
+        default,
+        kind: SettingKind::Text,
+        doc,
+        dynamic: false,
+    }
+}
+
 /// Broker-only settings, with Kafka's names and, where Kafka's default is unbounded, a bound.
 pub const BROKER_SETTINGS: &[BrokerSetting] = &[
     setting(
@@ -406,6 +417,61 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "2147483647",
         int(1, i32::MAX as i64),
         "Most members one consumer group protocol group may have.",
+    ),
+    text(
+        "listeners",
+        "PLAINTEXT://127.0.0.1:9092",
+        "The listeners, NAME://HOST:PORT,… (an empty or wildcard host binds every interface; port 0 picks a free one). Each name's security protocol comes from listener.security.protocol.map. `--listen` sets it too.",
+    ),
+    text(
+        "advertised.listeners",
+        "",
+        "What clients are told for each listener, NAME://HOST:PORT,…; a listener not named here advertises the address it bound. Required for a listener on a wildcard host. `--advertise` sets it too.",
+    ),
+    text(
+        "listener.security.protocol.map",
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "The security protocol of each listener name, NAME:PROTOCOL,…: PLAINTEXT or SSL.",
+    ),
+    text(
+        "inter.broker.listener.name",
+        "",
+        "The listener brokers reach each other on (and the HTTP gateway the broker); a PLAINTEXT one. Empty: the first PLAINTEXT listener.",
+    ),
+    text(
+        "controller.listener.names",
+        "",
+        "Listeners (by name) of the metadata quorum rather than of Kafka clients: the first is where this node's controller listens (as --controller-listen). PLAINTEXT only.",
+    ),
+    text(
+        "ssl.keystore.type",
+        "PEM",
+        "The keystore format of SSL listeners: PEM (the only one read).",
+    ),
+    text(
+        "ssl.keystore.location",
+        "",
+        "A PEM file holding an SSL listener's unencrypted private key and its certificate chain, leaf first. Read again when it changes (checked every 10 s), so renewed certificates serve new connections without a restart. `listener.name.<name>.ssl.keystore.location` sets it for one listener.",
+    ),
+    text(
+        "ssl.truststore.type",
+        "PEM",
+        "The truststore format: PEM (the only one read).",
+    ),
+    text(
+        "ssl.truststore.location",
+        "",
+        "A PEM file of the CA certificates that vouch for client certificates (with ssl.client.auth).",
+    ),
+    text(
+        "ssl.client.auth",
+        "none",
+        "Whether SSL listeners ask clients for a certificate: none, requested (checked when given) or required (refused without one the truststore vouches for).",
+    ),
+    text(
+        "ssl.enabled.protocols",
+        "TLSv1.2,TLSv1.3",
+        "The TLS versions SSL listeners speak: TLSv1.2, TLSv1.3 (nothing older exists here).",
     ),
 ];
 

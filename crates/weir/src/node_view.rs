@@ -62,6 +62,7 @@ impl NodeView for ServerNode {
             connections_accepted: metrics.connections_accepted.load(Ordering::Relaxed),
             connections_refused: metrics.connections_refused.load(Ordering::Relaxed),
             bad_requests: metrics.bad_requests.load(Ordering::Relaxed),
+            tls_handshakes_failed: metrics.tls_handshakes_failed.load(Ordering::Relaxed),
         }
     }
 

@@ -12,13 +12,18 @@ use anyhow::{bail, Context};
 use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_broker::{connection_limits, Broker, BrokerIdentity, PartitionRegistry};
+use weir_broker::broker::PLAINTEXT_LISTENER;
+use weir_broker::{
+    connection_limits, BoundListener, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry,
+};
 use weir_controller::election::UncleanDefaults;
 use weir_controller::query::DATABASE_FILE;
 use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig, RaftQuorum};
 use weir_gateway::Gateway;
 use weir_log::SystemClock;
+use weir_metadata::BrokerListener;
 use weir_storage::{FileCache, FsStorage, Storage};
+use weir_tls::ServerTls;
 
 use crate::data_dir::{quorum_cluster_id, DataDir};
 use crate::node_view::ServerNode;
@@ -48,13 +53,28 @@ pub struct ServerArgs {
     /// Directory for logs and metadata; created if missing, locked while running.
     #[arg(long, env = "WEIR_DATA_DIR", default_value = "./weir-data")]
     data_dir: PathBuf,
-    /// Address of the Kafka listener; port 0 picks a free port.
-    #[arg(long, env = "WEIR_LISTEN", default_value = "127.0.0.1:9092")]
-    listen: String,
-    /// Address clients are told to connect to; defaults to the bound address. Required when
-    /// --listen uses a wildcard host such as 0.0.0.0.
-    #[arg(long, env = "WEIR_ADVERTISE")]
-    advertise: Option<String>,
+    /// A Kafka listener, NAME://HOST:PORT (HOST:PORT alone is PLAINTEXT://HOST:PORT); repeat
+    /// it, or separate with commas, for several. Given, it replaces the `listeners` setting
+    /// (default PLAINTEXT://127.0.0.1:9092). Port 0 picks a free port. A name other than
+    /// PLAINTEXT or SSL needs its protocol in listener.security.protocol.map.
+    #[arg(
+        long,
+        env = "WEIR_LISTEN",
+        value_delimiter = ',',
+        value_name = "[NAME://]HOST:PORT"
+    )]
+    listen: Vec<String>,
+    /// What clients are told to connect to for a listener, NAME://HOST:PORT (HOST:PORT alone
+    /// is the PLAINTEXT listener's); repeat it for several. Replaces `advertised.listeners`. A
+    /// listener not named advertises the address it bound; one bound to a wildcard host such
+    /// as 0.0.0.0 must be named.
+    #[arg(
+        long,
+        env = "WEIR_ADVERTISE",
+        value_delimiter = ',',
+        value_name = "[NAME://]HOST:PORT"
+    )]
+    advertise: Vec<String>,
     /// This broker's node id.
     #[arg(long, env = "WEIR_NODE_ID", default_value_t = 1)]
     node_id: i32,
@@ -204,22 +224,49 @@ fn split_host_port(address: &str) -> anyhow::Result<(String, u16)> {
     ))
 }
 
+/// `--listen` and `--advertise` as the settings they replace.
+fn listener_flags(args: &ServerArgs) -> Vec<(&'static str, String)> {
+    let named = |entries: &[String]| {
+        entries
+            .iter()
+            .map(|entry| match entry.contains("://") {
+                true => entry.clone(),
+                false => format!("{PLAINTEXT_LISTENER}://{entry}"),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut flags = Vec::new();
+    if !args.listen.is_empty() {
+        flags.push(("listeners", named(&args.listen)));
+    }
+    if !args.advertise.is_empty() {
+        flags.push(("advertised.listeners", named(&args.advertise)));
+    }
+    flags
+}
+
 async fn serve(args: ServerArgs) -> anyhow::Result<()> {
-    let mut config = settings::load(args.config.as_deref())?;
+    let mut config = settings::load(args.config.as_deref(), &listener_flags(&args))?;
     let voters = match &args.controller_quorum {
         Some(spec) => parse_quorum(spec)?,
         None => BTreeMap::from([(args.node_id, LOCAL_CONTROLLER.to_string())]),
     };
     let voter = voters.contains_key(&args.node_id);
     let roles = node_roles(args.process_roles, args.node_id, voter)?;
-    if !voter && args.controller_listen.is_none() {
-        bail!("node {} is not in --controller-quorum, so it runs as a broker-only node and needs --controller-listen HOST:PORT, where the quorum's leader sends it the metadata log", args.node_id);
+    if !voter && args.controller_listen.is_none() && config.listeners.controller.is_empty() {
+        bail!("node {} is not in --controller-quorum, so it runs as a broker-only node and needs --controller-listen HOST:PORT (or a controller listener in listeners and controller.listener.names), where the quorum's leader sends it the metadata log", args.node_id);
     }
     let cluster_id = (voters.len() > 1 || !voter).then(|| quorum_cluster_id(&voters));
     let data_dir = DataDir::open(&args.data_dir, args.node_id, cluster_id.as_deref())?;
+    let controller_listeners = &config.listeners.controller;
+    if !controller_listeners.is_empty() && args.controller_quorum.is_none() {
+        bail!("controller.listener.names names a controller listener, but a server without --controller-quorum is a quorum of one and listens for no other controller");
+    }
     let controller_address = args
         .controller_listen
         .clone()
+        .or_else(|| controller_listeners.first().map(|l| l.bind_address()))
         .or_else(|| voters.get(&args.node_id).cloned());
     let controller_listener = match (&args.controller_quorum, &controller_address) {
         (Some(_), Some(address)) => {
@@ -231,8 +278,8 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let kafka_listener = match roles.broker {
-        true => Some(bind_kafka_listener(&args, config.socket_listen_backlog_size).await?),
+    let kafka_listeners = match roles.broker {
+        true => Some(bind_kafka_listeners(&config).await?),
         false => None,
     };
     let http_listener = match roles.broker {
@@ -296,7 +343,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     if let Err(error) = tokio::task::block_in_place(|| quorum.keep_relational(&database)) {
         tracing::error!(target: "weir::server", path = %database.display(), %error, "relational metadata unavailable; `weir metadata query` will not work until it opens");
     }
-    let Some((listener, bound, (advertised_host, advertised_port))) = kafka_listener else {
+    let Some(kafka_listeners) = kafka_listeners else {
         return run_controller_only(&args, controller_address, data_dir, quorum, leases).await;
     };
     config.max_connections = budget.connections;
@@ -315,9 +362,10 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let identity = BrokerIdentity {
         node_id: args.node_id,
         cluster_id: data_dir.cluster_id.clone(),
-        advertised_host: advertised_host.clone(),
-        advertised_port,
+        listeners: kafka_listeners.advertised.clone(),
+        inter_broker_listener: config.listeners.inter_broker.clone(),
     };
+    let (bound, advertised) = kafka_listeners.inter_broker(&config.listeners.inter_broker);
     let control = Arc::new(LocalControl::new(controller));
     let broker = tokio::task::block_in_place(|| {
         Broker::new(config, identity, control, registry, shutdown_rx)
@@ -352,7 +400,8 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         target: "weir::server",
         listen = %bound,
         http = %http_address,
-        advertised = %format!("{advertised_host}:{advertised_port}"),
+        advertised = %advertised,
+        listeners = %kafka_listeners.described,
         data_dir = %data_dir.path.display(),
         node_id = args.node_id,
         cluster_id = %data_dir.cluster_id,
@@ -362,7 +411,11 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let coordinators = tokio::spawn(broker.clone().run_coordinators());
     let cleaner = tokio::spawn(broker.clone().run_log_cleaner());
     let isr_checks = tokio::spawn(broker.clone().run_isr_checks());
-    let server = tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    let server = tokio::spawn(weir_broker::serve(
+        broker.clone(),
+        kafka_listeners.bound,
+        limits,
+    ));
     serving_tx.send_replace(true);
     signals.next().await;
     tracing::info!(target: "weir::server", "shutting down: moving leaderships to other replicas");
@@ -415,28 +468,78 @@ async fn listen(address: &str, backlog: u32) -> std::io::Result<TcpListener> {
     }))
 }
 
-/// Binds the Kafka listener: the listener, the address bound, and the host and port clients
-/// are told to connect to.
-async fn bind_kafka_listener(
-    args: &ServerArgs,
-    backlog: u32,
-) -> anyhow::Result<(TcpListener, SocketAddr, (String, u16))> {
-    let listen_host = split_host_port(&args.listen)?.0;
-    let wildcard = listen_host
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_unspecified());
-    if wildcard && args.advertise.is_none() {
-        bail!("--listen {} uses a wildcard host; pass --advertise HOST:PORT so clients know where to connect", args.listen);
+/// The Kafka listeners, bound.
+struct KafkaListeners {
+    /// Each listener, ready to serve.
+    bound: Vec<BoundListener>,
+    /// Each listener as registered: its name and the address clients are told.
+    advertised: Vec<BrokerListener>,
+    /// The address each bound, by listener name.
+    addresses: BTreeMap<String, SocketAddr>,
+    /// `NAME://HOST:PORT,…` as advertised, for the ready line.
+    described: String,
+}
+
+impl KafkaListeners {
+    /// The address the listener `name` bound and the one it advertises.
+    fn inter_broker(&self, name: &str) -> (SocketAddr, String) {
+        let bound = self.addresses[name];
+        let advertised = self
+            .advertised
+            .iter()
+            .find(|l| l.name == name)
+            .map_or_else(String::new, |l| format!("{}:{}", l.host, l.port));
+        (bound, advertised)
     }
-    let listener = listen(&args.listen, backlog)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let bound: SocketAddr = listener.local_addr()?;
-    let advertised = match &args.advertise {
-        Some(advertise) => split_host_port(advertise)?,
-        None => (bound.ip().to_string(), bound.port()),
+}
+
+/// Binds every Kafka listener and loads the TLS of the SSL ones; a port taken or a
+/// certificate that cannot serve stops the start with the listener named.
+async fn bind_kafka_listeners(config: &BrokerConfig) -> anyhow::Result<KafkaListeners> {
+    let mut listeners = KafkaListeners {
+        bound: Vec::new(),
+        advertised: Vec::new(),
+        addresses: BTreeMap::new(),
+        described: String::new(),
     };
-    Ok((listener, bound, advertised))
+    for listener in &config.listeners.kafka {
+        let name = &listener.name;
+        let address = listener.bind_address();
+        let tls = match &listener.tls {
+            Some(settings) => Some(
+                ServerTls::load(settings.clone())
+                    .map_err(|e| anyhow::anyhow!("listener {name}: {e}"))?,
+            ),
+            None => None,
+        };
+        let socket = listen(&address, config.socket_listen_backlog_size)
+            .await
+            .with_context(|| format!("cannot listen on {address} (listener {name})"))?;
+        let bound: SocketAddr = socket.local_addr()?;
+        let (host, port) = listener
+            .advertised
+            .clone()
+            .unwrap_or_else(|| (bound.ip().to_string(), bound.port()));
+        if !listeners.described.is_empty() {
+            listeners.described.push(',');
+        }
+        listeners
+            .described
+            .push_str(&format!("{name}://{host}:{port}"));
+        tracing::info!(target: "weir::server", listener = %name, protocol = listener.protocol.name(), %bound, advertised = %format!("{host}:{port}"), "listening for Kafka clients");
+        listeners.advertised.push(BrokerListener {
+            name: name.clone(),
+            host,
+            port,
+        });
+        listeners.addresses.insert(name.clone(), bound);
+        listeners.bound.push(BoundListener {
+            name: name.as_str().into(),
+            socket,
+            tls,
+        });
+    }
+    Ok(listeners)
 }
 
 /// The HTTP gateway's default address.

@@ -12,8 +12,9 @@ pub fn env_name(name: &str) -> String {
     format!("WEIR_{}", name.replace('.', "_").to_ascii_uppercase())
 }
 
-/// Reads broker properties from an optional TOML file and the environment.
-pub fn load(file: Option<&Path>) -> anyhow::Result<BrokerConfig> {
+/// Reads broker properties from an optional TOML file and the environment, then `flags`
+/// (settings given by command-line flags, which win).
+pub fn load(file: Option<&Path>, flags: &[(&str, String)]) -> anyhow::Result<BrokerConfig> {
     let mut properties = BTreeMap::new();
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
@@ -27,6 +28,9 @@ pub fn load(file: Option<&Path>) -> anyhow::Result<BrokerConfig> {
         if let Ok(value) = std::env::var(env_name(name)) {
             properties.insert(name.to_string(), value);
         }
+    }
+    for (name, value) in flags {
+        properties.insert(name.to_string(), value.clone());
     }
     BrokerConfig::from_properties(&properties).map_err(|e| anyhow::anyhow!("{e}"))
 }

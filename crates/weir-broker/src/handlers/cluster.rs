@@ -31,6 +31,7 @@ const ENDPOINT_TYPE_CONTROLLERS: i8 = 2;
 pub fn describe_cluster(
     broker: &Arc<Broker>,
     request: DescribeClusterRequest,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let identity = &broker.identity;
     let mut response = DescribeClusterResponse::default();
@@ -56,7 +57,7 @@ pub fn describe_cluster(
         request.include_cluster_authorized_operations,
         operations::CLUSTER,
     );
-    response.brokers = client_endpoints(&broker.image(), broker.identity.node_id)
+    response.brokers = client_endpoints(&broker.image(), broker.identity.node_id, listener)
         .map(|endpoint| {
             let mut node = DescribeClusterBroker::default();
             node.broker_id = BrokerId(endpoint.node_id);

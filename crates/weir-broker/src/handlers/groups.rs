@@ -93,6 +93,7 @@ pub async fn find_coordinator(
     broker: &Arc<Broker>,
     request: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version >= 4 {
         request.coordinator_keys
@@ -131,10 +132,13 @@ pub async fn find_coordinator(
                 .clone()
                 .and_then(|()| locate(broker, &image, request.key_type, key.as_str()))
                 .and_then(|leader| {
-                    image.broker(leader).and_then(ClientEndpoint::of).ok_or((
-                        ResponseError::CoordinatorNotAvailable,
-                        "the coordinator has no client listener".to_string(),
-                    ))
+                    image
+                        .broker(leader)
+                        .and_then(|b| ClientEndpoint::on(b, listener))
+                        .ok_or((
+                            ResponseError::CoordinatorNotAvailable,
+                            format!("the coordinator has no listener {listener}"),
+                        ))
                 });
             let mut c = Coordinator::default();
             c.key = key;

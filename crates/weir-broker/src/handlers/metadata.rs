@@ -23,10 +23,11 @@ pub async fn handle(
     broker: &Arc<Broker>,
     request: MetadataRequest,
     version: i16,
+    listener: &str,
 ) -> MetadataResponse {
     let cluster_operations = request.include_cluster_authorized_operations;
     let topic_operations = request.include_topic_authorized_operations;
-    let mut response = answer(broker, request, version).await;
+    let mut response = answer(broker, request, version, listener).await;
     response.cluster_authorized_operations =
         operations::reported(cluster_operations, operations::CLUSTER);
     for topic in &mut response.topics {
@@ -37,10 +38,15 @@ pub async fn handle(
     response
 }
 
-async fn answer(broker: &Arc<Broker>, request: MetadataRequest, version: i16) -> MetadataResponse {
+async fn answer(
+    broker: &Arc<Broker>,
+    request: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let identity = &broker.identity;
     let mut response = MetadataResponse::default();
-    response.brokers = client_endpoints(&broker.image(), broker.identity.node_id)
+    response.brokers = client_endpoints(&broker.image(), broker.identity.node_id, listener)
         .map(|endpoint| {
             let mut node = MetadataResponseBroker::default();
             node.node_id = BrokerId(endpoint.node_id);

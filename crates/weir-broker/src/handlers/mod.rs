@@ -21,7 +21,6 @@ mod producer_id;
 mod reassignments;
 mod transactions;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -33,6 +32,7 @@ use weir_proto::{encode_response, Request};
 use crate::broker::Broker;
 use crate::partition::Partition;
 use crate::reply::{PendingReply, Reply, ResponseFrame};
+use crate::server::RequestContext;
 
 /// Encodes a response, or — when it cannot be encoded at the request's version, a handler bug —
 /// logs it and closes the connection, so the client learns at once instead of timing out.
@@ -78,11 +78,17 @@ fn frame(api_key: ApiKey, version: i16, correlation_id: i32, body: ResponseKind)
     }
 }
 
-/// Starts handling `request` from the client at `peer`. Produce validates and appends here,
+/// Starts handling `request` from the client `context` names. Produce validates and appends here,
 /// before this returns, so batches from one connection reach the log in the order they were
 /// sent; everything else (waiting for fsync, long polls, rebalances, admin changes) happens in
 /// the returned future.
-pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> PendingReply {
+pub async fn dispatch(
+    broker: &Arc<Broker>,
+    request: Request,
+    context: &RequestContext,
+) -> PendingReply {
+    let peer = context.peer;
+    let listener = context.listener.clone();
     let Request {
         header,
         api_key,
@@ -109,7 +115,7 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         }),
         RequestKind::Metadata(req) => Box::pin(async move {
             respond(ResponseKind::Metadata(
-                metadata::handle(&broker, req, version).await,
+                metadata::handle(&broker, req, version, &listener).await,
             ))
         }),
         RequestKind::ApiVersions(req) => Box::pin(async move {
@@ -159,7 +165,7 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         }),
         RequestKind::DescribeCluster(req) => Box::pin(async move {
             respond(ResponseKind::DescribeCluster(cluster::describe_cluster(
-                &broker, req,
+                &broker, req, &listener,
             )))
         }),
         RequestKind::DescribeQuorum(req) => Box::pin(async move {
@@ -169,7 +175,7 @@ pub async fn dispatch(broker: &Arc<Broker>, request: Request, peer: IpAddr) -> P
         }),
         RequestKind::FindCoordinator(req) => Box::pin(async move {
             respond(ResponseKind::FindCoordinator(
-                groups::find_coordinator(&broker, req, version).await,
+                groups::find_coordinator(&broker, req, version, &listener).await,
             ))
         }),
         RequestKind::JoinGroup(req) => Box::pin(async move {

@@ -18,7 +18,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
-use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
+use weir_broker::{
+    connection_limits, BoundListener, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry,
+};
 use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig, RaftQuorum};
 use weir_log::SystemClock;
 use weir_storage::{FileCache, Storage};
@@ -116,19 +118,18 @@ async fn start_inner(
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let identity = BrokerIdentity {
-        node_id: 1,
-        cluster_id: "test-cluster".into(),
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: addr.port(),
-    };
+    let identity = BrokerIdentity::plaintext(1, "test-cluster", "127.0.0.1", addr.port());
     let (stop, stopped) = watch::channel(false);
     let limits = connection_limits(&config).await.expect("limits");
     let control = Arc::new(LocalControl::new(controller.clone()));
     let broker =
         tokio::task::block_in_place(|| Broker::new(config, identity, control, registry, stopped));
     broker.join_cluster().await.expect("registered");
-    tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+    tokio::spawn(weir_broker::serve(
+        broker.clone(),
+        vec![BoundListener::plaintext(listener)],
+        limits,
+    ));
     tokio::spawn(broker.clone().run_coordinators());
     TestBroker {
         broker,

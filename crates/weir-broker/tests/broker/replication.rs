@@ -17,7 +17,9 @@ use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment
 use kafka_protocol::messages::BrokerId;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use weir_broker::{connection_limits, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry};
+use weir_broker::{
+    connection_limits, BoundListener, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry,
+};
 use weir_controller::{Controller, LocalControl};
 use weir_log::batch::{build_batch, ProducerFields};
 use weir_log::SystemClock;
@@ -118,12 +120,7 @@ impl Member {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let identity = BrokerIdentity {
-            node_id,
-            cluster_id: "test-cluster".into(),
-            advertised_host: "127.0.0.1".into(),
-            advertised_port: addr.port(),
-        };
+        let identity = BrokerIdentity::plaintext(node_id, "test-cluster", "127.0.0.1", addr.port());
         let (stop, stopped) = watch::channel(false);
         let limits = connection_limits(&config).await.expect("limits");
         let (link, cut) = Link::new(controller);
@@ -131,7 +128,11 @@ impl Member {
             Broker::new(config, identity, Arc::new(link), registry, stopped)
         });
         broker.join_cluster().await.expect("joined");
-        tokio::spawn(weir_broker::serve(broker.clone(), listener, limits));
+        tokio::spawn(weir_broker::serve(
+            broker.clone(),
+            vec![BoundListener::plaintext(listener)],
+            limits,
+        ));
         tokio::spawn(broker.clone().run_isr_checks());
         Member {
             broker,

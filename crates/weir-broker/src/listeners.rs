@@ -1,0 +1,536 @@
+//! Kafka's listeners as a broker is configured with them: `listeners` names each endpoint
+//! (`NAME://HOST:PORT`), `listener.security.protocol.map` gives each name its security
+//! protocol, `advertised.listeners` what clients are told, `inter.broker.listener.name` the
+//! one brokers reach each other on, and `controller.listener.names` the ones that belong to the
+//! metadata quorum rather than to clients. TLS settings (`ssl.*`) apply to every SSL listener,
+//! and `listener.name.<name>.ssl.*` to one alone, as in Kafka.
+
+use std::collections::BTreeMap;
+
+use weir_tls::{ClientAuth, TlsSettings, TlsVersion};
+
+use crate::config::ConfigError;
+
+/// The TLS settings a listener reads, each also settable for one listener alone under
+/// `listener.name.<name>.`.
+pub const PER_LISTENER_SETTINGS: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+];
+
+/// How a listener's connections are secured (`listener.security.protocol.map`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    /// Neither encrypted nor authenticated.
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL authentication without TLS.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    fn parse(text: &str) -> Option<SecurityProtocol> {
+        match text.trim().to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
+            "SSL" => Some(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
+            _ => None,
+        }
+    }
+
+    /// Kafka's name of the protocol.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+/// One listener, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// The listener's name, upper case (`PLAINTEXT`, `SSL`, `INTERNAL`, …).
+    pub name: String,
+    /// Its security protocol.
+    pub protocol: SecurityProtocol,
+    /// Host to bind (empty or a wildcard address: every interface).
+    pub host: String,
+    /// Port to bind; 0 picks a free one.
+    pub port: u16,
+    /// The host and port clients are told, when `advertised.listeners` names this listener.
+    pub advertised: Option<(String, u16)>,
+    /// The TLS settings of an SSL listener.
+    pub tls: Option<TlsSettings>,
+}
+
+impl ListenerConfig {
+    /// The address to bind, `HOST:PORT` (an empty host binds every interface).
+    pub fn bind_address(&self) -> String {
+        let host = match self.host.as_str() {
+            "" => "0.0.0.0",
+            host if host.contains(':') => return format!("[{host}]:{}", self.port),
+            host => host,
+        };
+        format!("{host}:{}", self.port)
+    }
+
+    /// Whether the bind host is every interface, which cannot be told to clients.
+    pub fn binds_wildcard(&self) -> bool {
+        self.host.is_empty()
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_unspecified())
+    }
+}
+
+/// The listeners of a node: those that serve Kafka clients and brokers, and those of the
+/// metadata quorum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listeners {
+    /// Listeners that serve the Kafka API, in the order `listeners` gives them.
+    pub kafka: Vec<ListenerConfig>,
+    /// Listeners named in `controller.listener.names`.
+    pub controller: Vec<ListenerConfig>,
+    /// The name of the listener brokers reach each other on (`inter.broker.listener.name`).
+    pub inter_broker: String,
+}
+
+/// Splits `NAME://HOST:PORT` (Kafka's form; `[v6]` hosts allowed) into its parts.
+fn parse_endpoint(setting: &str, entry: &str) -> Result<(String, String, u16), ConfigError> {
+    let bad = |why: &str| ConfigError(format!("{setting}: {entry:?} {why}"));
+    let (name, address) = entry
+        .split_once("://")
+        .ok_or_else(|| bad("is not NAME://HOST:PORT"))?;
+    let name = name.trim().to_ascii_uppercase();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(bad("has no listener name of letters, digits, '_' or '-'"));
+    }
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("has no :PORT"))?;
+    let port: u16 = port.parse().map_err(|_| bad("has no valid port"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((name, host, port))
+}
+
+fn entries(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|e| !e.is_empty())
+}
+
+/// The security protocol of each listener name (`NAME:PROTOCOL,…`).
+fn protocol_map(text: &str) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
+    let mut map = BTreeMap::new();
+    for entry in entries(text) {
+        let (name, protocol) = entry
+            .split_once(':')
+            .and_then(|(n, p)| Some((n.trim().to_ascii_uppercase(), SecurityProtocol::parse(p)?)))
+            .ok_or_else(|| ConfigError(format!("listener.security.protocol.map: {entry:?} is not NAME:PROTOCOL with PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")))?;
+        map.insert(name, protocol);
+    }
+    Ok(map)
+}
+
+/// The TLS settings of listener `name`: `listener.name.<name>.ssl.*`, else `ssl.*`.
+fn tls_settings(
+    name: &str,
+    value: &dyn Fn(&str) -> Option<String>,
+) -> Result<TlsSettings, ConfigError> {
+    let prefix = format!("listener.name.{}.", name.to_ascii_lowercase());
+    let get = |setting: &str| {
+        value(&format!("{prefix}{setting}"))
+            .or_else(|| value(setting))
+            .filter(|v| !v.trim().is_empty())
+    };
+    let tls_error = |e: weir_tls::TlsError| ConfigError(format!("listener {name}: {e}"));
+    for store in ["ssl.keystore.type", "ssl.truststore.type"] {
+        if let Some(kind) = get(store).filter(|k| !k.eq_ignore_ascii_case("PEM")) {
+            return Err(ConfigError(format!("listener {name}: {store} {kind:?} is not supported: Weir reads PEM files (convert a JKS or PKCS12 store with keytool and openssl)")));
+        }
+    }
+    let keystore = get("ssl.keystore.location").ok_or_else(|| {
+        ConfigError(format!("listener {name} speaks SSL: set ssl.keystore.location (or listener.name.{}.ssl.keystore.location) to a PEM file holding its private key and certificate chain", name.to_ascii_lowercase()))
+    })?;
+    Ok(TlsSettings {
+        keystore: keystore.into(),
+        truststore: get("ssl.truststore.location").map(Into::into),
+        client_auth: ClientAuth::parse(&get("ssl.client.auth").unwrap_or_default())
+            .map_err(tls_error)?,
+        versions: TlsVersion::parse_list(
+            &get("ssl.enabled.protocols").unwrap_or_else(|| "TLSv1.2,TLSv1.3".into()),
+        )
+        .map_err(tls_error)?,
+    })
+}
+
+/// Whether `name` is a per-listener setting (`listener.name.<listener>.<setting>`).
+pub fn is_per_listener_setting(name: &str) -> bool {
+    name.strip_prefix("listener.name.")
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(listener, setting)| {
+            !listener.is_empty() && PER_LISTENER_SETTINGS.contains(&setting)
+        })
+}
+
+impl Listeners {
+    /// Reads and checks the listener settings; `value` gives a property as set (or its
+    /// default). Every listener needs a protocol, names and ports are distinct, advertised
+    /// entries name listeners, SSL listeners have a keystore, and the inter-broker listener
+    /// is a PLAINTEXT one (brokers do not yet speak TLS to each other).
+    pub fn resolve(value: &dyn Fn(&str) -> Option<String>) -> Result<Listeners, ConfigError> {
+        let setting = |name: &str| value(name).unwrap_or_default();
+        let protocols = protocol_map(&setting("listener.security.protocol.map"))?;
+        let controller_names: Vec<String> = entries(&setting("controller.listener.names"))
+            .map(str::to_ascii_uppercase)
+            .collect();
+        let mut advertised = BTreeMap::new();
+        let listed = setting("listeners");
+        for entry in entries(&setting("advertised.listeners")) {
+            let (name, host, port) = parse_endpoint("advertised.listeners", entry)?;
+            if host.is_empty()
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_unspecified())
+            {
+                return Err(ConfigError(format!(
+                    "advertised.listeners: {entry:?} names no host clients can connect to"
+                )));
+            }
+            if advertised.insert(name.clone(), (host, port)).is_some() {
+                return Err(ConfigError(format!(
+                    "advertised.listeners names {name} twice"
+                )));
+            }
+        }
+        let mut listeners = Listeners {
+            kafka: Vec::new(),
+            controller: Vec::new(),
+            inter_broker: String::new(),
+        };
+        let mut ports = BTreeMap::new();
+        for entry in entries(&listed) {
+            let (name, host, port) = parse_endpoint("listeners", entry)?;
+            let protocol = *protocols.get(&name).ok_or_else(|| ConfigError(format!("listener {name} has no security protocol: add {name}:PLAINTEXT or {name}:SSL to listener.security.protocol.map")))?;
+            if matches!(
+                protocol,
+                SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+            ) {
+                return Err(ConfigError(format!("listener {name}: security protocol {} is not available; Weir's listeners speak PLAINTEXT and SSL", protocol.name())));
+            }
+            if port != 0 && ports.insert(port, name.clone()).is_some() {
+                return Err(ConfigError(format!(
+                    "listeners: port {port} is given to both {} and {name}",
+                    ports[&port]
+                )));
+            }
+            let tls = match protocol {
+                SecurityProtocol::Ssl => Some(tls_settings(&name, value)?),
+                _ => None,
+            };
+            let config = ListenerConfig {
+                advertised: advertised.remove(&name),
+                name: name.clone(),
+                protocol,
+                host,
+                port,
+                tls,
+            };
+            let all = listeners.kafka.iter().chain(&listeners.controller);
+            if all.clone().any(|l| l.name == name) {
+                return Err(ConfigError(format!("listeners names {name} twice")));
+            }
+            if controller_names.contains(&name) {
+                if config.protocol != SecurityProtocol::Plaintext {
+                    return Err(ConfigError(format!(
+                        "controller listener {name}: the metadata quorum speaks PLAINTEXT only"
+                    )));
+                }
+                listeners.controller.push(config);
+            } else {
+                listeners.kafka.push(config);
+            }
+        }
+        if let Some(name) = advertised.keys().next() {
+            return Err(ConfigError(format!(
+                "advertised.listeners names {name}, which listeners does not list"
+            )));
+        }
+        if listeners.kafka.is_empty() {
+            return Err(ConfigError(format!(
+                "listeners {listed:?} names no listener for Kafka clients"
+            )));
+        }
+        listeners.inter_broker = match value("inter.broker.listener.name").filter(|n| !n.trim().is_empty()) {
+            Some(name) => name.trim().to_ascii_uppercase(),
+            None => listeners
+                .kafka
+                .iter()
+                .find(|l| l.protocol == SecurityProtocol::Plaintext)
+                .map(|l| l.name.clone())
+                .ok_or_else(|| ConfigError("no PLAINTEXT listener for the brokers to reach each other and the HTTP gateway to reach the broker: add one (a loopback or private address will do, e.g. INTERNAL://127.0.0.1:9093 with INTERNAL:PLAINTEXT in listener.security.protocol.map)".into()))?,
+        };
+        let inter_broker = listeners
+            .kafka
+            .iter()
+            .find(|l| l.name == listeners.inter_broker)
+            .ok_or_else(|| {
+                ConfigError(format!(
+                    "inter.broker.listener.name {} is not a Kafka listener in listeners",
+                    listeners.inter_broker
+                ))
+            })?;
+        if inter_broker.protocol != SecurityProtocol::Plaintext {
+            return Err(ConfigError(format!("inter.broker.listener.name {}: brokers reach each other over PLAINTEXT listeners only; name a PLAINTEXT one", inter_broker.name)));
+        }
+        for listener in &listeners.kafka {
+            if listener.binds_wildcard() && listener.advertised.is_none() {
+                return Err(ConfigError(format!("listener {} binds every interface ({}): give it an address clients can reach in advertised.listeners (or --advertise {}://HOST:PORT)", listener.name, listener.bind_address(), listener.name)));
+            }
+        }
+        Ok(listeners)
+    }
+
+    /// The listener brokers and the HTTP gateway connect to.
+    pub fn inter_broker(&self) -> &ListenerConfig {
+        self.kafka
+            .iter()
+            .find(|l| l.name == self.inter_broker)
+            .unwrap_or(&self.kafka[0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KAFKA_MAP: &str =
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+
+    fn resolve(pairs: &[(&str, &str)]) -> Result<Listeners, String> {
+        let mut given: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        given
+            .entry("listener.security.protocol.map".into())
+            .or_insert_with(|| KAFKA_MAP.into());
+        Listeners::resolve(&|name| given.get(name).cloned()).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn kafka_style_listeners_resolve_with_their_protocols_and_tls() {
+        let listeners = resolve(&[
+            (
+                "listeners",
+                "SSL://127.0.0.1:9094, plaintext://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            ),
+            ("advertised.listeners", "SSL://broker-1.example:9094"),
+            (
+                "listener.security.protocol.map",
+                "SSL:SSL,PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+            ("ssl.keystore.location", "/etc/weir/server.pem"),
+            ("listener.name.ssl.ssl.client.auth", "required"),
+            ("ssl.truststore.location", "/etc/weir/ca.pem"),
+        ])
+        .expect("resolves");
+        assert_eq!(listeners.inter_broker, "PLAINTEXT");
+        assert_eq!(listeners.kafka.len(), 2);
+        let ssl = &listeners.kafka[0];
+        assert_eq!(
+            (ssl.name.as_str(), ssl.protocol),
+            ("SSL", SecurityProtocol::Ssl)
+        );
+        assert_eq!(ssl.advertised, Some(("broker-1.example".into(), 9094)));
+        let tls = ssl.tls.as_ref().expect("tls");
+        assert_eq!(tls.client_auth, ClientAuth::Required);
+        assert_eq!(
+            tls.keystore,
+            std::path::PathBuf::from("/etc/weir/server.pem")
+        );
+        assert_eq!(tls.versions, vec![TlsVersion::Tls12, TlsVersion::Tls13]);
+        assert_eq!(listeners.kafka[1].name, "PLAINTEXT");
+        assert_eq!(listeners.kafka[1].tls, None);
+        assert_eq!(listeners.controller[0].bind_address(), "127.0.0.1:9093");
+        assert_eq!(listeners.inter_broker().port, 9092);
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_what_to_change() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("listeners", "127.0.0.1:9092")],
+                "is not NAME://HOST:PORT",
+            ),
+            (&[("listeners", "PLAINTEXT://127.0.0.1")], "has no :PORT"),
+            (
+                &[("listeners", "INTERNAL://127.0.0.1:9092")],
+                "add INTERNAL:PLAINTEXT",
+            ),
+            (
+                &[("listeners", "PLAINTEXT://a:9092,PLAINTEXT://b:9093")],
+                "names PLAINTEXT twice",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092,SSL://b:9092"),
+                    ("ssl.keystore.location", "k"),
+                ],
+                "port 9092",
+            ),
+            (
+                &[("listeners", "PLAINTEXT://a:9092,SSL://b:9093")],
+                "set ssl.keystore.location",
+            ),
+            (
+                &[
+                    ("listeners", "SSL://b:9093"),
+                    ("ssl.keystore.location", "k"),
+                ],
+                "no PLAINTEXT listener",
+            ),
+            (
+                &[("listeners", "SASL_SSL://b:9093,PLAINTEXT://a:9092")],
+                "SASL_SSL is not available",
+            ),
+            (
+                &[("listeners", "PLAINTEXT://0.0.0.0:9092")],
+                "binds every interface",
+            ),
+            (
+                &[("listeners", "PLAINTEXT://:9092")],
+                "binds every interface",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092"),
+                    ("advertised.listeners", "SSL://b:1"),
+                ],
+                "which listeners does not list",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092"),
+                    ("advertised.listeners", "PLAINTEXT://0.0.0.0:1"),
+                ],
+                "no host",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092"),
+                    ("inter.broker.listener.name", "SSL"),
+                ],
+                "not a Kafka listener",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092,SSL://b:1"),
+                    ("ssl.keystore.location", "k"),
+                    ("inter.broker.listener.name", "ssl"),
+                ],
+                "PLAINTEXT listeners only",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092,SSL://b:1"),
+                    ("ssl.keystore.location", "k"),
+                    ("ssl.keystore.type", "JKS"),
+                ],
+                "not supported",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092,SSL://b:1"),
+                    ("ssl.keystore.location", "k"),
+                    ("ssl.client.auth", "maybe"),
+                ],
+                "ssl.client.auth",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092,SSL://b:1"),
+                    ("ssl.keystore.location", "k"),
+                    ("ssl.enabled.protocols", "TLSv1.1"),
+                ],
+                "TLSv1.1",
+            ),
+            (
+                &[
+                    ("listeners", "C://a:9093"),
+                    ("listener.security.protocol.map", "C:PLAINTEXT"),
+                    ("controller.listener.names", "C"),
+                ],
+                "no listener for Kafka clients",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://a:9092"),
+                    ("listener.security.protocol.map", "PLAINTEXT:TLS"),
+                ],
+                "NAME:PROTOCOL",
+            ),
+        ];
+        for (pairs, expected) in cases {
+            let error = resolve(pairs).expect_err(expected);
+            assert!(
+                error.contains(expected),
+                "{pairs:?}: {error:?} lacks {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn wildcard_listeners_take_their_advertised_address() {
+        let listeners = resolve(&[
+            ("listeners", "PLAINTEXT://0.0.0.0:9092,EXTERNAL://[::]:9094"),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            ),
+            (
+                "advertised.listeners",
+                "PLAINTEXT://10.0.0.5:9092,EXTERNAL://[2001:db8::5]:9094",
+            ),
+        ])
+        .expect("resolves");
+        assert_eq!(listeners.kafka[1].bind_address(), "[::]:9094");
+        assert_eq!(
+            listeners.kafka[1].advertised,
+            Some(("2001:db8::5".into(), 9094))
+        );
+    }
+
+    #[test]
+    fn per_listener_names_are_recognised() {
+        assert!(is_per_listener_setting(
+            "listener.name.ssl.ssl.keystore.location"
+        ));
+        assert!(is_per_listener_setting(
+            "listener.name.external.ssl.client.auth"
+        ));
+        assert!(!is_per_listener_setting(
+            "listener.name.ssl.sasl.enabled.mechanisms"
+        ));
+        assert!(!is_per_listener_setting("listener.name..ssl.client.auth"));
+        assert!(!is_per_listener_setting("ssl.keystore.location"));
+    }
+}
