@@ -64,6 +64,16 @@ class Authority:
         return self.dir / f"{name}.crt", self.dir / f"{name}.key"
 
 
+def broker_keystore(directory: Path, ca_name: str) -> tuple[Authority, Path, Path]:
+    """A CA and a broker keystore it signed (key then certificate, Kafka's PEM keystore):
+    (authority, keystore, key)."""
+    authority = Authority(directory, ca_name)
+    cert, key = authority.issue("broker", "serverAuth")
+    keystore = directory / "broker-keystore.pem"
+    keystore.write_text(key.read_text() + cert.read_text())
+    return authority, keystore, key
+
+
 class Tls:
     """The server and the files its clients use."""
 
@@ -91,10 +101,7 @@ def tls(tmp_path_factory):
         pytest.skip("starts its own server with TLS listeners; the broker is external (COMPAT_BOOTSTRAP)")
     assert shutil.which("openssl"), "openssl is not on PATH"
     directory = tmp_path_factory.mktemp("tls")
-    authority = Authority(directory, "weir-test-ca")
-    cert, key = authority.issue("broker", "serverAuth")
-    keystore = directory / "broker-keystore.pem"
-    keystore.write_text(key.read_text() + cert.read_text())
+    authority, keystore, key = broker_keystore(directory, "weir-test-ca")
     config = directory / "weir.toml"
     config.write_text(
         'listener.security.protocol.map = "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL"\n'

@@ -21,6 +21,7 @@ use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
+use crate::sasl::Logins;
 use crate::shutdown::stopping;
 use crate::txn_markers::{MarkersInFlight, REMOTE_MARKER_TIMEOUT};
 
@@ -124,6 +125,8 @@ pub struct Broker {
     pub(crate) broker_epoch: Arc<AtomicU64>,
     /// Requests, bytes and connections served, for `/metrics`.
     pub(crate) metrics: BrokerMetrics,
+    /// Failed SASL logins by address.
+    pub(crate) logins: Logins,
 }
 
 impl Broker {
@@ -198,6 +201,7 @@ impl Broker {
             ),
             broker_epoch,
             metrics: BrokerMetrics::default(),
+            logins: Logins::default(),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));

@@ -166,6 +166,9 @@ pub struct BrokerConfig {
     pub queued_max_request_bytes: u64,
     /// `connections.max.idle.ms`.
     pub connections_max_idle_ms: u64,
+    /// `connection.failed.authentication.delay.ms`: how long a failed SASL login waits for its
+    /// answer.
+    pub failed_authentication_delay_ms: u64,
     /// `max.connections` as started with (lowered to what the open-file limit allows): the
     /// most connections this process holds, whatever a runtime change asks.
     pub max_connections: u32,
@@ -340,6 +343,8 @@ impl BrokerConfig {
             socket_request_max_bytes: long("socket.request.max.bytes") as u32,
             queued_max_request_bytes: long("queued.max.request.bytes") as u64,
             connections_max_idle_ms: long("connections.max.idle.ms") as u64,
+            failed_authentication_delay_ms: long("connection.failed.authentication.delay.ms")
+                as u64,
             max_connections: long("max.connections") as u32,
             socket_listen_backlog_size: long("socket.listen.backlog.size") as u32,
             retention_check_interval_ms: long("log.retention.check.interval.ms") as u64,

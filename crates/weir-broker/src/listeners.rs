@@ -3,10 +3,12 @@
 //! protocol, `advertised.listeners` what clients are told, `inter.broker.listener.name` the
 //! one brokers reach each other on, and `controller.listener.names` the ones that belong to the
 //! metadata quorum rather than to clients. TLS settings (`ssl.*`) apply to every SSL listener,
-//! and `listener.name.<name>.ssl.*` to one alone, as in Kafka.
+//! and `listener.name.<name>.ssl.*` to one alone, as in Kafka; `sasl.enabled.mechanisms` (or
+//! `listener.name.<name>.sasl.enabled.mechanisms`) gives a SASL listener its mechanisms.
 
 use std::collections::BTreeMap;
 
+use weir_sasl::Mechanism;
 use weir_tls::{ClientAuth, TlsSettings, TlsVersion};
 
 use crate::config::ConfigError;
@@ -20,6 +22,7 @@ pub const PER_LISTENER_SETTINGS: &[&str] = &[
     "ssl.truststore.location",
     "ssl.client.auth",
     "ssl.enabled.protocols",
+    "sasl.enabled.mechanisms",
 ];
 
 /// How a listener's connections are secured (`listener.security.protocol.map`).
@@ -70,8 +73,10 @@ pub struct ListenerConfig {
     pub port: u16,
     /// The host and port clients are told, when `advertised.listeners` names this listener.
     pub advertised: Option<(String, u16)>,
-    /// The TLS settings of an SSL listener.
+    /// The TLS settings of an SSL or SASL_SSL listener.
     pub tls: Option<TlsSettings>,
+    /// The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL listener.
+    pub sasl: Option<Vec<Mechanism>>,
 }
 
 impl ListenerConfig {
@@ -149,17 +154,45 @@ fn protocol_map(text: &str) -> Result<BTreeMap<String, SecurityProtocol>, Config
     Ok(map)
 }
 
+/// Listener `name`'s value of `setting`: `listener.name.<name>.<setting>`, else `setting`.
+fn listener_setting(
+    name: &str,
+    setting: &str,
+    value: &dyn Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let prefix = format!("listener.name.{}.", name.to_ascii_lowercase());
+    value(&format!("{prefix}{setting}"))
+        .or_else(|| value(setting))
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// The SASL mechanisms of listener `name` (`sasl.enabled.mechanisms`).
+fn sasl_mechanisms(
+    name: &str,
+    value: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Mechanism>, ConfigError> {
+    let listed = listener_setting(name, "sasl.enabled.mechanisms", value).unwrap_or_default();
+    let mut mechanisms = Vec::new();
+    for entry in entries(&listed) {
+        let mechanism = Mechanism::parse(entry).ok_or_else(|| ConfigError(format!("listener {name}: sasl.enabled.mechanisms names {entry:?}; Weir offers SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN")))?;
+        if !mechanisms.contains(&mechanism) {
+            mechanisms.push(mechanism);
+        }
+    }
+    if mechanisms.is_empty() {
+        return Err(ConfigError(format!(
+            "listener {name} speaks SASL but sasl.enabled.mechanisms names no mechanism"
+        )));
+    }
+    Ok(mechanisms)
+}
+
 /// The TLS settings of listener `name`: `listener.name.<name>.ssl.*`, else `ssl.*`.
 fn tls_settings(
     name: &str,
     value: &dyn Fn(&str) -> Option<String>,
 ) -> Result<TlsSettings, ConfigError> {
-    let prefix = format!("listener.name.{}.", name.to_ascii_lowercase());
-    let get = |setting: &str| {
-        value(&format!("{prefix}{setting}"))
-            .or_else(|| value(setting))
-            .filter(|v| !v.trim().is_empty())
-    };
+    let get = |setting: &str| listener_setting(name, setting, value);
     let tls_error = |e: weir_tls::TlsError| ConfigError(format!("listener {name}: {e}"));
     for store in ["ssl.keystore.type", "ssl.truststore.type"] {
         if let Some(kind) = get(store).filter(|k| !k.eq_ignore_ascii_case("PEM")) {
@@ -229,12 +262,6 @@ impl Listeners {
         for entry in entries(&listed) {
             let (name, host, port) = parse_endpoint("listeners", entry)?;
             let protocol = *protocols.get(&name).ok_or_else(|| ConfigError(format!("listener {name} has no security protocol: add {name}:PLAINTEXT or {name}:SSL to listener.security.protocol.map")))?;
-            if matches!(
-                protocol,
-                SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-            ) {
-                return Err(ConfigError(format!("listener {name}: security protocol {} is not available; Weir's listeners speak PLAINTEXT and SSL", protocol.name())));
-            }
             if port != 0 && ports.insert(port, name.clone()).is_some() {
                 return Err(ConfigError(format!(
                     "listeners: port {port} is given to both {} and {name}",
@@ -242,10 +269,19 @@ impl Listeners {
                 )));
             }
             let tls = match protocol {
-                SecurityProtocol::Ssl => Some(tls_settings(&name, value)?),
+                SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
+                    Some(tls_settings(&name, value)?)
+                }
+                _ => None,
+            };
+            let sasl = match protocol {
+                SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => {
+                    Some(sasl_mechanisms(&name, value)?)
+                }
                 _ => None,
             };
             let config = ListenerConfig {
+                sasl,
                 advertised: advertised.remove(&name),
                 name: name.clone(),
                 protocol,
@@ -410,7 +446,21 @@ mod tests {
             ),
             (
                 &[("listeners", "SASL_SSL://b:9093,PLAINTEXT://a:9092")],
-                "SASL_SSL is not available",
+                "set ssl.keystore.location",
+            ),
+            (
+                &[
+                    ("listeners", "SASL_PLAINTEXT://b:9093,PLAINTEXT://a:9092"),
+                    ("sasl.enabled.mechanisms", "GSSAPI"),
+                ],
+                "GSSAPI",
+            ),
+            (
+                &[
+                    ("listeners", "SASL_PLAINTEXT://b:9093,PLAINTEXT://a:9092"),
+                    ("sasl.enabled.mechanisms", " "),
+                ],
+                "names no mechanism",
             ),
             (
                 &[("listeners", "PLAINTEXT://0.0.0.0:9092")],
@@ -499,6 +549,32 @@ mod tests {
     }
 
     #[test]
+    fn sasl_listeners_take_their_mechanisms() {
+        let listeners = resolve(&[
+            (
+                "listeners",
+                "PLAINTEXT://a:9092,SASL_SSL://a:9094,SASL_PLAINTEXT://a:9095",
+            ),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512"),
+            (
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms",
+                "plain",
+            ),
+            ("ssl.keystore.location", "k"),
+        ])
+        .expect("resolves");
+        let sasl_ssl = &listeners.kafka[1];
+        assert!(sasl_ssl.tls.is_some());
+        assert_eq!(
+            sasl_ssl.sasl,
+            Some(vec![Mechanism::ScramSha256, Mechanism::ScramSha512])
+        );
+        assert_eq!(listeners.kafka[2].tls, None);
+        assert_eq!(listeners.kafka[2].sasl, Some(vec![Mechanism::Plain]));
+        assert_eq!(listeners.kafka[0].sasl, None);
+    }
+
+    #[test]
     fn wildcard_listeners_take_their_advertised_address() {
         let listeners = resolve(&[
             ("listeners", "PLAINTEXT://0.0.0.0:9092,EXTERNAL://[::]:9094"),
@@ -527,8 +603,11 @@ mod tests {
         assert!(is_per_listener_setting(
             "listener.name.external.ssl.client.auth"
         ));
+        assert!(is_per_listener_setting(
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms"
+        ));
         assert!(!is_per_listener_setting(
-            "listener.name.ssl.sasl.enabled.mechanisms"
+            "listener.name.ssl.sasl.jaas.config"
         ));
         assert!(!is_per_listener_setting("listener.name..ssl.client.auth"));
         assert!(!is_per_listener_setting("ssl.keystore.location"));

@@ -96,6 +96,8 @@ pub struct BrokerMetrics {
     pub bad_requests: AtomicU64,
     /// Connections to SSL listeners closed because their TLS handshake failed or timed out.
     pub tls_handshakes_failed: AtomicU64,
+    /// SASL logins refused (wrong credentials, broken exchanges, addresses locked out).
+    pub sasl_authentications_failed: AtomicU64,
 }
 
 impl Default for BrokerMetrics {
@@ -109,6 +111,7 @@ impl Default for BrokerMetrics {
             connections_refused: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
             tls_handshakes_failed: AtomicU64::new(0),
+            sasl_authentications_failed: AtomicU64::new(0),
         }
     }
 }

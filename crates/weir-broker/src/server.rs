@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use weir_log::ReadSlice;
 use weir_proto::api::api_versions_response;
 use weir_proto::{decode_request, encode_response, read_frame_length, DecodeError, FrameError};
+use weir_sasl::Mechanism;
 use weir_tls::{ServerTls, RELOAD_CHECK_INTERVAL};
 
 use crate::broker::Broker;
@@ -38,6 +39,7 @@ use crate::connections::{resolve_overrides, ConnectionLimits, ConnectionSlot};
 use crate::handlers;
 use crate::rate_limit::{warn_bad_input, LineLimit};
 use crate::reply::{FramePart, PendingReply, Reply, ResponseFrame};
+use crate::sasl::{GateStep, SaslGate};
 
 /// Requests read ahead on one connection before its responses are written. Kafka clients keep
 /// at most five produce requests in flight; 64 leaves room for pipelined metadata and fetches.
@@ -118,8 +120,11 @@ pub struct BoundListener {
     pub name: Arc<str>,
     /// The bound socket.
     pub socket: TcpListener,
-    /// The TLS of an SSL listener.
+    /// The TLS of an SSL or SASL_SSL listener.
     pub tls: Option<Arc<ServerTls>>,
+    /// The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL listener, whose clients
+    /// authenticate before anything else.
+    pub sasl: Option<Arc<[Mechanism]>>,
 }
 
 impl BoundListener {
@@ -129,6 +134,7 @@ impl BoundListener {
             name: crate::broker::PLAINTEXT_LISTENER.into(),
             socket,
             tls: None,
+            sasl: None,
         }
     }
 }
@@ -194,12 +200,13 @@ async fn accept(broker: Arc<Broker>, listener: BoundListener, limits: Arc<Connec
                         peer: peer.ip(),
                         listener: listener.name.clone(),
                     };
+                    let sasl = listener.sasl.clone().map(SaslGate::new);
                     tokio::spawn(handle_connection(
                         broker.clone(),
                         stream,
                         peer,
                         context,
-                        listener.tls.clone(),
+                        (listener.tls.clone(), sasl),
                         slot,
                     ));
                 }
@@ -325,13 +332,14 @@ enum Ending {
     Close,
 }
 
-/// Serves one accepted connection, after its TLS handshake on an SSL listener.
+/// Serves one accepted connection, after its TLS handshake on an SSL listener; on a SASL
+/// listener its client authenticates first.
 async fn handle_connection(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
     context: RequestContext,
-    tls: Option<Arc<ServerTls>>,
+    (tls, sasl): (Option<Arc<ServerTls>>, Option<SaslGate>),
     _slot: ConnectionSlot,
 ) {
     tracing::debug!(target: "weir::server", %peer, listener = %context.listener, "connection opened");
@@ -340,14 +348,14 @@ async fn handle_connection(
     match tls {
         None => {
             let (reader, writer) = stream.into_split();
-            serve_connection(broker, reader, writer, peer, context).await;
+            serve_connection(broker, reader, writer, peer, (context, sasl)).await;
         }
         Some(tls) => {
             let deadline = Duration::from_millis(TLS_HANDSHAKE_MS);
             match tls.accept(stream, deadline).await {
                 Ok(stream) => {
                     let (reader, writer) = tokio::io::split(stream);
-                    serve_connection(broker, reader, writer, peer, context).await;
+                    serve_connection(broker, reader, writer, peer, (context, sasl)).await;
                 }
                 Err(error) => {
                     broker
@@ -374,7 +382,7 @@ async fn serve_connection<R, W>(
     mut reader: R,
     writer: W,
     peer: SocketAddr,
-    context: RequestContext,
+    (context, mut sasl): (RequestContext, Option<SaslGate>),
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -393,7 +401,7 @@ async fn serve_connection<R, W>(
     ));
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     let ending = tokio::select! {
-        ending = read_requests(&broker, &mut reader, &peer, &context, &queue, &activity, &gates) => ending,
+        ending = read_requests(&broker, &mut reader, (&peer, &context, &mut sasl), &queue, &activity, &gates) => ending,
         _ = activity.idle_for(idle) => {
             tracing::debug!(target: "weir::server", %peer, idle_ms = idle.as_millis() as u64, "closing idle connection");
             Ending::Close
@@ -444,8 +452,7 @@ struct Gates {
 async fn read_requests(
     broker: &Arc<Broker>,
     reader: &mut (impl AsyncRead + Unpin),
-    peer: &SocketAddr,
-    context: &RequestContext,
+    (peer, context, sasl): (&SocketAddr, &RequestContext, &mut Option<SaslGate>),
     queue: &mpsc::Sender<ReplyTask>,
     activity: &Arc<Activity>,
     gates: &Gates,
@@ -476,10 +483,31 @@ async fn read_requests(
             .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
         let started = Instant::now();
         let mut api = None;
+        let mut close_after = false;
         let pending: PendingReply = match decode_request(frame) {
             Ok(request) => {
                 api = Some(request.api_key);
-                handlers::dispatch(broker, request, context).await
+                match sasl.as_mut().filter(|gate| !gate.authenticated()) {
+                    None => handlers::dispatch(broker, request, context).await,
+                    Some(gate) => match gate.take(broker, request, context.peer).await {
+                        GateStep::Dispatch(request) => {
+                            handlers::dispatch(broker, *request, context).await
+                        }
+                        GateStep::Answer(reply) => reply,
+                        GateStep::AnswerAndClose(reply) => {
+                            close_after = true;
+                            reply
+                        }
+                        GateStep::Close(reason) => {
+                            broker.metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
+                            warn_bad_input(
+                                &peer.to_string(),
+                                &format!("closing connection: {reason}"),
+                            );
+                            return Ending::Close;
+                        }
+                    },
+                }
             }
             Err(DecodeError::UnsupportedApiVersionsVersion {
                 correlation_id,
@@ -522,6 +550,9 @@ async fn read_requests(
         });
         if queue.send(ReplyTask(reply)).await.is_err() {
             return Ending::Close;
+        }
+        if close_after {
+            return Ending::Drain;
         }
     }
 }

@@ -12,7 +12,7 @@ use weir_metadata::broker_config::checked_runtime_broker_config;
 use weir_metadata::topic_config::checked_topic_configs;
 use weir_metadata::{
     validate_topic_name, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
-    MetadataCommand, MetadataImage, NewTopic, TopicImage,
+    MetadataCommand, MetadataImage, NewTopic, ScramDeletion, ScramUpsert, TopicImage,
 };
 use weir_storage::Storage;
 
@@ -501,6 +501,25 @@ impl Controller {
         })
         .await?;
         Ok((first, PRODUCER_ID_BLOCK_SIZE))
+    }
+
+    /// Sets and removes SCRAM credentials in one command; answered with the deletions that
+    /// name no credential (left out of it, as Kafka answers RESOURCE_NOT_FOUND for them).
+    pub async fn alter_scram_credentials(
+        &self,
+        upserts: Vec<ScramUpsert>,
+        deletions: Vec<ScramDeletion>,
+    ) -> Result<Vec<ScramDeletion>, ControllerError> {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let (deletions, missing): (Vec<_>, Vec<_>) = deletions
+            .into_iter()
+            .partition(|d| image.scram_credential(&d.user, d.hash).is_some());
+        if !upserts.is_empty() || !deletions.is_empty() {
+            self.commit(MetadataCommand::AlterScramCredentials { upserts, deletions })
+                .await?;
+        }
+        Ok(missing)
     }
 }
 

@@ -11,13 +11,13 @@ use tokio::sync::watch;
 
 use weir_metadata::requests::{
     AddObserver, AllocateProducerIds, AlterBrokerConfig, AlterPartitionReassignments,
-    AlterTopicConfig, ControlCall, ControlRequest, ControlledShutdown, CreatePartitions,
-    CreateTopic, DeleteTopic, DescribeQuorum, ElectLeaders, EncodedAnswer, Heartbeat,
-    RegisterBroker,
+    AlterScramCredentials, AlterTopicConfig, ControlCall, ControlRequest, ControlledShutdown,
+    CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, ElectLeaders, EncodedAnswer,
+    Heartbeat, RegisterBroker,
 };
 use weir_metadata::{
     AlterPartition, BrokerRegistration, Committed, ControllerError, MetadataControl, MetadataImage,
-    PartitionImage, PartitionOutcome, Pending, QuorumStatus, TopicImage,
+    PartitionImage, PartitionOutcome, Pending, QuorumStatus, ScramDeletion, TopicImage,
 };
 
 use crate::controller::Controller;
@@ -132,6 +132,14 @@ impl Decide for AllocateProducerIds {
     }
 }
 
+impl Decide for AlterScramCredentials {
+    async fn decide(self, controller: &Controller) -> Result<Vec<ScramDeletion>, ControllerError> {
+        controller
+            .alter_scram_credentials(self.upserts, self.deletions)
+            .await
+    }
+}
+
 impl Decide for DescribeQuorum {
     async fn decide(self, controller: &Controller) -> Result<QuorumStatus, ControllerError> {
         controller.quorum.status()
@@ -173,6 +181,7 @@ impl Controller {
             ControlRequest::AllocateProducerIds(call) => answer(self, call).await,
             ControlRequest::DescribeQuorum(call) => answer(self, call).await,
             ControlRequest::AddObserver(call) => answer(self, call).await,
+            ControlRequest::AlterScramCredentials(call) => answer(self, call).await,
         }
     }
 

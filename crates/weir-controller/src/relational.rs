@@ -222,7 +222,8 @@ impl RelationalStore {
             MetadataCommand::ChangePartitions { changes } => {
                 change_partitions(&tx, changes, image)?;
             }
-            MetadataCommand::AllocateProducerIds { .. } => {}
+            MetadataCommand::AllocateProducerIds { .. }
+            | MetadataCommand::AlterScramCredentials { .. } => {}
         }
         set_position(&tx, image)?;
         tx.commit()

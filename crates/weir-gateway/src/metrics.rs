@@ -184,6 +184,12 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         "Connections to SSL listeners closed because their TLS handshake failed or timed out",
         stats.tls_handshakes_failed as f64,
     );
+    text.single(
+        "weir_sasl_authentications_failed_total",
+        "counter",
+        "SASL logins refused: wrong credentials, broken exchanges, addresses locked out",
+        stats.sasl_authentications_failed as f64,
+    );
 }
 
 fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {

@@ -53,6 +53,8 @@ pub struct BrokerStats {
     pub bad_requests: u64,
     /// Connections to SSL listeners whose TLS handshake failed or timed out.
     pub tls_handshakes_failed: u64,
+    /// SASL logins refused.
+    pub sasl_authentications_failed: u64,
 }
 
 /// One API's requests.

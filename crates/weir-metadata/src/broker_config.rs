@@ -431,7 +431,7 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
     text(
         "listener.security.protocol.map",
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "The security protocol of each listener name, NAME:PROTOCOL,…: PLAINTEXT or SSL.",
+        "The security protocol of each listener name, NAME:PROTOCOL,…: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
     ),
     text(
         "inter.broker.listener.name",
@@ -442,6 +442,17 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "controller.listener.names",
         "",
         "Listeners (by name) of the metadata quorum rather than of Kafka clients: the first is where this node's controller listens (as --controller-listen). PLAINTEXT only.",
+    ),
+    text(
+        "sasl.enabled.mechanisms",
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        "The SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (checked against the same SCRAM credentials; send it over TLS only). `listener.name.<name>.sasl.enabled.mechanisms` sets it for one listener.",
+    ),
+    setting(
+        "connection.failed.authentication.delay.ms",
+        "100",
+        int(0, 10_000),
+        "A failed SASL login is answered after this delay, then its connection closed. Past 5 failures of one address within a minute the delay doubles per failure (from at least 100 ms) up to 5 s, and an address has at most 4 logins under way, a failed one until it is answered: guessing is slowed, a right password is let in at once.",
     ),
     text(
         "ssl.keystore.type",

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+use weir_sasl::{ScramCredential, ScramHash};
 
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +104,35 @@ pub enum MetadataCommand {
         /// Block size.
         count: i64,
     },
+    /// Sets and removes users' SCRAM credentials (AlterUserScramCredentials).
+    AlterScramCredentials {
+        /// Credentials set, each replacing the user's credential of its mechanism.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        upserts: Vec<ScramUpsert>,
+        /// Credentials removed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deletions: Vec<ScramDeletion>,
+    },
+}
+
+/// A user's SCRAM credential for one mechanism, set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramUpsert {
+    /// The user name.
+    pub user: String,
+    /// The mechanism's hash.
+    pub hash: ScramHash,
+    /// Salt, iterations and keys (never the password).
+    pub credential: ScramCredential,
+}
+
+/// A user's SCRAM credential for one mechanism, removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramDeletion {
+    /// The user name.
+    pub user: String,
+    /// The mechanism's hash.
+    pub hash: ScramHash,
 }
 
 /// One line naming the change, for logs.
@@ -155,6 +185,12 @@ impl std::fmt::Display for MetadataCommand {
             MetadataCommand::AllocateProducerIds { first, count } => {
                 write!(f, "reserve producer ids {first}..{}", first + count)
             }
+            MetadataCommand::AlterScramCredentials { upserts, deletions } => write!(
+                f,
+                "set {} and remove {} SCRAM credentials",
+                upserts.len(),
+                deletions.len()
+            ),
         }
     }
 }

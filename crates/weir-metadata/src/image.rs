@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+use weir_sasl::{ScramCredential, ScramHash};
 
 use crate::command::{BrokerListener, ConfigChange, MetadataCommand, PartitionChange};
 
@@ -169,6 +170,9 @@ pub struct MetadataImage {
     node_broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
     /// Registered brokers, by node id.
     brokers: BTreeMap<i32, BrokerRegistration>,
+    /// SCRAM credentials, by user name and mechanism.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    scram_credentials: BTreeMap<String, BTreeMap<ScramHash, ScramCredential>>,
 }
 
 impl MetadataImage {
@@ -187,6 +191,18 @@ impl MetadataImage {
     /// Every topic, by name.
     pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
         self.topics.values()
+    }
+
+    /// User `user`'s SCRAM credential for `hash`.
+    pub fn scram_credential(&self, user: &str, hash: ScramHash) -> Option<&ScramCredential> {
+        self.scram_credentials.get(user)?.get(&hash)
+    }
+
+    /// Every user with SCRAM credentials, by name, with their credentials by mechanism.
+    pub fn scram_users(
+        &self,
+    ) -> impl Iterator<Item = (&String, &BTreeMap<ScramHash, ScramCredential>)> {
+        self.scram_credentials.iter()
     }
 
     /// Every registered broker, by node id.
@@ -314,6 +330,22 @@ impl MetadataImage {
             MetadataCommand::ChangePartitions { changes } => self.change_partitions(changes),
             MetadataCommand::AllocateProducerIds { first, count } => {
                 self.next_producer_id = self.next_producer_id.max(first + count);
+            }
+            MetadataCommand::AlterScramCredentials { upserts, deletions } => {
+                for deletion in deletions {
+                    if let Some(user) = self.scram_credentials.get_mut(&deletion.user) {
+                        user.remove(&deletion.hash);
+                        if user.is_empty() {
+                            self.scram_credentials.remove(&deletion.user);
+                        }
+                    }
+                }
+                for upsert in upserts {
+                    self.scram_credentials
+                        .entry(upsert.user.clone())
+                        .or_default()
+                        .insert(upsert.hash, upsert.credential.clone());
+                }
             }
         }
     }

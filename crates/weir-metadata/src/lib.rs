@@ -15,6 +15,7 @@ pub mod topic_config;
 
 pub use command::{
     BrokerListener, ConfigChange, MetadataCommand, PartitionChange, ReplicaAssignment,
+    ScramDeletion, ScramUpsert,
 };
 pub use control::{Committed, MetadataControl, Pending};
 pub use error::ControllerError;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use crate::command::{BrokerListener, ConfigChange};
+use crate::command::{BrokerListener, ConfigChange, ScramDeletion, ScramUpsert};
 use crate::image::{BrokerRegistration, PartitionImage, TopicImage};
 use crate::ControllerError;
 
@@ -246,6 +246,9 @@ control_requests! {
     DescribeQuorum => QuorumStatus,
     /// A broker-only node asks to follow the metadata quorum as an observer.
     AddObserver => (),
+    /// Sets and removes SCRAM credentials; answered with the deletions that found no
+    /// credential (the rest are committed).
+    AlterScramCredentials => Vec<ScramDeletion>,
 }
 
 /// Creates a topic with a fresh id; with `validate_only` nothing changes.
@@ -346,6 +349,16 @@ pub struct ElectLeaders {
     pub election: ElectionType,
     /// The partitions, or `None` for all.
     pub partitions: Option<Vec<(String, i32)>>,
+}
+
+/// Sets and removes users' SCRAM credentials (already checked: names, mechanisms,
+/// iterations, one change per user).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlterScramCredentials {
+    /// Credentials to set.
+    pub upserts: Vec<ScramUpsert>,
+    /// Credentials to remove.
+    pub deletions: Vec<ScramDeletion>,
 }
 
 /// Reserves a block of producer ids.

@@ -63,6 +63,10 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ElectLeaders, 0, 2),
     range(ApiKey::AlterPartitionReassignments, 0, 1),
     range(ApiKey::ListPartitionReassignments, 0, 0),
+    range(ApiKey::SaslHandshake, 0, 1),
+    range(ApiKey::SaslAuthenticate, 0, 2),
+    range(ApiKey::DescribeUserScramCredentials, 0, 0),
+    range(ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The version range Weir serves for `key`, if any.

@@ -63,6 +63,9 @@ impl NodeView for ServerNode {
             connections_refused: metrics.connections_refused.load(Ordering::Relaxed),
             bad_requests: metrics.bad_requests.load(Ordering::Relaxed),
             tls_handshakes_failed: metrics.tls_handshakes_failed.load(Ordering::Relaxed),
+            sasl_authentications_failed: metrics
+                .sasl_authentications_failed
+                .load(Ordering::Relaxed),
         }
     }
 

@@ -22,6 +22,7 @@ use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig
 use weir_gateway::Gateway;
 use weir_log::SystemClock;
 use weir_metadata::BrokerListener;
+use weir_sasl::ScramHash;
 use weir_storage::{FileCache, FsStorage, Storage};
 use weir_tls::ServerTls;
 
@@ -101,6 +102,12 @@ pub struct ServerArgs {
     /// is a startup error. `off` runs no HTTP.
     #[arg(long, env = "WEIR_HTTP_LISTEN")]
     http_listen: Option<String>,
+    /// A SCRAM credential to create when the cluster has none for that user and mechanism
+    /// (so the first start makes it and later starts keep what the cluster holds), in
+    /// Kafka's format: 'SCRAM-SHA-256=[name=admin,password=admin-secret]', optionally with
+    /// iterations=N (4096 to 16384, default 8192). Repeat it for several.
+    #[arg(long, env = "WEIR_ADD_SCRAM", value_name = "MECHANISM=[name=USER,password=PASSWORD]", value_parser = parse_add_scram)]
+    add_scram: Vec<AddScram>,
     /// TOML file of broker settings with Kafka's names (see the list below).
     #[arg(long, env = "WEIR_CONFIG")]
     config: Option<PathBuf>,
@@ -108,6 +115,78 @@ pub struct ServerArgs {
     /// `weir=debug`. Defaults to RUST_LOG, else info.
     #[arg(long)]
     log_level: Option<String>,
+}
+
+/// One `--add-scram` credential.
+#[derive(Clone)]
+struct AddScram {
+    hash: ScramHash,
+    user: String,
+    password: String,
+    iterations: u32,
+}
+
+impl std::fmt::Debug for AddScram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} for {}", self.hash.mechanism().name(), self.user)
+    }
+}
+
+/// Iterations of a credential `--add-scram` makes without `iterations=`.
+const ADD_SCRAM_ITERATIONS: u32 = 8192;
+
+/// Parses Kafka's `MECHANISM=[name=USER,password=PASSWORD,iterations=N]` (a value may be
+/// double-quoted to hold commas). Errors never quote the password.
+fn parse_add_scram(text: &str) -> Result<AddScram, String> {
+    let (mechanism, body) = text
+        .split_once('=')
+        .ok_or("expected MECHANISM=[name=USER,password=PASSWORD]")?;
+    let hash = weir_sasl::Mechanism::parse(mechanism)
+        .and_then(ScramHash::of)
+        .ok_or_else(|| format!("{mechanism:?} is not SCRAM-SHA-256 or SCRAM-SHA-512"))?;
+    let body = body
+        .trim()
+        .strip_prefix('[')
+        .and_then(|b| b.strip_suffix(']'))
+        .ok_or("the credential must be in brackets: [name=USER,password=PASSWORD]")?;
+    let mut fields = Vec::new();
+    let (mut field, mut quoted) = (String::new(), false);
+    for c in body.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    fields.push(field);
+    let (mut user, mut password, mut iterations) = (None, None, ADD_SCRAM_ITERATIONS as i32);
+    for field in fields {
+        match field.split_once('=') {
+            Some(("name", value)) if !value.is_empty() => user = Some(value.to_string()),
+            Some(("password", value)) if !value.is_empty() => password = Some(value.to_string()),
+            Some(("iterations", value)) => {
+                iterations = value
+                    .parse()
+                    .map_err(|_| format!("iterations {value:?} is not a number"))?;
+            }
+            Some((key, _)) if key == "password" || key == "name" => {
+                return Err(format!("{key} must not be empty"))
+            }
+            Some((key, _)) => {
+                return Err(format!(
+                    "unknown field {key:?} (use name, password, iterations)"
+                ))
+            }
+            None => return Err("expected name=USER,password=PASSWORD".into()),
+        }
+    }
+    let iterations = weir_sasl::check_iterations(hash, iterations).map_err(|e| e.0)?;
+    Ok(AddScram {
+        hash,
+        user: user.ok_or("no name=USER")?,
+        password: password.ok_or("no password=PASSWORD")?,
+        iterations,
+    })
 }
 
 /// The roles a node runs (`--process-roles`).
@@ -393,6 +472,19 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         .join_cluster()
         .await
         .context("registering the broker with the controller")?;
+    if !args.add_scram.is_empty() {
+        let wanted = args
+            .add_scram
+            .iter()
+            .map(|a| (a.user.clone(), a.hash, a.password.clone(), a.iterations))
+            .collect();
+        let added = weir_broker::add_missing_scram_credentials(&broker, wanted)
+            .await
+            .context("adding the --add-scram credentials")?;
+        for credential in added {
+            tracing::info!(target: "weir::server", credential, "SCRAM credential added (--add-scram)");
+        }
+    }
     // Listening for SIGTERM and SIGINT before `weir ready`: a signal that follows the line at
     // once must find the handler installed, or it ends the process uncleanly.
     let mut signals = ShutdownSignals::listen()?;
@@ -537,6 +629,7 @@ async fn bind_kafka_listeners(config: &BrokerConfig) -> anyhow::Result<KafkaList
             name: name.as_str().into(),
             socket,
             tls,
+            sasl: listener.sasl.as_deref().map(Into::into),
         });
     }
     Ok(listeners)

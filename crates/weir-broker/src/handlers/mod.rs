@@ -19,12 +19,15 @@ mod operations;
 mod produce;
 mod producer_id;
 mod reassignments;
+pub(crate) mod scram_credentials;
 mod transactions;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use weir_proto::{encode_response, Request};
@@ -71,7 +74,12 @@ pub(crate) fn led_partition(
     }
 }
 
-fn frame(api_key: ApiKey, version: i16, correlation_id: i32, body: ResponseKind) -> Reply {
+pub(crate) fn frame(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: ResponseKind,
+) -> Reply {
     match encode(api_key, version, correlation_id, &body) {
         Ok(bytes) => Reply::Frame(ResponseFrame::bytes(bytes)),
         Err(reply) => reply,
@@ -250,6 +258,30 @@ pub async fn dispatch(
             respond(ResponseKind::AlterPartitionReassignments(
                 reassignments::alter(&broker, req, version).await,
             ))
+        }),
+        RequestKind::AlterUserScramCredentials(req) => Box::pin(async move {
+            respond(ResponseKind::AlterUserScramCredentials(
+                scram_credentials::alter(&broker, req).await,
+            ))
+        }),
+        RequestKind::DescribeUserScramCredentials(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeUserScramCredentials(
+                scram_credentials::describe(&broker, req),
+            ))
+        }),
+        // A connection that authenticated (or never had to) has no SASL exchange to continue.
+        RequestKind::SaslHandshake(_) => Box::pin(async move {
+            let mut response = SaslHandshakeResponse::default();
+            response.error_code = ResponseError::IllegalSaslState.code();
+            respond(ResponseKind::SaslHandshake(response))
+        }),
+        RequestKind::SaslAuthenticate(_) => Box::pin(async move {
+            let mut response = SaslAuthenticateResponse::default();
+            response.error_code = ResponseError::IllegalSaslState.code();
+            response.error_message = Some(str_bytes(
+                "SaslAuthenticate on a connection with no SASL exchange under way",
+            ));
+            respond(ResponseKind::SaslAuthenticate(response))
         }),
         RequestKind::ListPartitionReassignments(req) => Box::pin(async move {
             respond(ResponseKind::ListPartitionReassignments(

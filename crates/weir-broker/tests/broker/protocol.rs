@@ -801,6 +801,58 @@ async fn every_advertised_version_answers() {
                     );
                     assert_eq!(partitions[1].error_code, 3, "{what}: no partition 7");
                 }
+                ApiKey::SaslHandshake => {
+                    use kafka_protocol::messages::{SaslHandshakeRequest, SaslHandshakeResponse};
+                    let mut req = SaslHandshakeRequest::default();
+                    req.mechanism = StrBytes::from_static_str("PLAIN");
+                    let r: SaslHandshakeResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        r.error_code, 34,
+                        "{what}: ILLEGAL_SASL_STATE off a SASL listener"
+                    );
+                }
+                ApiKey::SaslAuthenticate => {
+                    use kafka_protocol::messages::{
+                        SaslAuthenticateRequest, SaslAuthenticateResponse,
+                    };
+                    let mut req = SaslAuthenticateRequest::default();
+                    req.auth_bytes = bytes::Bytes::from_static(b"\0user\0password");
+                    let r: SaslAuthenticateResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(
+                        r.error_code, 34,
+                        "{what}: ILLEGAL_SASL_STATE off a SASL listener"
+                    );
+                }
+                ApiKey::AlterUserScramCredentials => {
+                    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+                    use kafka_protocol::messages::{
+                        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+                    };
+                    let mut upsertion = ScramCredentialUpsertion::default();
+                    upsertion.name = StrBytes::from_string(format!("user-{v}"));
+                    upsertion.mechanism = 1;
+                    upsertion.iterations = 4096;
+                    upsertion.salt = bytes::Bytes::from_static(b"salt");
+                    upsertion.salted_password = bytes::Bytes::from(vec![7u8; 32]);
+                    let mut req = AlterUserScramCredentialsRequest::default();
+                    req.upsertions = vec![upsertion];
+                    let r: AlterUserScramCredentialsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].error_code, 0, "{what}");
+                }
+                ApiKey::DescribeUserScramCredentials => {
+                    use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
+                    use kafka_protocol::messages::{
+                        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+                    };
+                    let mut user = UserName::default();
+                    user.name = StrBytes::from_static_str("nobody");
+                    let mut req = DescribeUserScramCredentialsRequest::default();
+                    req.users = Some(vec![user]);
+                    let r: DescribeUserScramCredentialsResponse =
+                        call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                    assert_eq!(r.results[0].error_code, 91, "{what}: RESOURCE_NOT_FOUND");
+                }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }
         }
