@@ -3,7 +3,7 @@ SASL_PLAINTEXT one (SCRAM-SHA-512 only, under ``listener.name.sasl_plaintext.``)
 credentials from ``--add-scram``. librdkafka, kcat, kafka-python and the Java client log in
 and produce and consume; users are created, described and deleted through Kafka's
 AlterUserScramCredentials and DescribeUserScramCredentials (librdkafka's admin client) with
-Kafka's errors, and by Kafka's kafka-configs; wrong passwords, unknown users, unoffered mechanisms and requests before
+Kafka's errors, by Kafka's kafka-configs and by ``weir user``; wrong passwords, unknown users, unoffered mechanisms and requests before
 authentication are refused while the server goes on; an address failing too often has its
 failures answered ever later, right passwords still let in at once; no password reaches the
 log.
@@ -32,6 +32,7 @@ from harness import WeirServer, external_bootstrap, weir_binary
 from test_java import JARS_DIR, JVM_FLAGS, compile_java
 from test_tls import LISTENERS_RE, broker_keystore, roundtrip
 from clients import unique_topic
+import weir_cli
 import wire
 
 ADMIN_PASSWORD = "admin-Secret,with=odd]chars"
@@ -83,7 +84,7 @@ def sasl(tmp_path_factory):
     log = server.log_path.read_text()
     # The harness's own "===== start" line holds the command line; the server's lines must not.
     server_lines = "\n".join(line for line in log.splitlines() if not line.startswith("====="))
-    for secret in (ADMIN_PASSWORD, "alice-pass-1", "wrong-password"):
+    for secret in (ADMIN_PASSWORD, "alice-pass-1", "dave-pass-1", "erin-pass-1", "wrong-password"):
         assert secret not in server_lines, f"a password in the server's log: {secret!r}"
     assert code in (None, 0), f"exit code {code}\n{server.log_tail(60)}"
 
@@ -150,6 +151,35 @@ def test_users_are_managed_through_kafkas_admin_api(sasl):
     assert "Authentication failed" in refusal(alice), "a deleted credential logs in no more"
     everyone = admin.describe_user_scram_credentials().result()
     assert "alice" not in everyone and "admin" in everyone
+
+
+def test_weir_user_creates_lists_and_deletes_users(sasl, tmp_path):
+    plaintext = sasl.server.bootstrap
+    password_file = tmp_path / "dave.pw"
+    password_file.write_text("dave-pass-1\n")
+    created = weir_cli.ok(["user", "create", "dave", "--password-file", str(password_file),
+                           "--mechanism", "SCRAM-SHA-512"], plaintext)
+    assert created.lines == ["user dave: password set for SCRAM-SHA-512"]
+    assert refusal(sasl.client("dave", "dave-pass-1", "SCRAM-SHA-512")) == ""
+    weir_cli.ok(["user", "create", "erin", "--iterations", "4096"], plaintext,
+                env={"WEIR_USER_PASSWORD": "erin-pass-1"})
+    listed = weir_cli.ok(["user", "list"], plaintext).lines
+    assert listed[0].split() == ["USER", "MECHANISMS"]
+    rows = {line.split()[0]: line for line in listed[1:]}
+    assert "SCRAM-SHA-512 (8192 iterations)" in rows["dave"] and "SCRAM-SHA-256" not in rows["dave"]
+    assert "SCRAM-SHA-256 (4096 iterations), SCRAM-SHA-512 (4096 iterations)" in rows["erin"]
+    assert refusal(sasl.client("erin", "erin-pass-1", "SCRAM-SHA-256")) == ""
+
+    weir_cli.ok(["user", "delete", "dave"], plaintext)
+    assert "dave" not in weir_cli.ok(["user", "list"], plaintext).stdout
+    assert "Authentication failed" in refusal(sasl.client("dave", "dave-pass-1", "SCRAM-SHA-512"))
+    missing = weir_cli.run(["user", "delete", "nobody"], plaintext)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr, missing.describe()
+    weak = weir_cli.run(["user", "create", "frank", "--iterations", "100"], plaintext,
+                        env={"WEIR_USER_PASSWORD": "x"})
+    assert weak.returncode == 1 and "Iterations 100" in weak.stderr, weak.describe()
+    no_password = weir_cli.run(["user", "create", "frank"], plaintext)
+    assert no_password.returncode == 1 and "WEIR_USER_PASSWORD" in no_password.stderr
 
 
 def test_wrong_credentials_and_mechanisms_are_refused_and_the_server_goes_on(sasl):

@@ -21,6 +21,7 @@ mod producer;
 mod reassign;
 mod records;
 mod transactions;
+mod users;
 
 pub use admin::{
     Admin, ClusterStatus, ConfigEntry, PartitionHealth, QuorumInfo, QuorumVoter, TopicDescription,
@@ -40,3 +41,5 @@ pub use producer::{
 };
 pub use reassign::{Election, OngoingReassignment, PartitionResult};
 pub use transactions::{Fenced, TransactionDescription, TransactionListing};
+pub use users::ScramUser;
+pub use weir_sasl::ScramHash;

@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
     version,
     about,
     long_about = None,
-    after_help = "The client commands (topic, produce, consume, group, txn, cluster, partitions, bench) take \
+    after_help = "The client commands (topic, produce, consume, group, txn, cluster, user, partitions, bench) take \
         --brokers (env WEIR_BROKERS) and --timeout before or after their name."
 )]
 struct Cli {
@@ -47,6 +47,8 @@ enum Command {
     Txn(cli::txn::TxnArgs),
     /// Cluster status.
     Cluster(cli::cluster::ClusterArgs),
+    /// Create, list and delete SCRAM users (SASL logins).
+    User(cli::user::UserArgs),
     /// Move replicas between brokers (reassignments) and elect leaders.
     Partitions(cli::partitions::PartitionsArgs),
     /// Query the cluster metadata with SQL (read-only, from a server's data directory).
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Group(args) => cli::run(cli::group::run(args)),
         Command::Txn(args) => cli::run(cli::txn::run(args)),
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
+        Command::User(args) => cli::run(cli::user::run(args)),
         Command::Partitions(args) => cli::run(cli::partitions::run(args)),
         Command::Metadata(args) => cli::metadata::run(args),
         Command::Bench(args) => cli::bench::run(args),

@@ -26,6 +26,7 @@ pub mod partitions;
 pub mod produce;
 pub mod topic;
 pub mod txn;
+pub mod user;
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -77,6 +78,7 @@ const CLIENT_COMMANDS: &[&str] = &[
     "group",
     "txn",
     "cluster",
+    "user",
     "partitions",
     "bench",
 ];
