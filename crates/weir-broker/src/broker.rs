@@ -17,11 +17,11 @@ use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
 use crate::fetch_session::FetchSessions;
+use crate::logins::Logins;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
-use crate::sasl::Logins;
 use crate::shutdown::stopping;
 use crate::txn_markers::{MarkersInFlight, REMOTE_MARKER_TIMEOUT};
 
@@ -126,7 +126,7 @@ pub struct Broker {
     /// Requests, bytes and connections served, for `/metrics`.
     pub(crate) metrics: BrokerMetrics,
     /// Failed SASL logins by address.
-    pub(crate) logins: Logins,
+    pub(crate) logins: Arc<Logins>,
 }
 
 impl Broker {
@@ -201,7 +201,7 @@ impl Broker {
             ),
             broker_epoch,
             metrics: BrokerMetrics::default(),
-            logins: Logins::default(),
+            logins: Arc::default(),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));

@@ -137,10 +137,7 @@ fn read_boolean(name: &str, text: &str) -> bool {
     parse_boolean(text).unwrap_or_else(|| parse_boolean(unreadable(name, text)) == Some(true))
 }
 
-/// A broker property that is unknown or has a bad value.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub use crate::config_error::ConfigError;
 
 /// Broker-level settings, parsed and checked once.
 #[derive(Debug, Clone)]

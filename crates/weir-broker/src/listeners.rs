@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use weir_sasl::Mechanism;
 use weir_tls::{ClientAuth, TlsSettings, TlsVersion};
 
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 
 /// The TLS settings a listener reads, each also settable for one listener alone under
 /// `listener.name.<name>.`.

@@ -14,7 +14,7 @@
 //! request knows the listener it came on ([`RequestContext`]), whose endpoints it is answered
 //! with.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +39,7 @@ use crate::connections::{resolve_overrides, ConnectionLimits, ConnectionSlot};
 use crate::handlers;
 use crate::rate_limit::{warn_bad_input, LineLimit};
 use crate::reply::{FramePart, PendingReply, Reply, ResponseFrame};
+use crate::request_context::RequestContext;
 use crate::sasl::{GateStep, SaslGate};
 
 /// Requests read ahead on one connection before its responses are written. Kafka clients keep
@@ -137,15 +138,6 @@ impl BoundListener {
             sasl: None,
         }
     }
-}
-
-/// What a request handler knows of the connection a request came on.
-#[derive(Debug, Clone)]
-pub struct RequestContext {
-    /// The client's address.
-    pub peer: IpAddr,
-    /// The name of the listener the connection came in on.
-    pub listener: Arc<str>,
 }
 
 /// Accepts connections on every listener until shutdown, then waits (bounded) for open ones

@@ -35,7 +35,7 @@ use weir_proto::{encode_response, Request};
 use crate::broker::Broker;
 use crate::partition::Partition;
 use crate::reply::{PendingReply, Reply, ResponseFrame};
-use crate::server::RequestContext;
+use crate::request_context::RequestContext;
 
 /// Encodes a response, or — when it cannot be encoded at the request's version, a handler bug —
 /// logs it and closes the connection, so the client learns at once instead of timing out.
