@@ -566,6 +566,18 @@ WEIR_LISTEN_BACKLOG = "socket.listen.backlog.size"
 REFERENCE_SINGLE_NODE = {
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
 }
+# Each broker's own endpoints: the reference runs a controller listener beside its broker one.
+LISTENER_SETTINGS = {
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "inter.broker.listener.name",
+    "controller.listener.names",
+}
+# Defaults Weir chooses otherwise, as listed: SCRAM rather than GSSAPI (which Weir does not
+# offer), and PEM stores, the only kind it reads.
+WEIR_OWN_DEFAULTS = {
+    "sasl.enabled.mechanisms": ("GSSAPI", "SCRAM-SHA-256,SCRAM-SHA-512"),
+    "ssl.keystore.type": ("JKS", "PEM"),
+    "ssl.truststore.type": ("JKS", "PEM"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -590,7 +602,8 @@ def test_kafka_configs_describe_broker(tool_broker_configs, aspect):
     """For the broker configs both list: the values (and sensitive flags) and the synonyms,
     but for the defaults Weir bounds (listed) and the cluster's min.insync.replicas (pending)."""
     kafka, weir = tool_broker_configs["kafka"], tool_broker_configs["weir"]
-    left_out = WEIR_BOUNDED_DEFAULTS | REFERENCE_SINGLE_NODE | {KAFKA_DYNAMIC_DEFAULT, WEIR_LISTEN_BACKLOG}
+    left_out = (WEIR_BOUNDED_DEFAULTS | REFERENCE_SINGLE_NODE | LISTENER_SETTINGS | set(WEIR_OWN_DEFAULTS)
+                | {KAFKA_DYNAMIC_DEFAULT, WEIR_LISTEN_BACKLOG})
     kafka = {name: entry for name, entry in kafka.items() if name not in left_out}
     fields = {"values": ["value", "sensitive"], "sources": ["synonyms"]}[aspect]
     assert_same(field_diff(kafka, weir, fields), f"kafka-configs --describe --all of broker 1: {aspect}")
@@ -598,7 +611,8 @@ def test_kafka_configs_describe_broker(tool_broker_configs, aspect):
 
 def test_listed_broker_config_differences(tool_broker_configs):
     """The broker-config differences the comparisons above leave out, as listed: the defaults
-    Weir bounds, the listen backlog, and the cluster's min.insync.replicas."""
+    Weir bounds or chooses otherwise, the listen backlog, the cluster's min.insync.replicas, and
+    each broker's listeners (named the same on both)."""
     kafka, weir = tool_broker_configs["kafka"], tool_broker_configs["weir"]
     for name in sorted(WEIR_BOUNDED_DEFAULTS):
         assert kafka[name]["value"] in ("2147483647", "-1"), f"{name}: Kafka's is {kafka[name]['value']}"
@@ -609,6 +623,11 @@ def test_listed_broker_config_differences(tool_broker_configs):
     for name in sorted(REFERENCE_SINGLE_NODE):
         assert (kafka[name]["value"], weir[name]["value"]) == ("1", kafkas_defaults.get(name, "3")), name
     assert (kafka[WEIR_LISTEN_BACKLOG]["value"], weir[WEIR_LISTEN_BACKLOG]["value"]) == ("50", "4096")
+    for name, values in WEIR_OWN_DEFAULTS.items():
+        assert (kafka[name]["value"], weir[name]["value"]) == values, name
+    for name in LISTENER_SETTINGS:
+        assert name in kafka and name in weir, name
+    assert weir["listeners"]["value"].startswith("PLAINTEXT://127.0.0.1:")
 
 
 def test_kafka_configs_alter_the_cluster_default(brokers):
