@@ -556,6 +556,9 @@ WEIR_OWN_BROKER_CONFIGS = {
     "group.member.metadata.max.bytes", "group.metadata.max.bytes", "group.coordinator.metadata.max.bytes",
     # Kafka finalizes transaction.version as a cluster feature (kafka-features); Weir sets it per broker.
     "transaction.version",
+    # The authorizer's settings: Kafka's StandardAuthorizer reads them from the broker's
+    # properties, but kafka-configs does not list them; Weir does.
+    "super.users", "allow.everyone.if.no.acl.found",
 }
 WEIR_BOUNDED_DEFAULTS = {"max.connections", "max.connections.per.ip", "queued.max.request.bytes"}
 # Kafka's listen backlog is 50; Weir's absorbs a reconnect storm.

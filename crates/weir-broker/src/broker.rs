@@ -13,6 +13,7 @@ use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
 
+use crate::authorizer::Access;
 use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
@@ -22,6 +23,7 @@ use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
+use crate::request_context::RequestContext;
 use crate::shutdown::stopping;
 use crate::txn_markers::{MarkersInFlight, REMOTE_MARKER_TIMEOUT};
 
@@ -248,6 +250,16 @@ impl Broker {
     /// The latest metadata image applied here.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.applied.borrow().clone()
+    }
+
+    /// What a request from `context` may do, decided from the latest image's ACLs.
+    pub fn access(&self, context: &RequestContext) -> Access {
+        Access::new(
+            &self.config.authorizer,
+            self.image(),
+            context.principal.clone(),
+            context.peer,
+        )
     }
 
     /// Each metadata image as it is applied here, for tasks that follow dynamic configs.

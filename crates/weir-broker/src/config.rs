@@ -2,6 +2,7 @@
 //! and per-topic settings resolved from topic overrides over broker defaults.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use weir_coordinator::transaction::TransactionSettings;
 use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits, MetadataBounds};
@@ -18,6 +19,7 @@ use weir_metadata::topic_config::{
 };
 use weir_metadata::MetadataImage;
 
+use crate::authorizer::AuthorizerSettings;
 use crate::listeners::{is_per_listener_setting, Listeners};
 use crate::rate_limit::LineLimit;
 
@@ -163,6 +165,8 @@ pub struct BrokerConfig {
     pub queued_max_request_bytes: u64,
     /// `connections.max.idle.ms`.
     pub connections_max_idle_ms: u64,
+    /// `authorizer.class.name`, `super.users` and `allow.everyone.if.no.acl.found`.
+    pub authorizer: Arc<AuthorizerSettings>,
     /// `connection.failed.authentication.delay.ms`: how long a failed SASL login waits for its
     /// answer.
     pub failed_authentication_delay_ms: u64,
@@ -340,6 +344,11 @@ impl BrokerConfig {
             socket_request_max_bytes: long("socket.request.max.bytes") as u32,
             queued_max_request_bytes: long("queued.max.request.bytes") as u64,
             connections_max_idle_ms: long("connections.max.idle.ms") as u64,
+            authorizer: Arc::new(AuthorizerSettings::resolve(
+                value_of(properties, "authorizer.class.name"),
+                value_of(properties, "super.users"),
+                boolean("allow.everyone.if.no.acl.found"),
+            )?),
             failed_authentication_delay_ms: long("connection.failed.authentication.delay.ms")
                 as u64,
             max_connections: long("max.connections") as u32,

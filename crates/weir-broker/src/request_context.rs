@@ -3,6 +3,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::authorizer::ANONYMOUS;
+
 /// What a request handler knows of the connection a request came on.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
@@ -10,4 +12,17 @@ pub struct RequestContext {
     pub peer: IpAddr,
     /// The name of the listener the connection came in on.
     pub listener: Arc<str>,
+    /// Who the client is, `User:name` (`User:ANONYMOUS` until it authenticates).
+    pub principal: Arc<str>,
+}
+
+impl RequestContext {
+    /// A connection from `peer` on `listener`, not authenticated.
+    pub fn anonymous(peer: IpAddr, listener: Arc<str>) -> RequestContext {
+        RequestContext {
+            peer,
+            listener,
+            principal: Arc::from(ANONYMOUS),
+        }
+    }
 }

@@ -59,6 +59,8 @@ pub(crate) enum GateStep {
 pub(crate) struct SaslGate {
     mechanisms: Arc<[Mechanism]>,
     state: State,
+    /// `User:name` once the client has authenticated.
+    principal: Option<Arc<str>>,
 }
 
 fn answered(reply: Reply) -> PendingReply {
@@ -71,12 +73,18 @@ impl SaslGate {
         SaslGate {
             mechanisms,
             state: State::Handshake,
+            principal: None,
         }
     }
 
     /// Whether the client has authenticated.
     pub(crate) fn authenticated(&self) -> bool {
         matches!(self.state, State::Done)
+    }
+
+    /// Who the client authenticated as, `User:name`.
+    pub(crate) fn principal(&self) -> Option<&Arc<str>> {
+        self.principal.as_ref()
     }
 
     /// Takes a request the client sent before it authenticated.
@@ -204,6 +212,7 @@ impl SaslGate {
         match outcome {
             Ok((user, token)) if matches!(self.state, State::Done) => {
                 tracing::debug!(target: "weir::sasl", %peer, user, "authenticated");
+                self.principal = Some(Arc::from(format!("User:{user}")));
                 response.auth_bytes = token.into();
                 GateStep::Answer(answered(respond(ResponseKind::SaslAuthenticate(response))))
             }

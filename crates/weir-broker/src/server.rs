@@ -188,10 +188,7 @@ async fn accept(broker: Arc<Broker>, listener: BoundListener, limits: Arc<Connec
                         .metrics
                         .connections_accepted
                         .fetch_add(1, Ordering::Relaxed);
-                    let context = RequestContext {
-                        peer: peer.ip(),
-                        listener: listener.name.clone(),
-                    };
+                    let context = RequestContext::anonymous(peer.ip(), listener.name.clone());
                     let sasl = listener.sasl.clone().map(SaslGate::new);
                     tokio::spawn(handle_connection(
                         broker.clone(),
@@ -374,7 +371,7 @@ async fn serve_connection<R, W>(
     mut reader: R,
     writer: W,
     peer: SocketAddr,
-    (context, mut sasl): (RequestContext, Option<SaslGate>),
+    (mut context, mut sasl): (RequestContext, Option<SaslGate>),
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -393,7 +390,7 @@ async fn serve_connection<R, W>(
     ));
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     let ending = tokio::select! {
-        ending = read_requests(&broker, &mut reader, (&peer, &context, &mut sasl), &queue, &activity, &gates) => ending,
+        ending = read_requests(&broker, &mut reader, (&peer, &mut context, &mut sasl), &queue, &activity, &gates) => ending,
         _ = activity.idle_for(idle) => {
             tracing::debug!(target: "weir::server", %peer, idle_ms = idle.as_millis() as u64, "closing idle connection");
             Ending::Close
@@ -444,7 +441,7 @@ struct Gates {
 async fn read_requests(
     broker: &Arc<Broker>,
     reader: &mut (impl AsyncRead + Unpin),
-    (peer, context, sasl): (&SocketAddr, &RequestContext, &mut Option<SaslGate>),
+    (peer, context, sasl): (&SocketAddr, &mut RequestContext, &mut Option<SaslGate>),
     queue: &mpsc::Sender<ReplyTask>,
     activity: &Arc<Activity>,
     gates: &Gates,
@@ -485,7 +482,12 @@ async fn read_requests(
                         GateStep::Dispatch(request) => {
                             handlers::dispatch(broker, *request, context).await
                         }
-                        GateStep::Answer(reply) => reply,
+                        GateStep::Answer(reply) => {
+                            if let Some(principal) = gate.principal() {
+                                context.principal = principal.clone();
+                            }
+                            reply
+                        }
                         GateStep::AnswerAndClose(reply) => {
                             close_after = true;
                             reply

@@ -7,6 +7,7 @@
 //! It speaks only the public Kafka protocol (through `weir-proto`), so it never depends on
 //! broker internals, and keyed records go where the Java client would put them (murmur2).
 
+mod acls;
 mod admin;
 pub mod assignor;
 mod cluster;
@@ -42,4 +43,5 @@ pub use producer::{
 pub use reassign::{Election, OngoingReassignment, PartitionResult};
 pub use transactions::{Fenced, TransactionDescription, TransactionListing};
 pub use users::ScramUser;
+pub use weir_metadata::acl;
 pub use weir_sasl::ScramHash;

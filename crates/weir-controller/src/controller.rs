@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use weir_metadata::acl::{AclBinding, AclFilter};
 use weir_metadata::broker_config::checked_runtime_broker_config;
 use weir_metadata::topic_config::checked_topic_configs;
 use weir_metadata::{
@@ -520,6 +521,50 @@ impl Controller {
                 .await?;
         }
         Ok(missing)
+    }
+
+    /// Adds the ACLs the cluster does not hold yet.
+    pub async fn create_acls(&self, acls: Vec<AclBinding>) -> Result<(), ControllerError> {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let mut new: Vec<AclBinding> = acls
+            .into_iter()
+            .filter(|acl| !image.acls().contains(acl))
+            .collect();
+        new.sort();
+        new.dedup();
+        if !new.is_empty() {
+            self.commit(MetadataCommand::CreateAcls { acls: new })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Removes every ACL one of `filters` selects; answered with them, per filter.
+    pub async fn delete_acls(
+        &self,
+        filters: Vec<AclFilter>,
+    ) -> Result<Vec<Vec<AclBinding>>, ControllerError> {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let matched: Vec<Vec<AclBinding>> = filters
+            .iter()
+            .map(|filter| {
+                image
+                    .acls()
+                    .iter()
+                    .filter(|acl| filter.matches(acl))
+                    .collect()
+            })
+            .collect();
+        let mut removed: Vec<AclBinding> = matched.iter().flatten().cloned().collect();
+        removed.sort();
+        removed.dedup();
+        if !removed.is_empty() {
+            self.commit(MetadataCommand::DeleteAcls { acls: removed })
+                .await?;
+        }
+        Ok(matched)
     }
 }
 

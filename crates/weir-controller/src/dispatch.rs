@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use weir_metadata::acl::AclBinding;
 use weir_metadata::requests::{
     AddObserver, AllocateProducerIds, AlterBrokerConfig, AlterPartitionReassignments,
     AlterScramCredentials, AlterTopicConfig, ControlCall, ControlRequest, ControlledShutdown,
-    CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, ElectLeaders, EncodedAnswer,
-    Heartbeat, RegisterBroker,
+    CreateAcls, CreatePartitions, CreateTopic, DeleteAcls, DeleteTopic, DescribeQuorum,
+    ElectLeaders, EncodedAnswer, Heartbeat, RegisterBroker,
 };
 use weir_metadata::{
     AlterPartition, BrokerRegistration, Committed, ControllerError, MetadataControl, MetadataImage,
@@ -140,6 +141,21 @@ impl Decide for AlterScramCredentials {
     }
 }
 
+impl Decide for CreateAcls {
+    async fn decide(self, controller: &Controller) -> Result<(), ControllerError> {
+        controller.create_acls(self.acls).await
+    }
+}
+
+impl Decide for DeleteAcls {
+    async fn decide(
+        self,
+        controller: &Controller,
+    ) -> Result<Vec<Vec<AclBinding>>, ControllerError> {
+        controller.delete_acls(self.filters).await
+    }
+}
+
 impl Decide for DescribeQuorum {
     async fn decide(self, controller: &Controller) -> Result<QuorumStatus, ControllerError> {
         controller.quorum.status()
@@ -182,6 +198,8 @@ impl Controller {
             ControlRequest::DescribeQuorum(call) => answer(self, call).await,
             ControlRequest::AddObserver(call) => answer(self, call).await,
             ControlRequest::AlterScramCredentials(call) => answer(self, call).await,
+            ControlRequest::CreateAcls(call) => answer(self, call).await,
+            ControlRequest::DeleteAcls(call) => answer(self, call).await,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The metadata as relational tables in SQLite, for `weir metadata query`: brokers and their
 //! listeners, topics, their partitions (leader, epochs), replicas (in sync or not) and
-//! configs, and the dynamic broker configs, with foreign keys. Every committed
+//! configs, the dynamic broker configs, SCRAM users (mechanisms and iterations) and ACLs, with
+//! foreign keys. Every committed
 //! command is applied in one transaction together with the image position it brings the
 //! tables to, so the tables always show one whole image. The metadata log stays the record:
 //! tables that fall behind (a write refused on a full disk, a schema from another version) are
@@ -13,13 +14,14 @@
 use std::path::Path;
 
 use rusqlite::{params, Connection, Transaction};
+use weir_metadata::acl::AclBinding;
 use weir_metadata::{
     BrokerRegistration, ConfigChange, MetadataCommand, MetadataImage, PartitionChange, TopicImage,
     Uuid, NO_LEADER,
 };
 
 /// The layout the tables are in; another value makes the store rebuild them.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// The tables, their keys and foreign keys.
 const SCHEMA: &str = "
@@ -79,6 +81,22 @@ CREATE TABLE broker_configs (
     value TEXT NOT NULL
 );
 CREATE UNIQUE INDEX broker_configs_key ON broker_configs (ifnull(node_id, -1), name);
+CREATE TABLE scram_credentials (
+    user_name TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    iterations INTEGER NOT NULL,
+    PRIMARY KEY (user_name, mechanism)
+);
+CREATE TABLE acls (
+    resource_type TEXT NOT NULL,
+    pattern_type TEXT NOT NULL,
+    resource_name TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    host TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    permission TEXT NOT NULL,
+    PRIMARY KEY (resource_type, pattern_type, resource_name, principal, host, operation, permission)
+);
 ";
 
 /// The table a snapshot database adds: its Raft position (JSON) and the image it holds (JSON).
@@ -99,6 +117,8 @@ const TABLES: &[&str] = &[
     "broker_listeners",
     "brokers",
     "broker_configs",
+    "scram_credentials",
+    "acls",
     "meta",
 ];
 
@@ -222,8 +242,11 @@ impl RelationalStore {
             MetadataCommand::ChangePartitions { changes } => {
                 change_partitions(&tx, changes, image)?;
             }
-            MetadataCommand::AllocateProducerIds { .. }
-            | MetadataCommand::AlterScramCredentials { .. } => {}
+            MetadataCommand::AlterScramCredentials { .. } => replace_scram_credentials(&tx, image)?,
+            MetadataCommand::CreateAcls { .. } | MetadataCommand::DeleteAcls { .. } => {
+                replace_acls(&tx, image)?;
+            }
+            MetadataCommand::AllocateProducerIds { .. } => {}
         }
         set_position(&tx, image)?;
         tx.commit()
@@ -266,7 +289,48 @@ fn fill(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
         let change = ConfigChange::setting(image.broker_configs(node_id).clone());
         change_broker_configs(tx, node_id, &change)?;
     }
+    replace_scram_credentials(tx, image)?;
+    replace_acls(tx, image)?;
     set_position(tx, image)
+}
+
+/// Rewrites `scram_credentials` from `image`: each user's mechanisms and iterations (the
+/// keys stay in the image).
+fn replace_scram_credentials(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM scram_credentials", [])?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO scram_credentials (user_name, mechanism, iterations) VALUES (?1, ?2, ?3)",
+    )?;
+    for (user, credentials) in image.scram_users() {
+        for (hash, credential) in credentials {
+            insert.execute(params![
+                user,
+                hash.mechanism().name(),
+                credential.iterations
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites `acls` from `image`.
+fn replace_acls(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM acls", [])?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO acls (resource_type, pattern_type, resource_name, principal, host, operation, permission) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for AclBinding { pattern, entry } in image.acls().iter() {
+        insert.execute(params![
+            pattern.resource_type.name(),
+            pattern.pattern_type.name(),
+            pattern.name,
+            entry.principal,
+            entry.host,
+            entry.operation.name(),
+            entry.permission.name(),
+        ])?;
+    }
+    Ok(())
 }
 
 /// A Raft snapshot of `image` as the bytes of a database file: the relational tables filled

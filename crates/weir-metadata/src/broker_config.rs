@@ -449,6 +449,27 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "The SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (checked against the same SCRAM credentials; send it over TLS only). `listener.name.<name>.sasl.enabled.mechanisms` sets it for one listener.",
     ),
     setting(
+        "authorizer.class.name",
+        "",
+        ConfigKind::Choice(&[
+            "",
+            "StandardAuthorizer",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ]),
+        "StandardAuthorizer (or Kafka's full class name, org.apache.kafka.metadata.authorizer.StandardAuthorizer) checks every request against the ACLs in the cluster metadata; empty lets every client do everything and refuses CreateAcls, DescribeAcls and DeleteAcls (SECURITY_DISABLED).",
+    ),
+    text(
+        "super.users",
+        "",
+        "Principals the authorizer lets do everything, whatever the ACLs say, separated by semicolons: User:admin;User:ANONYMOUS. Brokers reach one another as User:ANONYMOUS over a PLAINTEXT inter-broker listener, so a cluster of several brokers lists it (or grants it CLUSTER_ACTION) for replication.",
+    ),
+    setting(
+        "allow.everyone.if.no.acl.found",
+        "false",
+        BOOLEAN,
+        "With the authorizer on, whether a resource with no ACL at all is open to everyone (true) or to super users only (false).",
+    ),
+    setting(
         "connection.failed.authentication.delay.ms",
         "100",
         int(0, 10_000),

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use weir_sasl::{ScramCredential, ScramHash};
 
+use crate::acl::AclBinding;
+
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -113,6 +115,16 @@ pub enum MetadataCommand {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         deletions: Vec<ScramDeletion>,
     },
+    /// Adds ACLs (CreateAcls).
+    CreateAcls {
+        /// The ACLs, none of them held yet.
+        acls: Vec<AclBinding>,
+    },
+    /// Removes ACLs (DeleteAcls).
+    DeleteAcls {
+        /// The ACLs, each of them held.
+        acls: Vec<AclBinding>,
+    },
 }
 
 /// A user's SCRAM credential for one mechanism, set.
@@ -191,6 +203,8 @@ impl std::fmt::Display for MetadataCommand {
                 upserts.len(),
                 deletions.len()
             ),
+            MetadataCommand::CreateAcls { acls } => write!(f, "add {} ACLs", acls.len()),
+            MetadataCommand::DeleteAcls { acls } => write!(f, "remove {} ACLs", acls.len()),
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use weir_sasl::{ScramCredential, ScramHash};
 
+use crate::acl::AclTable;
 use crate::command::{BrokerListener, ConfigChange, MetadataCommand, PartitionChange};
 
 /// No leader (Kafka's `-1`): the partition cannot be read or written until one is elected.
@@ -173,6 +174,9 @@ pub struct MetadataImage {
     /// SCRAM credentials, by user name and mechanism.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     scram_credentials: BTreeMap<String, BTreeMap<ScramHash, ScramCredential>>,
+    /// The access control lists.
+    #[serde(default, skip_serializing_if = "AclTable::is_empty")]
+    acls: AclTable,
 }
 
 impl MetadataImage {
@@ -203,6 +207,11 @@ impl MetadataImage {
         &self,
     ) -> impl Iterator<Item = (&String, &BTreeMap<ScramHash, ScramCredential>)> {
         self.scram_credentials.iter()
+    }
+
+    /// The access control lists.
+    pub fn acls(&self) -> &AclTable {
+        &self.acls
     }
 
     /// Every registered broker, by node id.
@@ -345,6 +354,16 @@ impl MetadataImage {
                         .entry(upsert.user.clone())
                         .or_default()
                         .insert(upsert.hash, upsert.credential.clone());
+                }
+            }
+            MetadataCommand::CreateAcls { acls } => {
+                for acl in acls {
+                    self.acls.insert(acl.clone());
+                }
+            }
+            MetadataCommand::DeleteAcls { acls } => {
+                for acl in acls {
+                    self.acls.remove(acl);
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! commands durable) and the broker (which serves from images) both build on it, and neither
 //! calls into the other.
 
+pub mod acl;
 pub mod broker_config;
 mod command;
 mod control;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
+use crate::acl::{AclBinding, AclFilter};
 use crate::command::{BrokerListener, ConfigChange, ScramDeletion, ScramUpsert};
 use crate::image::{BrokerRegistration, PartitionImage, TopicImage};
 use crate::ControllerError;
@@ -249,6 +250,10 @@ control_requests! {
     /// Sets and removes SCRAM credentials; answered with the deletions that found no
     /// credential (the rest are committed).
     AlterScramCredentials => Vec<ScramDeletion>,
+    /// Adds ACLs (those already held are left as they are).
+    CreateAcls => (),
+    /// Removes the ACLs each filter selects; answered with them, per filter.
+    DeleteAcls => Vec<Vec<AclBinding>>,
 }
 
 /// Creates a topic with a fresh id; with `validate_only` nothing changes.
@@ -359,6 +364,20 @@ pub struct AlterScramCredentials {
     pub upserts: Vec<ScramUpsert>,
     /// Credentials to remove.
     pub deletions: Vec<ScramDeletion>,
+}
+
+/// Adds ACLs (already checked).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateAcls {
+    /// The ACLs.
+    pub acls: Vec<AclBinding>,
+}
+
+/// Removes every ACL that one of the filters selects.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeleteAcls {
+    /// The filters.
+    pub filters: Vec<AclFilter>,
 }
 
 /// Reserves a block of producer ids.

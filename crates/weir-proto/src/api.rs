@@ -67,6 +67,9 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::SaslAuthenticate, 0, 2),
     range(ApiKey::DescribeUserScramCredentials, 0, 0),
     range(ApiKey::AlterUserScramCredentials, 0, 0),
+    range(ApiKey::CreateAcls, 1, 3),
+    range(ApiKey::DescribeAcls, 1, 3),
+    range(ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The version range Weir serves for `key`, if any.

@@ -49,6 +49,8 @@ enum Command {
     Cluster(cli::cluster::ClusterArgs),
     /// Create, list and delete SCRAM users (SASL logins).
     User(cli::user::UserArgs),
+    /// Add, list and remove ACLs (what the authorizer lets each principal do).
+    Acl(cli::acl::AclArgs),
     /// Move replicas between brokers (reassignments) and elect leaders.
     Partitions(cli::partitions::PartitionsArgs),
     /// Query the cluster metadata with SQL (read-only, from a server's data directory).
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Txn(args) => cli::run(cli::txn::run(args)),
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
         Command::User(args) => cli::run(cli::user::run(args)),
+        Command::Acl(args) => cli::run(cli::acl::run(args)),
         Command::Partitions(args) => cli::run(cli::partitions::run(args)),
         Command::Metadata(args) => cli::metadata::run(args),
         Command::Bench(args) => cli::bench::run(args),

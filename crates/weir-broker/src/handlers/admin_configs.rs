@@ -15,10 +15,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::AclOperation;
 use weir_metadata::requests::{AlterBrokerConfig, AlterTopicConfig};
 use weir_metadata::topic_config::{dynamic_broker_config, topic_config};
 use weir_metadata::ConfigChange;
 
+use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, DescribedConfig, DynamicConfigs};
 use crate::handlers::errors::ErrorReply;
@@ -87,11 +89,33 @@ fn known_topic(
         .ok_or_else(|| ErrorReply::new(ResponseError::UnknownTopicOrPartition, unknown()))
 }
 
+/// The refusal of `operation` on a resource the client may not touch: a topic needs the
+/// operation on the topic (TOPIC_AUTHORIZATION_FAILED), a broker on the cluster
+/// (CLUSTER_AUTHORIZATION_FAILED).
+fn denied(
+    access: &Access,
+    operation: AclOperation,
+    (resource_type, name): (i8, &str),
+) -> Option<ErrorReply> {
+    match resource_type {
+        RESOURCE_TOPIC if !access.topic(operation, name) => Some(ErrorReply::new(
+            ResponseError::TopicAuthorizationFailed,
+            "Topic authorization failed.",
+        )),
+        RESOURCE_BROKER if !access.cluster(operation) => Some(ErrorReply::new(
+            ResponseError::ClusterAuthorizationFailed,
+            CLUSTER_DENIED,
+        )),
+        _ => None,
+    }
+}
+
 /// Describes topic and broker configs: every supported key with its value and source.
 pub fn describe_configs(
     broker: &Arc<Broker>,
     request: DescribeConfigsRequest,
     version: i16,
+    access: &Access,
 ) -> DescribeConfigsResponse {
     let mut response = DescribeConfigsResponse::default();
     for resource in request.resources {
@@ -100,22 +124,30 @@ pub fn describe_configs(
         result.resource_name = resource.resource_name.clone();
         let image = broker.image();
         let dynamic = broker.dynamic_configs(&image);
-        let described: Result<Vec<DescribedConfig>, ErrorReply> = match resource.resource_type {
-            // Kafka answers an unknown topic here with an empty message.
-            RESOURCE_TOPIC => known_topic(broker, &resource.resource_name, String::new)
-                .map(|topic| broker.config.describe_topic(dynamic, &topic.configs)),
-            RESOURCE_BROKER => {
-                broker_level(broker, resource.resource_name.as_str(), true).map(|level| match level
-                {
-                    BrokerLevel::Cluster => BrokerConfig::describe_cluster_default(dynamic),
-                    BrokerLevel::ThisBroker => broker.config.describe(dynamic),
-                })
-            }
-            other => Err(ErrorReply::new(
-                ResponseError::InvalidRequest,
-                format!("resource type {other} is not supported"),
-            )),
-        };
+        let refusal = denied(
+            access,
+            AclOperation::DescribeConfigs,
+            (resource.resource_type, resource.resource_name.as_str()),
+        );
+        let described: Result<Vec<DescribedConfig>, ErrorReply> =
+            match (refusal, resource.resource_type) {
+                (Some(refusal), _) => Err(refusal),
+                // Kafka answers an unknown topic here with an empty message.
+                (None, RESOURCE_TOPIC) => known_topic(broker, &resource.resource_name, String::new)
+                    .map(|topic| broker.config.describe_topic(dynamic, &topic.configs)),
+                (None, RESOURCE_BROKER) => {
+                    broker_level(broker, resource.resource_name.as_str(), true).map(|level| {
+                        match level {
+                            BrokerLevel::Cluster => BrokerConfig::describe_cluster_default(dynamic),
+                            BrokerLevel::ThisBroker => broker.config.describe(dynamic),
+                        }
+                    })
+                }
+                (None, other) => Err(ErrorReply::new(
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other} is not supported"),
+                )),
+            };
         match described {
             Ok(configs) => {
                 // Null or an empty list both mean every key, in name order; named keys
@@ -283,16 +315,24 @@ macro_rules! alter_result {
     }};
 }
 
-/// Applies one resource's change after the refusals Kafka makes before anything else: a key
-/// named twice among `keys`, then a `missing_value` (the first key given without one).
+/// Applies one resource's change after the refusals Kafka makes before anything else: a
+/// client without ALTER_CONFIGS on it, a key named twice among `keys`, then a `missing_value`
+/// (the first key given without one).
 async fn alter_resource(
-    broker: &Arc<Broker>,
+    (broker, access): (&Arc<Broker>, &Access),
     resource_type: i8,
     name: &StrBytes,
     (keys, missing_value): (Vec<&str>, Option<&str>),
     change: Result<ConfigChange, String>,
     validate_only: bool,
 ) -> Result<(), ErrorReply> {
+    if let Some(refusal) = denied(
+        access,
+        AclOperation::AlterConfigs,
+        (resource_type, name.as_str()),
+    ) {
+        return Err(refusal);
+    }
     unique_keys(keys)?;
     if let Some(key) = missing_value {
         return Err(null_value_refused(key));
@@ -339,6 +379,7 @@ async fn alter_resource(
 pub async fn alter_configs(
     broker: &Arc<Broker>,
     request: AlterConfigsRequest,
+    access: &Access,
 ) -> AlterConfigsResponse {
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     let mut response = AlterConfigsResponse::default();
@@ -359,7 +400,7 @@ pub async fn alter_configs(
         let keys = resource.configs.iter().map(|c| c.name.as_str()).collect();
         let missing = resource.configs.iter().find(|c| c.value.is_none());
         let outcome = alter_resource(
-            broker,
+            (broker, access),
             resource.resource_type,
             &resource.resource_name,
             (keys, missing.map(|c| c.name.as_str())),
@@ -382,6 +423,7 @@ pub async fn alter_configs(
 pub async fn incremental_alter_configs(
     broker: &Arc<Broker>,
     request: IncrementalAlterConfigsRequest,
+    access: &Access,
 ) -> IncrementalAlterConfigsResponse {
     use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
     let mut response = IncrementalAlterConfigsResponse::default();
@@ -430,7 +472,7 @@ pub async fn incremental_alter_configs(
             .iter()
             .find(|c| c.config_operation != OP_DELETE && c.value.is_none());
         let outcome = alter_resource(
-            broker,
+            (broker, access),
             resource.resource_type,
             &resource.resource_name,
             (keys, missing.map(|c| c.name.as_str())),

@@ -13,9 +13,11 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::AclOperation;
 use weir_metadata::requests::{CreatePartitions, CreateTopic, DeleteTopic};
 use weir_metadata::{is_internal_topic, NewTopic};
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
@@ -25,8 +27,10 @@ pub async fn create_topics(
     broker: &Arc<Broker>,
     request: CreateTopicsRequest,
     version: i16,
+    access: &Access,
 ) -> CreateTopicsResponse {
     let mut response = CreateTopicsResponse::default();
+    let cluster_create = access.cluster(AclOperation::Create);
     let mut duplicates = Duplicates::new(request.topics.iter().map(|t| t.name.0.to_string()));
     for topic in request.topics {
         let mut result = CreatableTopicResult::default();
@@ -41,14 +45,22 @@ pub async fn create_topics(
                 ResponseError::InvalidRequest,
                 "Duplicate topic name.",
             )),
-            Repeat::Once => create_one(broker, name, topic, request.validate_only).await,
+            Repeat::Once if !cluster_create && !access.topic(AclOperation::Create, &name) => {
+                Err(ErrorReply::new(
+                    ResponseError::TopicAuthorizationFailed,
+                    "Authorization failed.",
+                ))
+            }
+            Repeat::Once => create_one(broker, name.clone(), topic, request.validate_only).await,
         };
         match outcome {
             Ok(created) => {
                 result.topic_id = created.topic_id;
                 result.num_partitions = created.partition_count();
                 result.replication_factor = created.replication_factor;
-                if version >= 5 {
+                if version >= 5 && !access.topic(AclOperation::DescribeConfigs, &name) {
+                    result.topic_config_error_code = ResponseError::TopicAuthorizationFailed.code();
+                } else if version >= 5 {
                     let image = broker.image();
                     let dynamic = broker.dynamic_configs(&image);
                     let mut configs = broker.config.describe_topic(dynamic, &created.configs);
@@ -149,6 +161,7 @@ pub async fn delete_topics(
     broker: &Arc<Broker>,
     request: DeleteTopicsRequest,
     version: i16,
+    access: &Access,
 ) -> DeleteTopicsResponse {
     let mut response = DeleteTopicsResponse::default();
     let wanted: Vec<(Option<TopicName>, weir_metadata::Uuid)> = if version >= 6 {
@@ -197,6 +210,19 @@ pub async fn delete_topics(
         };
         result.name = name.clone();
         result.topic_id = topic_id;
+        // Refused without DELETE whether or not it exists; an id names no topic to those
+        // who may not delete it.
+        let denied = match (&name, resolved) {
+            (Some(n), _) => !access.topic(AclOperation::Delete, n.0.as_str()),
+            (None, Some(t)) => !access.topic(AclOperation::Delete, &t.name),
+            (None, None) => false,
+        };
+        if denied {
+            result.error_code = ResponseError::TopicAuthorizationFailed.code();
+            result.error_message = Some(str_bytes("Authorization failed."));
+            response.responses.push(result);
+            continue;
+        }
         match resolved.map(|t| t.name.clone()) {
             None => {
                 // Kafka answers with the errors' standard messages here.
@@ -249,6 +275,7 @@ pub async fn delete_topics(
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     request: CreatePartitionsRequest,
+    access: &Access,
 ) -> CreatePartitionsResponse {
     let mut response = CreatePartitionsResponse::default();
     let mut duplicates = Duplicates::new(request.topics.iter().map(|t| t.name.0.to_string()));
@@ -266,6 +293,12 @@ pub async fn create_partitions(
                 continue;
             }
             Repeat::Once => {}
+        }
+        if !access.topic(AclOperation::Alter, &name) {
+            result.error_code = ResponseError::TopicAuthorizationFailed.code();
+            result.error_message = Some(str_bytes("Authorization failed."));
+            response.results.push(result);
+            continue;
         }
         if is_internal_topic(&name) {
             // Keys are placed on its partitions by their count: more partitions would move

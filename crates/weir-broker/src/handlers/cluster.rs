@@ -13,9 +13,11 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochResponse,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use weir_metadata::requests::DescribeQuorum;
 use weir_metadata::ControllerError;
 
+use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
 use crate::endpoints::client_endpoints;
 use crate::handlers::errors::ErrorReply;
@@ -31,7 +33,7 @@ const ENDPOINT_TYPE_CONTROLLERS: i8 = 2;
 pub fn describe_cluster(
     broker: &Arc<Broker>,
     request: DescribeClusterRequest,
-    listener: &str,
+    (listener, access): (&str, &Access),
 ) -> DescribeClusterResponse {
     let identity = &broker.identity;
     let mut response = DescribeClusterResponse::default();
@@ -53,10 +55,13 @@ pub fn describe_cluster(
     response.endpoint_type = ENDPOINT_TYPE_BROKERS;
     response.cluster_id = str_bytes(identity.cluster_id.clone());
     response.controller_id = BrokerId(identity.node_id);
-    response.cluster_authorized_operations = operations::reported(
-        request.include_cluster_authorized_operations,
-        operations::CLUSTER,
-    );
+    // Anyone may describe the cluster; its operations are told to those who may describe it.
+    let operations = match access.cluster(AclOperation::Describe) {
+        true => access.authorized_operations(ResourceType::Cluster, CLUSTER_NAME),
+        false => 0,
+    };
+    response.cluster_authorized_operations =
+        operations::reported(request.include_cluster_authorized_operations, operations);
     response.brokers = client_endpoints(&broker.image(), broker.identity.node_id, listener)
         .map(|endpoint| {
             let mut node = DescribeClusterBroker::default();
@@ -83,8 +88,14 @@ pub async fn describe_quorum(
     broker: &Arc<Broker>,
     request: DescribeQuorumRequest,
     version: i16,
+    access: &Access,
 ) -> DescribeQuorumResponse {
     let mut response = DescribeQuorumResponse::default();
+    if !access.cluster(AclOperation::Describe) {
+        response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        response.error_message = (version >= 2).then(|| str_bytes(CLUSTER_DENIED));
+        return response;
+    }
     let valid = matches!(request.topics.as_slice(), [topic]
         if topic.topic_name.0.as_str() == METADATA_TOPIC
             && matches!(topic.partitions.as_slice(), [p] if p.partition_index == 0));
@@ -156,16 +167,25 @@ pub async fn describe_quorum(
 pub fn offset_for_leader_epoch(
     broker: &Arc<Broker>,
     request: OffsetForLeaderEpochRequest,
+    access: &Access,
 ) -> OffsetForLeaderEpochResponse {
     let mut response = OffsetForLeaderEpochResponse::default();
+    // Followers need CLUSTER_ACTION; consumers (KIP-320) DESCRIBE on the topic.
+    let all_allowed = access.cluster(AclOperation::ClusterAction);
     for topic in request.topics {
         let mut result = OffsetForLeaderTopicResult::default();
+        let name = topic.topic.0.as_str();
+        let allowed = all_allowed || access.topic(AclOperation::Describe, name);
         for partition in topic.partitions {
             let mut end = EpochEndOffset::default();
             end.partition = partition.partition;
             end.leader_epoch = -1;
             end.end_offset = -1;
-            match super::led_partition(broker, topic.topic.0.as_str(), partition.partition) {
+            let led = match allowed {
+                true => super::led_partition(broker, name, partition.partition),
+                false => Err(ResponseError::TopicAuthorizationFailed),
+            };
+            match led {
                 Err(error) => end.error_code = error.code(),
                 Ok(p) => {
                     let log = p.log();

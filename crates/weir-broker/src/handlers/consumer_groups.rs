@@ -19,9 +19,11 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 use weir_coordinator::assignors::TopicPartitions;
 use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog};
+use weir_metadata::acl::{AclOperation, ResourceType};
 use weir_metadata::is_internal_topic;
 use weir_metadata::MetadataImage;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::group_error;
 use crate::handlers::operations;
@@ -64,8 +66,14 @@ pub async fn heartbeat(
     request: ConsumerGroupHeartbeatRequest,
     version: i16,
     client_id: Option<&str>,
-    client_host: String,
+    (client_host, access): (String, &Access),
 ) -> ConsumerGroupHeartbeatResponse {
+    if let Some(refusal) = refused(&request, access) {
+        let mut response = ConsumerGroupHeartbeatResponse::default();
+        response.error_code = refusal.0.code();
+        response.error_message = Some(str_bytes(refusal.1));
+        return response;
+    }
     let owned = request.topic_partitions.map(|topics| {
         let mut owned = TopicPartitions::new();
         for t in topics {
@@ -219,12 +227,41 @@ fn invalid_request_reason(
     }
 }
 
+/// Why a heartbeat is not authorized, if it is not: READ on the group, DESCRIBE on each topic
+/// subscribed to by name.
+fn refused(
+    request: &ConsumerGroupHeartbeatRequest,
+    access: &Access,
+) -> Option<(ResponseError, String)> {
+    let group = request.group_id.as_str();
+    if !access.group(AclOperation::Read, group) {
+        return Some((
+            ResponseError::GroupAuthorizationFailed,
+            format!("Not authorized to access group: {group}"),
+        ));
+    }
+    let denied: Vec<&str> = request
+        .subscribed_topic_names
+        .iter()
+        .flatten()
+        .map(|t| t.as_str())
+        .filter(|t| !access.topic(AclOperation::Describe, t))
+        .collect();
+    (!denied.is_empty()).then(|| {
+        (
+            ResponseError::TopicAuthorizationFailed,
+            format!("Not authorized to access topics: [{}]", denied.join(", ")),
+        )
+    })
+}
+
 /// ConsumerGroupDescribe: groups with their epochs, members and assignments; a missing or
 /// classic group is GROUP_ID_NOT_FOUND.
 pub fn describe(
     broker: &Arc<Broker>,
     request: ConsumerGroupDescribeRequest,
     version: i16,
+    access: &Access,
 ) -> ConsumerGroupDescribeResponse {
     let catalog = ImageCatalog(broker.image());
     let assignment = |partitions: TopicPartitions| {
@@ -248,8 +285,15 @@ pub fn describe(
         .into_iter()
         .map(|group_id| {
             let mut described = DescribedGroup::default();
-            described.authorized_operations =
-                operations::reported(request.include_authorized_operations, operations::GROUP);
+            described.authorized_operations = operations::reported(
+                request.include_authorized_operations,
+                access.authorized_operations(ResourceType::Group, group_id.as_str()),
+            );
+            if !access.group(AclOperation::Describe, group_id.as_str()) {
+                described.error_code = ResponseError::GroupAuthorizationFailed.code();
+                described.group_id = group_id;
+                return described;
+            }
             match broker
                 .coordinator
                 .describe_consumer_group(group_id.as_str())

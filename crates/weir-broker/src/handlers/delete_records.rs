@@ -13,8 +13,10 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::AclOperation;
 use weir_metadata::is_internal_topic;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::led_partition;
@@ -25,17 +27,26 @@ const LOW_WATERMARK_POLL: Duration = Duration::from_millis(10);
 const TIMEOUT_MAX: Duration = Duration::from_secs(300);
 
 /// DeleteRecords: every partition at once; one answer when all are done or timed out.
-pub async fn handle(broker: &Arc<Broker>, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: DeleteRecordsRequest,
+    access: &Access,
+) -> DeleteRecordsResponse {
     let timeout =
         Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0)).min(TIMEOUT_MAX);
     let deadline = tokio::time::Instant::now() + timeout;
     let mut response = DeleteRecordsResponse::default();
     for topic in request.topics {
         let name = topic.name.as_str();
+        let allowed = access.topic(AclOperation::Delete, name);
         let partitions = topic.partitions.iter().map(|asked| async move {
             let mut result = DeleteRecordsPartitionResult::default();
             result.partition_index = asked.partition_index;
-            match delete(broker, name, asked.partition_index, asked.offset, deadline).await {
+            let deleted = match allowed {
+                true => delete(broker, name, asked.partition_index, asked.offset, deadline).await,
+                false => Err((ResponseError::TopicAuthorizationFailed, -1)),
+            };
+            match deleted {
                 Ok(low_watermark) => result.low_watermark = low_watermark,
                 Err((error, low_watermark)) => {
                     result.low_watermark = low_watermark;

@@ -27,7 +27,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 use weir_codec::varint::put_uvarint;
 use weir_log::{AbortedLookup, ReadSlice, ReadView};
+use weir_metadata::acl::AclOperation;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;
@@ -92,7 +94,7 @@ pub async fn handle(
     request: FetchRequest,
     version: i16,
     correlation_id: i32,
-    peer: std::net::IpAddr,
+    (peer, access): (std::net::IpAddr, &Access),
 ) -> Reply {
     let image = broker.image();
     let by_id = version >= 13;
@@ -117,6 +119,13 @@ pub async fn handle(
             return Reply::Close;
         }
     }
+    // A follower needs CLUSTER_ACTION, a consumer READ on each topic; a partition refused is
+    // TOPIC_AUTHORIZATION_FAILED, as Kafka answers both.
+    let replica_allowed = replica >= 0 && access.cluster(AclOperation::ClusterAction);
+    let allowed = |topic: &str| match replica >= 0 {
+        true => replica_allowed,
+        false => access.topic(AclOperation::Read, topic),
+    };
     let key = |name: &TopicName, topic_id: Uuid, partition: i32| PartitionKey {
         name: if by_id {
             TopicName::default()
@@ -169,7 +178,11 @@ pub async fn handle(
                 None => (key.name.clone(), key.topic_id),
             };
             let led = match resolved {
+                Some(t) if !allowed(&t.name) => Err(ResponseError::TopicAuthorizationFailed),
                 Some(t) => super::led_partition(broker, &t.name, partition.partition),
+                None if !by_id && !allowed(key.name.0.as_str()) => {
+                    Err(ResponseError::TopicAuthorizationFailed)
+                }
                 None => Err(ResponseError::UnknownTopicOrPartition),
             };
             let led = match led {

@@ -22,8 +22,10 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::TxnError;
 use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
+use weir_metadata::acl::{AclOperation, ResourceType};
 use weir_metadata::{MetadataImage, NO_LEADER, TRANSACTION_STATE_TOPIC};
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::endpoints::ClientEndpoint;
 use crate::handlers::errors::{group_code, group_error, txn_error, INVALID_REQUEST_MESSAGE};
@@ -93,7 +95,7 @@ pub async fn find_coordinator(
     broker: &Arc<Broker>,
     request: FindCoordinatorRequest,
     version: i16,
-    listener: &str,
+    (listener, access): (&str, &Access),
 ) -> FindCoordinatorResponse {
     let keys: Vec<StrBytes> = if version >= 4 {
         request.coordinator_keys
@@ -128,8 +130,8 @@ pub async fn find_coordinator(
     let coordinators: Vec<Coordinator> = keys
         .into_iter()
         .map(|key| {
-            let endpoint = ready
-                .clone()
+            let endpoint = authorized(access, request.key_type, key.as_str())
+                .and_then(|()| ready.clone())
                 .and_then(|()| locate(broker, &image, request.key_type, key.as_str()))
                 .and_then(|leader| {
                     image
@@ -178,14 +180,38 @@ pub async fn find_coordinator(
     response
 }
 
+/// Whether the client may find the coordinator of `key`: DESCRIBE on the group or the
+/// transactional id.
+fn authorized(access: &Access, key_type: i8, key: &str) -> Result<(), Unlocated> {
+    match key_type {
+        KEY_TYPE_GROUP if !access.group(AclOperation::Describe, key) => Err((
+            ResponseError::GroupAuthorizationFailed,
+            format!("Not authorized to access group: {key}"),
+        )),
+        KEY_TYPE_TRANSACTION if !access.transactional_id(AclOperation::Describe, key) => Err((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            format!("Not authorized to access transactional id: {key}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// JoinGroup: waits for the rebalance to complete.
 pub async fn join_group(
     broker: &Arc<Broker>,
     request: JoinGroupRequest,
     version: i16,
     client_id: Option<&str>,
-    client_host: String,
+    (client_host, access): (String, &Access),
 ) -> JoinGroupResponse {
+    if !access.group(AclOperation::Read, request.group_id.as_str()) {
+        let mut response = JoinGroupResponse::default();
+        response.error_code = ResponseError::GroupAuthorizationFailed.code();
+        response.generation_id = -1;
+        response.member_id = request.member_id;
+        response.protocol_name = (version < 7).then(StrBytes::default);
+        return response;
+    }
     let join = JoinRequest {
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
@@ -235,7 +261,16 @@ pub async fn join_group(
 }
 
 /// SyncGroup: the leader hands in the assignment; everyone gets their part.
-pub async fn sync_group(broker: &Arc<Broker>, request: SyncGroupRequest) -> SyncGroupResponse {
+pub async fn sync_group(
+    broker: &Arc<Broker>,
+    request: SyncGroupRequest,
+    access: &Access,
+) -> SyncGroupResponse {
+    if !access.group(AclOperation::Read, request.group_id.as_str()) {
+        let mut response = SyncGroupResponse::default();
+        response.error_code = ResponseError::GroupAuthorizationFailed.code();
+        return response;
+    }
     let assignments = request
         .assignments
         .into_iter()
@@ -272,8 +307,16 @@ pub async fn sync_group(broker: &Arc<Broker>, request: SyncGroupRequest) -> Sync
 }
 
 /// Heartbeat.
-pub fn heartbeat(broker: &Arc<Broker>, request: HeartbeatRequest) -> HeartbeatResponse {
+pub fn heartbeat(
+    broker: &Arc<Broker>,
+    request: HeartbeatRequest,
+    access: &Access,
+) -> HeartbeatResponse {
     let mut response = HeartbeatResponse::default();
+    if !access.group(AclOperation::Read, request.group_id.as_str()) {
+        response.error_code = ResponseError::GroupAuthorizationFailed.code();
+        return response;
+    }
     response.error_code = group_code(broker.coordinator.heartbeat(
         request.group_id.as_str(),
         request.member_id.as_str(),
@@ -288,7 +331,13 @@ pub async fn leave_group(
     broker: &Arc<Broker>,
     request: LeaveGroupRequest,
     version: i16,
+    access: &Access,
 ) -> LeaveGroupResponse {
+    if !access.group(AclOperation::Read, request.group_id.as_str()) {
+        let mut response = LeaveGroupResponse::default();
+        response.error_code = ResponseError::GroupAuthorizationFailed.code();
+        return response;
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request
             .members
@@ -336,7 +385,13 @@ pub async fn leave_group(
 }
 
 /// ListGroups, filtered by state (v4+) and type (v5+: `classic` or `consumer`).
-pub fn list_groups(broker: &Arc<Broker>, request: ListGroupsRequest) -> ListGroupsResponse {
+pub fn list_groups(
+    broker: &Arc<Broker>,
+    request: ListGroupsRequest,
+    access: &Access,
+) -> ListGroupsResponse {
+    // DESCRIBE on the cluster lists every group; otherwise those the client may describe.
+    let all = access.cluster(AclOperation::Describe);
     let states: Vec<String> = request
         .states_filter
         .iter()
@@ -354,6 +409,7 @@ pub fn list_groups(broker: &Arc<Broker>, request: ListGroupsRequest) -> ListGrou
         .into_iter()
         .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
         .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
+        .filter(|g| all || access.group(AclOperation::Describe, &g.group_id))
         .map(|g| {
             let mut listed = ListedGroup::default();
             listed.group_id = GroupId(str_bytes(g.group_id));
@@ -372,6 +428,7 @@ pub fn describe_groups(
     broker: &Arc<Broker>,
     request: DescribeGroupsRequest,
     version: i16,
+    access: &Access,
 ) -> DescribeGroupsResponse {
     let mut response = DescribeGroupsResponse::default();
     response.groups = request
@@ -379,8 +436,15 @@ pub fn describe_groups(
         .into_iter()
         .map(|group_id| {
             let mut described = DescribedGroup::default();
-            described.authorized_operations =
-                operations::reported(request.include_authorized_operations, operations::GROUP);
+            described.authorized_operations = operations::reported(
+                request.include_authorized_operations,
+                access.authorized_operations(ResourceType::Group, group_id.as_str()),
+            );
+            if !access.group(AclOperation::Describe, group_id.as_str()) {
+                described.error_code = ResponseError::GroupAuthorizationFailed.code();
+                described.group_id = group_id;
+                return described;
+            }
             match broker.coordinator.describe_group(group_id.as_str()) {
                 Err(error) => described.error_code = group_error(error).code(),
                 Ok(None) => {
@@ -430,11 +494,15 @@ pub fn describe_groups(
 pub async fn delete_groups(
     broker: &Arc<Broker>,
     request: DeleteGroupsRequest,
+    access: &Access,
 ) -> DeleteGroupsResponse {
     let mut response = DeleteGroupsResponse::default();
     for group_id in request.groups_names {
         let mut result = DeletableGroupResult::default();
-        result.error_code = group_code(broker.coordinator.delete_group(group_id.as_str()).await);
+        result.error_code = match access.group(AclOperation::Delete, group_id.as_str()) {
+            true => group_code(broker.coordinator.delete_group(group_id.as_str()).await),
+            false => ResponseError::GroupAuthorizationFailed.code(),
+        };
         result.group_id = group_id;
         response.results.push(result);
     }

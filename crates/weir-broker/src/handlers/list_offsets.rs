@@ -14,6 +14,9 @@ use kafka_protocol::ResponseError;
 use weir_log::records::{find_record, RecordTarget};
 use weir_log::{BatchLookup, Log};
 
+use weir_metadata::acl::AclOperation;
+
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 
@@ -53,7 +56,15 @@ pub async fn handle(
     broker: &Arc<Broker>,
     request: ListOffsetsRequest,
     version: i16,
+    access: &Access,
 ) -> ListOffsetsResponse {
+    let denied: HashSet<String> = request
+        .topics
+        .iter()
+        .map(|t| t.name.0.as_str())
+        .filter(|name| !access.topic(AclOperation::Describe, name))
+        .map(str::to_string)
+        .collect();
     let searches = request
         .topics
         .iter()
@@ -65,12 +76,18 @@ pub async fn handle(
         false => None,
     };
     let broker = broker.clone();
-    tokio::task::spawn_blocking(move || lookup_all(&broker, request, version))
+    tokio::task::spawn_blocking(move || lookup_all(&broker, request, version, &denied))
         .await
         .unwrap_or_default()
 }
 
-fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+/// Looks up every partition asked for; those of `denied` topics are refused.
+fn lookup_all(
+    broker: &Broker,
+    request: ListOffsetsRequest,
+    version: i16,
+    denied: &HashSet<String>,
+) -> ListOffsetsResponse {
     // A partition named twice is refused, as Kafka does (and no lookup runs twice).
     let mut seen = HashSet::new();
     let mut duplicates = HashSet::new();
@@ -91,9 +108,9 @@ fn lookup_all(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
             result.timestamp = -1;
             result.offset = -1;
             result.leader_epoch = -1;
-            let outcome = if duplicates
-                .contains(&(topic.name.0.to_string(), wanted.partition_index))
-            {
+            let outcome = if denied.contains(topic.name.0.as_str()) {
+                Err(ResponseError::TopicAuthorizationFailed.code())
+            } else if duplicates.contains(&(topic.name.0.to_string(), wanted.partition_index)) {
                 Err(ResponseError::InvalidRequest.code())
             } else if wanted.timestamp == MAX_TIMESTAMP && version < 7 {
                 // The max-timestamp lookup (KIP-734) exists from v7.

@@ -8,12 +8,28 @@ use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+use kafka_protocol::ResponseError;
+use weir_metadata::acl::AclOperation;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::str_bytes;
 
 /// Every replica hosted here, or those of the named partitions, grouped by topic.
-pub fn describe(broker: &Broker, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+pub fn describe(
+    broker: &Broker,
+    request: DescribeLogDirsRequest,
+    version: i16,
+    access: &Access,
+) -> DescribeLogDirsResponse {
+    // DESCRIBE on the cluster, or no directories (and, from v3, the error), as Kafka answers.
+    if !access.cluster(AclOperation::Describe) {
+        let mut response = DescribeLogDirsResponse::default();
+        if version >= 3 {
+            response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        }
+        return response;
+    }
     // The partitions asked for as a set: a request may name very many.
     let asked: Option<HashSet<(&str, i32)>> = request.topics.as_ref().map(|topics| {
         topics

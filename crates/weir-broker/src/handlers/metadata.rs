@@ -8,10 +8,12 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use weir_metadata::is_internal_topic;
 use weir_metadata::requests::CreateTopic;
 use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::endpoints::client_endpoints;
 use crate::handlers::errors::ErrorReply;
@@ -23,17 +25,22 @@ pub async fn handle(
     broker: &Arc<Broker>,
     request: MetadataRequest,
     version: i16,
-    listener: &str,
+    (listener, access): (&str, &Access),
 ) -> MetadataResponse {
     let cluster_operations = request.include_cluster_authorized_operations;
     let topic_operations = request.include_topic_authorized_operations;
-    let mut response = answer(broker, request, version, listener).await;
-    response.cluster_authorized_operations =
-        operations::reported(cluster_operations, operations::CLUSTER);
+    let mut response = answer(broker, request, version, (listener, access)).await;
+    response.cluster_authorized_operations = operations::reported(
+        cluster_operations,
+        access.authorized_operations(ResourceType::Cluster, CLUSTER_NAME),
+    );
     for topic in &mut response.topics {
-        // Without an authorizer Kafka reports them for unknown names too.
-        topic.topic_authorized_operations =
-            operations::reported(topic_operations, operations::TOPIC);
+        // Kafka reports them for unknown names too.
+        let name = topic.name.as_ref().map_or("", |n| n.0.as_str());
+        topic.topic_authorized_operations = operations::reported(
+            topic_operations,
+            access.authorized_operations(ResourceType::Topic, name),
+        );
     }
     response
 }
@@ -42,7 +49,7 @@ async fn answer(
     broker: &Arc<Broker>,
     request: MetadataRequest,
     version: i16,
-    listener: &str,
+    (listener, access): (&str, &Access),
 ) -> MetadataResponse {
     let identity = &broker.identity;
     let mut response = MetadataResponse::default();
@@ -64,8 +71,13 @@ async fn answer(
     let allow_create = broker.config.auto_create_topics_enable
         && (version < 4 || request.allow_auto_topic_creation);
     let Some(requested) = request.topics else {
+        // All topics: those the client may describe.
         let image = broker.image();
-        response.topics = image.topics().map(|t| describe_topic(broker, t)).collect();
+        response.topics = image
+            .topics()
+            .filter(|t| access.topic(AclOperation::Describe, &t.name))
+            .map(|t| describe_topic(broker, t))
+            .collect();
         return response;
     };
     for wanted in requested {
@@ -78,10 +90,24 @@ async fn answer(
         };
         let name = wanted.name.filter(|_| !by_id);
         let topic = match (found, name) {
+            (Some(topic), _) if !access.topic(AclOperation::Describe, &topic.name) => {
+                let mut refused = error_topic(
+                    (!by_id).then(|| topic.name.clone()),
+                    ResponseError::TopicAuthorizationFailed.code(),
+                );
+                refused.topic_id = wanted.topic_id;
+                refused
+            }
             (Some(topic), _) => describe_topic(broker, &topic),
             (None, Some(name)) => {
                 let name = name.0.as_str().to_string();
-                if let Err(reason) = validate_topic_name(&name) {
+                // A topic the client may not describe is refused whether or not it exists,
+                // and one it may not create is never created.
+                let may_create = access.cluster(AclOperation::Create)
+                    || access.topic(AclOperation::Create, &name);
+                if !access.topic(AclOperation::Describe, &name) || (allow_create && !may_create) {
+                    error_topic(Some(name), ResponseError::TopicAuthorizationFailed.code())
+                } else if let Err(reason) = validate_topic_name(&name) {
                     tracing::debug!(target: "weir::broker", topic = %name, reason, "metadata for an invalid topic name");
                     error_topic(Some(name), ResponseError::InvalidTopicException.code())
                 } else if allow_create {

@@ -2,6 +2,7 @@
 //! encodes the answer as a typed [`Reply`]. Version ranges are declared in
 //! `weir_proto::SUPPORTED_APIS`; each handler serves every version listed there.
 
+mod acls;
 mod admin_configs;
 mod admin_topics;
 mod api_versions;
@@ -97,6 +98,7 @@ pub async fn dispatch(
 ) -> PendingReply {
     let peer = context.peer;
     let listener = context.listener.clone();
+    let access = broker.access(context);
     let Request {
         header,
         api_key,
@@ -108,22 +110,20 @@ pub async fn dispatch(
     let respond = move |body: ResponseKind| frame(api_key, version, correlation_id, body);
     match body {
         RequestKind::Produce(req) => {
-            let pending = produce::append(&broker, req, version).await;
+            let pending = produce::append(&broker, req, version, &access).await;
             Box::pin(async move { pending.finish(|r| respond(ResponseKind::Produce(r))).await })
         }
-        RequestKind::Fetch(req) => {
-            Box::pin(
-                async move { fetch::handle(&broker, req, version, correlation_id, peer).await },
-            )
-        }
+        RequestKind::Fetch(req) => Box::pin(async move {
+            fetch::handle(&broker, req, version, correlation_id, (peer, &access)).await
+        }),
         RequestKind::ListOffsets(req) => Box::pin(async move {
             respond(ResponseKind::ListOffsets(
-                list_offsets::handle(&broker, req, version).await,
+                list_offsets::handle(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::Metadata(req) => Box::pin(async move {
             respond(ResponseKind::Metadata(
-                metadata::handle(&broker, req, version, &listener).await,
+                metadata::handle(&broker, req, version, (&listener, &access)).await,
             ))
         }),
         RequestKind::ApiVersions(req) => Box::pin(async move {
@@ -133,140 +133,170 @@ pub async fn dispatch(
         }),
         RequestKind::CreateTopics(req) => Box::pin(async move {
             respond(ResponseKind::CreateTopics(
-                admin_topics::create_topics(&broker, req, version).await,
+                admin_topics::create_topics(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::DeleteTopics(req) => Box::pin(async move {
             respond(ResponseKind::DeleteTopics(
-                admin_topics::delete_topics(&broker, req, version).await,
+                admin_topics::delete_topics(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::CreatePartitions(req) => Box::pin(async move {
             respond(ResponseKind::CreatePartitions(
-                admin_topics::create_partitions(&broker, req).await,
+                admin_topics::create_partitions(&broker, req, &access).await,
             ))
         }),
         RequestKind::DescribeConfigs(req) => Box::pin(async move {
             respond(ResponseKind::DescribeConfigs(
-                admin_configs::describe_configs(&broker, req, version),
+                admin_configs::describe_configs(&broker, req, version, &access),
             ))
         }),
         RequestKind::AlterConfigs(req) => Box::pin(async move {
             respond(ResponseKind::AlterConfigs(
-                admin_configs::alter_configs(&broker, req).await,
+                admin_configs::alter_configs(&broker, req, &access).await,
             ))
         }),
         RequestKind::IncrementalAlterConfigs(req) => Box::pin(async move {
             respond(ResponseKind::IncrementalAlterConfigs(
-                admin_configs::incremental_alter_configs(&broker, req).await,
+                admin_configs::incremental_alter_configs(&broker, req, &access).await,
             ))
         }),
         RequestKind::InitProducerId(req) => Box::pin(async move {
             respond(ResponseKind::InitProducerId(
-                producer_id::handle(&broker, req, version).await,
+                producer_id::handle(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::OffsetForLeaderEpoch(req) => Box::pin(async move {
             respond(ResponseKind::OffsetForLeaderEpoch(
-                cluster::offset_for_leader_epoch(&broker, req),
+                cluster::offset_for_leader_epoch(&broker, req, &access),
             ))
         }),
         RequestKind::DescribeCluster(req) => Box::pin(async move {
             respond(ResponseKind::DescribeCluster(cluster::describe_cluster(
-                &broker, req, &listener,
+                &broker,
+                req,
+                (&listener, &access),
             )))
         }),
         RequestKind::DescribeQuorum(req) => Box::pin(async move {
             respond(ResponseKind::DescribeQuorum(
-                cluster::describe_quorum(&broker, req, version).await,
+                cluster::describe_quorum(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::FindCoordinator(req) => Box::pin(async move {
             respond(ResponseKind::FindCoordinator(
-                groups::find_coordinator(&broker, req, version, &listener).await,
+                groups::find_coordinator(&broker, req, version, (&listener, &access)).await,
             ))
         }),
         RequestKind::JoinGroup(req) => Box::pin(async move {
             let client_id = header.client_id.as_ref().map(|s| s.as_str());
             respond(ResponseKind::JoinGroup(
-                groups::join_group(&broker, req, version, client_id, format!("/{peer}")).await,
+                groups::join_group(
+                    &broker,
+                    req,
+                    version,
+                    client_id,
+                    (format!("/{peer}"), &access),
+                )
+                .await,
             ))
         }),
         RequestKind::SyncGroup(req) => Box::pin(async move {
             respond(ResponseKind::SyncGroup(
-                groups::sync_group(&broker, req).await,
+                groups::sync_group(&broker, req, &access).await,
             ))
         }),
-        RequestKind::Heartbeat(req) => {
-            Box::pin(
-                async move { respond(ResponseKind::Heartbeat(groups::heartbeat(&broker, req))) },
-            )
-        }
+        RequestKind::Heartbeat(req) => Box::pin(async move {
+            respond(ResponseKind::Heartbeat(groups::heartbeat(
+                &broker, req, &access,
+            )))
+        }),
         RequestKind::LeaveGroup(req) => Box::pin(async move {
             respond(ResponseKind::LeaveGroup(
-                groups::leave_group(&broker, req, version).await,
+                groups::leave_group(&broker, req, version, &access).await,
             ))
         }),
-        RequestKind::ListGroups(req) => {
-            Box::pin(
-                async move { respond(ResponseKind::ListGroups(groups::list_groups(&broker, req))) },
-            )
-        }
+        RequestKind::ListGroups(req) => Box::pin(async move {
+            respond(ResponseKind::ListGroups(groups::list_groups(
+                &broker, req, &access,
+            )))
+        }),
         RequestKind::DescribeGroups(req) => Box::pin(async move {
             respond(ResponseKind::DescribeGroups(groups::describe_groups(
-                &broker, req, version,
+                &broker, req, version, &access,
             )))
         }),
         RequestKind::DeleteGroups(req) => Box::pin(async move {
             respond(ResponseKind::DeleteGroups(
-                groups::delete_groups(&broker, req).await,
+                groups::delete_groups(&broker, req, &access).await,
             ))
         }),
         RequestKind::ConsumerGroupHeartbeat(req) => Box::pin(async move {
             let client_id = header.client_id.as_ref().map(|s| s.as_str());
             respond(ResponseKind::ConsumerGroupHeartbeat(
-                consumer_groups::heartbeat(&broker, req, version, client_id, format!("/{peer}"))
-                    .await,
+                consumer_groups::heartbeat(
+                    &broker,
+                    req,
+                    version,
+                    client_id,
+                    (format!("/{peer}"), &access),
+                )
+                .await,
             ))
         }),
         RequestKind::ConsumerGroupDescribe(req) => Box::pin(async move {
             respond(ResponseKind::ConsumerGroupDescribe(
-                consumer_groups::describe(&broker, req, version),
+                consumer_groups::describe(&broker, req, version, &access),
             ))
         }),
         RequestKind::OffsetCommit(req) => Box::pin(async move {
             respond(ResponseKind::OffsetCommit(
-                offsets::commit(&broker, req, version).await,
+                offsets::commit(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::OffsetFetch(req) => Box::pin(async move {
             respond(ResponseKind::OffsetFetch(offsets::fetch(
-                &broker, req, version,
+                &broker, req, version, &access,
             )))
         }),
         RequestKind::OffsetDelete(req) => Box::pin(async move {
             respond(ResponseKind::OffsetDelete(
-                offsets::delete(&broker, req).await,
+                offsets::delete(&broker, req, &access).await,
             ))
         }),
         RequestKind::DescribeLogDirs(req) => Box::pin(async move {
             respond(ResponseKind::DescribeLogDirs(log_dirs::describe(
-                &broker, req,
+                &broker, req, version, &access,
             )))
         }),
         RequestKind::AlterPartitionReassignments(req) => Box::pin(async move {
             respond(ResponseKind::AlterPartitionReassignments(
-                reassignments::alter(&broker, req, version).await,
+                reassignments::alter(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::AlterUserScramCredentials(req) => Box::pin(async move {
             respond(ResponseKind::AlterUserScramCredentials(
-                scram_credentials::alter(&broker, req).await,
+                scram_credentials::alter(&broker, req, &access).await,
             ))
         }),
         RequestKind::DescribeUserScramCredentials(req) => Box::pin(async move {
             respond(ResponseKind::DescribeUserScramCredentials(
-                scram_credentials::describe(&broker, req),
+                scram_credentials::describe(&broker, req, &access),
+            ))
+        }),
+        RequestKind::CreateAcls(req) => Box::pin(async move {
+            respond(ResponseKind::CreateAcls(
+                acls::create(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::DescribeAcls(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeAcls(acls::describe(
+                &broker, req, &access,
+            )))
+        }),
+        RequestKind::DeleteAcls(req) => Box::pin(async move {
+            respond(ResponseKind::DeleteAcls(
+                acls::delete(&broker, req, &access).await,
             ))
         }),
         // A connection that authenticated (or never had to) has no SASL exchange to continue.
@@ -285,57 +315,57 @@ pub async fn dispatch(
         }),
         RequestKind::ListPartitionReassignments(req) => Box::pin(async move {
             respond(ResponseKind::ListPartitionReassignments(
-                reassignments::list(&broker, req),
+                reassignments::list(&broker, req, &access),
             ))
         }),
         RequestKind::ElectLeaders(req) => Box::pin(async move {
             respond(ResponseKind::ElectLeaders(
-                reassignments::elect(&broker, req, version).await,
+                reassignments::elect(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::DeleteRecords(req) => Box::pin(async move {
             respond(ResponseKind::DeleteRecords(
-                delete_records::handle(&broker, req).await,
+                delete_records::handle(&broker, req, &access).await,
             ))
         }),
         RequestKind::AddPartitionsToTxn(req) => Box::pin(async move {
             respond(ResponseKind::AddPartitionsToTxn(
-                transactions::add_partitions(&broker, req, version).await,
+                transactions::add_partitions(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::AddOffsetsToTxn(req) => Box::pin(async move {
             respond(ResponseKind::AddOffsetsToTxn(
-                transactions::add_offsets(&broker, req, version).await,
+                transactions::add_offsets(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::TxnOffsetCommit(req) => Box::pin(async move {
             respond(ResponseKind::TxnOffsetCommit(
-                offsets::commit_transactional(&broker, req, version).await,
+                offsets::commit_transactional(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::EndTxn(req) => Box::pin(async move {
             respond(ResponseKind::EndTxn(
-                transactions::end(&broker, req, version).await,
+                transactions::end(&broker, req, version, &access).await,
             ))
         }),
         RequestKind::DescribeProducers(req) => Box::pin(async move {
             respond(ResponseKind::DescribeProducers(
-                transactions::describe_producers(&broker, req),
+                transactions::describe_producers(&broker, req, &access),
             ))
         }),
         RequestKind::DescribeTransactions(req) => Box::pin(async move {
             respond(ResponseKind::DescribeTransactions(transactions::describe(
-                &broker, req,
+                &broker, req, &access,
             )))
         }),
         RequestKind::ListTransactions(req) => Box::pin(async move {
             respond(ResponseKind::ListTransactions(transactions::list(
-                &broker, req, version,
+                &broker, req, version, &access,
             )))
         }),
         RequestKind::WriteTxnMarkers(req) => Box::pin(async move {
             respond(ResponseKind::WriteTxnMarkers(
-                transactions::write_markers(&broker, req).await,
+                transactions::write_markers(&broker, req, &access).await,
             ))
         }),
         other => {

@@ -38,7 +38,9 @@ use weir_coordinator::{
     OFFSETS_TOPIC,
 };
 use weir_log::VerificationGuard;
+use weir_metadata::acl::AclOperation;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::{group_code, group_error};
 use crate::handlers::str_bytes;
@@ -107,16 +109,23 @@ struct CommitSlots {
 }
 
 impl CommitSlots {
-    /// Reads a request's `topics`: partitions that do not exist are refused with
-    /// UNKNOWN_TOPIC_OR_PARTITION.
-    fn read<T: CommitTopic>(broker: &Broker, topics: &[T]) -> CommitSlots {
+    /// Reads a request's `topics`: partitions of a topic `refuse` names an error for are
+    /// refused with it, and those that do not exist with UNKNOWN_TOPIC_OR_PARTITION.
+    fn read<T: CommitTopic>(
+        broker: &Broker,
+        topics: &[T],
+        refuse: impl Fn(&str) -> Option<ResponseError>,
+    ) -> CommitSlots {
         let mut entries = Vec::new();
         let mut slots = Vec::new();
         for topic in topics {
             let name = topic.name();
+            let refusal = refuse(name.as_str());
             for partition in topic.partitions() {
                 let (index, offset, leader_epoch, metadata) = partition.fields();
-                if partition_exists(broker, name.as_str(), index) {
+                if let Some(error) = refusal {
+                    slots.push((name.clone(), index, Err(error)));
+                } else if partition_exists(broker, name.as_str(), index) {
                     slots.push((name.clone(), index, Ok(entries.len())));
                     entries.push(CommitEntry {
                         topic: name.to_string(),
@@ -179,8 +188,15 @@ pub async fn commit(
     broker: &Arc<Broker>,
     request: OffsetCommitRequest,
     version: i16,
+    access: &Access,
 ) -> OffsetCommitResponse {
-    let read = CommitSlots::read(broker, &request.topics);
+    // READ on the group, then on each topic.
+    let group_allowed = access.group(AclOperation::Read, request.group_id.as_str());
+    let read = CommitSlots::read(broker, &request.topics, |topic| match group_allowed {
+        false => Some(ResponseError::GroupAuthorizationFailed),
+        true => (!access.topic(AclOperation::Read, topic))
+            .then_some(ResponseError::TopicAuthorizationFailed),
+    });
     let outcome = if read.entries.is_empty() {
         Ok(Vec::new())
     } else {
@@ -229,8 +245,23 @@ pub async fn commit_transactional(
     broker: &Arc<Broker>,
     request: TxnOffsetCommitRequest,
     version: i16,
+    access: &Access,
 ) -> TxnOffsetCommitResponse {
-    let read = CommitSlots::read(broker, &request.topics);
+    // WRITE on the transactional id, READ on the group, then on each topic.
+    let whole = if !access.transactional_id(AclOperation::Write, request.transactional_id.as_str())
+    {
+        Some(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !access.group(AclOperation::Read, request.group_id.as_str()) {
+        Some(ResponseError::GroupAuthorizationFailed)
+    } else {
+        None
+    };
+    let read = CommitSlots::read(broker, &request.topics, |topic| {
+        whole.or_else(|| {
+            (!access.topic(AclOperation::Read, topic))
+                .then_some(ResponseError::TopicAuthorizationFailed)
+        })
+    });
     let producer = ProducerIdAndEpoch {
         producer_id: request.producer_id.0,
         epoch: request.producer_epoch,
@@ -344,23 +375,28 @@ fn not_in_transaction(version: i16) -> ResponseError {
 }
 
 /// One group's committed offsets: the requested partitions (-1 where nothing is committed),
-/// or every committed partition when `topics` is `None`.
+/// or every committed partition when `topics` is `None`. The client needs DESCRIBE on the
+/// group, and on a topic to see its offsets: a topic it may not describe is
+/// TOPIC_AUTHORIZATION_FAILED when named, and left out when all are asked for, as in Kafka.
 fn fetch_group(
     broker: &Broker,
-    group_id: &str,
+    (group_id, access): (&str, &Access),
     topics: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(&str, i32)>,
     require_stable: bool,
 ) -> (i16, Vec<(String, Vec<OffsetFetchResponsePartitions>)>) {
-    let fetched =
-        broker
+    let fetched = match access.group(AclOperation::Describe, group_id) {
+        true => broker
             .coordinator
-            .fetch_offsets(group_id, topics.as_deref(), member, require_stable);
-    let (error, rows) = match fetched {
-        Ok(rows) => (0, rows),
-        Err(error) => {
+            .fetch_offsets(group_id, topics.as_deref(), member, require_stable)
+            .map_err(|error| group_error(error).code()),
+        false => Err(ResponseError::GroupAuthorizationFailed.code()),
+    };
+    let named = topics.is_some();
+    let rows = match fetched {
+        Ok(rows) => rows,
+        Err(code) => {
             // Each requested partition carries the error too (v1 has no top-level code).
-            let code = group_error(error).code();
             let rows = topics
                 .unwrap_or_default()
                 .into_iter()
@@ -369,7 +405,22 @@ fn fetch_group(
             return (code, group_rows(rows, code));
         }
     };
-    (error, group_rows(rows, 0))
+    let rows = group_rows(rows, 0)
+        .into_iter()
+        .filter_map(|(topic, mut partitions)| {
+            if access.topic(AclOperation::Describe, &topic) {
+                return Some((topic, partitions));
+            }
+            for p in &mut partitions {
+                p.error_code = ResponseError::TopicAuthorizationFailed.code();
+                p.committed_offset = -1;
+                p.committed_leader_epoch = -1;
+                p.metadata = Some(str_bytes(""));
+            }
+            named.then_some((topic, partitions))
+        })
+        .collect();
+    (0, rows)
 }
 
 fn group_rows(
@@ -411,6 +462,7 @@ pub fn fetch(
     broker: &Arc<Broker>,
     request: OffsetFetchRequest,
     version: i16,
+    access: &Access,
 ) -> OffsetFetchResponse {
     let mut response = OffsetFetchResponse::default();
     if version >= 8 {
@@ -430,7 +482,7 @@ pub fn fetch(
                     .map(|id| (id.as_str(), group.member_epoch));
                 let (error_code, rows) = fetch_group(
                     broker,
-                    group.group_id.as_str(),
+                    (group.group_id.as_str(), access),
                     topics,
                     member,
                     request.require_stable,
@@ -461,7 +513,7 @@ pub fn fetch(
     });
     let (error_code, rows) = fetch_group(
         broker,
-        request.group_id.as_str(),
+        (request.group_id.as_str(), access),
         topics,
         None,
         request.require_stable,
@@ -491,11 +543,23 @@ pub fn fetch(
 }
 
 /// OffsetDelete.
-pub async fn delete(broker: &Arc<Broker>, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn delete(
+    broker: &Arc<Broker>,
+    request: OffsetDeleteRequest,
+    access: &Access,
+) -> OffsetDeleteResponse {
     let group_id: GroupId = request.group_id;
+    if !access.group(AclOperation::Delete, group_id.as_str()) {
+        let mut response = OffsetDeleteResponse::default();
+        response.error_code = ResponseError::GroupAuthorizationFailed.code();
+        return response;
+    }
+    // Partitions of topics the client may not read are refused and left alone.
+    let readable = |topic: &str| access.topic(AclOperation::Read, topic);
     let partitions: Vec<(String, i32)> = request
         .topics
         .iter()
+        .filter(|t| readable(t.name.as_str()))
         .flat_map(|t| {
             t.partitions
                 .iter()
@@ -520,13 +584,14 @@ pub async fn delete(broker: &Arc<Broker>, request: OffsetDeleteRequest) -> Offse
         for partition in &topic.partitions {
             let mut p = OffsetDeleteResponsePartition::default();
             p.partition_index = partition.partition_index;
-            p.error_code =
-                if partition_exists(broker, topic.name.as_str(), partition.partition_index) {
-                    group_code(results.next().unwrap_or(Ok(())))
-                } else {
-                    results.next();
-                    ResponseError::UnknownTopicOrPartition.code()
-                };
+            p.error_code = if !readable(topic.name.as_str()) {
+                ResponseError::TopicAuthorizationFailed.code()
+            } else if partition_exists(broker, topic.name.as_str(), partition.partition_index) {
+                group_code(results.next().unwrap_or(Ok(())))
+            } else {
+                results.next();
+                ResponseError::UnknownTopicOrPartition.code()
+            };
             t.partitions.push(p);
         }
         t.name = topic.name;

@@ -17,8 +17,10 @@ use weir_coordinator::ProducerIdAndEpoch;
 use weir_log::batch::BatchHeader;
 use weir_log::compress::recompress;
 use weir_log::{validate, AppendInfo, LogError, ValidationLimits, VerificationGuard};
+use weir_metadata::acl::AclOperation;
 use weir_metadata::is_internal_topic;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::config::TopicSettings;
 use crate::handlers::errors::ErrorReply;
@@ -126,7 +128,12 @@ type Outcome = Result<AppendInfo, ErrorReply>;
 
 /// Checks every partition's batch, then validates and appends them on a blocking thread, in
 /// request order. Returns once the appends are done.
-pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16) -> PendingProduce {
+pub async fn append(
+    broker: &Arc<Broker>,
+    request: ProduceRequest,
+    version: i16,
+    access: &Access,
+) -> PendingProduce {
     let acks = request.acks;
     let timeout = std::time::Duration::from_millis(
         u64::try_from(request.timeout_ms)
@@ -137,22 +144,37 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
     let mut jobs = Vec::new();
     let mut any_error = false;
     let now_ms = broker.partitions.clock().now_ms();
+    let transactional_id = request.transactional_id.as_ref().map(|id| id.as_str());
+    let txn_denied = transactional_id
+        .filter(|id| !access.transactional_id(AclOperation::Write, id))
+        .map(|id| {
+            ErrorReply::new(
+                ResponseError::TransactionalIdAuthorizationFailed,
+                format!("Not authorized to write with transactional id {id}"),
+            )
+        });
     for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
         let mut topic_response = TopicProduceResponse::default();
+        let name = topic.name.0.as_str();
+        let denied = txn_denied.clone().or_else(|| {
+            (!access.topic(AclOperation::Write, name)).then(|| {
+                ErrorReply::new(
+                    ResponseError::TopicAuthorizationFailed,
+                    format!("Not authorized to write to topic {name}"),
+                )
+            })
+        });
         for data in topic.partition_data {
             let mut result = PartitionProduceResponse::default();
             result.index = data.index;
             result.base_offset = -1;
             result.log_append_time_ms = -1;
             result.log_start_offset = -1;
-            match check_partition(
-                broker,
-                topic.name.0.as_str(),
-                data.index,
-                acks,
-                version,
-                data.records,
-            ) {
+            let checked = match &denied {
+                Some(error) => Err(error.clone()),
+                None => check_partition(broker, name, data.index, acks, version, data.records),
+            };
+            match checked {
                 Ok((partition, records)) => jobs.push(Job {
                     topic: topic_index,
                     slot: topic_response.partition_responses.len(),
@@ -172,7 +194,6 @@ pub async fn append(broker: &Arc<Broker>, request: ProduceRequest, version: i16)
         topic_response.name = topic.name;
         response.responses.push(topic_response);
     }
-    let transactional_id = request.transactional_id.as_ref().map(|id| id.as_str());
     for (job, error) in verify_transactional(broker, transactional_id, &mut jobs, version).await {
         any_error = true;
         set_error(

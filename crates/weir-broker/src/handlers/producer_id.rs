@@ -6,7 +6,9 @@ use std::sync::Arc;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::{InitOutcome, InitProducerId, ProducerIdAndEpoch};
+use weir_metadata::acl::AclOperation;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::{txn_error, ErrorReply};
 
@@ -18,11 +20,18 @@ pub async fn handle(
     broker: &Arc<Broker>,
     request: InitProducerIdRequest,
     version: i16,
+    access: &Access,
 ) -> InitProducerIdResponse {
     let mut response = InitProducerIdResponse::default();
     response.producer_id = ProducerId(-1);
     response.producer_epoch = -1;
+    // A transactional producer needs WRITE on its transactional id; an idempotent one
+    // IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
     let outcome = match &request.transactional_id {
+        Some(id) if !access.transactional_id(AclOperation::Write, id) => {
+            Err(ResponseError::TransactionalIdAuthorizationFailed.code())
+        }
+        None if !access.idempotent_write() => Err(ResponseError::ClusterAuthorizationFailed.code()),
         Some(transactional_id) => transactional(broker, &request, transactional_id, version).await,
         None => broker
             .next_producer_id()

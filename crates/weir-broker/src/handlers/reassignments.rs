@@ -18,11 +18,13 @@ use kafka_protocol::messages::{
     ListPartitionReassignmentsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::AclOperation;
 use weir_metadata::requests::{AlterPartitionReassignments, ElectLeaders};
 use weir_metadata::{
     ElectionType, PartitionImage, PartitionOutcome, PartitionRefusal, Reassignment,
 };
 
+use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
@@ -75,9 +77,15 @@ pub async fn alter(
     broker: &Arc<Broker>,
     request: AlterPartitionReassignmentsRequest,
     version: i16,
+    access: &Access,
 ) -> AlterPartitionReassignmentsResponse {
     let mut response = AlterPartitionReassignmentsResponse::default();
     response.allow_replication_factor_change = request.allow_replication_factor_change;
+    if !access.cluster(AclOperation::Alter) {
+        response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        response.error_message = Some(str_bytes(CLUSTER_DENIED));
+        return response;
+    }
     let reassignments: Vec<Reassignment> = request
         .topics
         .iter()
@@ -129,7 +137,14 @@ pub async fn alter(
 pub fn list(
     broker: &Broker,
     request: ListPartitionReassignmentsRequest,
+    access: &Access,
 ) -> ListPartitionReassignmentsResponse {
+    if !access.cluster(AclOperation::Describe) {
+        let mut response = ListPartitionReassignmentsResponse::default();
+        response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        response.error_message = Some(str_bytes(CLUSTER_DENIED));
+        return response;
+    }
     let image = broker.image();
     let wanted: Vec<(String, Vec<i32>)> = match request.topics {
         Some(topics) => topics
@@ -181,6 +196,7 @@ pub async fn elect(
     broker: &Arc<Broker>,
     request: ElectLeadersRequest,
     version: i16,
+    access: &Access,
 ) -> ElectLeadersResponse {
     let mut response = ElectLeadersResponse::default();
     let election = match request.election_type {
@@ -197,11 +213,42 @@ pub async fn elect(
             .flat_map(|t| t.partitions.iter().map(|p| (t.topic.0.to_string(), *p)))
             .collect()
     });
-    let pending = broker.controller.ask(ElectLeaders {
-        election,
-        partitions: partitions.clone(),
-    });
-    let outcomes = match broker.change_metadata(pending).await {
+    let outcomes = match access.cluster(AclOperation::Alter) {
+        true => {
+            let pending = broker.controller.ask(ElectLeaders {
+                election,
+                partitions: partitions.clone(),
+            });
+            broker.change_metadata(pending).await
+        }
+        // Refused whole, and each partition named with it, as Kafka answers.
+        false => {
+            response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            let refused = partitions.unwrap_or_default().into_iter();
+            for (name, outcomes) in by_topic(
+                refused
+                    .map(|(topic, partition)| PartitionOutcome {
+                        topic,
+                        partition,
+                        refusal: None,
+                    })
+                    .collect(),
+            ) {
+                let mut topic = ReplicaElectionResult::default();
+                topic.topic = TopicName(str_bytes(name));
+                for outcome in outcomes {
+                    let mut partition = PartitionResult::default();
+                    partition.partition_id = outcome.partition;
+                    partition.error_code = ResponseError::ClusterAuthorizationFailed.code();
+                    partition.error_message = Some(str_bytes(CLUSTER_DENIED));
+                    topic.partition_result.push(partition);
+                }
+                response.replica_election_results.push(topic);
+            }
+            return response;
+        }
+    };
+    let outcomes = match outcomes {
         Ok(outcomes) => outcomes,
         Err(error) => {
             let error = ErrorReply::from(&error);

@@ -17,10 +17,12 @@ use kafka_protocol::messages::{
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::ResponseError;
+use weir_metadata::acl::AclOperation;
 use weir_metadata::requests::AlterScramCredentials;
 use weir_metadata::{ControllerError, ScramDeletion, ScramUpsert};
 use weir_sasl::{check_iterations, ScramCredential, ScramHash};
 
+use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
@@ -75,7 +77,29 @@ fn check_upsert(
 pub async fn alter(
     broker: &Arc<Broker>,
     request: AlterUserScramCredentialsRequest,
+    access: &Access,
 ) -> AlterUserScramCredentialsResponse {
+    // ALTER on the cluster, or each user named is refused.
+    if !access.cluster(AclOperation::Alter) {
+        let users: BTreeSet<String> = request
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(request.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        let mut response = AlterUserScramCredentialsResponse::default();
+        response.results = users
+            .into_iter()
+            .map(|user| {
+                let mut result = AlterUserScramCredentialsResult::default();
+                result.user = str_bytes(user);
+                result.error_code = ResponseError::ClusterAuthorizationFailed.code();
+                result.error_message = Some(str_bytes(CLUSTER_DENIED));
+                result
+            })
+            .collect();
+        return response;
+    }
     let mut users: BTreeMap<String, UserChanges> = BTreeMap::new();
     let mut seen = BTreeSet::new();
     let named = request
@@ -164,9 +188,15 @@ pub async fn alter(
 pub fn describe(
     broker: &Arc<Broker>,
     request: DescribeUserScramCredentialsRequest,
+    access: &Access,
 ) -> DescribeUserScramCredentialsResponse {
     let image = broker.image();
     let mut response = DescribeUserScramCredentialsResponse::default();
+    if !access.cluster(AclOperation::Describe) {
+        response.error_code = ResponseError::ClusterAuthorizationFailed.code();
+        response.error_message = Some(str_bytes(CLUSTER_DENIED));
+        return response;
+    }
     let describe_user = |user: &str| {
         let mut result = DescribeUserScramCredentialsResult::default();
         result.user = str_bytes(user);

@@ -33,8 +33,10 @@ use weir_coordinator::transaction::state::TxnState;
 use weir_coordinator::transaction::{EndOutcome, EndTxn, ProducerIdAndEpoch, TxnError};
 use weir_coordinator::{partition_for, OFFSETS_TOPIC};
 use weir_log::batch::TxnResult;
+use weir_metadata::acl::AclOperation;
 use weir_metadata::is_internal_topic;
 
+use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::txn_error;
 use crate::handlers::str_bytes;
@@ -59,22 +61,38 @@ pub async fn add_partitions(
     broker: &Arc<Broker>,
     request: AddPartitionsToTxnRequest,
     version: i16,
+    access: &Access,
 ) -> AddPartitionsToTxnResponse {
     let mut response = AddPartitionsToTxnResponse::default();
     if version <= 3 {
+        // A producer needs WRITE on its transactional id and on each topic.
         let producer = ProducerIdAndEpoch {
             producer_id: request.v3_and_below_producer_id.0,
             epoch: request.v3_and_below_producer_epoch,
         };
         let transactional_id = request.v3_and_below_transactional_id.as_str();
-        response.results_by_topic_v3_and_below = add_to_transaction(
-            broker,
-            transactional_id,
-            producer,
-            &request.v3_and_below_topics,
-            version,
-        )
-        .await;
+        let topics = &request.v3_and_below_topics;
+        response.results_by_topic_v3_and_below =
+            if !access.transactional_id(AclOperation::Write, transactional_id) {
+                topic_results(topics, |_, _| {
+                    ResponseError::TransactionalIdAuthorizationFailed.code()
+                })
+            } else {
+                let writable = |topic: &str| access.topic(AclOperation::Write, topic);
+                add_to_transaction(
+                    broker,
+                    transactional_id,
+                    producer,
+                    topics,
+                    (version, &writable),
+                )
+                .await
+            };
+        return response;
+    }
+    // Brokers need CLUSTER_ACTION.
+    if !access.cluster(AclOperation::ClusterAction) {
+        response.error_code = ResponseError::ClusterAuthorizationFailed.code();
         return response;
     }
     for transaction in &request.transactions {
@@ -93,7 +111,7 @@ pub async fn add_partitions(
                 transactional_id,
                 producer,
                 &transaction.topics,
-                version,
+                (version, &|_| true),
             )
             .await
         };
@@ -110,7 +128,7 @@ async fn add_to_transaction(
     transactional_id: &str,
     producer: ProducerIdAndEpoch,
     topics: &[AddPartitionsToTxnTopic],
-    version: i16,
+    (version, writable): (i16, &(dyn Fn(&str) -> bool + Sync)),
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let image = broker.image();
     let mut partitions = TxnPartitions::new();
@@ -123,7 +141,9 @@ async fn add_to_transaction(
                 .is_some_and(|t| t.partition(*index).is_some());
             // A broker adds the group's offsets partition for TxnOffsetCommit v5.
             let internal_allowed = version >= 4 && name == OFFSETS_TOPIC;
-            if is_internal_topic(name) && !internal_allowed {
+            if !writable(name) {
+                refused.push((name, *index, ResponseError::TopicAuthorizationFailed));
+            } else if is_internal_topic(name) && !internal_allowed {
                 refused.push((name, *index, ResponseError::InvalidTopicException));
             } else if !known {
                 refused.push((name, *index, ResponseError::UnknownTopicOrPartition));
@@ -218,9 +238,18 @@ pub async fn add_offsets(
     broker: &Arc<Broker>,
     request: AddOffsetsToTxnRequest,
     version: i16,
+    access: &Access,
 ) -> AddOffsetsToTxnResponse {
     let mut response = AddOffsetsToTxnResponse::default();
     let group_id = request.group_id.as_str();
+    if !access.transactional_id(AclOperation::Write, request.transactional_id.as_str()) {
+        response.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        return response;
+    }
+    if !access.group(AclOperation::Read, group_id) {
+        response.error_code = ResponseError::GroupAuthorizationFailed.code();
+        return response;
+    }
     if group_id.is_empty() {
         response.error_code = ResponseError::InvalidGroupId.code();
         return response;
@@ -256,7 +285,17 @@ pub async fn add_offsets(
 /// EndTxn (transaction protocol version 1): the coordinator prepares the commit or abort and
 /// it is answered once stored; the markers are written after, and the transactional id's
 /// next transaction waits (CONCURRENT_TRANSACTIONS) until they are.
-pub async fn end(broker: &Arc<Broker>, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub async fn end(
+    broker: &Arc<Broker>,
+    request: EndTxnRequest,
+    version: i16,
+    access: &Access,
+) -> EndTxnResponse {
+    if !access.transactional_id(AclOperation::Write, request.transactional_id.as_str()) {
+        let mut response = EndTxnResponse::default();
+        response.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        return response;
+    }
     let end = EndTxn {
         transactional_id: request.transactional_id.to_string(),
         producer: ProducerIdAndEpoch {
@@ -312,8 +351,11 @@ async fn end_transaction(
 pub async fn write_markers(
     broker: &Arc<Broker>,
     request: WriteTxnMarkersRequest,
+    access: &Access,
 ) -> WriteTxnMarkersResponse {
     let mut response = WriteTxnMarkersResponse::default();
+    // Only brokers write markers: CLUSTER_ACTION, or every partition is refused.
+    let allowed = access.cluster(AclOperation::ClusterAction);
     for writable in request.markers {
         let marker = Marker {
             producer_id: writable.producer_id.0,
@@ -332,7 +374,10 @@ pub async fn write_markers(
                     .map(move |index| (name.clone(), *index))
             })
             .collect();
-        let results = broker.write_marker_batch(&partitions, marker).await;
+        let results = match allowed {
+            true => broker.write_marker_batch(&partitions, marker).await,
+            false => vec![Err(ResponseError::ClusterAuthorizationFailed); partitions.len()],
+        };
         let mut result = WritableTxnMarkerResult::default();
         result.producer_id = writable.producer_id;
         let mut outcomes = partitions.iter().zip(results);
@@ -371,6 +416,7 @@ pub async fn write_markers(
 pub fn describe(
     broker: &Broker,
     request: DescribeTransactionsRequest,
+    access: &Access,
 ) -> DescribeTransactionsResponse {
     let mut response = DescribeTransactionsResponse::default();
     response.transaction_states = request
@@ -379,16 +425,27 @@ pub fn describe(
         .map(|transactional_id| {
             // An id refused is answered with its error and zeros, as Kafka answers it.
             let mut described = DescribedTransaction::default();
-            match broker.transactions.describe(transactional_id.as_str()) {
+            let allowed =
+                access.transactional_id(AclOperation::Describe, transactional_id.as_str());
+            let found = match allowed {
+                true => broker.transactions.describe(transactional_id.as_str()),
+                false => Ok(None),
+            };
+            match found {
+                _ if !allowed => {
+                    described.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
+                }
                 Ok(Some(txn)) => {
                     described.transaction_state = str_bytes(txn.state.name());
                     described.transaction_timeout_ms = txn.timeout_ms;
                     described.transaction_start_time_ms = txn.start_ms;
                     described.producer_id = ProducerId(txn.producer_id);
                     described.producer_epoch = txn.producer_epoch;
+                    // Only the topics the client may describe are named.
                     described.topics = txn
                         .partitions
                         .into_iter()
+                        .filter(|(topic, _)| access.topic(AclOperation::Describe, topic))
                         .map(|(topic, partitions)| {
                             let mut data = TopicData::default();
                             data.topic = TopicName(str_bytes(topic));
@@ -416,6 +473,7 @@ pub fn list(
     broker: &Broker,
     request: ListTransactionsRequest,
     version: i16,
+    access: &Access,
 ) -> ListTransactionsResponse {
     let mut response = ListTransactionsResponse::default();
     let mut states = Vec::new();
@@ -452,6 +510,7 @@ pub fn list(
         .transactions
         .list()
         .into_iter()
+        .filter(|txn| access.transactional_id(AclOperation::Describe, &txn.transactional_id))
         .filter(|txn| states.is_empty() || states.contains(&txn.state))
         .filter(|txn| {
             request.producer_id_filters.is_empty()
@@ -487,6 +546,7 @@ pub fn list(
 pub fn describe_producers(
     broker: &Broker,
     request: DescribeProducersRequest,
+    access: &Access,
 ) -> DescribeProducersResponse {
     let mut response = DescribeProducersResponse::default();
     response.topics = request
@@ -500,7 +560,11 @@ pub fn describe_producers(
                 .map(|index| {
                     let mut partition = PartitionResponse::default();
                     partition.partition_index = *index;
-                    match super::led_partition(broker, topic.name.0.as_str(), *index) {
+                    let led = match access.topic(AclOperation::Read, topic.name.0.as_str()) {
+                        true => super::led_partition(broker, topic.name.0.as_str(), *index),
+                        false => Err(ResponseError::TopicAuthorizationFailed),
+                    };
+                    match led {
                         Ok(led) => {
                             partition.active_producers = led
                                 .log()

@@ -156,6 +156,7 @@ async fn bad_input_is_contained() {
 
 /// Every API at every advertised version gets a well-formed answer: no version-gated field is
 /// set where that version cannot carry it (which would leave the client without a response).
+/// The authorizer is on and the client a super user, so every check lets it through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_advertised_version_answers() {
     use kafka_protocol::messages::*;
@@ -163,6 +164,8 @@ async fn every_advertised_version_answers() {
         ("group.initial.rebalance.delay.ms", "0"),
         ("offsets.topic.num.partitions", "3"),
         ("transaction.state.log.num.partitions", "3"),
+        ("authorizer.class.name", "StandardAuthorizer"),
+        ("super.users", "User:ANONYMOUS"),
     ];
     let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &groups).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
@@ -852,6 +855,57 @@ async fn every_advertised_version_answers() {
                         call(&mut c, api.key, v, &req).await;
                     assert_eq!(r.error_code, 0, "{what}");
                     assert_eq!(r.results[0].error_code, 91, "{what}: RESOURCE_NOT_FOUND");
+                }
+                ApiKey::CreateAcls => {
+                    let mut creation = create_acls_request::AclCreation::default();
+                    creation.resource_type = 2;
+                    creation.resource_name = StrBytes::from_string(format!("acl-{v}"));
+                    creation.resource_pattern_type = 3;
+                    creation.principal = StrBytes::from_static_str("User:alice");
+                    creation.host = StrBytes::from_static_str("*");
+                    creation.operation = 3;
+                    creation.permission_type = 3;
+                    let mut req = CreateAclsRequest::default();
+                    req.creations = vec![creation];
+                    let r: CreateAclsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].error_code, 0, "{what}");
+                }
+                ApiKey::DescribeAcls => {
+                    let mut req = DescribeAclsRequest::default();
+                    req.resource_type_filter = 2;
+                    req.resource_name_filter = Some(StrBytes::from_static_str("acl-1"));
+                    req.pattern_type_filter = 3;
+                    req.principal_filter = None;
+                    req.host_filter = None;
+                    req.operation = 1;
+                    req.permission_type = 1;
+                    let r: DescribeAclsResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!((r.error_code, r.resources.len()), (0, 1), "{what}");
+                    let acl = &r.resources[0].acls[0];
+                    assert_eq!(
+                        (acl.principal.as_str(), acl.operation, acl.permission_type),
+                        ("User:alice", 3, 3),
+                        "{what}"
+                    );
+                }
+                ApiKey::DeleteAcls => {
+                    let mut filter = delete_acls_request::DeleteAclsFilter::default();
+                    filter.resource_type_filter = 2;
+                    filter.resource_name_filter = Some(StrBytes::from_string(format!("acl-{v}")));
+                    filter.pattern_type_filter = 1;
+                    filter.principal_filter = None;
+                    filter.host_filter = None;
+                    filter.operation = 1;
+                    filter.permission_type = 1;
+                    let mut req = DeleteAclsRequest::default();
+                    req.filters = vec![filter];
+                    let r: DeleteAclsResponse = call(&mut c, api.key, v, &req).await;
+                    let result = &r.filter_results[0];
+                    assert_eq!(
+                        (result.error_code, result.matching_acls.len()),
+                        (0, 1),
+                        "{what}"
+                    );
                 }
                 other => panic!("{other:?} is advertised but this test does not cover it"),
             }

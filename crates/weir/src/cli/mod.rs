@@ -1,5 +1,5 @@
 //! The client commands of the `weir` binary: `topic`, `produce`, `consume`, `group`, `cluster`,
-//! `partitions`, `bench`.
+//! `partitions`, `user`, `acl`, `bench`.
 //! Each exits 0 on success, 1 on a runtime error and 2 on a usage error, with one line on stderr.
 
 /// `println!` for command output: a reader that went away (`weir topic list | head -1`) ends
@@ -17,6 +17,7 @@ macro_rules! out {
     };
 }
 
+pub mod acl;
 pub mod bench;
 pub mod cluster;
 pub mod consume;
@@ -79,6 +80,7 @@ const CLIENT_COMMANDS: &[&str] = &[
     "txn",
     "cluster",
     "user",
+    "acl",
     "partitions",
     "bench",
 ];

@@ -1,0 +1,212 @@
+"""ACLs: one server with the authorizer on (``authorizer.class.name=StandardAuthorizer``), a
+SASL_PLAINTEXT listener for SCRAM users and a PLAINTEXT one whose anonymous clients are super
+users beside ``User:admin``. A user with no ACL can produce, consume, join a group, create or
+describe a topic none of; each ACL added (by Kafka's ``kafka-acls``, librdkafka's admin client
+or ``weir acl``) enables exactly its operation, at once, and deleting it takes it away at the
+next request; a user cannot grant itself anything.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from harness import WeirServer, external_bootstrap, weir_binary
+from test_java import JARS_DIR, JVM_FLAGS
+from test_tls import LISTENERS_RE
+import weir_cli
+
+ADMIN_PASSWORD = "admin-acl-secret"
+USERS = {"alice": "alice-acl-pw", "bob": "bob-acl-pw"}
+
+
+class Secured:
+    def __init__(self, server: WeirServer):
+        self.server = server
+        self.endpoints = dict(
+            entry.split("://", 1) for entry in LISTENERS_RE.search(server.ready_line).group(1).split(",")
+        )
+
+    def client(self, user: str, **extra) -> dict:
+        password = ADMIN_PASSWORD if user == "admin" else USERS[user]
+        return {"bootstrap.servers": self.endpoints["SASL_PLAINTEXT"], "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password} | extra
+
+    def admin(self, user: str = "admin") -> AdminClient:
+        return AdminClient(self.client(user))
+
+    def topic(self, prefix: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        admin = self.admin()  # kept alive until the futures are done
+        for future in admin.create_topics([NewTopic(name, 1, 1)]).values():
+            future.result(30)
+        return name
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    if external_bootstrap():
+        pytest.skip("starts its own server with the authorizer on; the broker is external (COMPAT_BOOTSTRAP)")
+    workdir = tmp_path_factory.mktemp("weir_acl")
+    config = workdir / "weir.toml"
+    config.write_text(
+        '"authorizer.class.name" = "StandardAuthorizer"\n'
+        '"super.users" = "User:admin;User:ANONYMOUS"\n'
+    )
+    scram = [f'SCRAM-SHA-256=[name=admin,password="{ADMIN_PASSWORD}"]'] + [
+        f'SCRAM-SHA-256=[name={user},password="{password}"]' for user, password in USERS.items()]
+    server = WeirServer(
+        binary=weir_binary(), data_dir=workdir / "data", log_path=workdir / "weir.log",
+        extra_args=("--listen", "SASL_PLAINTEXT://127.0.0.1:0", "--config", str(config),
+                    *[arg for entry in scram for arg in ("--add-scram", entry)]),
+    )
+    server.start()
+    yield Secured(server)
+    code = server.close()
+    assert code in (None, 0), f"exit code {code}\n{server.log_tail(60)}"
+
+
+def produce_error(config: dict, topic: str) -> str:
+    """The error producing one record reports ("" when it is written)."""
+    outcome = []
+    producer = Producer(config | {"message.timeout.ms": 10_000})
+    producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(15)
+    assert outcome, "no delivery report"
+    return "" if outcome[0] is None else outcome[0].str()
+
+
+def consume_error(config: dict, topic: str, group: str) -> str:
+    """The first error a group consumer of ``topic`` meets ("" once it has a record)."""
+    consumer = Consumer(config | {"group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                return message.error().str()
+            return ""
+        return "nothing within 20 s"
+    finally:
+        consumer.close()
+
+
+def allow(principal: str, resource: ResourceType, name: str, operation: AclOperation,
+          pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+    return AclBinding(resource, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+
+
+def test_a_user_without_acls_can_do_nothing(secured):
+    topic = secured.topic("acl-none")
+    assert produce_error(secured.client("admin"), topic) == ""
+    alice = secured.client("alice")
+    assert "authoriz" in produce_error(alice, topic).lower()
+    assert "authoriz" in consume_error(alice, topic, "alice-group").lower()
+    alice_admin = secured.admin("alice")
+    assert topic not in alice_admin.list_topics(timeout=10).topics, "not even described"
+    with pytest.raises(KafkaException, match="(?i)authoriz"):
+        for future in alice_admin.create_topics([NewTopic(f"{topic}-mine", 1, 1)]).values():
+            future.result(30)
+    with pytest.raises(KafkaException, match="(?i)authoriz"):
+        binding = allow("User:alice", ResourceType.TOPIC, "*", AclOperation.ALL)
+        for future in alice_admin.create_acls([binding]).values():
+            future.result(30)
+
+
+def test_each_acl_enables_exactly_its_operation_and_deleting_it_takes_it_away(secured):
+    topic = secured.topic("acl-grant")
+    admin = secured.admin()
+    bob = secured.client("bob")
+    write = allow("User:bob", ResourceType.TOPIC, topic, AclOperation.WRITE)
+    for future in admin.create_acls([write]).values():
+        future.result(30)
+    assert produce_error(bob, topic) == "", "WRITE lets bob produce"
+    assert "authoriz" in consume_error(bob, topic, f"{topic}-g").lower(), "but not consume"
+
+    read = [allow("User:bob", ResourceType.TOPIC, topic, AclOperation.READ),
+            allow("User:bob", ResourceType.GROUP, f"{topic}-", AclOperation.READ, ResourcePatternType.PREFIXED)]
+    for future in admin.create_acls(read).values():
+        future.result(30)
+    assert consume_error(bob, topic, f"{topic}-g") == "", "READ on the topic and the group lets bob consume"
+
+    described = admin.describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+        AclOperation.ANY, AclPermissionType.ANY)).result(30)
+    assert sorted((b.restype, b.operation) for b in described) == sorted(
+        [(ResourceType.TOPIC, AclOperation.WRITE), (ResourceType.TOPIC, AclOperation.READ),
+         (ResourceType.GROUP, AclOperation.READ)])
+
+    deleted = admin.delete_acls([AclBindingFilter(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", "*",
+        AclOperation.WRITE, AclPermissionType.ALLOW)])
+    assert [len(future.result(30)) for future in deleted.values()] == [1]
+    assert "authoriz" in produce_error(bob, topic).lower(), "taken away at once"
+    assert consume_error(bob, topic, f"{topic}-g2") == "", "READ is still there"
+
+
+def kafka_acls(secured, *args: str) -> str:
+    java = shutil.which("java")
+    assert java, "java is not on PATH (scripts/test.sh installs a JDK)"
+    done = subprocess.run(
+        [java, *JVM_FLAGS, "-cp", f"{JARS_DIR}/*", "org.apache.kafka.tools.AclCommand",
+         "--bootstrap-server", secured.server.bootstrap, *args],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def test_kafkas_kafka_acls_adds_lists_and_removes(secured):
+    topic = secured.topic("acl-tool")
+    alice = secured.client("alice")
+    kafka_acls(secured, "--add", "--allow-principal", "User:alice", "--producer", "--topic", topic)
+    assert produce_error(alice, topic) == ""
+    listed = kafka_acls(secured, "--list", "--topic", topic)
+    assert "User:alice" in listed and "WRITE" in listed and "CREATE" in listed, listed
+    kafka_acls(secured, "--add", "--deny-principal", "User:alice", "--operation", "Write", "--topic", topic)
+    assert "authoriz" in produce_error(alice, topic).lower(), "a deny wins over the allow"
+    kafka_acls(secured, "--remove", "--force", "--topic", topic)
+    assert "authoriz" in produce_error(alice, topic).lower(), "nothing allows it any more"
+    assert "User:alice" not in kafka_acls(secured, "--list", "--topic", topic)
+
+
+def test_weir_acl_adds_lists_and_removes(secured):
+    topic = secured.topic("acl-cli")
+    bob = secured.client("bob")
+    plaintext = secured.server.bootstrap
+    added = weir_cli.ok(["acl", "add", "--principal", "User:bob", "--operation", "write,describe",
+                         "--topic", topic], plaintext)
+    assert added.lines[0] == "added 2 ACL(s)"
+    assert produce_error(bob, topic) == ""
+    listed = weir_cli.ok(["acl", "list", "--topic", topic], plaintext).lines
+    assert listed[0].split()[:3] == ["RESOURCE", "PATTERN", "NAME"]
+    assert sorted(line.split()[5] for line in listed[1:]) == ["DESCRIBE", "WRITE"]
+    removed = weir_cli.ok(["acl", "remove", "--principal", "User:bob", "--operation", "write",
+                           "--topic", topic], plaintext)
+    assert removed.lines[0] == "removed 1 ACL(s)"
+    assert "authoriz" in produce_error(bob, topic).lower()
+    missing = weir_cli.run(["acl", "remove", "--principal", "User:bob", "--operation", "write",
+                            "--topic", topic], plaintext)
+    assert missing.returncode == 1 and "no such ACL" in missing.stderr, missing.describe()
+    bad = weir_cli.run(["acl", "add", "--principal", "bob", "--operation", "read", "--topic", topic], plaintext)
+    assert bad.returncode == 1 and "no colon" in bad.stderr, bad.describe()
+    none = weir_cli.run(["acl", "add", "--principal", "User:bob", "--operation", "read"], plaintext)
+    assert none.returncode == 1 and "--topic" in none.stderr, none.describe()
