@@ -371,11 +371,12 @@ fn same<T: PartialEq>(wanted: &Option<T>, value: &T) -> bool {
     wanted.as_ref().is_none_or(|w| w == value)
 }
 
-/// Every ACL, by resource pattern, so a check looks up only the patterns that can apply.
+/// Every ACL, by resource type and pattern type, then name, so a check looks up only the
+/// patterns that can apply, by the name it is given (no allocation).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "Vec<AclBinding>", into = "Vec<AclBinding>")]
 pub struct AclTable {
-    by_pattern: BTreeMap<ResourcePattern, BTreeSet<AclEntry>>,
+    by_kind: BTreeMap<(ResourceType, PatternType), BTreeMap<String, BTreeSet<AclEntry>>>,
 }
 
 impl From<Vec<AclBinding>> for AclTable {
@@ -408,46 +409,73 @@ pub enum AclDecision {
 impl AclTable {
     /// Whether there is no ACL.
     pub fn is_empty(&self) -> bool {
-        self.by_pattern.is_empty()
+        self.by_kind.is_empty()
     }
 
     /// How many ACLs there are.
     pub fn len(&self) -> usize {
-        self.by_pattern.values().map(BTreeSet::len).sum()
+        self.by_kind
+            .values()
+            .flat_map(BTreeMap::values)
+            .map(BTreeSet::len)
+            .sum()
     }
 
     /// Every ACL, ordered by resource pattern.
     pub fn iter(&self) -> impl Iterator<Item = AclBinding> + '_ {
-        self.by_pattern.iter().flat_map(|(pattern, entries)| {
-            entries.iter().map(|entry| AclBinding {
-                pattern: pattern.clone(),
-                entry: entry.clone(),
+        self.by_kind
+            .iter()
+            .flat_map(|(&(resource_type, pattern_type), names)| {
+                names.iter().flat_map(move |(name, entries)| {
+                    entries.iter().map(move |entry| AclBinding {
+                        pattern: ResourcePattern {
+                            resource_type,
+                            pattern_type,
+                            name: name.clone(),
+                        },
+                        entry: entry.clone(),
+                    })
+                })
             })
-        })
+    }
+
+    fn entries(&self, pattern: &ResourcePattern) -> Option<&BTreeSet<AclEntry>> {
+        self.by_kind
+            .get(&(pattern.resource_type, pattern.pattern_type))?
+            .get(&pattern.name)
     }
 
     /// Whether the table holds `binding`.
     pub fn contains(&self, binding: &AclBinding) -> bool {
-        self.by_pattern
-            .get(&binding.pattern)
+        self.entries(&binding.pattern)
             .is_some_and(|entries| entries.contains(&binding.entry))
     }
 
     /// Adds `binding` (once).
     pub fn insert(&mut self, binding: AclBinding) {
-        self.by_pattern
-            .entry(binding.pattern)
+        let AclBinding { pattern, entry } = binding;
+        self.by_kind
+            .entry((pattern.resource_type, pattern.pattern_type))
             .or_default()
-            .insert(binding.entry);
+            .entry(pattern.name)
+            .or_default()
+            .insert(entry);
     }
 
     /// Removes `binding`, if held.
     pub fn remove(&mut self, binding: &AclBinding) {
-        if let Some(entries) = self.by_pattern.get_mut(&binding.pattern) {
+        let kind = (binding.pattern.resource_type, binding.pattern.pattern_type);
+        let Some(names) = self.by_kind.get_mut(&kind) else {
+            return;
+        };
+        if let Some(entries) = names.get_mut(&binding.pattern.name) {
             entries.remove(&binding.entry);
             if entries.is_empty() {
-                self.by_pattern.remove(&binding.pattern);
+                names.remove(&binding.pattern.name);
             }
+        }
+        if names.is_empty() {
+            self.by_kind.remove(&kind);
         }
     }
 
@@ -458,28 +486,18 @@ impl AclTable {
         resource_type: ResourceType,
         name: &'a str,
     ) -> impl Iterator<Item = &'a AclEntry> + 'a {
-        let literal = |name: &str| ResourcePattern {
-            resource_type,
-            pattern_type: PatternType::Literal,
-            name: name.to_string(),
-        };
-        let mut literals = vec![literal(name)];
-        if name != WILDCARD {
-            literals.push(literal(WILDCARD));
-        }
-        let prefixes = name
-            .char_indices()
-            .map(|(i, c)| i + c.len_utf8())
-            .map(move |end| ResourcePattern {
-                resource_type,
-                pattern_type: PatternType::Prefixed,
-                name: name[..end].to_string(),
-            });
-        literals
+        let literal = self.by_kind.get(&(resource_type, PatternType::Literal));
+        let wildcard = (name != WILDCARD).then_some(WILDCARD);
+        let literals = [Some(name), wildcard]
             .into_iter()
-            .chain(prefixes)
-            .filter_map(|pattern| self.by_pattern.get(&pattern))
             .flatten()
+            .filter_map(move |n| literal?.get(n));
+        let prefixed = self.by_kind.get(&(resource_type, PatternType::Prefixed));
+        let prefixes = prefixed.into_iter().flat_map(move |prefixed| {
+            name.char_indices()
+                .filter_map(move |(i, c)| prefixed.get(&name[..i + c.len_utf8()]))
+        });
+        literals.chain(prefixes).flatten()
     }
 
     /// Kafka's `StandardAuthorizer` decision for `principal` at `host` doing `operation` on
@@ -530,22 +548,26 @@ impl AclTable {
                 && host_matches(&entry.host, host)
         };
         let mut allowed = false;
-        for (pattern, entries) in &self.by_pattern {
-            if pattern.resource_type != resource_type {
+        for pattern_type in PatternType::ALL_VALUES {
+            let Some(names) = self.by_kind.get(&(resource_type, *pattern_type)) else {
                 continue;
-            }
-            for entry in entries.iter().filter(|e| applies(e)) {
-                match entry.permission {
-                    AclPermission::Deny
-                        if pattern.pattern_type == PatternType::Literal
-                            && pattern.name == WILDCARD
-                            && (entry.operation == AclOperation::All
-                                || entry.operation == operation) =>
-                    {
-                        return false;
+            };
+            for (name, entries) in names {
+                let everything = *pattern_type == PatternType::Literal && name == WILDCARD;
+                for entry in entries.iter().filter(|e| applies(e)) {
+                    match entry.permission {
+                        AclPermission::Deny
+                            if everything
+                                && (entry.operation == AclOperation::All
+                                    || entry.operation == operation) =>
+                        {
+                            return false;
+                        }
+                        AclPermission::Allow if entry.operation.implies(operation) => {
+                            allowed = true
+                        }
+                        _ => {}
                     }
-                    AclPermission::Allow if entry.operation.implies(operation) => allowed = true,
-                    _ => {}
                 }
             }
         }
