@@ -210,3 +210,65 @@ def test_weir_acl_adds_lists_and_removes(secured):
     assert bad.returncode == 1 and "no colon" in bad.stderr, bad.describe()
     none = weir_cli.run(["acl", "add", "--principal", "User:bob", "--operation", "read"], plaintext)
     assert none.returncode == 1 and "--topic" in none.stderr, none.describe()
+
+
+def openapi_routes(base: str, auth) -> list[tuple[str, str]]:
+    """Every (method, path) the OpenAPI document lists, with its path parameters filled."""
+    import requests
+
+    document = requests.get(f"{base}/openapi.json", auth=auth, timeout=10).json()
+    filled = {"{topic}": "acl-http-topic", "{partition}": "0", "{group}": "acl-http-group", "{instance}": "x"}
+    routes = []
+    for path, methods in document["paths"].items():
+        for name, value in filled.items():
+            path = path.replace(name, value)
+        routes += [(method.upper(), path) for method in methods if method in ("get", "post", "patch", "delete")]
+    return routes
+
+
+def test_http_needs_a_user_and_the_same_acls(secured):
+    import requests
+
+    base = f"http://{secured.server.http}"
+    admin, alice = ("admin", ADMIN_PASSWORD), ("alice", USERS["alice"])
+    open_paths = {"/health/live", "/health/ready", "/metrics"}
+    routes = openapi_routes(base, admin)
+    assert len(routes) >= 15, routes
+    bodies = {"/topics": {"name": "acl-http-new"}, "/topics/acl-http-topic/configs": {"set": {"retention.ms": "1000"}},
+              "/topics/acl-http-topic/partitions": {"total": 2}, "/topics/acl-http-topic/publish": {"value": "v"},
+              "/groups/acl-http-group/consumers": {"topics": ["acl-http-topic"]}}
+    for method, path in routes:
+        body = bodies.get(path) if method in ("POST", "PATCH") else None
+        anonymous = requests.request(method, base + path, json=body, timeout=10)
+        wrong = requests.request(method, base + path, json=body, auth=("alice", "not-her-password"), timeout=10)
+        refused = requests.request(method, base + path, json=body, auth=alice, timeout=30)
+        if path in open_paths:
+            assert anonymous.status_code == 200, (method, path, anonymous.text)
+            continue
+        for answer in (anonymous, wrong):
+            assert answer.status_code == 401, (method, path, answer.status_code, answer.text)
+            assert answer.headers["WWW-Authenticate"].startswith("Basic"), (method, path)
+            assert answer.json()["error"]["code"] == "unauthorized"
+        if (method, path) in {("GET", "/topics"), ("GET", "/groups")}:
+            assert refused.status_code == 200, (method, path, refused.text)
+            assert list(refused.json().values()) == [[]], "lists hold only what alice may describe"
+        else:
+            assert refused.status_code == 403, (method, path, refused.status_code, refused.text)
+            error = refused.json()["error"]
+            assert error["code"] == "forbidden" and "User:alice may not" in error["message"], error
+    assert "acl-http-new" not in secured.admin().list_topics(timeout=10).topics, "nothing was created"
+
+    # Each ACL lets exactly its route through; the admin (a super user) may do everything.
+    topic = secured.topic("acl-http")
+    assert requests.get(f"{base}/topics/{topic}", auth=admin, timeout=10).status_code == 200
+    publish = f"{base}/topics/{topic}/publish"
+    assert requests.post(publish, json={"value": "v"}, auth=alice, timeout=10).status_code == 403
+    admin_client = secured.admin()
+    grant = [allow("User:alice", ResourceType.TOPIC, topic, AclOperation.WRITE)]
+    for future in admin_client.create_acls(grant).values():
+        future.result(30)
+    assert requests.post(publish, json={"value": "v"}, auth=alice, timeout=30).status_code == 200
+    read = f"{base}/topics/{topic}/partitions/0/records"
+    assert requests.get(read, auth=alice, timeout=10).status_code == 403, "WRITE does not let her read"
+    listed = requests.get(f"{base}/topics", auth=alice, timeout=10).json()["topics"]
+    assert [t["name"] for t in listed] == [topic], "WRITE implies DESCRIBE"

@@ -7,13 +7,13 @@ use std::time::Duration;
 use tokio::sync::{watch, Semaphore};
 use weir_coordinator::transaction::TransactionCoordinator;
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use weir_metadata::authorizer::{Access, AuthorizerSettings};
 use weir_metadata::requests::{AllocateProducerIds, RegisterBroker};
 use weir_metadata::TRANSACTION_STATE_TOPIC;
 use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
 
-use crate::authorizer::Access;
 use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
@@ -250,6 +250,11 @@ impl Broker {
     /// The latest metadata image applied here.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.applied.borrow().clone()
+    }
+
+    /// Whether and how requests are authorized.
+    pub fn authorizer(&self) -> Arc<AuthorizerSettings> {
+        self.config.authorizer.clone()
     }
 
     /// What a request from `context` may do, decided from the latest image's ACLs.

@@ -9,6 +9,7 @@ use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits, 
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
+use weir_metadata::authorizer::AuthorizerSettings;
 use weir_metadata::broker_config::{
     broker_setting, parse_host_counts, SettingKind, BROKER_SETTINGS,
 };
@@ -19,7 +20,6 @@ use weir_metadata::topic_config::{
 };
 use weir_metadata::MetadataImage;
 
-use crate::authorizer::AuthorizerSettings;
 use crate::listeners::{is_per_listener_setting, Listeners};
 use crate::rate_limit::LineLimit;
 
@@ -344,11 +344,14 @@ impl BrokerConfig {
             socket_request_max_bytes: long("socket.request.max.bytes") as u32,
             queued_max_request_bytes: long("queued.max.request.bytes") as u64,
             connections_max_idle_ms: long("connections.max.idle.ms") as u64,
-            authorizer: Arc::new(AuthorizerSettings::resolve(
-                value_of(properties, "authorizer.class.name"),
-                value_of(properties, "super.users"),
-                boolean("allow.everyone.if.no.acl.found"),
-            )?),
+            authorizer: Arc::new(
+                AuthorizerSettings::resolve(
+                    value_of(properties, "authorizer.class.name"),
+                    value_of(properties, "super.users"),
+                    boolean("allow.everyone.if.no.acl.found"),
+                )
+                .map_err(ConfigError)?,
+            ),
             failed_authentication_delay_ms: long("connection.failed.authentication.delay.ms")
                 as u64,
             max_connections: long("max.connections") as u32,

@@ -8,7 +8,6 @@
 //! resource has a bound (see `server`), and disk reads and fsyncs run off the async workers,
 //! outside the partition locks.
 
-pub mod authorizer;
 pub mod broker;
 mod broker_links;
 pub mod cleaner;

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::authorizer::ANONYMOUS;
+use weir_metadata::authorizer::ANONYMOUS;
 
 /// What a request handler knows of the connection a request came on.
 #[derive(Debug, Clone)]

@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
+use weir_metadata::acl::AclOperation;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::Gateway;
 
@@ -133,7 +135,11 @@ pub struct ClusterView {
 
 /// `GET /cluster`: brokers with their health, the controller, the metadata quorum, the
 /// partitions that are under-replicated or offline, and hung transactions.
-pub async fn status(State(gateway): State<Arc<Gateway>>) -> Result<Json<ClusterView>, ApiError> {
+pub async fn status(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+) -> Result<Json<ClusterView>, ApiError> {
+    caller.require_cluster(AclOperation::Describe)?;
     let status = gateway.admin.cluster_status().await?;
     let hung = gateway.admin.hung_transactions().await?;
     let image = gateway.node.image();

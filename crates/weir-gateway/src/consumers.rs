@@ -22,7 +22,9 @@ use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use weir_client::{
     ClientError, ConsumerConfig, ConsumerRecord, GroupConsumer, GroupConsumerConfig, OffsetSpec,
 };
+use weir_metadata::acl::{AclOperation, ResourceType};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, Object, PathParams, QueryParams};
 use crate::records::{read_max, read_wait_ms, RecordOut};
@@ -222,6 +224,8 @@ impl Member {
 
 /// One instance as the gateway holds it: the way to its task, and when it was last used.
 struct Slot {
+    /// Who created it: only they may use it.
+    owner: Arc<str>,
     requests: mpsc::Sender<Request>,
     /// Closes when the instance's task has ended.
     done: watch::Receiver<()>,
@@ -280,10 +284,12 @@ impl Instances {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn get(&self, group: &str, id: &str) -> Result<Arc<Slot>, ApiError> {
+    /// The instance `id` of `group`, if `caller` created it (another's is unknown to them).
+    fn get(&self, group: &str, id: &str, caller: &Caller) -> Result<Arc<Slot>, ApiError> {
         let slot = self
             .slots()
             .get(&(group.to_string(), id.to_string()))
+            .filter(|slot| &*slot.owner == caller.principal())
             .cloned()
             .ok_or_else(|| {
                 ApiError::not_found(
@@ -358,11 +364,17 @@ pub struct CreatedConsumer {
 /// `topics`; 201 once it has its first assignment.
 pub async fn create(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(group): PathParams<String>,
     JsonBody(Object(body)): JsonBody<Object<NewConsumer>>,
 ) -> Result<(StatusCode, Json<CreatedConsumer>), ApiError> {
     if body.topics.is_empty() {
         return Err(ApiError::invalid("topics must name at least one topic"));
+    }
+    // As a Kafka consumer of the group: READ on the group and on each topic.
+    caller.require(AclOperation::Read, ResourceType::Group, &group)?;
+    for topic in &body.topics {
+        caller.require(AclOperation::Read, ResourceType::Topic, topic)?;
     }
     if let Some(bad) = body.topics.iter().find(|t| !legal_topic_name(t)) {
         return Err(ApiError::invalid(format!(
@@ -409,6 +421,7 @@ pub async fn create(
     };
     tokio::spawn(member.run(receiver));
     let slot = Arc::new(Slot {
+        owner: Arc::from(caller.principal()),
         requests,
         done,
         last_used: Mutex::new(Instant::now()),
@@ -472,13 +485,15 @@ pub struct Assigned {
 /// partitions, waiting up to `wait_ms` for some.
 pub async fn poll(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams((group, id)): PathParams<(String, String)>,
     QueryParams(params): QueryParams<PollParams>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     let max = read_max(params.max)?;
     let wait_ms = read_wait_ms(params.wait_ms, 1000)?;
     let force_base64 = crate::records::force_base64(params.encoding.as_deref())?;
-    let slot = gateway.consumers.get(&group, &id)?;
+    caller.require(AclOperation::Read, ResourceType::Group, &group)?;
+    let slot = gateway.consumers.get(&group, &id, &caller)?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     let polled = slot
         .ask(|reply| Request::Poll {
@@ -535,6 +550,7 @@ pub struct Committed {
 /// no body, the offset after the last record each partition's polls returned.
 pub async fn commit(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams((group, id)): PathParams<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
@@ -569,7 +585,8 @@ pub async fn commit(
             .map(|o| ((o.topic, o.partition), o.offset))
             .collect()
     });
-    let slot = gateway.consumers.get(&group, &id)?;
+    caller.require(AclOperation::Read, ResourceType::Group, &group)?;
+    let slot = gateway.consumers.get(&group, &id, &caller)?;
     let committed = slot.ask(|reply| Request::Commit { offsets, reply }).await?;
     Ok(Json(Committed {
         committed: committed
@@ -587,8 +604,11 @@ pub async fn commit(
 /// once) and forgets the instance; 204.
 pub async fn delete(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams((group, id)): PathParams<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    caller.require(AclOperation::Read, ResourceType::Group, &group)?;
+    gateway.consumers.get(&group, &id, &caller)?;
     let slot = gateway
         .consumers
         .slots()

@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use weir_client::GroupDescription;
+use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::PathParams;
 use crate::Gateway;
@@ -26,12 +28,18 @@ pub struct GroupList {
 }
 
 /// `GET /groups`: every group of the cluster, sorted by id.
-pub async fn list(State(gateway): State<Arc<Gateway>>) -> Result<Json<GroupList>, ApiError> {
+pub async fn list(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+) -> Result<Json<GroupList>, ApiError> {
+    // Every group to who may describe the cluster, else those the caller may describe.
+    let all = caller.may(AclOperation::Describe, ResourceType::Cluster, CLUSTER_NAME);
     let groups: Vec<GroupSummary> = gateway
         .admin
         .list_groups()
         .await?
         .into_iter()
+        .filter(|g| all || caller.may(AclOperation::Describe, ResourceType::Group, &g.group_id))
         .map(|g| GroupSummary {
             group_id: g.group_id,
             state: g.state,
@@ -124,8 +132,10 @@ impl From<GroupDescription> for GroupView {
 /// group that does not exist.
 pub async fn describe(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(group): PathParams<String>,
 ) -> Result<Json<GroupView>, ApiError> {
+    caller.require(AclOperation::Describe, ResourceType::Group, &group)?;
     let described = gateway.admin.describe_group(&group).await?;
     if described.state == "Dead" {
         return Err(ApiError::not_found(

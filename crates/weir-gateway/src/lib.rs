@@ -8,6 +8,7 @@
 //! lives. Metrics and health are read from this node's broker and controller in process,
 //! through the port the gateway owns ([`NodeView`]), implemented by the binary.
 
+mod auth;
 mod cluster;
 mod console;
 mod consumers;
@@ -29,7 +30,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -71,15 +72,21 @@ pub struct Gateway {
     consumers: Arc<consumers::Instances>,
     /// True once the Kafka listener accepts connections (readiness).
     serving: watch::Receiver<bool>,
+    /// Paths served without credentials when the authorizer is on.
+    open_paths: Vec<String>,
+    /// Passwords recently checked.
+    logins: Arc<auth::VerifiedLogins>,
 }
 
 impl Gateway {
     /// A gateway for `node`, whose Kafka listener is at `bootstrap`; `serving` turns true
-    /// when that listener accepts connections.
+    /// when that listener accepts connections. With the authorizer on, `open_paths` are
+    /// served without credentials.
     pub fn new(
         node: Arc<dyn NodeView>,
         bootstrap: &str,
         serving: watch::Receiver<bool>,
+        open_paths: Vec<String>,
     ) -> Arc<Gateway> {
         let mut client = ClientConfig::new(bootstrap);
         client.client_id = "weir-http".to_string();
@@ -92,6 +99,8 @@ impl Gateway {
             publisher: records::Publisher::new(client),
             consumers,
             serving,
+            open_paths,
+            logins: Arc::default(),
         })
     }
 
@@ -139,6 +148,10 @@ impl Gateway {
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+            .layer(middleware::from_fn_with_state(
+                self.clone(),
+                auth::authenticate,
+            ))
             .layer(middleware::from_fn(within_deadline))
             .with_state(self.clone())
     }
@@ -151,6 +164,10 @@ impl Gateway {
             .route("/health/ready", get(cluster::ready))
             .route("/metrics", get(metrics::scrape))
             .fallback(gateway_full)
+            .layer(middleware::from_fn_with_state(
+                self.clone(),
+                auth::authenticate,
+            ))
             .layer(middleware::from_fn(within_deadline))
             .with_state(self.clone())
     }
@@ -192,14 +209,14 @@ impl Gateway {
             let lane = match connections.admit(peer.ip()) {
                 Ok(slot) => Lane {
                     slot,
-                    router: router.clone(),
+                    router: router.clone().layer(Extension(auth::Peer(peer.ip()))),
                     header_read_timeout: HEADER_READ_TIMEOUT,
                     keep_alive: true,
                 },
                 Err(_) => match probes.admit(peer.ip()) {
                     Ok(slot) => Lane {
                         slot,
-                        router: probe_router.clone(),
+                        router: probe_router.clone().layer(Extension(auth::Peer(peer.ip()))),
                         header_read_timeout: PROBE_HEADER_READ_TIMEOUT,
                         keep_alive: false,
                     },

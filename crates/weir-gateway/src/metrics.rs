@@ -8,11 +8,14 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::{Histogram, PartitionStats};
-use crate::Gateway;
 use axum::extract::State;
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
+use weir_metadata::acl::AclOperation;
+
+use crate::auth::Caller;
+use crate::node::{Histogram, PartitionStats};
+use crate::Gateway;
 
 /// Groups whose lag one scrape reports at most (each costs a describe).
 const GROUPS_MAX: usize = 200;
@@ -92,7 +95,11 @@ fn format_value(value: f64) -> String {
 }
 
 /// `GET /metrics`.
-pub async fn scrape(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+pub async fn scrape(State(gateway): State<Arc<Gateway>>, caller: Caller) -> Response {
+    // Off the open paths, for who may describe the cluster.
+    if let Err(refusal) = caller.require_cluster(AclOperation::Describe) {
+        return refusal.into_response();
+    }
     let mut text = Exposition {
         out: String::with_capacity(16 * 1024),
     };
@@ -107,6 +114,7 @@ pub async fn scrape(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
         )],
         text.out,
     )
+        .into_response()
 }
 
 fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use weir_metadata::authorizer::AuthorizerSettings;
 use weir_metadata::MetadataImage;
 
 /// This node as the gateway sees it: readiness, request and partition statistics, the groups
@@ -17,6 +18,10 @@ pub trait NodeView: Send + Sync + 'static {
 
     /// The latest metadata image applied here.
     fn image(&self) -> Arc<MetadataImage>;
+
+    /// Whether and how requests are authorized (the broker's `authorizer.class.name`,
+    /// `super.users`, `allow.everyone.if.no.acl.found`).
+    fn authorizer(&self) -> Arc<AuthorizerSettings>;
 
     /// The Kafka requests and connections this node served.
     fn broker_stats(&self) -> BrokerStats;

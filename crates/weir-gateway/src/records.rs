@@ -22,8 +22,10 @@ use weir_client::{
     Acks, ClientConfig, ClientError, Cluster, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec,
     Producer, ProducerConfig, ProducerRecord,
 };
+use weir_metadata::acl::{AclOperation, ResourceType};
 use weir_metadata::is_internal_topic;
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Fields, JsonBody, Object, PathParams, QueryParams};
 use crate::Gateway;
@@ -312,10 +314,12 @@ pub struct PublishAnswer {
 /// record carries its error.
 pub async fn publish(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(topic): PathParams<String>,
     QueryParams(params): QueryParams<PublishParams>,
     JsonBody(PublishIn(records)): JsonBody<PublishIn>,
 ) -> Result<Json<PublishAnswer>, ApiError> {
+    caller.require(AclOperation::Write, ResourceType::Topic, &topic)?;
     let acks = parse_acks(params.acks.as_deref())?;
     if is_internal_topic(&topic) {
         // Refused by the broker too, but with acks=0 only by closing the connection.
@@ -495,9 +499,11 @@ pub fn read_wait_ms(wait_ms: Option<u64>, default: u64) -> Result<u64, ApiError>
 /// time, or the start), at most `max`, waiting up to `wait_ms` when there are none yet.
 pub async fn read(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams((topic, partition)): PathParams<(String, i32)>,
     QueryParams(params): QueryParams<ReadParams>,
 ) -> Result<Json<ReadAnswer>, ApiError> {
+    caller.require(AclOperation::Read, ResourceType::Topic, &topic)?;
     let max = read_max(params.max)?;
     let max_bytes = params.max_bytes.unwrap_or(1024 * 1024);
     if !(1..=READ_BYTES_MAX).contains(&max_bytes) {

@@ -9,7 +9,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use weir_client::{ClientError, ConfigEntry, TopicDescription};
+use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, Object, PathParams};
 use crate::Gateway;
@@ -30,12 +32,21 @@ pub struct TopicList {
 }
 
 /// `GET /topics`: every topic, with its partition count and replication factor.
-pub async fn list(State(gateway): State<Arc<Gateway>>) -> Result<Json<TopicList>, ApiError> {
+pub async fn list(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+) -> Result<Json<TopicList>, ApiError> {
     let metadata = gateway.admin.cluster().refresh(None, false).await?;
     let mut topics: Vec<TopicSummary> = metadata
         .topics
         .iter()
         .filter(|t| t.error_code == 0)
+        // Those the caller may describe, as Metadata lists them to a Kafka client.
+        .filter(|t| {
+            t.name.as_ref().is_some_and(|name| {
+                caller.may(AclOperation::Describe, ResourceType::Topic, name.0.as_str())
+            })
+        })
         .filter_map(|t| {
             Some(TopicSummary {
                 name: t.name.as_ref()?.0.to_string(),
@@ -136,8 +147,13 @@ impl TopicView {
 /// `POST /topics`: creates a topic; 201 with the topic as described once it has leaders.
 pub async fn create(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     JsonBody(Object(topic)): JsonBody<Object<NewTopic>>,
 ) -> Result<(StatusCode, Json<TopicView>), ApiError> {
+    // CREATE on the cluster, or on the topic, as CreateTopics asks.
+    if !caller.may(AclOperation::Create, ResourceType::Cluster, CLUSTER_NAME) {
+        caller.require(AclOperation::Create, ResourceType::Topic, &topic.name)?;
+    }
     let configs: Vec<(&str, &str)> = topic
         .configs
         .iter()
@@ -182,8 +198,10 @@ async fn describe_settled(gateway: &Gateway, topic: &str) -> Result<TopicDescrip
 /// `GET /topics/{topic}`: partitions with leaders, replicas, ISR and offsets.
 pub async fn describe(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(topic): PathParams<String>,
 ) -> Result<Json<TopicView>, ApiError> {
+    caller.require(AclOperation::Describe, ResourceType::Topic, &topic)?;
     let described = gateway.admin.describe_topic(&topic).await?;
     Ok(Json(TopicView::of(&gateway, described)))
 }
@@ -191,8 +209,10 @@ pub async fn describe(
 /// `DELETE /topics/{topic}`: deletes the topic and its records; 204.
 pub async fn delete(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(topic): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
+    caller.require(AclOperation::Delete, ResourceType::Topic, &topic)?;
     gateway.admin.delete_topic(&topic).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -208,9 +228,11 @@ pub struct NewPartitions {
 /// `POST /topics/{topic}/partitions`: grows the topic to `total` partitions.
 pub async fn add_partitions(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(topic): PathParams<String>,
     JsonBody(Object(body)): JsonBody<Object<NewPartitions>>,
 ) -> Result<Json<TopicView>, ApiError> {
+    caller.require(AclOperation::Alter, ResourceType::Topic, &topic)?;
     gateway.admin.add_partitions(&topic, body.total).await?;
     let described = describe_settled(&gateway, &topic).await?;
     Ok(Json(TopicView::of(&gateway, described)))
@@ -245,8 +267,10 @@ fn configs_view(entries: Vec<ConfigEntry>) -> Json<ConfigList> {
 /// `GET /topics/{topic}/configs`: every config with its value and where it comes from.
 pub async fn configs(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(topic): PathParams<String>,
 ) -> Result<Json<ConfigList>, ApiError> {
+    caller.require(AclOperation::DescribeConfigs, ResourceType::Topic, &topic)?;
     Ok(configs_view(gateway.admin.describe_configs(&topic).await?))
 }
 
@@ -266,9 +290,11 @@ pub struct ConfigChange {
 /// with the configs after the change.
 pub async fn alter_configs(
     State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
     PathParams(topic): PathParams<String>,
     JsonBody(Object(change)): JsonBody<Object<ConfigChange>>,
 ) -> Result<Json<ConfigList>, ApiError> {
+    caller.require(AclOperation::AlterConfigs, ResourceType::Topic, &topic)?;
     if change.set.is_empty() && change.delete.is_empty() {
         return Err(ApiError::invalid(
             "nothing to change: give `set` or `delete`",

@@ -6,6 +6,7 @@
 //! calls into the other.
 
 pub mod acl;
+pub mod authorizer;
 pub mod broker_config;
 mod command;
 mod control;

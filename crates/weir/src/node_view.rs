@@ -9,6 +9,7 @@ use weir_broker::partition::Partition;
 use weir_broker::Broker;
 use weir_controller::RaftQuorum;
 use weir_gateway::{ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView};
+use weir_metadata::authorizer::AuthorizerSettings;
 use weir_metadata::MetadataImage;
 
 /// The broker and the controller of this process, as the gateway sees them.
@@ -30,6 +31,10 @@ impl NodeView for ServerNode {
 
     fn image(&self) -> Arc<MetadataImage> {
         self.broker.image()
+    }
+
+    fn authorizer(&self) -> Arc<AuthorizerSettings> {
+        self.broker.authorizer()
     }
 
     fn broker_stats(&self) -> BrokerStats {

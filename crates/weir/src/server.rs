@@ -102,6 +102,17 @@ pub struct ServerArgs {
     /// is a startup error. `off` runs no HTTP.
     #[arg(long, env = "WEIR_HTTP_LISTEN")]
     http_listen: Option<String>,
+    /// Paths of the HTTP gateway served without credentials when the authorizer is on
+    /// (`authorizer.class.name`); every other path then needs HTTP Basic credentials of a
+    /// SCRAM user, and the ACLs that user has. `none` leaves none open.
+    #[arg(
+        long,
+        env = "WEIR_HTTP_OPEN",
+        value_delimiter = ',',
+        default_value = "/health/live,/health/ready,/metrics",
+        value_name = "PATH,..."
+    )]
+    http_open: Vec<String>,
     /// A SCRAM credential to create when the cluster has none for that user and mechanism
     /// (so the first start makes it and later starts keep what the cluster holds), in
     /// Kafka's format: 'SCRAM-SHA-256=[name=admin,password=admin-secret]', optionally with
@@ -461,7 +472,13 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
                 broker: broker.clone(),
                 quorum: quorum.clone(),
             });
-            let gateway = Gateway::new(node, &bootstrap, serving_rx);
+            let open: Vec<String> = args
+                .http_open
+                .iter()
+                .map(|path| path.trim().to_string())
+                .filter(|path| !path.is_empty() && path != "none")
+                .collect();
+            let gateway = Gateway::new(node, &bootstrap, serving_rx, open);
             tokio::spawn(gateway.serve(http, shutdown_rx_for_http.clone()));
             tracing::info!(target: "weir::server", http = %address, "HTTP gateway listening: REST API, /metrics, /health, console at /");
             address.to_string()

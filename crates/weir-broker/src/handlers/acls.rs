@@ -17,11 +17,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::{AclBinding, AclFilter, AclOperation};
+use weir_metadata::authorizer::Access;
 use weir_metadata::requests::{CreateAcls, DeleteAcls};
 
-use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
-use crate::handlers::errors::ErrorReply;
+use crate::handlers::errors::{ErrorReply, CLUSTER_DENIED};
 use crate::handlers::str_bytes;
 
 /// Kafka's message when ACLs are asked for with no authorizer configured.

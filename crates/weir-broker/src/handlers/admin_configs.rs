@@ -16,14 +16,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::requests::{AlterBrokerConfig, AlterTopicConfig};
 use weir_metadata::topic_config::{dynamic_broker_config, topic_config};
 use weir_metadata::ConfigChange;
 
-use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, DescribedConfig, DynamicConfigs};
-use crate::handlers::errors::ErrorReply;
+use crate::handlers::errors::{ErrorReply, CLUSTER_DENIED};
 use crate::handlers::str_bytes;
 
 /// Resource type of a topic.

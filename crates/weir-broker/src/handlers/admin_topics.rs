@@ -14,10 +14,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::requests::{CreatePartitions, CreateTopic, DeleteTopic};
 use weir_metadata::{is_internal_topic, NewTopic};
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;

@@ -14,13 +14,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use weir_metadata::authorizer::Access;
 use weir_metadata::requests::DescribeQuorum;
 use weir_metadata::ControllerError;
 
-use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
 use crate::endpoints::client_endpoints;
-use crate::handlers::errors::ErrorReply;
+use crate::handlers::errors::{ErrorReply, CLUSTER_DENIED};
 use crate::handlers::{operations, str_bytes};
 
 /// Endpoint type of the broker listener in DescribeCluster v1.

@@ -20,10 +20,10 @@ use uuid::Uuid;
 use weir_coordinator::assignors::TopicPartitions;
 use weir_coordinator::{ConsumerHeartbeat, GroupError, TopicCatalog};
 use weir_metadata::acl::{AclOperation, ResourceType};
+use weir_metadata::authorizer::Access;
 use weir_metadata::is_internal_topic;
 use weir_metadata::MetadataImage;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::group_error;
 use crate::handlers::operations;

@@ -14,9 +14,9 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::is_internal_topic;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::led_partition;

@@ -11,6 +11,9 @@ use weir_metadata::ControllerError;
 /// something the protocol does not define (an unknown FindCoordinator key type, say).
 pub const INVALID_REQUEST_MESSAGE: &str = "This most likely occurs because of a request being malformed by the client library or the message was sent to an incompatible broker. See the broker logs for more details.";
 
+/// Kafka's message for CLUSTER_AUTHORIZATION_FAILED.
+pub const CLUSTER_DENIED: &str = "Cluster authorization failed.";
+
 /// A Kafka error code and the message a client sees (in versions that carry one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorReply {

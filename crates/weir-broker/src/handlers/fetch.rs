@@ -28,8 +28,8 @@ use uuid::Uuid;
 use weir_codec::varint::put_uvarint;
 use weir_log::{AbortedLookup, ReadSlice, ReadView};
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;

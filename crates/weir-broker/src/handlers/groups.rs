@@ -23,9 +23,9 @@ use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::TxnError;
 use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
 use weir_metadata::acl::{AclOperation, ResourceType};
+use weir_metadata::authorizer::Access;
 use weir_metadata::{MetadataImage, NO_LEADER, TRANSACTION_STATE_TOPIC};
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::endpoints::ClientEndpoint;
 use crate::handlers::errors::{group_code, group_error, txn_error, INVALID_REQUEST_MESSAGE};

@@ -15,8 +15,8 @@ use weir_log::records::{find_record, RecordTarget};
 use weir_log::{BatchLookup, Log};
 
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 

@@ -10,8 +10,8 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::str_bytes;
 

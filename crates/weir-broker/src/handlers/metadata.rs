@@ -9,11 +9,11 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use weir_metadata::authorizer::Access;
 use weir_metadata::is_internal_topic;
 use weir_metadata::requests::CreateTopic;
 use weir_metadata::{validate_topic_name, ControllerError, NewTopic, TopicImage, NO_LEADER};
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::endpoints::client_endpoints;
 use crate::handlers::errors::ErrorReply;

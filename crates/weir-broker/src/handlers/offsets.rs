@@ -39,8 +39,8 @@ use weir_coordinator::{
 };
 use weir_log::VerificationGuard;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::{group_code, group_error};
 use crate::handlers::str_bytes;

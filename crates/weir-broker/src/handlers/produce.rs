@@ -18,9 +18,9 @@ use weir_log::batch::BatchHeader;
 use weir_log::compress::recompress;
 use weir_log::{validate, AppendInfo, LogError, ValidationLimits, VerificationGuard};
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::is_internal_topic;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::config::TopicSettings;
 use crate::handlers::errors::ErrorReply;

@@ -7,8 +7,8 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use kafka_protocol::ResponseError;
 use weir_coordinator::transaction::{InitOutcome, InitProducerId, ProducerIdAndEpoch};
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::{txn_error, ErrorReply};
 

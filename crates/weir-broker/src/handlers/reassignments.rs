@@ -19,14 +19,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::requests::{AlterPartitionReassignments, ElectLeaders};
 use weir_metadata::{
     ElectionType, PartitionImage, PartitionOutcome, PartitionRefusal, Reassignment,
 };
 
-use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
-use crate::handlers::errors::ErrorReply;
+use crate::handlers::errors::{ErrorReply, CLUSTER_DENIED};
 use crate::handlers::str_bytes;
 
 /// The Kafka error of a partition's refusal.

@@ -18,13 +18,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::requests::AlterScramCredentials;
 use weir_metadata::{ControllerError, ScramDeletion, ScramUpsert};
 use weir_sasl::{check_iterations, ScramCredential, ScramHash};
 
-use crate::authorizer::{Access, CLUSTER_DENIED};
 use crate::broker::Broker;
-use crate::handlers::errors::ErrorReply;
+use crate::handlers::errors::{ErrorReply, CLUSTER_DENIED};
 use crate::handlers::str_bytes;
 
 /// Why one user's alterations are refused: Kafka's code and message.

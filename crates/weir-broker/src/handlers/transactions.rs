@@ -34,9 +34,9 @@ use weir_coordinator::transaction::{EndOutcome, EndTxn, ProducerIdAndEpoch, TxnE
 use weir_coordinator::{partition_for, OFFSETS_TOPIC};
 use weir_log::batch::TxnResult;
 use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
 use weir_metadata::is_internal_topic;
 
-use crate::authorizer::Access;
 use crate::broker::Broker;
 use crate::handlers::errors::txn_error;
 use crate::handlers::str_bytes;

@@ -1,25 +1,21 @@
-//! The broker's side of authorization: the settings that switch Kafka's `StandardAuthorizer`
-//! on (`authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`) and
-//! [`Access`], what one request may do, decided from the ACLs of the metadata image it was
-//! served with. The ACLs themselves are cluster metadata, changed through the controller.
+//! Authorization as every door enforces it (the Kafka listeners and the HTTP gateway): the
+//! settings that switch Kafka's `StandardAuthorizer` on (`authorizer.class.name`,
+//! `super.users`, `allow.everyone.if.no.acl.found`) and [`Access`], what one request may do,
+//! decided from the ACLs of the metadata image it was served with. The ACLs themselves are
+//! cluster metadata, changed through the controller.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use weir_metadata::acl::{AclDecision, AclOperation, ResourceType, CLUSTER_NAME};
-use weir_metadata::MetadataImage;
-
-use crate::config_error::ConfigError;
+use crate::acl::{AclDecision, AclOperation, ResourceType, CLUSTER_NAME};
+use crate::MetadataImage;
 
 /// Kafka's authorizer, by the names Kafka knows it by.
 const STANDARD_AUTHORIZER: [&str; 2] = [
     "StandardAuthorizer",
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
 ];
-
-/// Kafka's message for CLUSTER_AUTHORIZATION_FAILED.
-pub const CLUSTER_DENIED: &str = "Cluster authorization failed.";
 
 /// The principal of a client that has not authenticated.
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
@@ -41,15 +37,15 @@ impl AuthorizerSettings {
         class_name: &str,
         super_users: &str,
         allow_if_no_acl: bool,
-    ) -> Result<AuthorizerSettings, ConfigError> {
+    ) -> Result<AuthorizerSettings, String> {
         let class_name = class_name.trim();
         let enabled = match class_name {
             "" => false,
             name if STANDARD_AUTHORIZER.contains(&name) => true,
             name => {
-                return Err(ConfigError(format!(
+                return Err(format!(
                     "authorizer.class.name {name:?} is not an authorizer Weir has; StandardAuthorizer checks the ACLs in the cluster metadata"
-                )))
+                ))
             }
         };
         let mut users = BTreeSet::new();
@@ -63,9 +59,9 @@ impl AuthorizerSettings {
                     users.insert(user.to_string());
                 }
                 _ => {
-                    return Err(ConfigError(format!(
+                    return Err(format!(
                         "super.users names {user:?}, not a principal of the form User:name"
-                    )))
+                    ))
                 }
             }
         }
