@@ -19,7 +19,7 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -200,6 +200,20 @@ def test_nothing_but_sasl_is_served_before_authentication(sasl):
         conn.sendall(wire.metadata_request(7, "any-topic"))
         conn.settimeout(10)
         assert conn.recv(1024) == b"", "closed without an answer"
+    # A frame over sasl.server.max.receive.size (512 KiB) before a login closes the connection
+    # at its length, before its body is read.
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(struct.pack(">i", 600_000) + b"\0" * 1024)
+        conn.settimeout(10)
+        assert conn.recv(1024) == b"", "closed at the length"
+    # Logged in, a client may send frames up to socket.request.max.bytes.
+    big = sasl.client("admin", ADMIN_PASSWORD, "SCRAM-SHA-512", "SASL_PLAINTEXT")
+    topic = unique_topic("sasl-big")
+    producer = Producer(big | {"message.max.bytes": 2_000_000})
+    outcome = []
+    producer.produce(topic, b"x" * 700_000, on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(30)
+    assert outcome == [None], outcome
     # A SaslHandshake on a listener without SASL is answered ILLEGAL_SASL_STATE (34).
     host, port = sasl.server.bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as conn:

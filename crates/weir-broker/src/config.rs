@@ -167,6 +167,9 @@ pub struct BrokerConfig {
     pub connections_max_idle_ms: u64,
     /// `authorizer.class.name`, `super.users` and `allow.everyone.if.no.acl.found`.
     pub authorizer: Arc<AuthorizerSettings>,
+    /// `sasl.server.max.receive.size`: the largest frame read on a SASL listener before the
+    /// client authenticates.
+    pub sasl_max_receive_bytes: u32,
     /// `connection.failed.authentication.delay.ms`: how long a failed SASL login waits for its
     /// answer.
     pub failed_authentication_delay_ms: u64,
@@ -352,6 +355,7 @@ impl BrokerConfig {
                 )
                 .map_err(ConfigError)?,
             ),
+            sasl_max_receive_bytes: long("sasl.server.max.receive.size") as u32,
             failed_authentication_delay_ms: long("connection.failed.authentication.delay.ms")
                 as u64,
             max_connections: long("max.connections") as u32,

@@ -447,14 +447,20 @@ async fn read_requests(
     gates: &Gates,
 ) -> Ending {
     let max_bytes = broker.config.socket_request_max_bytes;
+    // Until a SASL client has logged in it may send only small frames.
+    let unauthenticated_max_bytes = max_bytes.min(broker.config.sasl_max_receive_bytes);
     let mut shutdown = broker.shutdown.clone();
     loop {
         // Backpressure: read no more while the client leaves responses unread or has too many
         // requests in flight.
         gates.responses.within_limit().await;
         gates.requests.within_limit().await;
+        let frame_max = match sasl.as_ref().is_some_and(|gate| !gate.authenticated()) {
+            true => unauthenticated_max_bytes,
+            false => max_bytes,
+        };
         let frame = tokio::select! {
-            frame = read_frame(reader, max_bytes, &broker.request_memory, &gates.requests, activity) => frame,
+            frame = read_frame(reader, frame_max, &broker.request_memory, &gates.requests, activity) => frame,
             _ = crate::shutdown::stopping(&mut shutdown) => return Ending::Drain,
         };
         let (frame, held) = match frame {

@@ -470,6 +470,12 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "With the authorizer on, whether a resource with no ACL at all is open to everyone (true) or to super users only (false).",
     ),
     setting(
+        "sasl.server.max.receive.size",
+        "524288",
+        int(1024, i32::MAX as i64),
+        "Largest request frame a client may send on a SASL listener before it has authenticated; a larger one closes the connection (counted in weir_bad_requests_total), so a client with no credentials cannot make the broker hold socket.request.max.bytes for it.",
+    ),
+    setting(
         "connection.failed.authentication.delay.ms",
         "100",
         int(0, 10_000),
