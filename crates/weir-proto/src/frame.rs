@@ -30,7 +30,8 @@ pub enum FrameError {
 }
 
 /// Reads a frame's length prefix and checks it against `max_bytes` before anything is
-/// allocated. `Ok(None)` when the peer closed cleanly between frames. The caller reads the
+/// allocated. `Ok(None)` when the peer closed between frames (for TLS, with or without
+/// close_notify). The caller reads the
 /// body, growing its buffer as bytes arrive, so a client that announces a large frame and sends
 /// nothing costs no memory.
 pub async fn read_frame_length<R: AsyncRead + Unpin>(
@@ -40,7 +41,13 @@ pub async fn read_frame_length<R: AsyncRead + Unpin>(
     let mut prefix = [0u8; 4];
     let mut filled = 0;
     while filled < prefix.len() {
-        let n = reader.read(&mut prefix[filled..]).await?;
+        let n = match reader.read(&mut prefix[filled..]).await {
+            Ok(n) => n,
+            // A TLS peer that closes without close_notify, between frames, has closed as
+            // cleanly as a TCP peer (many clients do not send it).
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+            Err(error) => return Err(error.into()),
+        };
         if n == 0 {
             return if filled == 0 {
                 Ok(None)
@@ -55,4 +62,66 @@ pub async fn read_frame_length<R: AsyncRead + Unpin>(
         return Err(FrameError::BadLength { length, max_bytes });
     }
     Ok(Some(length as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::ReadBuf;
+
+    use super::*;
+
+    /// Gives `bytes`, then fails with `error` (as tokio-rustls reads a TLS peer that closed
+    /// without close_notify).
+    struct ThenFails {
+        bytes: Vec<u8>,
+        error: ErrorKind,
+    }
+
+    impl AsyncRead for ThenFails {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            if self.bytes.is_empty() {
+                return Poll::Ready(Err(self.error.into()));
+            }
+            let n = self.bytes.len().min(buf.remaining());
+            buf.put_slice(&self.bytes[..n]);
+            self.bytes.drain(..n);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_close_without_close_notify_between_frames_is_a_clean_end() {
+        let mut closed = ThenFails {
+            bytes: Vec::new(),
+            error: ErrorKind::UnexpectedEof,
+        };
+        assert!(matches!(
+            read_frame_length(&mut closed, 100).await,
+            Ok(None)
+        ));
+        let mut mid_prefix = ThenFails {
+            bytes: vec![0, 0],
+            error: ErrorKind::UnexpectedEof,
+        };
+        assert!(matches!(
+            read_frame_length(&mut mid_prefix, 100).await,
+            Err(FrameError::Truncated)
+        ));
+        let mut reset = ThenFails {
+            bytes: Vec::new(),
+            error: ErrorKind::ConnectionReset,
+        };
+        assert!(matches!(
+            read_frame_length(&mut reset, 100).await,
+            Err(FrameError::Io(_))
+        ));
+    }
 }
