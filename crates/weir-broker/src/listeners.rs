@@ -343,14 +343,6 @@ impl Listeners {
         }
         Ok(listeners)
     }
-
-    /// The listener brokers and the HTTP gateway connect to.
-    pub fn inter_broker(&self) -> &ListenerConfig {
-        self.kafka
-            .iter()
-            .find(|l| l.name == self.inter_broker)
-            .unwrap_or(&self.kafka[0])
-    }
 }
 
 #[cfg(test)]
@@ -407,7 +399,7 @@ mod tests {
         assert_eq!(listeners.kafka[1].name, "PLAINTEXT");
         assert_eq!(listeners.kafka[1].tls, None);
         assert_eq!(listeners.controller[0].bind_address(), "127.0.0.1:9093");
-        assert_eq!(listeners.inter_broker().port, 9092);
+        assert_eq!(listeners.inter_broker, "PLAINTEXT");
     }
 
     #[test]

@@ -246,11 +246,6 @@ impl ServerTls {
         }))
     }
 
-    /// The settings this was loaded with.
-    pub fn settings(&self) -> &TlsSettings {
-        &self.settings
-    }
-
     /// An acceptor with the configuration in force.
     pub fn acceptor(&self) -> TlsAcceptor {
         let current = self.current.read().unwrap_or_else(|e| e.into_inner());
