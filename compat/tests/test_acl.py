@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 
 from harness import WeirServer, external_bootstrap, weir_binary
 from test_java import JARS_DIR, JVM_FLAGS
-from test_tls import LISTENERS_RE
+from test_tls import LISTENERS_RE, broker_keystore
 import weir_cli
 
 ADMIN_PASSWORD = "admin-acl-secret"
@@ -36,8 +36,9 @@ USERS = {"alice": "alice-acl-pw", "bob": "bob-acl-pw"}
 
 
 class Secured:
-    def __init__(self, server: WeirServer):
+    def __init__(self, server: WeirServer, authority):
         self.server = server
+        self.authority = authority
         self.endpoints = dict(
             entry.split("://", 1) for entry in LISTENERS_RE.search(server.ready_line).group(1).split(",")
         )
@@ -63,20 +64,26 @@ def secured(tmp_path_factory):
     if external_bootstrap():
         pytest.skip("starts its own server with the authorizer on; the broker is external (COMPAT_BOOTSTRAP)")
     workdir = tmp_path_factory.mktemp("weir_acl")
+    authority, keystore, _ = broker_keystore(tmp_path_factory.mktemp("acl_tls"), "weir-acl-ca")
     config = workdir / "weir.toml"
     config.write_text(
+        'listener.security.protocol.map = "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL"\n'
         '"authorizer.class.name" = "StandardAuthorizer"\n'
         '"super.users" = "User:admin;User:ANONYMOUS"\n'
+        f'"ssl.keystore.location" = "{keystore}"\n'
+        '[listener.name.mtls]\n'
+        '"ssl.client.auth" = "required"\n'
+        f'"ssl.truststore.location" = "{authority.cert}"\n'
     )
     scram = [f'SCRAM-SHA-256=[name=admin,password="{ADMIN_PASSWORD}"]'] + [
         f'SCRAM-SHA-256=[name={user},password="{password}"]' for user, password in USERS.items()]
     server = WeirServer(
         binary=weir_binary(), data_dir=workdir / "data", log_path=workdir / "weir.log",
-        extra_args=("--listen", "SASL_PLAINTEXT://127.0.0.1:0", "--config", str(config),
+        extra_args=("--listen", "SASL_PLAINTEXT://127.0.0.1:0", "--listen", "MTLS://127.0.0.1:0", "--config", str(config),
                     *[arg for entry in scram for arg in ("--add-scram", entry)]),
     )
     server.start()
-    yield Secured(server)
+    yield Secured(server, authority)
     code = server.close()
     assert code in (None, 0), f"exit code {code}\n{server.log_tail(60)}"
 
@@ -272,3 +279,17 @@ def test_http_needs_a_user_and_the_same_acls(secured):
     assert requests.get(read, auth=alice, timeout=10).status_code == 403, "WRITE does not let her read"
     listed = requests.get(f"{base}/topics", auth=alice, timeout=10).json()["topics"]
     assert [t["name"] for t in listed] == [topic], "WRITE implies DESCRIBE"
+
+
+def test_a_client_certificate_names_the_principal(secured):
+    """On an SSL listener a client is User: and its certificate's subject, as in Kafka."""
+    cert, key = secured.authority.issue("carol", "clientAuth")
+    carol = {"bootstrap.servers": secured.endpoints["MTLS"], "security.protocol": "SSL",
+             "ssl.ca.location": str(secured.authority.cert), "ssl.certificate.location": str(cert),
+             "ssl.key.location": str(key)}
+    topic = secured.topic("acl-mtls")
+    assert "authoriz" in produce_error(carol, topic).lower()
+    admin = secured.admin()
+    for future in admin.create_acls([allow("User:CN=carol", ResourceType.TOPIC, topic, AclOperation.WRITE)]).values():
+        future.result(30)
+    assert produce_error(carol, topic) == ""

@@ -327,7 +327,7 @@ async fn handle_connection(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
-    context: RequestContext,
+    mut context: RequestContext,
     (tls, sasl): (Option<Arc<ServerTls>>, Option<SaslGate>),
     _slot: ConnectionSlot,
 ) {
@@ -343,6 +343,11 @@ async fn handle_connection(
             let deadline = Duration::from_millis(TLS_HANDSHAKE_MS);
             match tls.accept(stream, deadline).await {
                 Ok(stream) => {
+                    // A client certificate names the client, as in Kafka (a SASL login on
+                    // SASL_SSL names it again).
+                    if let Some(subject) = weir_tls::client_subject(&stream) {
+                        context.principal = Arc::from(format!("User:{subject}"));
+                    }
                     let (reader, writer) = tokio::io::split(stream);
                     serve_connection(broker, reader, writer, peer, (context, sasl)).await;
                 }

@@ -5,6 +5,7 @@
 //! hands out acceptors, and [`ServerTls::watch`] reloads the files when their bytes change, so
 //! a renewed certificate is served to new connections without a restart (open ones keep the
 //! one they shook hands with). Only TLS 1.2 and 1.3 exist here (rustls speaks nothing older).
+//! [`client_subject`] names a client by its certificate, as Kafka does.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -18,6 +19,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+
+mod principal;
 
 /// How often [`ServerTls::watch`] reads the PEM files for changes.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -309,6 +312,14 @@ impl ServerTls {
             }
         }
     }
+}
+
+/// The RFC 2253 distinguished name of the certificate the client of `stream` presented
+/// (`CN=client,O=Acme`), if it presented one: what Kafka makes the principal `User:` of.
+pub fn client_subject(stream: &TlsStream<TcpStream>) -> Option<String> {
+    let (_, connection) = stream.get_ref();
+    let leaf = connection.peer_certificates()?.first()?;
+    principal::subject_name(leaf)
 }
 
 #[cfg(test)]
