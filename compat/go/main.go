@@ -21,6 +21,10 @@
 // third transaction is aborted instead (its records are consumed again). It prints
 // {"processed", "aborted", "committed_transactions"}.
 //
+// Security comes from the environment, for every subcommand: WEIR_FRANZ_CA (a PEM file of
+// CAs) connects over TLS; WEIR_FRANZ_SASL=MECHANISM:USER:PASSWORD (SCRAM-SHA-256,
+// SCRAM-SHA-512 or PLAIN) logs in.
+//
 // group-consume is a long-lived member: it prints one JSON event a line (assigned,
 // revoked, lost, consumed, committed, error, done) and reads commands a line on stdin:
 // "commit" commits what it polled; "stop" (or end of input) commits, leaves the group and
@@ -30,6 +34,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +48,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 const timeout = 90 * time.Second
@@ -112,6 +120,52 @@ func logOpt() kgo.Opt {
 // seedBrokers is the client option for a comma-separated bootstrap list.
 func seedBrokers(bootstrap string) kgo.Opt {
 	return kgo.SeedBrokers(strings.Split(bootstrap, ",")...)
+}
+
+// noOpt is an option that changes nothing.
+func noOpt() kgo.Opt {
+	return kgo.WithHooks()
+}
+
+// tlsOpt connects over TLS, trusting the CAs of WEIR_FRANZ_CA, when it is set.
+func tlsOpt() kgo.Opt {
+	path := os.Getenv("WEIR_FRANZ_CA")
+	if path == "" {
+		return noOpt()
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		fail(fmt.Sprintf("WEIR_FRANZ_CA: %v", err))
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		fail("WEIR_FRANZ_CA holds no certificate")
+	}
+	return kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+}
+
+// saslOpt logs in as WEIR_FRANZ_SASL says (MECHANISM:USER:PASSWORD), when it is set.
+func saslOpt() kgo.Opt {
+	spec := os.Getenv("WEIR_FRANZ_SASL")
+	if spec == "" {
+		return noOpt()
+	}
+	parts := strings.SplitN(spec, ":", 3)
+	if len(parts) != 3 {
+		fail("WEIR_FRANZ_SASL must be MECHANISM:USER:PASSWORD")
+	}
+	mechanism, user, password := parts[0], parts[1], parts[2]
+	auth := scram.Auth{User: user, Pass: password}
+	switch mechanism {
+	case "SCRAM-SHA-256":
+		return kgo.SASL(auth.AsSha256Mechanism())
+	case "SCRAM-SHA-512":
+		return kgo.SASL(auth.AsSha512Mechanism())
+	case "PLAIN":
+		return kgo.SASL(plain.Auth{User: user, Pass: password}.AsMechanism())
+	}
+	fail(fmt.Sprintf("WEIR_FRANZ_SASL: unknown mechanism %q", mechanism))
+	return nil
 }
 
 func printJSON(v any) error {
@@ -205,7 +259,7 @@ func produce(bootstrap, topic, codecName string) error {
 		return err
 	}
 	cl, err := kgo.NewClient(
-		seedBrokers(bootstrap),
+		seedBrokers(bootstrap), tlsOpt(), saslOpt(),
 		kgo.DefaultProduceTopic(topic),
 		kgo.ProducerBatchCompression(c),
 		kgo.ClientID("weir-franz-go-producer"),
@@ -303,7 +357,7 @@ func consume(bootstrap, topic, isolation string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	adm, err := kgo.NewClient(seedBrokers(bootstrap), logOpt())
+	adm, err := kgo.NewClient(seedBrokers(bootstrap), tlsOpt(), saslOpt(), logOpt())
 	if err != nil {
 		return err
 	}
@@ -343,7 +397,7 @@ func consume(bootstrap, topic, isolation string) error {
 		return fmt.Errorf("topic %s has no partitions", topic)
 	}
 	cl, err := kgo.NewClient(
-		seedBrokers(bootstrap),
+		seedBrokers(bootstrap), tlsOpt(), saslOpt(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: startAt}),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.FetchIsolationLevel(level),
@@ -474,7 +528,7 @@ func groupConsume(bootstrap, topic, group, clientID string) error {
 		m.emit(map[string]any{"event": "committed", "why": why, "offsets": committedOffsets(cl, topic)})
 	}
 	cl, err := kgo.NewClient(
-		seedBrokers(bootstrap),
+		seedBrokers(bootstrap), tlsOpt(), saslOpt(),
 		kgo.ClientID(clientID),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -617,7 +671,7 @@ func errText(err error) any {
 func admin(bootstrap, group, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cl, err := kgo.NewClient(seedBrokers(bootstrap), kgo.ClientID("weir-franz-go-admin"), logOpt())
+	cl, err := kgo.NewClient(seedBrokers(bootstrap), tlsOpt(), saslOpt(), kgo.ClientID("weir-franz-go-admin"), logOpt())
 	if err != nil {
 		return err
 	}
@@ -733,7 +787,7 @@ func transact(bootstrap, source, sink, group, txnID, countText string) error {
 		return fmt.Errorf("count %q: %w", countText, err)
 	}
 	sess, err := kgo.NewGroupTransactSession(
-		seedBrokers(bootstrap),
+		seedBrokers(bootstrap), tlsOpt(), saslOpt(),
 		kgo.TransactionalID(txnID),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(source),

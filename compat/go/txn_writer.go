@@ -56,7 +56,7 @@ func txnWriter(bootstrap, topic, partitionsText, txnID, writerText, seedText str
 	}()
 	newClient := func() (*kgo.Client, error) {
 		return kgo.NewClient(
-			seedBrokers(bootstrap),
+			seedBrokers(bootstrap), tlsOpt(), saslOpt(),
 			kgo.TransactionalID(txnID),
 			kgo.TransactionTimeout(writerTxnTimeout),
 			kgo.RecordDeliveryTimeout(writerTxnTimeout),

@@ -1,6 +1,6 @@
 """SASL: one server with a SASL_SSL listener (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN) and a
 SASL_PLAINTEXT one (SCRAM-SHA-512 only, under ``listener.name.sasl_plaintext.``), its first
-credentials from ``--add-scram``. librdkafka, kcat, kafka-python and the Java client log in
+credentials from ``--add-scram``. librdkafka, kcat, kafka-python, franz-go and the Java client log in
 and produce and consume; users are created, described and deleted through Kafka's
 AlterUserScramCredentials and DescribeUserScramCredentials (librdkafka's admin client) with
 Kafka's errors, by Kafka's kafka-configs and by ``weir user``; wrong passwords, unknown users, unoffered mechanisms and requests before
@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
+    NewTopic,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
@@ -283,6 +284,38 @@ def test_kafka_python_kcat_and_java_log_in(sasl, tmp_path):
     )
     assert configs.returncode == 0, configs.stderr[-4000:]
     assert refusal(sasl.client("carol", "carol-pw", "SCRAM-SHA-512")) == ""
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_franz_go_logs_in_over_sasl_ssl(sasl, mechanism):
+    import base64
+    import json
+    import os
+
+    from test_franz_go import build_franz_go
+
+    franz = build_franz_go()
+    env = os.environ | {"WEIR_FRANZ_CA": str(sasl.ca.cert), "WEIR_FRANZ_SASL": f"{mechanism}:admin:{ADMIN_PASSWORD}"}
+    topic = unique_topic("sasl-franz")
+    admin = sasl.admin()  # franz-go does not create topics
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    records = {"records": [{"key": None, "value": base64.b64encode(f"v{i}".encode()).decode(), "headers": []}
+                           for i in range(20)]}
+    endpoint = sasl.endpoints["SASL_SSL"]
+    produced = subprocess.run([str(franz), "produce", endpoint, topic, "zstd"], input=json.dumps(records),
+                              capture_output=True, text=True, timeout=120, env=env)
+    assert produced.returncode == 0, produced.stderr[-4000:]
+    assert len(json.loads(produced.stdout)["delivered"]) == 20
+    consumed = subprocess.run([str(franz), "consume", endpoint, topic], capture_output=True, text=True,
+                              timeout=120, env=env)
+    assert consumed.returncode == 0, consumed.stderr[-4000:]
+    values = [base64.b64decode(row[3]) for row in json.loads(consumed.stdout)["records"]]
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(20))
+    wrong = env | {"WEIR_FRANZ_SASL": f"{mechanism}:admin:wrong-password"}
+    refused = subprocess.run([str(franz), "consume", endpoint, topic], capture_output=True, text=True,
+                             timeout=120, env=wrong)
+    assert refused.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in refused.stderr, refused.stderr[-2000:]
 
 
 def test_zz_an_address_failing_too_often_is_slowed_not_locked_out(sasl):
