@@ -1,18 +1,19 @@
 //! `weir-fuzz` holds the fuzz harnesses: functions that take arbitrary bytes and drive one of
 //! Weir's parsers of untrusted input — the request decoder, the batch and record validator,
-//! log recovery from arbitrary segment bytes, and the controller port's framing — asserting
-//! what must hold for any input.
+//! log recovery from arbitrary segment bytes, the controller port's framing, and SASL logins —
+//! asserting what must hold for any input.
 //! The `cargo fuzz` targets in `fuzz/` call them, and `tests/corpus.rs` replays the saved
 //! corpus and every input that once failed through them on every test run.
 //!
 //! It is test support only: nothing in the broker depends on it.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use weir_log::batch::{build_batch, validate_header, ProducerFields};
 use weir_log::{validate, Log, LogConfig, ManualClock, ValidationLimits};
+use weir_sasl::{check_plain, ScramCredential, ScramHash, ScramServer, ScramStep};
 use weir_storage::{FileCache, MemoryStorage};
 
 /// Decodes `data` as a request frame body (after the length prefix). Any input either decodes
@@ -29,6 +30,57 @@ pub fn controller_frames(data: &[u8]) {
         .build()
         .expect("a runtime");
     runtime.block_on(weir_controller::read_peer_frames(data));
+}
+
+/// The one user the SASL harness knows, and its password.
+const SASL_USER: &str = "admin";
+const SASL_PASSWORD: &str = "admin-secret";
+/// Separates the client's messages in a SASL harness input.
+const SASL_TOKEN_END: u8 = 0xff;
+
+/// Drives a SASL login with `data` as the client's side: its first byte picks SCRAM-SHA-256,
+/// SCRAM-SHA-512 or PLAIN, the rest is the client's messages, separated by 0xff. Every
+/// message is answered or refused without a panic, and a login succeeds only with the
+/// password: never for SCRAM (the proof would have to answer this run's random nonce), and
+/// for PLAIN only with the right password.
+pub fn sasl_exchange(data: &[u8]) {
+    static CREDENTIALS: OnceLock<[ScramCredential; 2]> = OnceLock::new();
+    let credentials = CREDENTIALS.get_or_init(|| {
+        [ScramHash::Sha256, ScramHash::Sha512]
+            .map(|hash| ScramCredential::new(hash, SASL_PASSWORD, 4096))
+    });
+    let Some((&choice, rest)) = data.split_first() else {
+        return;
+    };
+    let mut tokens = rest.split(|b| *b == SASL_TOKEN_END);
+    let hash = match choice % 3 {
+        0 => ScramHash::Sha256,
+        1 => ScramHash::Sha512,
+        _ => {
+            let lookup = |user: &str| match user {
+                SASL_USER => vec![(ScramHash::Sha256, credentials[0].clone())],
+                _ => Vec::new(),
+            };
+            let message = tokens.next().unwrap_or_default();
+            if let Ok(user) = check_plain(message, lookup) {
+                assert_eq!(user, SASL_USER);
+                assert!(message.ends_with(SASL_PASSWORD.as_bytes()));
+            }
+            return;
+        }
+    };
+    let credential = &credentials[usize::from(hash == ScramHash::Sha512)];
+    let mut server = ScramServer::new(hash);
+    for token in tokens {
+        let lookup = |user: &str| (user == SASL_USER).then(|| credential.clone());
+        match server.step(token, lookup, b"fuzz-secret") {
+            Ok(ScramStep::Challenge(_)) => {}
+            Ok(ScramStep::Authenticated { user, .. }) => {
+                panic!("{user} logged in without the password's proof")
+            }
+            Err(_) => return,
+        }
+    }
 }
 
 /// Validates `data` as a produced record batch. A batch that passes is internally consistent.

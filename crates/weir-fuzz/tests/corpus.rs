@@ -61,3 +61,8 @@ fn recover_log_corpus() {
 fn controller_frames_corpus() {
     replay("controller_frames", weir_fuzz::controller_frames, 5);
 }
+
+#[test]
+fn sasl_exchange_corpus() {
+    replay("sasl_exchange", weir_fuzz::sasl_exchange, 6);
+}
