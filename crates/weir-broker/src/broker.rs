@@ -261,7 +261,7 @@ impl Broker {
     pub fn access(&self, context: &RequestContext) -> Access {
         Access::new(
             &self.config.authorizer,
-            self.image(),
+            || self.image(),
             context.principal.clone(),
             context.peer,
         )

@@ -181,9 +181,8 @@ impl SaslGate {
                 State::Chosen(Mechanism::Plain) => {
                     let lookup = |user: &str| {
                         image
-                            .scram_users()
-                            .find(|(name, _)| name.as_str() == user)
-                            .map(|(_, credentials)| {
+                            .scram_credentials_of(user)
+                            .map(|credentials| {
                                 credentials.iter().map(|(h, c)| (*h, c.clone())).collect()
                             })
                             .unwrap_or_default()

@@ -72,9 +72,9 @@ impl VerifiedLogins {
         let now = Instant::now();
         let current = |user: &str| {
             image
-                .scram_users()
-                .find(|(name, _)| name.as_str() == user)
-                .and_then(|(_, credentials)| credentials.iter().next())
+                .scram_credentials_of(user)?
+                .iter()
+                .next()
                 .map(|(hash, credential)| (*hash, credential.clone()))
         };
         if let Ok(entries) = self.entries.lock() {
@@ -174,7 +174,7 @@ pub async fn authenticate(
             }
         }
     };
-    let access = Access::new(&settings, image, principal, peer);
+    let access = Access::new(&settings, || image, principal, peer);
     request.extensions_mut().insert(Caller(Arc::new(access)));
     next.run(request).await
 }

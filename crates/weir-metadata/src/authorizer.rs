@@ -75,24 +75,25 @@ impl AuthorizerSettings {
 
 /// What one request may do: its principal and address against one metadata image's ACLs.
 pub struct Access {
-    settings: Option<Arc<AuthorizerSettings>>,
-    image: Arc<MetadataImage>,
+    /// The settings and the image a checked request is decided from; `None` when nothing is
+    /// checked (no authorizer, or a super user).
+    checked: Option<(Arc<AuthorizerSettings>, Arc<MetadataImage>)>,
     principal: Arc<str>,
     host: IpAddr,
 }
 
 impl Access {
-    /// The access of `principal` at `host` under `settings`, decided from `image`.
+    /// The access of `principal` at `host` under `settings`, decided from the image `image`
+    /// gives (taken only when something is to be checked).
     pub fn new(
         settings: &Arc<AuthorizerSettings>,
-        image: Arc<MetadataImage>,
+        image: impl FnOnce() -> Arc<MetadataImage>,
         principal: Arc<str>,
         host: IpAddr,
     ) -> Access {
         let checked = settings.enabled && !settings.super_users.contains(&*principal);
         Access {
-            settings: checked.then(|| settings.clone()),
-            image,
+            checked: checked.then(|| (settings.clone(), image())),
             principal,
             host,
         }
@@ -105,10 +106,10 @@ impl Access {
 
     /// Whether the request may do `operation` on the resource `name` of `resource_type`.
     pub fn allows(&self, operation: AclOperation, resource_type: ResourceType, name: &str) -> bool {
-        let Some(settings) = &self.settings else {
+        let Some((settings, image)) = &self.checked else {
             return true;
         };
-        match self.image.acls().decide(
+        match image.acls().decide(
             (&self.principal, self.host),
             operation,
             (resource_type, name),
@@ -142,9 +143,11 @@ impl Access {
     /// Whether the request may write idempotently: IDEMPOTENT_WRITE on the cluster, or (KIP-679)
     /// WRITE on some topic.
     pub fn idempotent_write(&self) -> bool {
-        self.settings.is_none()
-            || self.cluster(AclOperation::IdempotentWrite)
-            || self.image.acls().allows_some(
+        let Some((_, image)) = &self.checked else {
+            return true;
+        };
+        self.cluster(AclOperation::IdempotentWrite)
+            || image.acls().allows_some(
                 (&self.principal, self.host),
                 AclOperation::Write,
                 ResourceType::Topic,
@@ -190,7 +193,7 @@ mod tests {
         let image = Arc::new(MetadataImage::default());
         let host: IpAddr = "127.0.0.1".parse().expect("valid");
         let off = Arc::new(AuthorizerSettings::default());
-        let access = Access::new(&off, image.clone(), "User:x".into(), host);
+        let access = Access::new(&off, || image.clone(), "User:x".into(), host);
         assert!(access.topic(AclOperation::Write, "t"));
         // What Kafka reports without an authorizer.
         assert_eq!(
@@ -202,10 +205,9 @@ mod tests {
         let on = Arc::new(
             AuthorizerSettings::resolve("StandardAuthorizer", "User:root", false).expect("valid"),
         );
-        assert!(
-            Access::new(&on, image.clone(), "User:root".into(), host).cluster(AclOperation::Alter)
-        );
-        let nobody = Access::new(&on, image, "User:x".into(), host);
+        assert!(Access::new(&on, || image.clone(), "User:root".into(), host)
+            .cluster(AclOperation::Alter));
+        let nobody = Access::new(&on, || image, "User:x".into(), host);
         assert!(!nobody.topic(AclOperation::Describe, "t"));
         assert!(!nobody.idempotent_write());
         assert_eq!(nobody.authorized_operations(ResourceType::Topic, "t"), 0);

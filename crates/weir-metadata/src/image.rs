@@ -202,6 +202,14 @@ impl MetadataImage {
         self.scram_credentials.get(user)?.get(&hash)
     }
 
+    /// User `user`'s SCRAM credentials, by mechanism.
+    pub fn scram_credentials_of(
+        &self,
+        user: &str,
+    ) -> Option<&BTreeMap<ScramHash, ScramCredential>> {
+        self.scram_credentials.get(user)
+    }
+
     /// Every user with SCRAM credentials, by name, with their credentials by mechanism.
     pub fn scram_users(
         &self,

@@ -200,8 +200,8 @@ pub fn describe(
     let describe_user = |user: &str| {
         let mut result = DescribeUserScramCredentialsResult::default();
         result.user = str_bytes(user);
-        match image.scram_users().find(|(name, _)| name.as_str() == user) {
-            Some((_, credentials)) => {
+        match image.scram_credentials_of(user) {
+            Some(credentials) => {
                 result.credential_infos = credentials
                     .iter()
                     .map(|(hash, credential)| {
