@@ -17,8 +17,8 @@
 # into .cache/kafka-jars, Kafka Connect 4.3.1 (compat/connect/pom.xml) into .cache/connect-jars,
 # Apache Kafka's server (the differential suite's reference) into
 # .cache/kafka-reference-4.4.0, the franz-go program of compat/go (go.mod, go.sum) into
-# .cache/franz-go); when everything is already there it only checks.
-# Respects CARGO_TARGET_DIR.
+# .cache/franz-go), all kept outside the work tree (WEIR_CACHE_DIR, below); when everything
+# is already there it only checks. Respects CARGO_TARGET_DIR.
 
 set -euo pipefail
 
@@ -45,8 +45,26 @@ if [[ $QUICK -eq 1 ]]; then
 else
   WEIR_BIN_PATH="$TARGET_DIR/release/weir"
 fi
-VENV="$ROOT/.venv"
 PYTHON="${PYTHON:-python3}"
+
+# The compatibility suite's clients (the Python venv, node_modules, the Java jars, Kafka's
+# server, the franz-go program) live outside the work tree, in WEIR_CACHE_DIR (default
+# ~/.cache/weir-compat): a fresh clone links them in and reuses what an earlier clone on this
+# machine installed, each still checked against its lock file. A work tree that already has
+# its own .venv, .cache or compat/node_modules directory keeps it.
+CACHE_DIR="${WEIR_CACHE_DIR:-$HOME/.cache/weir-compat}"
+# link_cache PATH NAME: unless the work tree has PATH, make it a link to NAME in the cache.
+link_cache() {
+  local path="$ROOT/$1" target="$CACHE_DIR/$2"
+  if [[ ! -e "$path" && ! -L "$path" ]]; then
+    mkdir -p "$target"
+    ln -s "$target" "$path"
+  fi
+}
+link_cache .venv venv
+link_cache .cache files
+# Its real path, so the scripts pip installs name an interpreter that outlives this clone.
+VENV="$(cd "$ROOT/.venv" && pwd -P)"
 
 STAGES=()
 CURRENT=""
@@ -140,6 +158,13 @@ if [[ $QUICK -eq 1 ]]; then
   [[ -x "$WEIR_BIN_PATH" ]] || { echo "build did not produce $WEIR_BIN_PATH" >&2; exit 1; }
   end
 else
+  # A fresh clone's files all carry the time of the clone, which makes Cargo compile every
+  # package again; packages whose content, work tree and build are those of the last passing
+  # run at this path get that run's file times back (scripts/file-times.py says which).
+  begin "file times of unchanged packages (scripts/file-times.py restore)"
+  "$PYTHON" scripts/file-times.py restore "$TARGET_DIR"
+  end
+
   begin "cargo fmt --all --check"
   cargo fmt --all --check
   end
@@ -164,6 +189,7 @@ else
   # are the ones --quick builds.
   begin "cargo test --profile iter --workspace"
   cargo test --profile iter --workspace
+  "$PYTHON" scripts/file-times.py record "$TARGET_DIR"
   end
 fi
 
@@ -182,10 +208,18 @@ fi
 end
 
 begin "npm ci (compat/package-lock.json)"
+# Installed in the cache beside a copy of the lock file, and linked in as compat/node_modules.
+NPM_DIR="$ROOT/compat"
+if [[ ! -e compat/node_modules || -L compat/node_modules ]]; then
+  NPM_DIR="$CACHE_DIR/npm"
+  mkdir -p "$NPM_DIR"
+  ln -sfn "$NPM_DIR/node_modules" compat/node_modules
+fi
 want="$(fingerprint compat/package.json compat/package-lock.json)"
-if [[ "$(cat compat/node_modules/.compat-lock 2>/dev/null || true)" != "$want" ]]; then
-  npm ci --prefix compat --no-audit --no-fund --loglevel=error
-  echo "$want" > compat/node_modules/.compat-lock
+if [[ "$(cat "$NPM_DIR/node_modules/.compat-lock" 2>/dev/null || true)" != "$want" ]]; then
+  [[ "$NPM_DIR" == "$ROOT/compat" ]] || cp compat/package.json compat/package-lock.json "$NPM_DIR/"
+  npm ci --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error
+  echo "$want" > "$NPM_DIR/node_modules/.compat-lock"
 else
   echo "lockfile unchanged; already installed"
 fi
