@@ -417,15 +417,23 @@ func consume(bootstrap, topic, isolation string) error {
 		}
 		return false
 	}
-	// Aborted records and markers are never returned, so a read_committed reader cannot
-	// count its way to the end: it stops once nothing arrives for a while.
+	// Transaction markers are never returned (nor aborted records, read_committed), and a
+	// marker may be a partition's last offset (written after its commit returned, behind a
+	// later plain record), so a reader cannot always count its way to the end: it stops once
+	// nothing arrives for a while (read_uncommitted: once something has arrived, so a broker
+	// slow to answer at first is waited for).
 	idleSince := time.Now()
-	for behind() && (level == kgo.ReadUncommitted() || time.Since(idleSince) < 3*time.Second) {
+	arrived := false
+	idle := func() bool {
+		return (arrived || level == kgo.ReadCommitted()) && time.Since(idleSince) >= 3*time.Second
+	}
+	for behind() && !idle() {
 		poll, cancelPoll := context.WithTimeout(ctx, 500*time.Millisecond)
 		fetches := cl.PollFetches(poll)
 		cancelPoll()
 		if fetches.NumRecords() > 0 {
 			idleSince = time.Now()
+			arrived = true
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("read incomplete after %v: at %v, high watermarks %v", timeout, next, end)

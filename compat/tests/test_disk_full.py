@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, Producer
 
 from clients import Rec, admin, create_topic, produce_confluent, read_confluent, unique_topic
 from harness import wait_until
@@ -49,11 +49,23 @@ def produce_to_partition_0(producer: Producer, topic: str, value: bytes, on_deli
             producer.poll(0.05)
 
 
+def make_offsets_topic(bootstrap: str) -> None:
+    """Makes the group coordinator's ``__consumer_offsets`` now. Made later, by the first
+    consumer while the disk is full, it is a metadata change that releases the space the
+    quorum keeps for its log, into which the producer's retries then fit."""
+    client = admin(bootstrap)
+    for answer in client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(unique_topic("coordinator"))]).values():
+        answer.result(timeout=30)
+    wait_until(lambda: "__consumer_offsets" in client.list_topics(timeout=10).topics, timeout=30,
+               what="__consumer_offsets to exist")
+
+
 def test_a_full_disk_refuses_writes_then_every_record_lands_once(make_weir, small_disk):
     weir = make_weir("diskfull", data_dir=small_disk / "data")
     bootstrap = weir.bootstrap
     topic = unique_topic("full")
     create_topic(bootstrap, topic, partitions=1)
+    make_offsets_topic(bootstrap)
     failures: list[str] = []
     delivered = []
 
