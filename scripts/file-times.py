@@ -139,7 +139,7 @@ def restore(target: Path) -> None:
             os.utime(file, ns=times)
         kept.append(name)
     compiled = sorted(set(found.values()) - set(kept))
-    print(f"unchanged since the last passing run at this path, kept fresh: {', '.join(kept) or 'none'}")
+    print("unchanged since the last run at this path whose Rust tests passed, kept fresh: " + (", ".join(kept) or "none"))
     print(f"compiled again: {', '.join(compiled) or 'none'}")
 
 
@@ -150,6 +150,12 @@ def main() -> int:
         return 2
     started = time.monotonic()
     target = Path(sys.argv[2]).resolve()
+    try:
+        git("rev-parse", "--is-inside-work-tree")
+    except (OSError, subprocess.CalledProcessError):
+        # No git tree ids to compare (an unpacked archive, or no git): nothing is kept fresh.
+        print(f"{ROOT} is not a git work tree: every package is compiled as Cargo decides")
+        return 0
     (record if sys.argv[1] == "record" else restore)(target)
     print(f"({time.monotonic() - started:.1f}s)")
     return 0

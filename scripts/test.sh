@@ -159,8 +159,9 @@ if [[ $QUICK -eq 1 ]]; then
   end
 else
   # A fresh clone's files all carry the time of the clone, which makes Cargo compile every
-  # package again; packages whose content, work tree and build are those of the last passing
-  # run at this path get that run's file times back (scripts/file-times.py says which).
+  # package again; packages whose content, work tree and build are those of the last run at
+  # this path whose Rust tests passed get that run's file times back (scripts/file-times.py
+  # says which).
   begin "file times of unchanged packages (scripts/file-times.py restore)"
   "$PYTHON" scripts/file-times.py restore "$TARGET_DIR"
   end
@@ -281,14 +282,13 @@ end
 # server); every server and cluster binds its own free ports and data directories, and fault
 # tests make their own network namespaces. The slowest modules start first
 # (compat/tests/conftest.py, SLOWEST_MODULES; --no-loadscope-reorder keeps that order).
-# WEIR_COMPAT_WORKERS sets how many (default one per core; --quick: 0, in-process); 0 runs
-# them one at a time. Two per core halve the suite's time, since most of a test's time is
-# waiting, but under that load three tests lost races with the broker in three runs
-# (docs/developing.md), so one per core stays the default until they are hardened.
+# WEIR_COMPAT_WORKERS sets how many (default two per core; --quick: 0, in-process); 0 runs
+# them one at a time. Two per core halve the suite's time against one, since most of a
+# test's time is waiting (docs/developing.md).
 if [[ $QUICK -eq 1 ]]; then
   WORKERS="${WEIR_COMPAT_WORKERS:-0}"
 else
-  WORKERS="${WEIR_COMPAT_WORKERS:-$(nproc 2>/dev/null || echo 2)}"
+  WORKERS="${WEIR_COMPAT_WORKERS:-$(($(nproc 2>/dev/null || echo 2) * 2))}"
 fi
 # Every module unless the arguments name modules or tests (compat/tests/test_x.py[::name]).
 SELECTION=(compat/tests)

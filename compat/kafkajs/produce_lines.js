@@ -1,8 +1,15 @@
 #!/usr/bin/env node
 // Produce each line of stdin as one record's value to TOPIC with an idempotent KafkaJS
-// producer (acks -1), as the lines arrive: whatever has been read since the last send goes
-// out as the next send, line i to partition i % PARTITIONS. Retries are generous, so that a
+// producer (acks -1), as the lines arrive: whatever has been read since the last round goes
+// out in the next round, line i to partition i % PARTITIONS. Retries are generous, so that a
 // send outlives a leader failover instead of failing.
+//
+// A round is one send per partition, side by side, never one send over several partitions:
+// KafkaJS keeps a send's answers by broker across its retries, so when a partition's leader
+// dies and the partition moves to a broker that already answered for another partition of
+// the same send, the retry sends nothing for it and the send resolves without it. Its
+// records are then never written (and its next batch reuses their sequence numbers, which
+// the new leader refuses as out of order when the lost batch had reached it by replication).
 //
 // Usage: node produce_lines.js BROKERS TOPIC PARTITIONS < lines
 //
@@ -56,15 +63,19 @@ async function main () {
       continue
     }
     const lines = queued.splice(0, queued.length)
-    const messages = lines.map((value, i) => ({ value, partition: (sent + i) % partitions }))
-    const results = await producer.send({ topic, acks: -1, messages })
-    const base = new Map(results.map(r => [Number(r.partition), Number(r.baseOffset)]))
-    const next = new Map()
-    for (const m of messages) {
-      const offset = (next.get(m.partition) ?? base.get(m.partition))
-      next.set(m.partition, offset + 1)
-      acked.push([m.partition, offset, m.value])
-    }
+    const perPartition = new Map()
+    lines.forEach((value, i) => {
+      const partition = (sent + i) % partitions
+      if (!perPartition.has(partition)) perPartition.set(partition, [])
+      perPartition.get(partition).push({ value, partition })
+    })
+    const rounds = Array.from(perPartition.entries()).map(async ([partition, messages]) => {
+      const results = await producer.send({ topic, acks: -1, messages })
+      const answer = results.find(r => Number(r.partition) === partition)
+      if (!answer) throw new Error(`send to partition ${partition} answered without it`)
+      return messages.map((m, i) => [partition, Number(answer.baseOffset) + i, m.value])
+    })
+    for (const rows of await Promise.all(rounds)) acked.push(...rows)
     sent += lines.length
   }
   await producer.disconnect()

@@ -373,6 +373,8 @@ CLIENTS = {
 def test_client_produces_and_consumes_in_a_group_across_a_leader_kill(cluster, tools, client, tmp_path):
     producer_kind, consumer_kind = CLIENTS[client]
     topic, group = unique_topic(f"matrix-{client}"), unique_group(f"matrix-{client}")
+    # The node an earlier case killed may still be registering again if that case failed.
+    cluster.wait_registered()
     admin(cluster.bootstrap).create_topics(
         [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})]
     )[topic].result(timeout=30)

@@ -420,6 +420,22 @@ class DevCluster:
                 raise ClusterError(f"ISRs never filled: {lagging}; nodes not describing {topic}: {unaware}\n{self.logs()}")
             time.sleep(0.3)
 
+    def wait_registered(self, timeout: float = 60) -> None:
+        """Wait until the cluster's metadata lists every node as a broker: a node restarted
+        after a kill answers on its port before its registration reaches the quorum, and a
+        topic of replication factor ``nodes`` cannot be created until it has."""
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                listed = set(self.admin().list_topics(timeout=5).brokers)
+            except Exception:
+                listed = set()
+            if listed >= set(self.node_ids()):
+                return
+            if deadline.expired():
+                raise ClusterError(f"brokers registered: {sorted(listed)}, of {list(self.node_ids())}\n{self.logs()}")
+            time.sleep(0.3)
+
     def describes(self, node: int, topic: str) -> bool:
         """Whether ``node`` itself answers Metadata for ``topic`` with no error and a leader for
         every partition."""
