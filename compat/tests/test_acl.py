@@ -8,6 +8,7 @@ next request; a user cannot grant itself anything.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -244,10 +245,12 @@ def test_http_needs_a_user_and_the_same_acls(secured):
     bodies = {"/topics": {"name": "acl-http-new"}, "/topics/acl-http-topic/configs": {"set": {"retention.ms": "1000"}},
               "/topics/acl-http-topic/partitions": {"total": 2}, "/topics/acl-http-topic/publish": {"value": "v"},
               "/groups/acl-http-group/consumers": {"topics": ["acl-http-topic"]}}
-    for method, path in routes:
+    for i, (method, path) in enumerate(routes):
         body = bodies.get(path) if method in ("POST", "PATCH") else None
         anonymous = requests.request(method, base + path, json=body, timeout=10)
-        wrong = requests.request(method, base + path, json=body, auth=("alice", "not-her-password"), timeout=10)
+        # Each wrong password from an address of its own: one address's failures are answered
+        # ever later (test_http_password_guessing_is_slowed_per_address).
+        wrong = from_address(f"127.0.0.{10 + i}", method, base + path, body, ("alice", "not-her-password"))
         refused = requests.request(method, base + path, json=body, auth=alice, timeout=30)
         if path in open_paths:
             assert anonymous.status_code == 200, (method, path, anonymous.text)
@@ -279,6 +282,56 @@ def test_http_needs_a_user_and_the_same_acls(secured):
     assert requests.get(read, auth=alice, timeout=10).status_code == 403, "WRITE does not let her read"
     listed = requests.get(f"{base}/topics", auth=alice, timeout=10).json()["topics"]
     assert [t["name"] for t in listed] == [topic], "WRITE implies DESCRIBE"
+
+
+class Answer:
+    """What ``from_address`` got: the status, headers and JSON body, as requests gives them."""
+
+    def __init__(self, response):
+        self.status_code = response.status
+        self.headers = response.headers
+        self.text = response.data.decode(errors="replace")
+
+    def json(self):
+        return json.loads(self.text)
+
+
+def from_address(source: str, method: str, url: str, body, auth: tuple[str, str]) -> Answer:
+    """``method url`` with HTTP Basic ``auth`` from the loopback address ``source``."""
+    import urllib3
+
+    headers = urllib3.make_headers(basic_auth=f"{auth[0]}:{auth[1]}")
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    pool = urllib3.PoolManager(source_address=(source, 0), retries=False, timeout=30)
+    try:
+        return Answer(pool.request(method, url, body=None if body is None else json.dumps(body), headers=headers))
+    finally:
+        pool.clear()
+
+
+def test_http_password_guessing_is_slowed_per_address(secured):
+    """HTTP Basic logins are limited per address as SASL logins are: the first few wrong
+    passwords are answered after the failure delay, each further one after twice as long as
+    the one before; another address is not slowed, and the right password still gets in."""
+    base = f"http://{secured.server.http}/topics"
+    guesser, neighbour = "127.0.0.201", "127.0.0.202"
+    waits = []
+    for attempt in range(8):
+        began = time.monotonic()
+        answer = from_address(guesser, "GET", base, None, ("alice", f"guess-{attempt}"))
+        waits.append(time.monotonic() - began)
+        assert answer.status_code == 401, (attempt, answer.status_code, answer.text)
+    # Failures 1-5 wait the delay (0.1 s), failure n > 5 at least 0.1 s * 2^(n-5).
+    assert all(wait >= 0.1 for wait in waits), waits
+    assert waits[5] >= 0.2 and waits[6] >= 0.4 and waits[7] >= 0.8, waits
+    began = time.monotonic()
+    assert from_address(neighbour, "GET", base, None, ("alice", "wrong")).status_code == 401
+    assert time.monotonic() - began < waits[7], "another address's first failure waits the delay only"
+    assert from_address(neighbour, "GET", base, None, ("alice", USERS["alice"])).status_code == 200
+    right = from_address(guesser, "GET", base, None, ("alice", USERS["alice"]))
+    assert right.status_code == 200, (right.status_code, right.text)
+    assert "guess-" not in secured.server.log_path.read_text(errors="replace"), "a password reached the log"
 
 
 def test_a_client_certificate_names_the_principal(secured):

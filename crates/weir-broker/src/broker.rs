@@ -18,7 +18,6 @@ use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
 use crate::fetch_session::FetchSessions;
-use crate::logins::Logins;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
@@ -26,6 +25,7 @@ use crate::replica_fetcher::ReplicaFetchers;
 use crate::request_context::RequestContext;
 use crate::shutdown::stopping;
 use crate::txn_markers::{MarkersInFlight, REMOTE_MARKER_TIMEOUT};
+use weir_sasl::logins::Logins;
 
 /// Compressed batches validated at once, broker-wide. Decompressing is CPU work and its
 /// buffers (a zstd window, a raw snappy block) are the only sizeable memory validation takes,

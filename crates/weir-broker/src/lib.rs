@@ -20,7 +20,6 @@ pub mod fetch_session;
 mod handlers;
 mod internal_topics;
 pub mod listeners;
-mod logins;
 mod marker_writer;
 mod membership;
 pub mod metrics;

@@ -5,10 +5,10 @@
 //! failed login is answered SASL_AUTHENTICATION_FAILED after
 //! `connection.failed.authentication.delay.ms` and its connection closed.
 //!
-//! Guessing is rate-limited per address (`logins.rs`): past a few failures in a minute each
-//! further failure is answered ever later and holds one of the address's few places for logins
-//! under way, so an address guesses at most that many passwords per delay while a right
-//! password is let in at once. Neither passwords nor tokens reach a log line.
+//! Guessing is rate-limited per address ([`weir_sasl::logins`]): past a few failures in a
+//! minute each further failure is answered ever later and holds one of the address's few
+//! places for logins under way, so an address guesses at most that many passwords per delay
+//! while a right password is let in at once. Neither passwords nor tokens reach a log line.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -170,7 +170,7 @@ impl SaslGate {
         let delay = Duration::from_millis(broker.config.failed_authentication_delay_ms);
         let place = broker.logins.place(peer);
         let image = broker.image();
-        let secret = &broker.logins.secret;
+        let secret = broker.logins.secret();
         let outcome = if place.is_none() {
             Err(SaslFailure::BadCredentials(
                 "Authentication failed: too many logins under way from this address; try again later"

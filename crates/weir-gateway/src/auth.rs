@@ -2,9 +2,12 @@
 //! (`authorizer.class.name`), every request but those to the open paths (`--http-open`, by
 //! default the health checks and `/metrics`) must carry HTTP Basic credentials of a SCRAM
 //! user, checked against the credentials in the cluster metadata as a Kafka PLAIN login is:
-//! none or wrong ones are 401. Each route then asks the same ACLs a Kafka request would
-//! ([`Caller::require`]): a refusal is 403. The gateway reaches the cluster as itself, so
-//! without the authorizer nothing is checked here, as on the Kafka listeners.
+//! none or wrong ones are 401. Guessing is slowed per address as on the Kafka listeners
+//! ([`weir_sasl::logins`]): a password is checked in one of the address's few places for
+//! logins under way, and past a few failures in a minute each further one is answered ever
+//! later. Each route then asks the same ACLs a Kafka request would ([`Caller::require`]): a
+//! refusal is 403. The gateway reaches the cluster as itself, so without the authorizer
+//! nothing is checked here, as on the Kafka listeners.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -20,6 +23,8 @@ use base64::Engine;
 use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use weir_metadata::authorizer::{Access, AuthorizerSettings, ANONYMOUS};
 use weir_metadata::MetadataImage;
+use weir_sasl::logins::{LoginPlace, Logins};
+use weir_sasl::{ScramCredential, ScramHash};
 
 use crate::error::ApiError;
 use crate::Gateway;
@@ -35,6 +40,9 @@ const FAILED_LOGIN_DELAY: Duration = Duration::from_millis(100);
 const VERIFIED_TTL: Duration = Duration::from_secs(300);
 /// Checked passwords remembered at most (all are forgotten when full).
 const VERIFIED_MAX: usize = 1024;
+/// Longest a login waits for one of its address's places (a browser's first requests come
+/// side by side) before it is answered 429.
+const LOGIN_PLACE_WAIT: Duration = Duration::from_secs(5);
 
 /// The client's address, as the connection it came on gives it.
 #[derive(Debug, Clone, Copy)]
@@ -66,30 +74,29 @@ impl VerifiedLogins {
         key
     }
 
-    /// The user `user` with `password`, if the credentials in `image` let them in.
+    /// The user `user`, if `password` was checked against their credential in `image` lately:
+    /// cheap, so it needs no place for a login.
+    fn remembered(&self, image: &MetadataImage, user: &str, password: &str) -> Option<String> {
+        let key = VerifiedLogins::key(user, password);
+        let entries = self.entries.lock().ok()?;
+        let seen = entries.get(&key)?;
+        let same = current_credential(image, &seen.user)
+            .is_some_and(|(_, c)| c.stored_key == seen.stored_key);
+        (same && seen.until > Instant::now()).then(|| seen.user.clone())
+    }
+
+    /// The user `user` with `password`, if the credentials in `image` let them in: checked
+    /// (thousands of hash rounds) unless [`VerifiedLogins::remembered`].
     fn check(&self, image: &MetadataImage, user: &str, password: &str) -> Option<String> {
+        if let Some(user) = self.remembered(image, user, password) {
+            return Some(user);
+        }
         let key = VerifiedLogins::key(user, password);
         let now = Instant::now();
-        let current = |user: &str| {
-            image
-                .scram_credentials_of(user)?
-                .iter()
-                .next()
-                .map(|(hash, credential)| (*hash, credential.clone()))
-        };
-        if let Ok(entries) = self.entries.lock() {
-            if let Some(seen) = entries.get(&key) {
-                let same =
-                    current(&seen.user).is_some_and(|(_, c)| c.stored_key == seen.stored_key);
-                if same && seen.until > now {
-                    return Some(seen.user.clone());
-                }
-            }
-        }
         let message = format!("\0{user}\0{password}");
-        let lookup = |name: &str| current(name).into_iter().collect();
+        let lookup = |name: &str| current_credential(image, name).into_iter().collect();
         let user = weir_sasl::check_plain(message.as_bytes(), lookup).ok()?;
-        let (_, credential) = current(&user)?;
+        let (_, credential) = current_credential(image, &user)?;
         if let Ok(mut entries) = self.entries.lock() {
             if entries.len() >= VERIFIED_MAX {
                 entries.clear();
@@ -104,6 +111,29 @@ impl VerifiedLogins {
             );
         }
         Some(user)
+    }
+}
+
+/// The SCRAM credential of `user` a password is checked against.
+fn current_credential(image: &MetadataImage, user: &str) -> Option<(ScramHash, ScramCredential)> {
+    image
+        .scram_credentials_of(user)?
+        .iter()
+        .next()
+        .map(|(hash, credential)| (*hash, credential.clone()))
+}
+
+/// One of `peer`'s places for a login under way, waited for up to [`LOGIN_PLACE_WAIT`].
+async fn login_place(limits: &Arc<Logins>, peer: IpAddr) -> Option<LoginPlace> {
+    let deadline = Instant::now() + LOGIN_PLACE_WAIT;
+    loop {
+        if let Some(place) = limits.place(peer) {
+            return Some(place);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(FAILED_LOGIN_DELAY).await;
     }
 }
 
@@ -157,26 +187,60 @@ pub async fn authenticate(
                 "credentials required: HTTP Basic with a SCRAM user's name and password",
             );
         };
-        let checking = gateway.logins.clone();
-        let checked_image = image.clone();
-        // Checking a password is CPU work: off the connection's task.
-        let checked =
-            tokio::task::spawn_blocking(move || checking.check(&checked_image, &user, &password))
-                .await
-                .ok()
-                .flatten();
-        match checked {
+        match gateway.logins.remembered(&image, &user, &password) {
             Some(user) => Arc::from(format!("User:{user}")),
-            None => {
-                tracing::debug!(target: "weir::http", %peer, "HTTP login failed");
-                tokio::time::sleep(FAILED_LOGIN_DELAY).await;
-                return unauthorized("Authentication failed: Invalid username or password");
-            }
+            None => match check_login(&gateway, &image, peer, user, password).await {
+                Ok(user) => Arc::from(format!("User:{user}")),
+                Err(refusal) => return refusal,
+            },
         }
     };
     let access = Access::new(&settings, || image, principal, peer);
     request.extensions_mut().insert(Caller(Arc::new(access)));
     next.run(request).await
+}
+
+/// Checks `user`'s `password` in one of `peer`'s places for logins: the user, or the answer
+/// refusing them (401 once the failure's delay has passed, 429 when the address has too many
+/// logins under way).
+async fn check_login(
+    gateway: &Gateway,
+    image: &Arc<MetadataImage>,
+    peer: IpAddr,
+    user: String,
+    password: String,
+) -> Result<String, Response> {
+    let Some(place) = login_place(&gateway.login_limits, peer).await else {
+        return Err((
+            [(header::RETRY_AFTER, "5")],
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_logins",
+                "too many logins under way from this address; try again later",
+            ),
+        )
+            .into_response());
+    };
+    let checking = gateway.logins.clone();
+    let checked_image = image.clone();
+    // Checking a password is CPU work: off the connection's task.
+    let checked =
+        tokio::task::spawn_blocking(move || checking.check(&checked_image, &user, &password))
+            .await
+            .ok()
+            .flatten();
+    match checked {
+        Some(user) => Ok(user),
+        None => {
+            let wait = gateway.login_limits.fail(peer, FAILED_LOGIN_DELAY);
+            tracing::debug!(target: "weir::http", %peer, wait_ms = wait.as_millis() as u64, "HTTP login failed");
+            tokio::time::sleep(wait).await;
+            drop(place);
+            Err(unauthorized(
+                "Authentication failed: Invalid username or password",
+            ))
+        }
+    }
 }
 
 /// What the caller of a request may do.

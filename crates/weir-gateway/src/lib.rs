@@ -76,6 +76,8 @@ pub struct Gateway {
     open_paths: Vec<String>,
     /// Passwords recently checked.
     logins: Arc<auth::VerifiedLogins>,
+    /// Failed logins and logins being checked, by address.
+    login_limits: Arc<weir_sasl::logins::Logins>,
 }
 
 impl Gateway {
@@ -101,6 +103,7 @@ impl Gateway {
             serving,
             open_paths,
             logins: Arc::default(),
+            login_limits: Arc::default(),
         })
     }
 

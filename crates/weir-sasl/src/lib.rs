@@ -1,13 +1,16 @@
 //! SASL as Kafka speaks it, without I/O: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677)
 //! credentials as the metadata keeps them (salt, iterations, stored key, server key: never the
 //! password), the server side of a SCRAM exchange ([`ScramServer`]), and PLAIN (RFC 4616)
-//! checked against the same credentials ([`check_plain`]).
+//! checked against the same credentials ([`check_plain`]); and how failed logins are slowed
+//! per address ([`logins`]).
 //!
 //! A user the store does not know is answered with a salt derived from the user name and a
 //! server secret, and fails only at the proof, as a wrong password does: the exchange does not
 //! tell who exists.
 
 use std::fmt;
+
+pub mod logins;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;

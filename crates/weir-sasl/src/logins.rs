@@ -1,7 +1,9 @@
-//! Failed SASL logins by address, and how long their answers wait: once an address has
+//! Failed logins by address, and how long their answers wait, for every door that checks a
+//! password (SASL on the Kafka listeners, HTTP Basic on the gateway): once an address has
 //! [`FREE_FAILURES`] failures within [`FAILURE_WINDOW`], each further failure is answered
-//! after the failure delay doubled per failure, up to [`FAILURE_DELAY_MAX`], and a failed
-//! login holds one of the address's [`LOGINS_IN_FLIGHT_MAX`] places until it is answered.
+//! after the failure delay doubled per failure, up to [`FAILURE_DELAY_MAX`], and a login
+//! holds one of the address's [`LOGINS_IN_FLIGHT_MAX`] places while it is checked (a failed
+//! one until it is answered).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -26,7 +28,7 @@ const ADDRESSES_TRACKED_MAX: usize = 10_000;
 /// users' stand-in salts.
 pub struct Logins {
     /// Makes the stand-in salts of users the store does not know.
-    pub(crate) secret: Vec<u8>,
+    secret: Vec<u8>,
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
     in_flight: Mutex<HashMap<IpAddr, u32>>,
 }
@@ -34,7 +36,7 @@ pub struct Logins {
 impl Default for Logins {
     fn default() -> Logins {
         Logins {
-            secret: weir_sasl::random_salt(),
+            secret: crate::random_salt(),
             failures: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
         }
@@ -42,7 +44,7 @@ impl Default for Logins {
 }
 
 /// One of an address's places for logins under way, given back when dropped.
-pub(crate) struct LoginPlace {
+pub struct LoginPlace {
     logins: Arc<Logins>,
     address: IpAddr,
 }
@@ -64,8 +66,14 @@ impl Drop for LoginPlace {
 }
 
 impl Logins {
+    /// The secret that makes the stand-in salts of users the store does not know
+    /// ([`crate::ScramServer`]), one per process.
+    pub fn secret(&self) -> &[u8] {
+        &self.secret
+    }
+
     /// A place for a login from `address`; `None` when all of its places are taken.
-    pub(crate) fn place(self: &Arc<Self>, address: IpAddr) -> Option<LoginPlace> {
+    pub fn place(self: &Arc<Self>, address: IpAddr) -> Option<LoginPlace> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let count = in_flight.entry(address).or_insert(0);
         if *count >= LOGINS_IN_FLIGHT_MAX {
@@ -79,7 +87,7 @@ impl Logins {
     }
 
     /// Counts a failure of `address`; answered with how long to wait before saying so.
-    pub(crate) fn fail(&self, address: IpAddr, base_delay: Duration) -> Duration {
+    pub fn fail(&self, address: IpAddr, base_delay: Duration) -> Duration {
         let now = Instant::now();
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if failures.len() >= ADDRESSES_TRACKED_MAX && !failures.contains_key(&address) {
