@@ -183,6 +183,45 @@ def test_weir_user_creates_lists_and_deletes_users(sasl, tmp_path):
     assert no_password.returncode == 1 and "WEIR_USER_PASSWORD" in no_password.stderr
 
 
+def test_weir_commands_log_in_with_a_command_config(sasl, tmp_path):
+    """``--command-config FILE`` takes Kafka client properties as Kafka's tools do: a SCRAM
+    login from Java's sasl.jaas.config or librdkafka's sasl.username and sasl.password; a
+    wrong password, an unoffered mechanism or a setting the CLI cannot honour is one clear
+    error."""
+    endpoint = sasl.endpoints["SASL_PLAINTEXT"]
+    java = tmp_path / "java.properties"
+    java.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        f'    username="admin" password="{ADMIN_PASSWORD}";\n'
+    )
+    librdkafka = tmp_path / "librdkafka.properties"
+    librdkafka.write_text(
+        f"security.protocol=sasl_plaintext\nsasl.mechanisms=SCRAM-SHA-512\nsasl.username=admin\nsasl.password={ADMIN_PASSWORD}\n"
+    )
+    topic = unique_topic("sasl-cli")
+    weir_cli.ok(["topic", "create", topic, "--command-config", str(java)], endpoint)
+    lines = [f"line-{i}" for i in range(20)]
+    weir_cli.ok(["produce", topic, "--command-config", str(librdkafka)], endpoint, stdin="".join(f"{l}\n" for l in lines))
+    consumed = weir_cli.ok(["--command-config", str(java), "consume", topic, "--format", "json", "--count", "20"], endpoint)
+    assert [row["value"] for row in consumed.json_lines()] == lines
+
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text(librdkafka.read_text().replace(ADMIN_PASSWORD, "wrong-password"))
+    refused = weir_cli.runtime_error(["topic", "list", "--command-config", str(wrong)], endpoint)
+    assert "authentication of admin failed" in refused.stderr and "wrong-password" not in refused.stderr, refused.describe()
+    plain = tmp_path / "plain.properties"
+    plain.write_text(librdkafka.read_text().replace("SCRAM-SHA-512", "PLAIN"))
+    unoffered = weir_cli.runtime_error(["topic", "list", "--command-config", str(plain)], endpoint)
+    assert "does not offer PLAIN (it offers: SCRAM-SHA-512)" in unoffered.stderr, unoffered.describe()
+    tls = tmp_path / "tls.properties"
+    tls.write_text("security.protocol=SASL_SSL\n")
+    assert "TLS" in weir_cli.usage_error(["topic", "list", "--command-config", str(tls)], endpoint).stderr
+    missing = weir_cli.usage_error(["topic", "list", "--command-config", str(tmp_path / "none")], endpoint)
+    assert "cannot read" in missing.stderr, missing.describe()
+
+
 def test_wrong_credentials_and_mechanisms_are_refused_and_the_server_goes_on(sasl):
     before = failed_logins(sasl)
     for config in (sasl.client("admin", "wrong-password"), sasl.client("mallory", "wrong-password"),

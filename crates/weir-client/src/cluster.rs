@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::connection::Connection;
 use crate::error::{ClientError, Result};
+use crate::sasl::{self, SaslLogin};
 
 /// Settings shared by producer, consumer and admin.
 #[derive(Debug, Clone)]
@@ -22,6 +23,9 @@ pub struct ClientConfig {
     pub client_id: String,
     /// Deadline of each request (and of each connection attempt).
     pub request_timeout: Duration,
+    /// The login each connection makes first, on a SASL_PLAINTEXT listener; none on a
+    /// PLAINTEXT one.
+    pub sasl: Option<SaslLogin>,
 }
 
 impl ClientConfig {
@@ -35,6 +39,7 @@ impl ClientConfig {
                 .collect(),
             client_id: "weir-client".into(),
             request_timeout: Duration::from_secs(30),
+            sasl: None,
         }
     }
 }
@@ -116,6 +121,9 @@ impl Cluster {
         let connection =
             Connection::connect(address, &self.config.client_id, self.config.request_timeout)
                 .await?;
+        if let Some(login) = &self.config.sasl {
+            sasl::authenticate(&connection, login).await?;
+        }
         self.state
             .lock()
             .await

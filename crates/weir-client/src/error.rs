@@ -16,6 +16,14 @@ pub enum ClientError {
         /// What went wrong.
         reason: String,
     },
+    /// The broker refused the SASL login.
+    #[error("authentication of {user} failed: {reason}")]
+    Authentication {
+        /// The user the client logged in as.
+        user: String,
+        /// The broker's reason.
+        reason: String,
+    },
     /// No answer within the configured time.
     #[error("timed out after {0} ms")]
     Timeout(u64),

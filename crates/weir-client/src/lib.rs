@@ -21,6 +21,7 @@ pub mod partitioner;
 mod producer;
 mod reassign;
 mod records;
+mod sasl;
 mod transactions;
 mod users;
 
@@ -41,7 +42,8 @@ pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use reassign::{Election, OngoingReassignment, PartitionResult};
+pub use sasl::SaslLogin;
 pub use transactions::{Fenced, TransactionDescription, TransactionListing};
 pub use users::ScramUser;
 pub use weir_metadata::acl;
-pub use weir_sasl::ScramHash;
+pub use weir_sasl::{Mechanism, ScramHash};

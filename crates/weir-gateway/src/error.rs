@@ -101,6 +101,10 @@ impl From<ClientError> for ApiError {
             ClientError::Unsupported(_) | ClientError::Protocol(_) => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "protocol_error", message)
             }
+            // The gateway's own login to the cluster, not the caller's.
+            ClientError::Authentication { .. } => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "cluster_login_failed", message)
+            }
         }
     }
 }

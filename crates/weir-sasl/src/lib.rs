@@ -1,8 +1,8 @@
 //! SASL as Kafka speaks it, without I/O: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677)
 //! credentials as the metadata keeps them (salt, iterations, stored key, server key: never the
 //! password), the server side of a SCRAM exchange ([`ScramServer`]), and PLAIN (RFC 4616)
-//! checked against the same credentials ([`check_plain`]); and how failed logins are slowed
-//! per address ([`logins`]).
+//! checked against the same credentials ([`check_plain`]); the client side of both
+//! ([`client`]); and how failed logins are slowed per address ([`logins`]).
 //!
 //! A user the store does not know is answered with a salt derived from the user name and a
 //! server secret, and fails only at the proof, as a wrong password does: the exchange does not
@@ -10,7 +10,10 @@
 
 use std::fmt;
 
+pub mod client;
 pub mod logins;
+
+pub use client::{plain_message, ScramClient};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;

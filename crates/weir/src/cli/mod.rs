@@ -20,6 +20,7 @@ macro_rules! out {
 pub mod acl;
 pub mod bench;
 pub mod cluster;
+pub mod command_config;
 pub mod consume;
 pub mod group;
 pub mod metadata;
@@ -69,6 +70,18 @@ pub struct ConnectArgs {
     /// Deadline for each request and connection attempt, in seconds.
     #[arg(long, default_value_t = 10.0, global = true)]
     pub timeout: f64,
+    /// Kafka client properties for the connections, as Kafka's tools take them: a SASL login
+    /// with security.protocol=SASL_PLAINTEXT, sasl.mechanism (PLAIN, SCRAM-SHA-256,
+    /// SCRAM-SHA-512) and the user and password in sasl.jaas.config (or sasl.username and
+    /// sasl.password).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "WEIR_COMMAND_CONFIG",
+        global = true,
+        value_parser = command_config::load
+    )]
+    pub command_config: Option<command_config::CommandConfig>,
 }
 
 /// The commands that take [`ConnectArgs`].
@@ -85,9 +98,9 @@ const CLIENT_COMMANDS: &[&str] = &[
     "bench",
 ];
 /// [`ConnectArgs`]' flags, which may also come before a client command's name.
-const CONNECT_FLAGS: &[&str] = &["--brokers", "--timeout"];
+const CONNECT_FLAGS: &[&str] = &["--brokers", "--timeout", "--command-config"];
 
-/// The command line with `--brokers` and `--timeout` given before a client command's name
+/// The command line with [`CONNECT_FLAGS`] given before a client command's name
 /// moved after it, where the command reads them: `weir --brokers H topic list` is
 /// `weir topic --brokers H list`. Any other command line is left as it is, for the parser
 /// to judge (`weir --brokers H server` is refused there).
@@ -124,6 +137,7 @@ impl ConnectArgs {
         let mut config = ClientConfig::new(&self.brokers);
         config.client_id = "weir-cli".into();
         config.request_timeout = self.timeout();
+        config.sasl = self.command_config.as_ref().and_then(|c| c.sasl.clone());
         config
     }
 
