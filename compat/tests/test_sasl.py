@@ -185,9 +185,9 @@ def test_weir_user_creates_lists_and_deletes_users(sasl, tmp_path):
 
 def test_weir_commands_log_in_with_a_command_config(sasl, tmp_path):
     """``--command-config FILE`` takes Kafka client properties as Kafka's tools do: a SCRAM
-    login from Java's sasl.jaas.config or librdkafka's sasl.username and sasl.password; a
-    wrong password, an unoffered mechanism or a setting the CLI cannot honour is one clear
-    error."""
+    login from Java's sasl.jaas.config or librdkafka's sasl.username and sasl.password, over
+    SASL_PLAINTEXT and SASL_SSL; a wrong password, an unoffered mechanism or a missing setting
+    is one clear error."""
     endpoint = sasl.endpoints["SASL_PLAINTEXT"]
     java = tmp_path / "java.properties"
     java.write_text(
@@ -215,9 +215,16 @@ def test_weir_commands_log_in_with_a_command_config(sasl, tmp_path):
     plain.write_text(librdkafka.read_text().replace("SCRAM-SHA-512", "PLAIN"))
     unoffered = weir_cli.runtime_error(["topic", "list", "--command-config", str(plain)], endpoint)
     assert "does not offer PLAIN (it offers: SCRAM-SHA-512)" in unoffered.stderr, unoffered.describe()
-    tls = tmp_path / "tls.properties"
-    tls.write_text("security.protocol=SASL_SSL\n")
-    assert "TLS" in weir_cli.usage_error(["topic", "list", "--command-config", str(tls)], endpoint).stderr
+    sasl_ssl = tmp_path / "sasl_ssl.properties"
+    sasl_ssl.write_text(
+        f"security.protocol=SASL_SSL\nssl.truststore.location={sasl.ca.cert}\n"
+        f"sasl.mechanism=SCRAM-SHA-256\nsasl.username=admin\nsasl.password={ADMIN_PASSWORD}\n"
+    )
+    listed = weir_cli.ok(["topic", "list", "--command-config", str(sasl_ssl)], sasl.endpoints["SASL_SSL"])
+    assert topic in listed.stdout, listed.describe()
+    no_ca = tmp_path / "no_ca.properties"
+    no_ca.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n")
+    assert "ssl.truststore.location" in weir_cli.usage_error(["topic", "list", "--command-config", str(no_ca)], endpoint).stderr
     missing = weir_cli.usage_error(["topic", "list", "--command-config", str(tmp_path / "none")], endpoint)
     assert "cannot read" in missing.stderr, missing.describe()
 

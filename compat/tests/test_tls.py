@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from clients import unique_topic
 from harness import Deadline, WeirServer, external_bootstrap, wait_until, weir_binary
 from test_java import JARS_DIR, JVM_FLAGS, compile_java
+import weir_cli
 
 LISTENERS_RE = re.compile(r"listeners=(\S+)")
 
@@ -298,3 +299,32 @@ def test_a_listener_whose_keystore_cannot_serve_stops_the_start(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert "listener SSL" in proc.stderr and "no private key" in proc.stderr, proc.stderr
+
+
+def test_weir_commands_connect_over_tls_with_a_command_config(tls, tmp_path):
+    """``--command-config`` with security.protocol=SSL: the brokers' CA from
+    ssl.truststore.location, and a client certificate from ssl.keystore.location (key and
+    chain in one PEM file) where the listener asks for one. A listener asking for a
+    certificate the command has not got, or a CA that did not sign the broker's, is one clear
+    error naming TLS."""
+    trust = tmp_path / "ssl.properties"
+    trust.write_text(f"security.protocol=SSL\nssl.truststore.location={tls.authority.cert}\n")
+    topic = unique_topic("tls-cli")
+    weir_cli.ok(["topic", "create", topic, "--command-config", str(trust)], tls.endpoints["SSL"])
+    keystore = tmp_path / "client-keystore.pem"
+    keystore.write_text(tls.client_key.read_text() + tls.client_cert.read_text())
+    mutual = tmp_path / "mtls.properties"
+    mutual.write_text(trust.read_text() + f"ssl.keystore.type=PEM\nssl.keystore.location={keystore}\n")
+    lines = [f"line-{i}" for i in range(10)]
+    weir_cli.ok(["produce", topic, "--command-config", str(mutual)], tls.endpoints["MTLS"], stdin="".join(f"{l}\n" for l in lines))
+    consumed = weir_cli.ok(["consume", topic, "--format", "json", "--count", "10", "--command-config", str(trust)], tls.endpoints["SSL"])
+    assert [row["value"] for row in consumed.json_lines()] == lines
+
+    no_certificate = weir_cli.runtime_error(["topic", "list", "--command-config", str(trust)], tls.endpoints["MTLS"])
+    assert "TLS with" in no_certificate.stderr, no_certificate.describe()
+    (tmp_path / "other").mkdir()
+    other = Authority(tmp_path / "other", "weir-other-ca")
+    stranger = tmp_path / "stranger.properties"
+    stranger.write_text(f"security.protocol=SSL\nssl.truststore.location={other.cert}\n")
+    untrusted = weir_cli.runtime_error(["topic", "list", "--command-config", str(stranger)], tls.endpoints["SSL"])
+    assert "TLS with" in untrusted.stderr and "handshake failed" in untrusted.stderr, untrusted.describe()

@@ -23,9 +23,10 @@ pub struct ClientConfig {
     pub client_id: String,
     /// Deadline of each request (and of each connection attempt).
     pub request_timeout: Duration,
-    /// The login each connection makes first, on a SASL_PLAINTEXT listener; none on a
-    /// PLAINTEXT one.
+    /// The login each connection makes first, on a SASL listener.
     pub sasl: Option<SaslLogin>,
+    /// TLS for every connection, on an SSL or SASL_SSL listener.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl ClientConfig {
@@ -40,6 +41,7 @@ impl ClientConfig {
             client_id: "weir-client".into(),
             request_timeout: Duration::from_secs(30),
             sasl: None,
+            tls: None,
         }
     }
 }
@@ -118,9 +120,13 @@ impl Cluster {
                 return Ok(connection.clone());
             }
         }
-        let connection =
-            Connection::connect(address, &self.config.client_id, self.config.request_timeout)
-                .await?;
+        let connection = Connection::connect_over(
+            address,
+            &self.config.client_id,
+            self.config.request_timeout,
+            self.config.tls.as_ref(),
+        )
+        .await?;
         if let Some(login) = &self.config.sasl {
             sasl::authenticate(&connection, login).await?;
         }

@@ -1,5 +1,6 @@
-//! One TCP connection to one broker: version negotiation, then pipelined requests whose
-//! responses are matched in order (Kafka answers every connection in request order).
+//! One TCP connection to one broker, in TLS when the listener speaks it: version negotiation,
+//! then pipelined requests whose responses are matched in order (Kafka answers every
+//! connection in request order).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -9,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use weir_proto::{decode_response, encode_request, response_correlation_id};
@@ -89,6 +90,17 @@ impl Connection {
         client_id: &str,
         request_timeout: Duration,
     ) -> Result<Arc<Connection>> {
+        Connection::connect_over(address, client_id, request_timeout, None).await
+    }
+
+    /// [`Connection::connect`], in TLS with `tls` when given (the broker's certificate must
+    /// name the host of `address`).
+    pub async fn connect_over(
+        address: &str,
+        client_id: &str,
+        request_timeout: Duration,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Arc<Connection>> {
         let fail = |reason: String| ClientError::Connection {
             broker: address.to_string(),
             reason,
@@ -104,16 +116,33 @@ impl Connection {
             return Err(fail("connected to itself: nothing listens there".into()));
         }
         let _ = stream.set_nodelay(true);
-        let (reader, writer) = stream.into_split();
         let (outgoing, queue) = mpsc::channel(WRITE_QUEUE_MAX);
         let awaiting = SharedAwaiting::default();
-        tokio::spawn(write_loop(
-            writer,
-            queue,
-            awaiting.clone(),
-            address.to_string(),
-        ));
-        tokio::spawn(read_loop(reader, awaiting.clone(), address.to_string()));
+        match tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                spawn_loops(reader, writer, queue, &awaiting, address);
+            }
+            Some(config) => {
+                let host = address
+                    .rsplit_once(':')
+                    .map_or(address, |(host, _)| host)
+                    .trim_start_matches('[')
+                    .trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| fail(format!("{host} is no host name for TLS: {e}")))?;
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let stream = tokio::time::timeout(request_timeout, connector.connect(name, stream))
+                    .await
+                    .map_err(|_| ClientError::Timeout(request_timeout.as_millis() as u64))?
+                    .map_err(|e| ClientError::Tls {
+                        broker: address.to_string(),
+                        reason: format!("handshake failed: {e}"),
+                    })?;
+                let (reader, writer) = tokio::io::split(stream);
+                spawn_loops(reader, writer, queue, &awaiting, address);
+            }
+        }
         let mut connection = Connection {
             address: address.to_string(),
             client_id: client_id.to_string(),
@@ -126,8 +155,18 @@ impl Connection {
         let mut request = ApiVersionsRequest::default();
         request.client_software_name = StrBytes::from_static_str("weir-client");
         request.client_software_version = StrBytes::from_static_str(env!("CARGO_PKG_VERSION"));
-        let mut response: ApiVersionsResponse =
-            connection.call_at(ApiKey::ApiVersions, 3, &request).await?;
+        let mut response: ApiVersionsResponse = connection
+            .call_at(ApiKey::ApiVersions, 3, &request)
+            .await
+            .map_err(|error| match error {
+                // A listener that wants a client certificate refuses the session after the
+                // handshake, at the first read.
+                ClientError::Connection { broker, reason } if tls.is_some() => ClientError::Tls {
+                    broker,
+                    reason: format!("the broker ended the session: {reason}"),
+                },
+                error => error,
+            })?;
         if response.error_code != 0 {
             // An older broker answers UNSUPPORTED_VERSION in the v0 layout; retry at v0.
             response = connection
@@ -271,8 +310,25 @@ impl Connection {
     }
 }
 
+/// Starts the tasks that write `queue`'s frames to `writer` and read the answers.
+fn spawn_loops(
+    reader: impl AsyncRead + Unpin + Send + 'static,
+    writer: impl AsyncWrite + Unpin + Send + 'static,
+    queue: mpsc::Receiver<Outgoing>,
+    awaiting: &SharedAwaiting,
+    address: &str,
+) {
+    tokio::spawn(write_loop(
+        writer,
+        queue,
+        awaiting.clone(),
+        address.to_string(),
+    ));
+    tokio::spawn(read_loop(reader, awaiting.clone(), address.to_string()));
+}
+
 async fn write_loop(
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut writer: impl AsyncWrite + Unpin,
     mut queue: mpsc::Receiver<Outgoing>,
     awaiting: SharedAwaiting,
     address: String,
@@ -286,7 +342,12 @@ async fn write_loop(
             }
             awaiting.replies.push_back((item.correlation_id, reply));
         }
-        if let Err(error) = writer.write_all(&item.frame).await {
+        // TLS holds what is written until flushed.
+        let written = async {
+            writer.write_all(&item.frame).await?;
+            writer.flush().await
+        };
+        if let Err(error) = written.await {
             tracing::debug!(target: "weir::client", %address, %error, "write failed");
             break;
         }
@@ -297,11 +358,7 @@ async fn write_loop(
     queue.close();
 }
 
-async fn read_loop(
-    mut reader: tokio::net::tcp::OwnedReadHalf,
-    awaiting: SharedAwaiting,
-    address: String,
-) {
+async fn read_loop(mut reader: impl AsyncRead + Unpin, awaiting: SharedAwaiting, address: String) {
     let failure = loop {
         let length = match reader.read_i32().await {
             Ok(length) => length,

@@ -16,6 +16,15 @@ pub enum ClientError {
         /// What went wrong.
         reason: String,
     },
+    /// TLS with the broker failed: its certificate is not trusted or does not name the host,
+    /// or it refused this client's.
+    #[error("TLS with {broker} failed: {reason}")]
+    Tls {
+        /// The broker's address.
+        broker: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The broker refused the SASL login.
     #[error("authentication of {user} failed: {reason}")]
     Authentication {

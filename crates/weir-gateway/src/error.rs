@@ -102,7 +102,7 @@ impl From<ClientError> for ApiError {
                 ApiError::new(StatusCode::BAD_GATEWAY, "protocol_error", message)
             }
             // The gateway's own login to the cluster, not the caller's.
-            ClientError::Authentication { .. } => {
+            ClientError::Authentication { .. } | ClientError::Tls { .. } => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "cluster_login_failed", message)
             }
         }

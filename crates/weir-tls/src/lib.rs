@@ -5,7 +5,12 @@
 //! hands out acceptors, and [`ServerTls::watch`] reloads the files when their bytes change, so
 //! a renewed certificate is served to new connections without a restart (open ones keep the
 //! one they shook hands with). Only TLS 1.2 and 1.3 exist here (rustls speaks nothing older).
-//! [`client_subject`] names a client by its certificate, as Kafka does.
+//! [`client_subject`] names a client by its certificate, as Kafka does. [`client_config`] is
+//! the other side, for Weir's own client connections.
+
+mod client;
+
+pub use client::client_config;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

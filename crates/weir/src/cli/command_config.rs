@@ -1,17 +1,26 @@
 //! `--command-config FILE`: Kafka client properties for the CLI's connections, as Kafka's own
 //! tools take them (`kafka-topics.sh --command-config`). Read: `security.protocol`
-//! (`PLAINTEXT` or `SASL_PLAINTEXT`), `sasl.mechanism` (`PLAIN`, `SCRAM-SHA-256`,
-//! `SCRAM-SHA-512`), and the user and password from `sasl.jaas.config` (Java's
-//! `... required username="..." password="...";`) or from `sasl.username` and
-//! `sasl.password` (librdkafka's names). Other properties are named on stderr and not used.
+//! (`PLAINTEXT`, `SASL_PLAINTEXT`, `SSL`, `SASL_SSL`); for SASL `sasl.mechanism` (`PLAIN`,
+//! `SCRAM-SHA-256`, `SCRAM-SHA-512`) and the user and password from `sasl.jaas.config`
+//! (Java's `... required username="..." password="...";`) or from `sasl.username` and
+//! `sasl.password` (librdkafka's names); for TLS the CA certificates in the PEM file
+//! `ssl.truststore.location` (librdkafka: `ssl.ca.location`) and, for a listener that asks for
+//! a client certificate, the key and chain in the PEM file `ssl.keystore.location`. Other
+//! properties are named on stderr and not used.
+
+use std::path::Path;
+use std::sync::Arc;
 
 use weir_client::{Mechanism, SaslLogin};
 
 /// What a command config file says about the CLI's connections.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct CommandConfig {
-    /// The login of every connection, when `security.protocol` is `SASL_PLAINTEXT`.
+    /// The login of every connection, when `security.protocol` is `SASL_PLAINTEXT` or
+    /// `SASL_SSL`.
     pub sasl: Option<SaslLogin>,
+    /// TLS for every connection, when `security.protocol` is `SSL` or `SASL_SSL`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Reads and checks the command config file at `path` (clap's value parser of
@@ -140,6 +149,12 @@ fn from_properties(
         "sasl.jaas.config",
         "sasl.username",
         "sasl.password",
+        "ssl.truststore.location",
+        "ssl.truststore.type",
+        "ssl.ca.location",
+        "ssl.keystore.location",
+        "ssl.keystore.type",
+        "ssl.endpoint.identification.algorithm",
     ];
     let mut unused: Vec<String> = properties
         .iter()
@@ -148,23 +163,58 @@ fn from_properties(
         .collect();
     unused.dedup();
     let protocol = get("security.protocol").unwrap_or_else(|| "PLAINTEXT".into());
-    match protocol.to_ascii_uppercase().as_str() {
-        "PLAINTEXT" => return Ok((CommandConfig::default(), unused)),
-        "SASL_PLAINTEXT" => {}
-        "SSL" | "SASL_SSL" => {
-            return Err(format!(
-                "security.protocol={protocol}: weir's commands connect to PLAINTEXT and SASL_PLAINTEXT listeners only (TLS is not supported by them yet)"
-            ))
-        }
+    let (tls, sasl) = match protocol.to_ascii_uppercase().as_str() {
+        "PLAINTEXT" => (false, false),
+        "SASL_PLAINTEXT" => (false, true),
+        "SSL" => (true, false),
+        "SASL_SSL" => (true, true),
         _ => {
             return Err(format!(
-                "security.protocol={protocol}: expected PLAINTEXT or SASL_PLAINTEXT"
+                "security.protocol={protocol}: expected PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL"
             ))
         }
+    };
+    let config = CommandConfig {
+        tls: if tls {
+            Some(tls_config(&protocol, &get)?)
+        } else {
+            None
+        },
+        sasl: if sasl {
+            Some(sasl_login(&protocol, &get)?)
+        } else {
+            None
+        },
+    };
+    Ok((config, unused))
+}
+
+/// The TLS config of `ssl.*` properties (`get` reads one).
+fn tls_config(
+    protocol: &str,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    for setting in ["ssl.truststore.type", "ssl.keystore.type"] {
+        if let Some(kind) = get(setting).filter(|k| !k.eq_ignore_ascii_case("PEM")) {
+            return Err(format!("{setting}={kind}: weir reads PEM files only"));
+        }
     }
+    if get("ssl.endpoint.identification.algorithm").is_some_and(|a| a.is_empty()) {
+        return Err("ssl.endpoint.identification.algorithm is empty: weir always checks that the broker's certificate names the host it connects to".into());
+    }
+    let truststore = get("ssl.truststore.location")
+        .or_else(|| get("ssl.ca.location"))
+        .ok_or_else(|| format!("security.protocol={protocol} needs ssl.truststore.location: a PEM file of the CA certificates that vouch for the brokers"))?;
+    let keystore = get("ssl.keystore.location");
+    weir_tls::client_config(Path::new(&truststore), keystore.as_deref().map(Path::new))
+        .map_err(|e| e.to_string())
+}
+
+/// The SASL login of `sasl.*` properties (`get` reads one).
+fn sasl_login(protocol: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<SaslLogin, String> {
     let named = get("sasl.mechanism")
         .or_else(|| get("sasl.mechanisms"))
-        .ok_or("security.protocol=SASL_PLAINTEXT needs sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")?;
+        .ok_or_else(|| format!("security.protocol={protocol} needs sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"))?;
     let mechanism = Mechanism::parse(&named).ok_or_else(|| {
         format!("sasl.mechanism={named}: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
     })?;
@@ -180,12 +230,11 @@ fn from_properties(
         .ok_or(
         "no password: set sasl.jaas.config (username=\"...\" password=\"...\") or sasl.password",
     )?;
-    let sasl = SaslLogin {
+    Ok(SaslLogin {
         mechanism,
         username,
         password,
-    };
-    Ok((CommandConfig { sasl: Some(sasl) }, unused))
+    })
 }
 
 #[cfg(test)]
@@ -196,41 +245,57 @@ mod tests {
         from_properties(&parse_properties(text)).map(|(config, _)| config)
     }
 
+    fn login(text: &str) -> Result<Option<SaslLogin>, String> {
+        config(text).map(|c| c.sasl)
+    }
+
     #[test]
     fn java_and_librdkafka_spellings_give_the_same_login() {
-        let java = config(
+        let java = login(
             "# the admin's login\n\
              security.protocol=SASL_PLAINTEXT\n\
              sasl.mechanism = SCRAM-SHA-512\n\
              sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n\
              \x20   username=\"admin\" password=\"p=w q\";\n",
         );
-        let librdkafka = config(
+        let librdkafka = login(
             "security.protocol: sasl_plaintext\n\
              sasl.mechanisms SCRAM-SHA-512\n\
              sasl.username=admin\n\
              sasl.password=p=w q\n",
         );
-        let expected = CommandConfig {
-            sasl: Some(SaslLogin {
-                mechanism: Mechanism::ScramSha512,
-                username: "admin".into(),
-                password: "p=w q".into(),
-            }),
-        };
+        let expected = Some(SaslLogin {
+            mechanism: Mechanism::ScramSha512,
+            username: "admin".into(),
+            password: "p=w q".into(),
+        });
         assert_eq!(java, Ok(expected.clone()));
         assert_eq!(librdkafka, Ok(expected));
-        assert_eq!(config(""), Ok(CommandConfig::default()));
-        assert_eq!(
-            config("security.protocol=PLAINTEXT\n"),
-            Ok(CommandConfig::default())
-        );
+        for plaintext in ["", "security.protocol=PLAINTEXT\n"] {
+            let config = config(plaintext).expect("plaintext");
+            assert!(config.sasl.is_none() && config.tls.is_none());
+        }
     }
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_name() {
         let refusals = [
-            ("security.protocol=SASL_SSL\n", "TLS"),
+            (
+                "security.protocol=SASL_SSL\n",
+                "needs ssl.truststore.location",
+            ),
+            (
+                "security.protocol=SSL\nssl.truststore.location=/nonexistent\n",
+                "cannot read /nonexistent",
+            ),
+            (
+                "security.protocol=SSL\nssl.truststore.type=JKS\n",
+                "PEM files only",
+            ),
+            (
+                "security.protocol=SSL\nssl.endpoint.identification.algorithm=\n",
+                "names the host",
+            ),
             ("security.protocol=KERBEROS\n", "expected PLAINTEXT"),
             ("security.protocol=SASL_PLAINTEXT\n", "needs sasl.mechanism"),
             (

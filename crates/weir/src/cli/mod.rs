@@ -70,10 +70,11 @@ pub struct ConnectArgs {
     /// Deadline for each request and connection attempt, in seconds.
     #[arg(long, default_value_t = 10.0, global = true)]
     pub timeout: f64,
-    /// Kafka client properties for the connections, as Kafka's tools take them: a SASL login
-    /// with security.protocol=SASL_PLAINTEXT, sasl.mechanism (PLAIN, SCRAM-SHA-256,
-    /// SCRAM-SHA-512) and the user and password in sasl.jaas.config (or sasl.username and
-    /// sasl.password).
+    /// Kafka client properties for the connections, as Kafka's tools take them:
+    /// security.protocol (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL); for SASL sasl.mechanism
+    /// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and the user and password in sasl.jaas.config (or
+    /// sasl.username and sasl.password); for TLS ssl.truststore.location (PEM CA certificates)
+    /// and, for client certificates, ssl.keystore.location (PEM key and chain).
     #[arg(
         long,
         value_name = "FILE",
@@ -137,7 +138,10 @@ impl ConnectArgs {
         let mut config = ClientConfig::new(&self.brokers);
         config.client_id = "weir-cli".into();
         config.request_timeout = self.timeout();
-        config.sasl = self.command_config.as_ref().and_then(|c| c.sasl.clone());
+        if let Some(command_config) = &self.command_config {
+            config.sasl = command_config.sasl.clone();
+            config.tls = command_config.tls.clone();
+        }
         config
     }
 
