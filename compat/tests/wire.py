@@ -508,3 +508,40 @@ class Connection:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# ---------------------------------------------------------------------------------
+# SASL PLAIN login and a follower's fetch answer
+# ---------------------------------------------------------------------------------
+
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
+
+
+def sasl_plain_login(connection: "Connection", user: str, password: str) -> tuple[int, int]:
+    """Logs ``connection`` in with PLAIN as a Kafka client does (SaslHandshake v1, then
+    SaslAuthenticate v0 with ``\\0user\\0password``): the error codes of the two answers."""
+    connection.send(request(API_SASL_HANDSHAKE, 1, 1, string("PLAIN"), flexible=False))
+    handshake = Reader(connection.recv_frame())
+    handshake.int32()
+    handshake_error = handshake.int16()
+    token = b"\0" + user.encode() + b"\0" + password.encode()
+    connection.send(request(API_SASL_AUTHENTICATE, 0, 2, int32(len(token)) + token, flexible=False))
+    answer = Reader(connection.recv_frame())
+    answer.int32()
+    return handshake_error, answer.int16()
+
+
+def parse_fetch_v16_first_error(payload: bytes) -> tuple[int, int]:
+    """The top-level error code of a Fetch v16 answer and that of its first partition."""
+    reader = Reader(payload)
+    reader.int32()  # correlation id
+    reader.tags()
+    reader.int32()  # throttle time
+    error = reader.int16()
+    reader.int32()  # session id
+    assert reader.uvarint() > 1, "no topic in the answer"
+    reader.take(16)  # topic id
+    assert reader.uvarint() > 1, "no partition in the answer"
+    reader.int32()  # partition index
+    return error, reader.int16()

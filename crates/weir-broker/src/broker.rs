@@ -18,6 +18,7 @@ use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
 use crate::fetch_session::FetchSessions;
+use crate::inter_broker::InterBroker;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
 use crate::registry::PartitionRegistry;
@@ -50,8 +51,8 @@ pub struct BrokerIdentity {
     /// The Kafka listeners as clients are told to reach them (advertised), registered with
     /// the controller under their names.
     pub listeners: Vec<BrokerListener>,
-    /// The listener of the other brokers this one connects to (`inter.broker.listener.name`).
-    pub inter_broker_listener: String,
+    /// How this broker connects to the others (`inter.broker.listener.name`).
+    pub inter_broker: InterBroker,
 }
 
 impl BrokerIdentity {
@@ -66,7 +67,7 @@ impl BrokerIdentity {
                 host: host.to_string(),
                 port,
             }],
-            inter_broker_listener: PLAINTEXT_LISTENER.to_string(),
+            inter_broker: InterBroker::plaintext(PLAINTEXT_LISTENER),
         }
     }
 }
@@ -142,7 +143,7 @@ impl Broker {
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Broker> {
         let identity_node_id = identity.node_id;
-        let inter_broker_listener = identity.inter_broker_listener.clone();
+        let inter_broker = identity.inter_broker.clone();
         let images = controller.images();
         let image = images.borrow().clone();
         partitions.sync(&image);
@@ -188,8 +189,8 @@ impl Broker {
             offsets_topic,
             transactions,
             transaction_topic,
-            marker_links: BrokerLinks::new(REMOTE_MARKER_TIMEOUT),
-            verification_links: BrokerLinks::new(REMOTE_VERIFY_TIMEOUT),
+            marker_links: BrokerLinks::new(REMOTE_MARKER_TIMEOUT, &inter_broker.security),
+            verification_links: BrokerLinks::new(REMOTE_VERIFY_TIMEOUT, &inter_broker.security),
             markers_in_flight: MarkersInFlight::default(),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             shutdown,
@@ -198,7 +199,7 @@ impl Broker {
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
             replica_fetchers: ReplicaFetchers::new(
                 identity_node_id,
-                &inter_broker_listener,
+                &inter_broker,
                 broker_epoch.clone(),
             ),
             broker_epoch,

@@ -1,12 +1,13 @@
 //! Connections from this broker to the others' client listeners, for the requests brokers
 //! send one another as clients (WriteTxnMarkers, AddPartitionsToTxn verification): one per
-//! address, shared by pipelined requests, made on first use and again once closed.
+//! address, shared by pipelined requests, made on first use and again once closed, secured as
+//! the inter-broker listener asks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_client::{ClientError, Connection};
+use weir_client::{ClientError, Connection, Security};
 
 /// How long a verification that a transaction holds a partition may take at another broker.
 pub(crate) const REMOTE_VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -15,14 +16,17 @@ pub(crate) const REMOTE_VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
 pub(crate) struct BrokerLinks {
     /// How long a request on these links may take, its wait at the other broker included.
     timeout: Duration,
+    /// TLS and the login of each link.
+    security: Security,
     links: std::sync::Mutex<HashMap<String, Arc<Connection>>>,
 }
 
 impl BrokerLinks {
-    /// A pool whose requests each take at most `timeout`.
-    pub(crate) fn new(timeout: Duration) -> BrokerLinks {
+    /// A pool whose requests each take at most `timeout`, its links secured by `security`.
+    pub(crate) fn new(timeout: Duration, security: &Security) -> BrokerLinks {
         BrokerLinks {
             timeout,
+            security: security.clone(),
             links: std::sync::Mutex::default(),
         }
     }
@@ -41,7 +45,10 @@ impl BrokerLinks {
         if let Some(link) = open {
             return Ok(link);
         }
-        let link = Connection::connect(address, client_id, self.timeout).await?;
+        let link = self
+            .security
+            .connect(address, client_id, self.timeout)
+            .await?;
         let mut links = self.lock();
         links.retain(|_, link| !link.is_closed());
         links.insert(address.to_string(), link.clone());

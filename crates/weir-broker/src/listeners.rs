@@ -1,10 +1,11 @@
 //! Kafka's listeners as a broker is configured with them: `listeners` names each endpoint
 //! (`NAME://HOST:PORT`), `listener.security.protocol.map` gives each name its security
 //! protocol, `advertised.listeners` what clients are told, `inter.broker.listener.name` the
-//! one brokers reach each other on, and `controller.listener.names` the ones that belong to the
-//! metadata quorum rather than to clients. TLS settings (`ssl.*`) apply to every SSL listener,
-//! and `listener.name.<name>.ssl.*` to one alone, as in Kafka; `sasl.enabled.mechanisms` (or
-//! `listener.name.<name>.sasl.enabled.mechanisms`) gives a SASL listener its mechanisms.
+//! one brokers reach each other on (see `inter_broker`), and `controller.listener.names` the
+//! ones that belong to the metadata quorum rather than to clients. TLS settings (`ssl.*`)
+//! apply to every SSL listener, and `listener.name.<name>.ssl.*` to one alone, as in Kafka;
+//! `sasl.enabled.mechanisms` (or `listener.name.<name>.sasl.enabled.mechanisms`) gives a SASL
+//! listener its mechanisms.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,8 @@ use weir_sasl::Mechanism;
 use weir_tls::{ClientAuth, TlsSettings, TlsVersion};
 
 use crate::config_error::ConfigError;
+use crate::inter_broker::{self, InterBrokerSettings};
+pub use crate::listener::{ListenerConfig, SecurityProtocol};
 
 /// The TLS settings a listener reads, each also settable for one listener alone under
 /// `listener.name.<name>.`.
@@ -25,81 +28,6 @@ pub const PER_LISTENER_SETTINGS: &[&str] = &[
     "sasl.enabled.mechanisms",
 ];
 
-/// How a listener's connections are secured (`listener.security.protocol.map`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecurityProtocol {
-    /// Neither encrypted nor authenticated.
-    Plaintext,
-    /// TLS.
-    Ssl,
-    /// SASL authentication without TLS.
-    SaslPlaintext,
-    /// SASL authentication over TLS.
-    SaslSsl,
-}
-
-impl SecurityProtocol {
-    fn parse(text: &str) -> Option<SecurityProtocol> {
-        match text.trim().to_ascii_uppercase().as_str() {
-            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
-            "SSL" => Some(SecurityProtocol::Ssl),
-            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
-            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
-            _ => None,
-        }
-    }
-
-    /// Kafka's name of the protocol.
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "PLAINTEXT",
-            SecurityProtocol::Ssl => "SSL",
-            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
-            SecurityProtocol::SaslSsl => "SASL_SSL",
-        }
-    }
-}
-
-/// One listener, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenerConfig {
-    /// The listener's name, upper case (`PLAINTEXT`, `SSL`, `INTERNAL`, …).
-    pub name: String,
-    /// Its security protocol.
-    pub protocol: SecurityProtocol,
-    /// Host to bind (empty or a wildcard address: every interface).
-    pub host: String,
-    /// Port to bind; 0 picks a free one.
-    pub port: u16,
-    /// The host and port clients are told, when `advertised.listeners` names this listener.
-    pub advertised: Option<(String, u16)>,
-    /// The TLS settings of an SSL or SASL_SSL listener.
-    pub tls: Option<TlsSettings>,
-    /// The SASL mechanisms of a SASL_PLAINTEXT or SASL_SSL listener.
-    pub sasl: Option<Vec<Mechanism>>,
-}
-
-impl ListenerConfig {
-    /// The address to bind, `HOST:PORT` (an empty host binds every interface).
-    pub fn bind_address(&self) -> String {
-        let host = match self.host.as_str() {
-            "" => "0.0.0.0",
-            host if host.contains(':') => return format!("[{host}]:{}", self.port),
-            host => host,
-        };
-        format!("{host}:{}", self.port)
-    }
-
-    /// Whether the bind host is every interface, which cannot be told to clients.
-    pub fn binds_wildcard(&self) -> bool {
-        self.host.is_empty()
-            || self
-                .host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_unspecified())
-    }
-}
-
 /// The listeners of a node: those that serve Kafka clients and brokers, and those of the
 /// metadata quorum.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,8 +36,9 @@ pub struct Listeners {
     pub kafka: Vec<ListenerConfig>,
     /// Listeners named in `controller.listener.names`.
     pub controller: Vec<ListenerConfig>,
-    /// The name of the listener brokers reach each other on (`inter.broker.listener.name`).
-    pub inter_broker: String,
+    /// The listener brokers reach each other on (`inter.broker.listener.name`), and the TLS
+    /// and login this broker connects to it with.
+    pub inter_broker: InterBrokerSettings,
 }
 
 /// Splits `NAME://HOST:PORT` (Kafka's form; `[v6]` hosts allowed) into its parts.
@@ -219,7 +148,9 @@ pub fn is_per_listener_setting(name: &str) -> bool {
     name.strip_prefix("listener.name.")
         .and_then(|rest| rest.split_once('.'))
         .is_some_and(|(listener, setting)| {
-            !listener.is_empty() && PER_LISTENER_SETTINGS.contains(&setting)
+            !listener.is_empty()
+                && (PER_LISTENER_SETTINGS.contains(&setting)
+                    || inter_broker::is_login_setting(setting))
         })
 }
 
@@ -227,7 +158,7 @@ impl Listeners {
     /// Reads and checks the listener settings; `value` gives a property as set (or its
     /// default). Every listener needs a protocol, names and ports are distinct, advertised
     /// entries name listeners, SSL listeners have a keystore, and the inter-broker listener
-    /// is a PLAINTEXT one (brokers do not yet speak TLS to each other).
+    /// has what this broker needs to connect to it (a truststore for TLS, a login for SASL).
     pub fn resolve(value: &dyn Fn(&str) -> Option<String>) -> Result<Listeners, ConfigError> {
         let setting = |name: &str| value(name).unwrap_or_default();
         let protocols = protocol_map(&setting("listener.security.protocol.map"))?;
@@ -256,7 +187,11 @@ impl Listeners {
         let mut listeners = Listeners {
             kafka: Vec::new(),
             controller: Vec::new(),
-            inter_broker: String::new(),
+            inter_broker: InterBrokerSettings {
+                listener: String::new(),
+                tls: None,
+                sasl: None,
+            },
         };
         let mut ports = BTreeMap::new();
         for entry in entries(&listed) {
@@ -314,28 +249,17 @@ impl Listeners {
                 "listeners {listed:?} names no listener for Kafka clients"
             )));
         }
-        listeners.inter_broker = match value("inter.broker.listener.name").filter(|n| !n.trim().is_empty()) {
-            Some(name) => name.trim().to_ascii_uppercase(),
-            None => listeners
-                .kafka
-                .iter()
-                .find(|l| l.protocol == SecurityProtocol::Plaintext)
-                .map(|l| l.name.clone())
-                .ok_or_else(|| ConfigError("no PLAINTEXT listener for the brokers to reach each other and the HTTP gateway to reach the broker: add one (a loopback or private address will do, e.g. INTERNAL://127.0.0.1:9093 with INTERNAL:PLAINTEXT in listener.security.protocol.map)".into()))?,
-        };
+        let inter_broker = inter_broker::listener_name(&listeners.kafka, value)?;
         let inter_broker = listeners
             .kafka
             .iter()
-            .find(|l| l.name == listeners.inter_broker)
+            .find(|l| l.name == inter_broker)
             .ok_or_else(|| {
                 ConfigError(format!(
-                    "inter.broker.listener.name {} is not a Kafka listener in listeners",
-                    listeners.inter_broker
+                    "inter.broker.listener.name {inter_broker} is not a Kafka listener in listeners"
                 ))
             })?;
-        if inter_broker.protocol != SecurityProtocol::Plaintext {
-            return Err(ConfigError(format!("inter.broker.listener.name {}: brokers reach each other over PLAINTEXT listeners only; name a PLAINTEXT one", inter_broker.name)));
-        }
+        listeners.inter_broker = inter_broker::resolve(inter_broker, value)?;
         for listener in &listeners.kafka {
             if listener.binds_wildcard() && listener.advertised.is_none() {
                 return Err(ConfigError(format!("listener {} binds every interface ({}): give it an address clients can reach in advertised.listeners (or --advertise {}://HOST:PORT)", listener.name, listener.bind_address(), listener.name)));
@@ -346,20 +270,26 @@ impl Listeners {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const KAFKA_MAP: &str =
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
 
     fn resolve(pairs: &[(&str, &str)]) -> Result<Listeners, String> {
-        let mut given: BTreeMap<String, String> = pairs
+        resolve_given(pairs, &[("listener.security.protocol.map", KAFKA_MAP)])
+    }
+
+    /// The listeners of the settings `pairs`, with `defaults` for those it does not set.
+    pub(crate) fn resolve_given(
+        pairs: &[(&str, &str)],
+        defaults: &[(&str, &str)],
+    ) -> Result<Listeners, String> {
+        let given: BTreeMap<String, String> = defaults
             .iter()
+            .chain(pairs)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        given
-            .entry("listener.security.protocol.map".into())
-            .or_insert_with(|| KAFKA_MAP.into());
         Listeners::resolve(&|name| given.get(name).cloned()).map_err(|e| e.0)
     }
 
@@ -381,7 +311,7 @@ mod tests {
             ("ssl.truststore.location", "/etc/weir/ca.pem"),
         ])
         .expect("resolves");
-        assert_eq!(listeners.inter_broker, "PLAINTEXT");
+        assert_eq!(listeners.inter_broker.listener, "PLAINTEXT");
         assert_eq!(listeners.kafka.len(), 2);
         let ssl = &listeners.kafka[0];
         assert_eq!(
@@ -399,7 +329,7 @@ mod tests {
         assert_eq!(listeners.kafka[1].name, "PLAINTEXT");
         assert_eq!(listeners.kafka[1].tls, None);
         assert_eq!(listeners.controller[0].bind_address(), "127.0.0.1:9093");
-        assert_eq!(listeners.inter_broker, "PLAINTEXT");
+        assert_eq!(listeners.inter_broker.listener, "PLAINTEXT");
     }
 
     #[test]
@@ -434,7 +364,7 @@ mod tests {
                     ("listeners", "SSL://b:9093"),
                     ("ssl.keystore.location", "k"),
                 ],
-                "no PLAINTEXT listener",
+                "set inter.broker.listener.name",
             ),
             (
                 &[("listeners", "SASL_SSL://b:9093,PLAINTEXT://a:9092")],
@@ -489,7 +419,7 @@ mod tests {
                     ("ssl.keystore.location", "k"),
                     ("inter.broker.listener.name", "ssl"),
                 ],
-                "PLAINTEXT listeners only",
+                "set ssl.truststore.location",
             ),
             (
                 &[

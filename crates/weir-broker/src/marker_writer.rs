@@ -175,7 +175,7 @@ impl Broker {
             let failed = if leader == self.identity.node_id {
                 self.mark_here(&partitions, marker).await
             } else {
-                let listener = &self.identity.inter_broker_listener;
+                let listener = &self.identity.inter_broker.listener;
                 match image
                     .broker(leader)
                     .and_then(|b| ClientEndpoint::on(b, listener))

@@ -18,10 +18,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
-use weir_client::Connection;
+use weir_client::{ClientError, Connection};
 use weir_metadata::MetadataImage;
 
 use crate::endpoints::ClientEndpoint;
+use crate::inter_broker::InterBroker;
 use crate::partition::Partition;
 use crate::shutdown::stopping;
 
@@ -35,6 +36,8 @@ const REPLICA_FETCH_BYTES_MAX: i32 = 16 * 1024 * 1024;
 const REPLICA_FETCH_PARTITION_BYTES_MAX: i32 = 1024 * 1024;
 /// Pause after a failed connection or a fetch every partition of which was refused.
 const RETRY_BACKOFF_MS: u64 = 250;
+/// Pause after the leader refused this broker's login or certificate.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(5);
 /// Deadline of one fetch round trip (its long poll included).
 const REQUEST_TIMEOUT_MS: u64 = 10_000;
 
@@ -47,7 +50,7 @@ struct LeaderFetcher {
 /// The replica fetchers of this broker, one per leader it follows.
 pub struct ReplicaFetchers {
     node_id: i32,
-    listener: Arc<str>,
+    leaders: Arc<InterBroker>,
     broker_epoch: Arc<AtomicU64>,
     by_leader: Mutex<HashMap<i32, LeaderFetcher>>,
 }
@@ -55,11 +58,15 @@ pub struct ReplicaFetchers {
 impl ReplicaFetchers {
     /// No fetchers yet; `node_id` is this broker's id, sent as the replica id with the broker
     /// epoch of its current registration (`broker_epoch`, 0 until registered); leaders are
-    /// reached on their listener named `listener` (the inter-broker one).
-    pub fn new(node_id: i32, listener: &str, broker_epoch: Arc<AtomicU64>) -> ReplicaFetchers {
+    /// reached as `leaders` says (their inter-broker listener, with its TLS and login).
+    pub fn new(
+        node_id: i32,
+        leaders: &InterBroker,
+        broker_epoch: Arc<AtomicU64>,
+    ) -> ReplicaFetchers {
         ReplicaFetchers {
             node_id,
-            listener: listener.into(),
+            leaders: Arc::new(leaders.clone()),
             broker_epoch,
             by_leader: Mutex::new(HashMap::new()),
         }
@@ -101,7 +108,7 @@ impl ReplicaFetchers {
                     let task = tokio::spawn(fetch_from(
                         Replica {
                             node_id: self.node_id,
-                            listener: self.listener.clone(),
+                            leaders: self.leaders.clone(),
                             broker_epoch: self.broker_epoch.clone(),
                         },
                         leader,
@@ -133,8 +140,8 @@ impl ReplicaFetchers {
 /// Who this broker is to its leaders.
 struct Replica {
     node_id: i32,
-    /// The leaders' listener fetched from.
-    listener: Arc<str>,
+    /// How leaders are reached: their listener fetched from, its TLS and login.
+    leaders: Arc<InterBroker>,
     broker_epoch: Arc<AtomicU64>,
 }
 
@@ -155,7 +162,7 @@ async fn fetch_from(
         let endpoint = images
             .borrow()
             .broker(leader)
-            .and_then(|b| ClientEndpoint::on(b, &replica.listener));
+            .and_then(|b| ClientEndpoint::on(b, &replica.leaders.listener));
         let Some(endpoint) = endpoint else {
             tokio::time::sleep(backoff).await;
             continue;
@@ -164,11 +171,20 @@ async fn fetch_from(
         let client_id = format!("weir-replica-fetcher-{node_id}");
         let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
         let connection = tokio::select! {
-            connected = Connection::connect(&address, &client_id, timeout) => connected,
+            connected = replica.leaders.security.connect(&address, &client_id, timeout) => connected,
             _ = stopping(&mut shutdown) => return,
         };
         let connection = match connection {
             Ok(connection) => connection,
+            // A refused login or certificate is a setting to fix, not a passing outage: said
+            // at warn, and tried again less often.
+            Err(error @ (ClientError::Authentication { .. } | ClientError::Tls { .. })) => {
+                tracing::warn!(target: "weir::replication", leader, %address, %error, "the leader refused this broker's inter-broker login or certificate; retrying in {} s", REFUSED_BACKOFF.as_secs());
+                tokio::select! {
+                    _ = tokio::time::sleep(REFUSED_BACKOFF) => continue,
+                    _ = stopping(&mut shutdown) => return,
+                }
+            }
             Err(error) => {
                 tracing::debug!(target: "weir::replication", leader, %address, %error, "cannot reach the leader to fetch from; retrying");
                 tokio::time::sleep(backoff).await;

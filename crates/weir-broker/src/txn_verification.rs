@@ -182,7 +182,7 @@ impl Broker {
                 Err(error) => all(txn_error(error)),
             };
         }
-        let listener = &self.identity.inter_broker_listener;
+        let listener = &self.identity.inter_broker.listener;
         let endpoint = image
             .broker(coordinator)
             .and_then(|b| ClientEndpoint::on(b, listener));

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::connection::Connection;
 use crate::error::{ClientError, Result};
-use crate::sasl::{self, SaslLogin};
+use crate::security::Security;
 
 /// Settings shared by producer, consumer and admin.
 #[derive(Debug, Clone)]
@@ -23,10 +23,8 @@ pub struct ClientConfig {
     pub client_id: String,
     /// Deadline of each request (and of each connection attempt).
     pub request_timeout: Duration,
-    /// The login each connection makes first, on a SASL listener.
-    pub sasl: Option<SaslLogin>,
-    /// TLS for every connection, on an SSL or SASL_SSL listener.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS and the login of every connection, as the listener asks.
+    pub security: Security,
 }
 
 impl ClientConfig {
@@ -40,8 +38,7 @@ impl ClientConfig {
                 .collect(),
             client_id: "weir-client".into(),
             request_timeout: Duration::from_secs(30),
-            sasl: None,
-            tls: None,
+            security: Security::default(),
         }
     }
 }
@@ -120,16 +117,11 @@ impl Cluster {
                 return Ok(connection.clone());
             }
         }
-        let connection = Connection::connect_over(
-            address,
-            &self.config.client_id,
-            self.config.request_timeout,
-            self.config.tls.as_ref(),
-        )
-        .await?;
-        if let Some(login) = &self.config.sasl {
-            sasl::authenticate(&connection, login).await?;
-        }
+        let connection = self
+            .config
+            .security
+            .connect(address, &self.config.client_id, self.config.request_timeout)
+            .await?;
         self.state
             .lock()
             .await

@@ -90,12 +90,12 @@ impl Connection {
         client_id: &str,
         request_timeout: Duration,
     ) -> Result<Arc<Connection>> {
-        Connection::connect_over(address, client_id, request_timeout, None).await
+        Connection::open(address, client_id, request_timeout, None).await
     }
 
     /// [`Connection::connect`], in TLS with `tls` when given (the broker's certificate must
     /// name the host of `address`).
-    pub async fn connect_over(
+    pub(crate) async fn open(
         address: &str,
         client_id: &str,
         request_timeout: Duration,

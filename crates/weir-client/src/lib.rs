@@ -22,6 +22,7 @@ mod producer;
 mod reassign;
 mod records;
 mod sasl;
+mod security;
 mod transactions;
 mod users;
 
@@ -43,6 +44,7 @@ pub use producer::{
 };
 pub use reassign::{Election, OngoingReassignment, PartitionResult};
 pub use sasl::SaslLogin;
+pub use security::Security;
 pub use transactions::{Fenced, TransactionDescription, TransactionListing};
 pub use users::ScramUser;
 pub use weir_metadata::acl;

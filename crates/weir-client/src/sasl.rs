@@ -1,4 +1,4 @@
-//! SASL login of a connection, as a Kafka client performs it on a SASL_PLAINTEXT listener:
+//! SASL login of a connection, as a Kafka client performs it on a SASL listener:
 //! SaslHandshake names the mechanism, then SaslAuthenticate carries its tokens (PLAIN: one;
 //! SCRAM: two, the server's last proving it holds the credential too).
 

@@ -35,7 +35,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_client::{Admin, ClientConfig};
+use weir_client::{Admin, ClientConfig, Security};
 use weir_proto::connection_limits::{ConnectionLimits, ConnectionSlot};
 
 pub use error::ApiError;
@@ -81,16 +81,19 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway for `node`, whose Kafka listener is at `bootstrap`; `serving` turns true
-    /// when that listener accepts connections. With the authorizer on, `open_paths` are
-    /// served without credentials.
+    /// A gateway for `node`, whose Kafka listener is at `bootstrap` and connected to as
+    /// `security` says (the broker's inter-broker TLS and login); `serving` turns true when
+    /// that listener accepts connections. With the authorizer on, `open_paths` are served
+    /// without credentials.
     pub fn new(
         node: Arc<dyn NodeView>,
         bootstrap: &str,
+        security: &Security,
         serving: watch::Receiver<bool>,
         open_paths: Vec<String>,
     ) -> Arc<Gateway> {
         let mut client = ClientConfig::new(bootstrap);
+        client.security = security.clone();
         client.client_id = "weir-http".to_string();
         client.request_timeout = Duration::from_secs(30);
         let consumers = Arc::new(consumers::Instances::default());

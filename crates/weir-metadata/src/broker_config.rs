@@ -436,7 +436,17 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
     text(
         "inter.broker.listener.name",
         "",
-        "The listener brokers reach each other on (and the HTTP gateway the broker); a PLAINTEXT one. Empty: the first PLAINTEXT listener.",
+        "The listener brokers reach each other on (and the HTTP gateway the broker). On an SSL listener the broker checks the others' certificates against that listener's ssl.truststore.location and shows its own keystore; on a SASL one it logs in as the user of listener.name.<name>.<mechanism>.sasl.jaas.config (username=\"...\" password=\"...\"), a user super.users should name. Empty: the listener security.inter.broker.protocol names, else the first PLAINTEXT listener.",
+    ),
+    text(
+        "security.inter.broker.protocol",
+        "",
+        "Kafka's other way to pick the inter-broker listener: the listener named as this protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). Set this or inter.broker.listener.name, not both.",
+    ),
+    text(
+        "sasl.mechanism.inter.broker.protocol",
+        "",
+        "The SASL mechanism brokers log in to a SASL inter-broker listener with: SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN, one the listener enables. Empty: the first of its sasl.enabled.mechanisms.",
     ),
     text(
         "controller.listener.names",
@@ -461,7 +471,7 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
     text(
         "super.users",
         "",
-        "Principals the authorizer lets do everything, whatever the ACLs say, separated by semicolons: User:admin;User:ANONYMOUS. Brokers reach one another as User:ANONYMOUS over a PLAINTEXT inter-broker listener, so a cluster of several brokers lists it (or grants it CLUSTER_ACTION) for replication.",
+        "Principals the authorizer lets do everything, whatever the ACLs say, separated by semicolons: User:admin;User:broker. List the brokers' own principal: the user of their inter-broker login on a SASL listener, the subject of their certificate on an SSL one with ssl.client.auth, else User:ANONYMOUS (a PLAINTEXT inter-broker listener).",
     ),
     setting(
         "allow.everyone.if.no.acl.found",
@@ -499,7 +509,7 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
     text(
         "ssl.truststore.location",
         "",
-        "A PEM file of the CA certificates that vouch for client certificates (with ssl.client.auth).",
+        "A PEM file of the CA certificates that vouch for client certificates (with ssl.client.auth) and, on the inter-broker listener, for the other brokers' certificates.",
     ),
     text(
         "ssl.client.auth",

@@ -129,6 +129,36 @@ impl ScramClient {
     }
 }
 
+/// The quoted value of `option` in a JAAS login module line (`username="alice"` in
+/// `...ScramLoginModule required username="alice" password="...";`), as Kafka's
+/// `sasl.jaas.config` gives a client's login; `None` when it is missing or unquoted.
+pub fn jaas_option(jaas: &str, option: &str) -> Option<String> {
+    let mut rest = jaas;
+    while let Some(at) = rest.find(option) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + option.len()..].trim_start();
+        rest = &rest[at + option.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let Some(value) = after.strip_prefix('=').map(str::trim_start) else {
+            continue;
+        };
+        let quoted = value.strip_prefix('"')?;
+        let mut out = String::new();
+        let mut chars = quoted.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => return Some(out),
+                '\\' => out.push(chars.next()?),
+                c => out.push(c),
+            }
+        }
+        return None;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

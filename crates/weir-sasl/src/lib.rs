@@ -13,7 +13,7 @@ use std::fmt;
 pub mod client;
 pub mod logins;
 
-pub use client::{plain_message, ScramClient};
+pub use client::{jaas_option, plain_message, ScramClient};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;

@@ -449,13 +449,18 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         config.clone(),
         args.node_id,
     );
+    let inter_broker = config
+        .listeners
+        .inter_broker
+        .load()
+        .map_err(|e| anyhow::anyhow!(e))?;
     let identity = BrokerIdentity {
         node_id: args.node_id,
         cluster_id: data_dir.cluster_id.clone(),
         listeners: kafka_listeners.advertised.clone(),
-        inter_broker_listener: config.listeners.inter_broker.clone(),
+        inter_broker: inter_broker.clone(),
     };
-    let (bound, advertised) = kafka_listeners.inter_broker(&config.listeners.inter_broker);
+    let (bound, advertised) = kafka_listeners.inter_broker(&inter_broker.listener);
     let control = Arc::new(LocalControl::new(controller));
     let broker = tokio::task::block_in_place(|| {
         Broker::new(config, identity, control, registry, shutdown_rx)
@@ -464,9 +469,11 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
     let http_address = match http_listener {
         Some(http) => {
             let address = http.local_addr()?;
-            let bootstrap = match bound.ip().is_unspecified() {
-                true => format!("127.0.0.1:{}", bound.port()),
-                false => bound.to_string(),
+            // Over TLS the broker's certificate names the advertised host, not the bound one.
+            let bootstrap = match (&inter_broker.security.tls, bound.ip().is_unspecified()) {
+                (Some(_), _) => advertised.clone(),
+                (None, true) => format!("127.0.0.1:{}", bound.port()),
+                (None, false) => bound.to_string(),
             };
             let node = Arc::new(ServerNode {
                 broker: broker.clone(),
@@ -478,7 +485,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
                 .map(|path| path.trim().to_string())
                 .filter(|path| !path.is_empty() && path != "none")
                 .collect();
-            let gateway = Gateway::new(node, &bootstrap, serving_rx, open);
+            let gateway = Gateway::new(node, &bootstrap, &inter_broker.security, serving_rx, open);
             tokio::spawn(gateway.serve(http, shutdown_rx_for_http.clone()));
             tracing::info!(target: "weir::server", http = %address, "HTTP gateway listening: REST API, /metrics, /health, console at /");
             address.to_string()

@@ -99,8 +99,10 @@ pub async fn handle(
     let image = broker.image();
     let by_id = version >= 13;
     // A follower names itself (Kafka's replica fetch) and, from v15, proves it with its broker
-    // epoch; consumers send -1. A fetch posing as a replica is answered by closing the
-    // connection, so each guess at an epoch costs a connection.
+    // epoch; consumers send -1. A follower needs CLUSTER_ACTION (a fetch without it is
+    // answered TOPIC_AUTHORIZATION_FAILED for every partition, as Kafka answers it); an
+    // allowed fetch posing as a replica is answered by closing the connection, so each guess
+    // at an epoch costs a connection. A consumer needs READ on each topic.
     let (replica, replica_epoch) = match version {
         15.. => (
             request.replica_state.replica_id.0,
@@ -108,7 +110,8 @@ pub async fn handle(
         ),
         _ => (request.replica_id.0, None),
     };
-    if replica >= 0 {
+    let replica_allowed = replica >= 0 && access.cluster(AclOperation::ClusterAction);
+    if replica_allowed {
         if let Err(refusal) = check_replica(&image, replica, replica_epoch) {
             crate::rate_limit::warn_bad_input(
                 &peer.to_string(),
@@ -119,9 +122,6 @@ pub async fn handle(
             return Reply::Close;
         }
     }
-    // A follower needs CLUSTER_ACTION, a consumer READ on each topic; a partition refused is
-    // TOPIC_AUTHORIZATION_FAILED, as Kafka answers both.
-    let replica_allowed = replica >= 0 && access.cluster(AclOperation::ClusterAction);
     let allowed = |topic: &str| match replica >= 0 {
         true => replica_allowed,
         false => access.topic(AclOperation::Read, topic),

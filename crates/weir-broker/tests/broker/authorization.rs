@@ -195,6 +195,15 @@ async fn every_api_refuses_a_client_without_rights() {
                     r.responses[0].partitions[0].error_code, TOPIC_DENIED,
                     "{what}"
                 );
+                // Posing as broker 1 with a guessed broker epoch: refused for want of
+                // CLUSTER_ACTION before the epoch is looked at, the connection kept.
+                req.replica_state.replica_id = kafka_protocol::messages::BrokerId(1);
+                req.replica_state.replica_epoch = 1;
+                let r: FetchResponse = call(&mut c, api.key, v.max(15), &req).await;
+                assert_eq!(
+                    r.responses[0].partitions[0].error_code, TOPIC_DENIED,
+                    "{what} as a replica"
+                );
             }
             ApiKey::ListOffsets => {
                 use kafka_protocol::messages::list_offsets_request::{

@@ -11,16 +11,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use weir_client::{Mechanism, SaslLogin};
+use weir_client::{Mechanism, SaslLogin, Security};
+use weir_sasl::jaas_option;
 
 /// What a command config file says about the CLI's connections.
 #[derive(Debug, Clone, Default)]
 pub struct CommandConfig {
-    /// The login of every connection, when `security.protocol` is `SASL_PLAINTEXT` or
-    /// `SASL_SSL`.
-    pub sasl: Option<SaslLogin>,
-    /// TLS for every connection, when `security.protocol` is `SSL` or `SASL_SSL`.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS for every connection when `security.protocol` is `SSL` or `SASL_SSL`, a login
+    /// when it is `SASL_PLAINTEXT` or `SASL_SSL`.
+    pub security: Security,
 }
 
 /// Reads and checks the command config file at `path` (clap's value parser of
@@ -103,34 +102,6 @@ fn unescape(text: &str) -> String {
     out
 }
 
-/// The quoted value of `option` in a JAAS login module line (`username="alice"`).
-fn jaas_option(jaas: &str, option: &str) -> Option<String> {
-    let mut rest = jaas;
-    while let Some(at) = rest.find(option) {
-        let before = rest[..at].chars().next_back();
-        let after = rest[at + option.len()..].trim_start();
-        rest = &rest[at + option.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
-            continue;
-        }
-        let Some(value) = after.strip_prefix('=').map(str::trim_start) else {
-            continue;
-        };
-        let quoted = value.strip_prefix('"')?;
-        let mut out = String::new();
-        let mut chars = quoted.chars();
-        while let Some(c) = chars.next() {
-            match c {
-                '"' => return Some(out),
-                '\\' => out.push(chars.next()?),
-                c => out.push(c),
-            }
-        }
-        return None;
-    }
-    None
-}
-
 /// The config the properties describe, and the names of those not used.
 fn from_properties(
     properties: &[(String, String)],
@@ -174,7 +145,7 @@ fn from_properties(
             ))
         }
     };
-    let config = CommandConfig {
+    let security = Security {
         tls: if tls {
             Some(tls_config(&protocol, &get)?)
         } else {
@@ -186,7 +157,7 @@ fn from_properties(
             None
         },
     };
-    Ok((config, unused))
+    Ok((CommandConfig { security }, unused))
 }
 
 /// The TLS config of `ssl.*` properties (`get` reads one).
@@ -246,7 +217,7 @@ mod tests {
     }
 
     fn login(text: &str) -> Result<Option<SaslLogin>, String> {
-        config(text).map(|c| c.sasl)
+        config(text).map(|c| c.security.sasl)
     }
 
     #[test]
@@ -273,7 +244,7 @@ mod tests {
         assert_eq!(librdkafka, Ok(expected));
         for plaintext in ["", "security.protocol=PLAINTEXT\n"] {
             let config = config(plaintext).expect("plaintext");
-            assert!(config.sasl.is_none() && config.tls.is_none());
+            assert!(config.security.sasl.is_none() && config.security.tls.is_none());
         }
     }
 

@@ -139,8 +139,7 @@ impl ConnectArgs {
         config.client_id = "weir-cli".into();
         config.request_timeout = self.timeout();
         if let Some(command_config) = &self.command_config {
-            config.sasl = command_config.sasl.clone();
-            config.tls = command_config.tls.clone();
+            config.security = command_config.security.clone();
         }
         config
     }
