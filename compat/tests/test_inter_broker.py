@@ -1,16 +1,20 @@
-"""The brokers' own door: three nodes with no PLAINTEXT listener and no anonymous super user.
+"""The cluster's own doors: three nodes with no PLAINTEXT listener and no anonymous super user.
 Clients log in on a SASL_PLAINTEXT listener (CLIENT); the brokers reach each other on a
 SASL_SSL listener with mutual TLS (BROKER, ``inter.broker.listener.name``), checking each
 other's certificates against its truststore and logging in as ``User:broker`` with the login of
 ``listener.name.broker.scram-sha-512.sasl.jaas.config``, the only principal besides the admin in
-``super.users``. Replication, a transaction's markers across brokers and the HTTP gateway all
-go through that door; a user who is no broker, logged in, cannot fetch as a replica; the
-broker's password reaches no log."""
+``super.users``; the controllers' Raft port (CONTROLLER, ``controller.listener.names``) speaks
+TLS where both sides show a certificate of the quorum's own CA. Replication, a transaction's
+markers across brokers and the HTTP gateway all go through the brokers' door; a user who is no
+broker, logged in, cannot fetch as a replica; a process without a quorum certificate gets
+nothing from the controller port; the broker's password reaches no log."""
 
 from __future__ import annotations
 
 import base64
 import json
+import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -35,13 +39,15 @@ ALICE_PASSWORD = "alice-door-pw"
 class Cluster:
     """Three `weir server` nodes, each a broker and a controller."""
 
-    def __init__(self, root: Path, authority: Authority, keystore: Path):
+    def __init__(self, root: Path, authority: Authority, keystore: Path, quorum: Authority, quorum_keystore: Path):
         self.root = root
+        self.broker_keystore, self.quorum_ca, self.quorum_keystore = keystore, quorum, quorum_keystore
         self.base = free_base_port(2 * len(NODES))
-        self.quorum = ",".join(f"{n}@127.0.0.1:{self.base + 100 + n - 1}" for n in NODES)
+        self.quorum = ",".join(f"{n}@127.0.0.1:{self.controller_port(n)}" for n in NODES)
         self.config = root / "weir.toml"
         self.config.write_text(
-            'listener.security.protocol.map = "CLIENT:SASL_PLAINTEXT,BROKER:SASL_SSL"\n'
+            'listener.security.protocol.map = "CLIENT:SASL_PLAINTEXT,BROKER:SASL_SSL,CONTROLLER:SSL"\n'
+            '"controller.listener.names" = "CONTROLLER"\n'
             '"inter.broker.listener.name" = "BROKER"\n'
             '"sasl.mechanism.inter.broker.protocol" = "SCRAM-SHA-512"\n'
             '"sasl.enabled.mechanisms" = "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"\n'
@@ -53,6 +59,9 @@ class Cluster:
             '"ssl.client.auth" = "required"\n'
             '"scram-sha-512.sasl.jaas.config" = \'org.apache.kafka.common.security.scram.ScramLoginModule required '
             f'username="broker" password="{BROKER_PASSWORD}";\'\n'
+            "[listener.name.controller]\n"
+            f'"ssl.keystore.location" = "{quorum_keystore}"\n'
+            f'"ssl.truststore.location" = "{quorum.cert}"\n'
         )
         self.processes: dict[int, subprocess.Popen] = {}
 
@@ -61,6 +70,9 @@ class Cluster:
 
     def broker_port(self, node: int) -> int:
         return self.base + len(NODES) + node - 1
+
+    def controller_port(self, node: int) -> int:
+        return self.base + 100 + node - 1
 
     def http(self, node: int) -> str:
         return f"127.0.0.1:{self.base + 200 + node - 1}"
@@ -88,6 +100,7 @@ class Cluster:
                 "--controller-quorum", self.quorum, "--config", str(self.config),
                 "--listen", f"CLIENT://127.0.0.1:{self.client_port(node)}",
                 "--listen", f"BROKER://127.0.0.1:{self.broker_port(node)}",
+                "--listen", f"CONTROLLER://127.0.0.1:{self.controller_port(node)}",
                 "--http-listen", self.http(node),
             ]
             for mechanism, user, password in scram:
@@ -118,16 +131,23 @@ class Cluster:
                 "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password} | extra
 
 
+def keystore_of(directory: Path, ca: str, name: str) -> tuple[Authority, Path]:
+    """A CA and a PEM keystore (key, then certificate) it signed for ``name``, good for both
+    ends of a connection."""
+    authority = Authority(directory, ca)
+    cert, key = authority.issue(name, "serverAuth,clientAuth")
+    keystore = directory / f"{name}-keystore.pem"
+    keystore.write_text(key.read_text() + cert.read_text())
+    return authority, keystore
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if external_bootstrap():
         pytest.skip("starts its own cluster; the broker is external (COMPAT_BOOTSTRAP)")
-    directory = tmp_path_factory.mktemp("door_tls")
-    authority = Authority(directory, "weir-door-ca")
-    cert, key = authority.issue("broker", "serverAuth,clientAuth")
-    keystore = directory / "broker-keystore.pem"
-    keystore.write_text(key.read_text() + cert.read_text())
-    cluster = Cluster(tmp_path_factory.mktemp("door"), authority, keystore)
+    authority, keystore = keystore_of(tmp_path_factory.mktemp("door_tls"), "weir-door-ca", "broker")
+    quorum, quorum_keystore = keystore_of(tmp_path_factory.mktemp("quorum_tls"), "weir-quorum-ca", "controller")
+    cluster = Cluster(tmp_path_factory.mktemp("door"), authority, keystore, quorum, quorum_keystore)
     try:
         cluster.start()
         yield cluster
@@ -251,3 +271,50 @@ def test_a_user_who_is_no_broker_cannot_fetch_as_a_replica(cluster):
         stranger.sock.settimeout(10)
         answer = stranger.sock.recv(64)
         assert answer[:1] in (b"", b"\x15"), f"a plaintext request on the TLS listener was answered {answer!r}"
+
+
+def controller_port_answer(cluster: Cluster, node: int, context: ssl.SSLContext | None) -> bytes:
+    """What the controller port of ``node`` sends back, within 10 s, to a forwarded request
+    (DescribeQuorum, which any member may ask) sent in TLS with ``context`` (in plaintext
+    without one): b"" when it closes or the handshake fails."""
+    frame = json.dumps({"Control": {"DescribeQuorum": None}}).encode()
+    raw = socket.create_connection(("127.0.0.1", cluster.controller_port(node)), timeout=10)
+    try:
+        stream = context.wrap_socket(raw, server_hostname="127.0.0.1") if context else raw
+        stream.sendall(len(frame).to_bytes(4, "big") + frame)
+        answer = stream.recv(4096)
+        while len(answer) >= 4 and len(answer) < 4 + int.from_bytes(answer[:4], "big"):
+            more = stream.recv(4096)
+            if not more:
+                break
+            answer += more
+        return answer
+    except (ssl.SSLError, ConnectionError):
+        return b""
+    finally:
+        raw.close()
+
+
+def test_the_controller_port_answers_only_quorum_certificates(cluster):
+    # The quorum's metadata went through TLS: the other tests' topics exist on every node.
+    create_topic(cluster, f"door-quorum-{time.monotonic_ns()}", partitions=1)
+    without_certificate = ssl.create_default_context(cafile=str(cluster.quorum_ca.cert))
+    brokers_certificate = ssl.create_default_context(cafile=str(cluster.quorum_ca.cert))
+    brokers_certificate.load_cert_chain(str(cluster.broker_keystore))
+    members_certificate = ssl.create_default_context(cafile=str(cluster.quorum_ca.cert))
+    members_certificate.load_cert_chain(str(cluster.quorum_keystore))
+    trusting_anything = ssl.create_default_context()
+    trusting_anything.check_hostname = False
+    trusting_anything.verify_mode = ssl.CERT_NONE
+    for node in NODES:
+        answer = controller_port_answer(cluster, node, members_certificate)
+        # The leader describes the quorum; the others say they do not lead it.
+        body = json.loads(answer[4:])
+        assert "Ok" in body or "NotController" in body.get("Err", {}), f"node {node} did not answer a member: {answer!r}"
+        for name, context in [("plaintext", None), ("no certificate", without_certificate),
+                              ("a certificate of the brokers' CA", brokers_certificate),
+                              ("no certificate, any server", trusting_anything)]:
+            answer = controller_port_answer(cluster, node, context)
+            assert answer[:1] in (b"", b"\x15"), f"node {node}'s controller port answered {name}: {answer!r}"
+    for node in NODES:
+        assert "controller connection refused: its TLS handshake failed" in cluster.log(node), cluster.log(node)[-3000:]

@@ -143,6 +143,32 @@ fn tls_settings(
     })
 }
 
+/// `config` as a listener of the metadata quorum: PLAINTEXT, or SSL with mutual TLS, where
+/// both sides show a certificate the other's truststore vouches for (the controllers' own
+/// CA: any certificate it signed is a member).
+fn controller_listener(mut config: ListenerConfig) -> Result<ListenerConfig, ConfigError> {
+    let name = &config.name;
+    let prefix = format!("listener.name.{}.", name.to_ascii_lowercase());
+    match (config.protocol, &mut config.tls) {
+        (SecurityProtocol::Plaintext, _) => {}
+        (SecurityProtocol::Ssl, Some(tls)) => {
+            if tls.truststore.is_none() {
+                return Err(ConfigError(format!("controller listener {name} speaks SSL: set {prefix}ssl.truststore.location to the CA certificates that vouch for the controllers and brokers (each side of the controller port shows its keystore)")));
+            }
+            if tls.client_auth == ClientAuth::Requested {
+                return Err(ConfigError(format!("controller listener {name}: ssl.client.auth is required on the controller port (leave it unset or set {prefix}ssl.client.auth=required)")));
+            }
+            tls.client_auth = ClientAuth::Required;
+        }
+        _ => {
+            return Err(ConfigError(format!(
+                "controller listener {name}: the metadata quorum speaks PLAINTEXT or SSL"
+            )))
+        }
+    }
+    Ok(config)
+}
+
 /// Whether `name` is a per-listener setting (`listener.name.<listener>.<setting>`).
 pub fn is_per_listener_setting(name: &str) -> bool {
     name.strip_prefix("listener.name.")
@@ -229,12 +255,7 @@ impl Listeners {
                 return Err(ConfigError(format!("listeners names {name} twice")));
             }
             if controller_names.contains(&name) {
-                if config.protocol != SecurityProtocol::Plaintext {
-                    return Err(ConfigError(format!(
-                        "controller listener {name}: the metadata quorum speaks PLAINTEXT only"
-                    )));
-                }
-                listeners.controller.push(config);
+                listeners.controller.push(controller_listener(config)?);
             } else {
                 listeners.kafka.push(config);
             }
@@ -467,6 +488,53 @@ pub(crate) mod tests {
                 error.contains(expected),
                 "{pairs:?}: {error:?} lacks {expected:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_controller_listener_speaks_plaintext_or_mutual_tls() {
+        let base = [
+            ("listeners", "PLAINTEXT://a:9092,CONTROLLER://a:9093"),
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            ),
+            (
+                "listener.name.controller.ssl.keystore.location",
+                "quorum.pem",
+            ),
+        ];
+        let truststore = (
+            "listener.name.controller.ssl.truststore.location",
+            "quorum-ca.pem",
+        );
+        let listeners = resolve(&[&base[..], &[truststore]].concat()).expect("resolves");
+        let tls = listeners.controller[0].tls.as_ref().expect("tls");
+        assert_eq!(tls.client_auth, ClientAuth::Required);
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &base,
+                "set listener.name.controller.ssl.truststore.location",
+            ),
+            (
+                &[truststore, ("ssl.client.auth", "requested")],
+                "ssl.client.auth is required on the controller port",
+            ),
+            (
+                &[
+                    (
+                        "listener.security.protocol.map",
+                        "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
+                    ),
+                    ("sasl.enabled.mechanisms", "PLAIN"),
+                ],
+                "speaks PLAINTEXT or SSL",
+            ),
+        ];
+        for (extra, expected) in cases {
+            let error = resolve(&[&base[..], extra].concat()).expect_err(expected);
+            assert!(error.contains(expected), "{error:?} lacks {expected:?}");
         }
     }
 

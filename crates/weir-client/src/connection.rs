@@ -124,13 +124,7 @@ impl Connection {
                 spawn_loops(reader, writer, queue, &awaiting, address);
             }
             Some(config) => {
-                let host = address
-                    .rsplit_once(':')
-                    .map_or(address, |(host, _)| host)
-                    .trim_start_matches('[')
-                    .trim_end_matches(']');
-                let name = rustls::pki_types::ServerName::try_from(host.to_string())
-                    .map_err(|e| fail(format!("{host} is no host name for TLS: {e}")))?;
+                let name = weir_tls::server_name(address).map_err(|e| fail(e.0))?;
                 let connector = tokio_rustls::TlsConnector::from(config.clone());
                 let stream = tokio::time::timeout(request_timeout, connector.connect(name, stream))
                     .await

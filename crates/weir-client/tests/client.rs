@@ -39,6 +39,7 @@ async fn start_with(properties: &[(&str, &str)]) -> TestServer {
         node_id: 1,
         voters: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
         dir: dir.path().join("quorum"),
+        tls: None,
     };
     let quorum = RaftQuorum::open(Arc::new(FsStorage), quorum_config, None)
         .await

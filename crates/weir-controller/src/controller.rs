@@ -622,6 +622,7 @@ pub(crate) mod tests {
             node_id,
             voters: BTreeMap::from([(node_id, "127.0.0.1:1".to_string())]),
             dir: dir.join("quorum"),
+            tls: None,
         };
         let quorum = Arc::new(
             RaftQuorum::open(Arc::new(weir_storage::FsStorage), config, None)

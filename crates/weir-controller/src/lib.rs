@@ -26,5 +26,6 @@ pub use controller::{
 };
 pub use dispatch::LocalControl;
 pub use quorum::{
-    read_peer_frames, ControlHandler, MetadataQuorum, QuorumConfig, RaftQuorum, RaftStatus,
+    read_peer_frames, ControlHandler, MetadataQuorum, QuorumConfig, QuorumTls, RaftQuorum,
+    RaftStatus,
 };

@@ -451,7 +451,7 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
     text(
         "controller.listener.names",
         "",
-        "Listeners (by name) of the metadata quorum rather than of Kafka clients: the first is where this node's controller listens (as --controller-listen). PLAINTEXT only.",
+        "Listeners (by name) of the metadata quorum rather than of Kafka clients: the first is where this node's controller listens (as --controller-listen). PLAINTEXT, or SSL with mutual TLS: each side shows its ssl.keystore.location and checks the other's against its ssl.truststore.location, so only a holder of a certificate that CA signed votes, appends metadata or forwards a change (give the quorum a CA of its own).",
     ),
     text(
         "sasl.enabled.mechanisms",

@@ -5,9 +5,21 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore};
 
 use crate::{certificates, crypto_provider, private_key, read_pem_file, TlsError};
+
+/// The name the certificate of the server at `address` (`host:port`, `[v6]:port`) must hold.
+pub fn server_name(address: &str) -> Result<ServerName<'static>, TlsError> {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    ServerName::try_from(host.to_string())
+        .map_err(|e| TlsError(format!("{host} is no host name for TLS: {e}")))
+}
 
 /// A client config trusting the CA certificates in the PEM file `truststore` (Kafka's
 /// `ssl.truststore.location`), presenting the key and certificate chain of the PEM file

@@ -10,7 +10,7 @@
 
 mod client;
 
-pub use client::client_config;
+pub use client::{client_config, server_name};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

@@ -13,12 +13,15 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_broker::broker::PLAINTEXT_LISTENER;
+use weir_broker::listeners::ListenerConfig;
 use weir_broker::{
     connection_limits, BoundListener, Broker, BrokerConfig, BrokerIdentity, PartitionRegistry,
 };
 use weir_controller::election::UncleanDefaults;
 use weir_controller::query::DATABASE_FILE;
-use weir_controller::{Controller, ControllerSettings, LocalControl, QuorumConfig, RaftQuorum};
+use weir_controller::{
+    Controller, ControllerSettings, LocalControl, QuorumConfig, QuorumTls, RaftQuorum,
+};
 use weir_gateway::Gateway;
 use weir_log::SystemClock;
 use weir_metadata::BrokerListener;
@@ -391,6 +394,7 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         node_id: args.node_id,
         voters,
         dir: metadata_dir.join("quorum"),
+        tls: controller_tls(controller_listeners.first())?,
     };
     let quorum = Arc::new(
         RaftQuorum::open(storage.clone(), quorum_config, controller_listener)
@@ -581,6 +585,22 @@ async fn listen(address: &str, backlog: u32) -> std::io::Result<TcpListener> {
             std::io::ErrorKind::AddrNotAvailable,
             format!("{address} resolves to no address"),
         )
+    }))
+}
+
+/// TLS of the controller port when the controller listener speaks SSL: its keystore shown
+/// both ways, its truststore vouching for the peers (each must show a certificate).
+fn controller_tls(listener: Option<&ListenerConfig>) -> anyhow::Result<Option<QuorumTls>> {
+    let Some((name, settings)) = listener.and_then(|l| Some((&l.name, l.tls.as_ref()?))) else {
+        return Ok(None);
+    };
+    let refused = |e: weir_tls::TlsError| anyhow::anyhow!("controller listener {name}: {e}");
+    let truststore = settings.truststore.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("controller listener {name} speaks SSL but has no ssl.truststore.location")
+    })?;
+    Ok(Some(QuorumTls {
+        server: ServerTls::load(settings.clone()).map_err(refused)?,
+        client: weir_tls::client_config(truststore, Some(&settings.keystore)).map_err(refused)?,
     }))
 }
 

@@ -94,6 +94,7 @@ async fn start_inner(
         node_id: 1,
         voters: BTreeMap::from([(1, "127.0.0.1:1".to_string())]),
         dir: quorum_dir,
+        tls: None,
     };
     let quorum = Arc::new(
         RaftQuorum::open(storage.clone(), quorum_config, None)

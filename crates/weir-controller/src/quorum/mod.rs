@@ -9,6 +9,7 @@ mod log_store;
 mod network;
 mod reserve;
 mod state_machine;
+mod stream;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -29,6 +30,7 @@ use weir_storage::Storage;
 use crate::forward::WireError;
 
 pub use network::read_peer_frames;
+pub use stream::QuorumTls;
 
 use log_store::LogStore;
 use reserve::SpaceReserve;
@@ -135,6 +137,8 @@ pub struct QuorumConfig {
     pub voters: BTreeMap<i32, String>,
     /// Directory of the Raft log, vote and snapshot.
     pub dir: PathBuf,
+    /// TLS on the controller port, both ways (none: plaintext).
+    pub tls: Option<QuorumTls>,
 }
 
 /// One controller's view of the Raft quorum (openraft's metrics, in Weir's types).
@@ -222,7 +226,7 @@ impl RaftQuorum {
         let raft = MetadataRaft::new(
             node_id,
             Arc::new(raft_config),
-            network::Network,
+            network::Network(stream::Dialer::new(config.tls.as_ref())),
             log,
             state_machine.clone(),
         )
@@ -233,6 +237,7 @@ impl RaftQuorum {
         let peers = listener.map(|listener| {
             tokio::spawn(network::serve(
                 listener,
+                config.tls.clone(),
                 raft.clone(),
                 handler.clone(),
                 voter_addresses,
@@ -275,7 +280,7 @@ impl RaftQuorum {
             peers,
             handler,
             voters: config.voters,
-            forwarder: network::Forwarder::default(),
+            forwarder: network::Forwarder::new(stream::Dialer::new(config.tls.as_ref())),
             reserving: tokio::spawn(keep_reserving(reserve.clone())),
             reserve,
         })
@@ -663,6 +668,7 @@ mod tests {
             node_id,
             voters: voters.clone(),
             dir: dir.to_path_buf(),
+            tls: None,
         };
         RaftQuorum::open(Arc::new(weir_storage::FsStorage), config, Some(listener))
             .await
@@ -863,6 +869,7 @@ mod tests {
             node_id: 1,
             voters: BTreeMap::from([(1, "local".to_string())]),
             dir: dir.to_path_buf(),
+            tls: None,
         };
         let quorum = RaftQuorum::open(storage.clone(), config(), None)
             .await

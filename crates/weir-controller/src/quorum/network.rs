@@ -1,8 +1,9 @@
 //! Raft's messages and forwarded change requests between controllers over TCP: each request
 //! and its answer is one frame (`frame.rs`) on a connection the sender keeps open (one to each
 //! peer for Raft, a few to the active controller for forwarded requests; reopened after any
-//! error). Every read and connect has a deadline and every frame a size bound; the port admits
-//! connections by where they come from (`admission.rs`).
+//! error), in TLS with both sides' certificates when the quorum has it (`stream.rs`). Every
+//! read and connect has a deadline and every frame a size bound; the port admits connections
+//! by where they come from (`admission.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -23,12 +24,13 @@ use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf};
 use openraft::{BasicNode, OptionalSend, Snapshot};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use weir_metadata::requests::ControlRequest;
 
 use super::admission::Admission;
 use super::frame::{buffer_bound, read_frame, read_frame_into, write_frame};
+use super::stream::{self, Dialer, QuorumStream, QuorumTls};
 use super::{ControlAnswer, Handler, MetadataRaft, NodeId, TypeConfig, Vote};
 use crate::forward::WireError;
 
@@ -62,18 +64,26 @@ enum Request {
 /// The connections this controller keeps to others for forwarded change requests: at most
 /// [`FORWARD_CONNECTIONS_MAX`] to each, reused while they last, so a broker's heartbeats and
 /// requests go over connections it already holds rather than asking the port for new ones.
-#[derive(Default)]
 pub struct Forwarder {
+    dialer: Dialer,
     by_address: Mutex<HashMap<String, Arc<Channel>>>,
 }
 
 /// The forwarding connections to one controller.
 struct Channel {
     permits: Semaphore,
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
+    idle: Mutex<Vec<(QuorumStream, Instant)>>,
 }
 
 impl Forwarder {
+    /// No connections yet; they are made as `dialer` makes them.
+    pub(super) fn new(dialer: Dialer) -> Forwarder {
+        Forwarder {
+            dialer,
+            by_address: Mutex::default(),
+        }
+    }
+
     /// Sends a change request to the controller at `addr` and waits (at most `deadline`, a
     /// free connection included) for its answer.
     pub async fn forward(
@@ -99,11 +109,7 @@ impl Forwarder {
                 .map_err(|_| io::Error::other("forwarding closed"))?;
             let mut stream = match channel.take_idle() {
                 Some(stream) => stream,
-                None => {
-                    let stream = TcpStream::connect(addr).await?;
-                    stream.set_nodelay(true)?;
-                    stream
-                }
+                None => self.dialer.connect(addr).await?,
             };
             write_frame(&mut stream, &Request::Control(request)).await?;
             let answer = read_frame(&mut stream).await?;
@@ -124,16 +130,12 @@ impl Forwarder {
 impl Channel {
     /// The most recently used kept connection still fit to reuse: used within
     /// [`FORWARD_IDLE_MS`], not closed by the other side, nothing unasked waiting on it.
-    fn take_idle(&self) -> Option<TcpStream> {
+    fn take_idle(&self) -> Option<QuorumStream> {
         let mut idle = lock(&self.idle);
         while let Some((stream, since)) = idle.pop() {
-            if since.elapsed() >= Duration::from_millis(FORWARD_IDLE_MS) {
-                continue;
-            }
-            let mut probe = [0u8; 1];
-            match stream.try_read(&mut probe) {
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Some(stream),
-                _ => continue,
+            if since.elapsed() < Duration::from_millis(FORWARD_IDLE_MS) && !stream.heard_from_peer()
+            {
+                return Some(stream);
             }
         }
         None
@@ -168,8 +170,8 @@ pub async fn read_peer_frames(mut bytes: &[u8]) -> usize {
     }
 }
 
-/// Makes a client per peer; clients connect lazily.
-pub struct Network;
+/// Makes a client per peer; clients connect lazily, as the dialer does.
+pub struct Network(pub(super) Dialer);
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
@@ -178,6 +180,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Peer {
             target,
             addr: node.addr.clone(),
+            dialer: self.0.clone(),
             stream: None,
         }
     }
@@ -187,15 +190,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Peer {
     target: NodeId,
     addr: String,
-    stream: Option<TcpStream>,
+    dialer: Dialer,
+    stream: Option<QuorumStream>,
 }
 
 impl Peer {
     async fn exchange<R: DeserializeOwned>(&mut self, request: &Request) -> io::Result<R> {
         if self.stream.is_none() {
-            let stream = TcpStream::connect(&self.addr).await?;
-            stream.set_nodelay(true)?;
-            self.stream = Some(stream);
+            self.stream = Some(self.dialer.connect(&self.addr).await?);
         }
         let stream = self.stream.as_mut().expect("connected above");
         write_frame(stream, request).await?;
@@ -284,11 +286,14 @@ impl RaftNetworkV2<TypeConfig> for Peer {
 }
 
 /// Answers peers' Raft messages and forwarded change requests (once `handler` is set) on
-/// `listener` until the quorum stops. Connections are admitted by where they come from: the
-/// addresses of the quorum's members (from its membership, and `voters` before it has one)
-/// have places of their own, any other address a small share apart.
+/// `listener` until the quorum stops, in TLS when `tls` is given (a peer without a
+/// certificate the truststore vouches for is refused at the handshake). Connections are
+/// admitted by where they come from: the addresses of the quorum's members (from its
+/// membership, and `voters` before it has one) have places of their own, any other address a
+/// small share apart.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<QuorumTls>,
     raft: MetadataRaft,
     handler: Handler,
     voters: Vec<String>,
@@ -299,6 +304,15 @@ pub async fn serve(
         voters,
         admission.clone(),
     )));
+    // Renewed certificates serve new connections, as on the Kafka listeners.
+    let (_serving, stopped) = tokio::sync::watch::channel(false);
+    let _reload = tls.as_ref().map(|tls| {
+        AbortOnDrop(tokio::spawn(tls.server.clone().watch(
+            "controller".into(),
+            weir_tls::RELOAD_CHECK_INTERVAL,
+            stopped,
+        )))
+    });
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -319,8 +333,19 @@ pub async fn serve(
         };
         let raft = raft.clone();
         let handler = handler.clone();
+        let tls = tls.clone();
+        let admission = admission.clone();
         tokio::spawn(async move {
             let _place = place;
+            let stream = match stream::accept(stream, tls.as_ref()).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    if let Some(suppressed) = admission.warn_now() {
+                        tracing::warn!(target: "weir::controller", %peer, suppressed, %error, "controller connection refused: its TLS handshake failed");
+                    }
+                    return;
+                }
+            };
             if let Err(error) = serve_connection(stream, raft, handler).await {
                 tracing::debug!(target: "weir::controller", %peer, %error, "controller connection closed");
             }
@@ -391,11 +416,10 @@ async fn resolve(addresses: &[String]) -> HashSet<IpAddr> {
 }
 
 async fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: QuorumStream,
     raft: MetadataRaft,
     handler: Handler,
 ) -> io::Result<()> {
-    stream.set_nodelay(true)?;
     let mut wait = Duration::from_millis(FIRST_FRAME_MS);
     loop {
         let request: Request = match tokio::time::timeout(wait, read_frame(&mut stream)).await {
