@@ -575,9 +575,13 @@ LISTENER_SETTINGS = {
     "controller.listener.names",
 }
 # Defaults Weir chooses otherwise, as listed: SCRAM rather than GSSAPI (which Weir does not
-# offer), and PEM stores, the only kind it reads.
+# offer), PEM stores, the only kind it reads, and no default for the two ways of choosing how
+# brokers reach each other (unset, the first PLAINTEXT listener and the listener's first
+# mechanism).
 WEIR_OWN_DEFAULTS = {
     "sasl.enabled.mechanisms": ("GSSAPI", "SCRAM-SHA-256,SCRAM-SHA-512"),
+    "security.inter.broker.protocol": ("PLAINTEXT", "null"),
+    "sasl.mechanism.inter.broker.protocol": ("GSSAPI", "null"),
     "ssl.keystore.type": ("JKS", "PEM"),
     "ssl.truststore.type": ("JKS", "PEM"),
 }
