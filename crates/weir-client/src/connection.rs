@@ -124,14 +124,17 @@ impl Connection {
                 spawn_loops(reader, writer, queue, &awaiting, address);
             }
             Some(config) => {
-                let name = weir_tls::server_name(address).map_err(|e| fail(e.0))?;
-                let connector = tokio_rustls::TlsConnector::from(config.clone());
-                let stream = tokio::time::timeout(request_timeout, connector.connect(name, stream))
+                let stream = weir_tls::connect(config, address, stream, request_timeout)
                     .await
-                    .map_err(|_| ClientError::Timeout(request_timeout.as_millis() as u64))?
-                    .map_err(|e| ClientError::Tls {
-                        broker: address.to_string(),
-                        reason: format!("handshake failed: {e}"),
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::TimedOut => {
+                            ClientError::Timeout(request_timeout.as_millis() as u64)
+                        }
+                        std::io::ErrorKind::InvalidInput => fail(e.to_string()),
+                        _ => ClientError::Tls {
+                            broker: address.to_string(),
+                            reason: format!("handshake failed: {e}"),
+                        },
                     })?;
                 let (reader, writer) = tokio::io::split(stream);
                 spawn_loops(reader, writer, queue, &awaiting, address);

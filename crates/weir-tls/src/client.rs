@@ -2,23 +2,49 @@
 //! broker's certificate checked against the CA certificates of a PEM file and against the
 //! host connected to, and a client certificate for listeners that ask for one.
 
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 use crate::{certificates, crypto_provider, private_key, read_pem_file, TlsError};
 
-/// The name the certificate of the server at `address` (`host:port`, `[v6]:port`) must hold.
-pub fn server_name(address: &str) -> Result<ServerName<'static>, TlsError> {
+/// The TLS handshake of `stream`, connected to the server at `address` (`host:port`,
+/// `[v6]:port`), whose certificate must name that host; given at most `deadline` (then an
+/// error of kind `TimedOut`). A host that is no name for TLS is an error of kind
+/// `InvalidInput`.
+pub async fn connect(
+    config: &Arc<ClientConfig>,
+    address: &str,
+    stream: TcpStream,
+    deadline: Duration,
+) -> io::Result<TlsStream<TcpStream>> {
     let host = address
         .rsplit_once(':')
         .map_or(address, |(host, _)| host)
         .trim_start_matches('[')
         .trim_end_matches(']');
-    ServerName::try_from(host.to_string())
-        .map_err(|e| TlsError(format!("{host} is no host name for TLS: {e}")))
+    let name = ServerName::try_from(host.to_string()).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{host} is no host name for TLS: {e}"),
+        )
+    })?;
+    let handshake = TlsConnector::from(config.clone()).connect(name, stream);
+    tokio::time::timeout(deadline, handshake)
+        .await
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("TLS handshake not done within {} ms", deadline.as_millis()),
+            ))
+        })
 }
 
 /// A client config trusting the CA certificates in the PEM file `truststore` (Kafka's

@@ -10,7 +10,7 @@
 
 mod client;
 
-pub use client::{client_config, server_name};
+pub use client::{client_config, connect};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

@@ -26,12 +26,6 @@ pub struct QuorumTls {
     pub client: Arc<rustls::ClientConfig>,
 }
 
-impl std::fmt::Debug for QuorumTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("QuorumTls")
-    }
-}
-
 /// One connection of the controller port, either side.
 pub(super) enum QuorumStream {
     Plain(TcpStream),
@@ -79,21 +73,12 @@ impl Dialer {
         let Some(config) = &self.tls else {
             return Ok(QuorumStream::Plain(stream));
         };
-        let name = weir_tls::server_name(addr)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.0))?;
-        let connector = tokio_rustls::TlsConnector::from(config.clone());
-        let handshake = connector.connect(name, stream);
-        match tokio::time::timeout(Duration::from_millis(HANDSHAKE_MS), handshake).await {
-            Ok(Ok(stream)) => Ok(QuorumStream::Client(Box::new(stream))),
-            Ok(Err(error)) => Err(io::Error::new(
+        let deadline = Duration::from_millis(HANDSHAKE_MS);
+        match weir_tls::connect(config, addr, stream, deadline).await {
+            Ok(stream) => Ok(QuorumStream::Client(Box::new(stream))),
+            Err(error) => Err(io::Error::new(
                 error.kind(),
                 format!("TLS with the controller at {addr}: {error}"),
-            )),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "TLS handshake with the controller at {addr} not done within {HANDSHAKE_MS} ms"
-                ),
             )),
         }
     }
