@@ -19,6 +19,7 @@ mod groups;
 mod hung;
 pub mod partitioner;
 mod producer;
+mod quotas;
 mod reassign;
 mod records;
 mod sasl;
@@ -42,10 +43,11 @@ pub use kafka_protocol::records::Compression;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
+pub use quotas::EntityQuotas;
 pub use reassign::{Election, OngoingReassignment, PartitionResult};
 pub use sasl::SaslLogin;
 pub use security::Security;
 pub use transactions::{Fenced, TransactionDescription, TransactionListing};
 pub use users::ScramUser;
-pub use weir_metadata::acl;
+pub use weir_metadata::{acl, quota};
 pub use weir_sasl::{Mechanism, ScramHash};

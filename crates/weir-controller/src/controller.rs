@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use weir_metadata::acl::{AclBinding, AclFilter};
 use weir_metadata::broker_config::checked_runtime_broker_config;
+use weir_metadata::quota::QuotaAlteration;
 use weir_metadata::topic_config::checked_topic_configs;
 use weir_metadata::{
     validate_topic_name, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
@@ -521,6 +522,24 @@ impl Controller {
                 .await?;
         }
         Ok(missing)
+    }
+
+    /// Sets and removes client quotas in one command, leaving out what would change nothing.
+    pub async fn alter_client_quotas(
+        &self,
+        alterations: Vec<QuotaAlteration>,
+    ) -> Result<(), ControllerError> {
+        let _turn = self.deciding.lock().await;
+        let image = self.image();
+        let alterations: Vec<QuotaAlteration> = alterations
+            .iter()
+            .filter_map(|a| image.client_quotas().effective(a))
+            .collect();
+        if !alterations.is_empty() {
+            self.commit(MetadataCommand::AlterClientQuotas { alterations })
+                .await?;
+        }
+        Ok(())
     }
 
     /// Adds the ACLs the cluster does not hold yet.

@@ -11,10 +11,10 @@ use tokio::sync::watch;
 
 use weir_metadata::acl::AclBinding;
 use weir_metadata::requests::{
-    AddObserver, AllocateProducerIds, AlterBrokerConfig, AlterPartitionReassignments,
-    AlterScramCredentials, AlterTopicConfig, ControlCall, ControlRequest, ControlledShutdown,
-    CreateAcls, CreatePartitions, CreateTopic, DeleteAcls, DeleteTopic, DescribeQuorum,
-    ElectLeaders, EncodedAnswer, Heartbeat, RegisterBroker,
+    AddObserver, AllocateProducerIds, AlterBrokerConfig, AlterClientQuotas,
+    AlterPartitionReassignments, AlterScramCredentials, AlterTopicConfig, ControlCall,
+    ControlRequest, ControlledShutdown, CreateAcls, CreatePartitions, CreateTopic, DeleteAcls,
+    DeleteTopic, DescribeQuorum, ElectLeaders, EncodedAnswer, Heartbeat, RegisterBroker,
 };
 use weir_metadata::{
     AlterPartition, BrokerRegistration, Committed, ControllerError, MetadataControl, MetadataImage,
@@ -141,6 +141,12 @@ impl Decide for AlterScramCredentials {
     }
 }
 
+impl Decide for AlterClientQuotas {
+    async fn decide(self, controller: &Controller) -> Result<(), ControllerError> {
+        controller.alter_client_quotas(self.alterations).await
+    }
+}
+
 impl Decide for CreateAcls {
     async fn decide(self, controller: &Controller) -> Result<(), ControllerError> {
         controller.create_acls(self.acls).await
@@ -198,6 +204,7 @@ impl Controller {
             ControlRequest::DescribeQuorum(call) => answer(self, call).await,
             ControlRequest::AddObserver(call) => answer(self, call).await,
             ControlRequest::AlterScramCredentials(call) => answer(self, call).await,
+            ControlRequest::AlterClientQuotas(call) => answer(self, call).await,
             ControlRequest::CreateAcls(call) => answer(self, call).await,
             ControlRequest::DeleteAcls(call) => answer(self, call).await,
         }

@@ -1,7 +1,7 @@
 //! The metadata as relational tables in SQLite, for `weir metadata query`: brokers and their
 //! listeners, topics, their partitions (leader, epochs), replicas (in sync or not) and
-//! configs, the dynamic broker configs, SCRAM users (mechanisms and iterations) and ACLs, with
-//! foreign keys. Every committed
+//! configs, the dynamic broker configs, SCRAM users (mechanisms and iterations), ACLs and
+//! client quotas, with foreign keys. Every committed
 //! command is applied in one transaction together with the image position it brings the
 //! tables to, so the tables always show one whole image. The metadata log stays the record:
 //! tables that fall behind (a write refused on a full disk, a schema from another version) are
@@ -21,7 +21,7 @@ use weir_metadata::{
 };
 
 /// The layout the tables are in; another value makes the store rebuild them.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// The tables, their keys and foreign keys.
 const SCHEMA: &str = "
@@ -97,6 +97,12 @@ CREATE TABLE acls (
     permission TEXT NOT NULL,
     PRIMARY KEY (resource_type, pattern_type, resource_name, principal, host, operation, permission)
 );
+CREATE TABLE client_quotas (
+    entity TEXT NOT NULL,
+    quota_key TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (entity, quota_key)
+);
 ";
 
 /// The table a snapshot database adds: its Raft position (JSON) and the image it holds (JSON).
@@ -119,6 +125,7 @@ const TABLES: &[&str] = &[
     "broker_configs",
     "scram_credentials",
     "acls",
+    "client_quotas",
     "meta",
 ];
 
@@ -246,6 +253,7 @@ impl RelationalStore {
             MetadataCommand::CreateAcls { .. } | MetadataCommand::DeleteAcls { .. } => {
                 replace_acls(&tx, image)?;
             }
+            MetadataCommand::AlterClientQuotas { .. } => replace_client_quotas(&tx, image)?,
             MetadataCommand::AllocateProducerIds { .. } => {}
         }
         set_position(&tx, image)?;
@@ -291,6 +299,7 @@ fn fill(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
     }
     replace_scram_credentials(tx, image)?;
     replace_acls(tx, image)?;
+    replace_client_quotas(tx, image)?;
     set_position(tx, image)
 }
 
@@ -329,6 +338,21 @@ fn replace_acls(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result
             entry.operation.name(),
             entry.permission.name(),
         ])?;
+    }
+    Ok(())
+}
+
+/// Rewrites `client_quotas` from `image`: each entity as Kafka's tools print it
+/// (`user=alice,client-id=<default>`), each of its quotas.
+fn replace_client_quotas(tx: &Transaction<'_>, image: &MetadataImage) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM client_quotas", [])?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO client_quotas (entity, quota_key, value) VALUES (?1, ?2, ?3)",
+    )?;
+    for (entity, quotas) in image.client_quotas().iter() {
+        for (key, value) in quotas {
+            insert.execute(params![entity.to_string(), key.name(), value.get()])?;
+        }
     }
     Ok(())
 }

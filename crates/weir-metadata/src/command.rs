@@ -9,6 +9,7 @@ use uuid::Uuid;
 use weir_sasl::{ScramCredential, ScramHash};
 
 use crate::acl::AclBinding;
+use crate::quota::QuotaAlteration;
 
 /// One metadata change, as stored in the metadata log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +126,11 @@ pub enum MetadataCommand {
         /// The ACLs, each of them held.
         acls: Vec<AclBinding>,
     },
+    /// Sets and removes client quotas (AlterClientQuotas).
+    AlterClientQuotas {
+        /// Each entity's changes, every one of them changing something.
+        alterations: Vec<QuotaAlteration>,
+    },
 }
 
 /// A user's SCRAM credential for one mechanism, set.
@@ -205,6 +211,13 @@ impl std::fmt::Display for MetadataCommand {
             ),
             MetadataCommand::CreateAcls { acls } => write!(f, "add {} ACLs", acls.len()),
             MetadataCommand::DeleteAcls { acls } => write!(f, "remove {} ACLs", acls.len()),
+            MetadataCommand::AlterClientQuotas { alterations } => {
+                write!(
+                    f,
+                    "alter the client quotas of {} entities",
+                    alterations.len()
+                )
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use weir_sasl::{ScramCredential, ScramHash};
 
 use crate::acl::AclTable;
 use crate::command::{BrokerListener, ConfigChange, MetadataCommand, PartitionChange};
+use crate::quota::QuotaTable;
 
 /// No leader (Kafka's `-1`): the partition cannot be read or written until one is elected.
 pub const NO_LEADER: i32 = -1;
@@ -177,6 +178,9 @@ pub struct MetadataImage {
     /// The access control lists.
     #[serde(default, skip_serializing_if = "AclTable::is_empty")]
     acls: AclTable,
+    /// Client quotas, by entity.
+    #[serde(default, skip_serializing_if = "QuotaTable::is_empty")]
+    client_quotas: QuotaTable,
 }
 
 impl MetadataImage {
@@ -220,6 +224,11 @@ impl MetadataImage {
     /// The access control lists.
     pub fn acls(&self) -> &AclTable {
         &self.acls
+    }
+
+    /// The client quotas.
+    pub fn client_quotas(&self) -> &QuotaTable {
+        &self.client_quotas
     }
 
     /// Every registered broker, by node id.
@@ -372,6 +381,11 @@ impl MetadataImage {
             MetadataCommand::DeleteAcls { acls } => {
                 for acl in acls {
                     self.acls.remove(acl);
+                }
+            }
+            MetadataCommand::AlterClientQuotas { alterations } => {
+                for alteration in alterations {
+                    self.client_quotas.apply(alteration);
                 }
             }
         }

@@ -12,6 +12,7 @@ mod command;
 mod control;
 mod error;
 mod image;
+pub mod quota;
 pub mod requests;
 pub mod topic_config;
 

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use crate::acl::{AclBinding, AclFilter};
 use crate::command::{BrokerListener, ConfigChange, ScramDeletion, ScramUpsert};
 use crate::image::{BrokerRegistration, PartitionImage, TopicImage};
+use crate::quota::QuotaAlteration;
 use crate::ControllerError;
 
 /// A topic creation request, already defaulted by the caller.
@@ -252,6 +253,8 @@ control_requests! {
     AlterScramCredentials => Vec<ScramDeletion>,
     /// Adds ACLs (those already held are left as they are).
     CreateAcls => (),
+    /// Sets and removes client quotas (what would change nothing is left out).
+    AlterClientQuotas => (),
     /// Removes the ACLs each filter selects; answered with them, per filter.
     DeleteAcls => Vec<Vec<AclBinding>>,
 }
@@ -364,6 +367,14 @@ pub struct AlterScramCredentials {
     pub upserts: Vec<ScramUpsert>,
     /// Credentials to remove.
     pub deletions: Vec<ScramDeletion>,
+}
+
+/// Sets and removes client quotas (already checked: entities, keys, values, each entity
+/// once).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AlterClientQuotas {
+    /// Each entity's changes.
+    pub alterations: Vec<QuotaAlteration>,
 }
 
 /// Adds ACLs (already checked).

@@ -67,6 +67,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::SaslAuthenticate, 0, 2),
     range(ApiKey::DescribeUserScramCredentials, 0, 0),
     range(ApiKey::AlterUserScramCredentials, 0, 0),
+    range(ApiKey::AlterClientQuotas, 0, 1),
+    range(ApiKey::DescribeClientQuotas, 0, 1),
     range(ApiKey::CreateAcls, 1, 3),
     range(ApiKey::DescribeAcls, 1, 3),
     range(ApiKey::DeleteAcls, 1, 3),

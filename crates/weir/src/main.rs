@@ -51,6 +51,9 @@ enum Command {
     User(cli::user::UserArgs),
     /// Add, list and remove ACLs (what the authorizer lets each principal do).
     Acl(cli::acl::AclArgs),
+    /// Set, remove and list client quotas (byte rates, request time) of users, client ids and
+    /// addresses.
+    Quota(cli::quota::QuotaArgs),
     /// Move replicas between brokers (reassignments) and elect leaders.
     Partitions(cli::partitions::PartitionsArgs),
     /// Query the cluster metadata with SQL (read-only, from a server's data directory).
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Cluster(args) => cli::run(cli::cluster::run(args)),
         Command::User(args) => cli::run(cli::user::run(args)),
         Command::Acl(args) => cli::run(cli::acl::run(args)),
+        Command::Quota(args) => cli::run(cli::quota::run(args)),
         Command::Partitions(args) => cli::run(cli::partitions::run(args)),
         Command::Metadata(args) => cli::metadata::run(args),
         Command::Bench(args) => cli::bench::run(args),

@@ -6,6 +6,7 @@ mod acls;
 mod admin_configs;
 mod admin_topics;
 mod api_versions;
+mod client_quotas;
 mod cluster;
 mod consumer_groups;
 mod delete_records;
@@ -283,6 +284,16 @@ pub async fn dispatch(
             respond(ResponseKind::DescribeUserScramCredentials(
                 scram_credentials::describe(&broker, req, &access),
             ))
+        }),
+        RequestKind::AlterClientQuotas(req) => Box::pin(async move {
+            respond(ResponseKind::AlterClientQuotas(
+                client_quotas::alter(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::DescribeClientQuotas(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeClientQuotas(client_quotas::describe(
+                &broker, req, &access,
+            )))
         }),
         RequestKind::CreateAcls(req) => Box::pin(async move {
             respond(ResponseKind::CreateAcls(

@@ -682,6 +682,25 @@ async fn every_api_refuses_a_client_without_rights() {
                     "{what}"
                 );
             }
+            ApiKey::AlterClientQuotas => {
+                let entry = quota_entry(
+                    &[("user", Some("ANONYMOUS"))],
+                    &[("producer_byte_rate", 1.0e9)],
+                );
+                let mut req = AlterClientQuotasRequest::default();
+                req.entries = vec![entry];
+                let r: AlterClientQuotasResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(r.entries[0].error_code, CLUSTER_DENIED, "{what}");
+                assert!(
+                    test.broker.image().client_quotas().is_empty(),
+                    "{what}: it cannot raise its own quota"
+                );
+            }
+            ApiKey::DescribeClientQuotas => {
+                let r: DescribeClientQuotasResponse =
+                    call(&mut c, api.key, v, &DescribeClientQuotasRequest::default()).await;
+                assert_eq!((r.error_code, r.entries), (CLUSTER_DENIED, None), "{what}");
+            }
             ApiKey::CreateAcls => {
                 let mut creation = create_acls_request::AclCreation::default();
                 creation.resource_type = 2;

@@ -207,9 +207,38 @@ pub async fn call<Req: Encodable, Resp: Decodable>(
     stream.write_all(&frame).await.expect("write");
     let (correlation, response) = read_response(stream, key, version)
         .await
-        .expect("a response, not a closed connection");
+        .unwrap_or_else(|| panic!("a response to {key:?} v{version}, not a closed connection"));
     assert_eq!(correlation, 7);
     response
+}
+
+/// An AlterClientQuotas entry: the entity's components (type, name or `None` for the
+/// default) and the quotas to set.
+pub fn quota_entry(
+    entity: &[(&str, Option<&str>)],
+    quotas: &[(&str, f64)],
+) -> kafka_protocol::messages::alter_client_quotas_request::EntryData {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    let mut entry = EntryData::default();
+    entry.entity = entity
+        .iter()
+        .map(|(kind, name)| {
+            let mut component = EntityData::default();
+            component.entity_type = StrBytes::from_string(kind.to_string());
+            component.entity_name = name.map(|n| StrBytes::from_string(n.to_string()));
+            component
+        })
+        .collect();
+    entry.ops = quotas
+        .iter()
+        .map(|(key, value)| {
+            let mut op = OpData::default();
+            op.key = StrBytes::from_string(key.to_string());
+            op.value = *value;
+            op
+        })
+        .collect();
+    entry
 }
 
 pub fn topic_name(name: &str) -> TopicName {

@@ -856,6 +856,42 @@ async fn every_advertised_version_answers() {
                     assert_eq!(r.error_code, 0, "{what}");
                     assert_eq!(r.results[0].error_code, 91, "{what}: RESOURCE_NOT_FOUND");
                 }
+                ApiKey::AlterClientQuotas => {
+                    let user = format!("quota-{v}");
+                    let entry = quota_entry(
+                        &[("user", Some(user.as_str()))],
+                        &[("producer_byte_rate", 1024.0)],
+                    );
+                    let mut req = AlterClientQuotasRequest::default();
+                    req.entries = vec![entry];
+                    let r: AlterClientQuotasResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.entries[0].error_code, 0, "{what}");
+                }
+                ApiKey::DescribeClientQuotas => {
+                    use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
+                    let mut component = ComponentData::default();
+                    component.entity_type = StrBytes::from_static_str("user");
+                    component.match_type = 0;
+                    component._match = Some(StrBytes::from_static_str("quota-0"));
+                    let mut req = DescribeClientQuotasRequest::default();
+                    req.components = vec![component];
+                    let r: DescribeClientQuotasResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                    let entries = r.entries.expect("entries");
+                    assert_eq!(
+                        entries.len(),
+                        1,
+                        "{what}: the quota AlterClientQuotas v0 set"
+                    );
+                    assert_eq!(
+                        (
+                            entries[0].values[0].key.as_str(),
+                            entries[0].values[0].value
+                        ),
+                        ("producer_byte_rate", 1024.0),
+                        "{what}"
+                    );
+                }
                 ApiKey::CreateAcls => {
                     let mut creation = create_acls_request::AclCreation::default();
                     creation.resource_type = 2;
@@ -1557,5 +1593,109 @@ async fn connection_limits_change_at_runtime() {
             "the default never came back"
         );
     }
+    test.shutdown().await;
+}
+
+/// AlterClientQuotas answers each entity alone: a bad key, value or entity is INVALID_REQUEST
+/// with Kafka's reason and none of that entity's changes, while the good entity beside it is
+/// committed; validate_only commits nothing; DescribeClientQuotas refuses a bad filter whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_quotas_are_checked_per_entity() {
+    use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
+    use kafka_protocol::messages::{
+        AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+    };
+    let test = start_fs(&[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    let mut request = AlterClientQuotasRequest::default();
+    request.entries = vec![
+        quota_entry(&[("user", Some("good"))], &[("producer_byte_rate", 2048.0)]),
+        quota_entry(
+            &[("user", Some("half"))],
+            &[("consumer_byte_rate", 1.0), ("producer_byte_rate", 0.5)],
+        ),
+        quota_entry(
+            &[("client-id", Some("c"))],
+            &[("connection_creation_rate", 1.0)],
+        ),
+        quota_entry(&[("group", Some("g"))], &[("producer_byte_rate", 1.0)]),
+        quota_entry(&[("user", Some("good"))], &[("consumer_byte_rate", 1.0)]),
+    ];
+    let r: AlterClientQuotasResponse = call(&mut c, ApiKey::AlterClientQuotas, 1, &request).await;
+    let answers: Vec<(i16, String)> = r
+        .entries
+        .iter()
+        .map(|e| {
+            let message = e.error_message.as_ref().map(|m| m.to_string());
+            (e.error_code, message.unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (0, String::new()),
+            (
+                42,
+                "Configuration producer_byte_rate must be a Long value".into()
+            ),
+            (
+                42,
+                "Invalid configuration key connection_creation_rate".into()
+            ),
+            (42, "Unhandled client quota entity type: group".into()),
+            (42, "Ignoring duplicate entity user=good".into()),
+        ]
+    );
+    let quotas: Vec<String> = test
+        .broker
+        .image()
+        .client_quotas()
+        .iter()
+        .map(|(entity, quotas)| format!("{entity} {quotas:?}"))
+        .collect();
+    assert_eq!(
+        quotas,
+        vec!["user=good {ProducerByteRate: QuotaValue(2048.0)}"],
+        "the good entity alone"
+    );
+
+    request.entries = vec![quota_entry(
+        &[("user", None)],
+        &[("request_percentage", 10.0)],
+    )];
+    request.validate_only = true;
+    let r: AlterClientQuotasResponse = call(&mut c, ApiKey::AlterClientQuotas, 0, &request).await;
+    assert_eq!(r.entries[0].error_code, 0);
+    assert_eq!(test.broker.image().client_quotas().iter().count(), 1);
+
+    let component = |kind: &'static str, match_type: i8, name: Option<&'static str>| {
+        let mut c = ComponentData::default();
+        c.entity_type = StrBytes::from_static_str(kind);
+        c.match_type = match_type;
+        c._match = name.map(StrBytes::from_static_str);
+        c
+    };
+    for (components, code) in [
+        (vec![component("user", 0, None)], 42),
+        (vec![component("topic", 2, None)], 35),
+        (
+            vec![component("ip", 2, None), component("user", 2, None)],
+            42,
+        ),
+    ] {
+        let mut describe = DescribeClientQuotasRequest::default();
+        describe.components = components;
+        let r: DescribeClientQuotasResponse =
+            call(&mut c, ApiKey::DescribeClientQuotas, 1, &describe).await;
+        assert_eq!((r.error_code, r.entries), (code, None));
+    }
+    let mut describe = DescribeClientQuotasRequest::default();
+    describe.components = vec![component("user", 2, None)];
+    let r: DescribeClientQuotasResponse =
+        call(&mut c, ApiKey::DescribeClientQuotas, 1, &describe).await;
+    let entries = r.entries.expect("entries");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].entity[0].entity_name.as_deref(), Some("good"));
     test.shutdown().await;
 }

@@ -26,6 +26,7 @@ pub mod group;
 pub mod metadata;
 pub mod partitions;
 pub mod produce;
+pub mod quota;
 pub mod topic;
 pub mod txn;
 pub mod user;
