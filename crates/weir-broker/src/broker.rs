@@ -21,6 +21,7 @@ use crate::fetch_session::FetchSessions;
 use crate::inter_broker::InterBroker;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
+use crate::quotas::ProduceQuotas;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::request_context::RequestContext;
@@ -130,6 +131,8 @@ pub struct Broker {
     pub(crate) metrics: BrokerMetrics,
     /// Failed SASL logins by address.
     pub(crate) logins: Arc<Logins>,
+    /// What each client with a produce quota appended lately.
+    pub(crate) produce_quotas: ProduceQuotas,
 }
 
 impl Broker {
@@ -205,6 +208,7 @@ impl Broker {
             broker_epoch,
             metrics: BrokerMetrics::default(),
             logins: Arc::default(),
+            produce_quotas: ProduceQuotas::default(),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));

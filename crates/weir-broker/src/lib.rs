@@ -26,6 +26,7 @@ mod marker_writer;
 mod membership;
 pub mod metrics;
 pub mod partition;
+mod quotas;
 mod rate_limit;
 pub mod registry;
 mod replica_fetcher;

@@ -98,6 +98,10 @@ pub struct BrokerMetrics {
     pub tls_handshakes_failed: AtomicU64,
     /// SASL logins refused (wrong credentials, broken exchanges, addresses locked out).
     pub sasl_authentications_failed: AtomicU64,
+    /// Produce responses that throttled a client above its `producer_byte_rate`.
+    pub produce_throttled: AtomicU64,
+    /// Milliseconds of throttling those responses asked for, in total.
+    pub produce_throttle_ms: AtomicU64,
 }
 
 impl Default for BrokerMetrics {
@@ -112,6 +116,8 @@ impl Default for BrokerMetrics {
             bad_requests: AtomicU64::new(0),
             tls_handshakes_failed: AtomicU64::new(0),
             sasl_authentications_failed: AtomicU64::new(0),
+            produce_throttled: AtomicU64::new(0),
+            produce_throttle_ms: AtomicU64::new(0),
         }
     }
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use weir_metadata::authorizer::ANONYMOUS;
 
+use crate::quotas::Mute;
+
 /// What a request handler knows of the connection a request came on.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
@@ -14,6 +16,8 @@ pub struct RequestContext {
     pub listener: Arc<str>,
     /// Who the client is, `User:name` (`User:ANONYMOUS` until it authenticates).
     pub principal: Arc<str>,
+    /// Until when the connection is not read, after a response that throttled its client.
+    pub mute: Arc<Mute>,
 }
 
 impl RequestContext {
@@ -23,6 +27,7 @@ impl RequestContext {
             peer,
             listener,
             principal: Arc::from(ANONYMOUS),
+            mute: Arc::default(),
         }
     }
 }

@@ -464,6 +464,11 @@ async fn read_requests(
             true => unauthenticated_max_bytes,
             false => max_bytes,
         };
+        // A client its quota throttled: nothing more is read until its time is up (KIP-219).
+        tokio::select! {
+            _ = context.mute.passed() => {}
+            _ = crate::shutdown::stopping(&mut shutdown) => return Ending::Drain,
+        }
         let frame = tokio::select! {
             frame = read_frame(reader, frame_max, &broker.request_memory, &gates.requests, activity) => frame,
             _ = crate::shutdown::stopping(&mut shutdown) => return Ending::Drain,

@@ -198,6 +198,18 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         "SASL logins refused: wrong credentials, broken exchanges, addresses locked out",
         stats.sasl_authentications_failed as f64,
     );
+    text.single(
+        "weir_produce_throttled_total",
+        "counter",
+        "Produce responses that throttled a client above its producer_byte_rate quota",
+        stats.produce_throttled as f64,
+    );
+    text.single(
+        "weir_produce_throttle_seconds_total",
+        "counter",
+        "Time those produce responses throttled their clients for, in total",
+        stats.produce_throttle_ms as f64 / 1000.0,
+    );
 }
 
 fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {

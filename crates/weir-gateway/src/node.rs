@@ -60,6 +60,10 @@ pub struct BrokerStats {
     pub tls_handshakes_failed: u64,
     /// SASL logins refused.
     pub sasl_authentications_failed: u64,
+    /// Produce responses that throttled a client above its quota.
+    pub produce_throttled: u64,
+    /// Milliseconds of throttling they asked for.
+    pub produce_throttle_ms: u64,
 }
 
 /// One API's requests.

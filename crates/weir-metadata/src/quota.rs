@@ -315,6 +315,43 @@ impl QuotaTable {
         (!effective.set.is_empty() || !effective.remove.is_empty()).then_some(effective)
     }
 
+    /// The quota of `key` that applies to a client of `user` (the principal's name, `alice`
+    /// for `User:alice`) and `client_id`, in Kafka's order of precedence: user and client id,
+    /// user and default client id, user, default user and client id, default user and default
+    /// client id, default user, client id, default client id. Answered with the limit and whose
+    /// usage it bounds: the user and the client id when the quota's entity names that kind (by
+    /// name or as default), so a quota set for a user is shared by all its clients.
+    pub fn quota_for(&self, key: QuotaKey, user: &str, client_id: &str) -> Option<AppliedQuota> {
+        if self.by_entity.is_empty() {
+            return None;
+        }
+        let levels: [(Component<'_>, Component<'_>); 8] = [
+            (Some(Some(user)), Some(Some(client_id))),
+            (Some(Some(user)), Some(None)),
+            (Some(Some(user)), None),
+            (Some(None), Some(Some(client_id))),
+            (Some(None), Some(None)),
+            (Some(None), None),
+            (None, Some(Some(client_id))),
+            (None, Some(None)),
+        ];
+        levels.into_iter().find_map(|(user_part, client_part)| {
+            let mut entity = BTreeMap::new();
+            if let Some(name) = user_part {
+                entity.insert(EntityType::User, name.map(str::to_string));
+            }
+            if let Some(name) = client_part {
+                entity.insert(EntityType::ClientId, name.map(str::to_string));
+            }
+            let limit = self.by_entity.get(&QuotaEntity(entity))?.get(&key)?;
+            Some(AppliedQuota {
+                user: user_part.map(|_| user.to_string()),
+                client_id: client_part.map(|_| client_id.to_string()),
+                limit: limit.get(),
+            })
+        })
+    }
+
     /// The entities `filter` selects, with their quotas.
     pub fn select<'a>(
         &'a self,
@@ -324,6 +361,20 @@ impl QuotaTable {
             .iter()
             .filter(move |(entity, _)| filter.matches(entity))
     }
+}
+
+/// One kind's part of an entity: absent (`None`), the default (`Some(None)`) or a name.
+type Component<'a> = Option<Option<&'a str>>;
+
+/// The quota that applies to one client, and whose usage it bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedQuota {
+    /// The user whose usage counts, when the quota is a user's (or the default user's).
+    pub user: Option<String>,
+    /// The client id whose usage counts, when the quota is a client id's (or the default's).
+    pub client_id: Option<String>,
+    /// The limit (bytes per second, or a percentage, as the key says).
+    pub limit: f64,
 }
 
 /// How a DescribeClientQuotas filter component matches an entity's name of its type.
@@ -522,6 +573,75 @@ mod tests {
             remove: vec![QuotaKey::ProducerByteRate],
         });
         assert!(table.is_empty(), "an entity without quotas is dropped");
+    }
+
+    #[test]
+    fn the_most_specific_quota_applies() {
+        let mut table = QuotaTable::default();
+        let applied = |table: &QuotaTable, user: &str, client: &str| {
+            table
+                .quota_for(QuotaKey::ProducerByteRate, user, client)
+                .map(|q| (q.user, q.client_id, q.limit))
+        };
+        assert_eq!(applied(&table, "alice", "app"), None);
+        let mut set = |components: &[(&str, Option<&str>)], limit: f64| {
+            table.apply(&QuotaAlteration {
+                entity: entity(components),
+                set: BTreeMap::from([(QuotaKey::ProducerByteRate, QuotaValue(limit))]),
+                remove: Vec::new(),
+            });
+        };
+        set(&[("client-id", None)], 8.0);
+        set(&[("client-id", Some("app"))], 7.0);
+        set(&[("user", None)], 6.0);
+        set(&[("user", None), ("client-id", None)], 5.0);
+        set(&[("user", None), ("client-id", Some("app"))], 4.0);
+        set(&[("user", Some("alice"))], 3.0);
+        set(&[("user", Some("alice")), ("client-id", None)], 2.0);
+        set(&[("user", Some("alice")), ("client-id", Some("app"))], 1.0);
+        let name = |s: &str| Some(s.to_string());
+        assert_eq!(
+            applied(&table, "alice", "app"),
+            Some((name("alice"), name("app"), 1.0))
+        );
+        assert_eq!(
+            applied(&table, "alice", "other"),
+            Some((name("alice"), name("other"), 2.0))
+        );
+        assert_eq!(
+            applied(&table, "bob", "app"),
+            Some((name("bob"), name("app"), 4.0))
+        );
+        assert_eq!(
+            applied(&table, "bob", "other"),
+            Some((name("bob"), name("other"), 5.0))
+        );
+        let mut table = QuotaTable::default();
+        table.apply(&QuotaAlteration {
+            entity: entity(&[("user", Some("alice"))]),
+            set: BTreeMap::from([(QuotaKey::ProducerByteRate, QuotaValue(3.0))]),
+            remove: Vec::new(),
+        });
+        table.apply(&QuotaAlteration {
+            entity: entity(&[("client-id", Some("app"))]),
+            set: BTreeMap::from([(QuotaKey::ProducerByteRate, QuotaValue(7.0))]),
+            remove: Vec::new(),
+        });
+        assert_eq!(
+            applied(&table, "alice", "app"),
+            Some((name("alice"), None, 3.0)),
+            "a user's quota is shared by all its clients"
+        );
+        assert_eq!(
+            applied(&table, "bob", "app"),
+            Some((None, name("app"), 7.0))
+        );
+        assert_eq!(applied(&table, "bob", "other"), None);
+        assert_eq!(
+            table.quota_for(QuotaKey::ConsumerByteRate, "alice", "app"),
+            None,
+            "each key alone"
+        );
     }
 
     #[test]

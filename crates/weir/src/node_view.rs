@@ -71,6 +71,8 @@ impl NodeView for ServerNode {
             sasl_authentications_failed: metrics
                 .sasl_authentications_failed
                 .load(Ordering::Relaxed),
+            produce_throttled: metrics.produce_throttled.load(Ordering::Relaxed),
+            produce_throttle_ms: metrics.produce_throttle_ms.load(Ordering::Relaxed),
         }
     }
 

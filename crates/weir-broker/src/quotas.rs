@@ -1,0 +1,259 @@
+//! Client quotas enforced on produce: the bytes each client appends are measured against the
+//! `producer_byte_rate` that applies to it (its user's and client id's, in Kafka's order of
+//! precedence, from the metadata image), over Kafka's window of 11 one-second samples. A client
+//! above its rate is throttled as Kafka throttles it since KIP-219: its response carries
+//! `throttle_time_ms` at once, and its connection is read no further until that time has
+//! passed, so the client slows down whether or not it honours the field.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use weir_metadata::quota::{QuotaKey, QuotaTable};
+
+/// Samples in a rate's window (Kafka's `quota.window.num`).
+const SAMPLES: usize = 11;
+/// Length of one sample (Kafka's `quota.window.size.seconds`).
+const SAMPLE: Duration = Duration::from_secs(1);
+/// Longest a client is throttled for at once: the whole window.
+const THROTTLE_MAX: Duration = Duration::from_secs(SAMPLES as u64);
+/// Clients measured at once; beyond, clients idle for a window are forgotten, and if none
+/// are, new ones share one measure.
+const CLIENTS_MAX: usize = 100_000;
+
+/// Whose usage one measure counts: the user and the client id, where the quota names them.
+type ClientKey = (Option<String>, Option<String>);
+
+/// Bytes over Kafka's window of samples.
+#[derive(Debug, Clone)]
+struct Rate {
+    /// Start of each sample, and the bytes recorded in it; `samples[current]` is the newest.
+    samples: [(Instant, f64); SAMPLES],
+    current: usize,
+}
+
+impl Rate {
+    fn new(now: Instant) -> Rate {
+        Rate {
+            samples: [(now, 0.0); SAMPLES],
+            current: 0,
+        }
+    }
+
+    /// Adds `amount` at `now`, starting a new sample (dropping the oldest) when the current
+    /// one is over.
+    fn record(&mut self, now: Instant, amount: f64) {
+        if now.duration_since(self.samples[self.current].0) >= SAMPLE {
+            self.current = (self.current + 1) % SAMPLES;
+            self.samples[self.current] = (now, 0.0);
+        }
+        self.samples[self.current].1 += amount;
+    }
+
+    /// Bytes per second over the samples still in the window, measured over at least all
+    /// but one sample's length (as Kafka measures, so a new client is not throttled for its
+    /// first burst), and that length.
+    fn per_second(&self, now: Instant) -> (f64, Duration) {
+        let window = SAMPLE * SAMPLES as u32;
+        let live = self
+            .samples
+            .iter()
+            .filter(|(start, _)| now.duration_since(*start) < window);
+        let (oldest, total) = live.fold((now, 0.0), |(oldest, total), (start, bytes)| {
+            (oldest.min(*start), total + bytes)
+        });
+        let elapsed = now
+            .duration_since(oldest)
+            .max(SAMPLE * (SAMPLES as u32 - 1));
+        (total / elapsed.as_secs_f64(), elapsed)
+    }
+
+    /// When the rate was last recorded.
+    fn last_used(&self) -> Instant {
+        self.samples[self.current].0
+    }
+}
+
+/// How long a client at `rate` over `elapsed` must pause so that its rate comes back to
+/// `limit`, as Kafka computes it, at most [`THROTTLE_MAX`].
+fn throttle_time(rate: f64, limit: f64, elapsed: Duration) -> Duration {
+    if rate <= limit {
+        return Duration::ZERO;
+    }
+    if limit <= 0.0 {
+        return THROTTLE_MAX;
+    }
+    elapsed
+        .mul_f64(((rate - limit) / limit).min(THROTTLE_MAX.as_secs_f64()))
+        .min(THROTTLE_MAX)
+}
+
+/// The produce quotas' measures: one per client (or user) a quota applies to.
+#[derive(Default)]
+pub struct ProduceQuotas {
+    rates: Mutex<HashMap<ClientKey, Rate>>,
+}
+
+impl ProduceQuotas {
+    /// Records `bytes` appended by `client_id` of `principal` (`User:name`; Kafka's user is
+    /// the name, `ANONYMOUS` for a client that did not log in) under `quotas`;
+    /// answered with how long the client must now pause (zero within its quota, or without
+    /// one).
+    pub fn record(
+        &self,
+        quotas: &QuotaTable,
+        principal: &str,
+        client_id: &str,
+        bytes: usize,
+    ) -> Duration {
+        self.record_at(Instant::now(), quotas, principal, client_id, bytes)
+    }
+
+    /// [`ProduceQuotas::record`] at `now`.
+    fn record_at(
+        &self,
+        now: Instant,
+        quotas: &QuotaTable,
+        principal: &str,
+        client_id: &str,
+        bytes: usize,
+    ) -> Duration {
+        let user = principal.strip_prefix("User:").unwrap_or(principal);
+        let Some(quota) = quotas.quota_for(QuotaKey::ProducerByteRate, user, client_id) else {
+            return Duration::ZERO;
+        };
+        let (rate, elapsed) = {
+            let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+            let mut key = (quota.user, quota.client_id);
+            if !rates.contains_key(&key) && rates.len() >= CLIENTS_MAX {
+                rates.retain(|_, rate| now.duration_since(rate.last_used()) < THROTTLE_MAX);
+                if rates.len() >= CLIENTS_MAX {
+                    key = (None, None);
+                }
+            }
+            let rate = rates.entry(key).or_insert_with(|| Rate::new(now));
+            rate.record(now, bytes as f64);
+            rate.per_second(now)
+        };
+        throttle_time(rate, quota.limit, elapsed)
+    }
+}
+
+/// Until when a connection is not read, after a response that throttled its client.
+#[derive(Debug, Default)]
+pub struct Mute {
+    until: Mutex<Option<Instant>>,
+}
+
+impl Mute {
+    /// Reads nothing more from the connection for `pause` (extending a mute under way).
+    pub fn extend(&self, pause: Duration) {
+        if pause.is_zero() {
+            return;
+        }
+        let until = Instant::now() + pause;
+        let mut current = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        *current = Some(current.map_or(until, |c| c.max(until)));
+    }
+
+    /// Waits until the connection may be read again.
+    pub async fn passed(&self) {
+        loop {
+            let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use weir_metadata::quota::{check_quota, QuotaAlteration, QuotaEntity};
+
+    use super::*;
+
+    fn quota(components: &[(&str, Option<&str>)], limit: f64) -> QuotaTable {
+        let entity = QuotaEntity::new(components.iter().copied()).expect("entity");
+        let (key, value) = check_quota(&entity, "producer_byte_rate", limit).expect("value");
+        let mut table = QuotaTable::default();
+        table.apply(&QuotaAlteration {
+            entity,
+            set: BTreeMap::from([(key, value)]),
+            remove: Vec::new(),
+        });
+        table
+    }
+
+    #[test]
+    fn a_client_at_its_rate_is_not_throttled_and_one_above_is() {
+        let table = quota(&[("client-id", Some("steady"))], 1000.0);
+        let quotas = ProduceQuotas::default();
+        let mut now = Instant::now();
+        for _ in 0..300 {
+            let pause = quotas.record_at(now, &table, "User:alice", "steady", 90);
+            assert_eq!(
+                pause,
+                Duration::ZERO,
+                "900 bytes a second is within the quota"
+            );
+            now += Duration::from_millis(100);
+        }
+        assert_eq!(
+            quotas.record_at(now, &table, "User:alice", "other", 1 << 20),
+            Duration::ZERO,
+            "no quota for another client id"
+        );
+        let pause = quotas.record_at(now, &table, "User:alice", "steady", 20_000);
+        assert!(
+            pause > Duration::from_secs(1) && pause <= THROTTLE_MAX,
+            "{pause:?}"
+        );
+    }
+
+    #[test]
+    fn a_client_that_pauses_as_told_keeps_to_its_rate() {
+        let table = quota(&[("user", Some("alice"))], 10_000.0);
+        let quotas = ProduceQuotas::default();
+        let start = Instant::now();
+        let mut now = start;
+        let mut sent = 0usize;
+        while now - start < Duration::from_secs(120) {
+            let pause = quotas.record_at(now, &table, "User:alice", "any", 4096);
+            sent += 4096;
+            now += pause.max(Duration::from_millis(10));
+        }
+        let rate = sent as f64 / (now - start).as_secs_f64();
+        assert!(
+            (rate - 10_000.0).abs() < 1_500.0,
+            "a client pausing as told sends about its quota: {rate:.0} bytes/s"
+        );
+    }
+
+    #[test]
+    fn throttle_times_grow_with_the_excess_and_are_bounded() {
+        let window = Duration::from_secs(10);
+        assert_eq!(throttle_time(100.0, 100.0, window), Duration::ZERO);
+        assert_eq!(throttle_time(150.0, 100.0, window), Duration::from_secs(5));
+        assert_eq!(throttle_time(1e12, 1.0, window), THROTTLE_MAX);
+        assert_eq!(throttle_time(1.0, 0.0, window), THROTTLE_MAX);
+    }
+
+    #[tokio::test]
+    async fn a_mute_lasts_its_time() {
+        let mute = Mute::default();
+        let start = Instant::now();
+        mute.extend(Duration::from_millis(80));
+        mute.extend(Duration::from_millis(10));
+        mute.passed().await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(80),
+            "the longer pause holds"
+        );
+        mute.passed().await;
+    }
+}
