@@ -190,6 +190,13 @@ impl QuotaValue {
     }
 }
 
+/// The key Kafka calls `key`, if quotas of `entity` have it (what a removal is checked for).
+pub fn quota_key(entity: &QuotaEntity, key: &str) -> Result<QuotaKey, String> {
+    QuotaKey::parse(key)
+        .filter(|k| k.applies_to(entity))
+        .ok_or_else(|| format!("Invalid configuration key {key}"))
+}
+
 /// Checks `value` for key `key` of `entity`: a key quotas of the entity have, a finite value
 /// not below zero, and a whole number where Kafka's type is LONG or INT (within Kafka's
 /// tolerance of 1e-6).
@@ -198,9 +205,7 @@ pub fn check_quota(
     key: &str,
     value: f64,
 ) -> Result<(QuotaKey, QuotaValue), String> {
-    let Some(quota) = QuotaKey::parse(key).filter(|k| k.applies_to(entity)) else {
-        return Err(format!("Invalid configuration key {key}"));
-    };
+    let quota = quota_key(entity, key)?;
     if !value.is_finite() || value < 0.0 {
         return Err(format!(
             "Configuration {key} must be a number of at least 0, not {value}"

@@ -16,7 +16,7 @@ use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
 use weir_metadata::authorizer::Access;
 use weir_metadata::quota::{
-    check_quota, FilterError, QuotaAlteration, QuotaEntity, QuotaFilter, QuotaKey,
+    check_quota, quota_key, FilterError, QuotaAlteration, QuotaEntity, QuotaFilter, QuotaKey,
 };
 use weir_metadata::requests::AlterClientQuotas;
 
@@ -47,9 +47,9 @@ fn check_entry(entry: &alter_client_quotas_request::EntryData) -> Result<QuotaAl
             ));
         }
         if op.remove {
-            // A removal names a key quotas of this entity have, whatever its value.
-            let (key, _) = check_quota(&alteration.entity, &op.key, 0.0)?;
-            alteration.remove.push(key);
+            alteration
+                .remove
+                .push(quota_key(&alteration.entity, &op.key)?);
         } else {
             let (key, value) = check_quota(&alteration.entity, &op.key, op.value)?;
             alteration.set.insert(key, value);

@@ -24,7 +24,6 @@ mod reassignments;
 pub(crate) mod scram_credentials;
 mod transactions;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -89,40 +88,6 @@ pub(crate) fn frame(
     }
 }
 
-/// Records a produce request's bytes against the quota of its client, if it has one; answered
-/// with how long the client must pause, for which its connection is read no further.
-fn produce_throttle(
-    broker: &Broker,
-    context: &RequestContext,
-    client_id: Option<&str>,
-    request: &kafka_protocol::messages::ProduceRequest,
-) -> std::time::Duration {
-    let image = broker.image();
-    if image.client_quotas().is_empty() {
-        return std::time::Duration::ZERO;
-    }
-    let bytes: usize = request
-        .topic_data
-        .iter()
-        .flat_map(|topic| &topic.partition_data)
-        .map(|partition| partition.records.as_ref().map_or(0, |r| r.len()))
-        .sum();
-    let throttle = broker.produce_quotas.record(
-        image.client_quotas(),
-        &context.principal,
-        client_id.unwrap_or(""),
-        bytes,
-    );
-    if !throttle.is_zero() {
-        let metrics = &broker.metrics;
-        metrics.produce_throttled.fetch_add(1, Ordering::Relaxed);
-        let ms = u64::try_from(throttle.as_millis()).unwrap_or(u64::MAX);
-        metrics.produce_throttle_ms.fetch_add(ms, Ordering::Relaxed);
-        context.mute.extend(throttle);
-    }
-    throttle
-}
-
 /// Starts handling `request` from the client `context` names. Produce validates and appends here,
 /// before this returns, so batches from one connection reach the log in the order they were
 /// sent; everything else (waiting for fsync, long polls, rebalances, admin changes) happens in
@@ -146,7 +111,7 @@ pub async fn dispatch(
     let respond = move |body: ResponseKind| frame(api_key, version, correlation_id, body);
     match body {
         RequestKind::Produce(req) => {
-            let throttle = produce_throttle(&broker, context, header.client_id.as_deref(), &req);
+            let throttle = produce::throttle(&broker, context, header.client_id.as_deref(), &req);
             let pending = produce::append(&broker, req, version, &access).await;
             Box::pin(async move {
                 pending

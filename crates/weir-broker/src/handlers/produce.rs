@@ -3,9 +3,12 @@
 //! transaction on its partition (`txn_verification`; from v12 the coordinator adds the
 //! partition to the transaction instead), append them in request order (on a
 //! blocking thread unless the request is small and uncompressed), then answer once the writes
-//! are as durable as `acks` and the topic's `flush.policy` require.
+//! are as durable as `acks` and the topic's `flush.policy` require. A request's bytes count first
+//! against its client's `producer_byte_rate` (`throttle`, measured in `quotas.rs`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
@@ -28,6 +31,7 @@ use crate::handlers::str_bytes;
 use crate::partition::{Partition, ReplicationWait};
 use crate::rate_limit::warn_bad_input;
 use crate::reply::Reply;
+use crate::request_context::RequestContext;
 use crate::txn_verification::{guard_after, guard_before, GuardBefore, TxnCheck};
 
 /// A request whose batches are uncompressed and total at most this is validated and appended
@@ -38,6 +42,40 @@ const INLINE_APPEND_BYTES_MAX: usize = 64 * 1024;
 const PRODUCE_TIMEOUT_MS_MAX: u64 = 300_000;
 /// Codec id of zstd, which Produce only allows from version 7 on.
 const CODEC_ZSTD: i16 = 4;
+
+/// Records a produce request's bytes against the quota of its client, if it has one; answered
+/// with how long the client must pause, for which its connection is read no further.
+pub(crate) fn throttle(
+    broker: &Broker,
+    context: &RequestContext,
+    client_id: Option<&str>,
+    request: &ProduceRequest,
+) -> Duration {
+    let image = broker.image();
+    if image.client_quotas().is_empty() {
+        return Duration::ZERO;
+    }
+    let bytes: usize = request
+        .topic_data
+        .iter()
+        .flat_map(|topic| &topic.partition_data)
+        .map(|partition| partition.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    let throttle = broker.produce_quotas.record(
+        image.client_quotas(),
+        &context.principal,
+        client_id.unwrap_or(""),
+        bytes,
+    );
+    if !throttle.is_zero() {
+        let metrics = &broker.metrics;
+        metrics.produce_throttled.fetch_add(1, Ordering::Relaxed);
+        let ms = u64::try_from(throttle.as_millis()).unwrap_or(u64::MAX);
+        metrics.produce_throttle_ms.fetch_add(ms, Ordering::Relaxed);
+        context.mute.extend(throttle);
+    }
+    throttle
+}
 
 /// Appends done, answers pending: what [`append`] hands to the connection's response queue.
 pub struct PendingProduce {

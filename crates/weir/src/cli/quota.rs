@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use weir_client::quota::{check_quota, EntityType, NameMatch, QuotaAlteration, QuotaEntity};
+use weir_client::quota::{
+    check_quota, quota_key, EntityType, NameMatch, QuotaAlteration, QuotaEntity,
+};
 use weir_client::Admin;
 
 use super::{parse_key_value, within, ConnectArgs};
@@ -168,8 +170,7 @@ pub async fn run(args: QuotaArgs) -> anyhow::Result<()> {
             let entity = entity.entity()?;
             let mut remove = Vec::new();
             for key in &keys {
-                let (key, _) = check_quota(&entity, key, 0.0).map_err(anyhow::Error::msg)?;
-                remove.push(key);
+                remove.push(quota_key(&entity, key).map_err(anyhow::Error::msg)?);
             }
             let alteration = QuotaAlteration {
                 entity,
