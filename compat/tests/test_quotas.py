@@ -2,22 +2,26 @@
 quotas of users, client ids, both, their defaults and IP addresses through AlterClientQuotas
 and DescribeClientQuotas. Each tool sees what the other set; a bad key, value or entity is
 refused with a clear error and changes nothing; quotas live in the metadata log, so a restart
-keeps them. A producer above its ``producer_byte_rate`` is throttled to about it once its
-first window has passed, while a producer beside it without a quota is not.
+keeps them. A producer above its ``producer_byte_rate``, and a consumer above its
+``consumer_byte_rate``, is throttled to about it once its first window has passed, while a
+client beside it without a quota is not; Kafka's Java consumer, whose fetch sessions meet the
+empty answers of a throttled fetch, reads everything at its quota.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
 import time
 import uuid
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from clients import create_topic
+from test_http import metrics, sample
 from test_java import JARS_DIR, JVM_FLAGS
 import weir_cli
 
@@ -135,21 +139,34 @@ def produce_flat_out(bootstrap: str, topic: str, client_id: str, seconds: float,
     out.update(deliveries=deliveries, throttle_max=throttle_max[0])
 
 
-def test_a_producer_above_its_quota_is_throttled_to_it(bootstrap):
-    limit = 200_000
-    weir_cli.ok(["quota", "set", "--client-id", "throttled", f"producer_byte_rate={limit}"], bootstrap)
+def quota_and_topic(bootstrap: str, client_id: str, quota: str, records: int = 0) -> str:
+    """Sets ``quota`` (``KEY=VALUE``) for ``client_id``; a new topic of ``records`` records of
+    1000 bytes."""
+    weir_cli.ok(["quota", "set", "--client-id", client_id, quota], bootstrap)
     topic = f"quota-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
-    throttled: dict = {}
-    free: dict = {}
-    threads = [
-        threading.Thread(target=produce_flat_out, args=(bootstrap, topic, "throttled", 24, throttled)),
-        threading.Thread(target=produce_flat_out, args=(bootstrap, topic, "free", 6, free)),
-    ]
+    if records:
+        fill(bootstrap, topic, records)
+    return topic
+
+
+def side_by_side(client, bootstrap: str, topic: str, *runs: tuple[str, float]) -> list[dict]:
+    """Runs ``client`` once per (client id, seconds) of ``runs`` at the same time; what each
+    reported."""
+    outs: list[dict] = [{} for _ in runs]
+    threads = [threading.Thread(target=client, args=(bootstrap, topic, client_id, seconds, out))
+               for (client_id, seconds), out in zip(runs, outs)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
+    return outs
+
+
+def test_a_producer_above_its_quota_is_throttled_to_it(bootstrap):
+    limit = 200_000
+    topic = quota_and_topic(bootstrap, "throttled", f"producer_byte_rate={limit}")
+    throttled, free = side_by_side(produce_flat_out, bootstrap, topic, ("throttled", 24), ("free", 6))
     assert "deliveries" in throttled and "deliveries" in free, "both producers finished"
 
     # Kafka's window is 11 one-second samples, measured over at least 10: a new client may
@@ -162,3 +179,88 @@ def test_a_producer_above_its_quota_is_throttled_to_it(bootstrap):
     free_rate = sum(size for _, size in free["deliveries"]) / 6
     assert free_rate > 3 * limit, f"a client without a quota is not slowed: {free_rate:.0f} bytes/s"
     assert free["throttle_max"] == 0
+
+
+def fill(bootstrap: str, topic: str, records: int) -> None:
+    """Appends ``records`` records of 1000 bytes to ``topic``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 16384})
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, b"c" * 1000)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "every record delivered"
+
+
+def consume_flat_out(bootstrap: str, topic: str, client_id: str, seconds: float, out: dict) -> None:
+    """Reads ``topic``'s one partition from the start as fast as the broker sends it for
+    ``seconds``; ``out`` gets each record's time (from the start) and size, and the most
+    throttling librdkafka saw reported. The consumer's queue is kept small, so records are
+    read about when they are fetched."""
+    received: list[tuple[float, int]] = []
+    throttle_max = [0]
+
+    def stats(text: str):
+        for broker in json.loads(text).get("brokers", {}).values():
+            throttle_max[0] = max(throttle_max[0], broker.get("throttle", {}).get("max", 0))
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"quota-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "queued.max.messages.kbytes": 256, "fetch.queue.backoff.ms": 10,
+        "fetch.message.max.bytes": 65536,
+        "statistics.interval.ms": 500, "stats_cb": stats,
+    })
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        message = consumer.poll(0.1)
+        if message is not None and not message.error():
+            received.append((time.monotonic() - start, len(message.value())))
+    consumer.poll(0.6)  # one more statistics report
+    consumer.close()
+    out.update(received=received, throttle_max=throttle_max[0])
+
+
+def test_a_consumer_above_its_quota_is_throttled_to_it(weir_only, bootstrap):
+    limit = 200_000
+    topic = quota_and_topic(bootstrap, "slow-reader", f"consumer_byte_rate={limit}", records=12_000)
+    throttled, free = side_by_side(consume_flat_out, bootstrap, topic, ("slow-reader", 24), ("fast-reader", 6))
+    assert "received" in throttled and "received" in free, "both consumers finished"
+
+    # As for producers: a burst of up to a window's worth at first, then about the quota,
+    # in steps of the consumer's fetches (64 KiB here).
+    steady = sum(size for at, size in throttled["received"] if 12 <= at < 24) / 12
+    print(f"consumer at a quota of {limit}: {steady:.0f} bytes/s from 12 s to 24 s")
+    assert 0.9 * limit <= steady <= 1.1 * limit, f"{steady:.0f} bytes/s against a quota of {limit}"
+    assert throttled["throttle_max"] > 0, "librdkafka saw throttle_time_ms in the responses"
+    assert len(free["received"]) == 12_000, "a consumer without a quota read everything"
+    assert free["throttle_max"] == 0
+    samples = metrics(f"http://{weir_only.http}")
+    assert sample(samples, "weir_throttled_responses_total", quota="fetch") > 0
+    assert sample(samples, "weir_throttle_seconds_total", quota="fetch") > 0
+
+
+def test_the_java_consumer_reads_everything_at_its_quota(bootstrap, tmp_path):
+    topic = quota_and_topic(bootstrap, "java-reader", "consumer_byte_rate=100000", records=2_000)
+    config = tmp_path / "consumer.properties"
+    config.write_text("client.id=java-reader\nauto.offset.reset=earliest\n")
+    java = shutil.which("java")
+    assert java, "java is not on PATH (scripts/test.sh installs a JDK)"
+    start = time.monotonic()
+    done = subprocess.run(
+        [java, *JVM_FLAGS, "-cp", f"{JARS_DIR}/*", "org.apache.kafka.tools.ConsumerPerformance",
+         "--bootstrap-server", bootstrap, "--topic", topic, "--messages", "2000",
+         "--group", f"quota-{uuid.uuid4().hex[:8]}", "--consumer.config", str(config),
+         "--timeout", "30000", "--print-metrics"],
+        capture_output=True, text=True, timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "WARNING: Exiting before consuming" not in done.stdout, done.stdout[-2000:]
+    # 2 MB at 100,000 bytes/s: about a window (1 MB) at once, then the rest at the quota.
+    assert elapsed >= 6, f"read 2 MB in {elapsed:.1f} s: not throttled"
+    throttle = re.search(r"fetch-throttle-time-max:\{client-id=java-reader\}\s*:\s*([0-9.]+)", done.stdout)
+    assert throttle and float(throttle.group(1)) > 0, "the Java client saw throttle_time_ms: " + done.stdout[-3000:]

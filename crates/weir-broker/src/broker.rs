@@ -8,6 +8,7 @@ use tokio::sync::{watch, Semaphore};
 use weir_coordinator::transaction::TransactionCoordinator;
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use weir_metadata::authorizer::{Access, AuthorizerSettings};
+use weir_metadata::quota::QuotaKey;
 use weir_metadata::requests::{AllocateProducerIds, RegisterBroker};
 use weir_metadata::TRANSACTION_STATE_TOPIC;
 use weir_metadata::{
@@ -21,7 +22,7 @@ use crate::fetch_session::FetchSessions;
 use crate::inter_broker::InterBroker;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
-use crate::quotas::ProduceQuotas;
+use crate::quotas::ByteRates;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::request_context::RequestContext;
@@ -132,7 +133,9 @@ pub struct Broker {
     /// Failed SASL logins by address.
     pub(crate) logins: Arc<Logins>,
     /// What each client with a produce quota appended lately.
-    pub(crate) produce_quotas: ProduceQuotas,
+    pub(crate) produce_quotas: ByteRates,
+    /// What each consumer with a fetch quota was sent lately.
+    pub(crate) fetch_quotas: ByteRates,
 }
 
 impl Broker {
@@ -208,7 +211,8 @@ impl Broker {
             broker_epoch,
             metrics: BrokerMetrics::default(),
             logins: Arc::default(),
-            produce_quotas: ProduceQuotas::default(),
+            produce_quotas: ByteRates::new(QuotaKey::ProducerByteRate),
+            fetch_quotas: ByteRates::new(QuotaKey::ConsumerByteRate),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));

@@ -261,6 +261,13 @@ impl FetchSessions {
             .collect()
     }
 
+    /// Closes the session `session_id` (none when 0 or already gone).
+    pub fn close(&self, session_id: i32) {
+        if session_id != 0 {
+            self.lock().remove(&session_id);
+        }
+    }
+
     /// Sessions held now.
     #[cfg(test)]
     fn len(&self) -> usize {

@@ -99,9 +99,27 @@ pub struct BrokerMetrics {
     /// SASL logins refused (wrong credentials, broken exchanges, addresses locked out).
     pub sasl_authentications_failed: AtomicU64,
     /// Produce responses that throttled a client above its `producer_byte_rate`.
-    pub produce_throttled: AtomicU64,
-    /// Milliseconds of throttling those responses asked for, in total.
-    pub produce_throttle_ms: AtomicU64,
+    pub produce_throttling: Throttling,
+    /// Fetch responses that throttled a consumer above its `consumer_byte_rate`.
+    pub fetch_throttling: Throttling,
+}
+
+/// Responses that throttled a client above one of its quotas.
+#[derive(Debug, Default)]
+pub struct Throttling {
+    /// Responses that asked their client to pause.
+    pub responses: AtomicU64,
+    /// Milliseconds of pauses they asked for, in total.
+    pub ms: AtomicU64,
+}
+
+impl Throttling {
+    /// Counts one response that asked its client to pause for `pause`.
+    pub fn count(&self, pause: Duration) {
+        self.responses.fetch_add(1, Ordering::Relaxed);
+        let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        self.ms.fetch_add(ms, Ordering::Relaxed);
+    }
 }
 
 impl Default for BrokerMetrics {
@@ -116,8 +134,8 @@ impl Default for BrokerMetrics {
             bad_requests: AtomicU64::new(0),
             tls_handshakes_failed: AtomicU64::new(0),
             sasl_authentications_failed: AtomicU64::new(0),
-            produce_throttled: AtomicU64::new(0),
-            produce_throttle_ms: AtomicU64::new(0),
+            produce_throttling: Throttling::default(),
+            fetch_throttling: Throttling::default(),
         }
     }
 }

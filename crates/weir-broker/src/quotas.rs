@@ -1,9 +1,10 @@
-//! Client quotas enforced on produce: the bytes each client appends are measured against the
-//! `producer_byte_rate` that applies to it (its user's and client id's, in Kafka's order of
-//! precedence, from the metadata image), over Kafka's window of 11 one-second samples. A client
-//! above its rate is throttled as Kafka throttles it since KIP-219: its response carries
-//! `throttle_time_ms` at once, and its connection is read no further until that time has
-//! passed, so the client slows down whether or not it honours the field.
+//! Client byte-rate quotas: the bytes each client appends (`producer_byte_rate`) or is sent
+//! (`consumer_byte_rate`) are measured against the quota that applies to it (its user's and
+//! client id's, in Kafka's order of precedence, from the metadata image), over Kafka's window
+//! of 11 one-second samples. A client above its rate is throttled as Kafka throttles it since
+//! KIP-219: its response carries `throttle_time_ms` at once, and its connection is read no
+//! further until that time has passed ([`Mute`]), so the client slows down whether or not it
+//! honours the field.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -89,55 +90,99 @@ fn throttle_time(rate: f64, limit: f64, elapsed: Duration) -> Duration {
         .min(THROTTLE_MAX)
 }
 
-/// The produce quotas' measures: one per client (or user) a quota applies to.
-#[derive(Default)]
-pub struct ProduceQuotas {
+/// Whether a client's bytes are counted when they put it above its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overage {
+    /// Counted: the bytes are in the log already (Produce).
+    Charged,
+    /// Not counted: the client gets an empty answer instead of them (Fetch, as Kafka
+    /// un-records a throttled fetch).
+    Refunded,
+}
+
+/// One byte-rate quota's measures: one per client (or user) the quota applies to.
+pub struct ByteRates {
+    key: QuotaKey,
     rates: Mutex<HashMap<ClientKey, Rate>>,
 }
 
-impl ProduceQuotas {
-    /// Records `bytes` appended by `client_id` of `principal` (`User:name`; Kafka's user is
-    /// the name, `ANONYMOUS` for a client that did not log in) under `quotas`;
-    /// answered with how long the client must now pause (zero within its quota, or without
-    /// one).
+impl ByteRates {
+    /// Measures against the quotas of `key` (`producer_byte_rate` or `consumer_byte_rate`).
+    pub fn new(key: QuotaKey) -> ByteRates {
+        ByteRates {
+            key,
+            rates: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records `bytes` appended by, or sent to, `client_id` of `principal` (`User:name`;
+    /// Kafka's user is the name, `ANONYMOUS` for a client that did not log in) under
+    /// `quotas`; answered with how long the client must now pause (zero within its quota, or
+    /// without one). With [`Overage::Refunded`], bytes that call for a pause are not counted.
     pub fn record(
         &self,
         quotas: &QuotaTable,
-        principal: &str,
-        client_id: &str,
-        bytes: usize,
+        (principal, client_id): (&str, &str),
+        bytes: u64,
+        overage: Overage,
     ) -> Duration {
-        self.record_at(Instant::now(), quotas, principal, client_id, bytes)
+        self.record_at(
+            Instant::now(),
+            quotas,
+            (principal, client_id),
+            bytes,
+            overage,
+        )
     }
 
-    /// [`ProduceQuotas::record`] at `now`.
+    /// The most bytes one response may carry without its client being throttled for them
+    /// alone, even after a window without any (Kafka's `getMaxValueInQuotaWindow`: the quota
+    /// over all but one of the window's samples); `None` without a quota.
+    pub fn window_bytes(
+        &self,
+        quotas: &QuotaTable,
+        (principal, client_id): (&str, &str),
+    ) -> Option<u64> {
+        let quota = quotas.quota_for(self.key, user(principal), client_id)?;
+        let bytes = quota.limit * (SAMPLE * (SAMPLES as u32 - 1)).as_secs_f64();
+        // A float to integer cast saturates: a huge quota is no bound.
+        Some(bytes as u64)
+    }
+
+    /// [`ByteRates::record`] at `now`.
     fn record_at(
         &self,
         now: Instant,
         quotas: &QuotaTable,
-        principal: &str,
-        client_id: &str,
-        bytes: usize,
+        (principal, client_id): (&str, &str),
+        bytes: u64,
+        overage: Overage,
     ) -> Duration {
-        let user = principal.strip_prefix("User:").unwrap_or(principal);
-        let Some(quota) = quotas.quota_for(QuotaKey::ProducerByteRate, user, client_id) else {
+        let Some(quota) = quotas.quota_for(self.key, user(principal), client_id) else {
             return Duration::ZERO;
         };
-        let (rate, elapsed) = {
-            let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
-            let mut key = (quota.user, quota.client_id);
-            if !rates.contains_key(&key) && rates.len() >= CLIENTS_MAX {
-                rates.retain(|_, rate| now.duration_since(rate.last_used()) < THROTTLE_MAX);
-                if rates.len() >= CLIENTS_MAX {
-                    key = (None, None);
-                }
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let mut key = (quota.user, quota.client_id);
+        if !rates.contains_key(&key) && rates.len() >= CLIENTS_MAX {
+            rates.retain(|_, rate| now.duration_since(rate.last_used()) < THROTTLE_MAX);
+            if rates.len() >= CLIENTS_MAX {
+                key = (None, None);
             }
-            let rate = rates.entry(key).or_insert_with(|| Rate::new(now));
-            rate.record(now, bytes as f64);
-            rate.per_second(now)
-        };
-        throttle_time(rate, quota.limit, elapsed)
+        }
+        let rate = rates.entry(key).or_insert_with(|| Rate::new(now));
+        rate.record(now, bytes as f64);
+        let (per_second, elapsed) = rate.per_second(now);
+        let pause = throttle_time(per_second, quota.limit, elapsed);
+        if !pause.is_zero() && overage == Overage::Refunded {
+            rate.record(now, -(bytes as f64));
+        }
+        pause
     }
+}
+
+/// Kafka's user of a principal: its name (`User:alice` is `alice`).
+fn user(principal: &str) -> &str {
+    principal.strip_prefix("User:").unwrap_or(principal)
 }
 
 /// Until when a connection is not read, after a response that throttled its client.
@@ -175,11 +220,16 @@ mod tests {
 
     use weir_metadata::quota::{check_quota, QuotaAlteration, QuotaEntity};
 
+    use super::Overage::{Charged, Refunded};
     use super::*;
 
     fn quota(components: &[(&str, Option<&str>)], limit: f64) -> QuotaTable {
+        quota_of("producer_byte_rate", components, limit)
+    }
+
+    fn quota_of(name: &str, components: &[(&str, Option<&str>)], limit: f64) -> QuotaTable {
         let entity = QuotaEntity::new(components.iter().copied()).expect("entity");
-        let (key, value) = check_quota(&entity, "producer_byte_rate", limit).expect("value");
+        let (key, value) = check_quota(&entity, name, limit).expect("value");
         let mut table = QuotaTable::default();
         table.apply(&QuotaAlteration {
             entity,
@@ -192,10 +242,10 @@ mod tests {
     #[test]
     fn a_client_at_its_rate_is_not_throttled_and_one_above_is() {
         let table = quota(&[("client-id", Some("steady"))], 1000.0);
-        let quotas = ProduceQuotas::default();
+        let quotas = ByteRates::new(QuotaKey::ProducerByteRate);
         let mut now = Instant::now();
         for _ in 0..300 {
-            let pause = quotas.record_at(now, &table, "User:alice", "steady", 90);
+            let pause = quotas.record_at(now, &table, ("User:alice", "steady"), 90, Charged);
             assert_eq!(
                 pause,
                 Duration::ZERO,
@@ -204,11 +254,11 @@ mod tests {
             now += Duration::from_millis(100);
         }
         assert_eq!(
-            quotas.record_at(now, &table, "User:alice", "other", 1 << 20),
+            quotas.record_at(now, &table, ("User:alice", "other"), 1 << 20, Charged),
             Duration::ZERO,
             "no quota for another client id"
         );
-        let pause = quotas.record_at(now, &table, "User:alice", "steady", 20_000);
+        let pause = quotas.record_at(now, &table, ("User:alice", "steady"), 20_000, Charged);
         assert!(
             pause > Duration::from_secs(1) && pause <= THROTTLE_MAX,
             "{pause:?}"
@@ -218,12 +268,12 @@ mod tests {
     #[test]
     fn a_client_that_pauses_as_told_keeps_to_its_rate() {
         let table = quota(&[("user", Some("alice"))], 10_000.0);
-        let quotas = ProduceQuotas::default();
+        let quotas = ByteRates::new(QuotaKey::ProducerByteRate);
         let start = Instant::now();
         let mut now = start;
-        let mut sent = 0usize;
+        let mut sent = 0u64;
         while now - start < Duration::from_secs(120) {
-            let pause = quotas.record_at(now, &table, "User:alice", "any", 4096);
+            let pause = quotas.record_at(now, &table, ("User:alice", "any"), 4096, Charged);
             sent += 4096;
             now += pause.max(Duration::from_millis(10));
         }
@@ -231,6 +281,46 @@ mod tests {
         assert!(
             (rate - 10_000.0).abs() < 1_500.0,
             "a client pausing as told sends about its quota: {rate:.0} bytes/s"
+        );
+    }
+
+    #[test]
+    fn a_refunded_overage_is_not_counted_and_a_consumer_gets_its_rate() {
+        let table = quota_of("consumer_byte_rate", &[("user", None)], 10_000.0);
+        let quotas = ByteRates::new(QuotaKey::ConsumerByteRate);
+        let who = ("User:bob", "reader");
+        assert_eq!(quotas.window_bytes(&table, who), Some(100_000));
+        let producer = ByteRates::new(QuotaKey::ProducerByteRate);
+        assert_eq!(
+            producer.window_bytes(&table, who),
+            None,
+            "no producer quota"
+        );
+        let start = Instant::now();
+        let pause = quotas.record_at(start, &table, who, 200_000, Refunded);
+        assert!(
+            !pause.is_zero(),
+            "more than a window's bytes at once is throttled"
+        );
+        assert_eq!(
+            quotas.record_at(start, &table, who, 100_000, Refunded),
+            Duration::ZERO,
+            "the refused response was not counted"
+        );
+        // A consumer that takes what it is given and pauses as told gets about its quota.
+        let mut now = start + Duration::from_millis(10);
+        let mut received = 100_000u64;
+        while now - start < Duration::from_secs(120) {
+            let pause = quotas.record_at(now, &table, who, 8192, Refunded);
+            if pause.is_zero() {
+                received += 8192;
+            }
+            now += pause.max(Duration::from_millis(10));
+        }
+        let rate = received as f64 / (now - start).as_secs_f64();
+        assert!(
+            (rate - 10_000.0).abs() < 1_000.0,
+            "a consumer pausing as told receives about its quota: {rate:.0} bytes/s"
         );
     }
 

@@ -443,6 +443,18 @@ struct Gates {
     responses: Arc<ByteGate>,
 }
 
+/// Waits until the connection's client is no longer throttled; false when the broker stops
+/// first.
+async fn unmuted(
+    context: &RequestContext,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    tokio::select! {
+        _ = context.mute.passed() => true,
+        _ = crate::shutdown::stopping(shutdown) => false,
+    }
+}
+
 async fn read_requests(
     broker: &Arc<Broker>,
     reader: &mut (impl AsyncRead + Unpin),
@@ -465,9 +477,8 @@ async fn read_requests(
             false => max_bytes,
         };
         // A client its quota throttled: nothing more is read until its time is up (KIP-219).
-        tokio::select! {
-            _ = context.mute.passed() => {}
-            _ = crate::shutdown::stopping(&mut shutdown) => return Ending::Drain,
+        if !unmuted(context, &mut shutdown).await {
+            return Ending::Drain;
         }
         let frame = tokio::select! {
             frame = read_frame(reader, frame_max, &broker.request_memory, &gates.requests, activity) => frame,
@@ -482,6 +493,11 @@ async fn read_requests(
                 return Ending::Close;
             }
         };
+        // A response answered while this frame was awaited (a fetch) may have throttled the
+        // client meanwhile: the request waits out the pause too.
+        if !unmuted(context, &mut shutdown).await {
+            return Ending::Drain;
+        }
         broker
             .metrics
             .bytes_in

@@ -39,7 +39,9 @@ use weir_client::{Admin, ClientConfig, Security};
 use weir_proto::connection_limits::{ConnectionLimits, ConnectionSlot};
 
 pub use error::ApiError;
-pub use node::{ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView};
+pub use node::{
+    ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView, ThrottleStats,
+};
 
 /// Largest request body accepted (a publish of many records); larger ones get 413.
 pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;

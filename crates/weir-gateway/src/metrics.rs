@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use weir_metadata::acl::AclOperation;
 
 use crate::auth::Caller;
-use crate::node::{Histogram, PartitionStats};
+use crate::node::{Histogram, PartitionStats, ThrottleStats};
 use crate::Gateway;
 
 /// Groups whose lag one scrape reports at most (each costs a describe).
@@ -198,18 +198,25 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         "SASL logins refused: wrong credentials, broken exchanges, addresses locked out",
         stats.sasl_authentications_failed as f64,
     );
-    text.single(
-        "weir_produce_throttled_total",
-        "counter",
-        "Produce responses that throttled a client above its producer_byte_rate quota",
-        stats.produce_throttled as f64,
-    );
-    text.single(
-        "weir_produce_throttle_seconds_total",
-        "counter",
-        "Time those produce responses throttled their clients for, in total",
-        stats.produce_throttle_ms as f64 / 1000.0,
-    );
+    type Pick = fn(&ThrottleStats) -> f64;
+    let throttling: [(&str, &str, Pick); 2] = [
+        (
+            "weir_throttled_responses_total",
+            "Responses that throttled a client above its quota (produce: producer_byte_rate, fetch: consumer_byte_rate)",
+            |t| t.responses as f64,
+        ),
+        (
+            "weir_throttle_seconds_total",
+            "Time those responses throttled their clients for, in total",
+            |t| t.ms as f64 / 1000.0,
+        ),
+    ];
+    for (name, help, pick) in throttling {
+        text.family(name, "counter", help);
+        for throttle in &stats.throttling {
+            text.sample(name, &[("quota", throttle.quota)], pick(throttle));
+        }
+    }
 }
 
 fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {

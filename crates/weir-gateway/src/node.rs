@@ -60,10 +60,19 @@ pub struct BrokerStats {
     pub tls_handshakes_failed: u64,
     /// SASL logins refused.
     pub sasl_authentications_failed: u64,
-    /// Produce responses that throttled a client above its quota.
-    pub produce_throttled: u64,
-    /// Milliseconds of throttling they asked for.
-    pub produce_throttle_ms: u64,
+    /// Responses that throttled clients above their quotas, by quota.
+    pub throttling: Vec<ThrottleStats>,
+}
+
+/// The responses that throttled clients above one kind of quota.
+#[derive(Debug, Clone)]
+pub struct ThrottleStats {
+    /// Which quota: `produce` (`producer_byte_rate`) or `fetch` (`consumer_byte_rate`).
+    pub quota: &'static str,
+    /// Responses that asked their client to pause.
+    pub responses: u64,
+    /// Milliseconds of pauses they asked for, in total.
+    pub ms: u64,
 }
 
 /// One API's requests.

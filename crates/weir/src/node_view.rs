@@ -8,7 +8,9 @@ use weir_broker::metrics::LATENCY_BUCKETS_SECONDS;
 use weir_broker::partition::Partition;
 use weir_broker::Broker;
 use weir_controller::RaftQuorum;
-use weir_gateway::{ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView};
+use weir_gateway::{
+    ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView, ThrottleStats,
+};
 use weir_metadata::authorizer::AuthorizerSettings;
 use weir_metadata::MetadataImage;
 
@@ -71,8 +73,17 @@ impl NodeView for ServerNode {
             sasl_authentications_failed: metrics
                 .sasl_authentications_failed
                 .load(Ordering::Relaxed),
-            produce_throttled: metrics.produce_throttled.load(Ordering::Relaxed),
-            produce_throttle_ms: metrics.produce_throttle_ms.load(Ordering::Relaxed),
+            throttling: [
+                ("produce", &metrics.produce_throttling),
+                ("fetch", &metrics.fetch_throttling),
+            ]
+            .into_iter()
+            .map(|(quota, throttling)| ThrottleStats {
+                quota,
+                responses: throttling.responses.load(Ordering::Relaxed),
+                ms: throttling.ms.load(Ordering::Relaxed),
+            })
+            .collect(),
         }
     }
 

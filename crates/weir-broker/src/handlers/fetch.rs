@@ -7,6 +7,11 @@
 //! responses are read into memory there; larger ones carry their records as file slices that
 //! the connection's writer streams in chunks, so a pending fetch response holds no record
 //! bytes whatever its size (as Kafka's zero-copy fetch).
+//!
+//! A consumer with a `consumer_byte_rate` quota ([`QuotaClient`]) is sent at most a window's
+//! worth of its quota at once; an answer that would put it above its rate is, as in Kafka,
+//! replaced by an empty one carrying `throttle_time_ms` (the bytes are not counted), and its
+//! connection is read no further for that time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -35,8 +40,10 @@ use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;
 use crate::handlers::errors::ErrorReply;
 use crate::partition::Partition;
+use crate::quotas::{Mute, Overage};
 use crate::replication::{check_replica, divergence};
 use crate::reply::{FramePart, Reply, ResponseFrame};
+use crate::request_context::RequestContext;
 
 /// Longest long poll served, whatever `max_wait_ms` asks: bounds how long a request holds a
 /// slot in its connection's pipeline.
@@ -88,13 +95,42 @@ struct Attempt {
     any_error: bool,
 }
 
+/// Who a consumer's fetch is from, when client quotas are set: its answers count against
+/// the `consumer_byte_rate` that applies to it.
+pub(crate) struct QuotaClient {
+    principal: Arc<str>,
+    client_id: String,
+    mute: Arc<Mute>,
+}
+
+impl QuotaClient {
+    /// The client of `context`, or `None` when no quota is set (nothing to measure).
+    pub(crate) fn of(
+        broker: &Broker,
+        context: &RequestContext,
+        client_id: Option<&str>,
+    ) -> Option<QuotaClient> {
+        if broker.image().client_quotas().is_empty() {
+            return None;
+        }
+        Some(QuotaClient {
+            principal: context.principal.clone(),
+            client_id: client_id.unwrap_or("").to_owned(),
+            mute: context.mute.clone(),
+        })
+    }
+
+    fn who(&self) -> (&str, &str) {
+        (&self.principal, &self.client_id)
+    }
+}
+
 /// Serves a fetch, waiting for data when there is less than `min_bytes`.
 pub async fn handle(
     broker: &Arc<Broker>,
     request: FetchRequest,
-    version: i16,
-    correlation_id: i32,
-    (peer, access): (std::net::IpAddr, &Access),
+    (version, correlation_id): (i16, i32),
+    (peer, access, client): (std::net::IpAddr, &Access, Option<QuotaClient>),
 ) -> Reply {
     let image = broker.image();
     let by_id = version >= 13;
@@ -122,6 +158,8 @@ pub async fn handle(
             return Reply::Close;
         }
     }
+    // Followers are not held to client quotas (replication has throttles of its own).
+    let client = client.filter(|_| replica < 0);
     let allowed = |topic: &str| match replica >= 0 {
         true => replica_allowed,
         false => access.topic(AclOperation::Read, topic),
@@ -162,7 +200,9 @@ pub async fn handle(
         forgotten,
     ) {
         Ok(session) => session,
-        Err(error) => return refuse_session(error, version, correlation_id),
+        Err(error) => {
+            return empty_answer(error.code(), (0, Duration::ZERO), version, correlation_id)
+        }
     };
     let targets: Vec<Target> = session
         .partitions
@@ -207,10 +247,18 @@ pub async fn handle(
         .unwrap_or(0)
         .min(FETCH_WAIT_MS_MAX);
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let min_bytes = u64::try_from(request.min_bytes).unwrap_or(0);
+    // More than a window of its quota at once would throttle a consumer whatever it read
+    // before, so it is never sent more (as Kafka bounds it).
+    let quota_bytes = client.as_ref().and_then(|client| {
+        broker
+            .fetch_quotas
+            .window_bytes(image.client_quotas(), client.who())
+    });
     let max_bytes = u64::try_from(request.max_bytes)
         .unwrap_or(0)
-        .min(FETCH_BYTES_MAX);
+        .min(FETCH_BYTES_MAX)
+        .min(quota_bytes.unwrap_or(u64::MAX));
+    let min_bytes = u64::try_from(request.min_bytes).unwrap_or(0).min(max_bytes);
     let read_committed = request.isolation_level == 1;
     let mut shutdown = broker.shutdown.clone();
     loop {
@@ -251,6 +299,17 @@ pub async fn handle(
         };
         let satisfied = attempt.bytes >= min_bytes && (attempt.bytes > 0 || min_bytes == 0);
         if satisfied || attempt.any_error || last_chance {
+            if let Some(client) = &client {
+                let pause = broker.fetch_quotas.record(
+                    image.client_quotas(),
+                    client.who(),
+                    attempt.bytes,
+                    Overage::Refunded,
+                );
+                if !pause.is_zero() {
+                    return throttled(broker, client, session, pause, (version, correlation_id));
+                }
+            }
             return respond(broker, &targets, attempt, session, version, correlation_id);
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
@@ -593,10 +652,41 @@ struct Answered {
     incremental: bool,
 }
 
-/// The answer to a fetch whose session is refused: the error, no partitions, no session.
-fn refuse_session(error: ResponseError, version: i16, correlation_id: i32) -> Reply {
+/// The answer to a consumer above its quota, as Kafka gives it: no partitions and how long
+/// to pause, for which its connection is not read. A full fetch's answer opens no session
+/// (the client's next fetch is a full one again); an incremental one's keeps it, and what the
+/// client was told of each partition stands.
+fn throttled(
+    broker: &Broker,
+    client: &QuotaClient,
+    session: Answered,
+    pause: Duration,
+    (version, correlation_id): (i16, i32),
+) -> Reply {
+    broker.metrics.fetch_throttling.count(pause);
+    client.mute.extend(pause);
+    let session_id = match session.incremental {
+        true => session.id,
+        false => {
+            broker.fetch_sessions.close(session.id);
+            0
+        }
+    };
+    empty_answer(0, (session_id, pause), version, correlation_id)
+}
+
+/// An answer without partitions: an error for the whole fetch (a refused session), or a
+/// throttled consumer's answer (error code 0), with its session id and pause.
+fn empty_answer(
+    error_code: i16,
+    (session_id, pause): (i32, Duration),
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
     let mut response = FetchResponse::default();
-    response.error_code = error.code();
+    response.error_code = error_code;
+    response.session_id = session_id;
+    response.throttle_time_ms = i32::try_from(pause.as_millis()).unwrap_or(i32::MAX);
     match encode(
         ApiKey::Fetch,
         version,

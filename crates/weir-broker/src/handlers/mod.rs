@@ -123,9 +123,13 @@ pub async fn dispatch(
                     .await
             })
         }
-        RequestKind::Fetch(req) => Box::pin(async move {
-            fetch::handle(&broker, req, version, correlation_id, (peer, &access)).await
-        }),
+        RequestKind::Fetch(req) => {
+            let client = fetch::QuotaClient::of(&broker, context, header.client_id.as_deref());
+            Box::pin(async move {
+                let request = (version, correlation_id);
+                fetch::handle(&broker, req, request, (peer, &access, client)).await
+            })
+        }
         RequestKind::ListOffsets(req) => Box::pin(async move {
             respond(ResponseKind::ListOffsets(
                 list_offsets::handle(&broker, req, version, &access).await,

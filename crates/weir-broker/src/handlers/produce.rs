@@ -6,7 +6,6 @@
 //! are as durable as `acks` and the topic's `flush.policy` require. A request's bytes count first
 //! against its client's `producer_byte_rate` (`throttle`, measured in `quotas.rs`).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ use crate::config::TopicSettings;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 use crate::partition::{Partition, ReplicationWait};
+use crate::quotas::Overage;
 use crate::rate_limit::warn_bad_input;
 use crate::reply::Reply;
 use crate::request_context::RequestContext;
@@ -63,15 +63,12 @@ pub(crate) fn throttle(
         .sum();
     let throttle = broker.produce_quotas.record(
         image.client_quotas(),
-        &context.principal,
-        client_id.unwrap_or(""),
-        bytes,
+        (&context.principal, client_id.unwrap_or("")),
+        bytes as u64,
+        Overage::Charged,
     );
     if !throttle.is_zero() {
-        let metrics = &broker.metrics;
-        metrics.produce_throttled.fetch_add(1, Ordering::Relaxed);
-        let ms = u64::try_from(throttle.as_millis()).unwrap_or(u64::MAX);
-        metrics.produce_throttle_ms.fetch_add(ms, Ordering::Relaxed);
+        broker.metrics.produce_throttling.count(throttle);
         context.mute.extend(throttle);
     }
     throttle

@@ -1699,3 +1699,85 @@ async fn client_quotas_are_checked_per_entity() {
     assert_eq!(entries[0].entity[0].entity_name.as_deref(), Some("good"));
     test.shutdown().await;
 }
+
+/// A consumer with a `consumer_byte_rate` is sent at most a window of its quota at once; a
+/// fetch that would put it above its rate is answered, as Kafka answers it, with no
+/// partitions and `throttle_time_ms` (a full fetch without a session, an incremental one in
+/// its session), and its connection is not read for that time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_above_its_fetch_quota_gets_empty_answers_and_waits() {
+    use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
+    use kafka_protocol::messages::{FetchResponse, ProduceResponse};
+    let test = start_fs(&[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "metered", 1, &[]).await, 0);
+    for size in [60_000, 60_000, 2_000] {
+        let batch = build_batch(&[&vec![b'v'; size]], 0, ProducerFields::NONE);
+        let request = produce_request("metered", 0, 1, batch);
+        let r: ProduceResponse = call(&mut c, ApiKey::Produce, 9, &request).await;
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    // 10,000 bytes a second for the harness's client id: at most 100,000 bytes at once.
+    let mut quota = AlterClientQuotasRequest::default();
+    quota.entries = vec![quota_entry(
+        &[("client-id", Some("test"))],
+        &[("consumer_byte_rate", 10_000.0)],
+    )];
+    let r: AlterClientQuotasResponse = call(&mut c, ApiKey::AlterClientQuotas, 1, &quota).await;
+    assert_eq!(r.entries[0].error_code, 0);
+
+    let mut opening = fetch_request("metered", 0, 0, 1 << 20);
+    opening.session_epoch = 0;
+    let first: FetchResponse = call(&mut c, ApiKey::Fetch, 12, &opening).await;
+    assert_eq!(first.throttle_time_ms, 0);
+    assert_ne!(first.session_id, 0, "a session is open");
+    let records = first.responses[0].partitions[0]
+        .records
+        .clone()
+        .expect("records");
+    assert_eq!(
+        records.len(),
+        100_000,
+        "a window's worth, the last batch cut"
+    );
+    assert_eq!(whole_batches(&records).len(), 1);
+
+    // That was the quota's rate over the window: a sessionless fetch of 2,000 bytes more
+    // would be above it.
+    let full: FetchResponse = call(
+        &mut c,
+        ApiKey::Fetch,
+        12,
+        &fetch_request("metered", 0, 2, 1 << 20),
+    )
+    .await;
+    assert!(full.throttle_time_ms > 0, "throttled: {full:?}");
+    assert!(full.responses.is_empty(), "nothing sent: {full:?}");
+    assert_eq!(full.session_id, 0);
+
+    let mut incremental = fetch_request("metered", 0, 2, 1 << 20);
+    incremental.session_id = first.session_id;
+    incremental.session_epoch = 1;
+    let sent = tokio::time::Instant::now();
+    let next: FetchResponse = call(&mut c, ApiKey::Fetch, 12, &incremental).await;
+    let waited = sent.elapsed();
+    assert!(
+        waited + Duration::from_millis(50) >= Duration::from_millis(full.throttle_time_ms as u64),
+        "the connection was not read for the pause: {waited:?} of {} ms",
+        full.throttle_time_ms
+    );
+    assert!(next.throttle_time_ms > 0, "still above the rate: {next:?}");
+    assert!(next.responses.is_empty());
+    assert_eq!(
+        next.session_id, first.session_id,
+        "the session is kept for an incremental fetch"
+    );
+    let throttling = &test.broker.metrics().fetch_throttling;
+    assert_eq!(
+        throttling
+            .responses
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    test.shutdown().await;
+}
