@@ -264,3 +264,40 @@ def test_the_java_consumer_reads_everything_at_its_quota(bootstrap, tmp_path):
     assert elapsed >= 6, f"read 2 MB in {elapsed:.1f} s: not throttled"
     throttle = re.search(r"fetch-throttle-time-max:\{client-id=java-reader\}\s*:\s*([0-9.]+)", done.stdout)
     assert throttle and float(throttle.group(1)) > 0, "the Java client saw throttle_time_ms: " + done.stdout[-3000:]
+
+
+def fetch_flat_out(bootstrap: str, topic: str, client_id: str, seconds: float, out: dict) -> None:
+    """Polls the empty end of ``topic``'s one partition with fetches that do not wait, for
+    ``seconds``; ``out`` gets how many fetches librdkafka sent and the most throttling it saw
+    reported."""
+    report: dict = {"fetches": 0, "throttle_max": 0}
+
+    def stats(text: str):
+        for broker in json.loads(text).get("brokers", {}).values():
+            if broker.get("nodeid", -1) < 0:
+                continue
+            report["fetches"] = max(report["fetches"], broker.get("req", {}).get("Fetch", 0))
+            report["throttle_max"] = max(report["throttle_max"], broker.get("throttle", {}).get("max", 0))
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"quota-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "fetch.wait.max.ms": 0, "statistics.interval.ms": 500, "stats_cb": stats,
+    })
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        consumer.poll(0.1)
+    consumer.poll(0.6)  # one more statistics report
+    consumer.close()
+    out.update(report)
+
+
+def test_a_client_above_its_request_quota_is_throttled(weir_only, bootstrap):
+    topic = quota_and_topic(bootstrap, "busy", "request_percentage=0.5")
+    throttled, free = side_by_side(fetch_flat_out, bootstrap, topic, ("busy", 12), ("idle", 12))
+    print(f"fetches in 12 s: {throttled['fetches']} at a request quota of 0.5 %, {free['fetches']} without")
+    assert throttled["throttle_max"] > 0, "librdkafka saw throttle_time_ms in the responses"
+    assert free["throttle_max"] == 0
+    assert throttled["fetches"] * 2 < free["fetches"], (throttled, free)
+    samples = metrics(f"http://{weir_only.http}")
+    assert sample(samples, "weir_throttled_responses_total", quota="request") > 0

@@ -22,7 +22,7 @@ use crate::fetch_session::FetchSessions;
 use crate::inter_broker::InterBroker;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
-use crate::quotas::ByteRates;
+use crate::quotas::ClientRates;
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::request_context::RequestContext;
@@ -133,9 +133,11 @@ pub struct Broker {
     /// Failed SASL logins by address.
     pub(crate) logins: Arc<Logins>,
     /// What each client with a produce quota appended lately.
-    pub(crate) produce_quotas: ByteRates,
+    pub(crate) produce_quotas: ClientRates,
     /// What each consumer with a fetch quota was sent lately.
-    pub(crate) fetch_quotas: ByteRates,
+    pub(crate) fetch_quotas: ClientRates,
+    /// How long the requests of each client with a request quota took lately.
+    pub(crate) request_quotas: ClientRates,
 }
 
 impl Broker {
@@ -211,8 +213,9 @@ impl Broker {
             broker_epoch,
             metrics: BrokerMetrics::default(),
             logins: Arc::default(),
-            produce_quotas: ByteRates::new(QuotaKey::ProducerByteRate),
-            fetch_quotas: ByteRates::new(QuotaKey::ConsumerByteRate),
+            produce_quotas: ClientRates::new(QuotaKey::ProducerByteRate),
+            fetch_quotas: ClientRates::new(QuotaKey::ConsumerByteRate),
+            request_quotas: ClientRates::new(QuotaKey::RequestPercentage),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));

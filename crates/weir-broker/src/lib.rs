@@ -33,6 +33,7 @@ mod replica_fetcher;
 pub mod replication;
 pub mod reply;
 mod request_context;
+mod request_quota;
 mod sasl;
 pub mod server;
 mod shutdown;

@@ -102,6 +102,8 @@ pub struct BrokerMetrics {
     pub produce_throttling: Throttling,
     /// Fetch responses that throttled a consumer above its `consumer_byte_rate`.
     pub fetch_throttling: Throttling,
+    /// Responses that throttled a client above its `request_percentage`.
+    pub request_throttling: Throttling,
 }
 
 /// Responses that throttled a client above one of its quotas.
@@ -136,6 +138,7 @@ impl Default for BrokerMetrics {
             sasl_authentications_failed: AtomicU64::new(0),
             produce_throttling: Throttling::default(),
             fetch_throttling: Throttling::default(),
+            request_throttling: Throttling::default(),
         }
     }
 }

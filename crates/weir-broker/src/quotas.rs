@@ -1,5 +1,6 @@
-//! Client byte-rate quotas: the bytes each client appends (`producer_byte_rate`) or is sent
-//! (`consumer_byte_rate`) are measured against the quota that applies to it (its user's and
+//! Client quotas: the bytes each client appends (`producer_byte_rate`) or is sent
+//! (`consumer_byte_rate`), and the time its requests take (`request_percentage`, see
+//! `request_quota.rs`), are measured against the quota that applies to it (its user's and
 //! client id's, in Kafka's order of precedence, from the metadata image), over Kafka's window
 //! of 11 one-second samples. A client above its rate is throttled as Kafka throttles it since
 //! KIP-219: its response carries `throttle_time_ms` at once, and its connection is read no
@@ -17,8 +18,11 @@ use weir_metadata::quota::{QuotaKey, QuotaTable};
 const SAMPLES: usize = 11;
 /// Length of one sample (Kafka's `quota.window.size.seconds`).
 const SAMPLE: Duration = Duration::from_secs(1);
-/// Longest a client is throttled for at once: the whole window.
+/// Longest a client is throttled for at once by a byte rate: the whole window.
 const THROTTLE_MAX: Duration = Duration::from_secs(SAMPLES as u64);
+/// Longest a client is throttled for at once by its request time (Kafka bounds it to one
+/// sample).
+const REQUEST_THROTTLE_MAX: Duration = SAMPLE;
 /// Clients measured at once; beyond, clients idle for a window are forgotten, and if none
 /// are, new ones share one measure.
 const CLIENTS_MAX: usize = 100_000;
@@ -26,7 +30,7 @@ const CLIENTS_MAX: usize = 100_000;
 /// Whose usage one measure counts: the user and the client id, where the quota names them.
 type ClientKey = (Option<String>, Option<String>);
 
-/// Bytes over Kafka's window of samples.
+/// An amount (bytes, or percent-seconds of request time) over Kafka's window of samples.
 #[derive(Debug, Clone)]
 struct Rate {
     /// Start of each sample, and the bytes recorded in it; `samples[current]` is the newest.
@@ -52,7 +56,7 @@ impl Rate {
         self.samples[self.current].1 += amount;
     }
 
-    /// Bytes per second over the samples still in the window, measured over at least all
+    /// The amount per second over the samples still in the window, measured over at least all
     /// but one sample's length (as Kafka measures, so a new client is not throttled for its
     /// first burst), and that length.
     fn per_second(&self, now: Instant) -> (f64, Duration) {
@@ -77,62 +81,52 @@ impl Rate {
 }
 
 /// How long a client at `rate` over `elapsed` must pause so that its rate comes back to
-/// `limit`, as Kafka computes it, at most [`THROTTLE_MAX`].
-fn throttle_time(rate: f64, limit: f64, elapsed: Duration) -> Duration {
+/// `limit`, as Kafka computes it, at most `max`.
+fn throttle_time(rate: f64, limit: f64, elapsed: Duration, max: Duration) -> Duration {
     if rate <= limit {
         return Duration::ZERO;
     }
     if limit <= 0.0 {
-        return THROTTLE_MAX;
+        return max;
     }
     elapsed
-        .mul_f64(((rate - limit) / limit).min(THROTTLE_MAX.as_secs_f64()))
-        .min(THROTTLE_MAX)
+        .mul_f64(((rate - limit) / limit).min(max.as_secs_f64()))
+        .min(max)
 }
 
-/// Whether a client's bytes are counted when they put it above its quota.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overage {
-    /// Counted: the bytes are in the log already (Produce).
-    Charged,
-    /// Not counted: the client gets an empty answer instead of them (Fetch, as Kafka
-    /// un-records a throttled fetch).
-    Refunded,
-}
-
-/// One byte-rate quota's measures: one per client (or user) the quota applies to.
-pub struct ByteRates {
+/// One quota's measures: one per client (or user) the quota applies to.
+pub struct ClientRates {
     key: QuotaKey,
+    throttle_max: Duration,
     rates: Mutex<HashMap<ClientKey, Rate>>,
 }
 
-impl ByteRates {
-    /// Measures against the quotas of `key` (`producer_byte_rate` or `consumer_byte_rate`).
-    pub fn new(key: QuotaKey) -> ByteRates {
-        ByteRates {
+impl ClientRates {
+    /// Measures against the quotas of `key`: bytes for `producer_byte_rate` and
+    /// `consumer_byte_rate`, percent-seconds of request time for `request_percentage`.
+    pub fn new(key: QuotaKey) -> ClientRates {
+        let throttle_max = match key {
+            QuotaKey::RequestPercentage => REQUEST_THROTTLE_MAX,
+            _ => THROTTLE_MAX,
+        };
+        ClientRates {
             key,
+            throttle_max,
             rates: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Records `bytes` appended by, or sent to, `client_id` of `principal` (`User:name`;
-    /// Kafka's user is the name, `ANONYMOUS` for a client that did not log in) under
-    /// `quotas`; answered with how long the client must now pause (zero within its quota, or
-    /// without one). With [`Overage::Refunded`], bytes that call for a pause are not counted.
-    pub fn record(
-        &self,
-        quotas: &QuotaTable,
-        (principal, client_id): (&str, &str),
-        bytes: u64,
-        overage: Overage,
-    ) -> Duration {
-        self.record_at(
-            Instant::now(),
-            quotas,
-            (principal, client_id),
-            bytes,
-            overage,
-        )
+    /// Records `amount` for `client_id` of `principal` (`User:name`; Kafka's user is the
+    /// name, `ANONYMOUS` for a client that did not log in) under `quotas`; answered with how
+    /// long the client must now pause (zero within its quota, or without one).
+    pub fn record(&self, quotas: &QuotaTable, who: (&str, &str), amount: f64) -> Duration {
+        self.record_at(Instant::now(), quotas, who, amount)
+    }
+
+    /// Takes back `amount` recorded for the client (Kafka's un-recording of a fetch it
+    /// answers empty).
+    pub fn refund(&self, quotas: &QuotaTable, who: (&str, &str), amount: f64) {
+        self.record_at(Instant::now(), quotas, who, -amount);
     }
 
     /// The most bytes one response may carry without its client being throttled for them
@@ -149,14 +143,20 @@ impl ByteRates {
         Some(bytes as u64)
     }
 
-    /// [`ByteRates::record`] at `now`.
+    /// True when a quota of this key applies to the client.
+    pub fn applies(&self, quotas: &QuotaTable, (principal, client_id): (&str, &str)) -> bool {
+        quotas
+            .quota_for(self.key, user(principal), client_id)
+            .is_some()
+    }
+
+    /// [`ClientRates::record`] at `now`.
     fn record_at(
         &self,
         now: Instant,
         quotas: &QuotaTable,
         (principal, client_id): (&str, &str),
-        bytes: u64,
-        overage: Overage,
+        amount: f64,
     ) -> Duration {
         let Some(quota) = quotas.quota_for(self.key, user(principal), client_id) else {
             return Duration::ZERO;
@@ -170,13 +170,9 @@ impl ByteRates {
             }
         }
         let rate = rates.entry(key).or_insert_with(|| Rate::new(now));
-        rate.record(now, bytes as f64);
+        rate.record(now, amount);
         let (per_second, elapsed) = rate.per_second(now);
-        let pause = throttle_time(per_second, quota.limit, elapsed);
-        if !pause.is_zero() && overage == Overage::Refunded {
-            rate.record(now, -(bytes as f64));
-        }
-        pause
+        throttle_time(per_second, quota.limit, elapsed, self.throttle_max)
     }
 }
 
@@ -220,7 +216,6 @@ mod tests {
 
     use weir_metadata::quota::{check_quota, QuotaAlteration, QuotaEntity};
 
-    use super::Overage::{Charged, Refunded};
     use super::*;
 
     fn quota(components: &[(&str, Option<&str>)], limit: f64) -> QuotaTable {
@@ -242,10 +237,10 @@ mod tests {
     #[test]
     fn a_client_at_its_rate_is_not_throttled_and_one_above_is() {
         let table = quota(&[("client-id", Some("steady"))], 1000.0);
-        let quotas = ByteRates::new(QuotaKey::ProducerByteRate);
+        let quotas = ClientRates::new(QuotaKey::ProducerByteRate);
         let mut now = Instant::now();
         for _ in 0..300 {
-            let pause = quotas.record_at(now, &table, ("User:alice", "steady"), 90, Charged);
+            let pause = quotas.record_at(now, &table, ("User:alice", "steady"), 90.0);
             assert_eq!(
                 pause,
                 Duration::ZERO,
@@ -254,11 +249,11 @@ mod tests {
             now += Duration::from_millis(100);
         }
         assert_eq!(
-            quotas.record_at(now, &table, ("User:alice", "other"), 1 << 20, Charged),
+            quotas.record_at(now, &table, ("User:alice", "other"), 1e6),
             Duration::ZERO,
             "no quota for another client id"
         );
-        let pause = quotas.record_at(now, &table, ("User:alice", "steady"), 20_000, Charged);
+        let pause = quotas.record_at(now, &table, ("User:alice", "steady"), 20_000.0);
         assert!(
             pause > Duration::from_secs(1) && pause <= THROTTLE_MAX,
             "{pause:?}"
@@ -268,16 +263,16 @@ mod tests {
     #[test]
     fn a_client_that_pauses_as_told_keeps_to_its_rate() {
         let table = quota(&[("user", Some("alice"))], 10_000.0);
-        let quotas = ByteRates::new(QuotaKey::ProducerByteRate);
+        let quotas = ClientRates::new(QuotaKey::ProducerByteRate);
         let start = Instant::now();
         let mut now = start;
-        let mut sent = 0u64;
+        let mut sent = 0.0;
         while now - start < Duration::from_secs(120) {
-            let pause = quotas.record_at(now, &table, ("User:alice", "any"), 4096, Charged);
-            sent += 4096;
+            let pause = quotas.record_at(now, &table, ("User:alice", "any"), 4096.0);
+            sent += 4096.0;
             now += pause.max(Duration::from_millis(10));
         }
-        let rate = sent as f64 / (now - start).as_secs_f64();
+        let rate = sent / (now - start).as_secs_f64();
         assert!(
             (rate - 10_000.0).abs() < 1_500.0,
             "a client pausing as told sends about its quota: {rate:.0} bytes/s"
@@ -287,37 +282,40 @@ mod tests {
     #[test]
     fn a_refunded_overage_is_not_counted_and_a_consumer_gets_its_rate() {
         let table = quota_of("consumer_byte_rate", &[("user", None)], 10_000.0);
-        let quotas = ByteRates::new(QuotaKey::ConsumerByteRate);
+        let quotas = ClientRates::new(QuotaKey::ConsumerByteRate);
         let who = ("User:bob", "reader");
         assert_eq!(quotas.window_bytes(&table, who), Some(100_000));
-        let producer = ByteRates::new(QuotaKey::ProducerByteRate);
+        let producer = ClientRates::new(QuotaKey::ProducerByteRate);
         assert_eq!(
             producer.window_bytes(&table, who),
             None,
             "no producer quota"
         );
         let start = Instant::now();
-        let pause = quotas.record_at(start, &table, who, 200_000, Refunded);
+        let pause = quotas.record_at(start, &table, who, 200_000.0);
         assert!(
             !pause.is_zero(),
             "more than a window's bytes at once is throttled"
         );
+        quotas.record_at(start, &table, who, -200_000.0);
         assert_eq!(
-            quotas.record_at(start, &table, who, 100_000, Refunded),
+            quotas.record_at(start, &table, who, 100_000.0),
             Duration::ZERO,
             "the refused response was not counted"
         );
         // A consumer that takes what it is given and pauses as told gets about its quota.
         let mut now = start + Duration::from_millis(10);
-        let mut received = 100_000u64;
+        let mut received = 100_000.0;
         while now - start < Duration::from_secs(120) {
-            let pause = quotas.record_at(now, &table, who, 8192, Refunded);
+            let pause = quotas.record_at(now, &table, who, 8192.0);
             if pause.is_zero() {
-                received += 8192;
+                received += 8192.0;
+            } else {
+                quotas.record_at(now, &table, who, -8192.0);
             }
             now += pause.max(Duration::from_millis(10));
         }
-        let rate = received as f64 / (now - start).as_secs_f64();
+        let rate = received / (now - start).as_secs_f64();
         assert!(
             (rate - 10_000.0).abs() < 1_000.0,
             "a consumer pausing as told receives about its quota: {rate:.0} bytes/s"
@@ -327,10 +325,15 @@ mod tests {
     #[test]
     fn throttle_times_grow_with_the_excess_and_are_bounded() {
         let window = Duration::from_secs(10);
-        assert_eq!(throttle_time(100.0, 100.0, window), Duration::ZERO);
-        assert_eq!(throttle_time(150.0, 100.0, window), Duration::from_secs(5));
-        assert_eq!(throttle_time(1e12, 1.0, window), THROTTLE_MAX);
-        assert_eq!(throttle_time(1.0, 0.0, window), THROTTLE_MAX);
+        let max = THROTTLE_MAX;
+        assert_eq!(throttle_time(100.0, 100.0, window, max), Duration::ZERO);
+        assert_eq!(
+            throttle_time(150.0, 100.0, window, max),
+            Duration::from_secs(5)
+        );
+        assert_eq!(throttle_time(1e12, 1.0, window, max), THROTTLE_MAX);
+        assert_eq!(throttle_time(1.0, 0.0, window, max), THROTTLE_MAX);
+        assert_eq!(throttle_time(150.0, 100.0, window, SAMPLE), SAMPLE);
     }
 
     #[tokio::test]

@@ -67,7 +67,8 @@ pub struct BrokerStats {
 /// The responses that throttled clients above one kind of quota.
 #[derive(Debug, Clone)]
 pub struct ThrottleStats {
-    /// Which quota: `produce` (`producer_byte_rate`) or `fetch` (`consumer_byte_rate`).
+    /// Which quota: `produce` (`producer_byte_rate`), `fetch` (`consumer_byte_rate`) or
+    /// `request` (`request_percentage`).
     pub quota: &'static str,
     /// Responses that asked their client to pause.
     pub responses: u64,

@@ -76,6 +76,7 @@ impl NodeView for ServerNode {
             throttling: [
                 ("produce", &metrics.produce_throttling),
                 ("fetch", &metrics.fetch_throttling),
+                ("request", &metrics.request_throttling),
             ]
             .into_iter()
             .map(|(quota, throttling)| ThrottleStats {

@@ -40,10 +40,9 @@ use crate::fetch_session::{PartitionKey, Reported};
 use crate::handlers::encode;
 use crate::handlers::errors::ErrorReply;
 use crate::partition::Partition;
-use crate::quotas::{Mute, Overage};
 use crate::replication::{check_replica, divergence};
 use crate::reply::{FramePart, Reply, ResponseFrame};
-use crate::request_context::RequestContext;
+use crate::request_quota::{QuotaClient, RequestMeter};
 
 /// Longest long poll served, whatever `max_wait_ms` asks: bounds how long a request holds a
 /// slot in its connection's pipeline.
@@ -95,42 +94,13 @@ struct Attempt {
     any_error: bool,
 }
 
-/// Who a consumer's fetch is from, when client quotas are set: its answers count against
-/// the `consumer_byte_rate` that applies to it.
-pub(crate) struct QuotaClient {
-    principal: Arc<str>,
-    client_id: String,
-    mute: Arc<Mute>,
-}
-
-impl QuotaClient {
-    /// The client of `context`, or `None` when no quota is set (nothing to measure).
-    pub(crate) fn of(
-        broker: &Broker,
-        context: &RequestContext,
-        client_id: Option<&str>,
-    ) -> Option<QuotaClient> {
-        if broker.image().client_quotas().is_empty() {
-            return None;
-        }
-        Some(QuotaClient {
-            principal: context.principal.clone(),
-            client_id: client_id.unwrap_or("").to_owned(),
-            mute: context.mute.clone(),
-        })
-    }
-
-    fn who(&self) -> (&str, &str) {
-        (&self.principal, &self.client_id)
-    }
-}
-
 /// Serves a fetch, waiting for data when there is less than `min_bytes`.
 pub async fn handle(
     broker: &Arc<Broker>,
     request: FetchRequest,
     (version, correlation_id): (i16, i32),
-    (peer, access, client): (std::net::IpAddr, &Access, Option<QuotaClient>),
+    (peer, access): (std::net::IpAddr, &Access),
+    (client, meter): (Option<QuotaClient>, Option<Arc<RequestMeter>>),
 ) -> Reply {
     let image = broker.image();
     let by_id = version >= 13;
@@ -160,6 +130,11 @@ pub async fn handle(
     }
     // Followers are not held to client quotas (replication has throttles of its own).
     let client = client.filter(|_| replica < 0);
+    if replica >= 0 {
+        if let Some(meter) = &meter {
+            meter.exempt();
+        }
+    }
     let allowed = |topic: &str| match replica >= 0 {
         true => replica_allowed,
         false => access.topic(AclOperation::Read, topic),
@@ -300,13 +275,18 @@ pub async fn handle(
         let satisfied = attempt.bytes >= min_bytes && (attempt.bytes > 0 || min_bytes == 0);
         if satisfied || attempt.any_error || last_chance {
             if let Some(client) = &client {
-                let pause = broker.fetch_quotas.record(
-                    image.client_quotas(),
-                    client.who(),
-                    attempt.bytes,
-                    Overage::Refunded,
-                );
-                if !pause.is_zero() {
+                // As Kafka: the answer's bytes and the request's time are recorded; if either
+                // calls for a pause the answer is empty, and its bytes are taken back.
+                let quotas = image.client_quotas();
+                let bytes = attempt.bytes as f64;
+                let bytes_pause = broker.fetch_quotas.record(quotas, client.who(), bytes);
+                let request_pause = meter.as_ref().map_or(Duration::ZERO, |m| m.finish());
+                if !bytes_pause.is_zero() || !request_pause.is_zero() {
+                    broker.fetch_quotas.refund(quotas, client.who(), bytes);
+                    if !bytes_pause.is_zero() {
+                        broker.metrics.fetch_throttling.count(bytes_pause);
+                    }
+                    let pause = bytes_pause.max(request_pause);
                     return throttled(broker, client, session, pause, (version, correlation_id));
                 }
             }
@@ -663,7 +643,6 @@ fn throttled(
     pause: Duration,
     (version, correlation_id): (i16, i32),
 ) -> Reply {
-    broker.metrics.fetch_throttling.count(pause);
     client.mute.extend(pause);
     let session_id = match session.incremental {
         true => session.id,

@@ -38,6 +38,7 @@ use crate::broker::Broker;
 use crate::partition::Partition;
 use crate::reply::{PendingReply, Reply, ResponseFrame};
 use crate::request_context::RequestContext;
+use crate::request_quota::{QuotaClient, RequestMeter};
 
 /// Encodes a response, or — when it cannot be encoded at the request's version, a handler bug —
 /// logs it and closes the connection, so the client learns at once instead of timing out.
@@ -91,11 +92,27 @@ pub(crate) fn frame(
 /// Starts handling `request` from the client `context` names. Produce validates and appends here,
 /// before this returns, so batches from one connection reach the log in the order they were
 /// sent; everything else (waiting for fsync, long polls, rebalances, admin changes) happens in
-/// the returned future.
+/// the returned future. The handling of a client with a `request_percentage` quota is timed
+/// and counted against it (`request_quota.rs`).
 pub async fn dispatch(
     broker: &Arc<Broker>,
     request: Request,
     context: &RequestContext,
+) -> PendingReply {
+    let client_id = request.header.client_id.as_deref();
+    let Some(meter) = RequestMeter::start(broker, context, client_id) else {
+        return route(broker, request, context, None).await;
+    };
+    let pending = route(broker, request, context, Some(meter.clone())).await;
+    meter.timed(pending)
+}
+
+/// Hands `request` to its API's handler; `meter` times it for a request quota.
+async fn route(
+    broker: &Arc<Broker>,
+    request: Request,
+    context: &RequestContext,
+    meter: Option<Arc<RequestMeter>>,
 ) -> PendingReply {
     let peer = context.peer;
     let listener = context.listener.clone();
@@ -108,7 +125,13 @@ pub async fn dispatch(
     } = request;
     let correlation_id = header.correlation_id;
     let broker = broker.clone();
-    let respond = move |body: ResponseKind| frame(api_key, version, correlation_id, body);
+    let fetch_meter = meter.clone();
+    let respond = move |mut body: ResponseKind| {
+        if let Some(meter) = &meter {
+            meter.throttle(&mut body);
+        }
+        frame(api_key, version, correlation_id, body)
+    };
     match body {
         RequestKind::Produce(req) => {
             let throttle = produce::throttle(&broker, context, header.client_id.as_deref(), &req);
@@ -124,10 +147,13 @@ pub async fn dispatch(
             })
         }
         RequestKind::Fetch(req) => {
-            let client = fetch::QuotaClient::of(&broker, context, header.client_id.as_deref());
+            let quota = (
+                QuotaClient::of(&broker, context, header.client_id.as_deref()),
+                fetch_meter,
+            );
             Box::pin(async move {
                 let request = (version, correlation_id);
-                fetch::handle(&broker, req, request, (peer, &access, client)).await
+                fetch::handle(&broker, req, request, (peer, &access), quota).await
             })
         }
         RequestKind::ListOffsets(req) => Box::pin(async move {

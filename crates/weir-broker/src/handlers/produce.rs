@@ -28,7 +28,6 @@ use crate::config::TopicSettings;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
 use crate::partition::{Partition, ReplicationWait};
-use crate::quotas::Overage;
 use crate::rate_limit::warn_bad_input;
 use crate::reply::Reply;
 use crate::request_context::RequestContext;
@@ -64,8 +63,7 @@ pub(crate) fn throttle(
     let throttle = broker.produce_quotas.record(
         image.client_quotas(),
         (&context.principal, client_id.unwrap_or("")),
-        bytes as u64,
-        Overage::Charged,
+        bytes as f64,
     );
     if !throttle.is_zero() {
         broker.metrics.produce_throttling.count(throttle);

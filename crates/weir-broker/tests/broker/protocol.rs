@@ -1781,3 +1781,51 @@ async fn a_consumer_above_its_fetch_quota_gets_empty_answers_and_waits() {
     );
     test.shutdown().await;
 }
+
+/// A client with a `request_percentage` quota whose requests take more of the broker's time
+/// than it allows is throttled: a response carries `throttle_time_ms` (at most a second) and
+/// its connection is not read for that time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_above_its_request_quota_is_throttled() {
+    use kafka_protocol::messages::{
+        AlterClientQuotasRequest, AlterClientQuotasResponse, MetadataRequest, MetadataResponse,
+    };
+    let test = start_fs(&[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    let mut quota = AlterClientQuotasRequest::default();
+    // A hundredth of a percent of one thread: 1 ms of request time in a 10 s window.
+    quota.entries = vec![quota_entry(
+        &[("client-id", Some("test"))],
+        &[("request_percentage", 0.01)],
+    )];
+    let r: AlterClientQuotasResponse = call(&mut c, ApiKey::AlterClientQuotas, 1, &quota).await;
+    assert_eq!(r.entries[0].error_code, 0);
+    let metadata = MetadataRequest::default();
+    let mut throttle_ms = 0;
+    for _ in 0..100_000 {
+        let r: MetadataResponse = call(&mut c, ApiKey::Metadata, 12, &metadata).await;
+        throttle_ms = r.throttle_time_ms;
+        if throttle_ms > 0 {
+            break;
+        }
+    }
+    assert!(
+        (1..=1000).contains(&throttle_ms),
+        "throttled, for at most a second: {throttle_ms} ms"
+    );
+    let sent = tokio::time::Instant::now();
+    let _: MetadataResponse = call(&mut c, ApiKey::Metadata, 12, &metadata).await;
+    assert!(
+        sent.elapsed() + Duration::from_millis(50) >= Duration::from_millis(throttle_ms as u64),
+        "the connection was not read for the pause: {:?} of {throttle_ms} ms",
+        sent.elapsed()
+    );
+    let throttling = &test.broker.metrics().request_throttling;
+    assert!(
+        throttling
+            .responses
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+    test.shutdown().await;
+}
