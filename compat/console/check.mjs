@@ -9,6 +9,7 @@
 //   hot           the hot-partition view marks partition ARG (TOPIC/PARTITION) hot, alone
 //   browse        the record browser shows topic ARG's records as text, JSON and hex
 //   hung          the overview lists a hung transaction on partition ARG (TOPIC/PARTITION)
+//   quotas        the overview lists client quota entity ARG and the throttling of this node
 //
 // Prints one JSON line: {"ok": bool, "errors": [...], "screenshots": [...], ...}; exits 1 on
 // failure. Console errors, page errors and failed requests count as errors.
@@ -116,6 +117,14 @@ try {
     result.health = (await text('#cluster-health')).trim();
     result.row = await page.$$eval(`#hung-transactions tr[data-partition="${arg}"] td`, (cells) => cells.map((c) => c.textContent));
     await shot('hung-transaction');
+    result.ok = true;
+  } else if (scenario === 'quotas') {
+    await page.goto(`${base}/`, { waitUntil: 'load' });
+    await page.waitForSelector(`#client-quotas tr[data-entity="${arg}"]`);
+    result.quotas = await page.$$eval(`#client-quotas tr[data-entity="${arg}"] td`, (cells) => cells.map((c) => c.textContent));
+    result.throttling = await page.$$eval('#throttling tr[data-quota]',
+      (rows) => rows.map((r) => [...r.querySelectorAll('td')].map((c) => c.textContent)));
+    await shot('client-quotas');
     result.ok = true;
   } else if (scenario === 'browse') {
     await open(`#/browse/${encodeURIComponent(arg)}`, '#records tbody tr[data-offset]');

@@ -2,7 +2,8 @@
 playwright-core by compat/console/check.mjs): every page loads with no console error, a
 topic created in the form exists, lag rises on a group's page when its consumer stops, a
 flooded partition stands out on the hot-partition view, the record browser shows records as
-text, JSON and hex. Also: what the console shows (the REST API's answers) agrees with
+text, JSON and hex, the overview lists client quotas and the throttling they caused. Also:
+what the console shows (the REST API's answers) agrees with
 `weir topic describe` and `weir group describe`.
 
 Screenshots of every page are kept in compat/artifacts/console/ (or $WEIR_TEST_ARTIFACTS).
@@ -26,6 +27,7 @@ from clients import create_topic, group_consumer, unique_group, unique_topic
 from harness import REPO_ROOT, wait_until
 from weir_cli import ok, parse_describe
 from test_cli_groups import describe_group
+from test_quotas import fill
 
 CHECK = REPO_ROOT / "compat" / "console" / "check.mjs"
 ARTIFACTS = Path(os.environ.get("WEIR_TEST_ARTIFACTS", REPO_ROOT / "compat" / "artifacts")) / "console"
@@ -165,6 +167,24 @@ def test_the_record_browser_shows_text_json_and_hex(http, bootstrap):
     assert '"item": "tea"' in verdict["text"] or '"item":"tea"' in verdict["text"], verdict
     assert '"item"' in verdict["json"] and "tea" in verdict["json"], verdict
     assert "7b" in verdict["hex"].lower(), verdict  # '{' as hex
+
+
+def test_the_overview_shows_client_quotas_and_their_throttling(http, bootstrap):
+    ok(["quota", "set", "--client-id", "console-throttled", "producer_byte_rate=200000"], bootstrap)
+    topic = unique_topic("console-quotas")
+    create_topic(bootstrap, topic, partitions=1)
+    # A window of the quota (2 MB) passes at once; the bytes after it are throttled.
+    fill(bootstrap, topic, 2_400, client_id="console-throttled")
+    cluster = requests.get(f"{http}/cluster", timeout=10).json()
+    assert {"entity": "client-id=console-throttled", "quotas": {"producer_byte_rate": 200000.0}} in cluster["client_quotas"]
+    produce = next(t for t in cluster["throttling"] if t["quota"] == "produce")
+    assert produce["responses"] > 0 and produce["seconds"] > 0, cluster["throttling"]
+
+    verdict = Check(http, "quotas", "client-id=console-throttled").result()
+    assert verdict["quotas"] == ["client-id=console-throttled", "producer_byte_rate=200000"], verdict
+    rows = {row[0]: row for row in verdict["throttling"]}
+    assert set(rows) == {"producer_byte_rate", "consumer_byte_rate", "request_percentage"}, verdict
+    assert rows["producer_byte_rate"][1] != "0", verdict
 
 
 def test_what_the_console_shows_agrees_with_the_cli(http, bootstrap):

@@ -181,9 +181,10 @@ def test_a_producer_above_its_quota_is_throttled_to_it(bootstrap):
     assert free["throttle_max"] == 0
 
 
-def fill(bootstrap: str, topic: str, records: int) -> None:
-    """Appends ``records`` records of 1000 bytes to ``topic``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 16384})
+def fill(bootstrap: str, topic: str, records: int, client_id: str = "rdkafka") -> None:
+    """Appends ``records`` records of 1000 bytes to ``topic`` as ``client_id``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 20,
+                         "batch.size": 16384})
     for _ in range(records):
         while True:
             try:

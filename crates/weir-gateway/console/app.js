@@ -142,8 +142,9 @@ function overviewPage() {
   const brokers = h('div');
   const unhealthy = h('div');
   const hung = h('div');
+  const quotas = h('div');
   fill(view, h('h1', {}, 'Cluster'), cards, h('h2', {}, 'Brokers'), brokers, h('h2', {}, 'Partitions not fully replicated'), unhealthy,
-    h('h2', {}, 'Hung transactions'), hung);
+    h('h2', {}, 'Hung transactions'), hung, h('h2', {}, 'Client quotas'), quotas);
   return async () => {
     const c = await api('/cluster');
     const kind = { healthy: 'ok', degraded: 'warn', partitions_offline: 'bad' }[c.health] || 'warn';
@@ -190,6 +191,21 @@ function overviewPage() {
       c.hung_transactions.length ? h('p', { class: 'message muted' },
         'read_committed consumers stop at each; end one with an abort marker: weir txn abort --topic TOPIC --partition P --start-offset OFFSET') : null,
       ...c.leaders_not_asked.map((why) => h('p', { class: 'message muted' }, `leader ${why} (not asked)`)));
+    fill(quotas,
+      c.client_quotas === null
+        ? h('p', { class: 'message muted' }, 'describing client quotas needs DESCRIBE_CONFIGS on the cluster')
+        : table([['Entity'], ['Quotas']],
+          c.client_quotas.map((q) => h('tr', { 'data-entity': q.entity },
+            h('td', {}, q.entity),
+            h('td', {}, Object.entries(q.quotas).map(([key, value]) => `${key}=${value}`).join(', ')))),
+          { id: 'client-quotas', empty: 'no client quota is set (weir quota set)' }),
+      h('p', { class: 'message muted' }, `Clients throttled on node ${c.served_by} since it started:`),
+      table([['Quota'], ['Throttled responses', 'num'], ['Throttled for', 'num']],
+        c.throttling.map((t) => h('tr', { 'data-quota': t.quota },
+          h('td', {}, { produce: 'producer_byte_rate', fetch: 'consumer_byte_rate', request: 'request_percentage' }[t.quota] || t.quota),
+          h('td', { class: 'num' }, num(t.responses)),
+          h('td', { class: 'num' }, `${t.seconds.toFixed(1)} s`))),
+        { id: 'throttling' }));
   };
 }
 

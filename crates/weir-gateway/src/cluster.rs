@@ -1,13 +1,15 @@
 //! Health checks and the cluster's status (brokers, controller, quorum, partitions that are
-//! not fully replicated).
+//! not fully replicated, client quotas).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
-use weir_metadata::acl::AclOperation;
+use weir_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+use weir_metadata::MetadataImage;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -109,6 +111,24 @@ struct VoterView {
     log_end_offset: i64,
 }
 
+/// The quotas of one client quota entity.
+#[derive(Serialize)]
+struct ClientQuotaView {
+    /// The entity as Kafka's tools print it: `user=alice,client-id=<default>`.
+    entity: String,
+    /// Each quota by Kafka's key (`producer_byte_rate`, …).
+    quotas: BTreeMap<&'static str, f64>,
+}
+
+/// The responses one kind of quota throttled on the node that answered.
+#[derive(Serialize)]
+struct ThrottleView {
+    /// `produce`, `fetch` or `request`.
+    quota: &'static str,
+    responses: u64,
+    seconds: f64,
+}
+
 /// The answer of `GET /cluster`.
 #[derive(Serialize)]
 pub struct ClusterView {
@@ -129,12 +149,17 @@ pub struct ClusterView {
     leaders_not_asked: Vec<String>,
     /// Null when the quorum could not be described.
     quorum: Option<QuorumView>,
+    /// The client quotas set; null for a caller that may not describe the cluster's configs.
+    client_quotas: Option<Vec<ClientQuotaView>>,
+    /// The throttling of clients above their quotas on the node that answered.
+    throttling: Vec<ThrottleView>,
     /// The node whose gateway answered.
     served_by: i32,
 }
 
 /// `GET /cluster`: brokers with their health, the controller, the metadata quorum, the
-/// partitions that are under-replicated or offline, and hung transactions.
+/// partitions that are under-replicated or offline, hung transactions, and client quotas with
+/// the throttling they caused on this node.
 pub async fn status(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
@@ -230,6 +255,39 @@ pub async fn status(
             .map(|(leader, why)| format!("{leader}: {why}"))
             .collect(),
         quorum,
+        client_quotas: caller
+            .may(
+                AclOperation::DescribeConfigs,
+                ResourceType::Cluster,
+                CLUSTER_NAME,
+            )
+            .then(|| client_quotas(&image)),
+        throttling: gateway
+            .node
+            .broker_stats()
+            .throttling
+            .into_iter()
+            .map(|t| ThrottleView {
+                quota: t.quota,
+                responses: t.responses,
+                seconds: t.ms as f64 / 1000.0,
+            })
+            .collect(),
         served_by: gateway.node.node_id(),
     }))
+}
+
+/// Every client quota entity of the metadata, with its quotas.
+fn client_quotas(image: &MetadataImage) -> Vec<ClientQuotaView> {
+    image
+        .client_quotas()
+        .iter()
+        .map(|(entity, quotas)| ClientQuotaView {
+            entity: entity.to_string(),
+            quotas: quotas
+                .iter()
+                .map(|(key, value)| (key.name(), value.get()))
+                .collect(),
+        })
+        .collect()
 }
