@@ -1,7 +1,7 @@
 //! The broker's shared state: what every request handler reads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
@@ -16,9 +16,11 @@ use weir_metadata::{
 };
 
 use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
+use crate::bulk_lane::{BulkLane, BULK_NICE};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
 use crate::fetch_session::FetchSessions;
+use crate::hot_partitions::{HotPartition, HotPartitions, Sampled, HOT_SAMPLE_INTERVAL};
 use crate::inter_broker::InterBroker;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
@@ -138,6 +140,10 @@ pub struct Broker {
     pub(crate) fetch_quotas: ClientRates,
     /// How long the requests of each client with a request quota took lately.
     pub(crate) request_quotas: ClientRates,
+    /// The partitions producers flood, sampled every [`HOT_SAMPLE_INTERVAL`].
+    hot_partitions: HotPartitions,
+    /// Where hot partitions' appends run, started at the first.
+    bulk_lane: OnceLock<BulkLane>,
 }
 
 impl Broker {
@@ -216,9 +222,12 @@ impl Broker {
             produce_quotas: ClientRates::new(QuotaKey::ProducerByteRate),
             fetch_quotas: ClientRates::new(QuotaKey::ConsumerByteRate),
             request_quotas: ClientRates::new(QuotaKey::RequestPercentage),
+            hot_partitions: HotPartitions::default(),
+            bulk_lane: OnceLock::new(),
             config,
         });
         tokio::spawn(broker.clone().follow_metadata(images));
+        tokio::spawn(broker.clone().sample_hot_partitions());
         broker
     }
 
@@ -251,6 +260,45 @@ impl Broker {
     /// Requests, bytes and connections served here.
     pub fn metrics(&self) -> &BrokerMetrics {
         &self.metrics
+    }
+
+    /// The partitions hot at the last sample, hottest first.
+    pub fn hot_partitions(&self) -> Vec<HotPartition> {
+        self.hot_partitions.list()
+    }
+
+    /// The lane hot partitions' appends run in, started at the first call.
+    pub(crate) fn bulk_lane(&self) -> &BulkLane {
+        self.bulk_lane.get_or_init(|| {
+            let lane = BulkLane::start(tokio::runtime::Handle::current());
+            tracing::info!(target: "weir::server", threads = lane.threads(), nice = BULK_NICE, "bulk lane started for the appends of hot partitions");
+            lane
+        })
+    }
+
+    /// Samples which partitions are hot every [`HOT_SAMPLE_INTERVAL`] until shutdown.
+    async fn sample_hot_partitions(self: Arc<Self>) {
+        let mut every = tokio::time::interval(HOT_SAMPLE_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = self.shutdown.clone();
+        let mut last = std::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = every.tick() => {
+                    let now = std::time::Instant::now();
+                    let hosted = self.partitions.all();
+                    let sampled = hosted.iter().map(|p| Sampled {
+                        topic: &p.topic,
+                        partition: p.index,
+                        load: &p.load,
+                        bytes_in: p.counters.bytes_in.load(Ordering::Relaxed),
+                    });
+                    self.hot_partitions.sample(sampled, now - last);
+                    last = now;
+                }
+                _ = stopping(&mut shutdown) => return,
+            }
+        }
     }
 
     /// True once the broker is registered with the controller (and not yet shut down): what

@@ -10,6 +10,7 @@
 
 pub mod broker;
 mod broker_links;
+mod bulk_lane;
 pub mod cleaner;
 pub mod config;
 mod config_error;
@@ -18,6 +19,7 @@ mod coordinator_log;
 mod endpoints;
 pub mod fetch_session;
 mod handlers;
+pub mod hot_partitions;
 pub mod inter_broker;
 mod internal_topics;
 mod listener;

@@ -104,6 +104,8 @@ pub struct BrokerMetrics {
     pub fetch_throttling: Throttling,
     /// Responses that throttled a client above its `request_percentage`.
     pub request_throttling: Throttling,
+    /// Produce requests appended in the bulk lane, for writing to a hot partition.
+    pub bulk_lane_appends: AtomicU64,
 }
 
 /// Responses that throttled a client above one of its quotas.
@@ -139,6 +141,7 @@ impl Default for BrokerMetrics {
             produce_throttling: Throttling::default(),
             fetch_throttling: Throttling::default(),
             request_throttling: Throttling::default(),
+            bulk_lane_appends: AtomicU64::new(0),
         }
     }
 }

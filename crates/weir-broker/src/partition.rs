@@ -17,6 +17,7 @@ use weir_log::{AppendInfo, Log, LogError, ValidBatch};
 use weir_metadata::{PartitionImage, NO_LEADER};
 
 use crate::config::TopicSettings;
+use crate::hot_partitions::AppendLoad;
 use crate::metrics::PartitionCounters;
 use crate::rate_limit::LineLimit;
 use crate::replication::{IsrRequest, NotAReplica, Replication};
@@ -81,6 +82,8 @@ pub struct Partition {
     published: Mutex<u64>,
     /// Bytes and records in and out, for `/metrics`.
     pub counters: PartitionCounters,
+    /// Whether producers flood it, as the last sample of the hot partitions found.
+    pub(crate) load: AppendLoad,
 }
 
 /// A partition's log end and high watermark after a change to its log, and the change's
@@ -144,6 +147,7 @@ impl Partition {
             changes: AtomicU64::new(0),
             published: Mutex::new(0),
             counters: PartitionCounters::default(),
+            load: AppendLoad::default(),
         }
     }
 

@@ -40,7 +40,8 @@ use weir_proto::connection_limits::{ConnectionLimits, ConnectionSlot};
 
 pub use error::ApiError;
 pub use node::{
-    ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView, ThrottleStats,
+    ApiStats, BrokerStats, Histogram, HotPartitionStats, NodeView, PartitionStats, RaftView,
+    ThrottleStats,
 };
 
 /// Largest request body accepted (a publish of many records); larger ones get 413.

@@ -217,6 +217,27 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
             text.sample(name, &[("quota", throttle.quota)], pick(throttle));
         }
     }
+    text.family(
+        "weir_hot_partition_bytes_per_second",
+        "gauge",
+        "Bytes appended per second to each hot partition (a quarter or more of what producers appended to this node over the last second): its appends run at a lower priority",
+    );
+    for hot in &stats.hot_partitions {
+        text.sample(
+            "weir_hot_partition_bytes_per_second",
+            &[
+                ("topic", &hot.topic),
+                ("partition", &hot.partition.to_string()),
+            ],
+            hot.bytes_per_second as f64,
+        );
+    }
+    text.single(
+        "weir_bulk_lane_appends_total",
+        "counter",
+        "Produce requests appended at a lower priority, for writing to a hot partition",
+        stats.bulk_lane_appends as f64,
+    );
 }
 
 fn partition_metrics(gateway: &Gateway, text: &mut Exposition) {

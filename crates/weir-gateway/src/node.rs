@@ -62,6 +62,22 @@ pub struct BrokerStats {
     pub sasl_authentications_failed: u64,
     /// Responses that throttled clients above their quotas, by quota.
     pub throttling: Vec<ThrottleStats>,
+    /// Partitions producers flood, whose appends run in the bulk lane, hottest first.
+    pub hot_partitions: Vec<HotPartitionStats>,
+    /// Produce requests appended in the bulk lane.
+    pub bulk_lane_appends: u64,
+}
+
+/// A partition that took at least a quarter of what producers appended to its broker over
+/// the last second (and at least a MiB).
+#[derive(Debug, Clone)]
+pub struct HotPartitionStats {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Bytes appended to it per second.
+    pub bytes_per_second: u64,
 }
 
 /// The responses that throttled clients above one kind of quota.

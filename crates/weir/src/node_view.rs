@@ -9,7 +9,8 @@ use weir_broker::partition::Partition;
 use weir_broker::Broker;
 use weir_controller::RaftQuorum;
 use weir_gateway::{
-    ApiStats, BrokerStats, Histogram, NodeView, PartitionStats, RaftView, ThrottleStats,
+    ApiStats, BrokerStats, Histogram, HotPartitionStats, NodeView, PartitionStats, RaftView,
+    ThrottleStats,
 };
 use weir_metadata::authorizer::AuthorizerSettings;
 use weir_metadata::MetadataImage;
@@ -85,6 +86,17 @@ impl NodeView for ServerNode {
                 ms: throttling.ms.load(Ordering::Relaxed),
             })
             .collect(),
+            hot_partitions: self
+                .broker
+                .hot_partitions()
+                .into_iter()
+                .map(|hot| HotPartitionStats {
+                    topic: hot.topic,
+                    partition: hot.partition,
+                    bytes_per_second: hot.bytes_per_second,
+                })
+                .collect(),
+            bulk_lane_appends: metrics.bulk_lane_appends.load(Ordering::Relaxed),
         }
     }
 

@@ -6,6 +6,7 @@
 //! are as durable as `acks` and the topic's `flush.policy` require. A request's bytes count first
 //! against its client's `producer_byte_rate` (`throttle`, measured in `quotas.rs`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -246,6 +247,8 @@ pub async fn append(
         true => broker.compressed_validations.acquire().await.ok(),
         false => None,
     };
+    // A hot partition's appends wait for what the others leave (see hot_partitions.rs).
+    let hot = jobs.iter().any(|j| j.partition.load.is_hot());
     let run = move || -> Vec<(Job, Outcome)> {
         jobs.into_iter()
             .map(|job| {
@@ -254,18 +257,24 @@ pub async fn append(
             })
             .collect()
     };
-    let outcomes = if !compressed && request_bytes <= INLINE_APPEND_BYTES_MAX {
-        run()
+    let outcomes = if hot {
+        broker
+            .metrics
+            .bulk_lane_appends
+            .fetch_add(1, Ordering::Relaxed);
+        broker.bulk_lane().run(run).await.map_err(|e| e.to_string())
+    } else if !compressed && request_bytes <= INLINE_APPEND_BYTES_MAX {
+        Ok(run())
     } else {
-        match tokio::task::spawn_blocking(run).await {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                // The blocking task panicked: the binary's panic hook aborts the process.
-                tracing::error!(target: "weir::server", %error, "produce append task failed");
-                Vec::new()
-            }
-        }
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|e| e.to_string())
     };
+    let outcomes = outcomes.unwrap_or_else(|error| {
+        // The append panicked: the binary's panic hook aborts the process.
+        tracing::error!(target: "weir::server", %error, "produce append task failed");
+        Vec::new()
+    });
     let mut durable = Vec::new();
     let mut replicated = Vec::new();
     for (job, outcome) in outcomes {

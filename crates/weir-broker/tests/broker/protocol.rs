@@ -1829,3 +1829,75 @@ async fn a_client_above_its_request_quota_is_throttled() {
     );
     test.shutdown().await;
 }
+
+/// A partition taking most of what producers append is found hot at the next sample; its
+/// appends then run in the bulk lane, in order and readable, while a quiet partition's do
+/// not; once the flood stops it is hot no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooded_partition_is_hot_and_appended_in_the_bulk_lane() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let test = start_fs(&[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "sale", 2, &[]).await, 0);
+    // 15 records of 64 KiB: almost a MiB a batch (max.message.bytes is one).
+    const RECORDS: i64 = 15;
+    let value = vec![b'v'; 64 * 1024];
+    let flood = build_batch(
+        &[value.as_slice(); RECORDS as usize],
+        0,
+        ProducerFields::NONE,
+    );
+    let quiet = || build_batch(&[b"quiet"], 0, ProducerFields::NONE);
+    let mut next = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while test.broker.hot_partitions().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the flooded partition was never found hot"
+        );
+        assert_eq!(
+            produce(&mut c, "sale", 0, 1, flood.clone()).await,
+            (0, next)
+        );
+        next += RECORDS;
+        assert_eq!(produce(&mut c, "sale", 1, 1, quiet()).await.0, 0);
+    }
+    let hot = test.broker.hot_partitions();
+    assert_eq!(hot.len(), 1, "only the flooded one: {hot:?}");
+    assert_eq!((hot[0].topic.as_str(), hot[0].partition), ("sale", 0));
+    assert!(hot[0].bytes_per_second >= 1024 * 1024, "{hot:?}");
+
+    // Found hot at the sample just taken, it stays so for a second.
+    let lane = &test.broker.metrics().bulk_lane_appends;
+    let before = lane.load(Relaxed);
+    assert_eq!(
+        produce(&mut c, "sale", 0, 1, flood.clone()).await,
+        (0, next)
+    );
+    assert_eq!(lane.load(Relaxed), before + 1, "appended in the bulk lane");
+    assert_eq!(produce(&mut c, "sale", 1, 1, quiet()).await.0, 0);
+    assert_eq!(
+        lane.load(Relaxed),
+        before + 1,
+        "the quiet partition's was not"
+    );
+    let (error, records) = fetch_all(&mut c, "sale", 0).await;
+    assert_eq!(error, 0);
+    let batches = whole_batches(&records);
+    assert_eq!(batches.len() as i64, next / RECORDS + 1, "every batch kept");
+    assert_eq!(
+        find_batch(&records, next).map(|b| b.len()),
+        Some(flood.len()),
+        "the bulk lane's append reads back whole"
+    );
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !test.broker.hot_partitions().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still hot after the flood stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    test.shutdown().await;
+}
