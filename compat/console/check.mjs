@@ -7,6 +7,7 @@
 //   create-topic  the create form makes topic ARG, which then appears in the list
 //   lag           the group page of ARG (GROUP:MIN) shows a total lag of at least MIN
 //   hot           the hot-partition view marks partition ARG (TOPIC/PARTITION) hot, alone
+//   held-back     the hot-partition view marks partition ARG held back by the broker, alone
 //   browse        the record browser shows topic ARG's records as text, JSON and hex
 //   hung          the overview lists a hung transaction on partition ARG (TOPIC/PARTITION)
 //   quotas        the overview lists client quota entity ARG and the throttling of this node
@@ -110,6 +111,13 @@ try {
     result.summary = (await text('#hot-summary')).trim();
     await shot('hot-flooded');
     result.ok = hot.length === 1 && hot[0] === arg;
+  } else if (scenario === 'held-back') {
+    await open('#/hot', '#hot-partitions');
+    await page.waitForSelector(`#hot-partitions tr[data-partition="${arg}"][data-held-back]`);
+    result.held_back = await page.$$eval('#hot-partitions tr[data-held-back]', (rows) => rows.map((r) => r.getAttribute('data-partition')));
+    result.summary = (await text('#held-back-summary')).trim();
+    await shot('hot-held-back');
+    result.ok = result.held_back.length === 1 && result.held_back[0] === arg;
   } else if (scenario === 'hung') {
     await page.goto(`${base}/`, { waitUntil: 'load' });
     await page.waitForSelector(`#hung-transactions tr[data-partition="${arg}"]`);

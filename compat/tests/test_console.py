@@ -129,33 +129,54 @@ def test_lag_rises_on_the_group_page_when_its_consumer_stops(http, bootstrap):
     assert verdict["chart_points"] >= 3, "the lag chart has its history"
 
 
-def test_a_flooded_partition_stands_out_on_the_hot_partition_view(http, bootstrap):
-    topic = unique_topic("console-hot")
+def check_beside_a_flood(http: str, bootstrap: str, topic: str, scenario: str, flooded: int,
+                         value: bytes, per_tick: int, tick: float) -> dict:
+    """Runs ``scenario`` of check.mjs for partition ``flooded`` of ``topic`` (4 partitions)
+    while a producer sends it ``per_tick`` records of ``value`` every ``tick`` seconds and
+    the other partitions a record each in turn; the verdict."""
     create_topic(bootstrap, topic, partitions=4)
+    calm = [p for p in range(4) if p != flooded]
     stop = threading.Event()
 
     def flood():
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.kbytes": 65536})
         sent = 0
         while not stop.is_set():
-            # Partition 2 takes ~50 times what each other partition takes.
-            for _ in range(50):
-                producer.produce(topic, b"flood" * 20, partition=2)
-            producer.produce(topic, b"calm", partition=sent % 4 if sent % 4 != 2 else 0)
+            for _ in range(per_tick):
+                try:
+                    producer.produce(topic, value, partition=flooded)
+                except BufferError:
+                    producer.poll(0.01)
+            producer.produce(topic, b"calm", partition=calm[sent % len(calm)])
             sent += 1
             producer.poll(0)
-            time.sleep(0.02)
+            time.sleep(tick)
         producer.flush(30)
 
     flooder = threading.Thread(target=flood, daemon=True)
     flooder.start()
     try:
-        verdict = Check(http, "hot", f"{topic}/2").result()
+        return Check(http, scenario, f"{topic}/{flooded}").result()
     finally:
         stop.set()
         flooder.join(60)
+
+
+def test_a_flooded_partition_stands_out_on_the_hot_partition_view(http, bootstrap):
+    # Partition 2 takes ~50 times what each other partition takes.
+    topic = unique_topic("console-hot")
+    verdict = check_beside_a_flood(http, bootstrap, topic, "hot", 2, b"flood" * 20, 50, 0.02)
     assert verdict["hot"] == [f"{topic}/2"], verdict
     assert f"{topic}/2" in verdict["summary"]
+
+
+def test_the_hot_partition_view_shows_the_partition_its_broker_holds_back(http, bootstrap):
+    # Partition 1 takes ~20 MB/s, far past a quarter of the broker's appends and 1 MiB/s; the
+    # others a record now and then, so that it is not written alone.
+    topic = unique_topic("console-held-back")
+    verdict = check_beside_a_flood(http, bootstrap, topic, "held-back", 1, b"f" * 1000, 200, 0.01)
+    assert verdict["held_back"] == [f"{topic}/1"], verdict
+    assert f"{topic}/1" in verdict["summary"], verdict
 
 
 def test_the_record_browser_shows_text_json_and_hex(http, bootstrap):

@@ -316,12 +316,20 @@ function topicPage(name) {
 function hotPage() {
   const rates = new Rates();
   const summary = h('p', { class: 'muted' }, 'Measuring: rates appear after the second refresh.');
+  const lane = h('p', { class: 'muted' });
   const list = h('div');
   fill(view, h('h1', {}, 'Hot partitions'),
-    h('p', { class: 'muted' }, 'Every partition by records appended per second. A partition taking at least three times the median rate, and at least a quarter of all traffic, is marked hot.'),
-    summary, list);
+    h('p', { class: 'muted' }, 'Every partition by records appended per second. A partition taking at least three times the median rate, and at least a quarter of all traffic, is marked hot. '
+      + 'A broker appends a partition that took a quarter or more of its bytes over the last second (at least 1 MiB/s, beside others) at a lower priority, so that it cannot starve the rest: marked held back.'),
+    summary, lane, list);
   return async () => {
-    const topics = await describeTopics(rates, false);
+    const [topics, cluster] = await Promise.all([describeTopics(rates, false), api('/cluster').catch(() => null)]);
+    const heldBack = new Map((cluster ? cluster.hot_partitions : []).map((p) => [`${p.topic}/${p.partition}`, p.bytes_per_second]));
+    fill(lane, cluster === null
+      ? 'Which partitions a broker holds back needs DESCRIBE on the cluster.'
+      : h('span', { id: 'held-back-summary' }, heldBack.size
+        ? `Node ${cluster.served_by} holds back ${[...heldBack].map(([key, b]) => `${key} (${rate(b, 'B')})`).join(', ')}.`
+        : `Node ${cluster.served_by} holds back no partition.`));
     const rows = topics.flatMap((t) => t.partitions.map((p) => ({ topic: t.name, ...p })));
     const measured = rows.filter((r) => r.records_per_s !== null);
     if (!measured.length) { fill(list, table([['Topic']], [], { empty: 'measuring…' })); return; }
@@ -337,15 +345,16 @@ function hotPage() {
     fill(list, table(
       [['Topic'], ['Partition', 'num'], ['Leader', 'num'], ['Records/s', 'num'], ['Share', 'num'], [''], ['In bytes/s', 'num'], ['Out bytes/s', 'num'], ['']],
       rows.map((r) => {
+        const key = `${r.topic}/${r.partition}`;
         const share = total > 0 ? (r.records_per_s || 0) / total : 0;
         const width = top > 0 ? Math.round(100 * (r.records_per_s || 0) / top) : 0;
-        return h('tr', { class: isHot(r) ? 'hot' : null, 'data-partition': `${r.topic}/${r.partition}` },
+        return h('tr', { class: isHot(r) ? 'hot' : null, 'data-partition': key, 'data-held-back': heldBack.has(key) ? 'true' : null },
           h('td', {}, h('a', { href: `#/topics/${encodeURIComponent(r.topic)}` }, r.topic)),
           h('td', { class: 'num' }, r.partition), h('td', { class: 'num' }, r.leader),
           h('td', { class: 'num' }, rate(r.records_per_s)), h('td', { class: 'num' }, `${(share * 100).toFixed(0)}%`),
           h('td', {}, h('div', { class: 'bar' }, h('span', { style: `width:${width}%` }))),
           h('td', { class: 'num' }, rate(r.bytes_in_per_s, 'B')), h('td', { class: 'num' }, rate(r.bytes_out_per_s, 'B')),
-          h('td', {}, isHot(r) ? pill('hot', 'bad') : ''));
+          h('td', {}, isHot(r) ? pill('hot', 'bad') : '', heldBack.has(key) ? pill('held back', 'warn') : ''));
       }), { id: 'hot-partitions' }));
   };
 }

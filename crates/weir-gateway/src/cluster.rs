@@ -129,6 +129,14 @@ struct ThrottleView {
     seconds: f64,
 }
 
+/// A partition the answering node found hot: its appends run at a lower priority.
+#[derive(Serialize)]
+struct HotPartitionView {
+    topic: String,
+    partition: i32,
+    bytes_per_second: u64,
+}
+
 /// The answer of `GET /cluster`.
 #[derive(Serialize)]
 pub struct ClusterView {
@@ -153,13 +161,16 @@ pub struct ClusterView {
     client_quotas: Option<Vec<ClientQuotaView>>,
     /// The throttling of clients above their quotas on the node that answered.
     throttling: Vec<ThrottleView>,
+    /// The partitions the node that answered found hot, hottest first, of the topics the
+    /// caller may describe.
+    hot_partitions: Vec<HotPartitionView>,
     /// The node whose gateway answered.
     served_by: i32,
 }
 
 /// `GET /cluster`: brokers with their health, the controller, the metadata quorum, the
-/// partitions that are under-replicated or offline, hung transactions, and client quotas with
-/// the throttling they caused on this node.
+/// partitions that are under-replicated or offline, hung transactions, client quotas with
+/// the throttling they caused on this node, and the partitions this node found hot.
 pub async fn status(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
@@ -224,6 +235,7 @@ pub async fn status(
             isr: p.isr,
         })
         .collect();
+    let stats = gateway.node.broker_stats();
     Ok(Json(ClusterView {
         cluster_id: status.cluster_id,
         // Metadata names any live broker as the controller, as Kafka's KRaft brokers do;
@@ -262,15 +274,23 @@ pub async fn status(
                 CLUSTER_NAME,
             )
             .then(|| client_quotas(&image)),
-        throttling: gateway
-            .node
-            .broker_stats()
+        throttling: stats
             .throttling
             .into_iter()
             .map(|t| ThrottleView {
                 quota: t.quota,
                 responses: t.responses,
                 seconds: t.ms as f64 / 1000.0,
+            })
+            .collect(),
+        hot_partitions: stats
+            .hot_partitions
+            .into_iter()
+            .filter(|hot| caller.may(AclOperation::Describe, ResourceType::Topic, &hot.topic))
+            .map(|hot| HotPartitionView {
+                topic: hot.topic,
+                partition: hot.partition,
+                bytes_per_second: hot.bytes_per_second,
             })
             .collect(),
         served_by: gateway.node.node_id(),
