@@ -24,7 +24,7 @@ use crate::hot_partitions::{HotPartition, HotPartitions, Sampled, HOT_SAMPLE_INT
 use crate::inter_broker::InterBroker;
 use crate::metrics::BrokerMetrics;
 use crate::partition::storage_failure;
-use crate::quotas::ClientRates;
+use crate::quotas::{ClientRates, ConnectionRates};
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::request_context::RequestContext;
@@ -140,6 +140,8 @@ pub struct Broker {
     pub(crate) fetch_quotas: ClientRates,
     /// How long the requests of each client with a request quota took lately.
     pub(crate) request_quotas: ClientRates,
+    /// The connections each address with a connection quota opened lately.
+    pub(crate) connection_rates: ConnectionRates,
     /// The partitions producers flood, sampled every [`HOT_SAMPLE_INTERVAL`].
     hot_partitions: HotPartitions,
     /// Where hot partitions' appends run, started at the first.
@@ -222,6 +224,7 @@ impl Broker {
             produce_quotas: ClientRates::new(QuotaKey::ProducerByteRate),
             fetch_quotas: ClientRates::new(QuotaKey::ConsumerByteRate),
             request_quotas: ClientRates::new(QuotaKey::RequestPercentage),
+            connection_rates: ConnectionRates::default(),
             hot_partitions: HotPartitions::default(),
             bulk_lane: OnceLock::new(),
             config,

@@ -92,6 +92,9 @@ pub struct BrokerMetrics {
     pub connections_accepted: AtomicU64,
     /// Connections refused by a connection limit since start.
     pub connections_refused: AtomicU64,
+    /// Connections closed unserved because their address was above its
+    /// `connection_creation_rate`.
+    pub connections_throttled: AtomicU64,
     /// Connections closed for bad input (a malformed or oversized frame, an unknown API).
     pub bad_requests: AtomicU64,
     /// Connections to SSL listeners closed because their TLS handshake failed or timed out.
@@ -135,6 +138,7 @@ impl Default for BrokerMetrics {
             connections_open: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            connections_throttled: AtomicU64::new(0),
             bad_requests: AtomicU64::new(0),
             tls_handshakes_failed: AtomicU64::new(0),
             sasl_authentications_failed: AtomicU64::new(0),

@@ -5,9 +5,11 @@
 //! of 11 one-second samples. A client above its rate is throttled as Kafka throttles it since
 //! KIP-219: its response carries `throttle_time_ms` at once, and its connection is read no
 //! further until that time has passed ([`Mute`]), so the client slows down whether or not it
-//! honours the field.
+//! honours the field. A client address above its `connection_creation_rate` has its new
+//! connections held for the pause and closed unserved ([`ConnectionRates`]).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -98,7 +100,7 @@ fn throttle_time(rate: f64, limit: f64, elapsed: Duration, max: Duration) -> Dur
 pub struct ClientRates {
     key: QuotaKey,
     throttle_max: Duration,
-    rates: Mutex<HashMap<ClientKey, Rate>>,
+    rates: RateTable<ClientKey>,
 }
 
 impl ClientRates {
@@ -112,7 +114,7 @@ impl ClientRates {
         ClientRates {
             key,
             throttle_max,
-            rates: Mutex::new(HashMap::new()),
+            rates: RateTable::new(),
         }
     }
 
@@ -161,18 +163,89 @@ impl ClientRates {
         let Some(quota) = quotas.quota_for(self.key, user(principal), client_id) else {
             return Duration::ZERO;
         };
+        let key = (quota.user, quota.client_id);
+        self.rates.record(
+            now,
+            key,
+            (None, None),
+            amount,
+            quota.limit,
+            self.throttle_max,
+        )
+    }
+}
+
+/// Rates by whose usage each counts: at most [`CLIENTS_MAX`], beyond which those idle for a
+/// window are forgotten, and if none are, new ones share one rate.
+struct RateTable<K> {
+    rates: Mutex<HashMap<K, Rate>>,
+}
+
+impl<K: Eq + std::hash::Hash> RateTable<K> {
+    fn new() -> RateTable<K> {
+        RateTable {
+            rates: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records `amount` at `now` for `key` (`shared` once the table is full); answered with
+    /// how long it must pause to come back to `limit`, at most `max`.
+    fn record(
+        &self,
+        now: Instant,
+        mut key: K,
+        shared: K,
+        amount: f64,
+        limit: f64,
+        max: Duration,
+    ) -> Duration {
         let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
-        let mut key = (quota.user, quota.client_id);
         if !rates.contains_key(&key) && rates.len() >= CLIENTS_MAX {
             rates.retain(|_, rate| now.duration_since(rate.last_used()) < THROTTLE_MAX);
             if rates.len() >= CLIENTS_MAX {
-                key = (None, None);
+                key = shared;
             }
         }
         let rate = rates.entry(key).or_insert_with(|| Rate::new(now));
         rate.record(now, amount);
         let (per_second, elapsed) = rate.per_second(now);
-        throttle_time(per_second, quota.limit, elapsed, self.throttle_max)
+        throttle_time(per_second, limit, elapsed, max)
+    }
+}
+
+/// The connections each client address opens, against its `connection_creation_rate` (its
+/// own, else the IP default's), as Kafka's connection quotas measure them.
+pub struct ConnectionRates {
+    rates: RateTable<IpAddr>,
+}
+
+impl Default for ConnectionRates {
+    fn default() -> ConnectionRates {
+        ConnectionRates {
+            rates: RateTable::new(),
+        }
+    }
+}
+
+impl ConnectionRates {
+    /// Counts a connection from `ip` under `quotas`; answered with zero if it is within the
+    /// address's rate (or the address has none), else with how long to hold the connection
+    /// before closing it unserved (at most a second, Kafka's bound). A refused connection is
+    /// not counted, as Kafka un-records it.
+    pub fn admit(&self, quotas: &QuotaTable, ip: IpAddr) -> Duration {
+        self.admit_at(Instant::now(), quotas, ip)
+    }
+
+    fn admit_at(&self, now: Instant, quotas: &QuotaTable, ip: IpAddr) -> Duration {
+        let Some(limit) = quotas.ip_connection_rate(ip) else {
+            return Duration::ZERO;
+        };
+        let (ip, shared) = (ip.to_canonical(), IpAddr::from([0, 0, 0, 0]));
+        let pause = self.rates.record(now, ip, shared, 1.0, limit, SAMPLE);
+        if !pause.is_zero() {
+            self.rates.record(now, ip, shared, -1.0, limit, SAMPLE);
+        }
+        pause
     }
 }
 
@@ -232,6 +305,35 @@ mod tests {
             remove: Vec::new(),
         });
         table
+    }
+
+    #[test]
+    fn an_address_above_its_connection_rate_is_refused_and_not_counted() {
+        let table = quota_of("connection_creation_rate", &[("ip", Some("10.0.0.1"))], 2.0);
+        let connections = ConnectionRates::default();
+        let now = Instant::now();
+        let (ip, other) = (
+            "10.0.0.1".parse().expect("ip"),
+            "10.0.0.2".parse().expect("ip"),
+        );
+        // A new address may open the window's worth (all but one of its samples) at once.
+        for _ in 0..20 {
+            assert_eq!(connections.admit_at(now, &table, ip), Duration::ZERO);
+        }
+        let pause = connections.admit_at(now, &table, ip);
+        assert!(
+            pause > Duration::ZERO && pause <= SAMPLE,
+            "held for at most a second: {pause:?}"
+        );
+        assert_eq!(
+            connections.admit_at(now, &table, ip),
+            pause,
+            "the refused one was not counted"
+        );
+        assert_eq!(connections.admit_at(now, &table, other), Duration::ZERO);
+        // Eleven seconds on, the window has room again.
+        let later = now + Duration::from_secs(11);
+        assert_eq!(connections.admit_at(later, &table, ip), Duration::ZERO);
     }
 
     #[test]

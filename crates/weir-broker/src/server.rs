@@ -68,6 +68,9 @@ const COALESCE_BYTES_MAX: usize = 64 * 1024;
 pub const TLS_HANDSHAKE_MS: u64 = 10_000;
 /// Time given to connections to finish their in-flight requests at shutdown.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
+/// Connections above their address's `connection_creation_rate` held open (unserved) at once
+/// per listener, until their pause ends; more are closed at once.
+const THROTTLED_CONNECTIONS_HELD_MAX: usize = 1024;
 
 /// Lines about refused connections and accept failures.
 static CONNECTION_WARNINGS: LineLimit = LineLimit::new();
@@ -176,6 +179,7 @@ async fn accept(broker: Arc<Broker>, listener: BoundListener, limits: Arc<Connec
             broker.shutdown.clone(),
         ));
     }
+    let held = Arc::new(Semaphore::new(THROTTLED_CONNECTIONS_HELD_MAX));
     loop {
         let accepted = tokio::select! {
             accepted = listener.socket.accept() => accepted,
@@ -184,6 +188,15 @@ async fn accept(broker: Arc<Broker>, listener: BoundListener, limits: Arc<Connec
         match accepted {
             Ok((stream, peer)) => match limits.admit(peer.ip()) {
                 Ok(slot) => {
+                    let quotas = broker.image();
+                    let pause = broker
+                        .connection_rates
+                        .admit(quotas.client_quotas(), peer.ip());
+                    if !pause.is_zero() {
+                        drop(slot);
+                        throttle_connection(&broker, stream, peer, &listener.name, pause, &held);
+                        continue;
+                    }
                     broker
                         .metrics
                         .connections_accepted
@@ -218,6 +231,38 @@ async fn accept(broker: Arc<Broker>, listener: BoundListener, limits: Arc<Connec
             }
         }
     }
+}
+
+/// Holds a connection from an address above its `connection_creation_rate` unserved for
+/// `pause`, then closes it, as Kafka delays closing it (so that the client does not reconnect
+/// at once); at most [`THROTTLED_CONNECTIONS_HELD_MAX`] per listener are held, the others
+/// closed at once.
+fn throttle_connection(
+    broker: &Arc<Broker>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: &str,
+    pause: Duration,
+    held: &Arc<Semaphore>,
+) {
+    broker
+        .metrics
+        .connections_throttled
+        .fetch_add(1, Ordering::Relaxed);
+    if let Some(suppressed) = CONNECTION_WARNINGS.admit() {
+        tracing::warn!(target: "weir::connections", %peer, %listener, suppressed, pause_ms = pause.as_millis() as u64, "closing a connection unserved: its address is above its connection_creation_rate");
+    }
+    let Ok(permit) = held.clone().try_acquire_owned() else {
+        return;
+    };
+    let mut shutdown = broker.shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = crate::shutdown::stopping(&mut shutdown) => {}
+        }
+        drop((stream, permit));
+    });
 }
 
 /// When bytes last moved on a connection, in milliseconds since it opened.

@@ -181,6 +181,12 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         stats.connections_refused as f64,
     );
     text.single(
+        "weir_connections_throttled_total",
+        "counter",
+        "Kafka client connections held and closed unserved because their address was above its connection_creation_rate",
+        stats.connections_throttled as f64,
+    );
+    text.single(
         "weir_bad_requests_total",
         "counter",
         "Connections closed for a malformed, oversized or unsupported request",

@@ -54,6 +54,8 @@ pub struct BrokerStats {
     pub connections_accepted: u64,
     /// Connections refused by a connection limit.
     pub connections_refused: u64,
+    /// Connections closed unserved for their address's `connection_creation_rate`.
+    pub connections_throttled: u64,
     /// Connections closed for a malformed, oversized or unsupported request.
     pub bad_requests: u64,
     /// Connections to SSL listeners whose TLS handshake failed or timed out.

@@ -357,6 +357,28 @@ impl QuotaTable {
         })
     }
 
+    /// The `connection_creation_rate` (connections a second) that applies to clients at
+    /// `ip`: its address's own (however the address was written), else the IP default's.
+    pub fn ip_connection_rate(&self, ip: IpAddr) -> Option<f64> {
+        if self.by_entity.is_empty() {
+            return None;
+        }
+        let ip = ip.to_canonical();
+        let rate_of = |quotas: &BTreeMap<QuotaKey, QuotaValue>| {
+            quotas
+                .get(&QuotaKey::ConnectionCreationRate)
+                .map(|v| v.get())
+        };
+        let own = self.by_entity.iter().find_map(|(entity, quotas)| {
+            let named = entity.get(EntityType::Ip)??.parse::<IpAddr>().ok()?;
+            (named.to_canonical() == ip).then(|| rate_of(quotas))?
+        });
+        own.or_else(|| {
+            let default = QuotaEntity(BTreeMap::from([(EntityType::Ip, None)]));
+            self.by_entity.get(&default).and_then(rate_of)
+        })
+    }
+
     /// The entities `filter` selects, with their quotas.
     pub fn select<'a>(
         &'a self,
@@ -578,6 +600,37 @@ mod tests {
             remove: vec![QuotaKey::ProducerByteRate],
         });
         assert!(table.is_empty(), "an entity without quotas is dropped");
+    }
+
+    #[test]
+    fn an_address_has_its_own_connection_rate_else_the_default() {
+        let mut table = QuotaTable::default();
+        let ip = |s: &str| s.parse::<IpAddr>().expect("address");
+        assert_eq!(table.ip_connection_rate(ip("10.0.0.1")), None);
+        let set = |table: &mut QuotaTable, name: Option<&str>, rate: f64| {
+            table.apply(&QuotaAlteration {
+                entity: entity(&[("ip", name)]),
+                set: BTreeMap::from([(QuotaKey::ConnectionCreationRate, QuotaValue(rate))]),
+                remove: Vec::new(),
+            });
+        };
+        set(&mut table, Some("10.0.0.1"), 5.0);
+        set(&mut table, Some("0:0:0:0:0:0:0:1"), 7.0);
+        assert_eq!(table.ip_connection_rate(ip("10.0.0.1")), Some(5.0));
+        assert_eq!(table.ip_connection_rate(ip("10.0.0.2")), None);
+        assert_eq!(
+            table.ip_connection_rate(ip("::1")),
+            Some(7.0),
+            "written otherwise"
+        );
+        assert_eq!(
+            table.ip_connection_rate(ip("::ffff:10.0.0.1")),
+            Some(5.0),
+            "IPv4 mapped to IPv6"
+        );
+        set(&mut table, None, 2.0);
+        assert_eq!(table.ip_connection_rate(ip("10.0.0.2")), Some(2.0));
+        assert_eq!(table.ip_connection_rate(ip("10.0.0.1")), Some(5.0));
     }
 
     #[test]

@@ -69,6 +69,7 @@ impl NodeView for ServerNode {
             connections_open: metrics.connections_open.load(Ordering::Relaxed),
             connections_accepted: metrics.connections_accepted.load(Ordering::Relaxed),
             connections_refused: metrics.connections_refused.load(Ordering::Relaxed),
+            connections_throttled: metrics.connections_throttled.load(Ordering::Relaxed),
             bad_requests: metrics.bad_requests.load(Ordering::Relaxed),
             tls_handshakes_failed: metrics.tls_handshakes_failed.load(Ordering::Relaxed),
             sasl_authentications_failed: metrics

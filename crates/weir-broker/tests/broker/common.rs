@@ -241,6 +241,22 @@ pub fn quota_entry(
     entry
 }
 
+/// Sets `quotas` for `entity` with AlterClientQuotas, which must succeed.
+pub async fn set_quotas(
+    stream: &mut TcpStream,
+    entity: &[(&str, Option<&str>)],
+    quotas: &[(&str, f64)],
+) {
+    use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
+    let mut request = AlterClientQuotasRequest::default();
+    request.entries = vec![quota_entry(entity, quotas)];
+    let r: AlterClientQuotasResponse = call(stream, ApiKey::AlterClientQuotas, 1, &request).await;
+    assert_eq!(
+        r.entries[0].error_code, 0,
+        "quotas {quotas:?} of {entity:?}"
+    );
+}
+
 pub fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }

@@ -28,6 +28,11 @@ async fn serves(test: &TestBroker) -> bool {
     else {
         return false;
     };
+    answers(&mut stream).await
+}
+
+/// ApiVersions answered on `stream` within 5 s.
+async fn answers(stream: &mut TcpStream) -> bool {
     let mut request = ApiVersionsRequest::default();
     request.client_software_name = StrBytes::from_static_str("t");
     request.client_software_version = StrBytes::from_static_str("1");
@@ -37,7 +42,7 @@ async fn serves(test: &TestBroker) -> bool {
     }
     let answer = tokio::time::timeout(
         Duration::from_secs(5),
-        read_response::<ApiVersionsResponse>(&mut stream, ApiKey::ApiVersions, 3),
+        read_response::<ApiVersionsResponse>(stream, ApiKey::ApiVersions, 3),
     )
     .await;
     matches!(answer, Ok(Some((9, r))) if r.error_code == 0)
@@ -174,6 +179,48 @@ async fn a_connection_flood_from_one_address_locks_nobody_else_out() {
         .is_ok(),
         "closed connections free their places"
     );
+    test.shutdown().await;
+}
+
+/// `connection_creation_rate` for an address (Kafka's KIP-612): once it has opened its
+/// window's worth, a new connection from it is held unserved for the pause (at most a
+/// second) and closed, while other addresses are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_above_its_connection_rate_has_new_connections_closed() {
+    let test = start_fs(&[]).await;
+    let mut admin = TcpStream::connect(test.addr).await.expect("connect");
+    set_quotas(
+        &mut admin,
+        &[("ip", Some("127.0.0.2"))],
+        &[("connection_creation_rate", 2.0)],
+    )
+    .await;
+    // 2 a second over the 10 s a new address is measured over at least: 20 at once.
+    let mut served = Vec::new();
+    let mut refused = None;
+    // (More while the broker's image may not have the quota yet.)
+    for _ in 0..200 {
+        let mut stream = connect_from("127.0.0.2", test.addr).await.expect("connect");
+        let started = tokio::time::Instant::now();
+        if !answers(&mut stream).await {
+            refused = Some((served.len(), started.elapsed()));
+            break;
+        }
+        served.push(stream);
+    }
+    let (opened, held) = refused.expect("a connection past the rate is closed unserved");
+    assert!((20..200).contains(&opened), "{opened} served first");
+    assert!(
+        held <= Duration::from_millis(1500),
+        "closed after at most a second: {held:?}"
+    );
+    assert!(
+        answers(&mut admin).await,
+        "connections already open are served"
+    );
+    assert!(serves(&test).await, "another address is served");
+    let throttled = &test.broker.metrics().connections_throttled;
+    assert!(throttled.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     test.shutdown().await;
 }
 

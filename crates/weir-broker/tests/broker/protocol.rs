@@ -1706,7 +1706,6 @@ async fn client_quotas_are_checked_per_entity() {
 /// its session), and its connection is not read for that time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_above_its_fetch_quota_gets_empty_answers_and_waits() {
-    use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
     use kafka_protocol::messages::{FetchResponse, ProduceResponse};
     let test = start_fs(&[]).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
@@ -1718,13 +1717,12 @@ async fn a_consumer_above_its_fetch_quota_gets_empty_answers_and_waits() {
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
     }
     // 10,000 bytes a second for the harness's client id: at most 100,000 bytes at once.
-    let mut quota = AlterClientQuotasRequest::default();
-    quota.entries = vec![quota_entry(
+    set_quotas(
+        &mut c,
         &[("client-id", Some("test"))],
         &[("consumer_byte_rate", 10_000.0)],
-    )];
-    let r: AlterClientQuotasResponse = call(&mut c, ApiKey::AlterClientQuotas, 1, &quota).await;
-    assert_eq!(r.entries[0].error_code, 0);
+    )
+    .await;
 
     let mut opening = fetch_request("metered", 0, 0, 1 << 20);
     opening.session_epoch = 0;
@@ -1787,19 +1785,16 @@ async fn a_consumer_above_its_fetch_quota_gets_empty_answers_and_waits() {
 /// its connection is not read for that time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_above_its_request_quota_is_throttled() {
-    use kafka_protocol::messages::{
-        AlterClientQuotasRequest, AlterClientQuotasResponse, MetadataRequest, MetadataResponse,
-    };
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
     let test = start_fs(&[]).await;
     let mut c = TcpStream::connect(test.addr).await.expect("connect");
-    let mut quota = AlterClientQuotasRequest::default();
     // A hundredth of a percent of one thread: 1 ms of request time in a 10 s window.
-    quota.entries = vec![quota_entry(
+    set_quotas(
+        &mut c,
         &[("client-id", Some("test"))],
         &[("request_percentage", 0.01)],
-    )];
-    let r: AlterClientQuotasResponse = call(&mut c, ApiKey::AlterClientQuotas, 1, &quota).await;
-    assert_eq!(r.entries[0].error_code, 0);
+    )
+    .await;
     let metadata = MetadataRequest::default();
     let mut throttle_ms = 0;
     for _ in 0..100_000 {
