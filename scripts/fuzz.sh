@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Time-boxed fuzzing of Weir's parsers of untrusted input with cargo fuzz (libFuzzer):
 # the request decoder, the batch and record validator, log recovery from arbitrary
-# segment bytes, the controller port's framing, and SASL logins (harnesses in crates/weir-fuzz).
+# segment bytes, the controller port's framing, SASL logins and TLS handshakes (harnesses in
+# crates/weir-fuzz).
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default: 300 s each, every target
 #
@@ -18,7 +19,7 @@ SECONDS_PER_TARGET="${1:-300}"
 shift || true
 TARGETS=("$@")
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-  TARGETS=(decode_request validate_batch recover_log controller_frames sasl_exchange)
+  TARGETS=(decode_request validate_batch recover_log controller_frames sasl_exchange tls_handshake)
 fi
 if [[ -d "$HOME/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
   PATH="$HOME/.cargo/bin:$PATH"

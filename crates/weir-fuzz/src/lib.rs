@@ -1,7 +1,7 @@
 //! `weir-fuzz` holds the fuzz harnesses: functions that take arbitrary bytes and drive one of
 //! Weir's parsers of untrusted input — the request decoder, the batch and record validator,
-//! log recovery from arbitrary segment bytes, the controller port's framing, and SASL logins —
-//! asserting what must hold for any input.
+//! log recovery from arbitrary segment bytes, the controller port's framing, SASL logins and
+//! TLS handshakes — asserting what must hold for any input.
 //! The `cargo fuzz` targets in `fuzz/` call them, and `tests/corpus.rs` replays the saved
 //! corpus and every input that once failed through them on every test run.
 //!
@@ -30,6 +30,65 @@ pub fn controller_frames(data: &[u8]) {
         .build()
         .expect("a runtime");
     runtime.block_on(weir_controller::read_peer_frames(data));
+}
+
+/// Feeds `data` to an SSL listener's TLS as a client's bytes (its ClientHello and whatever
+/// follows), then closes the client's side. The handshake answers or fails without a panic
+/// or a hang, and never completes: finishing it would take answering this run's server
+/// randomness. The listener asks for client certificates (`ssl.client.auth=requested`), so
+/// certificate messages are checked too.
+pub fn tls_handshake(data: &[u8]) {
+    let _ = tls_answers(data);
+}
+
+/// What an SSL listener's TLS sends a client whose bytes are `data` (as [`tls_handshake`]
+/// feeds them): a ServerHello and the rest of the server's flight for a real ClientHello, an
+/// alert or nothing otherwise.
+pub fn tls_answers(data: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static LISTENER: OnceLock<(Arc<weir_tls::ServerTls>, tempfile::TempDir)> = OnceLock::new();
+    let (tls, _dir) = LISTENER.get_or_init(tls_listener);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let accept = tls.acceptor().accept(server);
+        let send = async move {
+            let _ = client.write_all(data).await;
+            let _ = client.shutdown().await;
+            let mut answers = Vec::new();
+            let _ = client.read_to_end(&mut answers).await;
+            answers
+        };
+        let (accepted, answers) = tokio::join!(accept, send);
+        assert!(
+            accepted.is_err(),
+            "a TLS handshake completed without the server's answers"
+        );
+        answers
+    })
+}
+
+/// A TLS listener's settings with a fresh self-signed certificate, which also vouches for
+/// clients; the directory holding its files.
+fn tls_listener() -> (Arc<weir_tls::ServerTls>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a directory");
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+    let certificate = params.self_signed(&key).expect("a certificate");
+    let keystore = dir.path().join("broker.pem");
+    let truststore = dir.path().join("ca.pem");
+    std::fs::write(&keystore, key.serialize_pem() + &certificate.pem()).expect("keystore");
+    std::fs::write(&truststore, certificate.pem()).expect("truststore");
+    let tls = weir_tls::ServerTls::load(weir_tls::TlsSettings {
+        keystore,
+        truststore: Some(truststore),
+        client_auth: weir_tls::ClientAuth::Requested,
+        versions: vec![weir_tls::TlsVersion::Tls12, weir_tls::TlsVersion::Tls13],
+    })
+    .expect("the listener's TLS");
+    (tls, dir)
 }
 
 /// The one user the SASL harness knows, and its password.

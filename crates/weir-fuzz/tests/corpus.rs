@@ -66,3 +66,37 @@ fn controller_frames_corpus() {
 fn sasl_exchange_corpus() {
     replay("sasl_exchange", weir_fuzz::sasl_exchange, 6);
 }
+
+#[test]
+fn tls_handshake_corpus() {
+    replay("tls_handshake", weir_fuzz::tls_handshake, 6);
+}
+
+/// The TLS harness reaches the handshake: a recorded ClientHello is answered with the server's
+/// hello (a handshake record), a Kafka request in the clear is not.
+#[test]
+fn tls_handshake_seeds_reach_the_handshake() {
+    for file in inputs("tls_handshake") {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let answers = weir_fuzz::tls_answers(&std::fs::read(&file).expect("read seed"));
+        let handshake = answers.first() == Some(&0x16);
+        match name.starts_with("plaintext") {
+            true => assert!(!handshake, "{name}: answered with a handshake"),
+            false
+                if file.starts_with(
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds"),
+                ) =>
+            {
+                assert!(
+                    handshake,
+                    "{name}: not answered with the server's hello: {answers:02x?}"
+                )
+            }
+            false => {}
+        }
+    }
+}
