@@ -2,14 +2,20 @@
 quotas of users, client ids, both, their defaults and IP addresses through AlterClientQuotas
 and DescribeClientQuotas. Each tool sees what the other set; a bad key, value or entity is
 refused with a clear error and changes nothing; quotas live in the metadata log, so a restart
-keeps them. A producer above its ``producer_byte_rate``, and a consumer above its
-``consumer_byte_rate``, is throttled to about it once its first window has passed, while a
+keeps them. A producer above its ``producer_byte_rate`` is throttled to it within 10 % over
+each whole period of Kafka's window, a consumer above its ``consumer_byte_rate`` to within
+10 % once its first window has passed, while a
 client beside it without a quota is not; Kafka's Java consumer, whose fetch sessions meet the
-empty answers of a throttled fetch, reads everything at its quota.
+empty answers of a throttled fetch, reads everything at its quota. A client above its
+``controller_mutation_rate`` has topic creations refused with THROTTLING_QUOTA_EXCEEDED until
+its quota allows them (Kafka's ``kafka-topics`` reports it), an older client's are made and
+throttled.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 import shutil
@@ -19,6 +25,7 @@ import time
 import uuid
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from clients import create_topic
 from test_http import metrics, sample
@@ -123,9 +130,10 @@ def produce_flat_out(bootstrap: str, topic: str, client_id: str, seconds: float,
         for broker in json.loads(text).get("brokers", {}).values():
             throttle_max[0] = max(throttle_max[0], broker.get("throttle", {}).get("max", 0))
 
+    # A small buffer, so that deliveries come in steps of a third of a second of quota.
     producer = Producer({
         "bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1, "linger.ms": 5,
-        "queue.buffering.max.kbytes": 512, "statistics.interval.ms": 500, "stats_cb": stats,
+        "queue.buffering.max.kbytes": 64, "statistics.interval.ms": 500, "stats_cb": stats,
     })
     value = b"q" * 1000
     while time.monotonic() - start < seconds:
@@ -163,18 +171,43 @@ def side_by_side(client, bootstrap: str, topic: str, *runs: tuple[str, float]) -
     return outs
 
 
+def quota_periods(deliveries: list[tuple[float, int]], limit: int) -> list[tuple[float, float, float]]:
+    """The whole periods of a client throttled at ``limit`` bytes/s, as (start, end, bytes/s).
+
+    Kafka measures a rate over 11 one-second samples, so a client flat out at its quota moves
+    in periods of about a window: once the second holding a burst falls out of the window, the
+    rate measured drops below the quota and the client may send the difference at once, then
+    is paused until that burst ages out in turn. Each period starts with a burst (a second
+    carrying three seconds of quota or more); from one burst to the next the client sent its
+    quota's worth."""
+    times = [at for at, _ in deliveries]
+    sent = list(itertools.accumulate((size for _, size in deliveries), initial=0))
+
+    def sent_between(start: float, end: float) -> int:
+        return sent[bisect.bisect_left(times, end)] - sent[bisect.bisect_left(times, start)]
+
+    bursts: list[float] = []
+    for at in times:
+        if (not bursts or at - bursts[-1] >= 5) and sent_between(at, at + 1) >= 3 * limit:
+            bursts.append(at)
+    return [(start, end, sent_between(start, end) / (end - start))
+            for start, end in zip(bursts, bursts[1:])]
+
+
 def test_a_producer_above_its_quota_is_throttled_to_it(bootstrap):
     limit = 200_000
     topic = quota_and_topic(bootstrap, "throttled", f"producer_byte_rate={limit}")
-    throttled, free = side_by_side(produce_flat_out, bootstrap, topic, ("throttled", 24), ("free", 6))
+    throttled, free = side_by_side(produce_flat_out, bootstrap, topic, ("throttled", 26), ("free", 6))
     assert "deliveries" in throttled and "deliveries" in free, "both producers finished"
 
-    # Kafka's window is 11 one-second samples, measured over at least 10: a new client may
-    # burst that long, and is then paused in steps of up to a window, so its rate swings
-    # around the quota from one second to the next. Measured from 12 s to 24 s, in value
-    # bytes (the broker counts batches, about 1.5 % more): within a quarter of the quota.
-    steady = sum(size for at, size in throttled["deliveries"] if 12 <= at < 24) / 12
-    assert 0.75 * limit <= steady <= 1.25 * limit, f"{steady:.0f} bytes/s against a quota of {limit}"
+    # From one burst to the next (see quota_periods) the client sent its quota's worth: in
+    # value bytes, which the broker counts with the batches' framing, about 1.5 % more.
+    periods = quota_periods(throttled["deliveries"], limit)
+    assert periods, "a whole period of about the 11 s window in 26 s"
+    for start, end, rate in periods:
+        assert 10 <= end - start <= 15, f"a period is about the 11 s window: {start:.1f}-{end:.1f} s"
+        assert 0.9 * limit <= rate <= 1.1 * limit, \
+            f"{rate:.0f} bytes/s from {start:.1f} to {end:.1f} s against a quota of {limit}"
     assert throttled["throttle_max"] > 0, "librdkafka saw throttle_time_ms in the responses"
     free_rate = sum(size for _, size in free["deliveries"]) / 6
     assert free_rate > 3 * limit, f"a client without a quota is not slowed: {free_rate:.0f} bytes/s"
@@ -302,3 +335,60 @@ def test_a_client_above_its_request_quota_is_throttled(weir_only, bootstrap):
     assert throttled["fetches"] * 2 < free["fetches"], (throttled, free)
     samples = metrics(f"http://{weir_only.http}")
     assert sample(samples, "weir_throttled_responses_total", quota="request") > 0
+
+
+def kafka_topics(bootstrap: str, client_id: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs Kafka's TopicCommand (``kafka-topics.sh``) against ``bootstrap`` as ``client_id``."""
+    java = shutil.which("java")
+    assert java, "java is not on PATH (scripts/test.sh installs a JDK)"
+    return subprocess.run(
+        [java, *JVM_FLAGS, "-cp", f"{JARS_DIR}/*", "org.apache.kafka.tools.TopicCommand",
+         "--bootstrap-server", bootstrap, "--command-config", "/dev/stdin", *args],
+        input=f"client.id={client_id}\n", capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_clients_above_their_controller_mutation_rate_are_throttled_or_refused(weir, bootstrap):
+    # 4 partitions a second: a full bucket holds 44 (11 s of quota), and a change may take it
+    # below zero once. librdkafka sends CreateTopics v4, whose changes are made and throttled;
+    # Kafka's Java admin sends v7, refused with THROTTLING_QUOTA_EXCEEDED until the bucket is
+    # back to zero.
+    for client_id in ("rdkafka-mutator", "java-mutator"):
+        kafka_configs(bootstrap, "--alter", "--entity-type", "clients", "--entity-name",
+                      client_id, "--add-config", "controller_mutation_rate=4")
+    client = AdminClient({"bootstrap.servers": bootstrap, "client.id": "rdkafka-mutator"})
+    prefix = f"mutation-{uuid.uuid4().hex[:6]}"
+
+    def create(name: str, partitions: int) -> float:
+        started = time.monotonic()
+        future = client.create_topics([NewTopic(name, num_partitions=partitions,
+                                                replication_factor=1)])[name]
+        future.result(30)
+        return time.monotonic() - started
+
+    assert create(f"{prefix}-a", 40) < 3
+    assert create(f"{prefix}-b", 28) < 3, "made: the bucket was not below zero before it"
+    # 24 partitions in debt: the client is throttled for 6 s.
+    waited = create(f"{prefix}-c", 1)
+    assert waited >= 5, f"the next change went through after {waited:.1f} s"
+
+    # kafka-topics does not retry a refusal (it asks its admin client not to): it reports it.
+    made = kafka_topics(bootstrap, "java-mutator", "--create", "--topic", f"{prefix}-d",
+                        "--partitions", "68", "--replication-factor", "1")
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-4000:]
+    refused = kafka_topics(bootstrap, "java-mutator", "--create", "--topic", f"{prefix}-e",
+                           "--partitions", "1", "--replication-factor", "1")
+    assert refused.returncode != 0
+    assert "The throttling quota has been exceeded." in refused.stdout + refused.stderr, \
+        refused.stdout[-2000:] + refused.stderr[-4000:]
+    topics = client.list_topics(timeout=10).topics
+    assert all(f"{prefix}-{t}" in topics for t in "abcd"), sorted(topics)
+    assert f"{prefix}-e" not in topics
+
+    # A client without a quota is not held back.
+    free = AdminClient({"bootstrap.servers": bootstrap, "client.id": "unlimited"})
+    free.create_topics([NewTopic(f"{prefix}-f", num_partitions=100, replication_factor=1)])[
+        f"{prefix}-f"].result(30)
+    if not weir.is_external:
+        samples = metrics(f"http://{weir.http}")
+        assert sample(samples, "weir_throttled_responses_total", quota="controller_mutation") >= 2

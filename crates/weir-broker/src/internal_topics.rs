@@ -81,8 +81,10 @@ impl Broker {
                 .change_metadata(self.controller.ask(CreateTopic {
                     topic: new_topic,
                     validate_only: false,
+                    quota: None,
                 }))
                 .await
+                .map(|created| created.value)
             {
                 Ok(created) => {
                     tracing::info!(target: "weir::coordinator", topic = name, partitions = created.partition_count(), replication_factor, "created an internal topic");

@@ -107,6 +107,9 @@ pub struct BrokerMetrics {
     pub fetch_throttling: Throttling,
     /// Responses that throttled a client above its `request_percentage`.
     pub request_throttling: Throttling,
+    /// CreateTopics, DeleteTopics and CreatePartitions responses that throttled a client above
+    /// its `controller_mutation_rate`.
+    pub mutation_throttling: Throttling,
     /// Produce requests appended in the bulk lane, for writing to a hot partition.
     pub bulk_lane_appends: AtomicU64,
 }
@@ -145,6 +148,7 @@ impl Default for BrokerMetrics {
             produce_throttling: Throttling::default(),
             fetch_throttling: Throttling::default(),
             request_throttling: Throttling::default(),
+            mutation_throttling: Throttling::default(),
             bulk_lane_appends: AtomicU64::new(0),
         }
     }

@@ -15,13 +15,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use weir_metadata::quota::{QuotaKey, QuotaTable};
+use weir_metadata::requests::MutationQuota;
 
 /// Samples in a rate's window (Kafka's `quota.window.num`).
 const SAMPLES: usize = 11;
 /// Length of one sample (Kafka's `quota.window.size.seconds`).
 const SAMPLE: Duration = Duration::from_secs(1);
-/// Longest a client is throttled for at once by a byte rate: the whole window.
-const THROTTLE_MAX: Duration = Duration::from_secs(SAMPLES as u64);
+/// Longest a client is throttled for at once by a byte rate (and longest its connection is
+/// muted for any quota): the whole window.
+pub(crate) const THROTTLE_MAX: Duration = Duration::from_secs(SAMPLES as u64);
 /// Longest a client is throttled for at once by its request time (Kafka bounds it to one
 /// sample).
 const REQUEST_THROTTLE_MAX: Duration = SAMPLE;
@@ -247,6 +249,23 @@ impl ConnectionRates {
         }
         pause
     }
+}
+
+/// The `controller_mutation_rate` that holds the client `who` (principal and client id) under
+/// `quotas`, as the controller is to apply it: `strict` for the request versions Kafka
+/// refuses changes at once the quota is used up.
+pub fn mutation_quota(
+    quotas: &QuotaTable,
+    (principal, client_id): (&str, &str),
+    strict: bool,
+) -> Option<MutationQuota> {
+    let quota = quotas.quota_for(QuotaKey::ControllerMutationRate, user(principal), client_id)?;
+    Some(MutationQuota {
+        user: quota.user,
+        client_id: quota.client_id,
+        rate: quota.limit,
+        strict,
+    })
 }
 
 /// Kafka's user of a principal: its name (`User:alice` is `alice`).

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use weir_metadata::acl::{AclBinding, AclFilter};
 use weir_metadata::broker_config::checked_runtime_broker_config;
 use weir_metadata::quota::QuotaAlteration;
+use weir_metadata::requests::{Mutated, MutationQuota};
 use weir_metadata::topic_config::checked_topic_configs;
 use weir_metadata::{
     validate_topic_name, BrokerListener, BrokerRegistration, ConfigChange, ControllerError,
@@ -21,6 +22,7 @@ use weir_storage::Storage;
 use crate::election::UncleanDefaults;
 use crate::fencing::fence;
 use crate::leases::{Leases, DEFAULT_SESSION_TIMEOUT_MS};
+use crate::mutation_quota::MutationQuotas;
 use crate::placement::{check_replica_list, place};
 use crate::quorum::MetadataQuorum;
 use crate::record_file::{RecordFile, RecordFileError};
@@ -70,6 +72,8 @@ pub struct Controller {
     /// The brokers' leases, while this controller leads.
     pub(crate) leases: std::sync::Mutex<Leases>,
     pub(crate) settings: ControllerSettings,
+    /// Clients' `controller_mutation_rate` buckets, while this controller leads.
+    mutation_quotas: MutationQuotas,
 }
 
 /// Gives a command written before replicas were recorded its replicas: every partition on
@@ -116,6 +120,7 @@ impl Controller {
             quorum,
             deciding: tokio::sync::Mutex::new(()),
             leases: std::sync::Mutex::new(Leases::default()),
+            mutation_quotas: MutationQuotas::default(),
             settings,
         }
     }
@@ -199,12 +204,34 @@ impl Controller {
         checked_topic_configs(configs).map_err(ControllerError::InvalidConfig)
     }
 
-    /// Creates a topic with a fresh random id. With `validate_only` nothing changes.
+    /// Takes the `partitions` a change creates or deletes from its client's
+    /// `controller_mutation_rate` (none: no quota), answered with the milliseconds the client
+    /// is to pause; THROTTLING_QUOTA_EXCEEDED when a strict quota is used up. Only the
+    /// controller leading the quorum counts them (a follower forwards the change to it).
+    fn take_mutations(
+        &self,
+        quota: Option<&MutationQuota>,
+        partitions: i32,
+    ) -> Result<u64, ControllerError> {
+        let Some(quota) = quota else {
+            return Ok(0);
+        };
+        if !self.quorum.leads() {
+            return Err(ControllerError::NotController(
+                "this controller does not lead the metadata quorum".into(),
+            ));
+        }
+        self.mutation_quotas.take(quota, partitions)
+    }
+
+    /// Creates a topic with a fresh random id, its partitions held to the client's `quota`.
+    /// With `validate_only` nothing changes (the partitions still count, as in Kafka).
     pub async fn create_topic(
         &self,
         topic: NewTopic,
         validate_only: bool,
-    ) -> Result<TopicImage, ControllerError> {
+        quota: Option<&MutationQuota>,
+    ) -> Result<Mutated<TopicImage>, ControllerError> {
         validate_topic_name(&topic.name).map_err(ControllerError::InvalidTopic)?;
         if topic.partitions < 1 {
             return Err(ControllerError::InvalidPartitions(
@@ -265,6 +292,7 @@ impl Controller {
             }
             topic.assignments
         };
+        let throttle_ms = self.take_mutations(quota, topic.partitions)?;
         let topic_id = Uuid::new_v4();
         let command = MetadataCommand::CreateTopic {
             name: topic.name,
@@ -274,13 +302,15 @@ impl Controller {
             configs: topic.configs,
             assignments,
         };
-        if validate_only {
+        let value = if validate_only {
             let mut preview = MetadataImage::clone(&image);
             preview.apply(&command);
-            return Self::created(&preview, topic_id);
-        }
-        self.commit(command).await?;
-        Self::created(&self.image(), topic_id)
+            Self::created(&preview, topic_id)?
+        } else {
+            self.commit(command).await?;
+            Self::created(&self.image(), topic_id)?
+        };
+        Ok(Mutated { value, throttle_ms })
     }
 
     /// Replicas for `count` new partitions over the registered brokers, continuing the
@@ -352,7 +382,11 @@ impl Controller {
     }
 
     /// Deletes a topic by name.
-    pub async fn delete_topic(&self, name: &str) -> Result<TopicImage, ControllerError> {
+    pub async fn delete_topic(
+        &self,
+        name: &str,
+        quota: Option<&MutationQuota>,
+    ) -> Result<Mutated<TopicImage>, ControllerError> {
         let _turn = self.deciding.lock().await;
         let image = self.image();
         let topic_id = Self::topic_id(&image, name)?;
@@ -360,21 +394,25 @@ impl Controller {
             .topic(name)
             .cloned()
             .ok_or_else(|| ControllerError::UnknownTopic(name.to_string()))?;
+        let throttle_ms = self.take_mutations(quota, topic.partition_count())?;
         self.commit(MetadataCommand::DeleteTopic { topic_id })
             .await?;
-        Ok(topic)
+        Ok(Mutated {
+            value: topic,
+            throttle_ms,
+        })
     }
 
     /// Raises a topic's partition count to `total` (Kafka's CreatePartitions meaning), with
     /// the new partitions on `assignments` (one replica list each) or, without them, placed
-    /// over the registered brokers.
+    /// over the registered brokers; the partitions added are held to the client's `quota`.
     pub async fn create_partitions(
         &self,
         name: &str,
         total: i32,
         assignments: Option<Vec<Vec<i32>>>,
-        validate_only: bool,
-    ) -> Result<(), ControllerError> {
+        (validate_only, quota): (bool, Option<&MutationQuota>),
+    ) -> Result<Mutated<()>, ControllerError> {
         let _turn = self.deciding.lock().await;
         let image = self.image();
         let topic_id = Self::topic_id(&image, name)?;
@@ -418,6 +456,7 @@ impl Controller {
         } else {
             Self::place(&image, total - current, replication_factor)?
         };
+        let throttle_ms = self.take_mutations(quota, total - current)?;
         if !validate_only {
             let command = MetadataCommand::CreatePartitions {
                 topic_id,
@@ -426,7 +465,10 @@ impl Controller {
             };
             self.commit(command).await?;
         }
-        Ok(())
+        Ok(Mutated {
+            value: (),
+            throttle_ms,
+        })
     }
 
     /// Changes a topic's config overrides.
@@ -691,11 +733,12 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let controller = open(dir.path()).await;
         let first = controller
-            .create_topic(new_topic("orders", 3), false)
+            .create_topic(new_topic("orders", 3), false, None)
             .await
-            .expect("create");
+            .expect("create")
+            .value;
         controller
-            .create_partitions("orders", 5, None, false)
+            .create_partitions("orders", 5, None, (false, None))
             .await
             .expect("grow");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
@@ -720,11 +763,15 @@ pub(crate) mod tests {
             controller.allocate_producer_ids().await.expect("pids").0 > pid,
             "producer ids never reused"
         );
-        controller.delete_topic("orders").await.expect("delete");
-        let again = controller
-            .create_topic(new_topic("orders", 1), false)
+        controller
+            .delete_topic("orders", None)
             .await
-            .expect("recreate");
+            .expect("delete");
+        let again = controller
+            .create_topic(new_topic("orders", 1), false, None)
+            .await
+            .expect("recreate")
+            .value;
         assert_ne!(again.topic_id, first.topic_id);
     }
 
@@ -738,7 +785,7 @@ pub(crate) mod tests {
         };
         assert!(
             matches!(
-                controller.create_topic(three.clone(), false).await,
+                controller.create_topic(three.clone(), false, None).await,
                 Err(ControllerError::InvalidReplicationFactor(_))
             ),
             "one broker cannot hold three replicas"
@@ -749,7 +796,11 @@ pub(crate) mod tests {
                 .await;
         }
         let first_epoch = controller.image().broker(1).expect("broker 1").epoch;
-        let created = controller.create_topic(three, false).await.expect("create");
+        let created = controller
+            .create_topic(three, false, None)
+            .await
+            .expect("create")
+            .value;
         let mut leaders = std::collections::BTreeMap::<i32, usize>::new();
         for partition in &created.partitions {
             assert_eq!(partition.replicas.len(), 3);
@@ -763,7 +814,7 @@ pub(crate) mod tests {
         }
         assert_eq!(leaders.values().collect::<Vec<_>>(), vec![&2, &2, &2]);
         controller
-            .create_partitions("orders", 9, None, false)
+            .create_partitions("orders", 9, None, (false, None))
             .await
             .expect("grow");
         controller.stop().await;
@@ -917,23 +968,25 @@ pub(crate) mod tests {
         let controller = open_node_with(dir.path(), 1, settings).await;
         controller.join(1, listener(9092), None).await;
         controller
-            .create_topic(new_topic("t", 2), false)
+            .create_topic(new_topic("t", 2), false, None)
             .await
             .expect("create");
-        let refused = controller.create_topic(new_topic("big", 3), false).await;
+        let refused = controller
+            .create_topic(new_topic("big", 3), false, None)
+            .await;
         assert!(
             matches!(&refused, Err(ControllerError::InvalidPartitions(why)) if why.contains("5 partitions, more than the 4")),
             "{refused:?}"
         );
         assert!(
             controller
-                .create_partitions("t", 5, None, false)
+                .create_partitions("t", 5, None, (false, None))
                 .await
                 .is_err(),
             "over the partition limit"
         );
         controller
-            .create_partitions("t", 4, None, false)
+            .create_partitions("t", 4, None, (false, None))
             .await
             .expect("up to the limit");
         assert!(controller.image().topic("big").is_none());
@@ -944,7 +997,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let controller = open(dir.path()).await;
         controller
-            .create_topic(new_topic("t", 1), false)
+            .create_topic(new_topic("t", 1), false, None)
             .await
             .expect("create");
         let bad_config = NewTopic {
@@ -966,24 +1019,24 @@ pub(crate) mod tests {
         ];
         for (topic, what) in cases {
             assert!(
-                controller.create_topic(topic, false).await.is_err(),
+                controller.create_topic(topic, false, None).await.is_err(),
                 "{what}"
             );
         }
         assert!(controller
-            .create_topic(new_topic("t.x", 1), false)
+            .create_topic(new_topic("t.x", 1), false, None)
             .await
             .is_ok());
         assert!(
             controller
-                .create_topic(new_topic("t_x", 1), false)
+                .create_topic(new_topic("t_x", 1), false, None)
                 .await
                 .is_err(),
             "'.' and '_' collide"
         );
         let before = controller.image().applied_count;
         assert!(controller
-            .create_partitions("t", 1, None, false)
+            .create_partitions("t", 1, None, (false, None))
             .await
             .is_err());
         assert!(controller
@@ -996,12 +1049,65 @@ pub(crate) mod tests {
             .is_err());
         assert!(
             controller
-                .create_topic(new_topic("v", 2), true)
+                .create_topic(new_topic("v", 2), true, None)
                 .await
                 .is_ok(),
             "validate only"
         );
         assert_eq!(controller.image().applied_count, before);
         assert!(controller.image().topic("v").is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_partitions_a_client_creates_and_deletes_count_against_its_mutation_rate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = open(dir.path()).await;
+        let strict = MutationQuota {
+            user: None,
+            client_id: Some("admin".into()),
+            rate: 1.0,
+            strict: true,
+        };
+        let quota = Some(&strict);
+        let refused = |outcome: Result<Mutated<TopicImage>, ControllerError>| matches!(outcome, Err(ControllerError::ThrottlingQuotaExceeded(ms)) if ms > 0);
+        // A refused change takes nothing; a full bucket holds 11 partitions.
+        let invalid = controller.create_topic(new_topic("bad/name", 50), false, quota);
+        assert!(matches!(
+            invalid.await,
+            Err(ControllerError::InvalidTopic(_))
+        ));
+        let made = controller.create_topic(new_topic("a", 8), false, quota);
+        assert_eq!(made.await.expect("a").throttle_ms, 0);
+        let grown = controller.create_partitions("a", 10, None, (false, quota));
+        assert_eq!(grown.await.expect("grow").throttle_ms, 0);
+        let checked = controller.create_topic(new_topic("b", 3), true, quota);
+        assert!(checked.await.expect("validate only").throttle_ms > 1_000);
+        assert!(refused(
+            controller
+                .create_topic(new_topic("c", 1), false, quota)
+                .await
+        ));
+        assert!(controller.image().topic("c").is_none(), "nothing made");
+        assert!(refused(controller.delete_topic("a", quota).await));
+        assert!(controller.image().topic("a").is_some(), "nothing deleted");
+        let permissive = MutationQuota {
+            strict: false,
+            ..strict.clone()
+        };
+        let deleted = controller.delete_topic("a", Some(&permissive)).await;
+        assert!(
+            deleted
+                .expect("an older client's change is made")
+                .throttle_ms
+                > 10_000
+        );
+        let other = MutationQuota {
+            client_id: Some("other".into()),
+            ..strict.clone()
+        };
+        let theirs = controller.create_topic(new_topic("d", 11), false, Some(&other));
+        assert_eq!(theirs.await.expect("its own bucket").throttle_ms, 0);
+        let unbounded = controller.create_topic(new_topic("e", 50), false, None);
+        assert_eq!(unbounded.await.expect("no quota").throttle_ms, 0);
     }
 }

@@ -14,7 +14,7 @@ use weir_metadata::requests::{
     AddObserver, AllocateProducerIds, AlterBrokerConfig, AlterClientQuotas,
     AlterPartitionReassignments, AlterScramCredentials, AlterTopicConfig, ControlCall,
     ControlRequest, ControlledShutdown, CreateAcls, CreatePartitions, CreateTopic, DeleteAcls,
-    DeleteTopic, DescribeQuorum, ElectLeaders, EncodedAnswer, Heartbeat, RegisterBroker,
+    DeleteTopic, DescribeQuorum, ElectLeaders, EncodedAnswer, Heartbeat, Mutated, RegisterBroker,
 };
 use weir_metadata::{
     AlterPartition, BrokerRegistration, Committed, ControllerError, MetadataControl, MetadataImage,
@@ -40,23 +40,26 @@ trait Decide: ControlCall {
 }
 
 impl Decide for CreateTopic {
-    async fn decide(self, controller: &Controller) -> Result<TopicImage, ControllerError> {
+    async fn decide(self, controller: &Controller) -> Result<Mutated<TopicImage>, ControllerError> {
         controller
-            .create_topic(self.topic, self.validate_only)
+            .create_topic(self.topic, self.validate_only, self.quota.as_ref())
             .await
     }
 }
 
 impl Decide for DeleteTopic {
-    async fn decide(self, controller: &Controller) -> Result<TopicImage, ControllerError> {
-        controller.delete_topic(&self.name).await
+    async fn decide(self, controller: &Controller) -> Result<Mutated<TopicImage>, ControllerError> {
+        controller
+            .delete_topic(&self.name, self.quota.as_ref())
+            .await
     }
 }
 
 impl Decide for CreatePartitions {
-    async fn decide(self, controller: &Controller) -> Result<(), ControllerError> {
+    async fn decide(self, controller: &Controller) -> Result<Mutated<()>, ControllerError> {
+        let checks = (self.validate_only, self.quota.as_ref());
         controller
-            .create_partitions(&self.name, self.total, self.assignments, self.validate_only)
+            .create_partitions(&self.name, self.total, self.assignments, checks)
             .await
     }
 }

@@ -36,6 +36,8 @@ pub enum WireError {
     InvalidUpdateVersion(String),
     /// [`ControllerError::IneligibleReplica`].
     IneligibleReplica(String),
+    /// [`ControllerError::ThrottlingQuotaExceeded`].
+    ThrottlingQuotaExceeded(u64),
     /// The leader could not write or apply the change (its storage, or it stopped): here,
     /// the change did not happen.
     NotWritten(String),
@@ -57,6 +59,7 @@ impl From<ControllerError> for WireError {
             ControllerError::FencedLeaderEpoch(m) => WireError::FencedLeaderEpoch(m),
             ControllerError::InvalidUpdateVersion(m) => WireError::InvalidUpdateVersion(m),
             ControllerError::IneligibleReplica(m) => WireError::IneligibleReplica(m),
+            ControllerError::ThrottlingQuotaExceeded(ms) => WireError::ThrottlingQuotaExceeded(ms),
             other @ (ControllerError::NotAppliedInTime(_)
             | ControllerError::Storage(_)
             | ControllerError::Fatal(_)) => WireError::NotWritten(other.to_string()),
@@ -80,6 +83,7 @@ impl From<WireError> for ControllerError {
             WireError::FencedLeaderEpoch(m) => ControllerError::FencedLeaderEpoch(m),
             WireError::InvalidUpdateVersion(m) => ControllerError::InvalidUpdateVersion(m),
             WireError::IneligibleReplica(m) => ControllerError::IneligibleReplica(m),
+            WireError::ThrottlingQuotaExceeded(ms) => ControllerError::ThrottlingQuotaExceeded(ms),
             // The remote failure is not this node's: the change is refused here, not fatal.
             WireError::NotWritten(m) => ControllerError::Storage(std::io::Error::other(m)),
         }

@@ -14,6 +14,7 @@ pub mod fencing;
 mod forward;
 pub mod leases;
 pub mod liveness;
+mod mutation_quota;
 mod placement;
 pub mod query;
 mod quorum;

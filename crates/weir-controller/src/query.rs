@@ -137,16 +137,16 @@ mod tests {
     async fn the_tables_follow_every_command_and_survive_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
         let c = controller(dir.path()).await;
-        c.create_topic(topic("orders", 3), false)
+        c.create_topic(topic("orders", 3), false, None)
             .await
             .expect("create");
-        c.create_topic(topic("gone", 1), false)
+        c.create_topic(topic("gone", 1), false, None)
             .await
             .expect("create");
-        c.create_partitions("orders", 5, None, false)
+        c.create_partitions("orders", 5, None, (false, None))
             .await
             .expect("grow");
-        c.delete_topic("gone").await.expect("delete");
+        c.delete_topic("gone", None).await.expect("delete");
         let set = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
         c.alter_topic_config("orders", ConfigChange::setting(set), false)
             .await
@@ -210,7 +210,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let c = controller(dir.path()).await;
         for i in 0..3 {
-            c.create_topic(topic(&format!("t{i}"), 1), false)
+            c.create_topic(topic(&format!("t{i}"), 1), false, None)
                 .await
                 .expect("create");
         }

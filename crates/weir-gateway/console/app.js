@@ -202,7 +202,7 @@ function overviewPage() {
       h('p', { class: 'message muted' }, `Clients throttled on node ${c.served_by} since it started:`),
       table([['Quota'], ['Throttled responses', 'num'], ['Throttled for', 'num']],
         c.throttling.map((t) => h('tr', { 'data-quota': t.quota },
-          h('td', {}, { produce: 'producer_byte_rate', fetch: 'consumer_byte_rate', request: 'request_percentage' }[t.quota] || t.quota),
+          h('td', {}, { produce: 'producer_byte_rate', fetch: 'consumer_byte_rate', request: 'request_percentage', controller_mutation: 'controller_mutation_rate' }[t.quota] || t.quota),
           h('td', { class: 'num' }, num(t.responses)),
           h('td', { class: 'num' }, `${t.seconds.toFixed(1)} s`))),
         { id: 'throttling' }));

@@ -123,7 +123,7 @@ struct ClientQuotaView {
 /// The responses one kind of quota throttled on the node that answered.
 #[derive(Serialize)]
 struct ThrottleView {
-    /// `produce`, `fetch` or `request`.
+    /// `produce`, `fetch`, `request` or `controller_mutation`.
     quota: &'static str,
     responses: u64,
     seconds: f64,

@@ -140,6 +140,7 @@ fn from_kafka_code(code: i16, message: String) -> ApiError {
             StatusCode::FORBIDDEN
         }
         E::RequestTimedOut => StatusCode::GATEWAY_TIMEOUT,
+        E::ThrottlingQuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         E::KafkaStorageError => StatusCode::INSUFFICIENT_STORAGE,
         _ if error.is_retriable() => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
@@ -181,5 +182,8 @@ mod tests {
         assert_eq!(invalid.code, "invalid_replication_factor");
         let retriable = from_kafka_code(ResponseError::NotEnoughReplicas.code(), "x".into());
         assert_eq!(retriable.status, StatusCode::SERVICE_UNAVAILABLE);
+        let throttled = from_kafka_code(ResponseError::ThrottlingQuotaExceeded.code(), "x".into());
+        assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(throttled.code, "throttling_quota_exceeded");
     }
 }

@@ -208,7 +208,7 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
     let throttling: [(&str, &str, Pick); 2] = [
         (
             "weir_throttled_responses_total",
-            "Responses that throttled a client above its quota (produce: producer_byte_rate, fetch: consumer_byte_rate, request: request_percentage)",
+            "Responses that throttled a client above its quota (produce: producer_byte_rate, fetch: consumer_byte_rate, request: request_percentage, controller_mutation: controller_mutation_rate)",
             |t| t.responses as f64,
         ),
         (

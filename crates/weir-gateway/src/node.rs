@@ -85,8 +85,8 @@ pub struct HotPartitionStats {
 /// The responses that throttled clients above one kind of quota.
 #[derive(Debug, Clone)]
 pub struct ThrottleStats {
-    /// Which quota: `produce` (`producer_byte_rate`), `fetch` (`consumer_byte_rate`) or
-    /// `request` (`request_percentage`).
+    /// Which quota: `produce` (`producer_byte_rate`), `fetch` (`consumer_byte_rate`),
+    /// `request` (`request_percentage`) or `controller_mutation` (`controller_mutation_rate`).
     pub quota: &'static str,
     /// Responses that asked their client to pause.
     pub responses: u64,

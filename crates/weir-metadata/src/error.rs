@@ -46,6 +46,10 @@ pub enum ControllerError {
     /// An ISR change adding a replica that may not be in sync (fenced, or not a replica).
     #[error("{0}")]
     IneligibleReplica(String),
+    /// The client's `controller_mutation_rate` is used up: the change was not made, and the
+    /// client is to wait this many milliseconds before its quota allows it.
+    #[error("The throttling quota has been exceeded.")]
+    ThrottlingQuotaExceeded(u64),
     /// The change was committed but the broker did not apply it within the wait (it is
     /// applied later; the client may retry and find it done).
     #[error("the change was committed but not yet applied here after {0} ms")]

@@ -220,11 +220,11 @@ macro_rules! control_requests {
 
 control_requests! {
     /// Creates a topic; answered with it.
-    CreateTopic => TopicImage,
+    CreateTopic => Mutated<TopicImage>,
     /// Deletes a topic; answered with what it was.
-    DeleteTopic => TopicImage,
+    DeleteTopic => Mutated<TopicImage>,
     /// Adds partitions to a topic.
-    CreatePartitions => (),
+    CreatePartitions => Mutated<()>,
     /// Changes a topic's config overrides.
     AlterTopicConfig => (),
     /// Changes one level of dynamic broker configs.
@@ -259,6 +259,33 @@ control_requests! {
     DeleteAcls => Vec<Vec<AclBinding>>,
 }
 
+/// The `controller_mutation_rate` a client's topic creations, deletions and partition
+/// additions are held to (KIP-599): the partitions each creates or deletes are taken from a
+/// token bucket, kept by the controller leading the quorum for whose usage the quota counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MutationQuota {
+    /// The user whose usage counts, when the quota is a user's (or the default user's).
+    pub user: Option<String>,
+    /// The client id whose usage counts, when the quota is a client id's (or the default's).
+    pub client_id: Option<String>,
+    /// Partitions per second.
+    pub rate: f64,
+    /// Refuse a change once the bucket is empty (THROTTLING_QUOTA_EXCEEDED), as Kafka does for
+    /// CreateTopics v6+, DeleteTopics v5+ and CreatePartitions v3+; else make it and only
+    /// throttle the client, as for older versions.
+    pub strict: bool,
+}
+
+/// What a change held to a [`MutationQuota`] produced, and how long its client is to pause
+/// for it (zero within its quota, or without one).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Mutated<T> {
+    /// What the change produced.
+    pub value: T,
+    /// The pause the client's quota calls for, in milliseconds.
+    pub throttle_ms: u64,
+}
+
 /// Creates a topic with a fresh id; with `validate_only` nothing changes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateTopic {
@@ -266,6 +293,9 @@ pub struct CreateTopic {
     pub topic: NewTopic,
     /// Check only.
     pub validate_only: bool,
+    /// The client's quota for the partitions it creates.
+    #[serde(default)]
+    pub quota: Option<MutationQuota>,
 }
 
 /// Deletes the topic called `name`.
@@ -273,6 +303,9 @@ pub struct CreateTopic {
 pub struct DeleteTopic {
     /// Its name.
     pub name: String,
+    /// The client's quota for the partitions it deletes.
+    #[serde(default)]
+    pub quota: Option<MutationQuota>,
 }
 
 /// Raises topic `name`'s partition count to `total`, the new partitions on `assignments`
@@ -287,6 +320,9 @@ pub struct CreatePartitions {
     pub assignments: Option<Vec<Vec<i32>>>,
     /// Check only.
     pub validate_only: bool,
+    /// The client's quota for the partitions it creates.
+    #[serde(default)]
+    pub quota: Option<MutationQuota>,
 }
 
 /// Changes topic `name`'s config overrides.

@@ -79,6 +79,7 @@ impl NodeView for ServerNode {
                 ("produce", &metrics.produce_throttling),
                 ("fetch", &metrics.fetch_throttling),
                 ("request", &metrics.request_throttling),
+                ("controller_mutation", &metrics.mutation_throttling),
             ]
             .into_iter()
             .map(|(quota, throttling)| ThrottleStats {

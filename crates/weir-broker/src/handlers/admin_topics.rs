@@ -1,7 +1,9 @@
-//! CreateTopics (key 19) v2–7, DeleteTopics (key 20) v1–6, CreatePartitions (key 37) v0–3.
+//! CreateTopics (key 19) v2–7, DeleteTopics (key 20) v1–6, CreatePartitions (key 37) v0–3,
+//! with Kafka's `controller_mutation_rate` (KIP-599) on the partitions they create or delete.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
@@ -15,21 +17,25 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use weir_metadata::acl::AclOperation;
 use weir_metadata::authorizer::Access;
-use weir_metadata::requests::{CreatePartitions, CreateTopic, DeleteTopic};
-use weir_metadata::{is_internal_topic, NewTopic};
+use weir_metadata::requests::{CreatePartitions, CreateTopic, DeleteTopic, Mutated, MutationQuota};
+use weir_metadata::{is_internal_topic, ControllerError, NewTopic};
 
 use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::str_bytes;
+use crate::quotas::{mutation_quota, THROTTLE_MAX};
+use crate::request_quota::QuotaClient;
 
-/// Creates topics; `-1` partitions or replication factor mean the broker default.
+/// Creates topics; `-1` partitions or replication factor mean the broker default. The
+/// partitions created count against the client's `controller_mutation_rate`.
 pub async fn create_topics(
     broker: &Arc<Broker>,
     request: CreateTopicsRequest,
-    version: i16,
-    access: &Access,
+    (version, access): (i16, &Access),
+    client: Option<QuotaClient>,
 ) -> CreateTopicsResponse {
     let mut response = CreateTopicsResponse::default();
+    let mut throttle = MutationThrottle::new(broker, client, version >= 6);
     let cluster_create = access.cluster(AclOperation::Create);
     let mut duplicates = Duplicates::new(request.topics.iter().map(|t| t.name.0.to_string()));
     for topic in request.topics {
@@ -51,7 +57,11 @@ pub async fn create_topics(
                     "Authorization failed.",
                 ))
             }
-            Repeat::Once => create_one(broker, name.clone(), topic, request.validate_only).await,
+            Repeat::Once => {
+                let checks = (request.validate_only, throttle.quota());
+                let created = create_one(broker, name.clone(), topic, checks).await;
+                throttle.note(created).map_err(|e| ErrorReply::from(&e))
+            }
         };
         match outcome {
             Ok(created) => {
@@ -86,6 +96,7 @@ pub async fn create_topics(
         }
         response.topics.push(result);
     }
+    response.throttle_time_ms = throttle.finish(broker);
     response
 }
 
@@ -93,13 +104,13 @@ async fn create_one(
     broker: &Arc<Broker>,
     name: String,
     topic: kafka_protocol::messages::create_topics_request::CreatableTopic,
-    validate_only: bool,
-) -> Result<weir_metadata::TopicImage, ErrorReply> {
+    (validate_only, quota): (bool, Option<MutationQuota>),
+) -> Result<Mutated<weir_metadata::TopicImage>, ControllerError> {
     let partitions = if !topic.assignments.is_empty() {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
-            return Err(ErrorReply::new(
-                ResponseError::InvalidRequest,
-                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            return Err(ControllerError::InvalidRequest(
+                "A manual partition assignment was specified, but numPartitions was not set to -1."
+                    .into(),
             ));
         }
         let mut indexes: Vec<i32> = topic
@@ -109,9 +120,8 @@ async fn create_one(
             .collect();
         indexes.sort_unstable();
         if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
-            return Err(ErrorReply::new(
-                ResponseError::InvalidReplicaAssignment,
-                "partitions should be a consecutive 0-based integer sequence",
+            return Err(ControllerError::InvalidReplicaAssignment(
+                "partitions should be a consecutive 0-based integer sequence".into(),
             ));
         }
         topic.assignments.len() as i32
@@ -128,10 +138,10 @@ async fn create_one(
     let mut configs = BTreeMap::new();
     for config in topic.configs {
         let Some(value) = config.value else {
-            return Err(ErrorReply::new(
-                ResponseError::InvalidConfig,
-                format!("config {} has a null value", config.name.as_str()),
-            ));
+            return Err(ControllerError::InvalidConfig(format!(
+                "config {} has a null value",
+                config.name.as_str()
+            )));
         };
         configs.insert(config.name.as_str().to_string(), value.as_str().to_string());
     }
@@ -151,19 +161,21 @@ async fn create_one(
         .change_metadata(broker.controller.ask(CreateTopic {
             topic: new_topic,
             validate_only,
+            quota,
         }))
         .await
-        .map_err(|e| ErrorReply::from(&e))
 }
 
-/// Deletes topics by name (v1–5) or by name or id (v6); a topic named twice is refused.
+/// Deletes topics by name (v1–5) or by name or id (v6); a topic named twice is refused. The
+/// partitions deleted count against the client's `controller_mutation_rate`.
 pub async fn delete_topics(
     broker: &Arc<Broker>,
     request: DeleteTopicsRequest,
-    version: i16,
-    access: &Access,
+    (version, access): (i16, &Access),
+    client: Option<QuotaClient>,
 ) -> DeleteTopicsResponse {
     let mut response = DeleteTopicsResponse::default();
+    let mut throttle = MutationThrottle::new(broker, client, version >= 5);
     let wanted: Vec<(Option<TopicName>, weir_metadata::Uuid)> = if version >= 6 {
         request
             .topics
@@ -249,9 +261,14 @@ pub async fn delete_topics(
                 )));
             }
             Some(topic_name) => {
+                let quota = throttle.quota();
                 let deleted = broker
-                    .change_metadata(broker.controller.ask(DeleteTopic { name: topic_name }))
+                    .change_metadata(broker.controller.ask(DeleteTopic {
+                        name: topic_name,
+                        quota,
+                    }))
                     .await;
+                let deleted = throttle.note(deleted);
                 match deleted {
                     Ok(topic) => {
                         result.name = Some(TopicName(str_bytes(topic.name)));
@@ -266,18 +283,22 @@ pub async fn delete_topics(
         }
         response.responses.push(result);
     }
+    response.throttle_time_ms = throttle.finish(broker);
     response
 }
 
 /// Raises partition counts to the requested totals, on the replicas the request assigns (the
 /// controller checks them as Kafka does: INVALID_REPLICA_ASSIGNMENT) or where the controller
-/// places them; a topic named twice is refused (INVALID_REQUEST) and left alone.
+/// places them; a topic named twice is refused (INVALID_REQUEST) and left alone. The partitions
+/// added count against the client's `controller_mutation_rate`.
 pub async fn create_partitions(
     broker: &Arc<Broker>,
     request: CreatePartitionsRequest,
-    access: &Access,
+    (version, access): (i16, &Access),
+    client: Option<QuotaClient>,
 ) -> CreatePartitionsResponse {
     let mut response = CreatePartitionsResponse::default();
+    let mut throttle = MutationThrottle::new(broker, client, version >= 3);
     let mut duplicates = Duplicates::new(request.topics.iter().map(|t| t.name.0.to_string()));
     for topic in request.topics {
         let mut result = CreatePartitionsTopicResult::default();
@@ -322,9 +343,11 @@ pub async fn create_partitions(
                 total: topic.count,
                 assignments,
                 validate_only: request.validate_only,
+                quota: throttle.quota(),
             }))
-            .await
-            .map(|_| ())
+            .await;
+        let outcome = throttle
+            .note(outcome)
             .map_err(|error| ErrorReply::from(&error));
         if let Err(error) = outcome {
             result.error_code = error.code();
@@ -334,7 +357,66 @@ pub async fn create_partitions(
         }
         response.results.push(result);
     }
+    response.throttle_time_ms = throttle.finish(broker);
     response
+}
+
+/// What one request's topic changes cost under the client's `controller_mutation_rate`: the
+/// quota the controller is to hold them to, and the longest pause any of them called for
+/// (a refusal's included), which the response carries and the connection is muted for.
+struct MutationThrottle {
+    client: Option<QuotaClient>,
+    quota: Option<MutationQuota>,
+    ms: u64,
+}
+
+impl MutationThrottle {
+    /// The throttle of `client`'s request, `strict` at the versions Kafka refuses changes at.
+    fn new(broker: &Broker, client: Option<QuotaClient>, strict: bool) -> MutationThrottle {
+        let quota = client
+            .as_ref()
+            .and_then(|c| mutation_quota(broker.image().client_quotas(), c.who(), strict));
+        MutationThrottle {
+            client,
+            quota,
+            ms: 0,
+        }
+    }
+
+    /// The quota for the next change of the request.
+    fn quota(&self) -> Option<MutationQuota> {
+        self.quota.clone()
+    }
+
+    /// Notes the pause a change's outcome calls for; answered with what it produced.
+    fn note<T>(
+        &mut self,
+        outcome: Result<Mutated<T>, ControllerError>,
+    ) -> Result<T, ControllerError> {
+        match outcome {
+            Ok(Mutated { value, throttle_ms }) => {
+                self.ms = self.ms.max(throttle_ms);
+                Ok(value)
+            }
+            Err(ControllerError::ThrottlingQuotaExceeded(ms)) => {
+                self.ms = self.ms.max(ms);
+                Err(ControllerError::ThrottlingQuotaExceeded(ms))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Mutes the client's connection for the pause (at most [`THROTTLE_MAX`]) and counts it;
+    /// answered with the response's `throttle_time_ms`.
+    fn finish(self, broker: &Broker) -> i32 {
+        let (Some(client), ms @ 1..) = (self.client, self.ms) else {
+            return 0;
+        };
+        let pause = Duration::from_millis(ms);
+        broker.metrics.mutation_throttling.count(pause);
+        client.mute.extend(pause.min(THROTTLE_MAX));
+        i32::try_from(ms).unwrap_or(i32::MAX)
+    }
 }
 
 /// Where a name stands among a request's names: Kafka refuses a name given twice once, and

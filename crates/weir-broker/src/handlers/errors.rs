@@ -84,6 +84,7 @@ impl From<&ControllerError> for ErrorReply {
             ControllerError::InvalidConfig(_) => ResponseError::InvalidConfig,
             ControllerError::InvalidRequest(_) => ResponseError::InvalidRequest,
             ControllerError::NotAppliedInTime(_) => ResponseError::RequestTimedOut,
+            ControllerError::ThrottlingQuotaExceeded(_) => ResponseError::ThrottlingQuotaExceeded,
             ControllerError::NotController(_) => ResponseError::NotController,
             ControllerError::StaleBrokerEpoch(_) => ResponseError::StaleBrokerEpoch,
             ControllerError::FencedLeaderEpoch(_) => ResponseError::FencedLeaderEpoch,

@@ -139,8 +139,10 @@ async fn auto_create(broker: &Arc<Broker>, name: String) -> MetadataResponseTopi
         .change_metadata(broker.controller.ask(CreateTopic {
             topic,
             validate_only: false,
+            quota: None,
         }))
-        .await;
+        .await
+        .map(|created| created.value);
     match created {
         Ok(topic) => {
             tracing::info!(target: "weir::broker", topic = %topic.name, partitions = topic.partition_count(), "auto-created topic");

@@ -171,21 +171,30 @@ async fn route(
                 &broker, &req, version,
             )))
         }),
-        RequestKind::CreateTopics(req) => Box::pin(async move {
-            respond(ResponseKind::CreateTopics(
-                admin_topics::create_topics(&broker, req, version, &access).await,
-            ))
-        }),
-        RequestKind::DeleteTopics(req) => Box::pin(async move {
-            respond(ResponseKind::DeleteTopics(
-                admin_topics::delete_topics(&broker, req, version, &access).await,
-            ))
-        }),
-        RequestKind::CreatePartitions(req) => Box::pin(async move {
-            respond(ResponseKind::CreatePartitions(
-                admin_topics::create_partitions(&broker, req, &access).await,
-            ))
-        }),
+        RequestKind::CreateTopics(req) => {
+            let client = QuotaClient::of(&broker, context, header.client_id.as_deref());
+            Box::pin(async move {
+                respond(ResponseKind::CreateTopics(
+                    admin_topics::create_topics(&broker, req, (version, &access), client).await,
+                ))
+            })
+        }
+        RequestKind::DeleteTopics(req) => {
+            let client = QuotaClient::of(&broker, context, header.client_id.as_deref());
+            Box::pin(async move {
+                respond(ResponseKind::DeleteTopics(
+                    admin_topics::delete_topics(&broker, req, (version, &access), client).await,
+                ))
+            })
+        }
+        RequestKind::CreatePartitions(req) => {
+            let client = QuotaClient::of(&broker, context, header.client_id.as_deref());
+            Box::pin(async move {
+                respond(ResponseKind::CreatePartitions(
+                    admin_topics::create_partitions(&broker, req, (version, &access), client).await,
+                ))
+            })
+        }
         RequestKind::DescribeConfigs(req) => Box::pin(async move {
             respond(ResponseKind::DescribeConfigs(
                 admin_configs::describe_configs(&broker, req, version, &access),

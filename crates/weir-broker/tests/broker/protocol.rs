@@ -1525,7 +1525,7 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
         ..Default::default()
     };
     controller
-        .create_topic(topic, false)
+        .create_topic(topic, false, None)
         .await
         .expect("created at the controller");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -1540,7 +1540,7 @@ async fn the_broker_follows_changes_it_did_not_ask_for() {
     assert_eq!(produce(&mut c, "elsewhere", 1, 1, batch).await, (0, 0));
     let controller = test.controller.clone();
     controller
-        .delete_topic("elsewhere")
+        .delete_topic("elsewhere", None)
         .await
         .expect("deleted at the controller");
     while test.broker.image().topic("elsewhere").is_some() {
@@ -1777,6 +1777,89 @@ async fn a_consumer_above_its_fetch_quota_gets_empty_answers_and_waits() {
             .load(std::sync::atomic::Ordering::Relaxed),
         2
     );
+    test.shutdown().await;
+}
+
+/// A client with a `controller_mutation_rate` may create a burst of partitions (its quota for
+/// the 11 s window); then a strict request (CreateTopics v6+) is refused with
+/// THROTTLING_QUOTA_EXCEEDED and the time until its quota allows it, changing nothing, while an
+/// older version's (DeleteTopics v4) is carried out and throttled for the debt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_above_its_controller_mutation_rate_is_refused_or_throttled() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{
+        CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    };
+    let test = start_fs(&[]).await;
+    let mut admin = TcpStream::connect(test.addr).await.expect("connect");
+    set_quotas(
+        &mut admin,
+        &[("client-id", Some("test"))],
+        &[("controller_mutation_rate", 2.0)],
+    )
+    .await;
+    let create = |name: &str, partitions: i32| {
+        let mut topic = CreatableTopic::default();
+        topic.name = topic_name(name);
+        topic.num_partitions = partitions;
+        topic.replication_factor = 1;
+        let mut request = CreateTopicsRequest::default();
+        request.topics = vec![topic];
+        request.timeout_ms = 5000;
+        request
+    };
+    // 22 partitions in the bucket: 20, then 5 more (3 below zero, 1.5 s at 2 a second).
+    let r: CreateTopicsResponse =
+        call(&mut admin, ApiKey::CreateTopics, 7, &create("burst", 20)).await;
+    assert_eq!((r.topics[0].error_code, r.throttle_time_ms), (0, 0));
+    let r: CreateTopicsResponse =
+        call(&mut admin, ApiKey::CreateTopics, 7, &create("over", 5)).await;
+    assert_eq!(
+        r.topics[0].error_code, 0,
+        "the bucket was not below zero yet"
+    );
+    assert!(
+        (1_400..=1_500).contains(&r.throttle_time_ms),
+        "{}",
+        r.throttle_time_ms
+    );
+    // The admin connection is muted for that time; another connection of the client is not.
+    let mut other = TcpStream::connect(test.addr).await.expect("connect");
+    let r: CreateTopicsResponse =
+        call(&mut other, ApiKey::CreateTopics, 6, &create("refused", 1)).await;
+    assert_eq!(r.topics[0].error_code, 89, "THROTTLING_QUOTA_EXCEEDED");
+    assert_eq!(
+        r.topics[0].error_message.as_ref().map(|m| m.to_string()),
+        Some("The throttling quota has been exceeded.".to_string())
+    );
+    assert!(
+        (1..=1_500).contains(&r.throttle_time_ms),
+        "{}",
+        r.throttle_time_ms
+    );
+    assert!(
+        test.broker.image().topic("refused").is_none(),
+        "nothing created"
+    );
+    // DeleteTopics v4 predates the strict quota: the 20 partitions go, and the client is told
+    // to wait until its bucket is back to zero (about 11.5 s).
+    let mut old = TcpStream::connect(test.addr).await.expect("connect");
+    let mut delete = DeleteTopicsRequest::default();
+    delete.topic_names = vec![topic_name("burst")];
+    delete.timeout_ms = 5000;
+    let r: DeleteTopicsResponse = call(&mut old, ApiKey::DeleteTopics, 4, &delete).await;
+    assert_eq!(r.responses[0].error_code, 0);
+    assert!(
+        (10_000..=11_500).contains(&r.throttle_time_ms),
+        "{}",
+        r.throttle_time_ms
+    );
+    assert!(test.broker.image().topic("burst").is_none(), "deleted");
+    let throttling = &test.broker.metrics().mutation_throttling;
+    let responses = throttling
+        .responses
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(responses, 3);
     test.shutdown().await;
 }
 

@@ -121,6 +121,9 @@ pub trait MetadataQuorum: Send + Sync + 'static {
     /// The quorum as this controller sees it as the leader; NOT_CONTROLLER on a follower.
     fn status(&self) -> Result<QuorumStatus, ControllerError>;
 
+    /// True while this controller leads the quorum.
+    fn leads(&self) -> bool;
+
     /// Adds a broker-only node as an observer of the quorum; NOT_CONTROLLER unless this
     /// controller leads.
     fn add_observer(&self, node_id: i32, address: String) -> QuorumFuture<'_, ()>;
@@ -564,6 +567,10 @@ impl MetadataQuorum for RaftQuorum {
 
     fn add_observer(&self, node_id: i32, address: String) -> QuorumFuture<'_, ()> {
         Box::pin(self.add_observer_here(node_id, address))
+    }
+
+    fn leads(&self) -> bool {
+        self.raft.metrics().borrow_watched().state.is_leader()
     }
 
     fn status(&self) -> Result<QuorumStatus, ControllerError> {
