@@ -34,6 +34,7 @@ from clients import (
     unique_group,
     unique_topic,
 )
+import weir_cli
 import wire
 from harness import Deadline, weir_binary
 
@@ -236,3 +237,28 @@ def test_every_node_creating_the_internal_topics_at_once_stalls_no_node(cluster)
             while not knows(address, topic):
                 assert not deadline.expired(), f"{address} does not show {topic} led 5 s after it was created"
                 time.sleep(0.1)
+
+
+def test_a_controller_mutation_rate_holds_for_the_whole_cluster(cluster):
+    """``controller_mutation_rate`` is counted by the controller leading the quorum, as Kafka's
+    active controller counts it: a client creating topics through each node in turn draws on
+    one bucket, not one per node."""
+    cluster.start()
+    weir_cli.ok(["quota", "set", "--client-id", "spread", "controller_mutation_rate=2"],
+                cluster.bootstrap)
+    addresses = cluster.bootstrap.split(",")
+    prefix = unique_topic("mutation")
+
+    def create(address: str, name: str, partitions: int) -> tuple[int, int]:
+        # A fresh connection each time: a throttled one is muted for the pause.
+        with wire.Connection(address) as conn:
+            conn.send(wire.create_topics_v4_request(1, name, partitions, "spread"))
+            return wire.parse_create_topics_v4(conn.recv_frame(timeout=30))
+
+    # 22 partitions in the bucket (11 s at 2 a second): 11 through the first node, 11 through
+    # the second, then 4 through the third put it 4 in debt, a 2 s throttle.
+    assert create(addresses[0], f"{prefix}-1", 11) == (0, 0)
+    assert create(addresses[1], f"{prefix}-2", 11)[1] == 0
+    throttle_ms, error = create(addresses[2], f"{prefix}-3", 4)
+    assert error == 0, "CreateTopics v4 is made and only throttled"
+    assert 1_500 <= throttle_ms <= 2_100, f"one bucket for the cluster: throttled {throttle_ms} ms"

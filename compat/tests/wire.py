@@ -348,6 +348,24 @@ def consumer_group_heartbeat_error(payload: bytes) -> int:
     return struct.unpack(">h", payload[9:11])[0]
 
 
+def create_topics_v4_request(correlation_id: int, topic: str, partitions: int, client_id: str) -> bytes:
+    """CreateTopics v4 (the last version before the strict controller_mutation_rate) for one
+    topic of ``partitions`` partitions, one replica each, as ``client_id``."""
+    body = (int32(1) + string(topic) + int32(partitions) + int16(1) + int32(0) + int32(0)
+            + int32(30000) + b"\x00")
+    return request(19, 4, correlation_id, body, flexible=False, client_id=client_id)
+
+
+def parse_create_topics_v4(payload: bytes) -> tuple[int, int]:
+    """A CreateTopics v4 response's throttle_time_ms and its first topic's error code."""
+    r = Reader(payload)
+    r.int32()  # correlation id
+    throttle_ms = r.int32()
+    assert r.int32() >= 1, "one topic answered"
+    r.string()
+    return throttle_ms, r.int16()
+
+
 def metadata_request(correlation_id: int, topic: str) -> bytes:
     """Metadata v1 for ``topic`` alone, without creating it."""
     return request(3, 1, correlation_id, int32(1) + string(topic), flexible=False)
