@@ -289,14 +289,15 @@ impl Broker {
             tokio::select! {
                 _ = every.tick() => {
                     let now = std::time::Instant::now();
-                    let hosted = self.partitions.all();
-                    let sampled = hosted.iter().map(|p| Sampled {
-                        topic: &p.topic,
-                        partition: p.index,
-                        load: &p.load,
-                        bytes_in: p.counters.bytes_in.load(Ordering::Relaxed),
+                    self.partitions.visit(|hosted| {
+                        let sampled = hosted.map(|p| Sampled {
+                            topic: &p.topic,
+                            partition: p.index,
+                            load: &p.load,
+                            bytes_in: p.counters.bytes_in.load(Ordering::Relaxed),
+                        });
+                        self.hot_partitions.sample(sampled, now - last);
                     });
-                    self.hot_partitions.sample(sampled, now - last);
                     last = now;
                 }
                 _ = stopping(&mut shutdown) => return,

@@ -165,15 +165,9 @@ impl ClientRates {
         let Some(quota) = quotas.quota_for(self.key, user(principal), client_id) else {
             return Duration::ZERO;
         };
-        let key = (quota.user, quota.client_id);
-        self.rates.record(
-            now,
-            key,
-            (None, None),
-            amount,
-            quota.limit,
-            self.throttle_max,
-        )
+        let keys = ((quota.user, quota.client_id), (None, None));
+        let bound = (quota.limit, self.throttle_max);
+        self.rates.record(now, keys, amount, bound, false)
     }
 }
 
@@ -191,15 +185,15 @@ impl<K: Eq + std::hash::Hash> RateTable<K> {
     }
 
     /// Records `amount` at `now` for `key` (`shared` once the table is full); answered with
-    /// how long it must pause to come back to `limit`, at most `max`.
+    /// how long it must pause to come back to `limit`, at most `max`. With `refused_uncounted`,
+    /// an amount that calls for a pause is taken back at once, from the same rate.
     fn record(
         &self,
         now: Instant,
-        mut key: K,
-        shared: K,
+        (mut key, shared): (K, K),
         amount: f64,
-        limit: f64,
-        max: Duration,
+        (limit, max): (f64, Duration),
+        refused_uncounted: bool,
     ) -> Duration {
         let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
         if !rates.contains_key(&key) && rates.len() >= CLIENTS_MAX {
@@ -211,7 +205,11 @@ impl<K: Eq + std::hash::Hash> RateTable<K> {
         let rate = rates.entry(key).or_insert_with(|| Rate::new(now));
         rate.record(now, amount);
         let (per_second, elapsed) = rate.per_second(now);
-        throttle_time(per_second, limit, elapsed, max)
+        let pause = throttle_time(per_second, limit, elapsed, max);
+        if refused_uncounted && !pause.is_zero() {
+            rate.record(now, -amount);
+        }
+        pause
     }
 }
 
@@ -242,12 +240,8 @@ impl ConnectionRates {
         let Some(limit) = quotas.ip_connection_rate(ip) else {
             return Duration::ZERO;
         };
-        let (ip, shared) = (ip.to_canonical(), IpAddr::from([0, 0, 0, 0]));
-        let pause = self.rates.record(now, ip, shared, 1.0, limit, SAMPLE);
-        if !pause.is_zero() {
-            self.rates.record(now, ip, shared, -1.0, limit, SAMPLE);
-        }
-        pause
+        let keys = (ip.to_canonical(), IpAddr::from([0, 0, 0, 0]));
+        self.rates.record(now, keys, 1.0, (limit, SAMPLE), true)
     }
 }
 

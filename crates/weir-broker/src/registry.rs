@@ -115,6 +115,13 @@ impl PartitionRegistry {
         map.get(&(topic.to_string(), index)).cloned()
     }
 
+    /// Calls `f` with every hosted partition under the registry's read lock, cloning no
+    /// `Arc` (cheap at any count); `f` must not open, delete or look up partitions.
+    pub fn visit<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Partition>) -> R) -> R {
+        let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        f(&mut map.values().map(Arc::as_ref))
+    }
+
     /// Every hosted partition.
     pub fn all(&self) -> Vec<Arc<Partition>> {
         let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());

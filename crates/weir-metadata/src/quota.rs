@@ -5,7 +5,7 @@
 //! AlterClientQuotas applies, the table the image holds, and the filter
 //! DescribeClientQuotas selects with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -238,6 +238,13 @@ pub struct QuotaAlteration {
 #[serde(from = "Vec<EntityQuotas>", into = "Vec<EntityQuotas>")]
 pub struct QuotaTable {
     by_entity: BTreeMap<QuotaEntity, BTreeMap<QuotaKey, QuotaValue>>,
+    /// The `connection_creation_rate` of each address that has its own, by the address as
+    /// it parses (canonical, so `::ffff:10.0.0.9` is `10.0.0.9`; where two entities name one
+    /// address, the first in entity order): kept from `by_entity`, so that a new connection
+    /// costs one lookup.
+    ip_rates: HashMap<IpAddr, QuotaValue>,
+    /// The IP default's `connection_creation_rate`, kept the same way.
+    ip_default_rate: Option<QuotaValue>,
 }
 
 /// One entity's quotas, as snapshots store them (JSON has no keys but strings).
@@ -249,13 +256,17 @@ struct EntityQuotas {
 
 impl From<Vec<EntityQuotas>> for QuotaTable {
     fn from(entries: Vec<EntityQuotas>) -> QuotaTable {
-        QuotaTable {
+        let mut table = QuotaTable {
             by_entity: entries
                 .into_iter()
                 .filter(|e| !e.quotas.is_empty())
                 .map(|e| (e.entity, e.quotas))
                 .collect(),
-        }
+            ip_rates: HashMap::new(),
+            ip_default_rate: None,
+        };
+        table.index_ips();
+        table
     }
 }
 
@@ -294,6 +305,30 @@ impl QuotaTable {
         quotas.extend(alteration.set.iter().map(|(k, v)| (*k, *v)));
         if quotas.is_empty() {
             self.by_entity.remove(&alteration.entity);
+        }
+        if alteration.entity.is_ip() {
+            self.index_ips();
+        }
+    }
+
+    /// Rebuilds `ip_rates` and `ip_default_rate` from the entities.
+    fn index_ips(&mut self) {
+        self.ip_rates.clear();
+        self.ip_default_rate = None;
+        for (entity, quotas) in &self.by_entity {
+            let (Some(ip), Some(rate)) = (
+                entity.get(EntityType::Ip),
+                quotas.get(&QuotaKey::ConnectionCreationRate),
+            ) else {
+                continue;
+            };
+            match ip.map(str::parse::<IpAddr>) {
+                None => self.ip_default_rate = Some(*rate),
+                Some(Ok(address)) => {
+                    self.ip_rates.entry(address.to_canonical()).or_insert(*rate);
+                }
+                Some(Err(_)) => {}
+            }
         }
     }
 
@@ -360,23 +395,8 @@ impl QuotaTable {
     /// The `connection_creation_rate` (connections a second) that applies to clients at
     /// `ip`: its address's own (however the address was written), else the IP default's.
     pub fn ip_connection_rate(&self, ip: IpAddr) -> Option<f64> {
-        if self.by_entity.is_empty() {
-            return None;
-        }
-        let ip = ip.to_canonical();
-        let rate_of = |quotas: &BTreeMap<QuotaKey, QuotaValue>| {
-            quotas
-                .get(&QuotaKey::ConnectionCreationRate)
-                .map(|v| v.get())
-        };
-        let own = self.by_entity.iter().find_map(|(entity, quotas)| {
-            let named = entity.get(EntityType::Ip)??.parse::<IpAddr>().ok()?;
-            (named.to_canonical() == ip).then(|| rate_of(quotas))?
-        });
-        own.or_else(|| {
-            let default = QuotaEntity(BTreeMap::from([(EntityType::Ip, None)]));
-            self.by_entity.get(&default).and_then(rate_of)
-        })
+        let own = self.ip_rates.get(&ip.to_canonical());
+        own.or(self.ip_default_rate.as_ref()).map(|rate| rate.get())
     }
 
     /// The entities `filter` selects, with their quotas.
@@ -631,6 +651,21 @@ mod tests {
         set(&mut table, None, 2.0);
         assert_eq!(table.ip_connection_rate(ip("10.0.0.2")), Some(2.0));
         assert_eq!(table.ip_connection_rate(ip("10.0.0.1")), Some(5.0));
+        // A snapshot read back finds the same; a removed quota is gone.
+        let json = serde_json::to_string(&table).expect("encode");
+        let mut table: QuotaTable = serde_json::from_str(&json).expect("decode");
+        assert_eq!(table.ip_connection_rate(ip("::ffff:10.0.0.1")), Some(5.0));
+        assert_eq!(table.ip_connection_rate(ip("10.0.0.3")), Some(2.0));
+        table.apply(&QuotaAlteration {
+            entity: entity(&[("ip", Some("10.0.0.1"))]),
+            set: BTreeMap::new(),
+            remove: vec![QuotaKey::ConnectionCreationRate],
+        });
+        assert_eq!(
+            table.ip_connection_rate(ip("10.0.0.1")),
+            Some(2.0),
+            "the default's"
+        );
     }
 
     #[test]
