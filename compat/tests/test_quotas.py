@@ -67,7 +67,9 @@ def test_kafka_configs_and_weir_quota_see_each_others_quotas(restartable_weir):
 
     weir_cli.ok(["quota", "set", "--user-default", "--client-id", "app", "request_percentage=12.5"],
                 bootstrap)
-    weir_cli.ok(["quota", "set", "--ip", "127.0.0.1", "connection_creation_rate=20"], bootstrap)
+    # Kafka's name for the brokers flag is taken too.
+    weir_cli.ok(["quota", "set", "--ip", "127.0.0.1", "connection_creation_rate=20",
+                 "--bootstrap-server", bootstrap], None)
     described = kafka_configs(bootstrap, "--describe", "--entity-type", "users", "--entity-default",
                               "--entity-type", "clients", "--entity-name", "app").stdout
     assert "request_percentage=12.5" in described, described

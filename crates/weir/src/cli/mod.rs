@@ -60,9 +60,11 @@ const EXIT_CODE_RUNTIME: u8 = 1;
 /// Options every client command takes.
 #[derive(Debug, Clone, Args)]
 pub struct ConnectArgs {
-    /// Brokers to bootstrap from, HOST:PORT[,HOST:PORT…].
+    /// Brokers to bootstrap from, HOST:PORT[,HOST:PORT…] (Kafka's tools call it
+    /// --bootstrap-server, which is taken too).
     #[arg(
         long,
+        visible_alias = "bootstrap-server",
         env = "WEIR_BROKERS",
         default_value = "127.0.0.1:9092",
         global = true
