@@ -40,11 +40,15 @@ impl QuotaClient {
         if broker.image().client_quotas().is_empty() {
             return None;
         }
-        Some(QuotaClient {
+        Some(QuotaClient::new(context, client_id))
+    }
+
+    fn new(context: &RequestContext, client_id: Option<&str>) -> QuotaClient {
+        QuotaClient {
             principal: context.principal.clone(),
             client_id: client_id.unwrap_or("").to_owned(),
             mute: context.mute.clone(),
-        })
+        }
     }
 
     /// The principal and client id quotas are looked up by.
@@ -82,14 +86,13 @@ impl RequestMeter {
         context: &RequestContext,
         client_id: Option<&str>,
     ) -> Option<Arc<RequestMeter>> {
-        let client = QuotaClient::of(broker, context, client_id)?;
         let image = broker.image();
-        if !broker
-            .request_quotas
-            .applies(image.client_quotas(), client.who())
-        {
+        let quotas = image.client_quotas();
+        let who = (&*context.principal, client_id.unwrap_or(""));
+        if quotas.is_empty() || !broker.request_quotas.applies(quotas, who) {
             return None;
         }
+        let client = QuotaClient::new(context, client_id);
         Some(Arc::new(RequestMeter {
             broker: broker.clone(),
             client,

@@ -494,6 +494,9 @@ async fn unmuted(
     context: &RequestContext,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
+    if !context.mute.is_muted() {
+        return true;
+    }
     tokio::select! {
         _ = context.mute.passed() => true,
         _ = crate::shutdown::stopping(shutdown) => false,
