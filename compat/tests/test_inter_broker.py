@@ -41,6 +41,7 @@ class Cluster:
 
     def __init__(self, root: Path, authority: Authority, keystore: Path, quorum: Authority, quorum_keystore: Path):
         self.root = root
+        self.broker_ca = authority
         self.broker_keystore, self.quorum_ca, self.quorum_keystore = keystore, quorum, quorum_keystore
         self.base = free_base_port(2 * len(NODES))
         self.quorum = ",".join(f"{n}@127.0.0.1:{self.controller_port(n)}" for n in NODES)
@@ -318,3 +319,28 @@ def test_the_controller_port_answers_only_quorum_certificates(cluster):
             assert answer[:1] in (b"", b"\x15"), f"node {node}'s controller port answered {name}: {answer!r}"
     for node in NODES:
         assert "controller connection refused: its TLS handshake failed" in cluster.log(node), cluster.log(node)[-3000:]
+
+
+def test_renewed_certificates_are_used_between_the_nodes_without_a_restart(cluster):
+    """Last in the module: it renews the brokers' and the quorum's keystores. Each node reloads
+    them for its listeners and for the connections it makes to the other brokers and
+    controllers, and the cluster goes on replicating and committing metadata."""
+    for authority, keystore, name in [(cluster.broker_ca, cluster.broker_keystore, "broker-renewed"),
+                                      (cluster.quorum_ca, cluster.quorum_keystore, "controller-renewed")]:
+        cert, key = authority.issue(name, "serverAuth,clientAuth")
+        keystore.write_text(key.read_text() + cert.read_text())
+    deadline = Deadline(45)
+    for node in NODES:
+        while True:
+            reloaded = [line for line in cluster.log(node).splitlines() if "TLS certificates reloaded" in line]
+            if all(any(what in line for line in reloaded) for what in ("inter-broker (BROKER)", "controller peers")):
+                break
+            assert not deadline.expired(), f"node {node} did not reload its client certificates\n{reloaded}"
+            time.sleep(0.5)
+    topic = f"door-renewed-{time.monotonic_ns()}"
+    create_topic(cluster, topic)
+    producer = Producer(cluster.client(acks="all"))
+    for i in range(30):
+        producer.produce(topic, f"renewed-{i}".encode(), partition=i % 3)
+    assert producer.flush(60) == 0
+    in_sync(cluster, topic)

@@ -8,9 +8,11 @@
 //! needs no PLAINTEXT listener and no anonymous super user.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use weir_client::{SaslLogin, Security};
 use weir_sasl::{jaas_option, Mechanism};
+use weir_tls::ClientTls;
 
 use crate::config_error::ConfigError;
 use crate::listener::{ListenerConfig, SecurityProtocol};
@@ -42,6 +44,9 @@ pub struct InterBroker {
     pub listener: String,
     /// TLS and the login of each connection.
     pub security: Security,
+    /// The TLS files behind `security`'s config, to reload when they are renewed
+    /// ([`ClientTls::watch`]).
+    pub tls_files: Option<Arc<ClientTls>>,
 }
 
 impl InterBroker {
@@ -50,6 +55,7 @@ impl InterBroker {
         InterBroker {
             listener: listener.to_string(),
             security: Security::default(),
+            tls_files: None,
         }
     }
 }
@@ -57,9 +63,9 @@ impl InterBroker {
 impl InterBrokerSettings {
     /// Loads the TLS files: a truststore or keystore that cannot serve is an error naming it.
     pub fn load(&self) -> Result<InterBroker, ConfigError> {
-        let tls = match &self.tls {
+        let tls_files = match &self.tls {
             Some(files) => Some(
-                weir_tls::client_config(&files.truststore, Some(&files.keystore)).map_err(|e| {
+                ClientTls::load(&files.truststore, Some(&files.keystore)).map_err(|e| {
                     ConfigError(format!("inter-broker listener {}: {e}", self.listener))
                 })?,
             ),
@@ -68,9 +74,10 @@ impl InterBrokerSettings {
         Ok(InterBroker {
             listener: self.listener.clone(),
             security: Security {
-                tls,
+                tls: tls_files.as_ref().map(|files| files.config()),
                 sasl: self.sasl.clone(),
             },
+            tls_files,
         })
     }
 }

@@ -10,7 +10,7 @@
 
 mod client;
 
-pub use client::{client_config, connect};
+pub use client::{client_config, connect, ClientTls};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

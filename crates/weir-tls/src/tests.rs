@@ -280,6 +280,59 @@ async fn a_renewed_certificate_is_served_after_reload_and_a_broken_one_is_not() 
     );
 }
 
+/// A process's own client TLS follows its files: a new truststore or client certificate is
+/// used by the connections made after a reload, and a file that cannot serve leaves what is in
+/// force.
+#[tokio::test]
+async fn a_client_renews_its_trust_and_certificate_on_reload() {
+    let fixture = Fixture::new();
+    let address =
+        echo_server(ServerTls::load(fixture.settings(ClientAuth::Required)).expect("load")).await;
+    let (chain, key) = fixture
+        .authority
+        .issue("client-1", ExtendedKeyUsagePurpose::ClientAuth);
+    let truststore = fixture.write("client-ca.pem", &fixture.authority.pem());
+    let keystore = fixture.write("client.pem", &format!("{key}{chain}"));
+    let tls = ClientTls::load(&truststore, Some(&keystore)).expect("load");
+    let connector = TlsConnector::from(tls.config());
+    assert!(
+        talk(address, &connector).await.is_ok(),
+        "trusted and identified"
+    );
+    assert!(!tls.reload_if_changed().expect("unchanged"));
+
+    let stranger = Authority::new("another CA");
+    std::fs::write(&truststore, stranger.pem()).expect("trust another CA");
+    assert!(tls.reload_if_changed().expect("renewed"));
+    assert!(
+        talk(address, &connector).await.is_err(),
+        "the server is no longer trusted"
+    );
+
+    std::fs::write(&truststore, fixture.authority.pem()).expect("trust the CA again");
+    let (chain, key) = stranger.issue("client-1", ExtendedKeyUsagePurpose::ClientAuth);
+    std::fs::write(&keystore, format!("{key}{chain}")).expect("a certificate of another CA");
+    assert!(tls.reload_if_changed().expect("renewed"));
+    assert!(
+        talk(address, &connector).await.is_err(),
+        "the server refuses the new certificate"
+    );
+
+    let (chain, key) = fixture
+        .authority
+        .issue("client-1", ExtendedKeyUsagePurpose::ClientAuth);
+    std::fs::write(&keystore, format!("{key}{chain}")).expect("renewed by the CA");
+    assert!(tls.reload_if_changed().expect("renewed"));
+    assert!(talk(address, &connector).await.is_ok(), "renewed");
+
+    std::fs::write(&keystore, &chain[..chain.len() / 2]).expect("half-written file");
+    assert!(tls.reload_if_changed().is_err());
+    assert!(
+        talk(address, &connector).await.is_ok(),
+        "what was in force stays"
+    );
+}
+
 fn load_error(settings: TlsSettings) -> String {
     match ServerTls::load(settings) {
         Ok(_) => panic!("loaded"),

@@ -27,7 +27,7 @@ use weir_log::SystemClock;
 use weir_metadata::BrokerListener;
 use weir_sasl::ScramHash;
 use weir_storage::{FileCache, FsStorage, Storage};
-use weir_tls::ServerTls;
+use weir_tls::{ClientTls, ServerTls};
 
 use crate::data_dir::{quorum_cluster_id, DataDir};
 use crate::node_view::ServerNode;
@@ -458,6 +458,14 @@ async fn serve(args: ServerArgs) -> anyhow::Result<()> {
         .inter_broker
         .load()
         .map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(files) = &inter_broker.tls_files {
+        // Renewed files are used by the connections to the other brokers made from then on.
+        tokio::spawn(files.clone().watch(
+            format!("inter-broker ({})", inter_broker.listener),
+            weir_tls::RELOAD_CHECK_INTERVAL,
+            shutdown_rx.clone(),
+        ));
+    }
     let identity = BrokerIdentity {
         node_id: args.node_id,
         cluster_id: data_dir.cluster_id.clone(),
@@ -600,7 +608,7 @@ fn controller_tls(listener: Option<&ListenerConfig>) -> anyhow::Result<Option<Qu
     })?;
     Ok(Some(QuorumTls {
         server: ServerTls::load(settings.clone()).map_err(refused)?,
-        client: weir_tls::client_config(truststore, Some(&settings.keystore)).map_err(refused)?,
+        client: ClientTls::load(truststore, Some(&settings.keystore)).map_err(refused)?,
     }))
 }
 

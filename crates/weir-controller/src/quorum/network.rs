@@ -304,14 +304,24 @@ pub async fn serve(
         voters,
         admission.clone(),
     )));
-    // Renewed certificates serve new connections, as on the Kafka listeners.
+    // Renewed certificates serve new connections, and are shown on new connections to peers,
+    // as on the Kafka listeners.
     let (_serving, stopped) = tokio::sync::watch::channel(false);
     let _reload = tls.as_ref().map(|tls| {
-        AbortOnDrop(tokio::spawn(tls.server.clone().watch(
+        let server = tls.server.clone().watch(
             "controller".into(),
             weir_tls::RELOAD_CHECK_INTERVAL,
+            stopped.clone(),
+        );
+        let client = tls.client.clone().watch(
+            "controller peers".into(),
+            weir_tls::RELOAD_CHECK_INTERVAL,
             stopped,
-        )))
+        );
+        (
+            AbortOnDrop(tokio::spawn(server)),
+            AbortOnDrop(tokio::spawn(client)),
+        )
     });
     loop {
         let (stream, peer) = match listener.accept().await {

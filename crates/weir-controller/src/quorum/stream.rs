@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use weir_tls::ServerTls;
+use weir_tls::{ClientTls, ServerTls};
 
 /// Longest a TLS handshake on the controller port may take, either side.
 const HANDSHAKE_MS: u64 = 10_000;
@@ -23,7 +23,7 @@ pub struct QuorumTls {
     /// Accepts peers' connections.
     pub server: Arc<ServerTls>,
     /// Connects to peers.
-    pub client: Arc<rustls::ClientConfig>,
+    pub client: Arc<ClientTls>,
 }
 
 /// One connection of the controller port, either side.
@@ -61,7 +61,7 @@ impl Dialer {
     /// Connects in TLS with `tls` when given.
     pub(super) fn new(tls: Option<&QuorumTls>) -> Dialer {
         Dialer {
-            tls: tls.map(|tls| tls.client.clone()),
+            tls: tls.map(|tls| tls.client.config()),
         }
     }
 
