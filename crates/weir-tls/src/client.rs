@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::{certificates, crypto_provider, private_key, read_pem_file, TlsError};
+use crate::{certificates, crypto_provider, keep_reloading, private_key, read_pem_file, TlsError};
 
 /// The TLS handshake of `stream`, connected to the server at `address` (`host:port`,
 /// `[v6]:port`), whose certificate must name that host; given at most `deadline` (then an
@@ -232,26 +232,9 @@ impl ClientTls {
         self: Arc<Self>,
         what: String,
         interval: Duration,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) {
-        let mut failing = false;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
-            }
-            match self.reload_if_changed() {
-                Ok(true) => {
-                    failing = false;
-                    tracing::info!(target: "weir::tls", connections = what, truststore = %self.truststore.display(), "TLS certificates reloaded; new connections use them");
-                }
-                Ok(false) => failing = false,
-                Err(error) if !failing => {
-                    failing = true;
-                    tracing::error!(target: "weir::tls", connections = what, %error, "TLS files changed but cannot be used; the certificates in force stay");
-                }
-                Err(_) => {}
-            }
-        }
+        let files = format!("{what} ({})", self.truststore.display());
+        keep_reloading(files, interval, stop, || self.reload_if_changed()).await;
     }
 }

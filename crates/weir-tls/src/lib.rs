@@ -295,26 +295,38 @@ impl ServerTls {
         self: Arc<Self>,
         listener: String,
         interval: Duration,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) {
-        let mut failing = false;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return,
+        let files = format!("listener {listener} ({})", self.settings.keystore.display());
+        keep_reloading(files, interval, stop, || self.reload_if_changed()).await;
+    }
+}
+
+/// Calls `reload` every `interval` until `stop` turns true, logging each change put in force
+/// and, once per spell of failures, why the files cannot serve; `files` names them in the log.
+async fn keep_reloading(
+    files: String,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+    reload: impl Fn() -> Result<bool, TlsError>,
+) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        match reload() {
+            Ok(true) => {
+                failing = false;
+                tracing::info!(target: "weir::tls", files, "TLS certificates reloaded; new connections use them");
             }
-            match self.reload_if_changed() {
-                Ok(true) => {
-                    failing = false;
-                    tracing::info!(target: "weir::tls", listener, keystore = %self.settings.keystore.display(), "TLS certificates reloaded; new connections use them");
-                }
-                Ok(false) => failing = false,
-                Err(error) if !failing => {
-                    failing = true;
-                    tracing::error!(target: "weir::tls", listener, %error, "TLS files changed but cannot be used; the certificates in force stay");
-                }
-                Err(_) => {}
+            Ok(false) => failing = false,
+            Err(error) if !failing => {
+                failing = true;
+                tracing::error!(target: "weir::tls", files, %error, "TLS files changed but cannot be used; the certificates in force stay");
             }
+            Err(_) => {}
         }
     }
 }
