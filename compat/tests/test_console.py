@@ -204,8 +204,10 @@ def test_the_overview_shows_client_quotas_and_their_throttling(http, bootstrap):
     verdict = Check(http, "quotas", "client-id=console-throttled").result()
     assert verdict["quotas"] == ["client-id=console-throttled", "producer_byte_rate=200000"], verdict
     rows = {row[0]: row for row in verdict["throttling"]}
-    assert set(rows) == {"producer_byte_rate", "consumer_byte_rate", "request_percentage"}, verdict
+    assert set(rows) == {"producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                         "controller_mutation_rate"}, verdict
     assert rows["producer_byte_rate"][1] != "0", verdict
+    assert rows["controller_mutation_rate"][1] == "0", "no topic change was throttled"
 
 
 def test_what_the_console_shows_agrees_with_the_cli(http, bootstrap):
