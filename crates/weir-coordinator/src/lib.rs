@@ -2,7 +2,9 @@
 //! classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and for the consumer group
 //! protocol of KIP-848 (ConsumerGroupHeartbeat with server-side assignors), committed
 //! offsets, and the admin views of groups (list, describe, delete, delete offsets); and the
-//! transaction coordinator ([`transaction`]: transactional producers' ids and epochs).
+//! transaction coordinator ([`transaction`]: transactional producers' ids and epochs); and
+//! the share-partition state machine of share groups ([`share_partition`], KIP-932), which a
+//! partition's leader keeps per share group.
 //!
 //! It is a control plane beside the data path: produce and fetch never wait for it. Group
 //! state lives in the internal topic `__consumer_offsets`, in Kafka's record formats
@@ -24,6 +26,7 @@ pub mod group;
 pub mod limits;
 pub mod records;
 mod runtime;
+pub mod share_partition;
 pub mod state;
 mod subscription;
 #[cfg(test)]
