@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use weir_coordinator::transaction::TransactionSettings;
-use weir_coordinator::{ConsumerGroupSettings, CoordinatorSettings, GroupLimits, MetadataBounds};
+use weir_coordinator::{
+    ConsumerGroupSettings, CoordinatorSettings, GroupLimits, MetadataBounds, ShareGroupSettings,
+};
 use weir_log::cleaner::KEY_MAP_BYTES_PER_ENTRY;
 use weir_log::compress::Levels;
 use weir_log::{CompactionConfig, LogConfig};
@@ -412,6 +414,11 @@ impl BrokerConfig {
                     assignment_interval_ms: long("group.consumer.assignment.interval.ms") as i32,
                     metadata: metadata_bounds,
                 },
+                share: ShareGroupSettings {
+                    session_timeout_ms: long("group.share.session.timeout.ms") as i32,
+                    heartbeat_interval_ms: long("group.share.heartbeat.interval.ms") as i32,
+                    max_size: long("group.share.max.size") as usize,
+                },
             },
             topic_defaults: TopicSettings::resolve(
                 |name| {
@@ -440,6 +447,13 @@ impl BrokerConfig {
             return Err(ConfigError(format!(
                 "group.consumer.heartbeat.interval.ms ({}) must be less than group.consumer.session.timeout.ms ({}), or every member's session would expire between heartbeats",
                 consumer.heartbeat_interval_ms, consumer.session_timeout_ms
+            )));
+        }
+        let share = config.coordinator.share;
+        if share.heartbeat_interval_ms >= share.session_timeout_ms {
+            return Err(ConfigError(format!(
+                "group.share.heartbeat.interval.ms ({}) must be less than group.share.session.timeout.ms ({}), or every member's session would expire between heartbeats",
+                share.heartbeat_interval_ms, share.session_timeout_ms
             )));
         }
         Ok(config)

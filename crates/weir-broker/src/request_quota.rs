@@ -233,6 +233,8 @@ fn raise_throttle(body: &mut ResponseKind, pause: Duration) {
         Fetch,
         FindCoordinator,
         Heartbeat,
+        ShareGroupDescribe,
+        ShareGroupHeartbeat,
         IncrementalAlterConfigs,
         InitProducerId,
         JoinGroup,

@@ -3,7 +3,8 @@
 //! protocol of KIP-848 (ConsumerGroupHeartbeat with server-side assignors), committed
 //! offsets, and the admin views of groups (list, describe, delete, delete offsets); and the
 //! transaction coordinator ([`transaction`]: transactional producers' ids and epochs); and
-//! the share-partition state machine of share groups ([`share_partition`], KIP-932), which a
+//! share groups (KIP-932): their membership ([`share_group`], ShareGroupHeartbeat and
+//! ShareGroupDescribe) and the share-partition state machine ([`share_partition`]), which a
 //! partition's leader keeps per share group.
 //!
 //! It is a control plane beside the data path: produce and fetch never wait for it. Group
@@ -26,6 +27,7 @@ pub mod group;
 pub mod limits;
 pub mod records;
 mod runtime;
+pub mod share_group;
 pub mod share_partition;
 pub mod state;
 mod subscription;
@@ -45,7 +47,7 @@ pub use group::{
     JoinOutcome, JoinRequest, JoinedMember, MemberDescription, SyncAssignment, SyncOutcome,
     SyncRequest,
 };
-pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
+pub use limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds, ShareGroupSettings};
 pub use runtime::{
     partition_for, Appended, CoordinatorLog, LogEntry, Pending, ProducerIdAndEpoch, RecordVisitor,
     RuntimeError, StoredRecord, TopicRuntime, TxnAppend,

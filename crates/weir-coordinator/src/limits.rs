@@ -49,6 +49,28 @@ pub struct ConsumerGroupSettings {
     pub metadata: MetadataBounds,
 }
 
+/// Broker settings of share groups.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareGroupSettings {
+    /// `group.share.session.timeout.ms`.
+    pub session_timeout_ms: i32,
+    /// `group.share.heartbeat.interval.ms`: how often members heartbeat.
+    pub heartbeat_interval_ms: i32,
+    /// `group.share.max.size`.
+    pub max_size: usize,
+}
+
+impl Default for ShareGroupSettings {
+    /// Kafka's defaults.
+    fn default() -> ShareGroupSettings {
+        ShareGroupSettings {
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: 200,
+        }
+    }
+}
+
 /// A timeout in milliseconds from the wire, negatives as zero.
 pub(crate) fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))

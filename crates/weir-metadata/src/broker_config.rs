@@ -418,6 +418,24 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         int(1, i32::MAX as i64),
         "Most members one consumer group protocol group may have.",
     ),
+    setting(
+        "group.share.session.timeout.ms",
+        "45000",
+        int(1, i32::MAX as i64),
+        "Share groups (KIP-932): a member that sends no ShareGroupHeartbeat for this long is removed and the group's partitions are assigned again among the others.",
+    ),
+    setting(
+        "group.share.heartbeat.interval.ms",
+        "5000",
+        int(1, i32::MAX as i64),
+        "Share groups: how often members heartbeat, and so how soon they learn of a new assignment.",
+    ),
+    setting(
+        "group.share.max.size",
+        "200",
+        int(1, 1_000),
+        "Most members one share group may have; a member joining past it is refused with GROUP_MAX_SIZE_REACHED.",
+    ),
     text(
         "listeners",
         "PLAINTEXT://127.0.0.1:9092",

@@ -33,7 +33,7 @@ use crate::handlers::str_bytes;
 const MEMBER_TYPE_CONSUMER: i8 = 1;
 
 /// The metadata image as the coordinator's view of topics.
-struct ImageCatalog(Arc<MetadataImage>);
+pub(crate) struct ImageCatalog(pub(crate) Arc<MetadataImage>);
 
 impl TopicCatalog for ImageCatalog {
     fn topic(&self, name: &str) -> Option<(Uuid, i32)> {
@@ -68,7 +68,8 @@ pub async fn heartbeat(
     client_id: Option<&str>,
     (client_host, access): (String, &Access),
 ) -> ConsumerGroupHeartbeatResponse {
-    if let Some(refusal) = refused(&request, access) {
+    let subscribed = request.subscribed_topic_names.as_ref();
+    if let Some(refusal) = heartbeat_refusal(request.group_id.as_str(), subscribed, access) {
         let mut response = ConsumerGroupHeartbeatResponse::default();
         response.error_code = refusal.0.code();
         response.error_message = Some(str_bytes(refusal.1));
@@ -125,11 +126,8 @@ pub async fn heartbeat(
         Err(error) => {
             let code = group_error(error);
             response.error_code = code.code();
-            let group_exists = matches!(
-                broker.coordinator.describe_group(request.group_id.as_str()),
-                Ok(Some(_))
-            );
-            response.error_message = Some(str_bytes(refusal.message(error, code, group_exists)));
+            let group_type = broker.coordinator.group_type(request.group_id.as_str());
+            response.error_message = Some(str_bytes(refusal.message(error, code, group_type)));
         }
     }
     response
@@ -158,14 +156,17 @@ impl Refusal {
         }
     }
 
-    fn message(&self, error: GroupError, code: ResponseError, group_exists: bool) -> String {
+    fn message(&self, error: GroupError, code: ResponseError, group_type: Option<&str>) -> String {
         let group = &self.group_id;
         match error {
             GroupError::InvalidRequest => self
                 .invalid
                 .unwrap_or("MemberId, InstanceId and RackId must be at most 255 characters.")
                 .to_string(),
-            GroupError::GroupIdNotFound if group_exists => format!(
+            GroupError::GroupIdNotFound if group_type == Some("share") => {
+                format!("Group {group} is not a consumer group.")
+            }
+            GroupError::GroupIdNotFound if group_type.is_some() => format!(
                 "Group {group} is not a consumer group (it is a classic group with members)."
             ),
             GroupError::GroupIdNotFound => format!("Consumer group {group} not found."),
@@ -227,22 +228,21 @@ fn invalid_request_reason(
     }
 }
 
-/// Why a heartbeat is not authorized, if it is not: READ on the group, DESCRIBE on each topic
-/// subscribed to by name.
-fn refused(
-    request: &ConsumerGroupHeartbeatRequest,
+/// Why a heartbeat (ConsumerGroupHeartbeat or ShareGroupHeartbeat) is not authorized, if it
+/// is not: READ on the group, DESCRIBE on each topic subscribed to by name.
+pub(crate) fn heartbeat_refusal(
+    group: &str,
+    subscribed: Option<&Vec<TopicName>>,
     access: &Access,
 ) -> Option<(ResponseError, String)> {
-    let group = request.group_id.as_str();
     if !access.group(AclOperation::Read, group) {
         return Some((
             ResponseError::GroupAuthorizationFailed,
             format!("Not authorized to access group: {group}"),
         ));
     }
-    let denied: Vec<&str> = request
-        .subscribed_topic_names
-        .iter()
+    let denied: Vec<&str> = subscribed
+        .into_iter()
         .flatten()
         .map(|t| t.as_str())
         .filter(|t| !access.topic(AclOperation::Describe, t))
@@ -253,6 +253,21 @@ fn refused(
             format!("Not authorized to access topics: [{}]", denied.join(", ")),
         )
     })
+}
+
+/// `partitions` with their topics' names, for a describe answer: (id, name, partitions); a
+/// topic deleted since the assignment is left out, as Kafka does.
+pub(crate) fn named_partitions(
+    catalog: &ImageCatalog,
+    partitions: TopicPartitions,
+) -> Vec<(Uuid, TopicName, Vec<i32>)> {
+    partitions
+        .into_iter()
+        .filter_map(|(topic_id, ps)| {
+            let name = TopicName(str_bytes(catalog.topic_name(topic_id)?));
+            Some((topic_id, name, ps.into_iter().collect()))
+        })
+        .collect()
 }
 
 /// ConsumerGroupDescribe: groups with their epochs, members and assignments; a missing or
@@ -266,15 +281,14 @@ pub fn describe(
     let catalog = ImageCatalog(broker.image());
     let assignment = |partitions: TopicPartitions| {
         let mut a = DescribedAssignment::default();
-        // A topic deleted since the assignment is left out, as Kafka does.
-        a.topic_partitions = partitions
+        a.topic_partitions = named_partitions(&catalog, partitions)
             .into_iter()
-            .filter_map(|(topic_id, ps)| {
+            .map(|(topic_id, topic_name, partitions)| {
                 let mut t = DescribedPartitions::default();
                 t.topic_id = topic_id;
-                t.topic_name = TopicName(str_bytes(catalog.topic_name(topic_id)?));
-                t.partitions = ps.into_iter().collect();
-                Some(t)
+                t.topic_name = topic_name;
+                t.partitions = partitions;
+                t
             })
             .collect();
         a

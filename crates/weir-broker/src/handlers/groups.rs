@@ -451,11 +451,13 @@ pub fn describe_groups(
                     described.group_state = str_bytes("Dead");
                     if version >= 6 {
                         described.error_code = ResponseError::GroupIdNotFound.code();
-                        // A consumer-protocol group is not one DescribeGroups describes.
-                        let consumer = broker
+                        // Consumer-protocol and share groups are not ones DescribeGroups
+                        // describes.
+                        let other_type = broker
                             .coordinator
-                            .describe_consumer_group(group_id.as_str());
-                        let message = if matches!(consumer, Ok(Some(_))) {
+                            .group_type(group_id.as_str())
+                            .is_some_and(|t| t != "classic");
+                        let message = if other_type {
                             format!("Group {} is not a classic group.", group_id.as_str())
                         } else {
                             format!("Group {} not found.", group_id.as_str())

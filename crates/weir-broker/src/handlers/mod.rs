@@ -22,6 +22,7 @@ mod produce;
 mod producer_id;
 mod reassignments;
 pub(crate) mod scram_credentials;
+mod share_groups;
 mod transactions;
 
 use std::sync::Arc;
@@ -297,6 +298,20 @@ async fn route(
             respond(ResponseKind::ConsumerGroupDescribe(
                 consumer_groups::describe(&broker, req, version, &access),
             ))
+        }),
+        RequestKind::ShareGroupHeartbeat(req) => Box::pin(async move {
+            let client_id = header.client_id.as_ref().map(|s| s.as_str());
+            respond(ResponseKind::ShareGroupHeartbeat(share_groups::heartbeat(
+                &broker,
+                req,
+                client_id,
+                (format!("/{peer}"), &access),
+            )))
+        }),
+        RequestKind::ShareGroupDescribe(req) => Box::pin(async move {
+            respond(ResponseKind::ShareGroupDescribe(share_groups::describe(
+                &broker, req, &access,
+            )))
         }),
         RequestKind::OffsetCommit(req) => Box::pin(async move {
             respond(ResponseKind::OffsetCommit(

@@ -530,6 +530,20 @@ async fn every_api_refuses_a_client_without_rights() {
                 let r: ConsumerGroupDescribeResponse = call(&mut c, api.key, v, &req).await;
                 assert_eq!(r.groups[0].error_code, GROUP_DENIED, "{what}");
             }
+            ApiKey::ShareGroupHeartbeat => {
+                let mut req = ShareGroupHeartbeatRequest::default();
+                req.group_id = GroupId(name("g932"));
+                req.member_id = name("member");
+                req.subscribed_topic_names = Some(vec![topic_name("good")]);
+                let r: ShareGroupHeartbeatResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(r.error_code, GROUP_DENIED, "{what}");
+            }
+            ApiKey::ShareGroupDescribe => {
+                let mut req = ShareGroupDescribeRequest::default();
+                req.group_ids = vec![GroupId(name("g932"))];
+                let r: ShareGroupDescribeResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(r.groups[0].error_code, GROUP_DENIED, "{what}");
+            }
             ApiKey::DescribeLogDirs => {
                 let r: DescribeLogDirsResponse =
                     call(&mut c, api.key, v, &DescribeLogDirsRequest::default()).await;

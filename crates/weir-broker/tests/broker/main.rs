@@ -9,5 +9,6 @@ mod durability;
 mod hostile;
 mod protocol;
 mod replication;
+mod share_groups;
 mod simulation;
 mod transactions;

@@ -617,6 +617,28 @@ async fn every_advertised_version_answers() {
                     );
                     assert_eq!(g.members[0].member_id.as_str(), "member", "{what}");
                 }
+                ApiKey::ShareGroupHeartbeat => {
+                    let mut req = ShareGroupHeartbeatRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(format!("kip932-{v}")));
+                    req.member_id = StrBytes::from_static_str("member");
+                    req.subscribed_topic_names = Some(vec![topic_name("good")]);
+                    let r: ShareGroupHeartbeatResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!((r.error_code, r.member_epoch), (0, 1), "{what}");
+                    let assigned = r.assignment.expect("assignment").topic_partitions;
+                    assert_eq!(assigned[0].topic_id, topic_id, "{what}");
+                }
+                ApiKey::ShareGroupDescribe => {
+                    let mut req = ShareGroupDescribeRequest::default();
+                    req.group_ids = vec![GroupId(StrBytes::from_static_str("kip932-1"))];
+                    let r: ShareGroupDescribeResponse = call(&mut c, api.key, v, &req).await;
+                    let g = &r.groups[0];
+                    assert_eq!(
+                        (g.error_code, g.group_state.as_str()),
+                        (0, "Stable"),
+                        "{what}"
+                    );
+                    assert_eq!(g.members[0].member_id.as_str(), "member", "{what}");
+                }
                 ApiKey::DescribeLogDirs => {
                     let mut req = DescribeLogDirsRequest::default();
                     req.topics = None;

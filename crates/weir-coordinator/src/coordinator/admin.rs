@@ -16,11 +16,7 @@ impl GroupCoordinator {
                 group_id: g.id.clone(),
                 protocol_type: g.protocol_type().unwrap_or_default().to_string(),
                 state: g.state(),
-                group_type: if g.consumer().is_some() {
-                    "consumer"
-                } else {
-                    "classic"
-                },
+                group_type: g.group_type(),
             })
             .collect();
         listing.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -28,14 +24,14 @@ impl GroupCoordinator {
     }
 
     /// DescribeGroups for one group; `Ok(None)` when it does not exist or is not a classic
-    /// group (Kafka describes a consumer-protocol group there as Dead).
+    /// group (Kafka describes a consumer-protocol or share group there as Dead).
     pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupSummary>, GroupError> {
         let partitions = self.runtime.lock();
         let (_, shard) = partitions.served_ref(group_id)?;
         let classic = shard
             .groups
             .get(group_id)
-            .filter(|g| g.consumer().is_none());
+            .filter(|g| g.consumer().is_none() && g.share().is_none());
         Ok(classic.map(|g| GroupSummary {
             state: g.state(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),

@@ -1,13 +1,15 @@
 //! The group coordinator: groups in memory, one [`GroupShard`] per partition of
 //! `__consumer_offsets` this broker leads, on the coordinator [`Runtime`]; the operations
 //! behind each group API, by concept: classic membership ([`classic`]), the consumer group
-//! protocol ([`consumer`]), committed offsets ([`offsets`]) and the admin views ([`admin`]).
+//! protocol ([`consumer`]), share groups ([`share`]), committed offsets ([`offsets`]) and the
+//! admin views ([`admin`]).
 
 mod admin;
 mod classic;
 mod consumer;
 mod offsets;
 mod shard;
+mod share;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::group::{Group, MemberDescription};
-use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds};
+use crate::limits::{ConsumerGroupSettings, GroupLimits, MetadataBounds, ShareGroupSettings};
 use crate::runtime::{CoordinatorLog, Partitions, Runtime, TopicRuntime};
 use crate::state::GroupState;
 use crate::GroupError;
@@ -49,6 +51,8 @@ pub struct CoordinatorSettings {
     pub offsets_retention_check_interval_ms: u64,
     /// Settings of consumer group protocol groups.
     pub consumer: ConsumerGroupSettings,
+    /// Settings of share groups.
+    pub share: ShareGroupSettings,
 }
 
 /// One offset to commit.
@@ -75,7 +79,8 @@ pub struct GroupListing {
     pub protocol_type: String,
     /// State.
     pub state: GroupState,
-    /// `consumer` for a consumer group protocol group, else `classic`.
+    /// `consumer` for a consumer group protocol group, `share` for a share group, else
+    /// `classic`.
     pub group_type: &'static str,
 }
 

@@ -122,6 +122,7 @@ fn groups_of_an_unloaded_partition_wait_for_the_load() {
             offsets_retention_ms: 1,
             offsets_retention_check_interval_ms: 1,
             consumer: CONSUMER_SETTINGS,
+            share: ShareGroupSettings::default(),
         },
         Arc::new(MemoryLog::default()),
     );

@@ -78,6 +78,7 @@ fn settings(bounds: MetadataBounds) -> CoordinatorSettings {
             metadata: bounds,
             ..CONSUMER_SETTINGS
         },
+        share: ShareGroupSettings::default(),
     }
 }
 

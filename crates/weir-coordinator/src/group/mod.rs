@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::consumer_group::{ConsumerGroup, ConsumerHeartbeat, HeartbeatReply, TopicCatalog};
-use crate::limits::{ConsumerGroupSettings, GroupLimits};
+use crate::limits::{ConsumerGroupSettings, GroupLimits, ShareGroupSettings};
 use crate::records::{ConsumerKey, GroupRecord, GroupValue};
+use crate::share_group::{ShareGroup, ShareHeartbeat, ShareHeartbeatReply, GROUP_TYPE};
 use crate::state::GroupState;
 use crate::GroupError;
 
@@ -37,6 +38,10 @@ pub enum Membership {
     /// Members of the consumer group protocol (KIP-848), or none since the last left (boxed:
     /// it is several times the size of the others).
     Consumer(Box<ConsumerGroup>),
+    /// Members of a share group (KIP-932), or none since the last left. Held in memory only:
+    /// a coordinator that loads the partition anew knows no share group, and their members
+    /// rejoin (their heartbeats are answered UNKNOWN_MEMBER_ID).
+    Share(Box<ShareGroup>),
 }
 
 /// A consumer group.
@@ -87,7 +92,7 @@ impl Group {
                 self.stale_keys.extend(consumer.keys());
                 self.membership = Membership::Classic(classic);
             }
-            Membership::Empty | Membership::Classic(_) => {
+            Membership::Empty | Membership::Classic(_) | Membership::Share(_) => {
                 self.membership = Membership::Classic(classic);
             }
         }
@@ -126,12 +131,30 @@ impl Group {
         }
     }
 
+    /// The share group membership, if the group is a share group.
+    pub fn share(&self) -> Option<&ShareGroup> {
+        match &self.membership {
+            Membership::Share(share) => Some(share),
+            _ => None,
+        }
+    }
+
+    /// The group's type, as ListGroups names it: `classic`, `consumer` or `share`.
+    pub fn group_type(&self) -> &'static str {
+        match &self.membership {
+            Membership::Empty | Membership::Classic(_) => "classic",
+            Membership::Consumer(_) => "consumer",
+            Membership::Share(_) => GROUP_TYPE,
+        }
+    }
+
     /// The group's state.
     pub fn state(&self) -> GroupState {
         match &self.membership {
             Membership::Empty => GroupState::Empty,
             Membership::Classic(classic) => classic.state(),
             Membership::Consumer(consumer) => consumer.state(),
+            Membership::Share(share) => share.state(),
         }
     }
 
@@ -150,6 +173,7 @@ impl Group {
                 classic.protocol_type().map(|_| classic.state_since_ms())
             }
             Membership::Consumer(consumer) => Some(consumer.state_since_ms()),
+            Membership::Share(share) => Some(share.state_since_ms()),
         }
     }
 
@@ -160,6 +184,7 @@ impl Group {
             Membership::Empty => None,
             Membership::Classic(classic) => classic.protocol_type(),
             Membership::Consumer(_) => Some("consumer"),
+            Membership::Share(_) => Some(GROUP_TYPE),
         }
     }
 
@@ -180,6 +205,7 @@ impl Group {
             Membership::Empty => true,
             Membership::Classic(classic) => classic.has_no_members(),
             Membership::Consumer(consumer) => consumer.is_empty(),
+            Membership::Share(share) => share.is_empty(),
         }
     }
 
@@ -228,6 +254,7 @@ impl Group {
             Membership::Empty => 0,
             Membership::Classic(classic) => classic.metadata_bytes(),
             Membership::Consumer(consumer) => consumer.subscription_bytes(),
+            Membership::Share(share) => share.metadata_bytes(),
         }
     }
 
@@ -255,6 +282,10 @@ impl Group {
             Membership::Classic(classic) => classic,
             Membership::Consumer(consumer) if !consumer.is_empty() => {
                 self.membership = Membership::Consumer(consumer);
+                return refused(GroupError::InconsistentGroupProtocol);
+            }
+            Membership::Share(share) => {
+                self.membership = Membership::Share(share);
                 return refused(GroupError::InconsistentGroupProtocol);
             }
             Membership::Consumer(consumer) => {
@@ -361,6 +392,10 @@ impl Group {
                 self.membership = Membership::Classic(classic);
                 return Err(GroupError::GroupIdNotFound);
             }
+            Membership::Share(share) => {
+                self.membership = Membership::Share(share);
+                return Err(GroupError::GroupIdNotFound);
+            }
             previous => (
                 Box::new(ConsumerGroup::new(settings, now_ms)),
                 Some(previous),
@@ -382,6 +417,27 @@ impl Group {
         reply
     }
 
+    /// A ShareGroupHeartbeat. Only a share group, or a group the log holds nothing of, takes
+    /// one; any other group answers GROUP_ID_NOT_FOUND ("not a share group"), as Kafka does.
+    pub fn share_heartbeat(
+        &mut self,
+        request: ShareHeartbeat,
+        catalog: &dyn TopicCatalog,
+        settings: &ShareGroupSettings,
+        now: Instant,
+        now_ms: i64,
+    ) -> Result<ShareHeartbeatReply, GroupError> {
+        if matches!(self.membership, Membership::Empty) && self.leaves_no_trace() {
+            self.membership = Membership::Share(Box::new(ShareGroup::new(settings, now_ms)));
+        }
+        match &mut self.membership {
+            Membership::Share(share) => {
+                share.heartbeat(&self.id, request, catalog, settings, now, now_ms)
+            }
+            _ => Err(GroupError::GroupIdNotFound),
+        }
+    }
+
     /// Applies the passing of time to the membership. Returns true when the group became
     /// Empty.
     pub fn tick(&mut self, now: Instant, now_ms: i64) -> bool {
@@ -395,6 +451,7 @@ impl Group {
                 }
                 emptied
             }
+            Membership::Share(share) => share.tick(&self.id, now, now_ms),
         }
     }
 
@@ -408,6 +465,7 @@ impl Group {
             Membership::Empty => None,
             Membership::Classic(classic) => classic.next_deadline(),
             Membership::Consumer(consumer) => consumer.next_deadline(),
+            Membership::Share(share) => share.next_deadline(),
         }
     }
 
@@ -429,6 +487,7 @@ impl Group {
                 classic.check_commit(generation, member_id, instance_id)
             }
             Membership::Consumer(consumer) => consumer.check_commit(member_id, generation, version),
+            Membership::Share(_) => Err(GroupError::GroupIdNotFound),
         }
     }
 
@@ -449,6 +508,7 @@ impl Group {
                 classic.check_txn_commit(generation, member_id, instance_id)
             }
             Membership::Consumer(consumer) => consumer.check_txn_commit(member_id, generation),
+            Membership::Share(_) => Err(GroupError::GroupIdNotFound),
         }
     }
 
@@ -459,6 +519,7 @@ impl Group {
             Membership::Empty => Vec::new(),
             Membership::Classic(classic) => classic.subscribed_topics(),
             Membership::Consumer(consumer) => consumer.subscribed_topics(),
+            Membership::Share(share) => share.subscribed_topics(),
         }
     }
 }

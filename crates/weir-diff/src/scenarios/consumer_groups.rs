@@ -117,9 +117,10 @@ async fn describe(cx: &mut Ctx, groups: Vec<GroupId>) -> Result<()> {
     Ok(())
 }
 
-async fn member_joins_settles_and_leaves(cx: &mut Ctx) -> Result<()> {
-    // Kafka computes a target assignment asynchronously and starts at epoch 2; Weir at once,
-    // at epoch 1. Clients treat epochs as opaque: compare what they are assigned.
+/// Masks the epochs and the client's address in `cx`'s transcript: Kafka computes a target
+/// assignment asynchronously and counts epochs its own way, and clients treat epochs as
+/// opaque; compare what members are assigned.
+pub(super) fn mask_epochs(cx: &mut Ctx) {
     for field in [
         "member_epoch",
         "group_epoch",
@@ -128,6 +129,10 @@ async fn member_joins_settles_and_leaves(cx: &mut Ctx) -> Result<()> {
     ] {
         cx.mask(field);
     }
+}
+
+async fn member_joins_settles_and_leaves(cx: &mut Ctx) -> Result<()> {
+    mask_epochs(cx);
     coordinator_ready(cx).await?;
     let topic = create_topic(cx, "kip848", 3, &[]).await?;
     let member = uuid::Uuid::new_v4().simple().to_string();

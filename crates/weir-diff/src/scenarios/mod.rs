@@ -14,6 +14,7 @@ mod consumer_groups;
 mod groups;
 mod offsets;
 mod produce_fetch;
+mod share_groups;
 mod topics;
 mod transactions;
 
@@ -71,6 +72,7 @@ pub fn all() -> Vec<Scenario> {
         transactions::scenarios(),
         groups::scenarios(),
         consumer_groups::scenarios(),
+        share_groups::scenarios(),
     ]
     .into_iter()
     .flatten()
