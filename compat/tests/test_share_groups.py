@@ -1,6 +1,7 @@
-"""Share groups (KIP-932) with Kafka's own tools: kafka-console-share-consumer joins a share
-group (its ShareGroupHeartbeats), and kafka-share-groups lists it and describes its members as
-it does against Apache Kafka 4.4 (COMPAT_BOOTSTRAP runs the same test there)."""
+"""Share groups (KIP-932) with Kafka's own tools: kafka-console-share-consumer (the Java
+KafkaShareConsumer) joins a share group and consumes from it, and kafka-share-groups lists it
+and describes its members, as against Apache Kafka 4.4 (COMPAT_BOOTSTRAP runs the same tests
+there)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import subprocess
 import time
 import uuid
 
-from clients import create_topic, unique_topic
+from pathlib import Path
+
+from clients import Rec, create_topic, produce_confluent, unique_topic
 from harness import Deadline
 from test_java import JARS_DIR, JVM_FLAGS
 
@@ -20,6 +23,52 @@ def java(main_class: str, *args: str, timeout: float = 60) -> subprocess.Complet
     assert binary, "java is not on PATH (scripts/test.sh installs a JDK)"
     return subprocess.run([binary, *JVM_FLAGS, "-cp", f"{JARS_DIR}/*", main_class, *args],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def console_share_consumer(bootstrap: str, topic: str, group: str, out: Path) -> subprocess.Popen:
+    """kafka-console-share-consumer on `topic` in `group`, printing each record's value to
+    `out` (it accepts each record it printed at its next poll)."""
+    binary = shutil.which("java")
+    assert binary, "java is not on PATH (scripts/test.sh installs a JDK)"
+    return subprocess.Popen(
+        [binary, *JVM_FLAGS, "-cp", f"{JARS_DIR}/*", "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+         "--bootstrap-server", bootstrap, "--topic", topic, "--group", group],
+        stdout=out.open("w"), stderr=subprocess.DEVNULL)
+
+
+def test_two_share_consumers_on_one_partition_get_every_record_once(bootstrap, tmp_path):
+    """Two KafkaShareConsumers share one partition: between them every record is delivered,
+    none to both (each accepts what it printed; no lock expires in so short a run)."""
+    topic = unique_topic("share-queue")
+    create_topic(bootstrap, topic, partitions=1)
+    group = f"queue-{uuid.uuid4().hex[:8]}"
+    outs = [tmp_path / "first.txt", tmp_path / "second.txt"]
+    consumers = [console_share_consumer(bootstrap, topic, group, out) for out in outs]
+    try:
+        # The group starts at the log's end once a member fetches (share.auto.offset.reset
+        # latest): records go in once one warm-up record has come out.
+        deadline = Deadline(60)
+        sent = 0
+        while not any("warm-up" in out.read_text() for out in outs):
+            assert not deadline.expired(), "no share consumer received a warm-up record in 60 s"
+            produce_confluent(bootstrap, topic, [Rec(None, f"warm-up {sent}".encode())])
+            sent += 1
+            time.sleep(1)
+        expected = [f"record {i}" for i in range(300)]
+        produce_confluent(bootstrap, topic, [Rec(None, v.encode()) for v in expected])
+        deadline = Deadline(60)
+        while True:
+            got = [line for out in outs for line in out.read_text().splitlines() if line.startswith("record ")]
+            if len(got) >= len(expected) or deadline.expired():
+                break
+            time.sleep(0.5)
+        assert sorted(got) == sorted(expected), \
+            f"{len(got)} deliveries of {len(set(got))} distinct records; {len(expected)} sent"
+    finally:
+        for consumer in consumers:
+            consumer.terminate()
+        for consumer in consumers:
+            consumer.wait(30)
 
 
 def test_kafka_share_groups_lists_and_describes_a_console_share_consumer(bootstrap):

@@ -28,6 +28,7 @@ use crate::quotas::{ClientRates, ConnectionRates};
 use crate::registry::PartitionRegistry;
 use crate::replica_fetcher::ReplicaFetchers;
 use crate::request_context::RequestContext;
+use crate::share_state::ShareState;
 use crate::shutdown::stopping;
 use crate::txn_markers::{MarkersInFlight, REMOTE_MARKER_TIMEOUT};
 use weir_sasl::logins::Logins;
@@ -125,6 +126,8 @@ pub struct Broker {
     pub(crate) compressed_validations: Semaphore,
     /// Incremental fetch sessions (KIP-227).
     pub(crate) fetch_sessions: FetchSessions,
+    /// Share-partitions this broker leads and its members' share sessions (KIP-932).
+    pub(crate) share_state: ShareState,
     /// The fetchers copying the logs of partitions this broker follows.
     pub(crate) replica_fetchers: ReplicaFetchers,
     /// The epoch of this broker's current registration (0 until registered); its replica
@@ -213,6 +216,7 @@ impl Broker {
             request_memory,
             compressed_validations: Semaphore::new(COMPRESSED_VALIDATIONS_MAX),
             fetch_sessions: FetchSessions::new(config.fetch_session_cache_slots),
+            share_state: ShareState::new(config.share_partitions, config.share_sessions_max),
             replica_fetchers: ReplicaFetchers::new(
                 identity_node_id,
                 &inter_broker,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use weir_coordinator::share_partition::ShareSettings;
 use weir_coordinator::transaction::TransactionSettings;
 use weir_coordinator::{
     ConsumerGroupSettings, CoordinatorSettings, GroupLimits, MetadataBounds, ShareGroupSettings,
@@ -196,6 +197,11 @@ pub struct BrokerConfig {
     pub leader_imbalance_check_interval_seconds: u64,
     /// `max.incremental.fetch.session.cache.slots`.
     pub fetch_session_cache_slots: usize,
+    /// Share-partitions' settings (`group.share.record.lock.duration.ms`,
+    /// `group.share.delivery.count.limit`, `group.share.partition.max.record.locks`).
+    pub share_partitions: ShareSettings,
+    /// `group.share.max.share.sessions`.
+    pub share_sessions_max: usize,
     /// `log.flush.offset.checkpoint.interval.ms`.
     pub checkpoint_interval_ms: u64,
     /// `__consumer_offsets` as `offsets.topic.*` create it.
@@ -372,6 +378,14 @@ impl BrokerConfig {
             leader_imbalance_check_interval_seconds: long("leader.imbalance.check.interval.seconds")
                 as u64,
             fetch_session_cache_slots: long("max.incremental.fetch.session.cache.slots") as usize,
+            share_partitions: ShareSettings {
+                record_lock_duration: std::time::Duration::from_millis(long(
+                    "group.share.record.lock.duration.ms",
+                ) as u64),
+                delivery_count_limit: long("group.share.delivery.count.limit") as u16,
+                max_record_locks: long("group.share.partition.max.record.locks") as u32,
+            },
+            share_sessions_max: long("group.share.max.share.sessions") as usize,
             checkpoint_interval_ms: long("log.flush.offset.checkpoint.interval.ms") as u64,
             offsets_topic: InternalTopicSpec {
                 partitions: long("offsets.topic.num.partitions") as i32,

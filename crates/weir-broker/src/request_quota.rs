@@ -233,6 +233,8 @@ fn raise_throttle(body: &mut ResponseKind, pause: Duration) {
         Fetch,
         FindCoordinator,
         Heartbeat,
+        ShareAcknowledge,
+        ShareFetch,
         ShareGroupDescribe,
         ShareGroupHeartbeat,
         IncrementalAlterConfigs,

@@ -431,6 +431,30 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "Share groups: how often members heartbeat, and so how soon they learn of a new assignment.",
     ),
     setting(
+        "group.share.record.lock.duration.ms",
+        "30000",
+        int(1_000, 3_600_000),
+        "Share groups: how long a record delivered to a member stays acquired by it (its acquisition lock) before it is available to the group's other members again.",
+    ),
+    setting(
+        "group.share.delivery.count.limit",
+        "5",
+        int(2, 10),
+        "Share groups: how many times a record is delivered at most; released or timed out after that many deliveries, it is archived and not delivered again.",
+    ),
+    setting(
+        "group.share.partition.max.record.locks",
+        "2000",
+        int(100, 10_000),
+        "Share groups: how many records of one partition may be in flight (delivered and not yet acknowledged, or waiting for the records before them) for one group at a time.",
+    ),
+    setting(
+        "group.share.max.share.sessions",
+        "2000",
+        int(1, 1_000_000),
+        "Share groups: how many share sessions (one per member fetching from this broker) the broker keeps; a new one past it evicts one idle for 2 minutes, or is refused with SHARE_SESSION_LIMIT_REACHED.",
+    ),
+    setting(
         "group.share.max.size",
         "200",
         int(1, 1_000),

@@ -61,6 +61,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     range(ApiKey::ConsumerGroupDescribe, 0, 1),
     range(ApiKey::ShareGroupHeartbeat, 1, 1),
     range(ApiKey::ShareGroupDescribe, 1, 1),
+    range(ApiKey::ShareFetch, 1, 1),
+    range(ApiKey::ShareAcknowledge, 1, 1),
     range(ApiKey::DescribeLogDirs, 1, 4),
     range(ApiKey::ElectLeaders, 0, 2),
     range(ApiKey::AlterPartitionReassignments, 0, 1),

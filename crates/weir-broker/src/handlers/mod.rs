@@ -22,6 +22,7 @@ mod produce;
 mod producer_id;
 mod reassignments;
 pub(crate) mod scram_credentials;
+mod share_fetch;
 mod share_groups;
 mod transactions;
 
@@ -310,6 +311,16 @@ async fn route(
         }),
         RequestKind::ShareGroupDescribe(req) => Box::pin(async move {
             respond(ResponseKind::ShareGroupDescribe(share_groups::describe(
+                &broker, req, &access,
+            )))
+        }),
+        RequestKind::ShareFetch(req) => Box::pin(async move {
+            respond(ResponseKind::ShareFetch(
+                share_fetch::fetch(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::ShareAcknowledge(req) => Box::pin(async move {
+            respond(ResponseKind::ShareAcknowledge(share_fetch::acknowledge(
                 &broker, req, &access,
             )))
         }),

@@ -544,6 +544,21 @@ async fn every_api_refuses_a_client_without_rights() {
                 let r: ShareGroupDescribeResponse = call(&mut c, api.key, v, &req).await;
                 assert_eq!(r.groups[0].error_code, GROUP_DENIED, "{what}");
             }
+            ApiKey::ShareFetch => {
+                let mut req = ShareFetchRequest::default();
+                req.group_id = Some(GroupId(name("g932")));
+                req.member_id = Some(name("member"));
+                let r: ShareFetchResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(r.error_code, GROUP_DENIED, "{what}");
+            }
+            ApiKey::ShareAcknowledge => {
+                let mut req = ShareAcknowledgeRequest::default();
+                req.group_id = Some(GroupId(name("g932")));
+                req.member_id = Some(name("member"));
+                req.share_session_epoch = 1;
+                let r: ShareAcknowledgeResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(r.error_code, GROUP_DENIED, "{what}");
+            }
             ApiKey::DescribeLogDirs => {
                 let r: DescribeLogDirsResponse =
                     call(&mut c, api.key, v, &DescribeLogDirsRequest::default()).await;

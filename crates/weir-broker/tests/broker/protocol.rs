@@ -639,6 +639,30 @@ async fn every_advertised_version_answers() {
                     );
                     assert_eq!(g.members[0].member_id.as_str(), "member", "{what}");
                 }
+                ApiKey::ShareFetch => {
+                    let mut partition = share_fetch_request::FetchPartition::default();
+                    partition.partition_index = 0;
+                    let mut topic = share_fetch_request::FetchTopic::default();
+                    topic.topic_id = topic_id;
+                    topic.partitions = vec![partition];
+                    let mut req = ShareFetchRequest::default();
+                    req.group_id = Some(GroupId(StrBytes::from_static_str("kip932-1")));
+                    req.member_id = Some(StrBytes::from_static_str("member"));
+                    req.max_records = 10;
+                    req.max_bytes = 1 << 20;
+                    req.topics = vec![topic];
+                    let r: ShareFetchResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                    assert_eq!(r.acquisition_lock_timeout_ms, 30_000, "{what}");
+                }
+                ApiKey::ShareAcknowledge => {
+                    let mut req = ShareAcknowledgeRequest::default();
+                    req.group_id = Some(GroupId(StrBytes::from_static_str("kip932-1")));
+                    req.member_id = Some(StrBytes::from_static_str("member"));
+                    req.share_session_epoch = 1;
+                    let r: ShareAcknowledgeResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.error_code, 0, "{what}");
+                }
                 ApiKey::DescribeLogDirs => {
                     let mut req = DescribeLogDirsRequest::default();
                     req.topics = None;

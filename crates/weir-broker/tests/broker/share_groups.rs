@@ -274,3 +274,175 @@ async fn share_group_members_share_partitions_expire_and_meet_other_protocols() 
     assert_eq!(describe(&mut c, "sg").await.error_code, GROUP_ID_NOT_FOUND);
     assert!(list(&mut c, &[]).await.iter().all(|g| g.0 != "sg"));
 }
+
+const INVALID_RECORD_STATE: i16 = 121;
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+
+/// A ShareFetch of `member` at session `epoch` for partition 0 of `topic_id`, acknowledging
+/// `acks` (first, last, type) there.
+fn share_fetch(
+    member: &str,
+    epoch: i32,
+    topic_id: uuid::Uuid,
+    max_records: i32,
+    acks: &[(i64, i64, i8)],
+) -> ShareFetchRequest {
+    let mut partition = share_fetch_request::FetchPartition::default();
+    partition.partition_index = 0;
+    partition.acknowledgement_batches = acks
+        .iter()
+        .map(|&(first, last, kind)| {
+            let mut batch = share_fetch_request::AcknowledgementBatch::default();
+            batch.first_offset = first;
+            batch.last_offset = last;
+            batch.acknowledge_types = vec![kind];
+            batch
+        })
+        .collect();
+    let mut topic = share_fetch_request::FetchTopic::default();
+    topic.topic_id = topic_id;
+    topic.partitions = vec![partition];
+    let mut request = ShareFetchRequest::default();
+    request.group_id = Some(GroupId(text("queue")));
+    request.member_id = Some(text(member));
+    request.share_session_epoch = epoch;
+    request.max_wait_ms = 0;
+    request.max_bytes = 1 << 20;
+    request.max_records = max_records;
+    request.topics = vec![topic];
+    request
+}
+
+/// The partition's answer: (error, acknowledge error, acquired (first, last, deliveries),
+/// whether records came).
+async fn share_fetched(
+    c: &mut TcpStream,
+    request: &ShareFetchRequest,
+) -> (i16, Option<(i16, i16, Vec<(i64, i64, i16)>, bool)>) {
+    let response: ShareFetchResponse = call(c, ApiKey::ShareFetch, 1, request).await;
+    let partition = response.responses.first().map(|t| {
+        let p = &t.partitions[0];
+        let acquired = p
+            .acquired_records
+            .iter()
+            .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
+            .collect();
+        let records = p.records.as_ref().is_some_and(|r| !r.is_empty());
+        (p.error_code, p.acknowledge_error_code, acquired, records)
+    });
+    (response.error_code, partition)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_fetch_delivers_each_record_to_one_member_and_redelivers_what_is_released() {
+    use weir_log::batch::{build_batch, ProducerFields};
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "q", 1, &[]).await, 0);
+    let topic_id = test.broker.image().topic("q").expect("topic").topic_id;
+
+    // The first fetch starts the share-partition at the log's end (share.auto.offset.reset
+    // latest): nothing yet.
+    assert_eq!(
+        share_fetched(&mut c, &share_fetch("a", 0, topic_id, 4, &[])).await,
+        (0, None)
+    );
+    let values: Vec<Vec<u8>> = (0..10).map(|i| format!("v{i}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let (code, _) = produce(
+        &mut c,
+        "q",
+        0,
+        -1,
+        build_batch(&refs, 0, ProducerFields::NONE),
+    )
+    .await;
+    assert_eq!(code, 0);
+
+    // a takes four records, b the other six: none goes to both.
+    let a = share_fetched(&mut c, &share_fetch("a", 1, topic_id, 4, &[])).await;
+    assert_eq!(a, (0, Some((0, 0, vec![(0, 3, 1)], true))));
+    let b = share_fetched(&mut c, &share_fetch("b", 0, topic_id, 500, &[])).await;
+    assert_eq!(b, (0, Some((0, 0, vec![(4, 9, 1)], true))));
+    assert_eq!(
+        share_fetched(&mut c, &share_fetch("c", 0, topic_id, 500, &[])).await,
+        (0, None)
+    );
+
+    // a accepts two and releases two with ShareAcknowledge; b rejects one and accepts the
+    // rest in its next fetch, which brings it the two a released, delivered a second time.
+    let mut ack = ShareAcknowledgeRequest::default();
+    ack.group_id = Some(GroupId(text("queue")));
+    ack.member_id = Some(text("a"));
+    ack.share_session_epoch = 2;
+    let mut partition = share_acknowledge_request::AcknowledgePartition::default();
+    partition.partition_index = 0;
+    for (first, last, kind) in [(0, 1, 1), (2, 3, 2)] {
+        let mut batch = share_acknowledge_request::AcknowledgementBatch::default();
+        batch.first_offset = first;
+        batch.last_offset = last;
+        batch.acknowledge_types = vec![kind];
+        partition.acknowledgement_batches.push(batch);
+    }
+    let mut topic = share_acknowledge_request::AcknowledgeTopic::default();
+    topic.topic_id = topic_id;
+    topic.partitions = vec![partition];
+    ack.topics = vec![topic];
+    let acked: ShareAcknowledgeResponse = call(&mut c, ApiKey::ShareAcknowledge, 1, &ack).await;
+    assert_eq!(acked.error_code, 0);
+    assert_eq!(acked.responses[0].partitions[0].error_code, 0);
+    let b = share_fetched(
+        &mut c,
+        &share_fetch("b", 1, topic_id, 500, &[(4, 4, 3), (5, 9, 1)]),
+    )
+    .await;
+    assert_eq!(b, (0, Some((0, 0, vec![(2, 3, 2)], true))));
+
+    // Refusals: a record not held, a wrong epoch, a closed session.
+    let stale = share_fetched(&mut c, &share_fetch("a", 3, topic_id, 500, &[(0, 0, 1)])).await;
+    assert_eq!(
+        stale.1.map(|p| p.1),
+        Some(INVALID_RECORD_STATE),
+        "0 was accepted already"
+    );
+    let wrong = share_fetched(&mut c, &share_fetch("a", 9, topic_id, 500, &[])).await;
+    assert_eq!(wrong.0, INVALID_SHARE_SESSION_EPOCH);
+    ack.share_session_epoch = 0;
+    let refused: ShareAcknowledgeResponse = call(&mut c, ApiKey::ShareAcknowledge, 1, &ack).await;
+    assert_eq!(refused.error_code, INVALID_SHARE_SESSION_EPOCH);
+
+    // b leaves (its final fetch): what it holds is released for others at once.
+    assert_eq!(
+        share_fetched(&mut c, &share_fetch("b", -1, topic_id, 500, &[])).await,
+        (0, None)
+    );
+    let gone = share_fetched(&mut c, &share_fetch("b", 3, topic_id, 500, &[])).await;
+    assert_eq!(gone.0, SHARE_SESSION_NOT_FOUND);
+    let a = share_fetched(&mut c, &share_fetch("a", 4, topic_id, 500, &[])).await;
+    assert_eq!(
+        a,
+        (0, Some((0, 0, vec![(2, 3, 3)], true))),
+        "a third delivery"
+    );
+
+    // A fetch that waits is answered once records arrive.
+    let mut waiting = share_fetch("a", 5, topic_id, 500, &[(2, 3, 1)]);
+    waiting.max_wait_ms = 10_000;
+    let addr = test.addr;
+    let producer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut p = TcpStream::connect(addr).await.expect("connect");
+        produce(
+            &mut p,
+            "q",
+            0,
+            -1,
+            build_batch(&[b"late"], 0, ProducerFields::NONE),
+        )
+        .await
+    });
+    let late = share_fetched(&mut c, &waiting).await;
+    assert_eq!(producer.await.expect("produced").0, 0);
+    assert_eq!(late, (0, Some((0, 0, vec![(10, 10, 1)], true))));
+}

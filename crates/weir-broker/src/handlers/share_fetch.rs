@@ -1,0 +1,682 @@
+//! Share groups' data path (KIP-932): ShareFetch (key 78, v1) and ShareAcknowledge (79, v1).
+//! A member's requests run in its share session (`share_state.rs`): the first opens it with
+//! its partitions, each next one carries the session's next epoch and may add or forget
+//! partitions, the last (epoch -1) closes it and releases what the member still holds. A
+//! ShareFetch applies the acknowledgements it carries, then acquires records for the member
+//! from every partition of its session this broker leads (`SharePartition::acquire` over the
+//! batches read from `next_fetch_offset`), waiting up to `max_wait_ms` for records when there
+//! are none; the answer carries the batches read and the ranges acquired, which are all the
+//! member may process.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::select_all;
+use kafka_protocol::messages::share_acknowledge_response::{
+    PartitionData as AckPartitionData, ShareAcknowledgeTopicResponse,
+};
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords as WireAcquired, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::{
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+use weir_codec::layout::{
+    ATTRIBUTES_AT, ATTR_CONTROL, BASE_OFFSET_AT, BATCH_HEADER_BYTES, BATCH_LENGTH_AT,
+    LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES,
+};
+use weir_coordinator::share_partition::{
+    AcknowledgeType, Acknowledgement, AcquiredRecords, FetchedBatch, ShareError,
+};
+use weir_metadata::acl::AclOperation;
+use weir_metadata::authorizer::Access;
+
+use crate::broker::Broker;
+use crate::handlers::errors::ErrorReply;
+use crate::handlers::{led_partition, str_bytes};
+use crate::partition::Partition;
+use crate::share_state::{SessionError, ShareKey, FINAL_EPOCH};
+
+/// Longest a ShareFetch waits for records, whatever `max_wait_ms` asks.
+const WAIT_MS_MAX: u64 = 30_000;
+/// Most bytes one ShareFetch answer carries, whatever `max_bytes` asks.
+const FETCH_BYTES_MAX: u64 = 64 << 20;
+/// Most records one ShareFetch acquires, whatever `max_records` asks.
+const FETCH_RECORDS_MAX: u32 = 10_000;
+
+/// What a request names, checked: the group, the member, and the acknowledgements by
+/// partition.
+struct Checked {
+    group: String,
+    member: String,
+    acknowledgements: BTreeMap<(Uuid, i32), Vec<Acknowledgement>>,
+}
+
+/// [`check`] of a ShareFetch or ShareAcknowledge request (the same fields in two types).
+macro_rules! checked {
+    ($request:expr, $access:expr) => {{
+        let batches = $request.topics.iter().flat_map(|t| {
+            t.partitions.iter().flat_map(move |p| {
+                p.acknowledgement_batches.iter().map(move |b| {
+                    let types = b.acknowledge_types.as_slice();
+                    (
+                        (t.topic_id, p.partition_index),
+                        (b.first_offset, b.last_offset, types),
+                    )
+                })
+            })
+        });
+        check(
+            $request.group_id.as_ref().map(|g| g.as_str()),
+            $request.member_id.as_ref().map(|m| m.as_str()),
+            batches,
+            $access,
+        )
+    }};
+}
+
+/// Checks the ids and the rights on the group, and turns the acknowledgement batches into
+/// ranges; the top-level error and message otherwise.
+fn check<'a>(
+    group: Option<&str>,
+    member: Option<&str>,
+    batches: impl Iterator<Item = ((Uuid, i32), (i64, i64, &'a [i8]))>,
+    access: &Access,
+) -> Result<Checked, (ResponseError, String)> {
+    let invalid = |what: &str| (ResponseError::InvalidRequest, what.to_string());
+    let group = group
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| invalid("GroupId must be set."))?;
+    let member = member
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| invalid("MemberId must be set."))?;
+    if !access.group(AclOperation::Read, group) {
+        return Err((
+            ResponseError::GroupAuthorizationFailed,
+            format!("Not authorized to access group: {group}"),
+        ));
+    }
+    let mut acknowledgements: BTreeMap<(Uuid, i32), Vec<Acknowledgement>> = BTreeMap::new();
+    for (key, (first, last, types)) in batches {
+        let ranges = acknowledgement_ranges(first, last, types)
+            .ok_or_else(|| invalid("Invalid acknowledgement batch."))?;
+        acknowledgements.entry(key).or_default().extend(ranges);
+    }
+    Ok(Checked {
+        group: group.to_string(),
+        member: member.to_string(),
+        acknowledgements,
+    })
+}
+
+/// One acknowledgement batch as ranges of one type: its types are one for the whole batch or
+/// one per offset (0 gap, 1 accept, 2 release, 3 reject). `None` when malformed.
+fn acknowledgement_ranges(first: i64, last: i64, types: &[i8]) -> Option<Vec<Acknowledgement>> {
+    let span = last.checked_sub(first)?.checked_add(1)?;
+    if span <= 0 || (types.len() != 1 && i64::try_from(types.len()).ok()? != span) {
+        return None;
+    }
+    let kind = |t: i8| match t {
+        0 => Some(AcknowledgeType::Gap),
+        1 => Some(AcknowledgeType::Accept),
+        2 => Some(AcknowledgeType::Release),
+        3 => Some(AcknowledgeType::Reject),
+        _ => None,
+    };
+    if let [only] = types {
+        return Some(vec![Acknowledgement {
+            first_offset: first,
+            last_offset: last,
+            kind: kind(*only)?,
+        }]);
+    }
+    let mut ranges: Vec<Acknowledgement> = Vec::new();
+    for (offset, t) in (first..=last).zip(types) {
+        let kind = kind(*t)?;
+        match ranges.last_mut() {
+            Some(run) if run.kind == kind => run.last_offset = offset,
+            _ => ranges.push(Acknowledgement {
+                first_offset: offset,
+                last_offset: offset,
+                kind,
+            }),
+        }
+    }
+    Some(ranges)
+}
+
+/// The partition a share request names, led here and readable by the client; its Kafka error
+/// otherwise.
+fn target(
+    broker: &Broker,
+    topic_id: Uuid,
+    index: i32,
+    access: &Access,
+) -> Result<Arc<Partition>, i16> {
+    let image = broker.image();
+    let topic = image
+        .topic_by_id(topic_id)
+        .ok_or(ResponseError::UnknownTopicId.code())?;
+    if !access.topic(AclOperation::Read, &topic.name) {
+        return Err(ResponseError::TopicAuthorizationFailed.code());
+    }
+    led_partition(broker, &topic.name, index).map_err(|e| e.code())
+}
+
+/// Applies `member`'s acknowledgements to one partition; the error code (0 when applied).
+fn acknowledge_partition(
+    broker: &Broker,
+    checked: &Checked,
+    (topic_id, index): (Uuid, i32),
+    acknowledgements: &[Acknowledgement],
+    access: &Access,
+) -> i16 {
+    let partition = match target(broker, topic_id, index, access) {
+        Ok(partition) => partition,
+        Err(code) => return code,
+    };
+    let leader_epoch = partition.log().leader_epoch();
+    let key = share_key(&checked.group, topic_id, index);
+    let now = Instant::now();
+    let applied = broker
+        .share_state
+        .with_existing(&key, leader_epoch, |share| {
+            share.acknowledge(&checked.member, acknowledgements, now)
+        });
+    match applied {
+        Some(Ok(archived)) => {
+            for record in archived {
+                tracing::debug!(target: "weir::share", group = %checked.group, %topic_id, partition = index, offset = record.offset, reason = ?record.reason, deliveries = record.delivery_count, "record archived");
+            }
+            0
+        }
+        Some(Err(ShareError::InvalidRange)) => ResponseError::InvalidRequest.code(),
+        Some(Err(ShareError::InvalidRecordState)) | None => {
+            ResponseError::InvalidRecordState.code()
+        }
+    }
+}
+
+fn share_key(group: &str, topic_id: Uuid, partition: i32) -> ShareKey {
+    ShareKey {
+        group: Arc::from(group),
+        topic_id,
+        partition,
+    }
+}
+
+/// Releases what `member` holds in the partitions of its closed session.
+fn release_session(broker: &Broker, group: &str, member: &str, partitions: &[(Uuid, i32)]) {
+    for (topic_id, index) in partitions {
+        let Some(partition) = broker
+            .image()
+            .topic_by_id(*topic_id)
+            .and_then(|t| broker.partitions.get(&t.name, *index))
+        else {
+            continue;
+        };
+        let leader_epoch = partition.log().leader_epoch();
+        let key = share_key(group, *topic_id, *index);
+        broker
+            .share_state
+            .with_existing(&key, leader_epoch, |share| share.release_member(member));
+    }
+}
+
+fn session_error(error: SessionError) -> ResponseError {
+    match error {
+        SessionError::NotFound => ResponseError::ShareSessionNotFound,
+        SessionError::InvalidEpoch => ResponseError::InvalidShareSessionEpoch,
+        SessionError::LimitReached => ResponseError::ShareSessionLimitReached,
+        SessionError::TooManyPartitions => ResponseError::InvalidRequest,
+    }
+}
+
+/// ShareFetch: acknowledgements first, then records acquired for the member.
+pub async fn fetch(
+    broker: &Arc<Broker>,
+    request: ShareFetchRequest,
+    access: &Access,
+) -> ShareFetchResponse {
+    let mut response = ShareFetchResponse::default();
+    response.acquisition_lock_timeout_ms = i32::try_from(
+        broker
+            .share_state
+            .settings()
+            .record_lock_duration
+            .as_millis(),
+    )
+    .unwrap_or(i32::MAX);
+    let checked = match checked!(request, access) {
+        Ok(checked) => checked,
+        Err((code, message)) => {
+            response.error_code = code.code();
+            response.error_message = Some(str_bytes(message));
+            return response;
+        }
+    };
+    let added: Vec<(Uuid, i32)> = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.topic_id, p.partition_index))
+        })
+        .collect();
+    let forgotten: Vec<(Uuid, i32)> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+        .collect();
+    let epoch = request.share_session_epoch;
+    let session = broker.share_state.session(
+        (&checked.group, &checked.member),
+        epoch,
+        &added,
+        &forgotten,
+        Instant::now(),
+    );
+    let partitions = match session {
+        Ok(partitions) => partitions,
+        Err(error) => {
+            response.error_code = session_error(error).code();
+            return response;
+        }
+    };
+    let mut answers: BTreeMap<(Uuid, i32), PartitionData> = BTreeMap::new();
+    for (key, acknowledgements) in &checked.acknowledgements {
+        let code = acknowledge_partition(broker, &checked, *key, acknowledgements, access);
+        let data = answers.entry(*key).or_insert_with(|| partition_data(key.1));
+        data.acknowledge_error_code = code;
+    }
+    if epoch == FINAL_EPOCH {
+        release_session(broker, &checked.group, &checked.member, &partitions);
+        response.responses = by_topic(answers);
+        return response;
+    }
+    let targets: Vec<((Uuid, i32), Led)> = partitions
+        .iter()
+        .map(|&(topic_id, index)| ((topic_id, index), target(broker, topic_id, index, access)))
+        .collect();
+    let partition_max_bytes: BTreeMap<(Uuid, i32), u64> = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                let bytes = u64::try_from(p.partition_max_bytes).unwrap_or(0);
+                ((t.topic_id, p.partition_index), bytes)
+            })
+        })
+        .filter(|(_, bytes)| *bytes > 0)
+        .collect();
+    let plan = Plan {
+        group: Arc::from(checked.group.as_str()),
+        member: Arc::from(checked.member.as_str()),
+        partitions: targets
+            .iter()
+            .filter_map(|(key, led)| led.as_ref().ok().map(|p| (*key, p.clone())))
+            .collect(),
+        partition_max_bytes,
+        max_bytes: u64::try_from(request.max_bytes)
+            .unwrap_or(0)
+            .clamp(1, FETCH_BYTES_MAX),
+        max_records: u32::try_from(request.max_records)
+            .unwrap_or(0)
+            .clamp(1, FETCH_RECORDS_MAX),
+    };
+    for (key, led) in &targets {
+        if let Err(code) = led {
+            let data = answers.entry(*key).or_insert_with(|| partition_data(key.1));
+            data.error_code = *code;
+        }
+    }
+    let wait = Duration::from_millis(
+        u64::try_from(request.max_wait_ms)
+            .unwrap_or(0)
+            .min(WAIT_MS_MAX),
+    );
+    let deadline = Instant::now() + wait;
+    let plan = Arc::new(plan);
+    let mut shutdown = broker.shutdown.clone();
+    loop {
+        let pass = {
+            let (broker, plan) = (broker.clone(), plan.clone());
+            tokio::task::spawn_blocking(move || acquire_pass(&broker, &plan)).await
+        };
+        let acquired = match pass {
+            Ok(acquired) => acquired,
+            Err(error) => {
+                tracing::warn!(target: "weir::share", %error, "share fetch pass failed");
+                Vec::new()
+            }
+        };
+        let any = !acquired.is_empty();
+        for (key, outcome) in acquired {
+            let data = answers.entry(key).or_insert_with(|| partition_data(key.1));
+            match outcome {
+                Ok((records, ranges)) => {
+                    data.records = Some(records);
+                    data.acquired_records = ranges
+                        .into_iter()
+                        .map(|r| {
+                            let mut wire = WireAcquired::default();
+                            wire.first_offset = r.first_offset;
+                            wire.last_offset = r.last_offset;
+                            wire.delivery_count =
+                                i16::try_from(r.delivery_count).unwrap_or(i16::MAX);
+                            wire
+                        })
+                        .collect();
+                }
+                Err(code) => data.error_code = code,
+            }
+        }
+        let now = Instant::now();
+        if any || now >= deadline || plan.partitions.is_empty() || *shutdown.borrow() {
+            break;
+        }
+        // New records wake the wait; records released by other members wait for its end.
+        let mut watches: Vec<_> = plan
+            .partitions
+            .iter()
+            .map(|(_, p)| p.watch_high_watermark())
+            .collect();
+        let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
+        tokio::select! {
+            _ = tokio::time::sleep_until((deadline).into()) => {}
+            _ = changed => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+    response.responses = by_topic(answers);
+    response
+}
+
+/// A partition of the session led here, or why not (a Kafka error code).
+type Led = Result<Arc<Partition>, i16>;
+
+/// What one acquisition pass reads: the member's partitions led here and its budgets.
+struct Plan {
+    group: Arc<str>,
+    member: Arc<str>,
+    partitions: Vec<((Uuid, i32), Arc<Partition>)>,
+    partition_max_bytes: BTreeMap<(Uuid, i32), u64>,
+    max_bytes: u64,
+    max_records: u32,
+}
+
+/// One partition's outcome: the batches read and the ranges acquired, or a Kafka error.
+type Acquired = Result<(Bytes, Vec<AcquiredRecords>), i16>;
+
+/// Acquires for the member from each partition in turn, within the budgets; only partitions
+/// where something was acquired or that failed are returned. Reads the logs: runs off the
+/// async workers.
+fn acquire_pass(broker: &Broker, plan: &Plan) -> Vec<((Uuid, i32), Acquired)> {
+    let mut out = Vec::new();
+    let mut bytes_left = plan.max_bytes;
+    let mut records_left = plan.max_records;
+    for (key, partition) in &plan.partitions {
+        if bytes_left == 0 || records_left == 0 {
+            break;
+        }
+        let max_bytes = plan
+            .partition_max_bytes
+            .get(key)
+            .map_or(bytes_left, |limit| (*limit).min(bytes_left));
+        let share_key = ShareKey {
+            group: plan.group.clone(),
+            topic_id: key.0,
+            partition: key.1,
+        };
+        match acquire_from(
+            broker,
+            &share_key,
+            &plan.member,
+            partition,
+            (max_bytes, records_left),
+        ) {
+            Ok(None) => {}
+            Ok(Some((records, ranges))) => {
+                bytes_left = bytes_left.saturating_sub(records.len() as u64);
+                let count: i64 = ranges
+                    .iter()
+                    .map(|r| r.last_offset - r.first_offset + 1)
+                    .sum();
+                records_left =
+                    records_left.saturating_sub(u32::try_from(count).unwrap_or(u32::MAX));
+                out.push((*key, Ok((records, ranges))));
+            }
+            Err(code) => out.push((*key, Err(code))),
+        }
+    }
+    out
+}
+
+/// Acquires up to `max_records` records of `partition` for `member`, reading at most
+/// `max_bytes` (the first batch whole) from where the share-partition delivers next.
+fn acquire_from(
+    broker: &Broker,
+    key: &ShareKey,
+    member: &str,
+    partition: &Partition,
+    (max_bytes, max_records): (u64, u32),
+) -> Result<Option<(Bytes, Vec<AcquiredRecords>)>, i16> {
+    let now = Instant::now();
+    let (leader_epoch, high_watermark, log_start) = {
+        let log = partition.log();
+        (
+            log.leader_epoch(),
+            log.high_watermark(),
+            log.log_start_offset(),
+        )
+    };
+    let share = &broker.share_state;
+    let next = share
+        .with_partition(
+            key,
+            leader_epoch,
+            || high_watermark,
+            |p| {
+                p.advance_log_start(log_start);
+                p.expire_locks(now);
+                p.next_fetch_offset()
+            },
+        )
+        .ok_or(ResponseError::UnknownServerError.code())?;
+    let Some(from) = next.filter(|from| *from < high_watermark) else {
+        return Ok(None);
+    };
+    let error = |e: weir_log::LogError| ErrorReply::from(&e).code();
+    let view = partition
+        .log()
+        .read_view(from, high_watermark)
+        .map_err(error)?;
+    let Some(slice) = view
+        .map(|v| v.slice(max_bytes, true))
+        .transpose()
+        .map_err(error)?
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    let bytes = slice.read().map_err(error)?;
+    let batches = batch_bounds(&bytes);
+    let fetched: Vec<FetchedBatch> = batches.iter().map(|(_, batch)| *batch).collect();
+    let acquired = share
+        .with_existing(key, leader_epoch, |p| {
+            p.acquire(member, &fetched, max_records, now)
+        })
+        .unwrap_or_default();
+    let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
+        return Ok(None);
+    };
+    // Only the batches holding acquired records go back.
+    let (first_offset, last_offset) = (first.first_offset, last.last_offset);
+    let kept: Vec<&(std::ops::Range<usize>, FetchedBatch)> = batches
+        .iter()
+        .filter(|(_, b)| b.last_offset >= first_offset && b.first_offset <= last_offset)
+        .collect();
+    let (Some(start), Some(end)) = (kept.first(), kept.last()) else {
+        return Ok(None);
+    };
+    Ok(Some((bytes.slice(start.0.start..end.0.end), acquired)))
+}
+
+/// The whole batches in `bytes` (a partial one at the end is left out): their byte ranges and
+/// offsets, control batches marked undeliverable.
+fn batch_bounds(bytes: &[u8]) -> Vec<(std::ops::Range<usize>, FetchedBatch)> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while bytes.len() - at >= BATCH_HEADER_BYTES {
+        let field = |pos: usize, len: usize| &bytes[at + pos..at + pos + len];
+        let be_i32 = |pos: usize| i32::from_be_bytes(field(pos, 4).try_into().unwrap_or([0; 4]));
+        let base = i64::from_be_bytes(field(BASE_OFFSET_AT, 8).try_into().unwrap_or([0; 8]));
+        let length = usize::try_from(be_i32(BATCH_LENGTH_AT)).unwrap_or(0);
+        let end = at + LOG_OVERHEAD_BYTES + length;
+        if length == 0 || end > bytes.len() {
+            break;
+        }
+        let attributes = i16::from_be_bytes(field(ATTRIBUTES_AT, 2).try_into().unwrap_or([0; 2]));
+        let last = base + i64::from(be_i32(LAST_OFFSET_DELTA_AT).max(0));
+        out.push((
+            at..end,
+            FetchedBatch {
+                first_offset: base,
+                last_offset: last,
+                deliverable: attributes & ATTR_CONTROL == 0,
+            },
+        ));
+        at = end;
+    }
+    out
+}
+
+fn partition_data(index: i32) -> PartitionData {
+    let mut data = PartitionData::default();
+    data.partition_index = index;
+    data.current_leader.leader_id = -1;
+    data.current_leader.leader_epoch = -1;
+    data
+}
+
+fn by_topic(answers: BTreeMap<(Uuid, i32), PartitionData>) -> Vec<ShareFetchableTopicResponse> {
+    let mut topics: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
+    for ((topic_id, _), data) in answers {
+        topics.entry(topic_id).or_default().push(data);
+    }
+    topics
+        .into_iter()
+        .map(|(topic_id, partitions)| {
+            let mut topic = ShareFetchableTopicResponse::default();
+            topic.topic_id = topic_id;
+            topic.partitions = partitions;
+            topic
+        })
+        .collect()
+}
+
+/// ShareAcknowledge: the member's acknowledgements, in its open session (the final epoch
+/// closes it and releases what the member still holds).
+pub fn acknowledge(
+    broker: &Arc<Broker>,
+    request: ShareAcknowledgeRequest,
+    access: &Access,
+) -> ShareAcknowledgeResponse {
+    let mut response = ShareAcknowledgeResponse::default();
+    let checked = match checked!(request, access) {
+        Ok(checked) => checked,
+        Err((code, message)) => {
+            response.error_code = code.code();
+            response.error_message = Some(str_bytes(message));
+            return response;
+        }
+    };
+    let epoch = request.share_session_epoch;
+    let session = match epoch {
+        0 => Err(SessionError::InvalidEpoch),
+        _ => broker.share_state.session(
+            (&checked.group, &checked.member),
+            epoch,
+            &[],
+            &[],
+            Instant::now(),
+        ),
+    };
+    let partitions = match session {
+        Ok(partitions) => partitions,
+        Err(error) => {
+            response.error_code = session_error(error).code();
+            return response;
+        }
+    };
+    let mut topics: BTreeMap<Uuid, Vec<AckPartitionData>> = BTreeMap::new();
+    for (key, acknowledgements) in &checked.acknowledgements {
+        let mut data = AckPartitionData::default();
+        data.partition_index = key.1;
+        data.current_leader.leader_id = -1;
+        data.current_leader.leader_epoch = -1;
+        data.error_code = acknowledge_partition(broker, &checked, *key, acknowledgements, access);
+        if data.error_code != 0 {
+            data.error_message = ResponseError::try_from_code(data.error_code)
+                .map(|e| StrBytes::from_string(e.to_string()));
+        }
+        topics.entry(key.0).or_default().push(data);
+    }
+    if epoch == FINAL_EPOCH {
+        release_session(broker, &checked.group, &checked.member, &partitions);
+    }
+    response.responses = topics
+        .into_iter()
+        .map(|(topic_id, partitions)| {
+            let mut topic = ShareAcknowledgeTopicResponse::default();
+            topic.topic_id = topic_id;
+            topic.partitions = partitions;
+            topic
+        })
+        .collect();
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acknowledgement_batches_become_ranges_of_one_type() {
+        let one = acknowledgement_ranges(5, 7, &[1]).expect("valid");
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (one[0].first_offset, one[0].last_offset, one[0].kind),
+            (5, 7, AcknowledgeType::Accept)
+        );
+        let mixed = acknowledgement_ranges(5, 8, &[1, 1, 3, 0]).expect("valid");
+        let kinds: Vec<(i64, i64, AcknowledgeType)> = mixed
+            .iter()
+            .map(|a| (a.first_offset, a.last_offset, a.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (5, 6, AcknowledgeType::Accept),
+                (7, 7, AcknowledgeType::Reject),
+                (8, 8, AcknowledgeType::Gap)
+            ]
+        );
+        assert!(
+            acknowledgement_ranges(5, 7, &[1, 1]).is_none(),
+            "one type per offset or one"
+        );
+        assert!(acknowledgement_ranges(7, 5, &[1]).is_none());
+        assert!(
+            acknowledgement_ranges(5, 5, &[4]).is_none(),
+            "renew is not in v1"
+        );
+        assert!(acknowledgement_ranges(0, i64::MAX, &[1, 1]).is_none());
+    }
+}

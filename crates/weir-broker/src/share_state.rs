@@ -1,0 +1,279 @@
+//! What this broker keeps for share groups (KIP-932) as the leader of their partitions: the
+//! share-partition state machines (`weir_coordinator::share_partition`), one per group and
+//! partition it leads, and the share sessions of the members fetching from it (ShareFetch's
+//! session epochs).
+//!
+//! The share-partition state lives in memory on the leader only: a leader change or a restart
+//! starts a share-partition anew at `share.auto.offset.reset` (the log end). Making it durable
+//! in `__share_group_state` is the next step.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+use weir_coordinator::share_partition::{SharePartition, ShareSettings};
+
+/// Share-partitions kept at most (group × partition), each a few hundred bytes plus its
+/// records in flight. A new one past it is refused; none is evicted, since forgetting one
+/// would move its group past records it never delivered.
+pub const SHARE_PARTITIONS_MAX: usize = 100_000;
+/// Partitions one share session holds at most, as a fetch session's.
+pub const SESSION_PARTITIONS_MAX: usize = 50_000;
+/// A session unused this long may be evicted to make room for a new one.
+pub const SESSION_EVICTION_IDLE: Duration = Duration::from_secs(120);
+
+/// Share session epoch that opens a session.
+pub const INITIAL_EPOCH: i32 = 0;
+/// Share session epoch that closes a session.
+pub const FINAL_EPOCH: i32 = -1;
+
+/// A partition of a share group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShareKey {
+    /// The group.
+    pub group: Arc<str>,
+    /// The topic's id.
+    pub topic_id: Uuid,
+    /// The partition.
+    pub partition: i32,
+}
+
+/// Why a share session request is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionError {
+    /// SHARE_SESSION_NOT_FOUND: no session for the member (it was closed or evicted).
+    NotFound,
+    /// INVALID_SHARE_SESSION_EPOCH: the epoch is not the session's next.
+    InvalidEpoch,
+    /// SHARE_SESSION_LIMIT_REACHED: `group.share.max.share.sessions` sessions, none idle.
+    LimitReached,
+    /// INVALID_REQUEST: more than [`SESSION_PARTITIONS_MAX`] partitions.
+    TooManyPartitions,
+}
+
+/// Whose session: (group, member).
+type SessionKey = (Arc<str>, Arc<str>);
+
+/// One member's share session.
+#[derive(Debug)]
+struct Session {
+    /// The epoch its next request must carry.
+    next_epoch: i32,
+    partitions: BTreeSet<(Uuid, i32)>,
+    used: Instant,
+}
+
+/// One share-partition and the leader epoch it was made at: a newer epoch starts anew.
+#[derive(Debug)]
+struct Held {
+    leader_epoch: i32,
+    partition: SharePartition,
+}
+
+/// The broker's share-partitions and share sessions.
+pub struct ShareState {
+    settings: ShareSettings,
+    max_sessions: usize,
+    partitions: Mutex<HashMap<ShareKey, Held>>,
+    sessions: Mutex<HashMap<SessionKey, Session>>,
+}
+
+impl ShareState {
+    /// Empty, with the broker's `group.share.*` settings.
+    pub fn new(settings: ShareSettings, max_sessions: usize) -> ShareState {
+        ShareState {
+            settings,
+            max_sessions,
+            partitions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The share-partition settings in force.
+    pub fn settings(&self) -> ShareSettings {
+        self.settings
+    }
+
+    /// Runs `f` on the share-partition `key` at `leader_epoch`, made at `start_offset()` when
+    /// there is none for this epoch; `None` when [`SHARE_PARTITIONS_MAX`] are held already.
+    pub fn with_partition<R>(
+        &self,
+        key: &ShareKey,
+        leader_epoch: i32,
+        start_offset: impl FnOnce() -> i64,
+        f: impl FnOnce(&mut SharePartition) -> R,
+    ) -> Option<R> {
+        let mut partitions = lock(&self.partitions);
+        let current = partitions
+            .get(key)
+            .is_some_and(|held| held.leader_epoch == leader_epoch);
+        if !current {
+            if !partitions.contains_key(key) && partitions.len() >= SHARE_PARTITIONS_MAX {
+                return None;
+            }
+            partitions.insert(
+                key.clone(),
+                Held {
+                    leader_epoch,
+                    partition: SharePartition::new(start_offset(), self.settings),
+                },
+            );
+        }
+        partitions.get_mut(key).map(|held| f(&mut held.partition))
+    }
+
+    /// Runs `f` on the share-partition `key` if it exists at `leader_epoch`.
+    pub fn with_existing<R>(
+        &self,
+        key: &ShareKey,
+        leader_epoch: i32,
+        f: impl FnOnce(&mut SharePartition) -> R,
+    ) -> Option<R> {
+        let mut partitions = lock(&self.partitions);
+        partitions
+            .get_mut(key)
+            .filter(|held| held.leader_epoch == leader_epoch)
+            .map(|held| f(&mut held.partition))
+    }
+
+    /// Opens, continues or closes `member`'s session of `group` for a request at `epoch`,
+    /// adding `added` and removing `forgotten`; returns the session's partitions (for a final
+    /// request, those it had).
+    pub fn session(
+        &self,
+        (group, member): (&str, &str),
+        epoch: i32,
+        added: &[(Uuid, i32)],
+        forgotten: &[(Uuid, i32)],
+        now: Instant,
+    ) -> Result<Vec<(Uuid, i32)>, SessionError> {
+        let mut sessions = lock(&self.sessions);
+        let key: SessionKey = (Arc::from(group), Arc::from(member));
+        if epoch == INITIAL_EPOCH {
+            if added.len() > SESSION_PARTITIONS_MAX {
+                return Err(SessionError::TooManyPartitions);
+            }
+            if !sessions.contains_key(&key) && sessions.len() >= self.max_sessions {
+                let idle = sessions
+                    .iter()
+                    .filter(|(_, s)| now.saturating_duration_since(s.used) >= SESSION_EVICTION_IDLE)
+                    .min_by_key(|(_, s)| s.used)
+                    .map(|(k, _)| k.clone());
+                match idle {
+                    Some(idle) => {
+                        sessions.remove(&idle);
+                    }
+                    None => return Err(SessionError::LimitReached),
+                }
+            }
+            let partitions: BTreeSet<(Uuid, i32)> = added.iter().copied().collect();
+            let listed = partitions.iter().copied().collect();
+            sessions.insert(
+                key,
+                Session {
+                    next_epoch: 1,
+                    partitions,
+                    used: now,
+                },
+            );
+            return Ok(listed);
+        }
+        let session = sessions.get_mut(&key).ok_or(SessionError::NotFound)?;
+        if epoch == FINAL_EPOCH {
+            let listed = session.partitions.iter().copied().collect();
+            sessions.remove(&key);
+            return Ok(listed);
+        }
+        if epoch != session.next_epoch {
+            return Err(SessionError::InvalidEpoch);
+        }
+        if session.partitions.len() + added.len() > SESSION_PARTITIONS_MAX {
+            return Err(SessionError::TooManyPartitions);
+        }
+        session.partitions.extend(added.iter().copied());
+        for gone in forgotten {
+            session.partitions.remove(gone);
+        }
+        session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+        session.used = now;
+        Ok(session.partitions.iter().copied().collect())
+    }
+}
+
+/// Locks `mutex`, through a poisoned one: every change made under these locks is whole
+/// before anything that could panic.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(max_sessions: usize) -> ShareState {
+        ShareState::new(ShareSettings::default(), max_sessions)
+    }
+
+    #[test]
+    fn sessions_open_continue_by_epoch_and_close() {
+        let state = state(10);
+        let now = Instant::now();
+        let t = Uuid::from_u128(1);
+        let opened = state.session(("g", "m"), 0, &[(t, 0), (t, 1)], &[], now);
+        assert_eq!(opened, Ok(vec![(t, 0), (t, 1)]));
+        assert_eq!(
+            state.session(("g", "m"), 2, &[], &[], now),
+            Err(SessionError::InvalidEpoch)
+        );
+        let next = state.session(("g", "m"), 1, &[(t, 2)], &[(t, 0)], now);
+        assert_eq!(next, Ok(vec![(t, 1), (t, 2)]));
+        assert_eq!(
+            state.session(("g", "m"), -1, &[], &[], now),
+            Ok(vec![(t, 1), (t, 2)])
+        );
+        assert_eq!(
+            state.session(("g", "m"), 2, &[], &[], now),
+            Err(SessionError::NotFound)
+        );
+    }
+
+    #[test]
+    fn past_the_limit_an_idle_session_is_evicted_or_the_new_one_refused() {
+        let state = state(1);
+        let now = Instant::now();
+        state
+            .session(("g", "a"), 0, &[], &[], now)
+            .expect("first session");
+        assert_eq!(
+            state.session(("g", "b"), 0, &[], &[], now),
+            Err(SessionError::LimitReached)
+        );
+        let later = now + SESSION_EVICTION_IDLE;
+        assert!(state.session(("g", "b"), 0, &[], &[], later).is_ok());
+        assert_eq!(
+            state.session(("g", "a"), 1, &[], &[], later),
+            Err(SessionError::NotFound),
+            "evicted"
+        );
+    }
+
+    #[test]
+    fn a_new_leader_epoch_starts_the_share_partition_anew() {
+        let state = state(1);
+        let key = ShareKey {
+            group: Arc::from("g"),
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+        };
+        let start = state.with_partition(&key, 3, || 10, |p| p.start_offset());
+        assert_eq!(start, Some(10));
+        let again = state.with_partition(&key, 3, || 99, |p| p.start_offset());
+        assert_eq!(again, Some(10), "kept at the same epoch");
+        assert_eq!(state.with_existing(&key, 4, |p| p.start_offset()), None);
+        let anew = state.with_partition(&key, 4, || 20, |p| p.start_offset());
+        assert_eq!(anew, Some(20));
+    }
+}
