@@ -6,6 +6,7 @@ use std::sync::Arc;
 use weir_metadata::authorizer::ANONYMOUS;
 
 use crate::quotas::Mute;
+use crate::share_state::ConnectionShares;
 
 /// What a request handler knows of the connection a request came on.
 #[derive(Debug, Clone)]
@@ -18,6 +19,8 @@ pub struct RequestContext {
     pub principal: Arc<str>,
     /// Until when the connection is not read, after a response that throttled its client.
     pub mute: Arc<Mute>,
+    /// The share sessions whose last request came on this connection (closed with it).
+    pub share_sessions: Arc<ConnectionShares>,
 }
 
 impl RequestContext {
@@ -28,6 +31,7 @@ impl RequestContext {
             listener,
             principal: Arc::from(ANONYMOUS),
             mute: Arc::default(),
+            share_sessions: Arc::default(),
         }
     }
 }

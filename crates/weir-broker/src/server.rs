@@ -447,6 +447,7 @@ async fn serve_connection<R, W>(
         }
     };
     drop(queue);
+    handlers::share_fetch::connection_closed(&broker, &context.share_sessions);
     match ending {
         Ending::Drain => {
             tokio::select! {

@@ -8,6 +8,7 @@
 //! in `__share_group_state` is the next step.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,11 @@ pub const SHARE_PARTITIONS_MAX: usize = 100_000;
 pub const SESSION_PARTITIONS_MAX: usize = 50_000;
 /// A session unused this long may be evicted to make room for a new one.
 pub const SESSION_EVICTION_IDLE: Duration = Duration::from_secs(120);
+
+/// Share sessions one connection is remembered to hold at most (a client has one per member
+/// it runs); those past it close at their next error or are evicted idle, not with the
+/// connection.
+pub const CONNECTION_SESSIONS_MAX: usize = 1_000;
 
 /// Share session epoch that opens a session.
 pub const INITIAL_EPOCH: i32 = 0;
@@ -52,14 +58,58 @@ pub enum SessionError {
     TooManyPartitions,
 }
 
+/// A topic's id and a partition of it.
+pub type TopicPartitionId = (Uuid, i32);
+
+/// A share session closed with its connection: whose, and its partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedSession {
+    /// The group.
+    pub group: Arc<str>,
+    /// The member.
+    pub member: Arc<str>,
+    /// The session's partitions.
+    pub partitions: Vec<TopicPartitionId>,
+}
+
 /// Whose session: (group, member).
 type SessionKey = (Arc<str>, Arc<str>);
+
+/// The share sessions a connection used last, so that they close when it does: a member
+/// killed or cut off has its records released at once (as Kafka 4.4 does), not when their
+/// locks expire.
+#[derive(Debug)]
+pub struct ConnectionShares {
+    id: u64,
+    held: Mutex<Vec<SessionKey>>,
+}
+
+impl Default for ConnectionShares {
+    fn default() -> ConnectionShares {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        ConnectionShares {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            held: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl ConnectionShares {
+    fn hold(&self, key: &SessionKey) {
+        let mut held = lock(&self.held);
+        if !held.contains(key) && held.len() < CONNECTION_SESSIONS_MAX {
+            held.push(key.clone());
+        }
+    }
+}
 
 /// One member's share session.
 #[derive(Debug)]
 struct Session {
     /// The epoch its next request must carry.
     next_epoch: i32,
+    /// The connection its last request came on.
+    connection: u64,
     partitions: BTreeSet<(Uuid, i32)>,
     used: Instant,
 }
@@ -144,9 +194,8 @@ impl ShareState {
         &self,
         (group, member): (&str, &str),
         epoch: i32,
-        added: &[(Uuid, i32)],
-        forgotten: &[(Uuid, i32)],
-        now: Instant,
+        (added, forgotten): (&[TopicPartitionId], &[TopicPartitionId]),
+        (connection, now): (&ConnectionShares, Instant),
     ) -> Result<Vec<(Uuid, i32)>, SessionError> {
         let mut sessions = lock(&self.sessions);
         let key: SessionKey = (Arc::from(group), Arc::from(member));
@@ -169,10 +218,12 @@ impl ShareState {
             }
             let partitions: BTreeSet<(Uuid, i32)> = added.iter().copied().collect();
             let listed = partitions.iter().copied().collect();
+            connection.hold(&key);
             sessions.insert(
                 key,
                 Session {
                     next_epoch: 1,
+                    connection: connection.id,
                     partitions,
                     used: now,
                 },
@@ -197,7 +248,32 @@ impl ShareState {
         }
         session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
         session.used = now;
+        session.connection = connection.id;
+        connection.hold(&key);
         Ok(session.partitions.iter().copied().collect())
+    }
+
+    /// Closes the sessions whose last request came on `connection`, which has closed: their
+    /// (group, member, partitions), whose records the caller releases.
+    pub fn close_connection(&self, connection: &ConnectionShares) -> Vec<ClosedSession> {
+        let held = std::mem::take(&mut *lock(&connection.held));
+        if held.is_empty() {
+            return Vec::new();
+        }
+        let mut sessions = lock(&self.sessions);
+        held.into_iter()
+            .filter_map(|key| {
+                let owned = sessions
+                    .get(&key)
+                    .is_some_and(|s| s.connection == connection.id);
+                let session = owned.then(|| sessions.remove(&key)).flatten()?;
+                Some(ClosedSession {
+                    group: key.0,
+                    member: key.1,
+                    partitions: session.partitions.into_iter().collect(),
+                })
+            })
+            .collect()
     }
 }
 
@@ -220,41 +296,79 @@ mod tests {
     #[test]
     fn sessions_open_continue_by_epoch_and_close() {
         let state = state(10);
-        let now = Instant::now();
+        let c = ConnectionShares::default();
+        let at = (&c, Instant::now());
         let t = Uuid::from_u128(1);
-        let opened = state.session(("g", "m"), 0, &[(t, 0), (t, 1)], &[], now);
+        let opened = state.session(("g", "m"), 0, (&[(t, 0), (t, 1)], &[]), at);
         assert_eq!(opened, Ok(vec![(t, 0), (t, 1)]));
         assert_eq!(
-            state.session(("g", "m"), 2, &[], &[], now),
+            state.session(("g", "m"), 2, (&[], &[]), at),
             Err(SessionError::InvalidEpoch)
         );
-        let next = state.session(("g", "m"), 1, &[(t, 2)], &[(t, 0)], now);
+        let next = state.session(("g", "m"), 1, (&[(t, 2)], &[(t, 0)]), at);
         assert_eq!(next, Ok(vec![(t, 1), (t, 2)]));
         assert_eq!(
-            state.session(("g", "m"), -1, &[], &[], now),
+            state.session(("g", "m"), -1, (&[], &[]), at),
             Ok(vec![(t, 1), (t, 2)])
         );
         assert_eq!(
-            state.session(("g", "m"), 2, &[], &[], now),
+            state.session(("g", "m"), 2, (&[], &[]), at),
             Err(SessionError::NotFound)
         );
     }
 
     #[test]
+    fn a_closed_connection_closes_the_sessions_it_used_last() {
+        let state = state(10);
+        let (first, second) = (ConnectionShares::default(), ConnectionShares::default());
+        let now = Instant::now();
+        let t = Uuid::from_u128(1);
+        state
+            .session(("g", "a"), 0, (&[(t, 0)], &[]), (&first, now))
+            .expect("opened");
+        state
+            .session(("g", "b"), 0, (&[(t, 1)], &[]), (&first, now))
+            .expect("opened");
+        // b's member reconnected: its session is the second connection's now.
+        state
+            .session(("g", "b"), 1, (&[], &[]), (&second, now))
+            .expect("continued");
+        let closed = state.close_connection(&first);
+        assert_eq!(
+            closed,
+            [ClosedSession {
+                group: Arc::from("g"),
+                member: Arc::from("a"),
+                partitions: vec![(t, 0)]
+            }]
+        );
+        assert_eq!(
+            state.session(("g", "a"), 1, (&[], &[]), (&second, now)),
+            Err(SessionError::NotFound)
+        );
+        assert!(state
+            .session(("g", "b"), 2, (&[], &[]), (&second, now))
+            .is_ok());
+    }
+
+    #[test]
     fn past_the_limit_an_idle_session_is_evicted_or_the_new_one_refused() {
         let state = state(1);
+        let c = ConnectionShares::default();
         let now = Instant::now();
         state
-            .session(("g", "a"), 0, &[], &[], now)
+            .session(("g", "a"), 0, (&[], &[]), (&c, now))
             .expect("first session");
         assert_eq!(
-            state.session(("g", "b"), 0, &[], &[], now),
+            state.session(("g", "b"), 0, (&[], &[]), (&c, now)),
             Err(SessionError::LimitReached)
         );
         let later = now + SESSION_EVICTION_IDLE;
-        assert!(state.session(("g", "b"), 0, &[], &[], later).is_ok());
+        assert!(state
+            .session(("g", "b"), 0, (&[], &[]), (&c, later))
+            .is_ok());
         assert_eq!(
-            state.session(("g", "a"), 1, &[], &[], later),
+            state.session(("g", "a"), 1, (&[], &[]), (&c, later)),
             Err(SessionError::NotFound),
             "evicted"
         );

@@ -22,7 +22,7 @@ mod produce;
 mod producer_id;
 mod reassignments;
 pub(crate) mod scram_credentials;
-mod share_fetch;
+pub(crate) mod share_fetch;
 mod share_groups;
 mod transactions;
 
@@ -118,6 +118,7 @@ async fn route(
 ) -> PendingReply {
     let peer = context.peer;
     let listener = context.listener.clone();
+    let share_sessions = context.share_sessions.clone();
     let access = broker.access(context);
     let Request {
         header,
@@ -316,12 +317,14 @@ async fn route(
         }),
         RequestKind::ShareFetch(req) => Box::pin(async move {
             respond(ResponseKind::ShareFetch(
-                share_fetch::fetch(&broker, req, &access).await,
+                share_fetch::fetch(&broker, req, (&access, &share_sessions)).await,
             ))
         }),
         RequestKind::ShareAcknowledge(req) => Box::pin(async move {
             respond(ResponseKind::ShareAcknowledge(share_fetch::acknowledge(
-                &broker, req, &access,
+                &broker,
+                req,
+                (&access, &share_sessions),
             )))
         }),
         RequestKind::OffsetCommit(req) => Box::pin(async move {

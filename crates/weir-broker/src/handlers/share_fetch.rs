@@ -40,7 +40,7 @@ use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{led_partition, str_bytes};
 use crate::partition::Partition;
-use crate::share_state::{SessionError, ShareKey, FINAL_EPOCH};
+use crate::share_state::{ConnectionShares, SessionError, ShareKey, FINAL_EPOCH};
 
 /// Longest a ShareFetch waits for records, whatever `max_wait_ms` asks.
 const WAIT_MS_MAX: u64 = 30_000;
@@ -228,6 +228,16 @@ fn release_session(broker: &Broker, group: &str, member: &str, partitions: &[(Uu
     }
 }
 
+/// `connection` closed: the share sessions whose last request came on it close, and what
+/// their members held is released for the others at once.
+pub fn connection_closed(broker: &Broker, connection: &ConnectionShares) {
+    for closed in broker.share_state.close_connection(connection) {
+        let (group, member) = (&closed.group, &closed.member);
+        tracing::debug!(target: "weir::share", %group, %member, "share session closed with its connection");
+        release_session(broker, group, member, &closed.partitions);
+    }
+}
+
 fn session_error(error: SessionError) -> ResponseError {
     match error {
         SessionError::NotFound => ResponseError::ShareSessionNotFound,
@@ -241,7 +251,7 @@ fn session_error(error: SessionError) -> ResponseError {
 pub async fn fetch(
     broker: &Arc<Broker>,
     request: ShareFetchRequest,
-    access: &Access,
+    (access, connection): (&Access, &ConnectionShares),
 ) -> ShareFetchResponse {
     let mut response = ShareFetchResponse::default();
     response.acquisition_lock_timeout_ms = i32::try_from(
@@ -278,9 +288,8 @@ pub async fn fetch(
     let session = broker.share_state.session(
         (&checked.group, &checked.member),
         epoch,
-        &added,
-        &forgotten,
-        Instant::now(),
+        (&added, &forgotten),
+        (connection, Instant::now()),
     );
     let partitions = match session {
         Ok(partitions) => partitions,
@@ -586,7 +595,7 @@ fn by_topic(answers: BTreeMap<(Uuid, i32), PartitionData>) -> Vec<ShareFetchable
 pub fn acknowledge(
     broker: &Arc<Broker>,
     request: ShareAcknowledgeRequest,
-    access: &Access,
+    (access, connection): (&Access, &ConnectionShares),
 ) -> ShareAcknowledgeResponse {
     let mut response = ShareAcknowledgeResponse::default();
     let checked = match checked!(request, access) {
@@ -603,9 +612,8 @@ pub fn acknowledge(
         _ => broker.share_state.session(
             (&checked.group, &checked.member),
             epoch,
-            &[],
-            &[],
-            Instant::now(),
+            (&[], &[]),
+            (connection, Instant::now()),
         ),
     };
     let partitions = match session {

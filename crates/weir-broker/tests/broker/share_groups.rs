@@ -446,3 +446,41 @@ async fn share_fetch_delivers_each_record_to_one_member_and_redelivers_what_is_r
     assert_eq!(producer.await.expect("produced").0, 0);
     assert_eq!(late, (0, Some((0, 0, vec![(10, 10, 1)], true))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_connection_drops_has_its_records_released_at_once() {
+    use weir_log::batch::{build_batch, ProducerFields};
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "q", 1, &[]).await, 0);
+    let topic_id = test.broker.image().topic("q").expect("topic").topic_id;
+    let mut lost = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(
+        share_fetched(&mut lost, &share_fetch("a", 0, topic_id, 10, &[])).await,
+        (0, None)
+    );
+    let (code, _) = produce(
+        &mut c,
+        "q",
+        0,
+        -1,
+        build_batch(&[b"x", b"y"], 0, ProducerFields::NONE),
+    )
+    .await;
+    assert_eq!(code, 0);
+    let a = share_fetched(&mut lost, &share_fetch("a", 1, topic_id, 10, &[])).await;
+    assert_eq!(a, (0, Some((0, 0, vec![(0, 1, 1)], true))));
+    // a's connection drops (a killed consumer) long before its locks would expire: b gets
+    // the records at once, delivered a second time.
+    drop(lost);
+    let mut got = None;
+    for epoch in 0..100 {
+        let b = share_fetched(&mut c, &share_fetch("b", epoch, topic_id, 10, &[])).await;
+        if b.1.is_some() {
+            got = b.1;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(got, Some((0, 0, vec![(0, 1, 2)], true)));
+}
