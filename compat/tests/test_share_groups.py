@@ -14,6 +14,7 @@ from pathlib import Path
 
 from clients import Rec, create_topic, produce_confluent, unique_topic
 from harness import Deadline
+from test_http import metrics, sample
 from test_java import JARS_DIR, JVM_FLAGS
 
 
@@ -36,7 +37,7 @@ def console_share_consumer(bootstrap: str, topic: str, group: str, out: Path) ->
         stdout=out.open("w"), stderr=subprocess.DEVNULL)
 
 
-def test_two_share_consumers_on_one_partition_get_every_record_once(bootstrap, tmp_path):
+def test_two_share_consumers_on_one_partition_get_every_record_once(weir, bootstrap, tmp_path):
     """Two KafkaShareConsumers share one partition: between them every record is delivered,
     none to both (each accepts what it printed; no lock expires in so short a run)."""
     topic = unique_topic("share-queue")
@@ -64,6 +65,17 @@ def test_two_share_consumers_on_one_partition_get_every_record_once(bootstrap, t
             time.sleep(0.5)
         assert sorted(got) == sorted(expected), \
             f"{len(got)} deliveries of {len(set(got))} distinct records; {len(expected)} sent"
+        if not weir.is_external:
+            # Each consumer accepts what it printed at its next poll.
+            deadline = Deadline(15)
+            while True:
+                samples = metrics(f"http://{weir.http}")
+                accepted = sample(samples, "weir_share_acknowledged_records_total", type="accept")
+                if accepted >= len(expected) or deadline.expired():
+                    break
+                time.sleep(0.2)
+            assert accepted >= len(expected)
+            assert sample(samples, "weir_share_acquired_records_total") >= len(expected) + 1
     finally:
         for consumer in consumers:
             consumer.terminate()

@@ -112,7 +112,27 @@ pub struct BrokerMetrics {
     pub mutation_throttling: Throttling,
     /// Produce requests appended in the bulk lane, for writing to a hot partition.
     pub bulk_lane_appends: AtomicU64,
+    /// What share groups' records went through on the share-partitions led here.
+    pub share: ShareMetrics,
 }
+
+/// What share groups' records went through on this broker's share-partitions.
+#[derive(Debug, Default)]
+pub struct ShareMetrics {
+    /// Deliveries: records acquired by members.
+    pub acquired: AtomicU64,
+    /// Of those, deliveries after a record's first.
+    pub redelivered: AtomicU64,
+    /// Records acknowledged, by type: accept, release, reject, gap.
+    pub acknowledged: [AtomicU64; 4],
+    /// Records archived after `group.share.delivery.count.limit` deliveries.
+    pub delivery_limit_archived: AtomicU64,
+    /// Acquisition locks that expired.
+    pub lock_expiries: AtomicU64,
+}
+
+/// The acknowledgement types [`ShareMetrics::acknowledged`] counts, in its order.
+pub const SHARE_ACKNOWLEDGE_TYPES: [&str; 4] = ["accept", "release", "reject", "gap"];
 
 /// Responses that throttled a client above one of its quotas.
 #[derive(Debug, Default)]
@@ -150,6 +170,7 @@ impl Default for BrokerMetrics {
             request_throttling: Throttling::default(),
             mutation_throttling: Throttling::default(),
             bulk_lane_appends: AtomicU64::new(0),
+            share: ShareMetrics::default(),
         }
     }
 }

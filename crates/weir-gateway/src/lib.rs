@@ -41,7 +41,7 @@ use weir_proto::connection_limits::{ConnectionLimits, ConnectionSlot};
 pub use error::ApiError;
 pub use node::{
     ApiStats, BrokerStats, Histogram, HotPartitionStats, NodeView, PartitionStats, RaftView,
-    ThrottleStats,
+    ShareStats, ThrottleStats,
 };
 
 /// Largest request body accepted (a publish of many records); larger ones get 413.

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use weir_metadata::acl::AclOperation;
 
 use crate::auth::Caller;
-use crate::node::{Histogram, PartitionStats, ThrottleStats};
+use crate::node::{Histogram, PartitionStats, ShareStats, ThrottleStats};
 use crate::Gateway;
 
 /// Groups whose lag one scrape reports at most (each costs a describe).
@@ -243,6 +243,47 @@ fn broker_metrics(gateway: &Gateway, text: &mut Exposition) {
         "counter",
         "Produce requests appended at a lower priority, for writing to a hot partition",
         stats.bulk_lane_appends as f64,
+    );
+    share_metrics(&stats.share, text);
+}
+
+/// Share groups' records on this broker's share-partitions.
+fn share_metrics(share: &ShareStats, text: &mut Exposition) {
+    text.single(
+        "weir_share_acquired_records_total",
+        "counter",
+        "Share groups: records delivered to members (each delivery counts)",
+        share.acquired as f64,
+    );
+    text.single(
+        "weir_share_redelivered_records_total",
+        "counter",
+        "Share groups: deliveries of records delivered before (released, lock expired, member gone)",
+        share.redelivered as f64,
+    );
+    text.family(
+        "weir_share_acknowledged_records_total",
+        "counter",
+        "Share groups: records acknowledged by members, by type (accept, release, reject, gap)",
+    );
+    for (kind, count) in &share.acknowledged {
+        text.sample(
+            "weir_share_acknowledged_records_total",
+            &[("type", kind)],
+            *count as f64,
+        );
+    }
+    text.single(
+        "weir_share_delivery_limit_archived_records_total",
+        "counter",
+        "Share groups: records archived after group.share.delivery.count.limit deliveries",
+        share.delivery_limit_archived as f64,
+    );
+    text.single(
+        "weir_share_lock_expiries_total",
+        "counter",
+        "Share groups: acquisition locks that expired before their member acknowledged",
+        share.lock_expiries as f64,
     );
 }
 

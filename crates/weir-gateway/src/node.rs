@@ -68,6 +68,23 @@ pub struct BrokerStats {
     pub hot_partitions: Vec<HotPartitionStats>,
     /// Produce requests appended in the bulk lane.
     pub bulk_lane_appends: u64,
+    /// Share groups' records on this broker's share-partitions.
+    pub share: ShareStats,
+}
+
+/// What share groups' records went through on a broker's share-partitions.
+#[derive(Debug, Clone, Default)]
+pub struct ShareStats {
+    /// Deliveries (records acquired by members).
+    pub acquired: u64,
+    /// Deliveries after a record's first.
+    pub redelivered: u64,
+    /// Records acknowledged, by type (`accept`, `release`, `reject`, `gap`).
+    pub acknowledged: Vec<(&'static str, u64)>,
+    /// Records archived after the delivery-count limit.
+    pub delivery_limit_archived: u64,
+    /// Acquisition locks that expired.
+    pub lock_expiries: u64,
 }
 
 /// A partition that took at least a quarter of what producers appended to its broker over

@@ -4,13 +4,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use weir_broker::metrics::LATENCY_BUCKETS_SECONDS;
+use weir_broker::metrics::{LATENCY_BUCKETS_SECONDS, SHARE_ACKNOWLEDGE_TYPES};
 use weir_broker::partition::Partition;
 use weir_broker::Broker;
 use weir_controller::RaftQuorum;
 use weir_gateway::{
     ApiStats, BrokerStats, Histogram, HotPartitionStats, NodeView, PartitionStats, RaftView,
-    ThrottleStats,
+    ShareStats, ThrottleStats,
 };
 use weir_metadata::authorizer::AuthorizerSettings;
 use weir_metadata::MetadataImage;
@@ -88,6 +88,21 @@ impl NodeView for ServerNode {
                 ms: throttling.ms.load(Ordering::Relaxed),
             })
             .collect(),
+            share: {
+                let share = &metrics.share;
+                let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+                ShareStats {
+                    acquired: load(&share.acquired),
+                    redelivered: load(&share.redelivered),
+                    acknowledged: SHARE_ACKNOWLEDGE_TYPES
+                        .into_iter()
+                        .zip(&share.acknowledged)
+                        .map(|(kind, count)| (kind, load(count)))
+                        .collect(),
+                    delivery_limit_archived: load(&share.delivery_limit_archived),
+                    lock_expiries: load(&share.lock_expiries),
+                }
+            },
             hot_partitions: self
                 .broker
                 .hot_partitions()

@@ -9,6 +9,7 @@
 //! member may process.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,8 @@ use weir_codec::layout::{
     LAST_OFFSET_DELTA_AT, LOG_OVERHEAD_BYTES,
 };
 use weir_coordinator::share_partition::{
-    AcknowledgeType, Acknowledgement, AcquiredRecords, FetchedBatch, ShareError,
+    AcknowledgeType, Acknowledgement, AcquiredRecords, ArchiveReason, ArchivedRecord, FetchedBatch,
+    ShareError,
 };
 use weir_metadata::acl::AclOperation;
 use weir_metadata::authorizer::Access;
@@ -190,9 +192,18 @@ fn acknowledge_partition(
         });
     match applied {
         Some(Ok(archived)) => {
-            for record in archived {
-                tracing::debug!(target: "weir::share", group = %checked.group, %topic_id, partition = index, offset = record.offset, reason = ?record.reason, deliveries = record.delivery_count, "record archived");
+            let counts = &broker.metrics.share.acknowledged;
+            for ack in acknowledgements {
+                let kind = match ack.kind {
+                    AcknowledgeType::Accept => 0,
+                    AcknowledgeType::Release => 1,
+                    AcknowledgeType::Reject => 2,
+                    AcknowledgeType::Gap | AcknowledgeType::Renew => 3,
+                };
+                let records = u64::try_from(ack.last_offset - ack.first_offset + 1).unwrap_or(0);
+                counts[kind].fetch_add(records, Ordering::Relaxed);
             }
+            archived_records(broker, &checked.group, (topic_id, index), &archived);
             0
         }
         Some(Err(ShareError::InvalidRange)) => ResponseError::InvalidRequest.code(),
@@ -222,9 +233,32 @@ fn release_session(broker: &Broker, group: &str, member: &str, partitions: &[(Uu
         };
         let leader_epoch = partition.log().leader_epoch();
         let key = share_key(group, *topic_id, *index);
-        broker
+        let archived = broker
             .share_state
             .with_existing(&key, leader_epoch, |share| share.release_member(member));
+        if let Some(archived) = archived {
+            archived_records(broker, group, (*topic_id, *index), &archived);
+        }
+    }
+}
+
+/// Counts and logs records archived by a rejection or the delivery-count limit (the
+/// dead-letter candidates).
+fn archived_records(
+    broker: &Broker,
+    group: &str,
+    (topic_id, partition): (Uuid, i32),
+    archived: &[ArchivedRecord],
+) {
+    for record in archived {
+        if record.reason == ArchiveReason::DeliveryLimit {
+            broker
+                .metrics
+                .share
+                .delivery_limit_archived
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::debug!(target: "weir::share", group, %topic_id, partition, offset = record.offset, reason = ?record.reason, deliveries = record.delivery_count, "record archived");
     }
 }
 
@@ -493,11 +527,25 @@ fn acquire_from(
             || high_watermark,
             |p| {
                 p.advance_log_start(log_start);
-                p.expire_locks(now);
-                p.next_fetch_offset()
+                (p.expire_locks(now), p.next_fetch_offset())
             },
         )
         .ok_or(ResponseError::UnknownServerError.code())?;
+    let (expiry, next) = next;
+    if expiry.expired > 0 {
+        let expired = u64::try_from(expiry.expired).unwrap_or(u64::MAX);
+        broker
+            .metrics
+            .share
+            .lock_expiries
+            .fetch_add(expired, Ordering::Relaxed);
+        archived_records(
+            broker,
+            &key.group,
+            (key.topic_id, key.partition),
+            &expiry.archived,
+        );
+    }
     let Some(from) = next.filter(|from| *from < high_watermark) else {
         return Ok(None);
     };
@@ -522,6 +570,16 @@ fn acquire_from(
             p.acquire(member, &fetched, max_records, now)
         })
         .unwrap_or_default();
+    for range in &acquired {
+        let records = u64::try_from(range.last_offset - range.first_offset + 1).unwrap_or(0);
+        let share_metrics = &broker.metrics.share;
+        share_metrics.acquired.fetch_add(records, Ordering::Relaxed);
+        if range.delivery_count > 1 {
+            share_metrics
+                .redelivered
+                .fetch_add(records, Ordering::Relaxed);
+        }
+    }
     let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
         return Ok(None);
     };

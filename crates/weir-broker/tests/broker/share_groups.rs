@@ -445,6 +445,14 @@ async fn share_fetch_delivers_each_record_to_one_member_and_redelivers_what_is_r
     let late = share_fetched(&mut c, &waiting).await;
     assert_eq!(producer.await.expect("produced").0, 0);
     assert_eq!(late, (0, Some((0, 0, vec![(10, 10, 1)], true))));
+
+    // What /metrics reports: 15 deliveries, 4 of them again; acknowledgements by type.
+    let share = &test.broker.metrics().share;
+    let read =
+        |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((read(&share.acquired), read(&share.redelivered)), (15, 4));
+    let acknowledged: Vec<u64> = share.acknowledged.iter().map(read).collect();
+    assert_eq!(acknowledged, [9, 2, 1, 0], "accept, release, reject, gap");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,6 +144,15 @@ pub struct ArchivedRecord {
     pub delivery_count: u16,
 }
 
+/// What [`SharePartition::expire_locks`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockExpiry {
+    /// Acquisition locks that expired.
+    pub expired: usize,
+    /// Of their records, those archived by the delivery-count limit.
+    pub archived: Vec<ArchivedRecord>,
+}
+
 /// Why an acknowledgement changed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ShareError {
@@ -427,16 +436,19 @@ impl SharePartition {
     }
 
     /// Makes the records whose acquisition lock expired by `now` available again, or
-    /// archives those delivered `delivery_count_limit` times; returns the archived ones.
-    pub fn expire_locks(&mut self, now: Instant) -> Vec<ArchivedRecord> {
+    /// archives those delivered `delivery_count_limit` times.
+    pub fn expire_locks(&mut self, now: Instant) -> LockExpiry {
+        let mut expiry = LockExpiry::default();
         if self.next_expiry.is_none_or(|due| due > now) {
-            return Vec::new();
+            return expiry;
         }
-        let mut archived = Vec::new();
         let mut next_expiry: Option<Instant> = None;
         for index in 0..self.in_flight.len() {
             match &self.in_flight[index].lock {
-                Some((_, until)) if *until <= now => archived.extend(self.release(index)),
+                Some((_, until)) if *until <= now => {
+                    expiry.expired += 1;
+                    expiry.archived.extend(self.release(index));
+                }
                 Some((_, until)) => {
                     next_expiry = Some(next_expiry.map_or(*until, |due| due.min(*until)));
                 }
@@ -445,7 +457,7 @@ impl SharePartition {
         }
         self.next_expiry = next_expiry;
         self.advance_start();
-        archived
+        expiry
     }
 
     /// Releases every record `member` holds (it left the group, or its share session
