@@ -117,3 +117,52 @@ def test_kafka_share_groups_lists_and_describes_a_console_share_consumer(bootstr
     finally:
         consumer.terminate()
         consumer.wait(30)
+
+
+def test_acknowledged_records_are_not_delivered_again_after_a_crash(restartable_weir, tmp_path):
+    """A share consumer accepts 200 records and closes; Weir is killed with SIGKILL and
+    started again: a new share consumer of the group gets only what came after, since the
+    group's acknowledgements were stored in __share_group_state before they were answered."""
+    weir = restartable_weir
+    bootstrap = weir.bootstrap
+    topic = unique_topic("share-durable")
+    create_topic(bootstrap, topic, partitions=1)
+    group = f"durable-{uuid.uuid4().hex[:8]}"
+    first_out, second_out = tmp_path / "first.txt", tmp_path / "second.txt"
+    first = console_share_consumer(bootstrap, topic, group, first_out)
+    try:
+        deadline = Deadline(60)
+        sent = 0
+        while "warm-up" not in first_out.read_text():
+            assert not deadline.expired(), "the share consumer received no warm-up record in 60 s"
+            produce_confluent(bootstrap, topic, [Rec(None, f"warm-up {sent}".encode())])
+            sent += 1
+            time.sleep(1)
+        before = [f"before {i}" for i in range(200)]
+        produce_confluent(bootstrap, topic, [Rec(None, v.encode()) for v in before])
+        deadline = Deadline(60)
+        while sum(line.startswith("before ") for line in first_out.read_text().splitlines()) < 200:
+            assert not deadline.expired(), "the share consumer did not get the 200 records in 60 s"
+            time.sleep(0.5)
+    finally:
+        # SIGTERM: the console consumer closes, acknowledging what it printed.
+        first.terminate()
+        first.wait(30)
+    weir.kill()
+    weir.start()
+    second = console_share_consumer(bootstrap, topic, group, second_out)
+    try:
+        after = [f"after {i}" for i in range(100)]
+        produce_confluent(bootstrap, topic, [Rec(None, v.encode()) for v in after])
+        deadline = Deadline(60)
+        while True:
+            got = second_out.read_text().splitlines()
+            if sum(line.startswith("after ") for line in got) >= 100 or deadline.expired():
+                break
+            time.sleep(0.5)
+        assert sorted(line for line in got if line.startswith("after ")) == sorted(after), got[-20:]
+        again = [line for line in got if not line.startswith("after ")]
+        assert again == [], f"delivered again after the crash: {again[:10]}"
+    finally:
+        second.terminate()
+        second.wait(30)

@@ -5,17 +5,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
+use weir_coordinator::share_coordinator::ShareCoordinator;
 use weir_coordinator::transaction::TransactionCoordinator;
 use weir_coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use weir_metadata::authorizer::{Access, AuthorizerSettings};
 use weir_metadata::quota::QuotaKey;
 use weir_metadata::requests::{AllocateProducerIds, RegisterBroker};
-use weir_metadata::TRANSACTION_STATE_TOPIC;
 use weir_metadata::{
     BrokerListener, BrokerRegistration, ControllerError, MetadataControl, MetadataImage, Pending,
 };
+use weir_metadata::{SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC};
 
-use crate::broker_links::{BrokerLinks, REMOTE_VERIFY_TIMEOUT};
+use crate::broker_links::{BrokerLinks, REMOTE_SHARE_STATE_TIMEOUT, REMOTE_VERIFY_TIMEOUT};
 use crate::bulk_lane::{BulkLane, BULK_NICE};
 use crate::config::{BrokerConfig, DynamicConfigs, RuntimeSettings};
 use crate::coordinator_log::{InternalTopic, PartitionCoordinatorLog};
@@ -109,6 +110,13 @@ pub struct Broker {
     pub(crate) transactions: Arc<TransactionCoordinator>,
     /// `__transaction_state`, as the broker creates it and follows its leadership.
     pub(crate) transaction_topic: Arc<InternalTopic>,
+    /// The share coordinator, keeping share-partitions' state in `__share_group_state`.
+    pub(crate) share_coordinator: Arc<ShareCoordinator>,
+    /// `__share_group_state`, as the broker creates it and follows its leadership.
+    pub(crate) share_state_topic: Arc<InternalTopic>,
+    /// Connections to the other brokers for the share-partition state their share
+    /// coordinators keep.
+    pub(crate) share_links: BrokerLinks,
     /// Connections to the other brokers for transaction markers.
     pub(crate) marker_links: BrokerLinks,
     /// Connections to the other brokers for verifications that a transaction holds a
@@ -183,6 +191,13 @@ impl Broker {
             )),
             partitions.clock().clone(),
         ));
+        let share_coordinator = Arc::new(ShareCoordinator::with_clock(
+            Arc::new(PartitionCoordinatorLog::new(
+                partitions.clone(),
+                SHARE_GROUP_STATE_TOPIC,
+            )),
+            partitions.clock().clone(),
+        ));
         let offsets_topic = Arc::new(InternalTopic::new(
             coordinator.topic_runtime(),
             config.offsets_topic,
@@ -190,6 +205,10 @@ impl Broker {
         let transaction_topic = Arc::new(InternalTopic::new(
             transactions.topic_runtime(),
             config.transaction_topic,
+        ));
+        let share_state_topic = Arc::new(InternalTopic::new(
+            share_coordinator.topic_runtime(),
+            config.share_state_topic,
         ));
         let request_memory = Arc::new(Semaphore::new(
             usize::try_from(config.queued_max_request_bytes)
@@ -208,6 +227,9 @@ impl Broker {
             offsets_topic,
             transactions,
             transaction_topic,
+            share_coordinator,
+            share_state_topic,
+            share_links: BrokerLinks::new(REMOTE_SHARE_STATE_TIMEOUT, &inter_broker.security),
             marker_links: BrokerLinks::new(REMOTE_MARKER_TIMEOUT, &inter_broker.security),
             verification_links: BrokerLinks::new(REMOTE_VERIFY_TIMEOUT, &inter_broker.security),
             markers_in_flight: MarkersInFlight::default(),
@@ -262,6 +284,11 @@ impl Broker {
     /// The consumer-group coordinator of this broker.
     pub fn coordinator(&self) -> &GroupCoordinator {
         &self.coordinator
+    }
+
+    /// The share coordinator of this broker (share-partitions' durable state).
+    pub fn share_coordinator(&self) -> &ShareCoordinator {
+        &self.share_coordinator
     }
 
     /// Requests, bytes and connections served here.
@@ -400,6 +427,7 @@ impl Broker {
         self.follow_leaders(&image);
         self.offsets_topic.forget_if_deleted(&image);
         self.transaction_topic.forget_if_deleted(&image);
+        self.share_state_topic.forget_if_deleted(&image);
         self.follow_runtime_settings(&image);
         self.applied.send_if_modified(|applied| {
             let newer = image.applied_count > applied.applied_count;

@@ -1,7 +1,7 @@
 //! Connections from this broker to the others' client listeners, for the requests brokers
-//! send one another as clients (WriteTxnMarkers, AddPartitionsToTxn verification): one per
-//! address, shared by pipelined requests, made on first use and again once closed, secured as
-//! the inter-broker listener asks.
+//! send one another as clients (WriteTxnMarkers, AddPartitionsToTxn verification, the
+//! share-group state APIs): one per address, shared by pipelined requests, made on first use
+//! and again once closed, secured as the inter-broker listener asks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +11,9 @@ use weir_client::{ClientError, Connection, Security};
 
 /// How long a verification that a transaction holds a partition may take at another broker.
 pub(crate) const REMOTE_VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long a share-state request may take at another broker (a share coordinator).
+pub(crate) const REMOTE_SHARE_STATE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A pool of links to the other brokers, as many as brokers, with one request timeout.
 pub(crate) struct BrokerLinks {

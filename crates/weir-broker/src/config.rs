@@ -208,6 +208,8 @@ pub struct BrokerConfig {
     pub(crate) offsets_topic: InternalTopicSpec,
     /// `__transaction_state` as `transaction.state.log.*` create it.
     pub(crate) transaction_topic: InternalTopicSpec,
+    /// `__share_group_state` as `share.coordinator.state.topic.*` create it.
+    pub(crate) share_state_topic: InternalTopicSpec,
     /// The transaction coordinator's limits (`transaction.max.timeout.ms`).
     pub transactions: TransactionSettings,
     /// The group coordinator's limits (`group.*`, `offset.metadata.max.bytes`).
@@ -219,7 +221,8 @@ pub struct BrokerConfig {
 /// How an internal topic is created.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct InternalTopicSpec {
-    /// Partitions (`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`).
+    /// Partitions (`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`,
+    /// `share.coordinator.state.topic.num.partitions`).
     pub(crate) partitions: i32,
     /// Replicas, at most the live brokers when it is created.
     pub(crate) replication_factor: i16,
@@ -398,6 +401,12 @@ impl BrokerConfig {
                 replication_factor: long("transaction.state.log.replication.factor") as i16,
                 segment_bytes: long("transaction.state.log.segment.bytes"),
                 min_insync_replicas: Some(long("transaction.state.log.min.isr") as i16),
+            },
+            share_state_topic: InternalTopicSpec {
+                partitions: long("share.coordinator.state.topic.num.partitions") as i32,
+                replication_factor: long("share.coordinator.state.topic.replication.factor") as i16,
+                segment_bytes: long("share.coordinator.state.topic.segment.bytes"),
+                min_insync_replicas: Some(long("share.coordinator.state.topic.min.isr") as i16),
             },
             transactions: TransactionSettings {
                 max_timeout_ms: long("transaction.max.timeout.ms") as i32,

@@ -1,5 +1,6 @@
 //! The coordinators' internal topics (`__consumer_offsets` for the group coordinator,
-//! `__transaction_state` for the transaction coordinator): each topic's creation on the first
+//! `__transaction_state` for the transaction coordinator, `__share_group_state` for the share
+//! coordinator): each topic's creation on the first
 //! request that needs it, as Kafka creates them, and the loading and unloading of its
 //! partitions as their leadership moves (their records are appended and read through
 //! [`crate::coordinator_log`]).
@@ -199,7 +200,11 @@ impl Broker {
     /// partition this broker now leads is loaded from its (replicated) log and its keys
     /// served here; one another broker leads is unloaded, its keys told NOT_COORDINATOR.
     pub(crate) async fn follow_internal_topics(self: &Arc<Self>) {
-        for topic in [&self.offsets_topic, &self.transaction_topic] {
+        for topic in [
+            &self.offsets_topic,
+            &self.transaction_topic,
+            &self.share_state_topic,
+        ] {
             self.follow_leadership(topic).await;
         }
     }

@@ -38,6 +38,7 @@ mod request_context;
 mod request_quota;
 mod sasl;
 pub mod server;
+mod share_persister;
 pub mod share_state;
 mod shutdown;
 mod txn_markers;

@@ -3,9 +3,10 @@
 //! partition it leads, and the share sessions of the members fetching from it (ShareFetch's
 //! session epochs).
 //!
-//! The share-partition state lives in memory on the leader only: a leader change or a restart
-//! starts a share-partition anew at `share.auto.offset.reset` (the log end). Making it durable
-//! in `__share_group_state` is the next step.
+//! A share-partition is made at a leader epoch from the state its share coordinator keeps in
+//! `__share_group_state` (`share_persister.rs`), and each change to it is stored there before
+//! it is answered, so a new leader or a restarted broker goes on where the last one stopped;
+//! records acquired and not yet acknowledged are delivered again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
+use weir_coordinator::share_coordinator::records::SharePartitionKey;
 use weir_coordinator::share_partition::{SharePartition, ShareSettings};
 
 /// Share-partitions kept at most (group × partition), each a few hundred bytes plus its
@@ -118,7 +120,25 @@ struct Session {
 #[derive(Debug)]
 struct Held {
     leader_epoch: i32,
+    /// The state epoch of its durable state.
+    state_epoch: i32,
     partition: SharePartition,
+    /// Taken while its state is being stored: one write at a time, each of the newest state.
+    writer: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Taken in turn by whoever stores a share-partition's state ([`ShareState::writer`]).
+pub type StateWriter = Arc<tokio::sync::Mutex<()>>;
+
+impl ShareKey {
+    /// The key its share coordinator knows it by.
+    pub fn persisted(&self) -> SharePartitionKey {
+        SharePartitionKey {
+            group: self.group.to_string(),
+            topic_id: self.topic_id,
+            partition: self.partition,
+        }
+    }
 }
 
 /// The broker's share-partitions and share sessions.
@@ -127,6 +147,9 @@ pub struct ShareState {
     max_sessions: usize,
     partitions: Mutex<HashMap<ShareKey, Held>>,
     sessions: Mutex<HashMap<SessionKey, Session>>,
+    /// Taken while a share-partition is made from its durable state, so two first fetches
+    /// do not both initialize it.
+    pub(crate) making: tokio::sync::Mutex<()>,
 }
 
 impl ShareState {
@@ -137,6 +160,7 @@ impl ShareState {
             max_sessions,
             partitions: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            making: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -145,32 +169,47 @@ impl ShareState {
         self.settings
     }
 
-    /// Runs `f` on the share-partition `key` at `leader_epoch`, made at `start_offset()` when
-    /// there is none for this epoch; `None` when [`SHARE_PARTITIONS_MAX`] are held already.
-    pub fn with_partition<R>(
+    /// Whether the share-partition `key` is made at `leader_epoch`.
+    pub fn is_current(&self, key: &ShareKey, leader_epoch: i32) -> bool {
+        lock(&self.partitions)
+            .get(key)
+            .is_some_and(|held| held.leader_epoch == leader_epoch)
+    }
+
+    /// Keeps `partition` as the share-partition `key` at `leader_epoch`, from durable state of
+    /// `state_epoch`, unless one is kept at that epoch already; `false` when
+    /// [`SHARE_PARTITIONS_MAX`] are held.
+    pub fn install(
         &self,
         key: &ShareKey,
-        leader_epoch: i32,
-        start_offset: impl FnOnce() -> i64,
-        f: impl FnOnce(&mut SharePartition) -> R,
-    ) -> Option<R> {
+        (leader_epoch, state_epoch): (i32, i32),
+        partition: SharePartition,
+    ) -> bool {
         let mut partitions = lock(&self.partitions);
-        let current = partitions
-            .get(key)
-            .is_some_and(|held| held.leader_epoch == leader_epoch);
-        if !current {
-            if !partitions.contains_key(key) && partitions.len() >= SHARE_PARTITIONS_MAX {
-                return None;
-            }
-            partitions.insert(
-                key.clone(),
-                Held {
-                    leader_epoch,
-                    partition: SharePartition::new(start_offset(), self.settings),
-                },
-            );
+        match partitions.get(key) {
+            Some(held) if held.leader_epoch == leader_epoch => return true,
+            Some(_) => {}
+            None if partitions.len() >= SHARE_PARTITIONS_MAX => return false,
+            None => {}
         }
-        partitions.get_mut(key).map(|held| f(&mut held.partition))
+        partitions.insert(
+            key.clone(),
+            Held {
+                leader_epoch,
+                state_epoch,
+                partition,
+                writer: Arc::default(),
+            },
+        );
+        true
+    }
+
+    /// The writer lock of the share-partition `key` at `leader_epoch` and its state epoch.
+    pub fn writer(&self, key: &ShareKey, leader_epoch: i32) -> Option<(StateWriter, i32)> {
+        lock(&self.partitions)
+            .get(key)
+            .filter(|held| held.leader_epoch == leader_epoch)
+            .map(|held| (held.writer.clone(), held.state_epoch))
     }
 
     /// Runs `f` on the share-partition `key` if it exists at `leader_epoch`.
@@ -382,12 +421,16 @@ mod tests {
             topic_id: Uuid::from_u128(1),
             partition: 0,
         };
-        let start = state.with_partition(&key, 3, || 10, |p| p.start_offset());
-        assert_eq!(start, Some(10));
-        let again = state.with_partition(&key, 3, || 99, |p| p.start_offset());
-        assert_eq!(again, Some(10), "kept at the same epoch");
+        let settings = state.settings();
+        assert!(state.install(&key, (3, 0), SharePartition::new(10, settings)));
+        assert!(state.is_current(&key, 3));
+        assert!(state.install(&key, (3, 0), SharePartition::new(99, settings)));
+        let start = state.with_existing(&key, 3, |p| p.start_offset());
+        assert_eq!(start, Some(10), "kept at the same epoch");
         assert_eq!(state.with_existing(&key, 4, |p| p.start_offset()), None);
-        let anew = state.with_partition(&key, 4, || 20, |p| p.start_offset());
-        assert_eq!(anew, Some(20));
+        assert!(!state.is_current(&key, 4));
+        assert!(state.install(&key, (4, 2), SharePartition::new(20, settings)));
+        assert_eq!(state.with_existing(&key, 4, |p| p.start_offset()), Some(20));
+        assert_eq!(state.writer(&key, 4).map(|(_, epoch)| epoch), Some(2));
     }
 }

@@ -5,7 +5,8 @@
 //! transaction coordinator ([`transaction`]: transactional producers' ids and epochs); and
 //! share groups (KIP-932): their membership ([`share_group`], ShareGroupHeartbeat and
 //! ShareGroupDescribe) and the share-partition state machine ([`share_partition`]), which a
-//! partition's leader keeps per share group.
+//! partition's leader keeps per share group, and the share coordinator
+//! ([`share_coordinator`]), which keeps that state durable in `__share_group_state`.
 //!
 //! It is a control plane beside the data path: produce and fetch never wait for it. Group
 //! state lives in the internal topic `__consumer_offsets`, in Kafka's record formats
@@ -27,6 +28,7 @@ pub mod group;
 pub mod limits;
 pub mod records;
 mod runtime;
+pub mod share_coordinator;
 pub mod share_group;
 pub mod share_partition;
 pub mod state;

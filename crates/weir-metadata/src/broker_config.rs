@@ -299,6 +299,30 @@ pub const BROKER_SETTINGS: &[BrokerSetting] = &[
         "segment.bytes of __transaction_state (smaller segments make its cleaning cheaper).",
     ),
     setting(
+        "share.coordinator.state.topic.num.partitions",
+        "50",
+        int(1, 1_000),
+        "Partitions of __share_group_state when it is created (on a share group's first fetch); a share-partition's state lives on partition abs(hash(\"group:topicId:partition\")) % this.",
+    ),
+    setting(
+        "share.coordinator.state.topic.replication.factor",
+        "3",
+        int(1, i16::MAX as i64),
+        "Replicas of each __share_group_state partition when it is created (fewer when fewer brokers are live), so share groups' acknowledgements survive a broker's loss.",
+    ),
+    setting(
+        "share.coordinator.state.topic.min.isr",
+        "2",
+        int(1, i16::MAX as i64),
+        "min.insync.replicas of __share_group_state (at most its replicas): an acknowledgement is answered only once this many replicas hold it.",
+    ),
+    setting(
+        "share.coordinator.state.topic.segment.bytes",
+        "104857600",
+        int(1_048_576, 1_073_741_824),
+        "segment.bytes of __share_group_state (smaller segments make its cleaning cheaper).",
+    ),
+    setting(
         "transaction.version",
         "2",
         int(0, 2),

@@ -37,10 +37,13 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The internal topic holding the transaction coordinator's state.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
+/// The internal topic holding share groups' share-partition state (KIP-932).
+pub const SHARE_GROUP_STATE_TOPIC: &str = "__share_group_state";
+
 /// Whether `topic` is one of the coordinators' internal topics, which clients cannot produce
 /// to, delete or grow.
 pub fn is_internal_topic(topic: &str) -> bool {
-    topic == OFFSETS_TOPIC || topic == TRANSACTION_STATE_TOPIC
+    topic == OFFSETS_TOPIC || topic == TRANSACTION_STATE_TOPIC || topic == SHARE_GROUP_STATE_TOPIC
 }
 
 /// Longest topic name Kafka accepts.

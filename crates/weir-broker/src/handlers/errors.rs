@@ -2,6 +2,7 @@
 //! boundary.
 
 use kafka_protocol::ResponseError;
+use weir_coordinator::share_coordinator::ShareStateError;
 use weir_coordinator::transaction::TxnError;
 use weir_coordinator::GroupError;
 use weir_log::{BatchError, LogError, RecordError};
@@ -146,6 +147,19 @@ pub fn txn_error(error: TxnError) -> ResponseError {
         TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
         TxnError::TransactionAbortable => ResponseError::TransactionAbortable,
         TxnError::RecordTooLarge => ResponseError::RecordListTooLarge,
+    }
+}
+
+/// The Kafka error of a share-state request that failed.
+pub fn share_state_error(error: ShareStateError) -> ResponseError {
+    match error {
+        ShareStateError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        ShareStateError::NotCoordinator => ResponseError::NotCoordinator,
+        ShareStateError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        ShareStateError::FencedLeaderEpoch => ResponseError::FencedLeaderEpoch,
+        ShareStateError::FencedStateEpoch => ResponseError::FencedStateEpoch,
+        ShareStateError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        ShareStateError::InvalidRequest => ResponseError::InvalidRequest,
     }
 }
 

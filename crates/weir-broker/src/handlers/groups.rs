@@ -20,22 +20,26 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use weir_coordinator::share_coordinator::ShareStateError;
 use weir_coordinator::transaction::TxnError;
 use weir_coordinator::{partition_for, GroupError, JoinRequest, SyncRequest, OFFSETS_TOPIC};
 use weir_metadata::acl::{AclOperation, ResourceType};
 use weir_metadata::authorizer::Access;
-use weir_metadata::{MetadataImage, NO_LEADER, TRANSACTION_STATE_TOPIC};
+use weir_metadata::{MetadataImage, NO_LEADER, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC};
 
 use crate::broker::Broker;
 use crate::endpoints::ClientEndpoint;
-use crate::handlers::errors::{group_code, group_error, txn_error, INVALID_REQUEST_MESSAGE};
+use crate::handlers::errors::{
+    group_code, group_error, share_state_error, txn_error, INVALID_REQUEST_MESSAGE,
+};
 use crate::handlers::{operations, str_bytes};
 
 /// FindCoordinator key type of a consumer group.
 const KEY_TYPE_GROUP: i8 = 0;
 /// FindCoordinator key type of a transactional id.
 const KEY_TYPE_TRANSACTION: i8 = 1;
-/// FindCoordinator key type of a share group (KIP-932; none yet).
+/// FindCoordinator key type of a share-partition's state (KIP-932: `group:topicId:partition`,
+/// which partition leaders look up).
 const KEY_TYPE_SHARE: i8 = 2;
 
 fn optional(s: &Option<StrBytes>) -> Option<&str> {
@@ -65,6 +69,7 @@ fn locate(
 ) -> Result<i32, Unlocated> {
     let topic = match key_type {
         KEY_TYPE_GROUP => OFFSETS_TOPIC,
+        KEY_TYPE_SHARE => SHARE_GROUP_STATE_TOPIC,
         _ => TRANSACTION_STATE_TOPIC,
     };
     let unavailable = || {
@@ -78,6 +83,10 @@ fn locate(
                 .coordinator
                 .check_served(key)
                 .map_err(|e| (group_error(e), e.to_string())),
+            KEY_TYPE_SHARE => broker
+                .share_coordinator
+                .check_served(key)
+                .map_err(|e| (share_state_error(e), e.to_string())),
             _ => broker
                 .transactions
                 .check_served(key)
@@ -88,9 +97,9 @@ fn locate(
     Ok(leader)
 }
 
-/// FindCoordinator: the broker leading the key's partition of `__consumer_offsets` (a group)
-/// or `__transaction_state` (a transactional id), once the topic exists and, here, the
-/// partition is loaded. Share groups have no coordinator yet.
+/// FindCoordinator: the broker leading the key's partition of `__consumer_offsets` (a group),
+/// `__transaction_state` (a transactional id) or `__share_group_state` (a share-partition),
+/// once the topic exists and, here, the partition is loaded.
 pub async fn find_coordinator(
     broker: &Arc<Broker>,
     request: FindCoordinatorRequest,
@@ -117,10 +126,13 @@ pub async fn find_coordinator(
                 let error = TxnError::from(e);
                 (txn_error(error), error.to_string())
             }),
-        KEY_TYPE_SHARE => Err((
-            ResponseError::CoordinatorNotAvailable,
-            "share groups are not supported yet".to_string(),
-        )),
+        KEY_TYPE_SHARE => broker
+            .ensure_internal_topic(&broker.share_state_topic)
+            .await
+            .map_err(|e| {
+                let error = ShareStateError::from(e);
+                (share_state_error(error), error.to_string())
+            }),
         _ => Err((
             ResponseError::InvalidRequest,
             INVALID_REQUEST_MESSAGE.to_string(),
@@ -192,8 +204,25 @@ fn authorized(access: &Access, key_type: i8, key: &str) -> Result<(), Unlocated>
             ResponseError::TransactionalIdAuthorizationFailed,
             format!("Not authorized to access transactional id: {key}"),
         )),
+        KEY_TYPE_SHARE if !access.cluster(AclOperation::ClusterAction) => Err((
+            ResponseError::ClusterAuthorizationFailed,
+            "Cluster authorization failed.".to_string(),
+        )),
+        KEY_TYPE_SHARE if !is_share_key(key) => Err((
+            ResponseError::InvalidRequest,
+            format!("Invalid coordinator key {key}: expected group:topicId:partition"),
+        )),
         _ => Ok(()),
     }
+}
+
+/// Whether `key` reads as a share-partition's coordinator key, `group:topicId:partition`.
+fn is_share_key(key: &str) -> bool {
+    let mut parts = key.rsplitn(3, ':');
+    let partition = parts.next().and_then(|p| p.parse::<i32>().ok());
+    let topic_id = parts.next().filter(|id| !id.is_empty());
+    let group = parts.next().filter(|group| !group.is_empty());
+    partition.is_some_and(|p| p >= 0) && topic_id.is_some() && group.is_some()
 }
 
 /// JoinGroup: waits for the rebalance to complete.

@@ -23,6 +23,7 @@ mod producer_id;
 mod reassignments;
 pub(crate) mod scram_credentials;
 pub(crate) mod share_fetch;
+pub(crate) mod share_group_state;
 mod share_groups;
 mod transactions;
 
@@ -321,11 +322,34 @@ async fn route(
             ))
         }),
         RequestKind::ShareAcknowledge(req) => Box::pin(async move {
-            respond(ResponseKind::ShareAcknowledge(share_fetch::acknowledge(
-                &broker,
-                req,
-                (&access, &share_sessions),
-            )))
+            respond(ResponseKind::ShareAcknowledge(
+                share_fetch::acknowledge(&broker, req, (&access, &share_sessions)).await,
+            ))
+        }),
+        RequestKind::InitializeShareGroupState(req) => Box::pin(async move {
+            respond(ResponseKind::InitializeShareGroupState(
+                share_group_state::initialize(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::ReadShareGroupState(req) => Box::pin(async move {
+            respond(ResponseKind::ReadShareGroupState(
+                share_group_state::read(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::WriteShareGroupState(req) => Box::pin(async move {
+            respond(ResponseKind::WriteShareGroupState(
+                share_group_state::write(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::DeleteShareGroupState(req) => Box::pin(async move {
+            respond(ResponseKind::DeleteShareGroupState(
+                share_group_state::delete(&broker, req, &access).await,
+            ))
+        }),
+        RequestKind::ReadShareGroupStateSummary(req) => Box::pin(async move {
+            respond(ResponseKind::ReadShareGroupStateSummary(
+                share_group_state::read_summary(&broker, req, &access),
+            ))
         }),
         RequestKind::OffsetCommit(req) => Box::pin(async move {
             respond(ResponseKind::OffsetCommit(

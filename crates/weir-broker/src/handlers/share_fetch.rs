@@ -33,7 +33,7 @@ use weir_codec::layout::{
 };
 use weir_coordinator::share_partition::{
     AcknowledgeType, Acknowledgement, AcquiredRecords, ArchiveReason, ArchivedRecord, FetchedBatch,
-    ShareError,
+    ShareError, SharePartition,
 };
 use weir_metadata::acl::AclOperation;
 use weir_metadata::authorizer::Access;
@@ -42,7 +42,10 @@ use crate::broker::Broker;
 use crate::handlers::errors::ErrorReply;
 use crate::handlers::{led_partition, str_bytes};
 use crate::partition::Partition;
-use crate::share_state::{ConnectionShares, SessionError, ShareKey, FINAL_EPOCH};
+use crate::share_persister::{restored, state_write};
+use crate::share_state::{
+    ConnectionShares, SessionError, ShareKey, FINAL_EPOCH, SHARE_PARTITIONS_MAX,
+};
 
 /// Longest a ShareFetch waits for records, whatever `max_wait_ms` asks.
 const WAIT_MS_MAX: u64 = 30_000;
@@ -170,9 +173,10 @@ fn target(
     led_partition(broker, &topic.name, index).map_err(|e| e.code())
 }
 
-/// Applies `member`'s acknowledgements to one partition; the error code (0 when applied).
-fn acknowledge_partition(
-    broker: &Broker,
+/// Applies `member`'s acknowledgements to one partition and stores the share-partition's new
+/// state; the error code (0 when applied and stored).
+async fn acknowledge_partition(
+    broker: &Arc<Broker>,
     checked: &Checked,
     (topic_id, index): (Uuid, i32),
     acknowledgements: &[Acknowledgement],
@@ -204,7 +208,10 @@ fn acknowledge_partition(
                 counts[kind].fetch_add(records, Ordering::Relaxed);
             }
             archived_records(broker, &checked.group, (topic_id, index), &archived);
-            0
+            match persist(broker, &key, leader_epoch).await {
+                Ok(()) => 0,
+                Err(error) => error.code(),
+            }
         }
         Some(Err(ShareError::InvalidRange)) => ResponseError::InvalidRequest.code(),
         Some(Err(ShareError::InvalidRecordState)) | None => {
@@ -221,8 +228,76 @@ fn share_key(group: &str, topic_id: Uuid, partition: i32) -> ShareKey {
     }
 }
 
-/// Releases what `member` holds in the partitions of its closed session.
-fn release_session(broker: &Broker, group: &str, member: &str, partitions: &[(Uuid, i32)]) {
+/// Stores the share-partition `key`'s state as the leader of `leader_epoch` holds it now, once
+/// the write before it (if any) is done; nothing when it is not held at that epoch.
+async fn persist(
+    broker: &Arc<Broker>,
+    key: &ShareKey,
+    leader_epoch: i32,
+) -> Result<(), ResponseError> {
+    let Some((writer, state_epoch)) = broker.share_state.writer(key, leader_epoch) else {
+        return Ok(());
+    };
+    let _turn = writer.lock().await;
+    let Some(state) = broker
+        .share_state
+        .with_existing(key, leader_epoch, |share| share.state())
+    else {
+        return Ok(());
+    };
+    let write = state_write(&state, state_epoch, leader_epoch);
+    broker.write_share_state(&key.persisted(), &write).await
+}
+
+/// Makes the share-partition `key` of `partition` at its leader epoch unless it is made: from
+/// the state its share coordinator keeps, or, when it has none, at the log end
+/// (`share.auto.offset.reset` latest), stored as its start first. Its Kafka error otherwise.
+async fn ensure_share_partition(
+    broker: &Arc<Broker>,
+    key: &ShareKey,
+    partition: &Partition,
+) -> Result<(), ResponseError> {
+    let leader_epoch = partition.log().leader_epoch();
+    if broker.share_state.is_current(key, leader_epoch) {
+        return Ok(());
+    }
+    let _making = broker.share_state.making.lock().await;
+    if broker.share_state.is_current(key, leader_epoch) {
+        return Ok(());
+    }
+    let persisted_key = key.persisted();
+    let mut persisted = broker
+        .read_share_state(&persisted_key, leader_epoch)
+        .await?;
+    if persisted.start_offset < 0 {
+        let start_offset = partition.log().high_watermark();
+        broker
+            .initialize_share_state(&persisted_key, start_offset)
+            .await?;
+        persisted.start_offset = start_offset;
+        persisted.batches.clear();
+    }
+    let share = SharePartition::restore(&restored(&persisted), broker.share_state.settings());
+    tracing::debug!(target: "weir::share", group = %key.group, topic_id = %key.topic_id, partition = key.partition, leader_epoch, start_offset = persisted.start_offset, batches = persisted.batches.len(), "share-partition made from its durable state");
+    if broker
+        .share_state
+        .install(key, (leader_epoch, persisted.state_epoch), share)
+    {
+        Ok(())
+    } else {
+        tracing::warn!(target: "weir::share", limit = SHARE_PARTITIONS_MAX, "no room for another share-partition");
+        Err(ResponseError::UnknownServerError)
+    }
+}
+
+/// Releases what `member` holds in the partitions of its closed session, and stores what it
+/// changed.
+async fn release_session(
+    broker: &Arc<Broker>,
+    group: &str,
+    member: &str,
+    partitions: &[(Uuid, i32)],
+) {
     for (topic_id, index) in partitions {
         let Some(partition) = broker
             .image()
@@ -238,6 +313,9 @@ fn release_session(broker: &Broker, group: &str, member: &str, partitions: &[(Uu
             .with_existing(&key, leader_epoch, |share| share.release_member(member));
         if let Some(archived) = archived {
             archived_records(broker, group, (*topic_id, *index), &archived);
+            // A failure is logged; the records are released in memory all the same, and the
+            // next write stores them.
+            let _ = persist(broker, &key, leader_epoch).await;
         }
     }
 }
@@ -264,12 +342,19 @@ fn archived_records(
 
 /// `connection` closed: the share sessions whose last request came on it close, and what
 /// their members held is released for the others at once.
-pub fn connection_closed(broker: &Broker, connection: &ConnectionShares) {
-    for closed in broker.share_state.close_connection(connection) {
-        let (group, member) = (&closed.group, &closed.member);
-        tracing::debug!(target: "weir::share", %group, %member, "share session closed with its connection");
-        release_session(broker, group, member, &closed.partitions);
+pub fn connection_closed(broker: &Arc<Broker>, connection: &ConnectionShares) {
+    let closed = broker.share_state.close_connection(connection);
+    if closed.is_empty() {
+        return;
     }
+    let broker = broker.clone();
+    tokio::spawn(async move {
+        for closed in closed {
+            let (group, member) = (&closed.group, &closed.member);
+            tracing::debug!(target: "weir::share", %group, %member, "share session closed with its connection");
+            release_session(&broker, group, member, &closed.partitions).await;
+        }
+    });
 }
 
 fn session_error(error: SessionError) -> ResponseError {
@@ -334,19 +419,26 @@ pub async fn fetch(
     };
     let mut answers: BTreeMap<(Uuid, i32), PartitionData> = BTreeMap::new();
     for (key, acknowledgements) in &checked.acknowledgements {
-        let code = acknowledge_partition(broker, &checked, *key, acknowledgements, access);
+        let code = acknowledge_partition(broker, &checked, *key, acknowledgements, access).await;
         let data = answers.entry(*key).or_insert_with(|| partition_data(key.1));
         data.acknowledge_error_code = code;
     }
     if epoch == FINAL_EPOCH {
-        release_session(broker, &checked.group, &checked.member, &partitions);
+        release_session(broker, &checked.group, &checked.member, &partitions).await;
         response.responses = by_topic(answers);
         return response;
     }
-    let targets: Vec<((Uuid, i32), Led)> = partitions
-        .iter()
-        .map(|&(topic_id, index)| ((topic_id, index), target(broker, topic_id, index, access)))
-        .collect();
+    let mut targets: Vec<((Uuid, i32), Led)> = Vec::with_capacity(partitions.len());
+    for &(topic_id, index) in &partitions {
+        let mut led = target(broker, topic_id, index, access);
+        if let Ok(partition) = &led {
+            let key = share_key(&checked.group, topic_id, index);
+            if let Err(error) = ensure_share_partition(broker, &key, partition).await {
+                led = Err(error.code());
+            }
+        }
+        targets.push(((topic_id, index), led));
+    }
     let partition_max_bytes: BTreeMap<(Uuid, i32), u64> = request
         .topics
         .iter()
@@ -392,13 +484,17 @@ pub async fn fetch(
             let (broker, plan) = (broker.clone(), plan.clone());
             tokio::task::spawn_blocking(move || acquire_pass(&broker, &plan)).await
         };
-        let acquired = match pass {
-            Ok(acquired) => acquired,
+        let (acquired, expired) = match pass {
+            Ok(pass) => pass,
             Err(error) => {
                 tracing::warn!(target: "weir::share", %error, "share fetch pass failed");
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
         };
+        for (key, leader_epoch) in &expired {
+            // Expired locks made records available again (or archived them): stored so.
+            let _ = persist(broker, key, *leader_epoch).await;
+        }
         let any = !acquired.is_empty();
         for (key, outcome) in acquired {
             let data = answers.entry(key).or_insert_with(|| partition_data(key.1));
@@ -457,11 +553,19 @@ struct Plan {
 /// One partition's outcome: the batches read and the ranges acquired, or a Kafka error.
 type Acquired = Result<(Bytes, Vec<AcquiredRecords>), i16>;
 
+/// Share-partitions (and the leader epoch they are held at) whose acquisition locks expired
+/// in a pass, whose state is to be stored.
+type Expired = Vec<(ShareKey, i32)>;
+
+/// What one pass acquired from each partition, and the share-partitions whose locks expired.
+type Pass = (Vec<((Uuid, i32), Acquired)>, Expired);
+
 /// Acquires for the member from each partition in turn, within the budgets; only partitions
-/// where something was acquired or that failed are returned. Reads the logs: runs off the
-/// async workers.
-fn acquire_pass(broker: &Broker, plan: &Plan) -> Vec<((Uuid, i32), Acquired)> {
+/// where something was acquired or that failed are returned, with the share-partitions whose
+/// locks expired. Reads the logs: runs off the async workers.
+fn acquire_pass(broker: &Broker, plan: &Plan) -> Pass {
     let mut out = Vec::new();
+    let mut expired = Vec::new();
     let mut bytes_left = plan.max_bytes;
     let mut records_left = plan.max_records;
     for (key, partition) in &plan.partitions {
@@ -483,6 +587,7 @@ fn acquire_pass(broker: &Broker, plan: &Plan) -> Vec<((Uuid, i32), Acquired)> {
             &plan.member,
             partition,
             (max_bytes, records_left),
+            &mut expired,
         ) {
             Ok(None) => {}
             Ok(Some((records, ranges))) => {
@@ -498,17 +603,19 @@ fn acquire_pass(broker: &Broker, plan: &Plan) -> Vec<((Uuid, i32), Acquired)> {
             Err(code) => out.push((*key, Err(code))),
         }
     }
-    out
+    (out, expired)
 }
 
 /// Acquires up to `max_records` records of `partition` for `member`, reading at most
-/// `max_bytes` (the first batch whole) from where the share-partition delivers next.
+/// `max_bytes` (the first batch whole) from where the share-partition delivers next; adds the
+/// share-partition to `expired` when locks of it expired.
 fn acquire_from(
     broker: &Broker,
     key: &ShareKey,
     member: &str,
     partition: &Partition,
     (max_bytes, max_records): (u64, u32),
+    expired: &mut Expired,
 ) -> Result<Option<(Bytes, Vec<AcquiredRecords>)>, i16> {
     let now = Instant::now();
     let (leader_epoch, high_watermark, log_start) = {
@@ -520,19 +627,15 @@ fn acquire_from(
         )
     };
     let share = &broker.share_state;
-    let next = share
-        .with_partition(
-            key,
-            leader_epoch,
-            || high_watermark,
-            |p| {
-                p.advance_log_start(log_start);
-                (p.expire_locks(now), p.next_fetch_offset())
-            },
-        )
-        .ok_or(ResponseError::UnknownServerError.code())?;
-    let (expiry, next) = next;
+    // Made before the pass; gone only if the leader epoch moved since (the next fetch makes it).
+    let Some((expiry, next)) = share.with_existing(key, leader_epoch, |p| {
+        p.advance_log_start(log_start);
+        (p.expire_locks(now), p.next_fetch_offset())
+    }) else {
+        return Ok(None);
+    };
     if expiry.expired > 0 {
+        expired.push((key.clone(), leader_epoch));
         let expired = u64::try_from(expiry.expired).unwrap_or(u64::MAX);
         broker
             .metrics
@@ -650,7 +753,7 @@ fn by_topic(answers: BTreeMap<(Uuid, i32), PartitionData>) -> Vec<ShareFetchable
 
 /// ShareAcknowledge: the member's acknowledgements, in its open session (the final epoch
 /// closes it and releases what the member still holds).
-pub fn acknowledge(
+pub async fn acknowledge(
     broker: &Arc<Broker>,
     request: ShareAcknowledgeRequest,
     (access, connection): (&Access, &ConnectionShares),
@@ -687,7 +790,8 @@ pub fn acknowledge(
         data.partition_index = key.1;
         data.current_leader.leader_id = -1;
         data.current_leader.leader_epoch = -1;
-        data.error_code = acknowledge_partition(broker, &checked, *key, acknowledgements, access);
+        data.error_code =
+            acknowledge_partition(broker, &checked, *key, acknowledgements, access).await;
         if data.error_code != 0 {
             data.error_message = ResponseError::try_from_code(data.error_code)
                 .map(|e| StrBytes::from_string(e.to_string()));
@@ -695,7 +799,7 @@ pub fn acknowledge(
         topics.entry(key.0).or_default().push(data);
     }
     if epoch == FINAL_EPOCH {
-        release_session(broker, &checked.group, &checked.member, &partitions);
+        release_session(broker, &checked.group, &checked.member, &partitions).await;
     }
     response.responses = topics
         .into_iter()

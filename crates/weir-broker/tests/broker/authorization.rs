@@ -559,6 +559,75 @@ async fn every_api_refuses_a_client_without_rights() {
                 let r: ShareAcknowledgeResponse = call(&mut c, api.key, v, &req).await;
                 assert_eq!(r.error_code, GROUP_DENIED, "{what}");
             }
+            ApiKey::InitializeShareGroupState => {
+                let mut partition = initialize_share_group_state_request::PartitionData::default();
+                partition.start_offset = 0;
+                let mut topic =
+                    initialize_share_group_state_request::InitializeStateData::default();
+                topic.topic_id = topic_id;
+                topic.partitions = vec![partition];
+                let mut req = InitializeShareGroupStateRequest::default();
+                req.group_id = name("g932");
+                req.topics = vec![topic];
+                let r: InitializeShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(
+                    r.results[0].partitions[0].error_code, CLUSTER_DENIED,
+                    "{what}"
+                );
+            }
+            ApiKey::ReadShareGroupState => {
+                let mut topic = read_share_group_state_request::ReadStateData::default();
+                topic.topic_id = topic_id;
+                topic.partitions = vec![Default::default()];
+                let mut req = ReadShareGroupStateRequest::default();
+                req.group_id = name("g932");
+                req.topics = vec![topic];
+                let r: ReadShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(
+                    r.results[0].partitions[0].error_code, CLUSTER_DENIED,
+                    "{what}"
+                );
+            }
+            ApiKey::WriteShareGroupState => {
+                let mut topic = write_share_group_state_request::WriteStateData::default();
+                topic.topic_id = topic_id;
+                topic.partitions = vec![Default::default()];
+                let mut req = WriteShareGroupStateRequest::default();
+                req.group_id = name("g932");
+                req.topics = vec![topic];
+                let r: WriteShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(
+                    r.results[0].partitions[0].error_code, CLUSTER_DENIED,
+                    "{what}"
+                );
+            }
+            ApiKey::DeleteShareGroupState => {
+                let mut topic = delete_share_group_state_request::DeleteStateData::default();
+                topic.topic_id = topic_id;
+                topic.partitions = vec![Default::default()];
+                let mut req = DeleteShareGroupStateRequest::default();
+                req.group_id = name("g932");
+                req.topics = vec![topic];
+                let r: DeleteShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(
+                    r.results[0].partitions[0].error_code, CLUSTER_DENIED,
+                    "{what}"
+                );
+            }
+            ApiKey::ReadShareGroupStateSummary => {
+                let mut topic =
+                    read_share_group_state_summary_request::ReadStateSummaryData::default();
+                topic.topic_id = topic_id;
+                topic.partitions = vec![Default::default()];
+                let mut req = ReadShareGroupStateSummaryRequest::default();
+                req.group_id = name("g932");
+                req.topics = vec![topic];
+                let r: ReadShareGroupStateSummaryResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(
+                    r.results[0].partitions[0].error_code, CLUSTER_DENIED,
+                    "{what}"
+                );
+            }
             ApiKey::DescribeLogDirs => {
                 let r: DescribeLogDirsResponse =
                     call(&mut c, api.key, v, &DescribeLogDirsRequest::default()).await;

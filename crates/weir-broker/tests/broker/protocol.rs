@@ -663,6 +663,85 @@ async fn every_advertised_version_answers() {
                     let r: ShareAcknowledgeResponse = call(&mut c, api.key, v, &req).await;
                     assert_eq!(r.error_code, 0, "{what}");
                 }
+                ApiKey::InitializeShareGroupState => {
+                    let mut partition =
+                        initialize_share_group_state_request::PartitionData::default();
+                    partition.state_epoch = 1;
+                    partition.start_offset = 5;
+                    let mut topic =
+                        initialize_share_group_state_request::InitializeStateData::default();
+                    topic.topic_id = topic_id;
+                    topic.partitions = vec![partition];
+                    let mut req = InitializeShareGroupStateRequest::default();
+                    req.group_id = StrBytes::from_static_str("state-1");
+                    req.topics = vec![topic];
+                    let r: InitializeShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].partitions[0].error_code, 0, "{what}");
+                }
+                ApiKey::ReadShareGroupState => {
+                    let mut topic = read_share_group_state_request::ReadStateData::default();
+                    topic.topic_id = topic_id;
+                    topic.partitions = vec![Default::default()];
+                    let mut req = ReadShareGroupStateRequest::default();
+                    req.group_id = StrBytes::from_static_str("state-1");
+                    req.topics = vec![topic];
+                    let r: ReadShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                    let p = &r.results[0].partitions[0];
+                    assert_eq!(
+                        (p.error_code, p.state_epoch, p.start_offset),
+                        (0, 1, 5),
+                        "{what}"
+                    );
+                }
+                ApiKey::WriteShareGroupState => {
+                    let mut batch = write_share_group_state_request::StateBatch::default();
+                    (batch.first_offset, batch.last_offset) = (6, 7);
+                    (batch.delivery_state, batch.delivery_count) = (2, 1);
+                    let mut partition = write_share_group_state_request::PartitionData::default();
+                    partition.state_epoch = 1;
+                    partition.start_offset = 6;
+                    partition.state_batches = vec![batch];
+                    let mut topic = write_share_group_state_request::WriteStateData::default();
+                    topic.topic_id = topic_id;
+                    topic.partitions = vec![partition];
+                    let mut req = WriteShareGroupStateRequest::default();
+                    req.group_id = StrBytes::from_static_str("state-1");
+                    req.topics = vec![topic];
+                    let r: WriteShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].partitions[0].error_code, 0, "{what}");
+                }
+                ApiKey::DeleteShareGroupState => {
+                    let mut topic = delete_share_group_state_request::DeleteStateData::default();
+                    topic.topic_id = topic_id;
+                    topic.partitions = vec![Default::default()];
+                    let mut req = DeleteShareGroupStateRequest::default();
+                    req.group_id = StrBytes::from_static_str("state-1");
+                    req.topics = vec![topic];
+                    let r: DeleteShareGroupStateResponse = call(&mut c, api.key, v, &req).await;
+                    assert_eq!(r.results[0].partitions[0].error_code, 0, "{what}");
+                }
+                ApiKey::ReadShareGroupStateSummary => {
+                    // The share group that fetched above: its leader stored its state.
+                    let mut topic =
+                        read_share_group_state_summary_request::ReadStateSummaryData::default();
+                    topic.topic_id = topic_id;
+                    topic.partitions = vec![Default::default()];
+                    let mut req = ReadShareGroupStateSummaryRequest::default();
+                    req.group_id = StrBytes::from_static_str("kip932-1");
+                    req.topics = vec![topic];
+                    let r: ReadShareGroupStateSummaryResponse =
+                        call(&mut c, api.key, v, &req).await;
+                    let p = &r.results[0].partitions[0];
+                    assert_eq!((p.error_code, p.state_epoch), (0, 0), "{what}");
+                    assert!(p.start_offset >= 0, "{what}: initialized by the fetch");
+                    let mut read_deleted = ReadShareGroupStateSummaryRequest::default();
+                    read_deleted.group_id = StrBytes::from_static_str("state-1");
+                    read_deleted.topics = req.topics.clone();
+                    let r: ReadShareGroupStateSummaryResponse =
+                        call(&mut c, api.key, v, &read_deleted).await;
+                    let p = &r.results[0].partitions[0];
+                    assert_eq!((p.error_code, p.start_offset), (0, -1), "{what}: deleted");
+                }
                 ApiKey::DescribeLogDirs => {
                     let mut req = DescribeLogDirsRequest::default();
                     req.topics = None;

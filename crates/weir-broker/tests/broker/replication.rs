@@ -985,3 +985,110 @@ fn watchers_never_see_the_high_watermark_or_log_end_move_back() {
         (APPENDS, APPENDS)
     );
 }
+
+/// A share group loses no acknowledgement when its partition's leader crashes: the new leader
+/// reads the share-partition's state from its share coordinator (another broker, reached over
+/// the share-group state APIs) and delivers only what was not acknowledged, once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_goes_on_at_the_new_leader_after_a_crash() {
+    use crate::share_groups::{
+        first_delivery, share_acknowledged, share_fetch, share_fetched, ten_records,
+    };
+    use weir_coordinator::share_coordinator::records::SharePartitionKey;
+    let (first, members, _dirs) = cluster().await;
+    let controller = first.controller.clone();
+    create_replicated(&first, "sq", &[2, 3, 1]).await;
+    eventually("a full ISR", || partition(&controller, "sq").isr.len() == 3).await;
+    eventually("broker 2 leads", || members[0].leads("sq")).await;
+    let topic_id = controller.image().topic("sq").expect("topic").topic_id;
+
+    // The share coordinator of the share-partition is broker 1, which stays up.
+    let key = SharePartitionKey {
+        group: "queue".to_string(),
+        topic_id,
+        partition: 0,
+    };
+    let mut c1 = TcpStream::connect(first.addr).await.expect("connect");
+    let mut find = kafka_protocol::messages::FindCoordinatorRequest::default();
+    find.key_type = 2;
+    find.coordinator_keys = vec![key.coordinator_key().into()];
+    let _: kafka_protocol::messages::FindCoordinatorResponse = call(
+        &mut c1,
+        kafka_protocol::messages::ApiKey::FindCoordinator,
+        6,
+        &find,
+    )
+    .await;
+    eventually("__share_group_state exists", || {
+        controller.image().topic("__share_group_state").is_some()
+    })
+    .await;
+    let state_partition = weir_coordinator::partition_for(&key.coordinator_key(), 50);
+    let state_leader = controller
+        .image()
+        .topic("__share_group_state")
+        .and_then(|t| t.partition(state_partition))
+        .map(|p| p.leader);
+    if state_leader != Some(1) {
+        lead_from(
+            &first,
+            "__share_group_state",
+            state_partition,
+            vec![1, 2, 3],
+        )
+        .await;
+    }
+
+    let mut to_leader = TcpStream::connect(members[0].addr).await.expect("connect");
+    let mut opened = (-1, None);
+    for _ in 0..100 {
+        opened = share_fetched(&mut to_leader, &share_fetch("a", 0, topic_id, 20, &[])).await;
+        if opened == (0, None) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        opened,
+        (0, None),
+        "the share-partition starts at the log end"
+    );
+    assert_eq!(
+        produce(&mut to_leader, "sq", 0, -1, ten_records()).await.0,
+        0
+    );
+    let a = share_fetched(&mut to_leader, &share_fetch("a", 1, topic_id, 20, &[])).await;
+    assert_eq!(a, (0, Some((0, 0, vec![(0, 9, 1)], true))));
+    let acks = [(0, 3, 1), (4, 5, 2), (6, 6, 3)];
+    assert_eq!(
+        share_acknowledged(&mut to_leader, "a", 2, topic_id, &acks).await,
+        0
+    );
+
+    members[0].crash();
+    eventually("broker 3 leads", || {
+        let p = partition(&controller, "sq");
+        p.leader == 3 && !p.isr.contains(&2)
+    })
+    .await;
+    let mut to_new = TcpStream::connect(members[1].addr).await.expect("connect");
+    assert_eq!(
+        first_delivery(&mut to_new, "b", topic_id).await,
+        Some((0, 0, vec![(4, 5, 2), (7, 9, 2)], true)),
+        "only what was not acknowledged, delivered once more"
+    );
+    let summary = first
+        .broker
+        .share_coordinator()
+        .read_summary(&key)
+        .expect("broker 1 coordinates it");
+    assert_eq!(
+        (summary.start_offset, summary.leader_epoch),
+        (4, 1),
+        "the new leader's epoch fences the old one"
+    );
+    for m in &members {
+        m.crash();
+    }
+    first.shutdown().await;
+}

@@ -281,7 +281,7 @@ const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
 
 /// A ShareFetch of `member` at session `epoch` for partition 0 of `topic_id`, acknowledging
 /// `acks` (first, last, type) there.
-fn share_fetch(
+pub(crate) fn share_fetch(
     member: &str,
     epoch: i32,
     topic_id: uuid::Uuid,
@@ -316,7 +316,7 @@ fn share_fetch(
 
 /// The partition's answer: (error, acknowledge error, acquired (first, last, deliveries),
 /// whether records came).
-async fn share_fetched(
+pub(crate) async fn share_fetched(
     c: &mut TcpStream,
     request: &ShareFetchRequest,
 ) -> (i16, Option<(i16, i16, Vec<(i64, i64, i16)>, bool)>) {
@@ -334,6 +334,31 @@ async fn share_fetched(
     (response.error_code, partition)
 }
 
+/// One batch of ten records, `v0` to `v9`.
+pub(crate) fn ten_records() -> Vec<u8> {
+    use weir_log::batch::{build_batch, ProducerFields};
+    let values: Vec<Vec<u8>> = (0..10).map(|i| format!("v{i}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    build_batch(&refs, 0, ProducerFields::NONE)
+}
+
+/// What a new session of `member` is first delivered from partition 0 of `topic_id`, asking
+/// again for up to 10 s while the partition or its share coordinator is not ready.
+pub(crate) async fn first_delivery(
+    c: &mut TcpStream,
+    member: &str,
+    topic_id: uuid::Uuid,
+) -> Option<(i16, i16, Vec<(i64, i64, i16)>, bool)> {
+    for _ in 0..200 {
+        let fetched = share_fetched(c, &share_fetch(member, 0, topic_id, 20, &[])).await;
+        if fetched.0 == 0 && fetched.1.as_ref().is_some_and(|p| p.0 == 0 && p.3) {
+            return fetched.1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_fetch_delivers_each_record_to_one_member_and_redelivers_what_is_released() {
     use weir_log::batch::{build_batch, ProducerFields};
@@ -348,17 +373,7 @@ async fn share_fetch_delivers_each_record_to_one_member_and_redelivers_what_is_r
         share_fetched(&mut c, &share_fetch("a", 0, topic_id, 4, &[])).await,
         (0, None)
     );
-    let values: Vec<Vec<u8>> = (0..10).map(|i| format!("v{i}").into_bytes()).collect();
-    let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-    let (code, _) = produce(
-        &mut c,
-        "q",
-        0,
-        -1,
-        build_batch(&refs, 0, ProducerFields::NONE),
-    )
-    .await;
-    assert_eq!(code, 0);
+    assert_eq!(produce(&mut c, "q", 0, -1, ten_records()).await.0, 0);
 
     // a takes four records, b the other six: none goes to both.
     let a = share_fetched(&mut c, &share_fetch("a", 1, topic_id, 4, &[])).await;
@@ -491,4 +506,98 @@ async fn a_member_whose_connection_drops_has_its_records_released_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(got, Some((0, 0, vec![(0, 1, 2)], true)));
+}
+
+/// What a share group acknowledged survives a restart of its partition's leader (which is its
+/// share coordinator here): the group goes on after the last acknowledged record, records it
+/// released or held are delivered again with their deliveries counted, a rejected one never.
+/// A ShareAcknowledge of `member` at session `epoch` for partition 0 of `topic_id`: `acks`
+/// (first, last, type); the partition's error code.
+pub(crate) async fn share_acknowledged(
+    c: &mut TcpStream,
+    member: &str,
+    epoch: i32,
+    topic_id: uuid::Uuid,
+    acks: &[(i64, i64, i8)],
+) -> i16 {
+    let mut ack = ShareAcknowledgeRequest::default();
+    ack.group_id = Some(GroupId(text("queue")));
+    ack.member_id = Some(text(member));
+    ack.share_session_epoch = epoch;
+    let mut partition = share_acknowledge_request::AcknowledgePartition::default();
+    for &(first, last, kind) in acks {
+        let mut batch = share_acknowledge_request::AcknowledgementBatch::default();
+        (batch.first_offset, batch.last_offset) = (first, last);
+        batch.acknowledge_types = vec![kind];
+        partition.acknowledgement_batches.push(batch);
+    }
+    let mut topic = share_acknowledge_request::AcknowledgeTopic::default();
+    topic.topic_id = topic_id;
+    topic.partitions = vec![partition];
+    ack.topics = vec![topic];
+    let acked: ShareAcknowledgeResponse = call(c, ApiKey::ShareAcknowledge, 1, &ack).await;
+    assert_eq!(acked.error_code, 0);
+    acked.responses[0].partitions[0].error_code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_survive_a_restart() {
+    let storage = MemoryStorage::new();
+    let root = Path::new("/");
+    let test = start_on(Arc::new(storage.clone()), root, &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "q", 1, &[]).await, 0);
+    let topic_id = test.broker.image().topic("q").expect("topic").topic_id;
+    assert_eq!(
+        share_fetched(&mut c, &share_fetch("a", 0, topic_id, 20, &[])).await,
+        (0, None)
+    );
+    assert_eq!(produce(&mut c, "q", 0, -1, ten_records()).await.0, 0);
+    let a = share_fetched(&mut c, &share_fetch("a", 1, topic_id, 20, &[])).await;
+    assert_eq!(a, (0, Some((0, 0, vec![(0, 9, 1)], true))));
+    // Accept 0–3, release 4–5, reject 6; 7–9 stay acquired.
+    let acks = [(0, 3, 1), (4, 5, 2), (6, 6, 3)];
+    assert_eq!(share_acknowledged(&mut c, "a", 2, topic_id, &acks).await, 0);
+    let summary = test
+        .broker
+        .share_coordinator()
+        .read_summary(
+            &weir_coordinator::share_coordinator::records::SharePartitionKey {
+                group: "queue".to_string(),
+                topic_id,
+                partition: 0,
+            },
+        )
+        .expect("summary");
+    assert_eq!(summary.start_offset, 4, "0–3 done");
+    test.shutdown().await;
+
+    let restarted = start_on(Arc::new(storage), root, &[]).await;
+    let mut c = TcpStream::connect(restarted.addr).await.expect("connect");
+    assert_eq!(
+        first_delivery(&mut c, "b", topic_id).await,
+        Some((0, 0, vec![(4, 5, 2), (7, 9, 2)], true)),
+        "what was not acknowledged, once more; 0–3 and the rejected 6 never"
+    );
+
+    // Leaders find a share-partition's coordinator with FindCoordinator's key type 2.
+    let key = weir_coordinator::share_coordinator::records::SharePartitionKey {
+        group: "queue".to_string(),
+        topic_id,
+        partition: 0,
+    };
+    let mut find = FindCoordinatorRequest::default();
+    find.key_type = 2;
+    find.coordinator_keys = vec![
+        text(&key.coordinator_key()),
+        text("queue-without-partition"),
+    ];
+    let found: FindCoordinatorResponse = call(&mut c, ApiKey::FindCoordinator, 6, &find).await;
+    let answers: Vec<(i16, i32)> = found
+        .coordinators
+        .iter()
+        .map(|c| (c.error_code, c.node_id.0))
+        .collect();
+    assert_eq!(answers, [(0, 1), (INVALID_REQUEST, -1)]);
+    restarted.shutdown().await;
 }

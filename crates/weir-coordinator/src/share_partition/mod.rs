@@ -65,6 +65,27 @@ pub enum RecordState {
 }
 
 impl RecordState {
+    /// Kafka's code of the state (share-group state's delivery state).
+    pub fn code(self) -> i8 {
+        match self {
+            RecordState::Available => 0,
+            RecordState::Acquired => 1,
+            RecordState::Acknowledged => 2,
+            RecordState::Archived => 4,
+        }
+    }
+
+    /// The state of a Kafka code, if it names one.
+    pub fn from_code(code: i8) -> Option<RecordState> {
+        match code {
+            0 => Some(RecordState::Available),
+            1 => Some(RecordState::Acquired),
+            2 => Some(RecordState::Acknowledged),
+            4 => Some(RecordState::Archived),
+            _ => None,
+        }
+    }
+
     /// Done with: the SPSO may move past it.
     fn is_terminal(self) -> bool {
         matches!(self, RecordState::Acknowledged | RecordState::Archived)
