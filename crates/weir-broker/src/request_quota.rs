@@ -226,6 +226,7 @@ fn raise_throttle(body: &mut ResponseKind, pause: Duration) {
         DescribeGroups,
         DescribeLogDirs,
         DescribeProducers,
+        DescribeShareGroupOffsets,
         DescribeTransactions,
         DescribeUserScramCredentials,
         ElectLeaders,

@@ -13,15 +13,16 @@ use std::time::Duration;
 
 use kafka_protocol::messages::{
     initialize_share_group_state_request, read_share_group_state_request,
-    write_share_group_state_request, ApiKey, InitializeShareGroupStateRequest,
-    InitializeShareGroupStateResponse, ReadShareGroupStateRequest, ReadShareGroupStateResponse,
-    WriteShareGroupStateRequest, WriteShareGroupStateResponse,
+    read_share_group_state_summary_request, write_share_group_state_request, ApiKey,
+    InitializeShareGroupStateRequest, InitializeShareGroupStateResponse,
+    ReadShareGroupStateRequest, ReadShareGroupStateResponse, ReadShareGroupStateSummaryRequest,
+    ReadShareGroupStateSummaryResponse, WriteShareGroupStateRequest, WriteShareGroupStateResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
 use weir_client::Connection;
 use weir_coordinator::share_coordinator::records::{PersistedBatch, SharePartitionKey};
-use weir_coordinator::share_coordinator::{PersistedState, StateWrite};
+use weir_coordinator::share_coordinator::{PersistedState, StateSummary, StateWrite};
 use weir_coordinator::share_partition::{RecordState, ShareState, StateBatch};
 use weir_metadata::SHARE_GROUP_STATE_TOPIC;
 
@@ -36,8 +37,6 @@ use crate::handlers::str_bytes;
 const ATTEMPTS: u32 = 8;
 /// The wait before the first retry, doubled for each next one (about 5 s in all).
 const FIRST_BACKOFF: Duration = Duration::from_millis(40);
-/// The version of the share-state APIs brokers send.
-const STATE_API_VERSION: i16 = 0;
 
 /// One call to a share coordinator.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +47,23 @@ enum StateCall<'a> {
     Initialize(i32, i64),
     /// WriteShareGroupState.
     Write(&'a StateWrite),
+    /// ReadShareGroupStateSummary.
+    Summary,
 }
+
+/// What a share coordinator answered.
+enum StateAnswer {
+    /// Done (an initialize or a write).
+    Done,
+    /// A read's state.
+    State(PersistedState),
+    /// A summary.
+    Summary(StateSummary),
+}
+
+/// The ReadShareGroupStateSummary version brokers send (v1 carries the delivery-complete
+/// count); the other share-state APIs are sent at v0.
+const SUMMARY_API_VERSION: i16 = 1;
 
 /// Whether a share-state call that failed so is worth trying again.
 fn retriable(error: ResponseError) -> bool {
@@ -70,9 +85,25 @@ impl Broker {
         key: &SharePartitionKey,
         leader_epoch: i32,
     ) -> Result<PersistedState, ResponseError> {
-        self.share_state_call(key, StateCall::Read(leader_epoch))
-            .await
-            .map(|state| state.unwrap_or_else(uninitialized))
+        match self
+            .share_state_call(key, StateCall::Read(leader_epoch))
+            .await?
+        {
+            StateAnswer::State(state) => Ok(state),
+            StateAnswer::Done | StateAnswer::Summary(_) => Ok(uninitialized()),
+        }
+    }
+
+    /// The start offset, epochs and delivery-complete count of `key`'s durable state (start
+    /// offset -1 when it has none); fences nothing.
+    pub(crate) async fn share_state_summary(
+        self: &Arc<Self>,
+        key: &SharePartitionKey,
+    ) -> Result<StateSummary, ResponseError> {
+        match self.share_state_call(key, StateCall::Summary).await? {
+            StateAnswer::Summary(summary) => Ok(summary),
+            StateAnswer::Done | StateAnswer::State(_) => Err(ResponseError::UnknownServerError),
+        }
     }
 
     /// Starts `key`'s durable state at `start_offset`, nothing in flight.
@@ -102,7 +133,7 @@ impl Broker {
         self: &Arc<Self>,
         key: &SharePartitionKey,
         call: StateCall<'_>,
-    ) -> Result<Option<PersistedState>, ResponseError> {
+    ) -> Result<StateAnswer, ResponseError> {
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         loop {
@@ -127,7 +158,7 @@ impl Broker {
         self: &Arc<Self>,
         key: &SharePartitionKey,
         call: StateCall<'_>,
-    ) -> Result<Option<PersistedState>, ResponseError> {
+    ) -> Result<StateAnswer, ResponseError> {
         self.ensure_internal_topic(&self.share_state_topic)
             .await
             .map_err(|error| share_state_error(error.into()))?;
@@ -137,12 +168,17 @@ impl Broker {
         if coordinator == self.identity.node_id {
             let local = &self.share_coordinator;
             return match call {
-                StateCall::Read(leader_epoch) => local.read(key, leader_epoch).await.map(Some),
+                StateCall::Read(leader_epoch) => {
+                    local.read(key, leader_epoch).await.map(StateAnswer::State)
+                }
                 StateCall::Initialize(state_epoch, start_offset) => local
                     .initialize(key, state_epoch, start_offset)
                     .await
-                    .map(|()| None),
-                StateCall::Write(write) => local.write(key, write).await.map(|()| None),
+                    .map(|()| StateAnswer::Done),
+                StateCall::Write(write) => {
+                    local.write(key, write).await.map(|()| StateAnswer::Done)
+                }
+                StateCall::Summary => local.read_summary(key).map(StateAnswer::Summary),
             }
             .map_err(share_state_error);
         }
@@ -162,7 +198,7 @@ impl Broker {
             StateCall::Read(leader_epoch) => {
                 let request = read_request(key, leader_epoch);
                 let response: ReadShareGroupStateResponse =
-                    remote(&connection, ApiKey::ReadShareGroupState, &request).await?;
+                    remote(&connection, ApiKey::ReadShareGroupState, (0, &request)).await?;
                 let result = first_partition!(response);
                 let state = PersistedState {
                     state_epoch: result.state_epoch,
@@ -173,19 +209,40 @@ impl Broker {
                         .map(|b| persisted_batch!(b))
                         .collect(),
                 };
-                (result.error_code, Some(state))
+                (result.error_code, StateAnswer::State(state))
             }
             StateCall::Initialize(state_epoch, start_offset) => {
                 let request = initialize_request(key, state_epoch, start_offset);
-                let response: InitializeShareGroupStateResponse =
-                    remote(&connection, ApiKey::InitializeShareGroupState, &request).await?;
-                (first_partition!(response).error_code, None)
+                let response: InitializeShareGroupStateResponse = remote(
+                    &connection,
+                    ApiKey::InitializeShareGroupState,
+                    (0, &request),
+                )
+                .await?;
+                (first_partition!(response).error_code, StateAnswer::Done)
             }
             StateCall::Write(write) => {
                 let request = write_request(key, write);
                 let response: WriteShareGroupStateResponse =
-                    remote(&connection, ApiKey::WriteShareGroupState, &request).await?;
-                (first_partition!(response).error_code, None)
+                    remote(&connection, ApiKey::WriteShareGroupState, (0, &request)).await?;
+                (first_partition!(response).error_code, StateAnswer::Done)
+            }
+            StateCall::Summary => {
+                let request = summary_request(key);
+                let response: ReadShareGroupStateSummaryResponse = remote(
+                    &connection,
+                    ApiKey::ReadShareGroupStateSummary,
+                    (SUMMARY_API_VERSION, &request),
+                )
+                .await?;
+                let result = first_partition!(response);
+                let summary = StateSummary {
+                    state_epoch: result.state_epoch,
+                    leader_epoch: result.leader_epoch,
+                    start_offset: result.start_offset,
+                    delivery_complete_count: result.delivery_complete_count,
+                };
+                (result.error_code, StateAnswer::Summary(summary))
             }
         };
         match ResponseError::try_from_code(code) {
@@ -198,17 +255,10 @@ impl Broker {
 /// The durable form of a leader's share-partition `state`, as a write replacing every batch
 /// it covers.
 pub(crate) fn state_write(state: &ShareState, state_epoch: i32, leader_epoch: i32) -> StateWrite {
-    let complete: i64 = state
-        .batches
-        .iter()
-        .filter(|b| matches!(b.state, RecordState::Acknowledged | RecordState::Archived))
-        .map(|b| b.last_offset - b.first_offset + 1)
-        .sum();
     StateWrite {
         state_epoch,
         leader_epoch,
         start_offset: state.start_offset,
-        delivery_complete_count: i32::try_from(complete).unwrap_or(i32::MAX),
         batches: state
             .batches
             .iter()
@@ -255,16 +305,30 @@ macro_rules! first_partition {
 }
 use first_partition;
 
-/// `request` at another broker's share coordinator over `connection`.
-async fn remote<Req: Encodable, Resp: Decodable>(
+/// `request` (at its version) at another broker over `connection`.
+pub(crate) async fn remote<Req: Encodable, Resp: Decodable>(
     connection: &Connection,
     api: ApiKey,
-    request: &Req,
+    (version, request): (i16, &Req),
 ) -> Result<Resp, ResponseError> {
     connection
-        .call_at(api, STATE_API_VERSION, request)
+        .call_at(api, version, request)
         .await
         .map_err(|_| ResponseError::NetworkException)
+}
+
+/// ReadShareGroupStateSummary for `key`.
+fn summary_request(key: &SharePartitionKey) -> ReadShareGroupStateSummaryRequest {
+    let mut partition = read_share_group_state_summary_request::PartitionData::default();
+    partition.partition = key.partition;
+    partition.leader_epoch = -1;
+    let mut topic = read_share_group_state_summary_request::ReadStateSummaryData::default();
+    topic.topic_id = key.topic_id;
+    topic.partitions = vec![partition];
+    let mut request = ReadShareGroupStateSummaryRequest::default();
+    request.group_id = str_bytes(key.group.clone());
+    request.topics = vec![topic];
+    request
 }
 
 /// A share-partition without durable state.

@@ -1606,8 +1606,10 @@ impl ApiKey {
             ApiKey::ReadShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::WriteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupState => VersionRange { min: 0, max: 0 },
-            ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 0 },
-            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 0 },
+            // Weir patch: v1 (Kafka 4.3+) adds the response's DeliveryCompleteCount.
+            ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 1 },
+            // Weir patch: v1 (KIP-1226, Kafka 4.3+) adds the response's Lag.
+            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 1 },
             ApiKey::AlterShareGroupOffsets => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupOffsets => VersionRange { min: 0, max: 0 },
         }

@@ -326,6 +326,11 @@ async fn route(
                 share_fetch::acknowledge(&broker, req, (&access, &share_sessions)).await,
             ))
         }),
+        RequestKind::DescribeShareGroupOffsets(req) => Box::pin(async move {
+            respond(ResponseKind::DescribeShareGroupOffsets(
+                share_groups::describe_offsets(&broker, req, &access).await,
+            ))
+        }),
         RequestKind::InitializeShareGroupState(req) => Box::pin(async move {
             respond(ResponseKind::InitializeShareGroupState(
                 share_group_state::initialize(&broker, req, &access).await,

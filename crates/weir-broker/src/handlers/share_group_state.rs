@@ -1,8 +1,8 @@
 //! The share coordinator's APIs (KIP-932), which partition leaders send it for the durable
 //! state of their share-partitions: InitializeShareGroupState (83), ReadShareGroupState (84),
 //! WriteShareGroupState (85), DeleteShareGroupState (86) and ReadShareGroupStateSummary (87),
-//! each v0. Only brokers send them: CLUSTER_ACTION, or every partition is refused
-//! CLUSTER_AUTHORIZATION_FAILED. Each partition is answered by this broker's share
+//! each v0 (the summary v0–1: v1 adds the delivery-complete count). Only brokers send them:
+//! CLUSTER_ACTION, or every partition is refused CLUSTER_AUTHORIZATION_FAILED. Each partition is answered by this broker's share
 //! coordinator, or NOT_COORDINATOR when another broker leads the key's partition of
 //! `__share_group_state`.
 
@@ -170,7 +170,6 @@ pub async fn write(
                 state_epoch: partition.state_epoch,
                 leader_epoch: partition.leader_epoch,
                 start_offset: partition.start_offset,
-                delivery_complete_count: -1,
                 batches: partition
                     .state_batches
                     .iter()
@@ -253,6 +252,7 @@ pub fn read_summary(
                 answer.state_epoch = summary.state_epoch;
                 answer.leader_epoch = summary.leader_epoch;
                 answer.start_offset = summary.start_offset;
+                answer.delivery_complete_count = summary.delivery_complete_count;
             }
             result.partitions.push(answer);
         }

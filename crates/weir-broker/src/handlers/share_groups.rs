@@ -1,9 +1,14 @@
-//! Share groups (KIP-932): ShareGroupHeartbeat (key 76, v1) and ShareGroupDescribe (77, v1).
+//! Share groups (KIP-932): ShareGroupHeartbeat (key 76, v1), ShareGroupDescribe (77, v1) and
+//! DescribeShareGroupOffsets (90, v0–1).
 //! The handlers check the request as Kafka does, with its wording, and translate topic ids
 //! and names; the group coordinator decides.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::describe_share_group_offsets_response::{
+    DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
+};
 use kafka_protocol::messages::share_group_describe_response::{
     Assignment as DescribedAssignment, DescribedGroup, Member,
     TopicPartitions as DescribedPartitions,
@@ -12,21 +17,25 @@ use kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment, TopicPartitions as AssignedPartitions,
 };
 use kafka_protocol::messages::{
+    list_offsets_request, ApiKey, BrokerId, DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse, ListOffsetsRequest, ListOffsetsResponse,
     ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
 use weir_coordinator::assignors::TopicPartitions;
+use weir_coordinator::share_coordinator::records::SharePartitionKey;
 use weir_coordinator::share_group::{ShareHeartbeat, ASSIGNOR, JOIN_EPOCH, LEAVE_EPOCH};
 use weir_coordinator::GroupError;
 use weir_metadata::acl::{AclOperation, ResourceType};
 use weir_metadata::authorizer::Access;
 
 use crate::broker::Broker;
+use crate::endpoints::ClientEndpoint;
 use crate::handlers::consumer_groups::{heartbeat_refusal, named_partitions, ImageCatalog};
 use crate::handlers::errors::group_error;
-use crate::handlers::operations;
-use crate::handlers::str_bytes;
+use crate::handlers::{led_partition, operations, str_bytes};
+use crate::share_persister::remote;
 
 /// ShareGroupHeartbeat: join, heartbeat or leave; the answer carries the member's epoch and,
 /// when it joined or its assignment changed, its assignment.
@@ -235,4 +244,171 @@ pub fn describe(
         })
         .collect();
     response
+}
+
+/// The ListOffsets version asked of another broker for a partition's high watermark.
+const LIST_OFFSETS_VERSION: i16 = 5;
+
+/// DescribeShareGroupOffsets (v0–1): each share-partition's start offset and leader epoch
+/// from its share coordinator, and (v1) its lag: records up to the high watermark whose
+/// delivery is not complete. With no topics named, every partition holding state of every
+/// topic the group's members subscribed to.
+pub async fn describe_offsets(
+    broker: &Arc<Broker>,
+    request: DescribeShareGroupOffsetsRequest,
+    access: &Access,
+) -> DescribeShareGroupOffsetsResponse {
+    let mut response = DescribeShareGroupOffsetsResponse::default();
+    for asked in request.groups {
+        let mut group = DescribeShareGroupOffsetsResponseGroup::default();
+        let group_id = asked.group_id.as_str().to_string();
+        group.group_id = asked.group_id;
+        if !access.group(AclOperation::Describe, &group_id) {
+            group.error_code = ResponseError::GroupAuthorizationFailed.code();
+            response.groups.push(group);
+            continue;
+        }
+        let remembered = match broker.coordinator.share_group_topics(&group_id) {
+            Ok(topics) => topics,
+            Err(error) => {
+                group.error_code = group_error(error).code();
+                if error == GroupError::GroupIdNotFound {
+                    group.error_message = Some(str_bytes(format!("Group {group_id} not found.")));
+                }
+                response.groups.push(group);
+                continue;
+            }
+        };
+        // (topic, partitions named; None: every partition holding state).
+        let wanted: Vec<(String, Option<Vec<i32>>)> = match asked.topics {
+            Some(topics) => topics
+                .into_iter()
+                .map(|t| (t.topic_name.0.to_string(), Some(t.partitions)))
+                .collect(),
+            None => remembered
+                .into_iter()
+                .filter(|topic| access.topic(AclOperation::Describe, topic))
+                .map(|topic| (topic, None))
+                .collect(),
+        };
+        for (name, partitions) in wanted {
+            if let Some(topic) =
+                offsets_of_topic(broker, &group_id, &name, partitions, access).await
+            {
+                group.topics.push(topic);
+            }
+        }
+        response.groups.push(group);
+    }
+    response
+}
+
+/// One topic's answer to DescribeShareGroupOffsets; `None` when no partition was named and
+/// none holds state.
+async fn offsets_of_topic(
+    broker: &Arc<Broker>,
+    group_id: &str,
+    name: &str,
+    named: Option<Vec<i32>>,
+    access: &Access,
+) -> Option<DescribeShareGroupOffsetsResponseTopic> {
+    let mut topic = DescribeShareGroupOffsetsResponseTopic::default();
+    topic.topic_name = TopicName(str_bytes(name));
+    let image = broker.image();
+    let found = image.topic(name);
+    let refusal = if !access.topic(AclOperation::Describe, name) {
+        Some(ResponseError::TopicAuthorizationFailed)
+    } else if found.is_none() {
+        Some(ResponseError::UnknownTopicOrPartition)
+    } else {
+        None
+    };
+    let every = named.is_none();
+    let indexes: Vec<i32> =
+        named.unwrap_or_else(|| (0..found.map_or(0, |t| t.partition_count())).collect());
+    if let Some(error) = refusal {
+        topic.partitions = indexes
+            .into_iter()
+            .map(|index| {
+                let mut partition = DescribeShareGroupOffsetsResponsePartition::default();
+                partition.partition_index = index;
+                partition.start_offset = -1;
+                partition.leader_epoch = -1;
+                partition.error_code = error.code();
+                partition.error_message = Some(str_bytes(error.to_string()));
+                partition
+            })
+            .collect();
+        return (!every).then_some(topic);
+    }
+    let topic_id = found.map(|t| t.topic_id).unwrap_or_default();
+    topic.topic_id = topic_id;
+    for index in indexes {
+        let mut partition = DescribeShareGroupOffsetsResponsePartition::default();
+        partition.partition_index = index;
+        let key = SharePartitionKey {
+            group: group_id.to_string(),
+            topic_id,
+            partition: index,
+        };
+        match broker.share_state_summary(&key).await {
+            Ok(summary) if every && summary.start_offset < 0 => continue,
+            Ok(summary) => {
+                partition.start_offset = summary.start_offset;
+                partition.leader_epoch = summary.leader_epoch;
+                partition.lag = match (summary.start_offset, summary.delivery_complete_count) {
+                    (start, complete) if start >= 0 && complete >= 0 => {
+                        match high_watermark(broker, name, index).await {
+                            Some(end) => (end - start - i64::from(complete)).max(0),
+                            None => -1,
+                        }
+                    }
+                    _ => -1,
+                };
+            }
+            Err(error) => {
+                partition.start_offset = -1;
+                partition.leader_epoch = -1;
+                partition.error_code = error.code();
+                partition.error_message = Some(str_bytes(error.to_string()));
+            }
+        }
+        topic.partitions.push(partition);
+    }
+    (!every || !topic.partitions.is_empty()).then_some(topic)
+}
+
+/// The high watermark of `topic`-`index`: read here when this broker leads it, else asked of
+/// its leader (ListOffsets, latest); `None` when neither answers.
+async fn high_watermark(broker: &Arc<Broker>, topic: &str, index: i32) -> Option<i64> {
+    if let Ok(partition) = led_partition(broker, topic, index) {
+        return Some(partition.log().high_watermark());
+    }
+    let image = broker.image();
+    let leader = image.topic(topic)?.partition(index)?.leader;
+    let endpoint = image
+        .broker(leader)
+        .and_then(|b| ClientEndpoint::on(b, &broker.identity.inter_broker.listener))?;
+    let address = format!("{}:{}", endpoint.host, endpoint.port);
+    let client_id = format!("weir-share-lag-{}", broker.identity.node_id);
+    let connection = broker.share_links.to(&address, &client_id).await.ok()?;
+    let mut asked = list_offsets_request::ListOffsetsPartition::default();
+    asked.partition_index = index;
+    asked.timestamp = -1;
+    asked.current_leader_epoch = -1;
+    let mut named = list_offsets_request::ListOffsetsTopic::default();
+    named.name = TopicName(str_bytes(topic));
+    named.partitions = vec![asked];
+    let mut request = ListOffsetsRequest::default();
+    request.replica_id = BrokerId(-1);
+    request.topics = vec![named];
+    let response: ListOffsetsResponse = remote(
+        &connection,
+        ApiKey::ListOffsets,
+        (LIST_OFFSETS_VERSION, &request),
+    )
+    .await
+    .ok()?;
+    let answer = response.topics.first()?.partitions.first()?;
+    (answer.error_code == 0).then_some(answer.offset)
 }

@@ -559,6 +559,15 @@ async fn every_api_refuses_a_client_without_rights() {
                 let r: ShareAcknowledgeResponse = call(&mut c, api.key, v, &req).await;
                 assert_eq!(r.error_code, GROUP_DENIED, "{what}");
             }
+            ApiKey::DescribeShareGroupOffsets => {
+                let mut group = describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default();
+                group.group_id = GroupId(name("g932"));
+                let mut req = DescribeShareGroupOffsetsRequest::default();
+                req.groups = vec![group];
+                let r: DescribeShareGroupOffsetsResponse = call(&mut c, api.key, v, &req).await;
+                assert_eq!(r.groups[0].error_code, GROUP_DENIED, "{what}");
+                assert!(r.groups[0].topics.is_empty(), "{what}");
+            }
             ApiKey::InitializeShareGroupState => {
                 let mut partition = initialize_share_group_state_request::PartitionData::default();
                 partition.start_offset = 0;

@@ -663,6 +663,22 @@ async fn every_advertised_version_answers() {
                     let r: ShareAcknowledgeResponse = call(&mut c, api.key, v, &req).await;
                     assert_eq!(r.error_code, 0, "{what}");
                 }
+                ApiKey::DescribeShareGroupOffsets => {
+                    // The share group that fetched above: every partition holding state.
+                    let mut group = describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default();
+                    group.group_id = GroupId(StrBytes::from_static_str("kip932-1"));
+                    group.topics = None;
+                    let mut req = DescribeShareGroupOffsetsRequest::default();
+                    req.groups = vec![group];
+                    let r: DescribeShareGroupOffsetsResponse = call(&mut c, api.key, v, &req).await;
+                    let g = &r.groups[0];
+                    assert_eq!((g.error_code, g.topics.len()), (0, 1), "{what}: {r:?}");
+                    assert_eq!(g.topics[0].topic_name.0.as_str(), "good", "{what}");
+                    let p = &g.topics[0].partitions[0];
+                    assert_eq!((p.partition_index, p.error_code), (0, 0), "{what}");
+                    assert!(p.start_offset >= 0, "{what}");
+                    assert_eq!(p.lag >= 0, v >= 1, "{what}: lag from v1");
+                }
                 ApiKey::InitializeShareGroupState => {
                     let mut partition =
                         initialize_share_group_state_request::PartitionData::default();

@@ -992,7 +992,8 @@ fn watchers_never_see_the_high_watermark_or_log_end_move_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_group_goes_on_at_the_new_leader_after_a_crash() {
     use crate::share_groups::{
-        first_delivery, share_acknowledged, share_fetch, share_fetched, ten_records,
+        described_offsets, first_delivery, heartbeat, join, share_acknowledged, share_fetch,
+        share_fetched, ten_records,
     };
     use weir_coordinator::share_coordinator::records::SharePartitionKey;
     let (first, members, _dirs) = cluster().await;
@@ -1086,6 +1087,33 @@ async fn a_share_group_goes_on_at_the_new_leader_after_a_crash() {
         (summary.start_offset, summary.leader_epoch),
         (4, 1),
         "the new leader's epoch fences the old one"
+    );
+
+    // Its group coordinator describes it from the share coordinator's summary and the new
+    // leader's high watermark, wherever they are: 4 done before the start, 6 rejected.
+    let mut find = kafka_protocol::messages::FindCoordinatorRequest::default();
+    find.key = "queue".into();
+    let mut found = kafka_protocol::messages::FindCoordinatorResponse::default();
+    for _ in 0..100 {
+        found = call(
+            &mut c1,
+            kafka_protocol::messages::ApiKey::FindCoordinator,
+            3,
+            &find,
+        )
+        .await;
+        if found.error_code == 0 && found.node_id.0 != 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let address = format!("{}:{}", found.host.as_str(), found.port);
+    let mut to_group = TcpStream::connect(address).await.expect("connect");
+    let joined = heartbeat(&mut to_group, &join("queue", "b", "sq")).await;
+    assert_eq!(joined.error_code, 0);
+    assert_eq!(
+        described_offsets(&mut to_group, "queue").await,
+        Ok(vec![("sq".to_string(), 0, 4, 5)])
     );
     for m in &members {
         m.crash();

@@ -26,7 +26,7 @@ fn text(s: &str) -> StrBytes {
 }
 
 /// A join (epoch 0) of `member` subscribing to `topic`.
-fn join(group: &str, member: &str, topic: &str) -> ShareGroupHeartbeatRequest {
+pub(crate) fn join(group: &str, member: &str, topic: &str) -> ShareGroupHeartbeatRequest {
     let mut request = ShareGroupHeartbeatRequest::default();
     request.group_id = GroupId(text(group));
     request.member_id = text(member);
@@ -44,7 +44,7 @@ fn beat(group: &str, member: &str, epoch: i32) -> ShareGroupHeartbeatRequest {
     request
 }
 
-async fn heartbeat(
+pub(crate) async fn heartbeat(
     c: &mut TcpStream,
     request: &ShareGroupHeartbeatRequest,
 ) -> ShareGroupHeartbeatResponse {
@@ -540,6 +540,40 @@ pub(crate) async fn share_acknowledged(
     acked.responses[0].partitions[0].error_code
 }
 
+/// DescribeShareGroupOffsets v1 of every partition holding `group`'s state: (topic, partition,
+/// start offset, lag), or the group's error.
+pub(crate) async fn described_offsets(
+    c: &mut TcpStream,
+    group: &str,
+) -> Result<Vec<(String, i32, i64, i64)>, i16> {
+    let mut asked =
+        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default();
+    asked.group_id = GroupId(text(group));
+    asked.topics = None;
+    let mut request = DescribeShareGroupOffsetsRequest::default();
+    request.groups = vec![asked];
+    let described: DescribeShareGroupOffsetsResponse =
+        call(c, ApiKey::DescribeShareGroupOffsets, 1, &request).await;
+    let group = &described.groups[0];
+    if group.error_code != 0 {
+        return Err(group.error_code);
+    }
+    Ok(group
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    t.topic_name.0.to_string(),
+                    p.partition_index,
+                    p.start_offset,
+                    p.lag,
+                )
+            })
+        })
+        .collect())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledgements_survive_a_restart() {
     let storage = MemoryStorage::new();
@@ -578,6 +612,26 @@ async fn acknowledgements_survive_a_restart() {
         first_delivery(&mut c, "b", topic_id).await,
         Some((0, 0, vec![(4, 5, 2), (7, 9, 2)], true)),
         "what was not acknowledged, once more; 0–3 and the rejected 6 never"
+    );
+
+    // kafka-share-groups --describe: the start offset and the lag (10 records, 4 done before
+    // the start, 6 rejected: 5 not yet done), once the group has a member again (its
+    // membership is not stored).
+    let mut find = FindCoordinatorRequest::default();
+    find.key = text("queue");
+    let found: FindCoordinatorResponse = call(&mut c, ApiKey::FindCoordinator, 3, &find).await;
+    assert_eq!(found.error_code, 0);
+    assert_eq!(
+        heartbeat(&mut c, &join("queue", "b", "q")).await.error_code,
+        0
+    );
+    assert_eq!(
+        described_offsets(&mut c, "queue").await,
+        Ok(vec![("q".to_string(), 0, 4, 5)])
+    );
+    assert_eq!(
+        described_offsets(&mut c, "nobody").await,
+        Err(GROUP_ID_NOT_FOUND)
     );
 
     // Leaders find a share-partition's coordinator with FindCoordinator's key type 2.

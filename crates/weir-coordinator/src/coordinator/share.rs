@@ -74,6 +74,20 @@ impl GroupCoordinator {
         }
     }
 
+    /// The topics DescribeShareGroupOffsets shows for share group `group_id` when it names
+    /// none: every topic its members subscribed to since it was made. GROUP_ID_NOT_FOUND when
+    /// there is no such share group.
+    pub fn share_group_topics(&self, group_id: &str) -> Result<Vec<String>, GroupError> {
+        let partitions = self.runtime.lock();
+        let (_, shard) = partitions.served_ref(group_id)?;
+        shard
+            .groups
+            .get(group_id)
+            .and_then(|group| group.share())
+            .map(|share| share.remembered_topics())
+            .ok_or(GroupError::GroupIdNotFound)
+    }
+
     /// The type of group `group_id` (`classic`, `consumer` or `share`), if this coordinator
     /// serves it and it exists; for the wording of refusals.
     pub fn group_type(&self, group_id: &str) -> Option<&'static str> {

@@ -34,6 +34,11 @@ use shard::{overlay, ShareStateShard};
 /// (`group.share.partition.max.record.locks`, at most 10,000 records) never needs more.
 pub const STATE_BATCHES_MAX: usize = 20_000;
 
+/// Delivery state of acknowledged records.
+const DELIVERY_ACKNOWLEDGED: i8 = 2;
+/// Delivery state of archived records.
+const DELIVERY_ARCHIVED: i8 = 4;
+
 /// No leader epoch (a read or write that does not fence).
 const NO_EPOCH: i32 = -1;
 
@@ -115,9 +120,8 @@ pub struct StateWrite {
     pub leader_epoch: i32,
     /// The new start offset, or -1 (unchanged).
     pub start_offset: i64,
-    /// As [`StateSummary::delivery_complete_count`].
-    pub delivery_complete_count: i32,
-    /// The batches that changed (laid over the stored ones).
+    /// The batches that changed (laid over the stored ones; the coordinator counts the
+    /// delivery-complete offsets of the result).
     pub batches: Vec<PersistedBatch>,
 }
 
@@ -284,7 +288,7 @@ impl ShareCoordinator {
                         epoch => epoch,
                     },
                     start_offset,
-                    delivery_complete_count: write.delivery_complete_count,
+                    delivery_complete_count: complete_count(&batches),
                     create_ms: stored.create_ms,
                     write_ms: now.wall_ms,
                     batches,
@@ -341,6 +345,17 @@ impl ShareCoordinator {
             },
         })
     }
+}
+
+/// Offsets whose delivery is complete (acknowledged or archived) in `batches`, which hold
+/// nothing before the start offset: what the share-partition's lag leaves out.
+fn complete_count(batches: &[PersistedBatch]) -> i32 {
+    let complete: i64 = batches
+        .iter()
+        .filter(|b| matches!(b.delivery_state, DELIVERY_ACKNOWLEDGED | DELIVERY_ARCHIVED))
+        .map(|b| b.last_offset - b.first_offset + 1)
+        .sum();
+    i32::try_from(complete).unwrap_or(i32::MAX)
 }
 
 /// The stored state of `key`, unless a write for it is under way (refused: the writer

@@ -44,7 +44,6 @@ fn write(leader_epoch: i32, start_offset: i64, batches: Vec<PersistedBatch>) -> 
         state_epoch: 0,
         leader_epoch,
         start_offset,
-        delivery_complete_count: -1,
         batches,
     }
 }
@@ -86,7 +85,15 @@ async fn state_is_initialized_written_read_and_survives_a_reload() {
     let reloaded = loaded(log);
     assert_eq!(reloaded.read(&orders, 1).await, Ok(expected));
     let summary = reloaded.read_summary(&orders).expect("summary");
-    assert_eq!((summary.leader_epoch, summary.start_offset), (1, 12));
+    assert_eq!(
+        (
+            summary.leader_epoch,
+            summary.start_offset,
+            summary.delivery_complete_count
+        ),
+        (1, 12, 4),
+        "12 and 14 acknowledged, 15–16 archived"
+    );
 }
 
 #[tokio::test]

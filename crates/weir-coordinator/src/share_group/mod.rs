@@ -124,7 +124,14 @@ pub struct ShareGroup {
     due: Option<Instant>,
     /// When the group last became empty or got its first member (ms since the epoch).
     state_since_ms: i64,
+    /// Every topic a member subscribed to (that existed) since the group was made, at most
+    /// [`REMEMBERED_TOPICS_MAX`]: the topics whose share-partitions may hold state, which
+    /// DescribeShareGroupOffsets shows when it names none.
+    remembered_topics: BTreeSet<String>,
 }
+
+/// Topics a share group remembers its members subscribed to, at most.
+pub const REMEMBERED_TOPICS_MAX: usize = 10_000;
 
 impl ShareGroup {
     /// A group without members, made at `now_ms`.
@@ -168,6 +175,12 @@ impl ShareGroup {
     /// Every topic some member subscribes to that exists.
     pub fn subscribed_topics(&self) -> Vec<String> {
         self.topics.keys().cloned().collect()
+    }
+
+    /// Every topic a member subscribed to since the group was made (that existed then), in
+    /// name order.
+    pub fn remembered_topics(&self) -> Vec<String> {
+        self.remembered_topics.iter().cloned().collect()
     }
 
     /// Handles one heartbeat of a member whose request passed the handler's checks: joins
@@ -302,6 +315,11 @@ impl ShareGroup {
             // A target already behind the group epoch is computed from these anyway.
             if self.epoch == self.assignment_epoch {
                 self.epoch += 1;
+            }
+            for name in resolved.keys() {
+                if self.remembered_topics.len() < REMEMBERED_TOPICS_MAX {
+                    self.remembered_topics.insert(name.clone());
+                }
             }
             self.topics = resolved;
         }
