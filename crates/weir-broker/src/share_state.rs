@@ -204,6 +204,18 @@ impl ShareState {
         true
     }
 
+    /// Forgets the share-partition `key` if it is held at `leader_epoch` (its durable state
+    /// moved on without it: the next fetch reads it again).
+    pub fn forget(&self, key: &ShareKey, leader_epoch: i32) {
+        let mut partitions = lock(&self.partitions);
+        if partitions
+            .get(key)
+            .is_some_and(|held| held.leader_epoch == leader_epoch)
+        {
+            partitions.remove(key);
+        }
+    }
+
     /// The writer lock of the share-partition `key` at `leader_epoch` and its state epoch.
     pub fn writer(&self, key: &ShareKey, leader_epoch: i32) -> Option<(StateWriter, i32)> {
         lock(&self.partitions)
@@ -432,5 +444,9 @@ mod tests {
         assert!(state.install(&key, (4, 2), SharePartition::new(20, settings)));
         assert_eq!(state.with_existing(&key, 4, |p| p.start_offset()), Some(20));
         assert_eq!(state.writer(&key, 4).map(|(_, epoch)| epoch), Some(2));
+        state.forget(&key, 3);
+        assert!(state.is_current(&key, 4), "only at its own epoch");
+        state.forget(&key, 4);
+        assert!(!state.is_current(&key, 4));
     }
 }

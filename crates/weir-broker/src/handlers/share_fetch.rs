@@ -53,6 +53,10 @@ const WAIT_MS_MAX: u64 = 30_000;
 const FETCH_BYTES_MAX: u64 = 64 << 20;
 /// Most records one ShareFetch acquires, whatever `max_records` asks.
 const FETCH_RECORDS_MAX: u32 = 10_000;
+/// Longest group id and member id a share request may carry, in bytes: each names a share
+/// session and the group's share-partitions (kept in memory and in `__share_group_state`),
+/// so their size is bounded. Kafka's share consumer sends 22-character member ids.
+pub const SHARE_ID_MAX_BYTES: usize = 255;
 
 /// What a request names, checked: the group, the member, and the acknowledgements by
 /// partition.
@@ -100,6 +104,9 @@ fn check<'a>(
     let member = member
         .filter(|m| !m.is_empty())
         .ok_or_else(|| invalid("MemberId must be set."))?;
+    if group.len() > SHARE_ID_MAX_BYTES || member.len() > SHARE_ID_MAX_BYTES {
+        return Err(invalid("GroupId and MemberId must be at most 255 bytes."));
+    }
     if !access.group(AclOperation::Read, group) {
         return Err((
             ResponseError::GroupAuthorizationFailed,
@@ -246,7 +253,15 @@ async fn persist(
         return Ok(());
     };
     let write = state_write(&state, state_epoch, leader_epoch);
-    broker.write_share_state(&key.persisted(), &write).await
+    let written = broker.write_share_state(&key.persisted(), &write).await;
+    if let Err(error @ (ResponseError::FencedLeaderEpoch | ResponseError::FencedStateEpoch)) =
+        written
+    {
+        // A newer leader, or a state started anew: what this one holds is stale.
+        tracing::info!(target: "weir::share", group = %key.group, topic_id = %key.topic_id, partition = key.partition, leader_epoch, %error, "share-partition state moved on; it is read again at the next fetch");
+        broker.share_state.forget(key, leader_epoch);
+    }
+    written
 }
 
 /// Makes the share-partition `key` of `partition` at its leader epoch unless it is made: from

@@ -423,6 +423,10 @@ async fn share_fetch_delivers_each_record_to_one_member_and_redelivers_what_is_r
     );
     let wrong = share_fetched(&mut c, &share_fetch("a", 9, topic_id, 500, &[])).await;
     assert_eq!(wrong.0, INVALID_SHARE_SESSION_EPOCH);
+    // A member id past 255 bytes names no session (nor share-partition state).
+    let long = "m".repeat(256);
+    let refused = share_fetched(&mut c, &share_fetch(&long, 0, topic_id, 500, &[])).await;
+    assert_eq!(refused, (INVALID_REQUEST, None));
     ack.share_session_epoch = 0;
     let refused: ShareAcknowledgeResponse = call(&mut c, ApiKey::ShareAcknowledge, 1, &ack).await;
     assert_eq!(refused.error_code, INVALID_SHARE_SESSION_EPOCH);
