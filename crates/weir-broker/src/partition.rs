@@ -708,6 +708,12 @@ impl Partition {
                 return;
             }
             Ok(Err(error)) => return self.failed(&error),
+            // The runtime is going away (the process stops): nothing failed on disk, and
+            // nobody waits for this sync any more.
+            Err(error) if error.is_cancelled() => {
+                tracing::debug!(target: "weir::storage", topic = %self.topic, partition = self.index, "fsync cancelled: the runtime is stopping");
+                return;
+            }
             Err(error) => storage_failure(&self.dir, &error.to_string()),
         };
         self.log_mut().flush_done(done);

@@ -53,6 +53,10 @@ const WAIT_MS_MAX: u64 = 30_000;
 const FETCH_BYTES_MAX: u64 = 64 << 20;
 /// Most records one ShareFetch acquires, whatever `max_records` asks.
 const FETCH_RECORDS_MAX: u32 = 10_000;
+/// The first read of a partition for a ShareFetch, at most.
+const FIRST_WINDOW_BYTES: u64 = 64 << 10;
+/// The least a next read of a partition asks for.
+const MIN_WINDOW_BYTES: u64 = 16 << 10;
 /// Longest group id and member id a share request may carry, in bytes: each names a share
 /// session and the group's share-partitions (kept in memory and in `__share_group_state`),
 /// so their size is bounded. Kafka's share consumer sends 22-character member ids.
@@ -667,27 +671,60 @@ fn acquire_from(
     let Some(from) = next.filter(|from| *from < high_watermark) else {
         return Ok(None);
     };
-    let error = |e: weir_log::LogError| ErrorReply::from(&e).code();
-    let view = partition
-        .log()
-        .read_view(from, high_watermark)
-        .map_err(error)?;
-    let Some(slice) = view
-        .map(|v| v.slice(max_bytes, true))
-        .transpose()
-        .map_err(error)?
-        .flatten()
-    else {
-        return Ok(None);
-    };
-    let bytes = slice.read().map_err(error)?;
-    let batches = batch_bounds(&bytes);
-    let fetched: Vec<FetchedBatch> = batches.iter().map(|(_, batch)| *batch).collect();
-    let acquired = share
-        .with_existing(key, leader_epoch, |p| {
-            p.acquire(member, &fetched, max_records, now)
-        })
-        .unwrap_or_default();
+    // Read in windows sized to what is still wanted (the first a guess, the next from the
+    // bytes per record seen), not the whole byte budget at once: a consumer asking 2,000
+    // records of a partition with 1 MiB allowed would otherwise have 1 MiB read (and
+    // zeroed) for the 200 KiB it takes.
+    let mut windows: Vec<(Bytes, Vec<Bounded>)> = Vec::new();
+    let mut acquired: Vec<AcquiredRecords> = Vec::new();
+    let (mut read_from, mut bytes_left) = (from, max_bytes);
+    let mut window = FIRST_WINDOW_BYTES.min(max_bytes);
+    let (mut bytes_seen, mut records_seen) = (0u64, 0u64);
+    loop {
+        let Some(bytes) = read_window(partition, (read_from, high_watermark), window)? else {
+            break;
+        };
+        let batches = batch_bounds(&bytes);
+        let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+            break;
+        };
+        let (first_offset, last_offset) = (first.1.first_offset, last.1.last_offset);
+        let used = u64::try_from(last.0.end).unwrap_or(u64::MAX);
+        let fetched: Vec<FetchedBatch> = batches.iter().map(|(_, batch)| *batch).collect();
+        let wanted = max_records.saturating_sub(acquired_count(&acquired));
+        let (got, end_offset) = share
+            .with_existing(key, leader_epoch, |p| {
+                (p.acquire(member, &fetched, wanted, now), p.end_offset())
+            })
+            .unwrap_or_default();
+        for range in got {
+            // A range continuing the last one (the window boundary fell inside it) joins it.
+            match acquired.last_mut() {
+                Some(previous)
+                    if previous.last_offset + 1 == range.first_offset
+                        && previous.delivery_count == range.delivery_count =>
+                {
+                    previous.last_offset = range.last_offset;
+                }
+                _ => acquired.push(range),
+            }
+        }
+        windows.push((bytes, batches));
+        bytes_seen += used;
+        records_seen += u64::try_from(last_offset - first_offset + 1).unwrap_or(0);
+        bytes_left = bytes_left.saturating_sub(used);
+        read_from = last_offset + 1;
+        // Done once enough is acquired, the budget or the log is spent, or the window was not
+        // what held acquisition back (the share-partition did not take all of it in).
+        let left = max_records.saturating_sub(acquired_count(&acquired));
+        if left == 0 || bytes_left == 0 || read_from >= high_watermark || end_offset <= last_offset
+        {
+            break;
+        }
+        let per_record = bytes_seen / records_seen.max(1);
+        window = (per_record.saturating_mul(u64::from(left)) * 9 / 8)
+            .clamp(MIN_WINDOW_BYTES, bytes_left);
+    }
     for range in &acquired {
         let records = u64::try_from(range.last_offset - range.first_offset + 1).unwrap_or(0);
         let share_metrics = &broker.metrics.share;
@@ -701,21 +738,63 @@ fn acquire_from(
     let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
         return Ok(None);
     };
-    // Only the batches holding acquired records go back.
+    // Only the batches holding acquired records go back: from the first of them to the last,
+    // across the windows read (which follow one another in the log).
     let (first_offset, last_offset) = (first.first_offset, last.last_offset);
-    let kept: Vec<&(std::ops::Range<usize>, FetchedBatch)> = batches
+    let holds = |b: &FetchedBatch| b.last_offset >= first_offset && b.first_offset <= last_offset;
+    let mut parts: Vec<Bytes> = windows
         .iter()
-        .filter(|(_, b)| b.last_offset >= first_offset && b.first_offset <= last_offset)
+        .filter_map(|(bytes, batches)| {
+            let kept: Vec<&std::ops::Range<usize>> = batches
+                .iter()
+                .filter(|(_, b)| holds(b))
+                .map(|(range, _)| range)
+                .collect();
+            Some(bytes.slice(kept.first()?.start..kept.last()?.end))
+        })
         .collect();
-    let (Some(start), Some(end)) = (kept.first(), kept.last()) else {
+    let records = match parts.len() {
+        1 => parts.remove(0),
+        _ => parts.concat().into(),
+    };
+    Ok(Some((records, acquired)))
+}
+
+/// Records a list of acquired ranges covers.
+fn acquired_count(acquired: &[AcquiredRecords]) -> u32 {
+    let count: i64 = acquired
+        .iter()
+        .map(|r| r.last_offset - r.first_offset + 1)
+        .sum();
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// Reads at most `max_bytes` (the first batch whole) of `partition` from `from`, below
+/// `upper`; `None` when there is nothing.
+fn read_window(
+    partition: &Partition,
+    (from, upper): (i64, i64),
+    max_bytes: u64,
+) -> Result<Option<Bytes>, i16> {
+    let error = |e: weir_log::LogError| ErrorReply::from(&e).code();
+    let view = partition.log().read_view(from, upper).map_err(error)?;
+    let Some(slice) = view
+        .map(|v| v.slice(max_bytes, true))
+        .transpose()
+        .map_err(error)?
+        .flatten()
+    else {
         return Ok(None);
     };
-    Ok(Some((bytes.slice(start.0.start..end.0.end), acquired)))
+    slice.read().map(Some).map_err(error)
 }
+
+/// A batch read: where its bytes are in what was read, and its offsets.
+type Bounded = (std::ops::Range<usize>, FetchedBatch);
 
 /// The whole batches in `bytes` (a partial one at the end is left out): their byte ranges and
 /// offsets, control batches marked undeliverable.
-fn batch_bounds(bytes: &[u8]) -> Vec<(std::ops::Range<usize>, FetchedBatch)> {
+fn batch_bounds(bytes: &[u8]) -> Vec<Bounded> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while bytes.len() - at >= BATCH_HEADER_BYTES {

@@ -659,3 +659,43 @@ async fn acknowledgements_survive_a_restart() {
     assert_eq!(answers, [(0, 1), (INVALID_REQUEST, -1)]);
     restarted.shutdown().await;
 }
+
+/// A ShareFetch wanting fewer records than its byte budget holds reads the log in windows:
+/// the records it acquires come back whole, in order, however many windows they span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_fetch_reads_what_it_acquires_across_windows() {
+    use weir_log::batch::{build_batch, ProducerFields};
+    let test = start_on(Arc::new(MemoryStorage::new()), Path::new("/"), &[]).await;
+    let mut c = TcpStream::connect(test.addr).await.expect("connect");
+    assert_eq!(create_topic(&mut c, "w", 1, &[]).await, 0);
+    let topic_id = test.broker.image().topic("w").expect("topic").topic_id;
+    let opening = share_fetch("a", 0, topic_id, 1, &[]);
+    assert_eq!(share_fetched(&mut c, &opening).await, (0, None));
+    // 300 one-record batches of 1 KiB: the first 64 KiB window holds about 60.
+    let value = vec![b'x'; 1024];
+    for _ in 0..300 {
+        let batch = build_batch(&[value.as_slice()], 0, ProducerFields::NONE);
+        assert_eq!(produce(&mut c, "w", 0, -1, batch).await.0, 0);
+    }
+    for (epoch, wanted, first, last) in [(1, 250, 0, 249), (2, 500, 250, 299)] {
+        let request = share_fetch("a", epoch, topic_id, wanted, &[]);
+        let response: ShareFetchResponse = call(&mut c, ApiKey::ShareFetch, 1, &request).await;
+        let partition = &response.responses[0].partitions[0];
+        let acquired: Vec<(i64, i64)> = partition
+            .acquired_records
+            .iter()
+            .map(|a| (a.first_offset, a.last_offset))
+            .collect();
+        assert_eq!(acquired, [(first, last)]);
+        let records = partition.records.clone().expect("records");
+        let batches: Vec<i64> = whole_batches(&records)
+            .into_iter()
+            .map(|(base, _)| base)
+            .collect();
+        assert_eq!(
+            batches,
+            (first..=last).collect::<Vec<_>>(),
+            "each batch once, in order"
+        );
+    }
+}
