@@ -119,7 +119,6 @@ async fn route(
 ) -> PendingReply {
     let peer = context.peer;
     let listener = context.listener.clone();
-    let share_sessions = context.share_sessions.clone();
     let access = broker.access(context);
     let Request {
         header,
@@ -316,16 +315,24 @@ async fn route(
                 &broker, req, &access,
             )))
         }),
-        RequestKind::ShareFetch(req) => Box::pin(async move {
-            respond(ResponseKind::ShareFetch(
-                share_fetch::fetch(&broker, req, (&access, &share_sessions)).await,
-            ))
-        }),
-        RequestKind::ShareAcknowledge(req) => Box::pin(async move {
-            respond(ResponseKind::ShareAcknowledge(
-                share_fetch::acknowledge(&broker, req, (&access, &share_sessions)).await,
-            ))
-        }),
+        // The connection's share sessions are cloned for these two only (not on every
+        // request's path).
+        RequestKind::ShareFetch(req) => {
+            let share_sessions = context.share_sessions.clone();
+            Box::pin(async move {
+                respond(ResponseKind::ShareFetch(
+                    share_fetch::fetch(&broker, req, (&access, &share_sessions)).await,
+                ))
+            })
+        }
+        RequestKind::ShareAcknowledge(req) => {
+            let share_sessions = context.share_sessions.clone();
+            Box::pin(async move {
+                respond(ResponseKind::ShareAcknowledge(
+                    share_fetch::acknowledge(&broker, req, (&access, &share_sessions)).await,
+                ))
+            })
+        }
         RequestKind::DescribeShareGroupOffsets(req) => Box::pin(async move {
             respond(ResponseKind::DescribeShareGroupOffsets(
                 share_groups::describe_offsets(&broker, req, &access).await,
