@@ -564,10 +564,11 @@ WEIR_BOUNDED_DEFAULTS = {"max.connections", "max.connections.per.ip", "queued.ma
 # Kafka's listen backlog is 50; Weir's absorbs a reconnect storm.
 WEIR_LISTEN_BACKLOG = "socket.listen.backlog.size"
 # The single-node reference must set these to 1 (at Kafka's defaults of 3 and 2 it could never
-# create __consumer_offsets or __transaction_state); Weir keeps Kafka's defaults and creates the
-# topics with at most the live brokers.
+# create __consumer_offsets, __transaction_state or __share_group_state); Weir keeps Kafka's
+# defaults and creates the topics with at most the live brokers.
 REFERENCE_SINGLE_NODE = {
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
 }
 # Each broker's own endpoints: the reference runs a controller listener beside its broker one.
 LISTENER_SETTINGS = {
@@ -626,7 +627,7 @@ def test_listed_broker_config_differences(tool_broker_configs):
         assert weir[name]["value"] not in ("2147483647", "-1"), f"{name}: Weir's is unbounded"
     assert kafka[KAFKA_DYNAMIC_DEFAULT]["synonyms"][0].startswith("DYNAMIC_DEFAULT_BROKER_CONFIG:")
     assert weir[KAFKA_DYNAMIC_DEFAULT]["synonyms"] == [f"DEFAULT_CONFIG:{KAFKA_DYNAMIC_DEFAULT}"]
-    kafkas_defaults = {"transaction.state.log.min.isr": "2"}
+    kafkas_defaults = {"transaction.state.log.min.isr": "2", "share.coordinator.state.topic.min.isr": "2"}
     for name in sorted(REFERENCE_SINGLE_NODE):
         assert (kafka[name]["value"], weir[name]["value"]) == ("1", kafkas_defaults.get(name, "3")), name
     assert (kafka[WEIR_LISTEN_BACKLOG]["value"], weir[WEIR_LISTEN_BACKLOG]["value"]) == ("50", "4096")
