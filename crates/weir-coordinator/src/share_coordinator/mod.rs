@@ -26,6 +26,7 @@ use std::sync::Arc;
 use weir_clock::{Clock, Now, SystemClock};
 
 use crate::runtime::{CoordinatorLog, Decision, Runtime, RuntimeError, TopicRuntime};
+use crate::share_partition::RecordState;
 use records::{PersistedBatch, SharePartitionKey, ShareRecord, ShareSnapshot, ShareValue};
 use shard::{overlay, ShareStateShard};
 
@@ -33,11 +34,6 @@ use shard::{overlay, ShareStateShard};
 /// stays far below `__share_group_state`'s largest. A leader's in-flight window
 /// (`group.share.partition.max.record.locks`, at most 10,000 records) never needs more.
 pub const STATE_BATCHES_MAX: usize = 20_000;
-
-/// Delivery state of acknowledged records.
-const DELIVERY_ACKNOWLEDGED: i8 = 2;
-/// Delivery state of archived records.
-const DELIVERY_ARCHIVED: i8 = 4;
 
 /// No leader epoch (a read or write that does not fence).
 const NO_EPOCH: i32 = -1;
@@ -352,7 +348,7 @@ impl ShareCoordinator {
 fn complete_count(batches: &[PersistedBatch]) -> i32 {
     let complete: i64 = batches
         .iter()
-        .filter(|b| matches!(b.delivery_state, DELIVERY_ACKNOWLEDGED | DELIVERY_ARCHIVED))
+        .filter(|b| RecordState::from_code(b.delivery_state).is_some_and(RecordState::is_terminal))
         .map(|b| b.last_offset - b.first_offset + 1)
         .sum();
     i32::try_from(complete).unwrap_or(i32::MAX)

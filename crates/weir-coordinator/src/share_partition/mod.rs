@@ -86,8 +86,8 @@ impl RecordState {
         }
     }
 
-    /// Done with: the SPSO may move past it.
-    fn is_terminal(self) -> bool {
+    /// Done with: the SPSO may move past it (its delivery is complete).
+    pub fn is_terminal(self) -> bool {
         matches!(self, RecordState::Acknowledged | RecordState::Archived)
     }
 }
