@@ -3,6 +3,7 @@
 //! The handlers check the request as Kafka does, with its wording, and translate topic ids
 //! and names; the group coordinator decides.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_share_group_offsets_response::{
@@ -324,34 +325,30 @@ async fn offsets_of_topic(
         None
     };
     let every = named.is_none();
-    let indexes: Vec<i32> =
-        named.unwrap_or_else(|| (0..found.map_or(0, |t| t.partition_count())).collect());
-    if let Some(error) = refusal {
-        topic.partitions = indexes
-            .into_iter()
-            .map(|index| {
-                let mut partition = DescribeShareGroupOffsetsResponsePartition::default();
-                partition.partition_index = index;
-                partition.start_offset = -1;
-                partition.leader_epoch = -1;
-                partition.error_code = error.code();
-                partition.error_message = Some(str_bytes(error.to_string()));
-                partition
-            })
-            .collect();
-        return (!every).then_some(topic);
-    }
-    let topic_id = found.map(|t| t.topic_id).unwrap_or_default();
+    let count = found.map_or(0, |t| t.partition_count());
+    // Each partition once; one the topic lacks is answered without asking its coordinator.
+    let indexes: BTreeSet<i32> = named.map_or_else(|| (0..count).collect(), BTreeSet::from_iter);
+    // An unauthorized topic's id is not shown.
+    let topic_id = found
+        .filter(|_| refusal.is_none())
+        .map(|t| t.topic_id)
+        .unwrap_or_default();
     topic.topic_id = topic_id;
     for index in indexes {
-        let mut partition = DescribeShareGroupOffsetsResponsePartition::default();
-        partition.partition_index = index;
+        let refused = refusal
+            .or((!(0..count).contains(&index)).then_some(ResponseError::UnknownTopicOrPartition));
         let key = SharePartitionKey {
             group: group_id.to_string(),
             topic_id,
             partition: index,
         };
-        match broker.share_state_summary(&key).await {
+        let summary = match refused {
+            Some(error) => Err(error),
+            None => broker.share_state_summary(&key).await,
+        };
+        let mut partition = DescribeShareGroupOffsetsResponsePartition::default();
+        partition.partition_index = index;
+        match summary {
             Ok(summary) if every && summary.start_offset < 0 => continue,
             Ok(summary) => {
                 partition.start_offset = summary.start_offset;

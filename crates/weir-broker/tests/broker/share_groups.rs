@@ -15,6 +15,7 @@ use crate::common::*;
 
 const GROUP_ID_NOT_FOUND: i16 = 69;
 const INVALID_REQUEST: i16 = 42;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const FENCED_MEMBER_EPOCH: i16 = 110;
 const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
@@ -637,6 +638,25 @@ async fn acknowledgements_survive_a_restart() {
         described_offsets(&mut c, "nobody").await,
         Err(GROUP_ID_NOT_FOUND)
     );
+    // Partitions named: each once, one the topic lacks refused without a coordinator call.
+    let mut topic =
+        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestTopic::default();
+    topic.topic_name = topic_name("q");
+    topic.partitions = vec![0, 7, 0];
+    let mut asked =
+        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default();
+    asked.group_id = GroupId(text("queue"));
+    asked.topics = Some(vec![topic]);
+    let mut request = DescribeShareGroupOffsetsRequest::default();
+    request.groups = vec![asked];
+    let named: DescribeShareGroupOffsetsResponse =
+        call(&mut c, ApiKey::DescribeShareGroupOffsets, 1, &request).await;
+    let answers: Vec<(i32, i16, i64)> = named.groups[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.error_code, p.start_offset))
+        .collect();
+    assert_eq!(answers, [(0, 0, 4), (7, UNKNOWN_TOPIC_OR_PARTITION, -1)]);
 
     // Leaders find a share-partition's coordinator with FindCoordinator's key type 2.
     let key = weir_coordinator::share_coordinator::records::SharePartitionKey {
