@@ -90,7 +90,9 @@ impl Broker {
             .await?
         {
             StateAnswer::State(state) => Ok(state),
-            StateAnswer::Done | StateAnswer::Summary(_) => Ok(uninitialized()),
+            // Never: a read is answered with a state. Not taken as "no state", which would
+            // start the share-partition anew.
+            StateAnswer::Done | StateAnswer::Summary(_) => Err(ResponseError::UnknownServerError),
         }
     }
 
@@ -329,15 +331,6 @@ fn summary_request(key: &SharePartitionKey) -> ReadShareGroupStateSummaryRequest
     request.group_id = str_bytes(key.group.clone());
     request.topics = vec![topic];
     request
-}
-
-/// A share-partition without durable state.
-fn uninitialized() -> PersistedState {
-    PersistedState {
-        state_epoch: 0,
-        start_offset: -1,
-        batches: Vec::new(),
-    }
 }
 
 /// ReadShareGroupState for `key`.
